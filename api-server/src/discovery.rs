@@ -1,0 +1,119 @@
+//! Service discovery and health: `GET /.well-known/terraform.json` (what the terraform
+//! CLI and go-tfe read first), `GET /api/v2/ping`, `/healthz`, `/readyz`.
+
+use axum::Router;
+use axum::http::{HeaderName, HeaderValue, StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+
+use crate::AppState;
+
+/// API version reported in `TFP-API-Version` (go-tfe reads it on ping).
+pub const TFP_API_VERSION: &str = "2.6";
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/.well-known/terraform.json", get(well_known))
+        .route("/api/v2/ping", get(ping))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(|| async { "ok" }))
+}
+
+async fn well_known() -> impl IntoResponse {
+    let body = serde_json::json!({
+        "modules.v1": "/api/registry/v1/modules/",
+        "motd.v1": "/api/terraform/motd",
+        "state.v2": "/api/v2/",
+        "tfe.v2": "/api/v2/",
+        "tfe.v2.1": "/api/v2/",
+        "tfe.v2.2": "/api/v2/",
+    });
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+}
+
+async fn ping() -> impl IntoResponse {
+    (
+        StatusCode::NO_CONTENT,
+        [
+            (
+                HeaderName::from_static("tfp-api-version"),
+                HeaderValue::from_static(TFP_API_VERSION),
+            ),
+            (
+                HeaderName::from_static("tfp-appname"),
+                HeaderValue::from_static("terrace"),
+            ),
+            (
+                HeaderName::from_static("x-tfe-version"),
+                HeaderValue::from_static(env!("CARGO_PKG_VERSION")),
+            ),
+        ],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{AppState, Settings, router};
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    fn app() -> axum::Router {
+        router(AppState {
+            settings: std::sync::Arc::new(Settings::default()),
+        })
+    }
+
+    async fn get(path: &str) -> (StatusCode, axum::http::HeaderMap, serde_json::Value) {
+        let res = app()
+            .oneshot(Request::get(path).body(Body::empty()).expect("request"))
+            .await
+            .expect("response");
+        let status = res.status();
+        let headers = res.headers().clone();
+        let bytes = res.into_body().collect().await.expect("body").to_bytes();
+        let json = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+        (status, headers, json)
+    }
+
+    #[tokio::test]
+    async fn ping_answers_204_with_api_version() {
+        let (status, headers, _) = get("/api/v2/ping").await;
+        assert_eq!(status, StatusCode::NO_CONTENT);
+        assert_eq!(headers["tfp-api-version"], "2.6");
+    }
+
+    #[tokio::test]
+    async fn well_known_points_at_api_v2() {
+        let (status, _, body) = get("/.well-known/terraform.json").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body["tfe.v2"], "/api/v2/");
+        assert_eq!(body["modules.v1"], "/api/registry/v1/modules/");
+    }
+
+    #[tokio::test]
+    async fn unknown_paths_are_jsonapi_404() {
+        let (status, headers, body) = get("/api/v2/nothing-here").await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert_eq!(headers["content-type"], "application/vnd.api+json");
+        assert_eq!(body["errors"][0]["status"], "404");
+    }
+
+    #[tokio::test]
+    async fn wrong_method_is_jsonapi_405() {
+        let res = app()
+            .oneshot(
+                Request::post("/api/v2/ping")
+                    .body(Body::empty())
+                    .expect("request"),
+            )
+            .await
+            .expect("response");
+        assert_eq!(res.status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(res.headers()["content-type"], "application/vnd.api+json");
+    }
+}

@@ -1,0 +1,42 @@
+//! Configuration of the API server (flags and environment variables).
+
+use clap::{Args, ValueEnum};
+
+/// Which edition of the service terrace behaves as (SPEC.md: some endpoints exist only on
+/// the self-hosted edition, some attributes only on the hosted one).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum Edition {
+    #[default]
+    SelfHosted,
+    Hosted,
+}
+
+/// Settings of `terrace api-server`.
+#[derive(Clone, Debug, Args)]
+pub struct Settings {
+    /// Address the JSON:API listens on.
+    #[arg(long, env = "TERRACE_API_ADDR", default_value = "0.0.0.0:8080")]
+    pub api_addr: std::net::SocketAddr,
+    /// Externally visible base URL (used in links and upload URLs). Default: derived from
+    /// the request's Host header.
+    #[arg(long, env = "TERRACE_BASE_URL")]
+    pub base_url: Option<String>,
+    /// Edition to behave as: self-hosted (data retention endpoints) or hosted
+    /// (assessments-enabled).
+    #[arg(long, env = "TERRACE_EDITION", value_enum, default_value_t = Edition::SelfHosted)]
+    pub edition: Edition,
+    /// Largest request body accepted, in bytes (larger: 413).
+    #[arg(long, env = "TERRACE_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
+    pub max_body_bytes: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            api_addr: std::net::SocketAddr::from(([127, 0, 0, 1], 8080)),
+            base_url: None,
+            edition: Edition::SelfHosted,
+            max_body_bytes: 1024 * 1024,
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! Small types shared by several kinds: tag bindings, Secret references, data retention
+//! policies, conditions.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+/// A key-value tag.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TagBinding {
+    /// Tag key (1-128 characters).
+    #[schemars(length(min = 1, max = 128))]
+    pub key: String,
+    /// Tag value (at most 256 characters; may be empty).
+    #[serde(default)]
+    #[schemars(length(max = 256))]
+    pub value: String,
+}
+
+/// A tag binding that applies to a workspace, directly or inherited from its project.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EffectiveTagBinding {
+    /// Tag key.
+    pub key: String,
+    /// Tag value.
+    #[serde(default)]
+    pub value: String,
+    /// ID of the project the binding is inherited from; absent for direct bindings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inherited_from: Option<String>,
+}
+
+/// A reference to one key of a Secret in the object's namespace.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SecretKeyRef {
+    /// Name of the Secret, in the same namespace as the referring object.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// Key within the Secret's data.
+    #[schemars(length(min = 1))]
+    pub key: String,
+}
+
+/// A data retention policy (self-hosted edition): either delete backing data older than a
+/// number of days, or never delete it. Exactly one of the two fields is set.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "has(self.deleteOlderThanNDays) != (has(self.dontDelete) && self.dontDelete)",
+     "message": "set exactly one of deleteOlderThanNDays or dontDelete: true"}
+]))]
+pub struct DataRetentionPolicy {
+    /// Delete state versions and run data older than this many days (at least 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub delete_older_than_n_days: Option<i32>,
+    /// Never delete backing data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dont_delete: Option<bool>,
+}
+
+/// Fields every terrace status carries.
+pub trait HasConditions {
+    fn conditions(&self) -> &[Condition];
+}

@@ -1,0 +1,53 @@
+//! Names shared across the operator, the API server and the manifests: the API group,
+//! label and annotation keys, condition types and reasons, field managers and limits.
+//! Keeping them in one place keeps kubectl users, controllers and the API in agreement.
+
+/// API group of every terrace custom resource.
+pub const GROUP: &str = "terrace.dev";
+/// The one served (and storage) version.
+pub const VERSION: &str = "v1alpha1";
+/// `apiVersion` of terrace objects.
+pub const API_VERSION: &str = "terrace.dev/v1alpha1";
+/// Category every terrace kind belongs to (`kubectl get terrace`).
+pub const CATEGORY: &str = "terrace";
+
+/// Label holding an object's TFE-shaped ID (`ws-…`, `prj-…`), so lookups by ID are index hits.
+pub const LABEL_ID: &str = "terrace.dev/id";
+/// Label naming the organization an object belongs to.
+pub const LABEL_ORGANIZATION: &str = "terrace.dev/organization";
+/// Label on an organization's default project.
+pub const LABEL_DEFAULT_PROJECT: &str = "terrace.dev/default-project";
+/// Label on Namespaces created for organizations.
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// Value of [`LABEL_MANAGED_BY`].
+pub const MANAGED_BY: &str = "terrace";
+
+/// Annotation naming the lock holder of a workspace (`user:NAME`, `team:ID`, `run:ID`).
+pub const ANNOTATION_LOCKED_BY: &str = "terrace.dev/locked-by";
+/// Annotation with the reason given when the workspace was locked.
+pub const ANNOTATION_LOCK_REASON: &str = "terrace.dev/lock-reason";
+/// Annotation with the RFC 3339 time the workspace was locked.
+pub const ANNOTATION_LOCKED_AT: &str = "terrace.dev/locked-at";
+
+/// kstatus condition: the object is reconciled and usable.
+pub const CONDITION_READY: &str = "Ready";
+/// kstatus condition: the controller is working towards the desired state.
+pub const CONDITION_RECONCILING: &str = "Reconciling";
+/// kstatus condition: the controller cannot make progress without a change.
+pub const CONDITION_STALLED: &str = "Stalled";
+
+/// Field manager of the operator's controllers (server-side apply).
+pub const FIELD_MANAGER_OPERATOR: &str = "terrace-operator";
+/// Field manager of the API server's writes.
+pub const FIELD_MANAGER_API: &str = "terrace-api-server";
+
+/// Default page size of every paginated list (SPEC.md Limits).
+pub const DEFAULT_PAGE_SIZE: u32 = 20;
+/// Largest page size a client may ask for.
+pub const MAX_PAGE_SIZE: u32 = 100;
+/// Default test directory of a test run (SPEC.md A1).
+pub const DEFAULT_TEST_DIRECTORY: &str = "tests";
+/// Window of runs the workspace performance attributes are computed over (SPEC.md Limits).
+pub const METRICS_RUN_WINDOW: usize = 30;
+/// Longest workspace name TFE accepts.
+pub const MAX_WORKSPACE_NAME_LEN: usize = 90;

@@ -1,0 +1,136 @@
+//! TFE-shaped object IDs: a kind prefix (`ws-`, `prj-`, …) followed by 16 base62
+//! characters. IDs are assigned once and never change; they are stored in the
+//! [`crate::constants::LABEL_ID`] label so every lookup by ID is an index hit.
+
+use rand::Rng;
+
+/// Number of random base62 characters after the prefix.
+pub const ID_RANDOM_LEN: usize = 16;
+
+const BASE62: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+
+/// The ID prefixes of DESIGN.md §2, one per kind that has an ID.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IdKind {
+    Project,
+    Workspace,
+    RegistryModule,
+    ConfigurationVersion,
+    TestRun,
+    TestVariable,
+    SshKey,
+    AgentPool,
+    OAuthToken,
+    Tag,
+    DataRetentionPolicy,
+}
+
+impl IdKind {
+    /// Every kind, for exhaustive tests and lookups.
+    pub const ALL: [IdKind; 11] = [
+        IdKind::Project,
+        IdKind::Workspace,
+        IdKind::RegistryModule,
+        IdKind::ConfigurationVersion,
+        IdKind::TestRun,
+        IdKind::TestVariable,
+        IdKind::SshKey,
+        IdKind::AgentPool,
+        IdKind::OAuthToken,
+        IdKind::Tag,
+        IdKind::DataRetentionPolicy,
+    ];
+
+    /// The prefix, including its dash.
+    pub const fn prefix(self) -> &'static str {
+        match self {
+            IdKind::Project => "prj-",
+            IdKind::Workspace => "ws-",
+            IdKind::RegistryModule => "mod-",
+            IdKind::ConfigurationVersion => "cv-",
+            IdKind::TestRun => "trun-",
+            IdKind::TestVariable => "var-",
+            IdKind::SshKey => "sshkey-",
+            IdKind::AgentPool => "apool-",
+            IdKind::OAuthToken => "ot-",
+            IdKind::Tag => "tag-",
+            IdKind::DataRetentionPolicy => "drp-",
+        }
+    }
+
+    /// The kind whose prefix `id` carries, if any.
+    pub fn of(id: &str) -> Option<IdKind> {
+        IdKind::ALL.into_iter().find(|k| id.starts_with(k.prefix()))
+    }
+}
+
+/// A new random ID of `kind` drawn from `rng`.
+pub fn new_id_with<R: Rng + ?Sized>(kind: IdKind, rng: &mut R) -> String {
+    let mut id = String::with_capacity(kind.prefix().len() + ID_RANDOM_LEN);
+    id.push_str(kind.prefix());
+    for _ in 0..ID_RANDOM_LEN {
+        id.push(char::from(BASE62[rng.random_range(0..BASE62.len())]));
+    }
+    id
+}
+
+/// A new random ID of `kind` from the thread-local generator.
+pub fn new_id(kind: IdKind) -> String {
+    new_id_with(kind, &mut rand::rng())
+}
+
+/// Whether `id` is a well-formed ID of `kind`.
+pub fn is_valid_id(kind: IdKind, id: &str) -> bool {
+    id.strip_prefix(kind.prefix()).is_some_and(|rest| {
+        rest.len() == ID_RANDOM_LEN && rest.bytes().all(|b| b.is_ascii_alphanumeric())
+    })
+}
+
+/// The Kubernetes object name used for an object created through the API: its ID
+/// lowercased (IDs are unique; object names must be DNS-1123).
+pub fn object_name_for_id(id: &str) -> String {
+    id.to_ascii_lowercase()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn ids_have_the_kind_prefix_and_16_base62_characters() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        for kind in IdKind::ALL {
+            let id = new_id_with(kind, &mut rng);
+            assert!(id.starts_with(kind.prefix()), "{id}");
+            assert_eq!(id.len(), kind.prefix().len() + 16, "{id}");
+            assert!(is_valid_id(kind, &id), "{id}");
+            assert_eq!(IdKind::of(&id), Some(kind));
+        }
+    }
+
+    #[test]
+    fn ids_are_unique_across_many_draws() {
+        let ids: std::collections::HashSet<_> =
+            (0..10_000).map(|_| new_id(IdKind::Workspace)).collect();
+        assert_eq!(ids.len(), 10_000);
+    }
+
+    #[test]
+    fn malformed_ids_are_rejected() {
+        assert!(!is_valid_id(IdKind::Workspace, "ws-short"));
+        assert!(!is_valid_id(IdKind::Workspace, "prj-0123456789abcdef"));
+        assert!(!is_valid_id(IdKind::Workspace, "ws-0123456789abcde!"));
+        assert!(!is_valid_id(IdKind::Workspace, "ws-0123456789abcdefg"));
+        assert!(is_valid_id(IdKind::Workspace, "ws-0123456789abcDEF"));
+        assert_eq!(IdKind::of("nope-1"), None);
+    }
+
+    #[test]
+    fn object_names_are_lowercased_ids() {
+        assert_eq!(
+            object_name_for_id("ws-AbC0123456789xyz"),
+            "ws-abc0123456789xyz"
+        );
+    }
+}

@@ -1,0 +1,16 @@
+//! terrace's custom resources (`terrace.dev/v1alpha1`) and the pure domain rules on them.
+//!
+//! Everything here is data and pure functions: the resource types (which generate the CRD
+//! YAML), TFE-shaped IDs, the validation rules of SPEC.md shared by the API server and the
+//! CRD schemas, and the constants (labels, annotations, condition types, field managers)
+//! every other crate uses. No kube client, no axum, no tokio.
+#![forbid(unsafe_code)]
+
+pub mod common;
+pub mod constants;
+pub mod crdgen;
+pub mod ids;
+pub mod resources;
+pub mod rules;
+
+pub use resources::*;

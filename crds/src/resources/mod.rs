@@ -1,0 +1,18 @@
+//! The custom resource kinds of DESIGN.md §2, group `terrace.dev`, version `v1alpha1`.
+//! Doc comments become the CRD field descriptions (`kubectl explain`).
+
+mod module;
+mod organization;
+mod project;
+mod references;
+mod workspace;
+
+pub use module::*;
+pub use organization::*;
+pub use project::*;
+pub use references::*;
+pub use workspace::*;
+
+pub(crate) fn default_true() -> bool {
+    true
+}

@@ -1,0 +1,138 @@
+//! `terrace dev`: everything on one laptop. Starts the cluster simulator (HTTP on
+//! `--kube-addr`), installs the CRDs, runs the operator against it in-process and serves
+//! the JSON:API on `--api-addr`. When ready it writes `DIR/kubeconfig` (for kubectl),
+//! `DIR/token` (a bearer token with full rights) and `DIR/endpoints.json`, then prints the
+//! URLs. Objects persist in `DIR/cluster`, so a restart with the same directory keeps them.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use terrace_simulator::{SimConfig, Simulator};
+
+/// Flags of `terrace dev`.
+#[derive(Clone, Debug, Args)]
+pub struct DevArgs {
+    /// Directory for the simulator's objects, the kubeconfig and the token.
+    #[arg(long, env = "TERRACE_DEV_DATA_DIR", default_value = ".terrace-dev")]
+    pub data_dir: PathBuf,
+    /// Address of the JSON:API (port 0 picks a free port).
+    #[arg(long, env = "TERRACE_DEV_API_ADDR", default_value = "127.0.0.1:8080")]
+    pub api_addr: SocketAddr,
+    /// Address of the simulated Kubernetes API (port 0 picks a free port).
+    #[arg(long, env = "TERRACE_DEV_KUBE_ADDR", default_value = "127.0.0.1:6443")]
+    pub kube_addr: SocketAddr,
+    /// Program run in place of the engine image's `tofu` in test Pods.
+    #[arg(long, env = "TERRACE_DEV_ENGINE")]
+    pub engine: Option<PathBuf>,
+}
+
+pub async fn run(args: DevArgs) -> anyhow::Result<()> {
+    let dir = &args.data_dir;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let sim = Simulator::open(SimConfig {
+        data_dir: Some(dir.join("cluster")),
+        ..Default::default()
+    })
+    .await
+    .context("opening the cluster simulator")?;
+
+    let kube_listener = tokio::net::TcpListener::bind(args.kube_addr)
+        .await
+        .with_context(|| format!("binding the Kubernetes API to {}", args.kube_addr))?;
+    let kube_url = format!("http://{}", kube_listener.local_addr()?);
+    let api_listener = tokio::net::TcpListener::bind(args.api_addr)
+        .await
+        .with_context(|| format!("binding the JSON:API to {}", args.api_addr))?;
+    let api_url = format!("http://{}", api_listener.local_addr()?);
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+
+    let sim_task = {
+        let sim = sim.clone();
+        tokio::spawn(async move { sim.serve(kube_listener).await })
+    };
+
+    let client = sim.client();
+    install_crds(&client).await?;
+
+    let token = sim.admin_token();
+    write_private(&dir.join("kubeconfig"), &sim.kubeconfig(&kube_url, &token))?;
+    write_private(&dir.join("token"), &token)?;
+    let endpoints = serde_json::json!({"api": api_url, "kube": kube_url});
+    std::fs::write(dir.join("endpoints.json"), endpoints.to_string())?;
+
+    let mut operator_settings = terrace_operator::Settings::default();
+    if let Some(engine) = &args.engine {
+        operator_settings.engine_command = engine.display().to_string();
+    }
+    let operator_task = tokio::spawn(terrace_operator::run(client, operator_settings, stopped()));
+
+    let api_settings = terrace_api_server::Settings {
+        api_addr: api_listener.local_addr()?,
+        base_url: Some(api_url.clone()),
+        ..Default::default()
+    };
+    let api_task = tokio::spawn(terrace_api_server::serve(
+        api_settings,
+        api_listener,
+        stopped(),
+    ));
+
+    let dir_shown = dir.display();
+    println!("terrace dev is ready");
+    println!("  JSON:API    {api_url}/api/v2/    bearer token in {dir_shown}/token");
+    println!(
+        "  Kubernetes  {kube_url}    kubectl --kubeconfig {dir_shown}/kubeconfig get workspaces -A"
+    );
+
+    crate::signal::shutdown().await;
+    let _ = stop_tx.send(true);
+    let drain = async {
+        let _ = api_task.await;
+        let _ = operator_task.await;
+    };
+    if tokio::time::timeout(Duration::from_secs(10), drain)
+        .await
+        .is_err()
+    {
+        tracing::warn!("components did not stop within 10s");
+    }
+    sim.shutdown().await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), sim_task).await;
+    Ok(())
+}
+
+/// Applies every terrace CRD (server-side apply, so a restart updates them in place).
+async fn install_crds(client: &kube::Client) -> anyhow::Result<()> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let pp = PatchParams::apply("terrace-dev").force();
+    for crd in terrace_crds::crdgen::all_crds() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        api.patch(&name, &pp, &Patch::Apply(&crd))
+            .await
+            .with_context(|| format!("installing CRD {name}"))?;
+    }
+    Ok(())
+}
+
+fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
+    std::fs::write(path, contents).with_context(|| format!("writing {}", path.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(())
+}

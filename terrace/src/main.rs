@@ -1,0 +1,115 @@
+//! `terrace`: one binary, one container image. The subcommands pick the component:
+//! `operator`, `api-server`, `runner` (inside test Pods), `crds` (prints the CRD YAML) and
+//! `dev` (simulator + operator + API server in one process, see `dev.rs`).
+#![forbid(unsafe_code)]
+
+mod dev;
+mod signal;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(
+    name = "terrace",
+    version,
+    about = "A Kubernetes-native HCP Terraform / TFE API for workspaces and module tests"
+)]
+struct Cli {
+    /// Log format: text for terminals, json in the cluster.
+    #[arg(long, global = true, env = "TERRACE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the local cluster simulator, the operator and the API server in one process.
+    Dev(dev::DevArgs),
+    /// Run the controllers against the cluster of the current kubeconfig / service account.
+    Operator(terrace_operator::Settings),
+    /// Serve the JSON:API against the cluster of the current kubeconfig / service account.
+    ApiServer(terrace_api_server::Settings),
+    /// Commands that run inside test Pods.
+    #[command(subcommand)]
+    Runner(terrace_operator::runner::RunnerCommand),
+    /// Print the CustomResourceDefinitions as YAML (or write one file per CRD).
+    Crds {
+        /// Write `<crd-name>.yaml` files into this directory instead of printing.
+        #[arg(long)]
+        out_dir: Option<PathBuf>,
+    },
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.log_format);
+    let result = match cli.command {
+        Command::Crds { out_dir } => crds(out_dir),
+        Command::Runner(cmd) => terrace_operator::runner::run(&cmd).map_err(anyhow::Error::msg),
+        Command::Dev(args) => runtime().and_then(|rt| rt.block_on(dev::run(args))),
+        Command::Operator(settings) => runtime().and_then(|rt| rt.block_on(operator(settings))),
+        Command::ApiServer(settings) => runtime().and_then(|rt| rt.block_on(api_server(settings))),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("terrace: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+fn crds(out_dir: Option<PathBuf>) -> anyhow::Result<()> {
+    match out_dir {
+        None => print!("{}", terrace_crds::crdgen::all_crds_yaml()?),
+        Some(dir) => {
+            std::fs::create_dir_all(&dir)?;
+            for crd in terrace_crds::crdgen::all_crds() {
+                let path = dir.join(terrace_crds::crdgen::file_name(&crd));
+                std::fs::write(&path, terrace_crds::crdgen::to_yaml(&crd)?)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn operator(settings: terrace_operator::Settings) -> anyhow::Result<()> {
+    let client = kube::Client::try_default().await?;
+    terrace_operator::run(client, settings, signal::shutdown()).await;
+    Ok(())
+}
+
+async fn api_server(settings: terrace_api_server::Settings) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(settings.api_addr).await?;
+    tracing::info!(addr = %listener.local_addr()?, "API server listening");
+    terrace_api_server::serve(settings, listener, signal::shutdown()).await?;
+    Ok(())
+}

@@ -1,0 +1,228 @@
+//! Test support for terrace's end-to-end tests: start the real `terrace dev` binary on free
+//! ports in a temporary data directory, talk to it with `kubectl` and HTTP, stop and restart
+//! it. Each test gets its own instance, so tests run in parallel.
+#![forbid(unsafe_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Path of the `terrace` binary under test: `$TERRACE_BIN`, else the workspace's
+/// `target/debug/terrace` (the test script builds it first).
+pub fn terrace_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("TERRACE_BIN") {
+        return PathBuf::from(p);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"));
+    let bin = target.join("debug").join("terrace");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build -p terrace` before the end-to-end tests",
+        bin.display()
+    );
+    bin
+}
+
+/// The repository root.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+/// Whether kubectl is installed (the kubectl tests need it; CI installs it).
+pub fn have_kubectl() -> bool {
+    Command::new("kubectl")
+        .arg("version")
+        .arg("--client")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// A running `terrace dev`.
+pub struct Dev {
+    child: Option<Child>,
+    dir: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+    pub api: String,
+    pub kube: String,
+    pub token: String,
+}
+
+impl Dev {
+    /// Starts `terrace dev` in a new temporary data directory.
+    pub fn start() -> Dev {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().to_path_buf();
+        let mut dev = Dev::start_in(&dir);
+        dev._tmp = Some(tmp);
+        dev
+    }
+
+    /// Starts `terrace dev` on an existing data directory (restart).
+    pub fn start_in(dir: &Path) -> Dev {
+        let _ = std::fs::remove_file(dir.join("endpoints.json"));
+        std::fs::create_dir_all(dir).expect("data dir");
+        let log = std::fs::File::create(dir.join("dev.log")).expect("log file");
+        let child = Command::new(terrace_bin())
+            .args(["dev", "--data-dir"])
+            .arg(dir)
+            .args(["--api-addr", "127.0.0.1:0", "--kube-addr", "127.0.0.1:0"])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn terrace dev");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let endpoints = loop {
+            if let Ok(s) = std::fs::read_to_string(dir.join("endpoints.json"))
+                && let Ok(v) = serde_json::from_str::<serde_json::Value>(&s)
+            {
+                break v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "terrace dev did not become ready: {}",
+                Dev::log_of(dir)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let token = std::fs::read_to_string(dir.join("token")).expect("token file");
+        Dev {
+            child: Some(child),
+            dir: dir.to_path_buf(),
+            _tmp: None,
+            api: endpoints["api"].as_str().unwrap_or_default().to_owned(),
+            kube: endpoints["kube"].as_str().unwrap_or_default().to_owned(),
+            token: token.trim().to_owned(),
+        }
+    }
+
+    fn log_of(dir: &Path) -> String {
+        std::fs::read_to_string(dir.join("dev.log")).unwrap_or_default()
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        Dev::log_of(&self.dir)
+    }
+
+    /// The data directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `DIR/kubeconfig`.
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.join("kubeconfig")
+    }
+
+    /// A kubectl command using this instance's kubeconfig and its own discovery cache.
+    pub fn kubectl_cmd(&self) -> Command {
+        let mut c = Command::new("kubectl");
+        c.arg("--kubeconfig").arg(self.kubeconfig());
+        c.arg("--cache-dir").arg(self.dir.join("kubectl-cache"));
+        c.current_dir(workspace_root());
+        c
+    }
+
+    /// Runs kubectl with `args` and returns its output.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        self.kubectl_cmd().args(args).output().expect("run kubectl")
+    }
+
+    /// Runs kubectl and asserts success; returns stdout.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed:\nstdout: {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Runs kubectl with `stdin` as input (`-f -`) and returns its output.
+    pub fn kubectl_stdin(&self, args: &[&str], stdin: &str) -> Output {
+        use std::io::Write;
+        let mut child = self
+            .kubectl_cmd()
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn kubectl");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(stdin.as_bytes())
+            .expect("write stdin");
+        child.wait_with_output().expect("kubectl output")
+    }
+
+    /// Polls `f` until it returns Some or `timeout` passes.
+    pub fn eventually<T>(&self, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(v) = f() {
+                return Some(v);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Stops the process with SIGTERM and waits for it to exit. Returns whether it exited
+    /// successfully.
+    pub fn stop(&mut self) -> bool {
+        let Some(mut child) = self.child.take() else {
+            return true;
+        };
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status.success();
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Stops and starts again on the same data directory (new ports).
+    pub fn restart(mut self) -> Dev {
+        assert!(
+            self.stop(),
+            "terrace dev did not shut down cleanly: {}",
+            self.log()
+        );
+        let tmp = self._tmp.take();
+        let mut dev = Dev::start_in(&self.dir.clone());
+        dev._tmp = tmp;
+        dev
+    }
+}
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
