@@ -56,20 +56,24 @@ async fn ping() -> impl IntoResponse {
 
 #[cfg(test)]
 mod tests {
-    use crate::{AppState, Settings, router};
     use axum::body::Body;
     use axum::http::{Request, StatusCode};
     use http_body_util::BodyExt;
     use tower::ServiceExt;
 
-    fn app() -> axum::Router {
-        router(AppState {
-            settings: std::sync::Arc::new(Settings::default()),
-        })
+    async fn app() -> axum::Router {
+        let sim = terrace_simulator::Simulator::open(Default::default())
+            .await
+            .expect("simulator");
+        crate::router(crate::AppState::new(
+            crate::Settings::default(),
+            sim.client(),
+        ))
     }
 
     async fn get(path: &str) -> (StatusCode, axum::http::HeaderMap, serde_json::Value) {
         let res = app()
+            .await
             .oneshot(Request::get(path).body(Body::empty()).expect("request"))
             .await
             .expect("response");
@@ -106,6 +110,7 @@ mod tests {
     #[tokio::test]
     async fn wrong_method_is_jsonapi_405() {
         let res = app()
+            .await
             .oneshot(
                 Request::post("/api/v2/ping")
                     .body(Body::empty())
@@ -115,5 +120,12 @@ mod tests {
             .expect("response");
         assert_eq!(res.status(), StatusCode::METHOD_NOT_ALLOWED);
         assert_eq!(res.headers()["content-type"], "application/vnd.api+json");
+    }
+
+    #[tokio::test]
+    async fn workspace_endpoints_need_a_token() {
+        let (status, _, body) = get("/api/v2/organizations/acme/workspaces").await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        assert_eq!(body["errors"][0]["status"], "401");
     }
 }

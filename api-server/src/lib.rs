@@ -1,15 +1,26 @@
 //! terrace's JSON:API server: the HCP Terraform / TFE API v2 subset of SPEC.md, served on
 //! top of the cluster's terrace objects.
 //!
-//! Requests come in through [`router`]; each resource module owns its routes. Everything
-//! the server does not serve answers a JSON:API 404, so clients see the error format they
-//! expect from TFE rather than axum's plain text.
+//! Requests come in through [`router`]; each resource module owns its routes. Callers are
+//! authenticated with a TokenReview and authorized with SubjectAccessReviews ([`auth`]);
+//! reads come from watch-fed indexes ([`index`]); writes go to the Kubernetes API.
+//! Everything the server does not serve answers a JSON:API 404, so clients see the error
+//! format they expect from TFE rather than axum's plain text.
 #![forbid(unsafe_code)]
+#![recursion_limit = "256"]
 
+pub mod auth;
 mod discovery;
 pub mod error;
+pub mod index;
 pub mod jsonapi;
+pub mod orgs;
+pub mod projects;
 pub mod settings;
+pub mod workspaces;
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::http::StatusCode;
@@ -22,7 +33,36 @@ pub use settings::{Edition, Settings};
 /// Shared state of the request handlers.
 #[derive(Clone)]
 pub struct AppState {
-    pub settings: std::sync::Arc<Settings>,
+    pub settings: Arc<Settings>,
+    pub client: kube::Client,
+    pub index: Arc<index::Index>,
+    pub auth: Arc<auth::Auth>,
+}
+
+impl AppState {
+    /// State over `client`; call [`AppState::start`] to feed the indexes.
+    pub fn new(settings: Settings, client: kube::Client) -> AppState {
+        AppState {
+            settings: Arc::new(settings),
+            auth: Arc::new(auth::Auth::new(client.clone())),
+            index: Arc::new(index::Index::default()),
+            client,
+        }
+    }
+
+    /// Starts the watches and waits (bounded) for their initial lists.
+    pub async fn start(&self) -> Vec<tokio::task::JoinHandle<()>> {
+        let tasks = self.index.spawn_watches(self.client.clone());
+        if !self.index.wait_synced(Duration::from_secs(30)).await {
+            tracing::warn!("indexes not synced after 30s; serving anyway");
+        }
+        tasks
+    }
+
+    /// Whether the server acts as the hosted edition.
+    pub fn hosted(&self) -> bool {
+        self.settings.edition == Edition::Hosted
+    }
 }
 
 /// The whole HTTP API.
@@ -30,6 +70,9 @@ pub fn router(state: AppState) -> Router {
     let body_limit = state.settings.max_body_bytes;
     Router::new()
         .merge(discovery::router())
+        .merge(orgs::router())
+        .merge(projects::router())
+        .merge(workspaces::router())
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .method_not_allowed_fallback(|| async {
             ApiError::Status(StatusCode::METHOD_NOT_ALLOWED, "method not allowed".into())
@@ -39,16 +82,20 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Serves the API on `listener` until `shutdown` resolves.
+/// Starts the indexes and serves the API on `listener` until `shutdown` resolves.
 pub async fn serve(
     settings: Settings,
+    client: kube::Client,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let state = AppState {
-        settings: std::sync::Arc::new(settings),
-    };
-    axum::serve(listener, router(state))
+    let state = AppState::new(settings, client);
+    let tasks = state.start().await;
+    let result = axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown)
-        .await
+        .await;
+    for t in tasks {
+        t.abort();
+    }
+    result
 }

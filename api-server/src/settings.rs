@@ -25,6 +25,14 @@ pub struct Settings {
     /// (assessments-enabled).
     #[arg(long, env = "TERRACE_EDITION", value_enum, default_value_t = Edition::SelfHosted)]
     pub edition: Edition,
+    /// Engine version given to workspaces created without terraform-version (SPEC.md: the
+    /// latest release).
+    #[arg(
+        long,
+        env = "TERRACE_DEFAULT_TERRAFORM_VERSION",
+        default_value = "1.9.8"
+    )]
+    pub default_terraform_version: String,
     /// Largest request body accepted, in bytes (larger: 413).
     #[arg(long, env = "TERRACE_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
     pub max_body_bytes: usize,
@@ -36,6 +44,7 @@ impl Default for Settings {
             api_addr: std::net::SocketAddr::from(([127, 0, 0, 1], 8080)),
             base_url: None,
             edition: Edition::SelfHosted,
+            default_terraform_version: "1.9.8".into(),
             max_body_bytes: 1024 * 1024,
         }
     }

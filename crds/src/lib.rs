@@ -10,6 +10,7 @@ pub mod common;
 pub mod constants;
 pub mod crdgen;
 pub mod ids;
+pub mod lock;
 pub mod resources;
 pub mod rules;
 

@@ -77,7 +77,11 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     if let Some(engine) = &args.engine {
         operator_settings.engine_command = engine.display().to_string();
     }
-    let operator_task = tokio::spawn(terrace_operator::run(client, operator_settings, stopped()));
+    let operator_task = tokio::spawn(terrace_operator::run(
+        client.clone(),
+        operator_settings,
+        stopped(),
+    ));
 
     let api_settings = terrace_api_server::Settings {
         api_addr: api_listener.local_addr()?,

@@ -108,8 +108,9 @@ async fn operator(settings: terrace_operator::Settings) -> anyhow::Result<()> {
 }
 
 async fn api_server(settings: terrace_api_server::Settings) -> anyhow::Result<()> {
+    let client = kube::Client::try_default().await?;
     let listener = tokio::net::TcpListener::bind(settings.api_addr).await?;
     tracing::info!(addr = %listener.local_addr()?, "API server listening");
-    terrace_api_server::serve(settings, listener, signal::shutdown()).await?;
+    terrace_api_server::serve(settings, client, listener, signal::shutdown()).await?;
     Ok(())
 }

@@ -256,3 +256,26 @@ pub struct WorkspaceStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
+
+impl WorkspaceSpec {
+    /// A spec with SPEC.md's create defaults (the serde defaults, which are also the CRD
+    /// schema defaults) and an empty name.
+    pub fn default_for_create() -> WorkspaceSpec {
+        serde_json::from_value(serde_json::json!({ "name": "" })).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_defaults_match_spec_table() {
+        let s = WorkspaceSpec::default_for_create();
+        assert!(s.allow_destroy_plan && s.file_triggers_enabled && s.speculative_enabled);
+        assert!(!s.assessments_enabled && !s.auto_apply && !s.auto_apply_run_trigger);
+        assert!(!s.global_remote_state && !s.queue_all_runs);
+        assert!(s.trigger_patterns.is_empty() && s.trigger_prefixes.is_empty());
+        assert_eq!((s.operations, s.execution_mode.as_deref()), (None, None));
+    }
+}

@@ -1,0 +1,213 @@
+//! Authentication and authorization, delegated to Kubernetes the way extension API servers
+//! do it (DESIGN.md §4): the bearer token goes through a TokenReview, every operation
+//! through a SubjectAccessReview on `terrace.dev` resources in the organization's
+//! namespace. Both answers are cached briefly so a page of workspaces with its permission
+//! flags costs a handful of reviews, not one per flag per request.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::{StatusCode, header};
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use kube::Api;
+use kube::api::PostParams;
+use sha2::{Digest, Sha256};
+use terrace_crds::constants::GROUP;
+
+use crate::{ApiError, AppState};
+
+/// How long review answers are reused.
+pub const CACHE_TTL: Duration = Duration::from_secs(5);
+const CACHE_MAX: usize = 50_000;
+
+/// The authenticated caller of a request.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Caller {
+    pub username: String,
+    pub uid: String,
+    pub groups: Vec<String>,
+    pub extra: BTreeMap<String, Vec<String>>,
+}
+
+/// One permission question: may the caller `verb` the `resource` (in group terrace.dev,
+/// unless `group` says otherwise) named `name` in `namespace`?
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Check {
+    pub verb: &'static str,
+    pub resource: &'static str,
+    pub group: &'static str,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+}
+
+impl Check {
+    /// A check on a terrace resource.
+    pub fn new(
+        verb: &'static str,
+        resource: &'static str,
+        namespace: &str,
+        name: Option<&str>,
+    ) -> Check {
+        Check {
+            verb,
+            resource,
+            group: GROUP,
+            namespace: Some(namespace.to_owned()),
+            name: name.map(str::to_owned),
+        }
+    }
+
+    /// A check on a cluster-scoped terrace resource (organizations).
+    pub fn cluster(verb: &'static str, resource: &'static str, name: Option<&str>) -> Check {
+        Check {
+            verb,
+            resource,
+            group: GROUP,
+            namespace: None,
+            name: name.map(str::to_owned),
+        }
+    }
+}
+
+type TokenKey = [u8; 32];
+
+/// TokenReview and SubjectAccessReview client with short-lived caches.
+pub struct Auth {
+    client: kube::Client,
+    tokens: Mutex<HashMap<TokenKey, (Instant, Option<Caller>)>>,
+    decisions: Mutex<HashMap<(Caller, Check), (Instant, bool)>>,
+}
+
+impl Auth {
+    pub fn new(client: kube::Client) -> Auth {
+        Auth {
+            client,
+            tokens: Mutex::default(),
+            decisions: Mutex::default(),
+        }
+    }
+
+    /// The user behind a bearer token; `None` when the cluster rejects the token.
+    pub async fn authenticate(&self, token: &str) -> Result<Option<Caller>, ApiError> {
+        let key: TokenKey = Sha256::digest(token.as_bytes()).into();
+        if let Some((at, who)) = lock(&self.tokens).get(&key)
+            && at.elapsed() < CACHE_TTL
+        {
+            return Ok(who.clone());
+        }
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: Some(token.to_owned()),
+                audiences: None,
+            },
+            ..Default::default()
+        };
+        let api: Api<TokenReview> = Api::all(self.client.clone());
+        let answer = api
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(|e| ApiError::Internal(format!("TokenReview failed: {e}")))?;
+        let status = answer.status.unwrap_or_default();
+        let who = match (status.authenticated, status.user) {
+            (Some(true), Some(u)) => Some(Caller {
+                username: u.username.unwrap_or_default(),
+                uid: u.uid.unwrap_or_default(),
+                groups: u.groups.unwrap_or_default(),
+                extra: u.extra.unwrap_or_default(),
+            }),
+            _ => None,
+        };
+        let mut cache = lock(&self.tokens);
+        if cache.len() > CACHE_MAX {
+            cache.clear();
+        }
+        cache.insert(key, (Instant::now(), who.clone()));
+        Ok(who)
+    }
+
+    /// Whether `caller` may do `check`.
+    pub async fn allowed(&self, caller: &Caller, check: &Check) -> Result<bool, ApiError> {
+        let key = (caller.clone(), check.clone());
+        if let Some((at, ok)) = lock(&self.decisions).get(&key)
+            && at.elapsed() < CACHE_TTL
+        {
+            return Ok(*ok);
+        }
+        let review = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: Some(caller.username.clone()),
+                uid: Some(caller.uid.clone()).filter(|u| !u.is_empty()),
+                groups: Some(caller.groups.clone()),
+                extra: Some(caller.extra.clone()).filter(|e| !e.is_empty()),
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(check.group.to_owned()),
+                    resource: Some(check.resource.to_owned()),
+                    verb: Some(check.verb.to_owned()),
+                    namespace: check.namespace.clone(),
+                    name: check.name.clone(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
+        let answer = api
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(|e| ApiError::Internal(format!("SubjectAccessReview failed: {e}")))?;
+        let ok = answer.status.is_some_and(|s| s.allowed);
+        let mut cache = lock(&self.decisions);
+        if cache.len() > CACHE_MAX {
+            cache.clear();
+        }
+        cache.insert(key, (Instant::now(), ok));
+        Ok(ok)
+    }
+
+    /// Runs several checks concurrently.
+    pub async fn allowed_all(
+        &self,
+        caller: &Caller,
+        checks: &[Check],
+    ) -> Result<Vec<bool>, ApiError> {
+        futures::future::try_join_all(checks.iter().map(|c| self.allowed(caller, c))).await
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The bearer token of a request, if any.
+pub fn bearer(parts: &Parts) -> Option<&str> {
+    let value = parts.headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let unauthorized = || ApiError::Status(StatusCode::UNAUTHORIZED, "unauthorized".into());
+        let token = bearer(parts).ok_or_else(unauthorized)?;
+        state
+            .auth
+            .authenticate(token)
+            .await?
+            .ok_or_else(unauthorized)
+    }
+}

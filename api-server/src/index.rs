@@ -1,0 +1,442 @@
+//! In-memory indexes of the terrace objects the API serves, fed by watches.
+//!
+//! Request handlers never list from the Kubernetes API: they read these maps (by ID, by
+//! organization and name, by tag, by project). Writes go to the Kubernetes API; afterwards
+//! the handler waits, bounded, until the index has seen the written resourceVersion, so a
+//! create followed by a read never answers 404. Managed fields and the kubectl
+//! last-applied annotation are dropped before indexing to keep memory per object small.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Resource, ResourceExt};
+use terrace_crds::constants::LABEL_ID;
+use terrace_crds::{Organization, Project, Workspace};
+
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// The indexed state; read it through [`Index::read`].
+#[derive(Default)]
+pub struct Inner {
+    orgs: HashMap<String, Arc<Organization>>,
+    org_by_tfe_name: HashMap<String, String>,
+    org_by_namespace: HashMap<String, String>,
+    projects: HashMap<String, Arc<Project>>,
+    project_by_id: HashMap<String, String>,
+    workspaces: HashMap<String, Arc<Workspace>>,
+    ws_by_id: HashMap<String, String>,
+    ws_by_namespace: HashMap<String, NamespaceWorkspaces>,
+}
+
+/// Per-namespace (per-organization) workspace indexes.
+#[derive(Default)]
+pub struct NamespaceWorkspaces {
+    /// (lowercased TFE name, uid), in name order.
+    by_name: BTreeSet<(String, String)>,
+    /// lowercased flat tag → uids.
+    by_tag: HashMap<String, HashSet<String>>,
+}
+
+impl NamespaceWorkspaces {
+    /// Workspace uids in name order.
+    pub fn uids_by_name(&self) -> impl DoubleEndedIterator<Item = &str> {
+        self.by_name.iter().map(|(_, uid)| uid.as_str())
+    }
+    /// Number of workspaces.
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+    /// Uids of workspaces carrying the flat tag.
+    pub fn with_tag(&self, tag: &str) -> Option<&HashSet<String>> {
+        self.by_tag.get(&tag.to_ascii_lowercase())
+    }
+}
+
+fn uid<K: Resource>(o: &K) -> String {
+    o.meta().uid.clone().unwrap_or_else(|| {
+        format!(
+            "{}/{}",
+            o.meta().namespace.as_deref().unwrap_or_default(),
+            o.name_any()
+        )
+    })
+}
+
+fn id_label<K: Resource>(o: &K) -> Option<String> {
+    o.meta().labels.as_ref()?.get(LABEL_ID).cloned()
+}
+
+fn slim<K: Resource>(mut o: K) -> K {
+    let m = o.meta_mut();
+    m.managed_fields = None;
+    if let Some(a) = m.annotations.as_mut() {
+        a.remove(LAST_APPLIED);
+        if a.is_empty() {
+            m.annotations = None;
+        }
+    }
+    o
+}
+
+/// Whether resourceVersion `seen` is at least `wanted` (numeric when both parse, which
+/// they do for etcd and the simulator; equality otherwise).
+pub fn rv_at_least(seen: Option<&str>, wanted: &str) -> bool {
+    match (
+        seen.and_then(|s| s.parse::<u64>().ok()),
+        wanted.parse::<u64>().ok(),
+    ) {
+        (Some(s), Some(w)) => s >= w,
+        _ => seen == Some(wanted),
+    }
+}
+
+impl Inner {
+    fn put_org(&mut self, o: Organization) {
+        let key = o.name_any();
+        self.remove_org(&key);
+        self.org_by_tfe_name
+            .insert(o.tfe_name().to_owned(), key.clone());
+        self.org_by_namespace
+            .insert(o.target_namespace().to_owned(), key.clone());
+        self.orgs.insert(key, Arc::new(o));
+    }
+
+    fn remove_org(&mut self, key: &str) {
+        if let Some(old) = self.orgs.remove(key) {
+            self.org_by_tfe_name.remove(old.tfe_name());
+            self.org_by_namespace.remove(old.target_namespace());
+        }
+    }
+
+    fn put_project(&mut self, p: Project) {
+        let key = uid(&p);
+        self.remove_project(&key);
+        if let Some(id) = id_label(&p) {
+            self.project_by_id.insert(id, key.clone());
+        }
+        self.projects.insert(key, Arc::new(p));
+    }
+
+    fn remove_project(&mut self, key: &str) {
+        if let Some(old) = self.projects.remove(key)
+            && let Some(id) = id_label(old.as_ref())
+            && self.project_by_id.get(&id).is_some_and(|k| k == key)
+        {
+            self.project_by_id.remove(&id);
+        }
+    }
+
+    fn put_workspace(&mut self, w: Workspace) {
+        let key = uid(&w);
+        self.remove_workspace(&key);
+        let ns = w.namespace().unwrap_or_default();
+        let idx = self.ws_by_namespace.entry(ns).or_default();
+        idx.by_name
+            .insert((w.spec.name.to_ascii_lowercase(), key.clone()));
+        for t in &w.spec.tags {
+            idx.by_tag
+                .entry(t.to_ascii_lowercase())
+                .or_default()
+                .insert(key.clone());
+        }
+        if let Some(id) = id_label(&w) {
+            self.ws_by_id.insert(id, key.clone());
+        }
+        self.workspaces.insert(key, Arc::new(w));
+    }
+
+    fn remove_workspace(&mut self, key: &str) {
+        let Some(old) = self.workspaces.remove(key) else {
+            return;
+        };
+        if let Some(id) = id_label(old.as_ref())
+            && self.ws_by_id.get(&id).is_some_and(|k| k == key)
+        {
+            self.ws_by_id.remove(&id);
+        }
+        let ns = old.namespace().unwrap_or_default();
+        if let Some(idx) = self.ws_by_namespace.get_mut(&ns) {
+            idx.by_name
+                .remove(&(old.spec.name.to_ascii_lowercase(), key.to_owned()));
+            for t in &old.spec.tags {
+                let t = t.to_ascii_lowercase();
+                if let Some(set) = idx.by_tag.get_mut(&t) {
+                    set.remove(key);
+                    if set.is_empty() {
+                        idx.by_tag.remove(&t);
+                    }
+                }
+            }
+            if idx.by_name.is_empty() {
+                self.ws_by_namespace.remove(&ns);
+            }
+        }
+    }
+
+    /// All organizations.
+    pub fn organizations(&self) -> impl Iterator<Item = &Arc<Organization>> {
+        self.orgs.values()
+    }
+
+    /// The organization with this TFE name.
+    pub fn organization(&self, tfe_name: &str) -> Option<&Arc<Organization>> {
+        self.org_by_tfe_name
+            .get(tfe_name)
+            .and_then(|k| self.orgs.get(k))
+    }
+
+    /// The organization owning a namespace.
+    pub fn organization_of_namespace(&self, ns: &str) -> Option<&Arc<Organization>> {
+        self.org_by_namespace.get(ns).and_then(|k| self.orgs.get(k))
+    }
+
+    /// The project with this ID.
+    pub fn project(&self, id: &str) -> Option<&Arc<Project>> {
+        self.project_by_id
+            .get(id)
+            .and_then(|k| self.projects.get(k))
+    }
+
+    /// Projects of a namespace.
+    pub fn projects_in<'a>(&'a self, ns: &'a str) -> impl Iterator<Item = &'a Arc<Project>> + 'a {
+        self.projects
+            .values()
+            .filter(move |p| p.namespace().as_deref() == Some(ns))
+    }
+
+    /// The default project of namespace `ns`.
+    pub fn default_project(&self, ns: &str) -> Option<&Arc<Project>> {
+        self.projects.values().find(|p| {
+            p.namespace().as_deref() == Some(ns)
+                && p.labels()
+                    .get(terrace_crds::constants::LABEL_DEFAULT_PROJECT)
+                    .map(String::as_str)
+                    == Some("true")
+        })
+    }
+
+    /// The project a workspace belongs to: its named project, else the default one.
+    pub fn project_of(&self, ws: &Workspace) -> Option<&Arc<Project>> {
+        let ns = ws.namespace().unwrap_or_default();
+        match ws.spec.project.as_deref().filter(|p| !p.is_empty()) {
+            Some(name) => self.project_named(&ns, name),
+            None => self.default_project(&ns),
+        }
+    }
+
+    /// The project object `name` of namespace `ns`.
+    pub fn project_named(&self, ns: &str, name: &str) -> Option<&Arc<Project>> {
+        self.projects
+            .values()
+            .find(|p| p.namespace().as_deref() == Some(ns) && p.name_any() == name)
+    }
+
+    /// The workspace with this ID.
+    pub fn workspace(&self, id: &str) -> Option<&Arc<Workspace>> {
+        self.ws_by_id.get(id).and_then(|k| self.workspaces.get(k))
+    }
+
+    /// The workspace with this uid.
+    pub fn workspace_by_uid(&self, uid: &str) -> Option<&Arc<Workspace>> {
+        self.workspaces.get(uid)
+    }
+
+    /// The workspace of namespace `ns` whose TFE name is `name` (case-insensitive; the
+    /// oldest one if kubectl users created duplicates). Only workspaces with an ID count.
+    pub fn workspace_named(&self, ns: &str, name: &str) -> Option<&Arc<Workspace>> {
+        let idx = self.ws_by_namespace.get(ns)?;
+        let lower = name.to_ascii_lowercase();
+        idx.by_name
+            .range((lower.clone(), String::new())..)
+            .take_while(|(n, _)| *n == lower)
+            .filter_map(|(_, uid)| self.workspaces.get(uid))
+            .filter(|w| id_label(w.as_ref()).is_some())
+            .min_by_key(|w| w.metadata.creation_timestamp.clone())
+    }
+
+    /// Per-namespace workspace indexes.
+    pub fn workspaces_in(&self, ns: &str) -> Option<&NamespaceWorkspaces> {
+        self.ws_by_namespace.get(ns)
+    }
+
+    /// Number of indexed workspaces.
+    pub fn workspace_count(&self) -> usize {
+        self.workspaces.len()
+    }
+}
+
+/// The indexes plus change notification.
+pub struct Index {
+    inner: RwLock<Inner>,
+    changes: tokio::sync::watch::Sender<u64>,
+    synced: tokio::sync::watch::Sender<u8>,
+}
+
+/// How many kinds are watched (organizations, projects, workspaces).
+const KINDS: u8 = 3;
+
+impl Default for Index {
+    fn default() -> Self {
+        Self {
+            inner: RwLock::default(),
+            changes: tokio::sync::watch::Sender::new(0),
+            synced: tokio::sync::watch::Sender::new(0),
+        }
+    }
+}
+
+impl Index {
+    /// Reads the indexes. Never hold the guard across an await.
+    pub fn read(&self) -> RwLockReadGuard<'_, Inner> {
+        self.inner.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Inserts objects directly (tests and benchmarks).
+    pub fn insert_workspace(&self, w: Workspace) {
+        self.write().put_workspace(slim(w));
+        self.changed();
+    }
+
+    /// Inserts an organization directly (tests and benchmarks).
+    pub fn insert_organization(&self, o: Organization) {
+        self.write().put_org(slim(o));
+        self.changed();
+    }
+
+    /// Inserts a project directly (tests and benchmarks).
+    pub fn insert_project(&self, p: Project) {
+        self.write().put_project(slim(p));
+        self.changed();
+    }
+
+    /// Waits until every watch has delivered its initial list, at most `timeout`.
+    pub async fn wait_synced(&self, timeout: Duration) -> bool {
+        let mut rx = self.synced.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(|n| *n >= KINDS))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    /// Waits until `cond` holds on the indexes, at most `timeout`. Returns whether it held.
+    pub async fn wait_until(
+        &self,
+        timeout: Duration,
+        mut cond: impl FnMut(&Inner) -> bool,
+    ) -> bool {
+        let mut rx = self.changes.subscribe();
+        let wait = async {
+            loop {
+                if cond(&self.read()) {
+                    return true;
+                }
+                if rx.changed().await.is_err() {
+                    return false;
+                }
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.unwrap_or(false)
+    }
+
+    /// Starts the watches feeding the indexes; they run until the returned task is dropped
+    /// or the process ends.
+    pub fn spawn_watches(
+        self: &Arc<Self>,
+        client: kube::Client,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
+        let orgs: Api<Organization> = Api::all(client.clone());
+        let projects: Api<Project> = Api::all(client.clone());
+        let workspaces: Api<Workspace> = Api::all(client);
+        vec![
+            tokio::spawn(feed(
+                self.clone(),
+                orgs,
+                |i, o| i.put_org(o),
+                |i, o| i.remove_org(&o.name_any()),
+                |i| {
+                    i.orgs.clear();
+                    i.org_by_tfe_name.clear();
+                    i.org_by_namespace.clear();
+                },
+            )),
+            tokio::spawn(feed(
+                self.clone(),
+                projects,
+                Inner::put_project,
+                |i, p| i.remove_project(&uid(&p)),
+                |i| {
+                    i.projects.clear();
+                    i.project_by_id.clear();
+                },
+            )),
+            tokio::spawn(feed(
+                self.clone(),
+                workspaces,
+                Inner::put_workspace,
+                |i, w| i.remove_workspace(&uid(&w)),
+                |i| {
+                    i.workspaces.clear();
+                    i.ws_by_id.clear();
+                    i.ws_by_namespace.clear();
+                },
+            )),
+        ]
+    }
+}
+
+async fn feed<K>(
+    index: Arc<Index>,
+    api: Api<K>,
+    put: fn(&mut Inner, K),
+    remove: fn(&mut Inner, K),
+    clear: fn(&mut Inner),
+) where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default,
+{
+    let mut buffer: Vec<K> = Vec::new();
+    let mut first = true;
+    let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+    futures::pin_mut!(stream);
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(Event::Init) => buffer.clear(),
+            Ok(Event::InitApply(o)) => buffer.push(slim(o)),
+            Ok(Event::InitDone) => {
+                {
+                    let mut inner = index.write();
+                    clear(&mut inner);
+                    for o in buffer.drain(..) {
+                        put(&mut inner, o);
+                    }
+                }
+                if first {
+                    first = false;
+                    index.synced.send_modify(|n| *n += 1);
+                }
+            }
+            Ok(Event::Apply(o)) => put(&mut index.write(), slim(o)),
+            Ok(Event::Delete(o)) => remove(&mut index.write(), o),
+            Err(e) => {
+                tracing::warn!(error = %e, kind = %K::kind(&K::DynamicType::default()), "index watch error");
+                continue;
+            }
+        }
+        index.changed();
+    }
+}
