@@ -91,11 +91,20 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let state = AppState::new(settings, client);
     let tasks = state.start().await;
-    let result = axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await;
+    let result = serve_state(state, listener, shutdown).await;
     for t in tasks {
         t.abort();
     }
     result
+}
+
+/// Serves an already started [`AppState`] on `listener` until `shutdown` resolves.
+pub async fn serve_state(
+    state: AppState,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
 }

@@ -8,6 +8,12 @@ pub enum Error {
     Invalid(String),
     #[error("serialization: {0}")]
     Json(#[from] serde_json::Error),
+    /// A write kept losing optimistic-concurrency races (409 Conflict).
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// Something the reconcile depends on (a cache) is not available yet.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
 }
 
 impl Error {
@@ -17,11 +23,16 @@ impl Error {
             Error::Kube(_) => "kube",
             Error::Invalid(_) => "invalid",
             Error::Json(_) => "json",
+            Error::Conflict(_) => "conflict",
+            Error::Unavailable(_) => "unavailable",
         }
     }
 
     /// Whether retrying may help (a permanent error waits for a change of the object).
     pub fn is_transient(&self) -> bool {
-        matches!(self, Error::Kube(_))
+        matches!(
+            self,
+            Error::Kube(_) | Error::Conflict(_) | Error::Unavailable(_)
+        )
     }
 }

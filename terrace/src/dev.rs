@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
+use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -66,12 +67,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
 
     let client = sim.client();
     install_crds(&client).await?;
-
-    let token = sim.admin_token();
-    write_private(&dir.join("kubeconfig"), &sim.kubeconfig(&kube_url, &token))?;
-    write_private(&dir.join("token"), &token)?;
-    let endpoints = serde_json::json!({"api": api_url, "kube": kube_url});
-    std::fs::write(dir.join("endpoints.json"), endpoints.to_string())?;
+    install_user_roles(&client).await?;
 
     let mut operator_settings = terrace_operator::Settings::default();
     if let Some(engine) = &args.engine {
@@ -88,11 +84,20 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         base_url: Some(api_url.clone()),
         ..Default::default()
     };
-    let api_task = tokio::spawn(terrace_api_server::serve(
-        api_settings,
+    let state = terrace_api_server::AppState::new(api_settings, client);
+    let index_tasks = state.start().await;
+    let api_task = tokio::spawn(terrace_api_server::serve_state(
+        state,
         api_listener,
         stopped(),
     ));
+
+    // Everything answers now: tell the user (and tests waiting for endpoints.json).
+    let token = sim.admin_token();
+    write_private(&dir.join("kubeconfig"), &sim.kubeconfig(&kube_url, &token))?;
+    write_private(&dir.join("token"), &token)?;
+    let endpoints = serde_json::json!({"api": api_url, "kube": kube_url});
+    std::fs::write(dir.join("endpoints.json"), endpoints.to_string())?;
 
     let dir_shown = dir.display();
     println!("terrace dev is ready");
@@ -103,6 +108,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
 
     crate::signal::shutdown().await;
     let _ = stop_tx.send(true);
+    for t in index_tasks {
+        t.abort();
+    }
     let drain = async {
         let _ = api_task.await;
         let _ = operator_task.await;
@@ -127,6 +135,24 @@ async fn install_crds(client: &kube::Client) -> anyhow::Result<()> {
         api.patch(&name, &pp, &Patch::Apply(&crd))
             .await
             .with_context(|| format!("installing CRD {name}"))?;
+    }
+    Ok(())
+}
+
+/// The user-facing ClusterRoles, the same file the chart installs.
+const USER_CLUSTER_ROLES: &str = include_str!("../../charts/terrace/files/user-clusterroles.yaml");
+
+/// Applies terrace-owner, terrace-workspace-admin, -locker and -reader.
+async fn install_user_roles(client: &kube::Client) -> anyhow::Result<()> {
+    let api: Api<ClusterRole> = Api::all(client.clone());
+    let pp = PatchParams::apply("terrace-dev").force();
+    for doc in USER_CLUSTER_ROLES.split("\n---\n") {
+        let role: ClusterRole =
+            serde_saphyr::from_str(doc).context("parsing the user ClusterRoles")?;
+        let name = role.metadata.name.clone().unwrap_or_default();
+        api.patch(&name, &pp, &Patch::Apply(&role))
+            .await
+            .with_context(|| format!("installing ClusterRole {name}"))?;
     }
     Ok(())
 }

@@ -226,3 +226,85 @@ impl Drop for Dev {
         }
     }
 }
+
+/// A minimal HTTP client for the JSON:API (plain HTTP on loopback).
+pub struct Api {
+    agent: ureq::Agent,
+    base: String,
+    token: Option<String>,
+}
+
+/// A response: status and parsed JSON body (Null when empty or not JSON).
+#[derive(Debug)]
+pub struct ApiResponse {
+    pub status: u16,
+    pub body: serde_json::Value,
+}
+
+impl Api {
+    /// A client for `dev`'s JSON:API with its admin token.
+    pub fn admin(dev: &Dev) -> Api {
+        Api::with_token(dev, Some(&dev.token))
+    }
+
+    /// A client with another (or no) token.
+    pub fn with_token(dev: &Dev, token: Option<&str>) -> Api {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(30)))
+            .build()
+            .into();
+        Api {
+            agent,
+            base: dev.api.clone(),
+            token: token.map(str::to_owned),
+        }
+    }
+
+    /// Sends `method path` with an optional JSON body.
+    pub fn call(&self, method: &str, path: &str, body: Option<&serde_json::Value>) -> ApiResponse {
+        let url = format!("{}{}", self.base, path);
+        let mut builder = ureq::http::Request::builder().method(method).uri(&url);
+        if let Some(t) = &self.token {
+            builder = builder.header("Authorization", format!("Bearer {t}"));
+        }
+        builder = builder.header("Content-Type", "application/vnd.api+json");
+        let text = body.map(|b| b.to_string()).unwrap_or_default();
+        let req = builder.body(text).expect("request");
+        let mut res = self.agent.run(req).expect("HTTP round trip");
+        let status = res.status().as_u16();
+        let raw = res.body_mut().read_to_string().unwrap_or_default();
+        ApiResponse {
+            status,
+            body: serde_json::from_str(&raw).unwrap_or(serde_json::Value::Null),
+        }
+    }
+
+    pub fn get(&self, path: &str) -> ApiResponse {
+        self.call("GET", path, None)
+    }
+
+    pub fn post(&self, path: &str, body: &serde_json::Value) -> ApiResponse {
+        self.call("POST", path, Some(body))
+    }
+
+    /// Creates an organization through the API and returns its name.
+    pub fn create_org(&self, name: &str) -> String {
+        let r = self.post(
+            "/api/v2/organizations",
+            &serde_json::json!({"data": {"type": "organizations", "attributes": {"name": name, "email": "ops@example.com"}}}),
+        );
+        assert_eq!(r.status, 201, "create organization: {:?}", r.body);
+        name.to_owned()
+    }
+
+    /// Creates a workspace and returns its ID.
+    pub fn create_workspace(&self, org: &str, attributes: serde_json::Value) -> String {
+        let r = self.post(
+            &format!("/api/v2/organizations/{org}/workspaces"),
+            &serde_json::json!({"data": {"type": "workspaces", "attributes": attributes}}),
+        );
+        assert_eq!(r.status, 201, "create workspace: {:?}", r.body);
+        r.body["data"]["id"].as_str().unwrap_or_default().to_owned()
+    }
+}

@@ -1,0 +1,208 @@
+//! `cargo bench -p terrace-api-server --bench api`: DESIGN.md §6 budgets of the workspace
+//! API, each printed as a ratio against a baseline measured in the same run.
+//!
+//! 1. GET one workspace (auth caches warm) against a bare axum handler returning the same
+//!    bytes — target ≤ 2x.
+//! 2. List with a tag filter and sort, page of 20, over 100,000 workspaces of one
+//!    organization — target p50 < 2 ms (ratio printed against 2 ms).
+//! 3. Memory per indexed workspace (RSS growth while indexing 100,000) — target < 4 KiB.
+//!
+//! Runs in-process against the cluster simulator (no network), so the figures measure
+//! terrace's own work: routing, auth cache lookups, index reads and JSON rendering.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::routing::get;
+use http_body_util::BodyExt;
+use kube::api::ObjectMeta;
+use terrace_api_server::{AppState, Settings, router};
+use terrace_crds::constants::{LABEL_DEFAULT_PROJECT, LABEL_ID};
+use terrace_crds::ids::{IdKind, new_id};
+use terrace_crds::{
+    Organization, OrganizationSpec, Project, ProjectSpec, Workspace, WorkspaceSpec,
+};
+use tower::ServiceExt;
+
+const WORKSPACES: usize = 100_000;
+const SAMPLES: usize = 2_000;
+
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    pages * 4096
+}
+
+fn percentile(samples: &mut [Duration], p: f64) -> Duration {
+    samples.sort();
+    let i = ((samples.len() as f64 - 1.0) * p).round() as usize;
+    samples[i]
+}
+
+async fn time_requests(app: &axum::Router, uri: &str, token: &str, n: usize) -> Vec<Duration> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let req = Request::get(uri)
+            .header("authorization", format!("Bearer {token}"))
+            .body(Body::empty())
+            .expect("req");
+        let start = Instant::now();
+        let res = app.clone().oneshot(req).await.expect("response");
+        let status = res.status();
+        let _ = res.into_body().collect().await.expect("body");
+        out.push(start.elapsed());
+        assert_eq!(status, StatusCode::OK, "{uri}");
+    }
+    out
+}
+
+fn workspace(i: usize) -> Workspace {
+    let id = new_id(IdKind::Workspace);
+    let mut spec = WorkspaceSpec::default_for_create();
+    spec.name = format!("ws-{i:06}");
+    spec.terraform_version = Some("1.9.8".into());
+    spec.tags = match i % 100 {
+        0 => vec!["rare".into(), "prod".into()],
+        n if n < 50 => vec!["prod".into()],
+        _ => vec!["dev".into()],
+    };
+    Workspace {
+        metadata: ObjectMeta {
+            name: Some(id.to_ascii_lowercase()),
+            namespace: Some("bench".into()),
+            uid: Some(format!("uid-{i}")),
+            resource_version: Some("1".into()),
+            labels: Some(BTreeMap::from([(LABEL_ID.to_owned(), id)])),
+            ..Default::default()
+        },
+        spec,
+        status: None,
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let sim = terrace_simulator::Simulator::open(Default::default())
+        .await
+        .expect("simulator");
+    let token = sim.admin_token();
+    let state = AppState::new(Settings::default(), sim.client());
+    let org = Organization {
+        metadata: ObjectMeta {
+            name: Some("bench".into()),
+            uid: Some("org-uid".into()),
+            ..Default::default()
+        },
+        spec: OrganizationSpec {
+            name: Some("bench".into()),
+            ..Default::default()
+        },
+        status: None,
+    };
+    state.index.insert_organization(org);
+    state.index.insert_project(Project {
+        metadata: ObjectMeta {
+            name: Some("default".into()),
+            namespace: Some("bench".into()),
+            uid: Some("prj-uid".into()),
+            labels: Some(BTreeMap::from([
+                (LABEL_ID.to_owned(), new_id(IdKind::Project)),
+                (LABEL_DEFAULT_PROJECT.to_owned(), "true".to_owned()),
+            ])),
+            ..Default::default()
+        },
+        spec: ProjectSpec {
+            name: "Default Project".into(),
+            ..Default::default()
+        },
+        status: None,
+    });
+
+    // 3. Memory per indexed workspace.
+    let workspaces: Vec<Workspace> = (0..WORKSPACES).map(workspace).collect();
+    let first_id = workspaces[0]
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_ID))
+        .cloned()
+        .unwrap_or_default();
+    let before = rss_bytes();
+    for w in workspaces {
+        state.index.insert_workspace(w);
+    }
+    let after = rss_bytes();
+    let per_ws = after.saturating_sub(before) as f64 / WORKSPACES as f64;
+
+    let app = router(state.clone());
+
+    // 1. GET one workspace vs a bare handler with the same bytes.
+    let uri = format!("/api/v2/workspaces/{first_id}");
+    let warm = time_requests(&app, &uri, &token, 50).await;
+    drop(warm);
+    let req = Request::get(&uri)
+        .header("authorization", format!("Bearer {token}"))
+        .body(Body::empty())
+        .expect("req");
+    let bytes = app
+        .clone()
+        .oneshot(req)
+        .await
+        .expect("res")
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    let bare = axum::Router::new().route(
+        "/api/v2/workspaces/{id}",
+        get(move || {
+            let b = bytes.clone();
+            async move { ([("content-type", "application/vnd.api+json")], b) }
+        }),
+    );
+    let mut base = time_requests(&bare, &uri, &token, SAMPLES).await;
+    let mut ours = time_requests(&app, &uri, &token, SAMPLES).await;
+    let base_p50 = percentile(&mut base, 0.5);
+    let ours_p50 = percentile(&mut ours, 0.5);
+
+    // 2. List with tag filter and sort, page of 20, over 100,000 workspaces.
+    let list_uri = "/api/v2/organizations/bench/workspaces?search%5Btags%5D=prod&sort=-name&page%5Bsize%5D=20&page%5Bnumber%5D=3";
+    let _ = time_requests(&app, list_uri, &token, 20).await;
+    let mut list = time_requests(&app, list_uri, &token, 200).await;
+    let list_p50 = percentile(&mut list, 0.5);
+    let list_p99 = percentile(&mut list, 0.99);
+    let rare_uri = "/api/v2/organizations/bench/workspaces?search%5Btags%5D=rare&sort=name";
+    let mut rare = time_requests(&app, rare_uri, &token, 200).await;
+    let rare_p50 = percentile(&mut rare, 0.5);
+
+    println!("terrace api benchmark ({WORKSPACES} workspaces in one organization)");
+    println!(
+        "GET workspace         p50 {:>9.1?}  baseline (bare axum, same bytes) p50 {:>9.1?}  ratio {:.2}x  (target <= 2x)",
+        ours_p50,
+        base_p50,
+        ours_p50.as_secs_f64() / base_p50.as_secs_f64()
+    );
+    println!(
+        "list tag=prod sort    p50 {:>9.1?}  p99 {:>9.1?}  ratio to 2 ms budget {:.2}  (target < 1)",
+        list_p50,
+        list_p99,
+        list_p50.as_secs_f64() / 0.002
+    );
+    println!(
+        "list tag=rare sort    p50 {:>9.1?}  ratio to 2 ms budget {:.2}",
+        rare_p50,
+        rare_p50.as_secs_f64() / 0.002
+    );
+    println!(
+        "memory per workspace  {:>9.0} B  ratio to 4 KiB budget {:.2}  (target < 1)",
+        per_ws,
+        per_ws / 4096.0
+    );
+}

@@ -1,0 +1,297 @@
+//! kstatus conditions (`Ready`, `Reconciling`, `Stalled`) built from the outcome of one
+//! reconcile, the way kstatus-aware tools (kubectl wait, Flux, Argo CD, cli-utils) read
+//! them: all three are always present, each carries the generation it describes, and its
+//! `lastTransitionTime` moves only when its status changes.
+//!
+//! Controllers compute an [`Outcome`], pass the previous conditions and get the new list;
+//! [`stall_transition`] tells them when to record an Event. Pure: no I/O.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use terrace_crds::constants::{CONDITION_READY, CONDITION_RECONCILING, CONDITION_STALLED};
+
+/// Reason of conditions when everything resolved.
+pub const REASON_RECONCILED: &str = "Reconciled";
+
+/// The result of one reconcile, as kstatus sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Everything resolved: Ready True.
+    Ready { message: String },
+    /// The controller is waiting for something that will happen without a user's change
+    /// (an ID being assigned, the default project being created): Reconciling True.
+    Progressing { reason: String, message: String },
+    /// The controller cannot make progress until something changes: Stalled True.
+    Stalled { reason: String, message: String },
+}
+
+impl Outcome {
+    /// A Progressing outcome.
+    pub fn progressing(reason: &str, message: impl Into<String>) -> Self {
+        Outcome::Progressing {
+            reason: reason.to_owned(),
+            message: message.into(),
+        }
+    }
+
+    /// A Stalled outcome.
+    pub fn stalled(reason: &str, message: impl Into<String>) -> Self {
+        Outcome::Stalled {
+            reason: reason.to_owned(),
+            message: message.into(),
+        }
+    }
+
+    fn reason(&self) -> &str {
+        match self {
+            Outcome::Ready { .. } => REASON_RECONCILED,
+            Outcome::Progressing { reason, .. } | Outcome::Stalled { reason, .. } => reason,
+        }
+    }
+
+    fn message(&self) -> &str {
+        match self {
+            Outcome::Ready { message }
+            | Outcome::Progressing { message, .. }
+            | Outcome::Stalled { message, .. } => message,
+        }
+    }
+}
+
+/// The kstatus conditions for `outcome` at `generation`, keeping the
+/// `lastTransitionTime` of every condition whose status did not change. Conditions of
+/// other types in `previous` (set by other writers) are kept as they are, after ours.
+pub fn kstatus_conditions(
+    previous: &[Condition],
+    outcome: &Outcome,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Vec<Condition> {
+    let truth = |b: bool| if b { "True" } else { "False" };
+    let ours = [
+        (
+            CONDITION_READY,
+            truth(matches!(outcome, Outcome::Ready { .. })),
+        ),
+        (
+            CONDITION_RECONCILING,
+            truth(matches!(outcome, Outcome::Progressing { .. })),
+        ),
+        (
+            CONDITION_STALLED,
+            truth(matches!(outcome, Outcome::Stalled { .. })),
+        ),
+    ];
+    let mut out: Vec<Condition> = ours
+        .into_iter()
+        .map(|(type_, status)| {
+            let last_transition_time = find(previous, type_)
+                .filter(|c| c.status == status)
+                .map(|c| c.last_transition_time.clone())
+                .unwrap_or(Time(now));
+            Condition {
+                type_: type_.to_owned(),
+                status: status.to_owned(),
+                reason: outcome.reason().to_owned(),
+                message: outcome.message().to_owned(),
+                observed_generation: generation,
+                last_transition_time,
+            }
+        })
+        .collect();
+    out.extend(
+        previous
+            .iter()
+            .filter(|c| {
+                ![CONDITION_READY, CONDITION_RECONCILING, CONDITION_STALLED]
+                    .contains(&c.type_.as_str())
+            })
+            .cloned(),
+    );
+    out
+}
+
+/// The condition of `type_`, if present.
+pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// Whether the condition of `type_` is present with status True.
+pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
+    find(conditions, type_).is_some_and(|c| c.status == "True")
+}
+
+/// A change of the Stalled condition worth an Event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StallTransition {
+    /// The object became stalled, or stalled for another reason.
+    Stalled { reason: String, message: String },
+    /// The object was stalled and no longer is.
+    Recovered { previous_reason: String },
+}
+
+/// How the Stalled condition changed between `previous` and `next`, if it did.
+pub fn stall_transition(previous: &[Condition], next: &[Condition]) -> Option<StallTransition> {
+    let before = find(previous, CONDITION_STALLED).filter(|c| c.status == "True");
+    let after = find(next, CONDITION_STALLED).filter(|c| c.status == "True");
+    match (before, after) {
+        (None, Some(a)) => Some(StallTransition::Stalled {
+            reason: a.reason.clone(),
+            message: a.message.clone(),
+        }),
+        (Some(b), Some(a)) if b.reason != a.reason => Some(StallTransition::Stalled {
+            reason: a.reason.clone(),
+            message: a.message.clone(),
+        }),
+        (Some(b), None) => Some(StallTransition::Recovered {
+            previous_reason: b.reason.clone(),
+        }),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(second: i64) -> Timestamp {
+        Timestamp::from_second(second).unwrap_or(Timestamp::UNIX_EPOCH)
+    }
+
+    fn status_of(c: &[Condition], type_: &str) -> String {
+        find(c, type_).map(|c| c.status.clone()).unwrap_or_default()
+    }
+
+    /// Copies kstatus: a resolved object is Ready True, Reconciling and Stalled False,
+    /// each condition with the generation it describes.
+    #[test]
+    fn ready_outcome_sets_ready_true() {
+        let c = kstatus_conditions(
+            &[],
+            &Outcome::Ready {
+                message: "ok".into(),
+            },
+            Some(3),
+            t(10),
+        );
+        assert_eq!(status_of(&c, CONDITION_READY), "True");
+        assert_eq!(status_of(&c, CONDITION_RECONCILING), "False");
+        assert_eq!(status_of(&c, CONDITION_STALLED), "False");
+        assert!(c.iter().all(|c| c.observed_generation == Some(3)));
+        assert!(c.iter().all(|c| c.last_transition_time == Time(t(10))));
+        assert!(
+            c.iter()
+                .all(|c| c.reason == REASON_RECONCILED && c.message == "ok")
+        );
+    }
+
+    /// Copies kstatus: Stalled True with the reason; Ready is False with the same reason.
+    #[test]
+    fn stalled_outcome_sets_stalled_true_with_reason() {
+        let c = kstatus_conditions(
+            &[],
+            &Outcome::stalled("ProjectNotFound", "no project p"),
+            Some(1),
+            t(10),
+        );
+        assert_eq!(status_of(&c, CONDITION_READY), "False");
+        assert_eq!(status_of(&c, CONDITION_STALLED), "True");
+        assert_eq!(status_of(&c, CONDITION_RECONCILING), "False");
+        assert_eq!(
+            find(&c, CONDITION_STALLED).map(|c| c.reason.as_str()),
+            Some("ProjectNotFound")
+        );
+    }
+
+    /// Copies metav1.Condition semantics (meta.SetStatusCondition): lastTransitionTime
+    /// changes only when the condition's status changes, not on reason/message/generation.
+    #[test]
+    fn transition_time_moves_only_when_status_changes() {
+        let first = kstatus_conditions(
+            &[],
+            &Outcome::progressing("WaitingForId", "x"),
+            Some(1),
+            t(10),
+        );
+        let second = kstatus_conditions(
+            &first,
+            &Outcome::progressing("WaitingForProject", "y"),
+            Some(2),
+            t(20),
+        );
+        assert!(second.iter().all(|c| c.last_transition_time == Time(t(10))));
+        let third = kstatus_conditions(
+            &second,
+            &Outcome::Ready {
+                message: "ok".into(),
+            },
+            Some(2),
+            t(30),
+        );
+        let ltt = |type_| find(&third, type_).map(|c| c.last_transition_time.clone());
+        assert_eq!(ltt(CONDITION_READY), Some(Time(t(30))));
+        assert_eq!(ltt(CONDITION_RECONCILING), Some(Time(t(30))));
+        assert_eq!(ltt(CONDITION_STALLED), Some(Time(t(10))));
+    }
+
+    /// Conditions of other types written by other controllers survive.
+    #[test]
+    fn foreign_conditions_are_kept() {
+        let foreign = Condition {
+            type_: "Locked".into(),
+            status: "True".into(),
+            reason: "UserLock".into(),
+            message: String::new(),
+            observed_generation: Some(1),
+            last_transition_time: Time(t(1)),
+        };
+        let c = kstatus_conditions(
+            std::slice::from_ref(&foreign),
+            &Outcome::Ready {
+                message: "ok".into(),
+            },
+            Some(1),
+            t(5),
+        );
+        assert_eq!(c.len(), 4);
+        assert_eq!(c[3], foreign);
+    }
+
+    /// Events are recorded when the object becomes stalled, stalls for another reason, or
+    /// recovers — not on every reconcile.
+    #[test]
+    fn stall_transitions_are_detected() {
+        let ready = kstatus_conditions(&[], &Outcome::Ready { message: "".into() }, None, t(1));
+        let stalled_a = kstatus_conditions(&ready, &Outcome::stalled("A", "a"), None, t(2));
+        let stalled_b = kstatus_conditions(&stalled_a, &Outcome::stalled("B", "b"), None, t(3));
+        assert_eq!(stall_transition(&ready, &ready), None);
+        assert_eq!(
+            stall_transition(&ready, &stalled_a),
+            Some(StallTransition::Stalled {
+                reason: "A".into(),
+                message: "a".into()
+            })
+        );
+        assert_eq!(stall_transition(&stalled_a, &stalled_a), None);
+        assert_eq!(
+            stall_transition(&stalled_a, &stalled_b),
+            Some(StallTransition::Stalled {
+                reason: "B".into(),
+                message: "b".into()
+            })
+        );
+        assert_eq!(
+            stall_transition(&stalled_b, &ready),
+            Some(StallTransition::Recovered {
+                previous_reason: "B".into()
+            })
+        );
+        assert_eq!(
+            stall_transition(&[], &stalled_a),
+            Some(StallTransition::Stalled {
+                reason: "A".into(),
+                message: "a".into()
+            })
+        );
+    }
+}

@@ -1,0 +1,244 @@
+//! End-to-end tests of the workspace API that pytfe cannot express: concurrency, bad
+//! input on the wire, and kubectl/API agreement. (The pytfe suite in tests/pytfe covers
+//! the endpoints through HashiCorp's client.)
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use terrace_tests::{Api, Dev, have_kubectl};
+
+/// DESIGN.md §6: of many concurrent lockers exactly one wins, every time.
+#[test]
+fn of_32_concurrent_lockers_exactly_one_wins() {
+    let dev = Dev::start();
+    let api = Api::admin(&dev);
+    let org = api.create_org("lockers");
+    let id = api.create_workspace(&org, json!({"name": "contended"}));
+    let dev = Arc::new(dev);
+    for round in 0..3 {
+        let handles: Vec<_> = (0..32)
+            .map(|_| {
+                let dev = dev.clone();
+                let id = id.clone();
+                std::thread::spawn(move || {
+                    Api::admin(&dev)
+                        .post(
+                            &format!("/api/v2/workspaces/{id}/actions/lock"),
+                            &json!({"reason": "race"}),
+                        )
+                        .status
+                })
+            })
+            .collect();
+        let statuses: Vec<u16> = handles
+            .into_iter()
+            .map(|h| h.join().expect("thread"))
+            .collect();
+        assert_eq!(
+            statuses.iter().filter(|s| **s == 200).count(),
+            1,
+            "round {round}: {statuses:?}"
+        );
+        assert!(
+            statuses.iter().all(|s| *s == 200 || *s == 409),
+            "round {round}: {statuses:?}"
+        );
+        let api = Api::admin(&dev);
+        assert_eq!(
+            api.post(
+                &format!("/api/v2/workspaces/{id}/actions/unlock"),
+                &json!(null)
+            )
+            .status,
+            200
+        );
+    }
+}
+
+/// Names are unique per organization also under concurrent creates: exactly one of 8
+/// simultaneous creates of one name wins, the others get 422 "has already been taken".
+#[test]
+fn of_8_concurrent_creates_of_one_name_exactly_one_wins() {
+    let dev = Arc::new(Dev::start());
+    let org = Api::admin(&dev).create_org("racers");
+    for round in 0..3 {
+        let name = format!("same-name-{round}");
+        let handles: Vec<_> = (0..8)
+            .map(|_| {
+                let dev = dev.clone();
+                let org = org.clone();
+                let name = name.clone();
+                std::thread::spawn(move || {
+                    let r = Api::admin(&dev).post(
+                        &format!("/api/v2/organizations/{org}/workspaces"),
+                        &json!({"data": {"type": "workspaces", "attributes": {"name": name}}}),
+                    );
+                    (r.status, r.body)
+                })
+            })
+            .collect();
+        let results: Vec<(u16, serde_json::Value)> = handles
+            .into_iter()
+            .map(|h| h.join().expect("thread"))
+            .collect();
+        let created = results.iter().filter(|(s, _)| *s == 201).count();
+        assert_eq!(created, 1, "round {round}: {results:?}");
+        for (s, body) in &results {
+            if *s != 201 {
+                assert_eq!(*s, 422, "{body}");
+                let detail = body["errors"][0]["detail"].as_str().unwrap_or_default();
+                assert!(detail.contains("has already been taken"), "{detail}");
+            }
+        }
+        let list = Api::admin(&dev).get(&format!(
+            "/api/v2/organizations/{org}/workspaces?search%5Bname%5D={name}"
+        ));
+        assert_eq!(
+            list.body["meta"]["pagination"]["total-count"], 1,
+            "{:?}",
+            list.body
+        );
+    }
+}
+
+/// Bad input gets a JSON:API 4xx, never a 500 or a hang.
+#[test]
+fn bad_input_is_a_clear_4xx() {
+    let dev = Dev::start();
+    let api = Api::admin(&dev);
+    let org = api.create_org("badinput");
+    let ws = format!("/api/v2/organizations/{org}/workspaces");
+    let cases: Vec<(&str, String, Option<String>, u16)> = vec![
+        ("malformed JSON", ws.clone(), Some("{not json".into()), 400),
+        ("wrong data.type", ws.clone(), Some(json!({"data": {"type": "projects", "attributes": {"name": "x"}}}).to_string()), 422),
+        ("no data", ws.clone(), Some(json!({"name": "x"}).to_string()), 422),
+        ("attribute of the wrong type", ws.clone(), Some(json!({"data": {"type": "workspaces", "attributes": {"name": "x", "auto-apply": "yes"}}}).to_string()), 422),
+        ("unknown enum value", ws.clone(), Some(json!({"data": {"type": "workspaces", "attributes": {"name": "x", "execution-mode": "cloud"}}}).to_string()), 422),
+        ("negative page size", format!("{ws}?page%5Bsize%5D=-1"), None, 400),
+        ("non-numeric page number", format!("{ws}?page%5Bnumber%5D=abc"), None, 400),
+        ("unknown workspace id", "/api/v2/workspaces/ws-doesnotexist00000".into(), None, 404),
+        ("unknown organization", "/api/v2/organizations/nope/workspaces".into(), None, 404),
+    ];
+    for (what, path, body, want) in cases {
+        let method = if body.is_some() { "POST" } else { "GET" };
+        let parsed = body
+            .as_deref()
+            .map(|b| serde_json::from_str(b).unwrap_or(serde_json::Value::String(b.to_owned())));
+        let r = match (&parsed, body.as_deref()) {
+            (Some(serde_json::Value::String(_)), Some(raw)) => raw_post(&dev, &path, raw),
+            _ => api.call(method, &path, parsed.as_ref()),
+        };
+        assert_eq!(r.status, want, "{what}: {:?}", r.body);
+        assert_eq!(
+            r.body["errors"][0]["status"],
+            want.to_string(),
+            "{what}: {:?}",
+            r.body
+        );
+        if want == 422 {
+            assert!(
+                r.body["errors"][0]["source"]["pointer"].is_string(),
+                "{what}: {:?}",
+                r.body
+            );
+        }
+    }
+    // A body over the size limit.
+    let big = "x".repeat(2 * 1024 * 1024);
+    let r = raw_post(
+        &dev,
+        &ws,
+        &format!(
+            "{{\"data\": {{\"type\": \"workspaces\", \"attributes\": {{\"name\": \"{big}\"}}}}}}"
+        ),
+    );
+    assert_eq!(r.status, 413, "{:?}", r.body);
+    // No token: 401.
+    assert_eq!(Api::with_token(&dev, None).get(&ws).status, 401);
+    assert_eq!(Api::with_token(&dev, Some("wrong")).get(&ws).status, 401);
+}
+
+fn raw_post(dev: &Dev, path: &str, body: &str) -> terrace_tests::ApiResponse {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into();
+    let mut res = agent
+        .post(&format!("{}{}", dev.api, path))
+        .header("Authorization", &format!("Bearer {}", dev.token))
+        .header("Content-Type", "application/vnd.api+json")
+        .send(body)
+        .expect("round trip");
+    let status = res.status().as_u16();
+    let raw = res.body_mut().read_to_string().unwrap_or_default();
+    terrace_tests::ApiResponse {
+        status,
+        body: serde_json::from_str(&raw).unwrap_or(serde_json::Value::Null),
+    }
+}
+
+/// kubectl and the API see the same thing: an applied Workspace appears in the API with
+/// its ID and defaults; one created through the API shows in `kubectl get`; the lock is a
+/// printer column.
+#[test]
+fn kubectl_and_api_agree() {
+    if !have_kubectl() {
+        eprintln!("kubectl missing: skipped");
+        return;
+    }
+    let dev = Dev::start();
+    let api = Api::admin(&dev);
+    dev.kubectl_ok(&["apply", "-f", "examples/00-organization.yaml"]);
+    let ready = dev.eventually(Duration::from_secs(20), || {
+        (api.get("/api/v2/organizations/acme").status == 200).then_some(())
+    });
+    assert!(
+        ready.is_some(),
+        "organization from kubectl never appeared in the API"
+    );
+    let manifest = "apiVersion: terrace.dev/v1alpha1\nkind: Workspace\nmetadata:\n  name: gitops\n  namespace: acme\nspec:\n  name: from-git\n";
+    let out = dev.kubectl_stdin(&["apply", "-f", "-"], manifest);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown = dev.eventually(Duration::from_secs(20), || {
+        let r = api.get("/api/v2/organizations/acme/workspaces/from-git");
+        (r.status == 200).then_some(r.body)
+    });
+    let shown = shown.expect("kubectl-applied workspace never appeared in the API (needs its ID)");
+    assert!(
+        shown["data"]["id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("ws-"))
+    );
+    assert_eq!(shown["data"]["attributes"]["allow-destroy-plan"], true);
+    assert_eq!(shown["data"]["attributes"]["speculative-enabled"], true);
+
+    let id = api.create_workspace(
+        "acme",
+        json!({"name": "from-api", "execution-mode": "local"}),
+    );
+    let out = dev.kubectl_ok(&["get", "workspaces", "-n", "acme"]);
+    assert!(out.contains("from-api") && out.contains("local"), "{out}");
+    assert_eq!(
+        api.post(
+            &format!("/api/v2/workspaces/{id}/actions/lock"),
+            &json!({"reason": "maintenance"})
+        )
+        .status,
+        200
+    );
+    let out = dev.kubectl_ok(&["get", "workspaces", "-n", "acme"]);
+    let line = out
+        .lines()
+        .find(|l| l.contains("from-api"))
+        .unwrap_or_default();
+    assert!(
+        line.contains("user:"),
+        "lock holder missing from the printer column: {out}"
+    );
+}
