@@ -1,0 +1,311 @@
+//! A local, Kubernetes-API-compatible cluster simulator.
+//!
+//! It exists so terrace's test suite and `terrace dev` can run the real operator, the real
+//! API server, `kubectl` and `kube::Client` without a kube-apiserver. It serves the
+//! Kubernetes REST protocol over HTTP on loopback and in-process (as a tower Service for
+//! `kube::Client::new`), keeps objects in an embedded store persisted under a data
+//! directory, and copies the API server behaviours terrace and kubectl depend on. See
+//! README.md beside this crate for what it copies and what it does not.
+#![forbid(unsafe_code)]
+
+pub mod auth;
+pub mod cel;
+pub mod jsonpath;
+pub mod openapi;
+pub mod resource;
+pub mod schema;
+pub mod table;
+
+pub mod gc;
+pub mod meta;
+pub mod patch;
+pub mod registry;
+pub mod rest;
+pub mod selectors;
+pub mod server;
+pub mod status;
+pub mod store;
+pub mod watch;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use store::{Files, State};
+use tokio::sync::{Notify, watch as tokio_watch};
+
+/// How a [`Simulator`] is opened.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// Where objects and the admin token persist; `None` keeps everything in memory.
+    pub data_dir: Option<PathBuf>,
+    /// Events kept per resource for watch resumption (the watch cache size).
+    pub watch_history: usize,
+    /// How often watches that allow bookmarks get a BOOKMARK event.
+    pub bookmark_interval: Duration,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            data_dir: None,
+            watch_history: 10_000,
+            bookmark_interval: Duration::from_secs(30),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("data directory {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("serving HTTP: {0}")]
+    Serve(#[source] std::io::Error),
+    #[error("bootstrapping the store: {0}")]
+    Bootstrap(String),
+}
+
+/// State shared by the HTTP handlers, watches and background tasks.
+pub struct Shared {
+    state: Mutex<State>,
+    /// The store's latest resourceVersion; watches wait on it.
+    pub changes: tokio_watch::Sender<u64>,
+    /// Wakes the garbage collector.
+    pub gc_wake: Notify,
+    pub config: SimConfig,
+    pub admin_token: String,
+    files: Option<Files>,
+    /// Flips to `true` on shutdown.
+    pub shutdown: tokio_watch::Sender<bool>,
+    flush_lock: tokio::sync::Mutex<()>,
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reads the store under its lock.
+    pub fn read<R>(&self, f: impl FnOnce(&State) -> R) -> R {
+        f(&self.lock())
+    }
+
+    /// Changes the store under its lock, then wakes watches and the garbage collector.
+    pub fn write<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        self.write_inner(f, true)
+    }
+
+    fn write_inner<R>(&self, f: impl FnOnce(&mut State) -> R, wake_gc: bool) -> R {
+        let (r, rv_before, rv, gc) = {
+            let mut st = self.lock();
+            let before = st.rv;
+            let r = f(&mut st);
+            (
+                r,
+                before,
+                st.rv,
+                !st.gc_queue.is_empty() || !st.terminating.is_empty(),
+            )
+        };
+        if rv != rv_before {
+            self.changes.send_replace(rv);
+        }
+        if gc && wake_gc {
+            self.gc_wake.notify_one();
+        }
+        r
+    }
+
+    /// A write by a background controller: wakes watches but not the controllers.
+    pub fn write_from_controller<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        self.write_inner(f, false)
+    }
+
+    /// Appends pending log records to disk.
+    async fn flush(&self, sync: bool) {
+        let Some(files) = &self.files else { return };
+        let _guard = self.flush_lock.lock().await;
+        let lines = std::mem::take(&mut self.lock().pending_log);
+        let dir = files.dir.clone();
+        let result = tokio::task::spawn_blocking(move || {
+            let f = Files { dir };
+            f.append(&lines)?;
+            if sync { f.sync() } else { Ok(()) }
+        })
+        .await;
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "simulator: writing the store log failed"),
+            Err(e) => tracing::error!(error = %e, "simulator: store flush task failed"),
+        }
+    }
+}
+
+/// A running simulator: cheap to clone, all clones share one store.
+#[derive(Clone)]
+pub struct Simulator {
+    shared: Arc<Shared>,
+}
+
+impl Simulator {
+    /// Opens the store (replaying persisted objects), creates the default namespaces and
+    /// starts the background tasks (garbage collector, log flusher).
+    pub async fn open(config: SimConfig) -> Result<Simulator, SimError> {
+        let mut st = State::new(config.watch_history, config.data_dir.is_some());
+        let (files, admin_token) = match &config.data_dir {
+            Some(dir) => {
+                let files = Files { dir: dir.clone() };
+                let io = |source| SimError::Io {
+                    path: dir.clone(),
+                    source,
+                };
+                let (files, st2, token) = tokio::task::spawn_blocking(move || {
+                    let r = files
+                        .load(&mut st)
+                        .and_then(|()| store::load_or_create_token(&files.token()));
+                    (files, st, r)
+                })
+                .await
+                .map_err(|e| SimError::Bootstrap(e.to_string()))?;
+                st = st2;
+                (Some(files), token.map_err(io)?)
+            }
+            None => (None, store::new_token()),
+        };
+        st.register_stored_crds();
+        let (changes, _) = tokio_watch::channel(st.rv);
+        let (shutdown, _) = tokio_watch::channel(false);
+        let shared = Arc::new(Shared {
+            state: Mutex::new(st),
+            changes,
+            gc_wake: Notify::new(),
+            config,
+            admin_token,
+            files,
+            shutdown,
+            flush_lock: tokio::sync::Mutex::new(()),
+            tasks: Mutex::new(Vec::new()),
+        });
+        shared.write(|st| -> Result<(), SimError> {
+            let ns_info = st
+                .registry
+                .get("", "v1", "namespaces")
+                .ok_or_else(|| SimError::Bootstrap("namespaces not registered".into()))?;
+            for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+                if st
+                    .get(&rest::res_key(&ns_info), &(String::new(), ns.into()))
+                    .is_none()
+                {
+                    let opts = rest::WriteOpts {
+                        field_manager: "kube-apiserver".into(),
+                        ..Default::default()
+                    };
+                    rest::create(
+                        st,
+                        &ns_info,
+                        None,
+                        serde_json::json!({"metadata": {"name": ns}}),
+                        &opts,
+                        "Update",
+                    )
+                    .map_err(|e| SimError::Bootstrap(e.message))?;
+                }
+            }
+            Ok(())
+        })?;
+        let sim = Simulator { shared };
+        let gc = tokio::spawn(gc::run(sim.shared.clone()));
+        let flusher = {
+            let shared = sim.shared.clone();
+            tokio::spawn(async move {
+                let mut shutdown = shared.shutdown.subscribe();
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(100)) => shared.flush(false).await,
+                        _ = shutdown.changed() => return,
+                    }
+                }
+            })
+        };
+        if let Ok(mut t) = sim.shared.tasks.lock() {
+            t.push(gc);
+            t.push(flusher);
+        }
+        Ok(sim)
+    }
+
+    /// The whole HTTP API as an axum Router (used by [`Simulator::serve`] and
+    /// [`Simulator::client`]).
+    pub fn router(&self) -> axum::Router {
+        server::router(self.shared.clone(), false)
+    }
+
+    /// A `kube::Client` talking to the router in-process with the admin token; default
+    /// namespace `default`.
+    pub fn client(&self) -> kube::Client {
+        let bearer =
+            http::HeaderValue::from_str(&format!("Bearer {}", self.shared.admin_token)).ok();
+        let svc = tower::ServiceBuilder::new()
+            .map_request(move |mut req: http::Request<kube::client::Body>| {
+                if let Some(b) = &bearer {
+                    req.headers_mut()
+                        .insert(http::header::AUTHORIZATION, b.clone());
+                }
+                req
+            })
+            .service(self.router());
+        kube::Client::new(svc, "default")
+    }
+
+    /// Bearer token of user `admin` (group `system:masters`).
+    pub fn admin_token(&self) -> String {
+        self.shared.admin_token.clone()
+    }
+
+    /// Serves HTTP/1.1 on `listener` until [`Simulator::shutdown`].
+    ///
+    /// kubectl (client-go) does not send bearer tokens over plain HTTP, so here, as on
+    /// the old kube-apiserver insecure port, loopback requests without an Authorization
+    /// header act as the admin user; requests with a token are authenticated by it.
+    pub async fn serve(&self, listener: tokio::net::TcpListener) -> Result<(), SimError> {
+        let mut shutdown = self.shared.shutdown.subscribe();
+        if *shutdown.borrow() {
+            return Ok(());
+        }
+        let app = server::router(self.shared.clone(), true)
+            .into_make_service_with_connect_info::<std::net::SocketAddr>();
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = shutdown.wait_for(|s| *s).await;
+            })
+            .await
+            .map_err(SimError::Serve)
+    }
+
+    /// A kubeconfig for `server_url` and `token` that kubectl accepts unchanged.
+    pub fn kubeconfig(&self, server_url: &str, token: &str) -> String {
+        let q = |s: &str| serde_json::Value::String(s.to_string()).to_string();
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: terrace-sim\n  cluster:\n    server: {}\ncontexts:\n- name: terrace-sim\n  context:\n    cluster: terrace-sim\n    user: admin\n    namespace: default\ncurrent-context: terrace-sim\nusers:\n- name: admin\n  user:\n    token: {}\npreferences: {{}}\n",
+            q(server_url),
+            q(token)
+        )
+    }
+
+    /// Flushes persistence, stops the background tasks, ends watches and `serve()`.
+    pub async fn shutdown(&self) {
+        self.shared.shutdown.send_replace(true);
+        let tasks: Vec<_> = match self.shared.tasks.lock() {
+            Ok(mut t) => t.drain(..).collect(),
+            Err(_) => Vec::new(),
+        };
+        for t in tasks {
+            let _ = t.await;
+        }
+        self.shared.flush(true).await;
+    }
+}

@@ -1,0 +1,52 @@
+//! Descriptions of the resource types the simulator serves: the built-in kinds and the
+//! kinds registered by CustomResourceDefinition objects. Shared by discovery, OpenAPI,
+//! Table output and the REST handlers.
+
+use serde_json::Value;
+
+/// A printer column, as in a CRD's `additionalPrinterColumns`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PrinterColumn {
+    pub name: String,
+    /// OpenAPI type: `string`, `integer`, `number`, `boolean` or `date`.
+    pub type_: String,
+    pub format: String,
+    pub description: String,
+    pub priority: i32,
+    /// A simple JSONPath such as `.spec.name` or `.metadata.annotations.terrace\.dev/locked-by`.
+    pub json_path: String,
+}
+
+/// One served resource (one group/version/plural).
+#[derive(Clone, Debug)]
+pub struct ResourceInfo {
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+    pub list_kind: String,
+    pub plural: String,
+    pub singular: String,
+    pub namespaced: bool,
+    pub short_names: Vec<String>,
+    pub categories: Vec<String>,
+    /// Verbs advertised in discovery.
+    pub verbs: Vec<String>,
+    /// `openAPIV3Schema` of the version for custom resources; `None` for built-in kinds
+    /// (which the simulator stores without schema validation).
+    pub schema: Option<Value>,
+    pub printer_columns: Vec<PrinterColumn>,
+    pub status_subresource: bool,
+    /// Whether this came from a CustomResourceDefinition.
+    pub custom: bool,
+}
+
+impl ResourceInfo {
+    /// `v1` for the core group, else `group/version`.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+}

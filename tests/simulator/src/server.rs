@@ -1,0 +1,735 @@
+//! The HTTP face of the simulator: routing, authentication and authorization, discovery,
+//! OpenAPI, and the REST verbs' request parsing and response encoding.
+//!
+//! A request flows: [`auth_layer`] (who is calling, may they do this) → [`dispatch`]
+//! (path → resource, verb from method and query) → the verb's function in
+//! [`crate::rest`] under the store lock → JSON (or a Table when the Accept header asks
+//! for `as=Table`), with `Warning` headers where the apiserver would send them. Watches
+//! hand their body to [`crate::watch`].
+
+use crate::Shared;
+use crate::auth::{Attributes, UserInfo};
+use crate::patch::PatchType;
+use crate::resource::ResourceInfo;
+use crate::rest::{self, DeleteOpts, FieldValidation, ListOpts, WriteOpts, WriteResult};
+use crate::selectors::{FieldSelector, LabelSelector};
+use crate::status::{ApiError, ApiResult};
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The Kubernetes version the simulator reports.
+pub const GIT_VERSION: &str = "v1.33.0-terrace-sim";
+
+/// The whole HTTP API.
+///
+/// `loopback_admin` copies the old kube-apiserver insecure port for plain-HTTP serving:
+/// client-go (so kubectl) never sends a kubeconfig's bearer token over plain HTTP, so a
+/// request arriving from a loopback peer *without* an Authorization header is treated as
+/// the admin user. A request that carries a token is still authenticated by it.
+pub fn router(shared: Arc<Shared>, loopback_admin: bool) -> Router {
+    Router::new()
+        .fallback(dispatch)
+        .layer(axum::middleware::from_fn_with_state(
+            (shared.clone(), loopback_admin),
+            auth_layer,
+        ))
+        .layer(DefaultBodyLimit::max(64 * 1024 * 1024))
+        .with_state(shared)
+}
+
+/// Who is calling: the bearer token's user, or `system:anonymous` without one.
+pub fn authenticate(shared: &Shared, headers: &HeaderMap) -> ApiResult<UserInfo> {
+    let Some(value) = headers.get(header::AUTHORIZATION) else {
+        return Ok(UserInfo::anonymous());
+    };
+    let value = value.to_str().map_err(|_| ApiError::unauthorized())?;
+    let token = value
+        .strip_prefix("Bearer ")
+        .or_else(|| value.strip_prefix("bearer "))
+        .map(str::trim)
+        .ok_or_else(ApiError::unauthorized)?;
+    if token == shared.admin_token {
+        return Ok(admin());
+    }
+    Err(ApiError::unauthorized())
+}
+
+fn public_path(path: &str) -> bool {
+    matches!(
+        path,
+        "/version" | "/healthz" | "/readyz" | "/livez" | "/api" | "/apis"
+    ) || path.starts_with("/openapi/")
+        || path == "/openapi"
+        || path.starts_with("/version/")
+        || {
+            // Discovery documents: /api/v1, /apis/{g}, /apis/{g}/{v}.
+            let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+            (parts.len() == 2 && parts[0] == "api")
+                || (parts[0] == "apis" && (2..=3).contains(&parts.len()))
+        }
+}
+
+/// Whether `user` may perform the request. For now every authenticated user may do
+/// anything, and anonymous users reach only the public endpoints (health, version,
+/// discovery, OpenAPI) — the shape RBAC wiring will replace.
+pub fn authorize(_shared: &Shared, user: &UserInfo, attrs: &Attributes) -> ApiResult<()> {
+    if user.groups.iter().any(|g| g == "system:authenticated") {
+        return Ok(());
+    }
+    if !attrs.resource_request && public_path(&attrs.path) {
+        return Ok(());
+    }
+    let msg = if attrs.resource_request {
+        let res = if attrs.api_group.is_empty() {
+            attrs.resource.clone()
+        } else {
+            format!("{}.{}", attrs.resource, attrs.api_group)
+        };
+        let full = if attrs.subresource.is_empty() {
+            attrs.resource.clone()
+        } else {
+            format!("{}/{}", attrs.resource, attrs.subresource)
+        };
+        let scope = if attrs.namespace.is_empty() {
+            "at the cluster scope".to_string()
+        } else {
+            format!("in the namespace \"{}\"", attrs.namespace)
+        };
+        let name = if attrs.name.is_empty() {
+            String::new()
+        } else {
+            format!(" \"{}\"", attrs.name)
+        };
+        format!(
+            "{res}{name} is forbidden: User \"{}\" cannot {} resource \"{full}\" in API group \"{}\" {scope}",
+            user.username, attrs.verb, attrs.api_group
+        )
+    } else {
+        format!(
+            "forbidden: User \"{}\" cannot {} path \"{}\"",
+            user.username, attrs.verb, attrs.path
+        )
+    };
+    Err(ApiError::forbidden(msg).with_details(
+        json!({"name": attrs.name, "group": attrs.api_group, "kind": attrs.resource}),
+    ))
+}
+
+fn admin() -> UserInfo {
+    UserInfo {
+        username: "admin".into(),
+        uid: String::new(),
+        groups: vec!["system:masters".into(), "system:authenticated".into()],
+        extra: Default::default(),
+    }
+}
+
+async fn auth_layer(
+    State((shared, loopback_admin)): State<(Arc<Shared>, bool)>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let from_loopback = req
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .is_some_and(|c| c.0.ip().is_loopback());
+    let user =
+        if loopback_admin && from_loopback && !req.headers().contains_key(header::AUTHORIZATION) {
+            admin()
+        } else {
+            match authenticate(&shared, req.headers()) {
+                Ok(u) => u,
+                Err(e) => return e.into_response(),
+            }
+        };
+    let attrs =
+        crate::auth::request_attributes(req.method().as_str(), req.uri().path(), req.uri().query());
+    if let Err(e) = authorize(&shared, &user, &attrs) {
+        return e.into_response();
+    }
+    req.extensions_mut().insert(user);
+    next.run(req).await
+}
+
+fn json_response(code: StatusCode, body: &Value, warnings: &[String]) -> Response {
+    json_text(code, body.to_string(), warnings)
+}
+
+fn json_text(code: StatusCode, body: String, warnings: &[String]) -> Response {
+    let mut resp = (code, [(header::CONTENT_TYPE, "application/json")], body).into_response();
+    for w in warnings {
+        let text = format!("299 - {}", serde_json::Value::String(w.clone()));
+        if let Ok(v) = HeaderValue::from_str(&text) {
+            resp.headers_mut().append("Warning", v);
+        }
+    }
+    resp
+}
+
+fn query_map(uri: &http::Uri) -> ApiResult<HashMap<String, String>> {
+    let Some(q) = uri.query() else {
+        return Ok(HashMap::new());
+    };
+    let pairs: Vec<(String, String)> = serde_urlencoded_pairs(q)?;
+    Ok(pairs.into_iter().collect())
+}
+
+fn serde_urlencoded_pairs(q: &str) -> ApiResult<Vec<(String, String)>> {
+    let uri: http::Uri = format!("/?{q}")
+        .parse()
+        .map_err(|_| ApiError::bad_request("malformed query string"))?;
+    axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&uri)
+        .map(|q| q.0)
+        .map_err(|e| ApiError::bad_request(format!("malformed query string: {e}")))
+}
+
+/// How a response body is rendered.
+#[derive(Clone, Copy)]
+enum Format {
+    Json,
+    Table(crate::table::IncludeObject),
+}
+
+fn format_of(headers: &HeaderMap, query: &HashMap<String, String>) -> ApiResult<Format> {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    // The first acceptable media type wins, as in the apiserver's negotiation.
+    for part in accept.split(',') {
+        let params: Vec<&str> = part.split(';').map(str::trim).collect();
+        let media = params.first().copied().unwrap_or("");
+        if media != "application/json" && media != "*/*" {
+            continue;
+        }
+        if params.contains(&"as=Table") {
+            let include = crate::table::IncludeObject::parse(
+                query.get("includeObject").map(String::as_str).unwrap_or(""),
+            )
+            .map_err(ApiError::bad_request)?;
+            return Ok(Format::Table(include));
+        }
+        return Ok(Format::Json);
+    }
+    Ok(Format::Json)
+}
+
+fn table(
+    info: &ResourceInfo,
+    items: &[Value],
+    list_meta: Value,
+    include: crate::table::IncludeObject,
+) -> Value {
+    crate::table::to_table(info, items, list_meta, include, jiff::Timestamp::now())
+}
+
+/// A parsed resource path.
+struct Target {
+    info: Arc<ResourceInfo>,
+    namespace: Option<String>,
+    name: Option<String>,
+    subresource: Option<String>,
+}
+
+async fn dispatch(State(shared): State<Arc<Shared>>, req: Request) -> Response {
+    match dispatch_inner(shared, req).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn dispatch_inner(shared: Arc<Shared>, req: Request) -> ApiResult<Response> {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path().to_string();
+    let segs: Vec<String> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(percent_decode)
+        .collect();
+    let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
+    match segs.as_slice() {
+        ["version"] => return Ok(json_response(StatusCode::OK, &version_info(), &[])),
+        ["healthz"] | ["readyz"] | ["livez"] => {
+            return Ok(
+                (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain")], "ok").into_response(),
+            );
+        }
+        ["healthz", ..] | ["readyz", ..] | ["livez", ..] => {
+            return Ok(
+                (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain")], "ok").into_response(),
+            );
+        }
+        ["openapi", ..] => return openapi(&shared, &segs[1..]),
+        ["api"] => {
+            return Ok(json_response(
+                StatusCode::OK,
+                &json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}),
+                &[],
+            ));
+        }
+        ["apis"] => return Ok(json_response(StatusCode::OK, &group_list(&shared), &[])),
+        _ => {}
+    }
+    let (group, version, rest): (&str, &str, &[&str]) = match segs.as_slice() {
+        ["api", v, rest @ ..] => ("", v, rest),
+        ["apis", g] => {
+            return match group_doc(&shared, g) {
+                Some(d) => Ok(json_response(StatusCode::OK, &d, &[])),
+                None => Err(ApiError::page_not_found()),
+            };
+        }
+        ["apis", g, v, rest @ ..] => (g, v, rest),
+        _ => return Err(ApiError::page_not_found()),
+    };
+    if rest.is_empty() {
+        return match resource_list(&shared, group, version) {
+            Some(d) => Ok(json_response(StatusCode::OK, &d, &[])),
+            None => Err(ApiError::page_not_found()),
+        };
+    }
+    let mut rest = rest;
+    let mut namespace = None;
+    if rest[0] == "namespaces" && rest.len() >= 3 && !matches!(rest[2], "status" | "finalize") {
+        namespace = Some(rest[1].to_string());
+        rest = &rest[2..];
+    }
+    let info = shared
+        .read(|st| st.registry.get(group, version, rest[0]))
+        .ok_or_else(ApiError::page_not_found)?;
+    if rest.len() > 3 {
+        return Err(ApiError::page_not_found());
+    }
+    if namespace.is_some() && !info.namespaced {
+        return Err(ApiError::page_not_found());
+    }
+    let target = Target {
+        namespace,
+        name: rest.get(1).map(|s| s.to_string()),
+        subresource: rest.get(2).map(|s| s.to_string()),
+        info,
+    };
+    if let Some(sub) = &target.subresource
+        && !(sub == "status" && target.info.status_subresource)
+    {
+        return Err(ApiError::page_not_found());
+    }
+    let query = query_map(&parts.uri)?;
+    let body = axum::body::to_bytes(body, 64 * 1024 * 1024)
+        .await
+        .map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?;
+    resource_request(shared, target, parts.method, parts.headers, query, body).await
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && let Ok(hex) = std::str::from_utf8(&b[i + 1..i + 3])
+            && let Ok(v) = u8::from_str_radix(hex, 16)
+        {
+            out.push(v);
+            i += 3;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn truthy(q: &HashMap<String, String>, k: &str) -> bool {
+    matches!(q.get(k).map(String::as_str), Some("true" | "1"))
+}
+
+fn write_opts(headers: &HeaderMap, q: &HashMap<String, String>) -> ApiResult<WriteOpts> {
+    let given = q.get("fieldManager").filter(|m| !m.is_empty()).cloned();
+    let ua = headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok());
+    Ok(WriteOpts {
+        dry_run: q.get("dryRun").is_some_and(|v| v == "All"),
+        field_manager_given: given.is_some(),
+        field_manager: given.unwrap_or_else(|| crate::meta::manager_from_user_agent(ua)),
+        field_validation: FieldValidation::parse(q.get("fieldValidation").map(String::as_str))?,
+    })
+}
+
+fn list_opts(q: &HashMap<String, String>) -> ApiResult<ListOpts> {
+    Ok(ListOpts {
+        label: LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))?,
+        field: FieldSelector::parse(q.get("fieldSelector").map(String::as_str).unwrap_or(""))?,
+        limit: match q.get("limit") {
+            Some(l) if !l.is_empty() => Some(
+                l.parse::<usize>()
+                    .map_err(|_| ApiError::bad_request(format!("invalid limit: {l}")))?,
+            ),
+            _ => None,
+        },
+        continue_token: q.get("continue").cloned(),
+    })
+}
+
+fn delete_opts(q: &HashMap<String, String>, body: &[u8]) -> ApiResult<DeleteOpts> {
+    let mut o = DeleteOpts::default();
+    if !body.iter().all(u8::is_ascii_whitespace) {
+        let v = crate::patch::parse_json(body)?;
+        o.grace_period = v.get("gracePeriodSeconds").and_then(Value::as_i64);
+        o.propagation = v
+            .get("propagationPolicy")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        if v.get("orphanDependents").and_then(Value::as_bool) == Some(true) {
+            o.propagation = Some("Orphan".into());
+        }
+        o.precondition_uid = v
+            .pointer("/preconditions/uid")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        o.precondition_rv = v
+            .pointer("/preconditions/resourceVersion")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        o.dry_run = v
+            .get("dryRun")
+            .and_then(Value::as_array)
+            .is_some_and(|a| a.iter().any(|x| x == "All"));
+    }
+    if let Some(g) = q.get("gracePeriodSeconds") {
+        o.grace_period = Some(
+            g.parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds: {g}")))?,
+        );
+    }
+    if let Some(p) = q.get("propagationPolicy") {
+        o.propagation = Some(p.clone());
+    }
+    if q.get("dryRun").is_some_and(|v| v == "All") {
+        o.dry_run = true;
+    }
+    Ok(o)
+}
+
+/// Decodes a create/update body by its Content-Type: JSON or YAML; protobuf and CBOR
+/// are not supported (415, as a server without those serializers answers).
+fn parse_body(headers: &HeaderMap, body: &[u8]) -> ApiResult<Value> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
+    let media = ct.split(';').next().unwrap_or("").trim();
+    match media {
+        "application/json" | "" | "*/*" => crate::patch::parse_json(body),
+        "application/yaml" => crate::patch::parse_yaml_or_json(body),
+        _ => Err(ApiError::unsupported_media_type(format!(
+            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {media})"
+        ))),
+    }
+}
+
+fn write_response(info: &ResourceInfo, r: WriteResult, fmt: Format) -> Response {
+    let code = if r.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    let body = match fmt {
+        Format::Json => r.object,
+        Format::Table(inc) => table(info, std::slice::from_ref(&r.object), json!({}), inc),
+    };
+    json_response(code, &body, &r.warnings)
+}
+
+async fn resource_request(
+    shared: Arc<Shared>,
+    t: Target,
+    method: Method,
+    headers: HeaderMap,
+    q: HashMap<String, String>,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let info = t.info.clone();
+    let ns = t.namespace.as_deref();
+    let fmt = format_of(&headers, &q)?;
+    let sub = t.subresource.as_deref();
+    match (&method, &t.name) {
+        (&Method::GET, None) => {
+            let opts = list_opts(&q)?;
+            if truthy(&q, "watch") {
+                return watch(shared, &t, &q, opts, fmt);
+            }
+            let page = shared.read(|st| rest::list(st, &info, ns, &opts))?;
+            Ok(list_response(&info, page, fmt))
+        }
+        (&Method::GET, Some(name)) => {
+            let obj = shared.read(|st| rest::get(st, &info, ns, name))?;
+            let obj = rest::in_version(&obj, &info);
+            let body = match fmt {
+                Format::Json => obj,
+                Format::Table(inc) => table(&info, std::slice::from_ref(&obj), json!({}), inc),
+            };
+            Ok(json_response(StatusCode::OK, &body, &[]))
+        }
+        (&Method::POST, None) => {
+            let opts = write_opts(&headers, &q)?;
+            let obj = parse_body(&headers, &body)?;
+            let r = shared.write(|st| rest::create(st, &info, ns, obj, &opts, "Update"))?;
+            Ok(write_response(&info, r, fmt))
+        }
+        (&Method::PUT, Some(name)) => {
+            let opts = write_opts(&headers, &q)?;
+            let obj = parse_body(&headers, &body)?;
+            let r = shared.write(|st| rest::update(st, &info, ns, name, obj, &opts, sub))?;
+            Ok(write_response(&info, r, fmt))
+        }
+        (&Method::PATCH, Some(name)) => {
+            let ct = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok());
+            let kind = PatchType::from_content_type(ct).ok_or_else(|| {
+                ApiError::unsupported_media_type(format!(
+                    "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml{}",
+                    if info.custom { "" } else { ", application/strategic-merge-patch+json" }
+                ))
+            })?;
+            let opts = write_opts(&headers, &q)?;
+            if kind != PatchType::Apply && q.contains_key("force") {
+                return Err(ApiError::bad_request(
+                    "force: Forbidden: may not be specified for non-apply patch",
+                ));
+            }
+            let r = shared.write(|st| rest::patch(st, &info, ns, name, kind, &body, &opts, sub))?;
+            Ok(write_response(&info, r, fmt))
+        }
+        (&Method::DELETE, Some(name)) if sub.is_none() => {
+            let opts = delete_opts(&q, &body)?;
+            let obj = shared.write(|st| rest::delete(st, &info, ns, name, &opts))?;
+            Ok(json_response(StatusCode::OK, &obj, &[]))
+        }
+        (&Method::DELETE, None) => {
+            let lo = list_opts(&q)?;
+            let opts = delete_opts(&q, &body)?;
+            let items = shared.write(|st| rest::delete_collection(st, &info, ns, &lo, &opts))?;
+            let rv = shared.read(|st| st.rv.to_string());
+            Ok(json_response(
+                StatusCode::OK,
+                &json!({"apiVersion": info.api_version(), "kind": info.list_kind, "metadata": {"resourceVersion": rv}, "items": items}),
+                &[],
+            ))
+        }
+        _ => Err(ApiError::method_not_allowed(
+            "the server does not allow this method on the requested resource",
+        )
+        .with_details(json!({}))),
+    }
+}
+
+fn list_response(info: &ResourceInfo, page: rest::ListPage, fmt: Format) -> Response {
+    let mut meta = json!({"resourceVersion": page.resource_version});
+    if let Some(c) = &page.continue_token {
+        meta["continue"] = json!(c);
+    }
+    if let Some(r) = page.remaining {
+        meta["remainingItemCount"] = json!(r);
+    }
+    match fmt {
+        Format::Table(inc) => {
+            let items: Vec<Value> = page
+                .items
+                .iter()
+                .map(|o| rest::in_version(o, info))
+                .collect();
+            json_response(StatusCode::OK, &table(info, &items, meta, inc), &[])
+        }
+        Format::Json => {
+            // Serialized item by item: no deep copy of the store's objects.
+            let api_version = info.api_version();
+            let mut out = String::with_capacity(64 + page.items.len() * 512);
+            out.push_str(&format!(
+                "{{\"apiVersion\":{},\"kind\":{},\"metadata\":{},\"items\":[",
+                json!(api_version),
+                json!(info.list_kind),
+                meta
+            ));
+            for (i, o) in page.items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                if o.get("apiVersion").and_then(Value::as_str) == Some(api_version.as_str()) {
+                    out.push_str(&o.to_string());
+                } else {
+                    out.push_str(&rest::in_version(o, info).to_string());
+                }
+            }
+            out.push_str("]}");
+            json_text(StatusCode::OK, out, &[])
+        }
+    }
+}
+
+fn watch(
+    shared: Arc<Shared>,
+    t: &Target,
+    q: &HashMap<String, String>,
+    opts: ListOpts,
+    fmt: Format,
+) -> ApiResult<Response> {
+    let rv = crate::watch::parse_rv(q.get("resourceVersion").map(String::as_str))?;
+    let timeout = match q.get("timeoutSeconds") {
+        Some(s) if !s.is_empty() => Duration::from_secs(
+            s.parse::<u64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds: {s}")))?,
+        ),
+        _ => Duration::from_secs(1800),
+    };
+    let info = t.info.clone();
+    let render: crate::watch::Render = match fmt {
+        Format::Json => {
+            let info = info.clone();
+            Arc::new(move |o: &Value| rest::in_version(o, &info))
+        }
+        Format::Table(inc) => {
+            let info = info.clone();
+            Arc::new(move |o: &Value| {
+                let obj = rest::in_version(o, &info);
+                table(&info, std::slice::from_ref(&obj), json!({}), inc)
+            })
+        }
+    };
+    let p = crate::watch::WatchParams {
+        info,
+        namespace: t.namespace.clone(),
+        label: opts.label,
+        field: opts.field,
+        resource_version: rv,
+        send_initial_events: truthy(q, "sendInitialEvents"),
+        bookmarks: truthy(q, "allowWatchBookmarks"),
+        timeout,
+        render,
+    };
+    let body: Body = crate::watch::start(shared, p);
+    Ok((
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (header::CACHE_CONTROL, "no-cache, private"),
+        ],
+        body,
+    )
+        .into_response())
+}
+
+fn version_info() -> Value {
+    json!({
+        "major": "1",
+        "minor": "33",
+        "gitVersion": GIT_VERSION,
+        "gitCommit": "0000000000000000000000000000000000000000",
+        "gitTreeState": "clean",
+        "buildDate": "2025-01-01T00:00:00Z",
+        "goVersion": "go1.24.0",
+        "compiler": "gc",
+        "platform": format!("{}/{}", std::env::consts::OS, if std::env::consts::ARCH == "x86_64" { "amd64" } else { std::env::consts::ARCH }),
+    })
+}
+
+fn group_entry(group: &str, versions: &[String]) -> Value {
+    let vs: Vec<Value> = versions
+        .iter()
+        .map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v}))
+        .collect();
+    json!({
+        "name": group,
+        "versions": vs,
+        "preferredVersion": vs.first().cloned().unwrap_or(json!({})),
+    })
+}
+
+fn group_list(shared: &Shared) -> Value {
+    let groups: Vec<Value> = shared.read(|st| {
+        st.registry
+            .groups()
+            .iter()
+            .filter(|(g, _)| !g.is_empty())
+            .map(|(g, vs)| group_entry(g, vs))
+            .collect()
+    });
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+fn group_doc(shared: &Shared, group: &str) -> Option<Value> {
+    shared.read(|st| {
+        let vs = st.registry.versions(group)?;
+        let mut g = group_entry(group, vs);
+        g["kind"] = json!("APIGroup");
+        g["apiVersion"] = json!("v1");
+        Some(g)
+    })
+}
+
+fn resource_list(shared: &Shared, group: &str, version: &str) -> Option<Value> {
+    shared.read(|st| {
+        let infos = st.registry.resources_of(group, version);
+        if infos.is_empty() && !(group.is_empty() && version == "v1") {
+            return None;
+        }
+        let mut resources = Vec::new();
+        for i in &infos {
+            let mut r = json!({
+                "name": i.plural,
+                "singularName": i.singular,
+                "namespaced": i.namespaced,
+                "kind": i.kind,
+                "verbs": i.verbs,
+            });
+            if !i.short_names.is_empty() {
+                r["shortNames"] = json!(i.short_names);
+            }
+            if !i.categories.is_empty() {
+                r["categories"] = json!(i.categories);
+            }
+            resources.push(r);
+            for sub in st.registry.subresources(i) {
+                resources.push(json!({
+                    "name": format!("{}/{sub}", i.plural),
+                    "singularName": "",
+                    "namespaced": i.namespaced,
+                    "kind": i.kind,
+                    "verbs": ["get", "patch", "update"],
+                }));
+            }
+        }
+        let gv = if group.is_empty() {
+            version.to_string()
+        } else {
+            format!("{group}/{version}")
+        };
+        Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}))
+    })
+}
+
+fn openapi(shared: &Shared, rest: &[&str]) -> ApiResult<Response> {
+    let all = shared.read(|st| st.registry.all());
+    let doc = match rest {
+        ["v2"] => Some(crate::openapi::v2_document(&all)),
+        ["v3"] => Some(crate::openapi::v3_index(&all)),
+        ["v3", "api", v] => crate::openapi::v3_group_version("", v, &all),
+        ["v3", "apis", g, v] => crate::openapi::v3_group_version(g, v, &all),
+        _ => None,
+    };
+    match doc {
+        Some(d) => Ok(json_response(StatusCode::OK, &d, &[])),
+        None => Err(ApiError::page_not_found()),
+    }
+}
