@@ -15,7 +15,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource, ResourceExt};
 use terrace_crds::constants::LABEL_ID;
-use terrace_crds::{Organization, Project, Workspace};
+use terrace_crds::{AgentPool, OAuthToken, Organization, Project, SshKey, Workspace};
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
@@ -30,6 +30,67 @@ pub struct Inner {
     workspaces: HashMap<String, Arc<Workspace>>,
     ws_by_id: HashMap<String, String>,
     ws_by_namespace: HashMap<String, NamespaceWorkspaces>,
+    ssh_keys: Keyed<SshKey>,
+    agent_pools: Keyed<AgentPool>,
+    oauth_tokens: Keyed<OAuthToken>,
+}
+
+/// Objects of one reference kind (SshKey, AgentPool, OAuthToken) by uid, with an ID
+/// lookup. These kinds are few per organization, so per-namespace reads scan.
+pub struct Keyed<K> {
+    by_uid: HashMap<String, Arc<K>>,
+    by_id: HashMap<String, String>,
+}
+
+impl<K> Default for Keyed<K> {
+    fn default() -> Self {
+        Self {
+            by_uid: HashMap::new(),
+            by_id: HashMap::new(),
+        }
+    }
+}
+
+impl<K: Resource> Keyed<K> {
+    fn put(&mut self, o: K) {
+        let key = uid(&o);
+        self.remove(&key);
+        if let Some(id) = id_label(&o) {
+            self.by_id.insert(id, key.clone());
+        }
+        self.by_uid.insert(key, Arc::new(o));
+    }
+
+    fn remove(&mut self, key: &str) {
+        if let Some(old) = self.by_uid.remove(key)
+            && let Some(id) = id_label(old.as_ref())
+            && self.by_id.get(&id).is_some_and(|k| k == key)
+        {
+            self.by_id.remove(&id);
+        }
+    }
+
+    fn clear(&mut self) {
+        self.by_uid.clear();
+        self.by_id.clear();
+    }
+
+    /// The object with this ID.
+    pub fn get(&self, id: &str) -> Option<&Arc<K>> {
+        self.by_id.get(id).and_then(|k| self.by_uid.get(k))
+    }
+
+    /// The object with this uid.
+    pub fn by_uid(&self, uid: &str) -> Option<&Arc<K>> {
+        self.by_uid.get(uid)
+    }
+
+    /// Objects of namespace `ns` (any order).
+    pub fn in_namespace<'a>(&'a self, ns: &'a str) -> impl Iterator<Item = &'a Arc<K>> + 'a {
+        self.by_uid
+            .values()
+            .filter(move |o| o.meta().namespace.as_deref() == Some(ns))
+    }
 }
 
 /// Per-namespace (per-organization) workspace indexes.
@@ -57,6 +118,10 @@ impl NamespaceWorkspaces {
     /// Uids of workspaces carrying the flat tag.
     pub fn with_tag(&self, tag: &str) -> Option<&HashSet<String>> {
         self.by_tag.get(&tag.to_ascii_lowercase())
+    }
+    /// Every flat tag (lowercased) with the number of workspaces carrying it.
+    pub fn tags(&self) -> impl Iterator<Item = (&str, usize)> {
+        self.by_tag.iter().map(|(t, uids)| (t.as_str(), uids.len()))
     }
 }
 
@@ -271,6 +336,21 @@ impl Inner {
     pub fn workspace_count(&self) -> usize {
         self.workspaces.len()
     }
+
+    /// SSH keys.
+    pub fn ssh_keys(&self) -> &Keyed<SshKey> {
+        &self.ssh_keys
+    }
+
+    /// Agent pools.
+    pub fn agent_pools(&self) -> &Keyed<AgentPool> {
+        &self.agent_pools
+    }
+
+    /// OAuth tokens.
+    pub fn oauth_tokens(&self) -> &Keyed<OAuthToken> {
+        &self.oauth_tokens
+    }
 }
 
 /// The indexes plus change notification.
@@ -280,8 +360,9 @@ pub struct Index {
     synced: tokio::sync::watch::Sender<u8>,
 }
 
-/// How many kinds are watched (organizations, projects, workspaces).
-const KINDS: u8 = 3;
+/// How many kinds are watched (organizations, projects, workspaces, SSH keys, agent
+/// pools, OAuth tokens).
+const KINDS: u8 = 6;
 
 impl Default for Index {
     fn default() -> Self {
@@ -325,6 +406,24 @@ impl Index {
         self.changed();
     }
 
+    /// Inserts an SSH key directly (tests).
+    pub fn insert_ssh_key(&self, k: SshKey) {
+        self.write().ssh_keys.put(slim(k));
+        self.changed();
+    }
+
+    /// Inserts an agent pool directly (tests).
+    pub fn insert_agent_pool(&self, p: AgentPool) {
+        self.write().agent_pools.put(slim(p));
+        self.changed();
+    }
+
+    /// Inserts an OAuth token directly (tests).
+    pub fn insert_oauth_token(&self, t: OAuthToken) {
+        self.write().oauth_tokens.put(slim(t));
+        self.changed();
+    }
+
     /// Waits until every watch has delivered its initial list, at most `timeout`.
     pub async fn wait_synced(&self, timeout: Duration) -> bool {
         let mut rx = self.synced.subscribe();
@@ -361,7 +460,10 @@ impl Index {
     ) -> Vec<tokio::task::JoinHandle<()>> {
         let orgs: Api<Organization> = Api::all(client.clone());
         let projects: Api<Project> = Api::all(client.clone());
-        let workspaces: Api<Workspace> = Api::all(client);
+        let workspaces: Api<Workspace> = Api::all(client.clone());
+        let ssh_keys: Api<SshKey> = Api::all(client.clone());
+        let agent_pools: Api<AgentPool> = Api::all(client.clone());
+        let oauth_tokens: Api<OAuthToken> = Api::all(client);
         vec![
             tokio::spawn(feed(
                 self.clone(),
@@ -394,6 +496,27 @@ impl Index {
                     i.ws_by_id.clear();
                     i.ws_by_namespace.clear();
                 },
+            )),
+            tokio::spawn(feed(
+                self.clone(),
+                ssh_keys,
+                |i, k| i.ssh_keys.put(k),
+                |i, k| i.ssh_keys.remove(&uid(&k)),
+                |i| i.ssh_keys.clear(),
+            )),
+            tokio::spawn(feed(
+                self.clone(),
+                agent_pools,
+                |i, p| i.agent_pools.put(p),
+                |i, p| i.agent_pools.remove(&uid(&p)),
+                |i| i.agent_pools.clear(),
+            )),
+            tokio::spawn(feed(
+                self.clone(),
+                oauth_tokens,
+                |i, t| i.oauth_tokens.put(t),
+                |i, t| i.oauth_tokens.remove(&uid(&t)),
+                |i| i.oauth_tokens.clear(),
             )),
         ]
     }

@@ -16,6 +16,7 @@ pub mod index;
 pub mod jsonapi;
 pub mod orgs;
 pub mod projects;
+pub mod relationships;
 pub mod settings;
 pub mod workspaces;
 
@@ -73,6 +74,7 @@ pub fn router(state: AppState) -> Router {
         .merge(orgs::router())
         .merge(projects::router())
         .merge(workspaces::router())
+        .merge(relationships::router())
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .method_not_allowed_fallback(|| async {
             ApiError::Status(StatusCode::METHOD_NOT_ALLOWED, "method not allowed".into())

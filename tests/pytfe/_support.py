@@ -131,3 +131,24 @@ def names(workspaces) -> list[str]:
         else:
             out.append(w.name)
     return out
+
+
+def kubectl(terrace, *args: str, stdin: str | None = None) -> str:
+    """Runs kubectl against `terrace dev` (its kubeconfig) and returns stdout; fails the
+    test on a non-zero exit, skips it when kubectl is not installed."""
+    import shutil
+    import subprocess
+
+    import pytest
+
+    binary = shutil.which("kubectl")
+    if binary is None:
+        pytest.skip("kubectl is not on PATH")
+    done = subprocess.run(
+        [binary, "--kubeconfig", str(terrace.kubeconfig), *args],
+        input=stdin.encode() if stdin is not None else None,
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    return done.stdout.decode()

@@ -274,3 +274,38 @@ def make_workspace(tfe: TFEClient, org: str) -> Callable[..., Workspace]:
         return tfe.workspaces.create(org, WorkspaceCreateOptions(name=name, **options))
 
     return make
+
+
+@pytest.fixture
+def token_for(terrace: TerraceDev, org: str) -> Callable[..., str]:
+    """`token_for(cluster_role, namespace=org)`: the token of a new ServiceAccount bound to
+    `cluster_role` by a RoleBinding in `namespace` (default: the test's organization)."""
+    from _support import kubectl
+
+    def make(role: str, namespace: str | None = None) -> str:
+        ns = namespace or org
+        name = unique("sa")
+        manifest = f"""apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {name}
+  namespace: {ns}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {name}
+  namespace: {ns}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: {role}
+subjects:
+  - kind: ServiceAccount
+    name: {name}
+    namespace: {ns}
+"""
+        kubectl(terrace, "apply", "-f", "-", stdin=manifest)
+        return kubectl(terrace, "create", "token", name, "-n", ns).strip()
+
+    return make

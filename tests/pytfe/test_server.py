@@ -13,9 +13,10 @@ from pytfe.errors import AuthError
 
 
 def test_endpoints_file_names_both_loopback_urls(terrace):
-    """`terrace dev` wrote endpoints.json with the two http://127.0.0.1:PORT URLs it serves."""
-    for url in (terrace.api, terrace.kube):
-        match = re.fullmatch(r"http://127\.0\.0\.1:(\d+)", url)
+    """`terrace dev` wrote endpoints.json with the URLs it serves: the JSON:API over plain
+    HTTP, the simulated Kubernetes API over HTTPS (kubectl sends tokens only over TLS)."""
+    for scheme, url in (("http", terrace.api), ("https", terrace.kube)):
+        match = re.fullmatch(scheme + r"://127\.0\.0\.1:(\d+)", url)
         assert match, url
         assert int(match.group(1)) > 0
     assert terrace.api != terrace.kube

@@ -472,6 +472,7 @@ async fn create(
     let mut spec = WorkspaceSpec::default_for_create();
     input::apply(&mut spec, input, true, &org_defaults(&state, &org))?;
     spec.project = project;
+    crate::relationships::references::check(&state, &ns, None, None, &spec)?;
     if state
         .index
         .read()
@@ -610,7 +611,17 @@ async fn update(
     let mut result = Err(ApiError::Internal("update did not run".into()));
     for _ in 0..5 {
         let mut next = current.clone();
-        if let Err(e) = input::apply(&mut next.spec, input.clone(), false, &defaults) {
+        if let Err(e) =
+            input::apply(&mut next.spec, input.clone(), false, &defaults).and_then(|()| {
+                crate::relationships::references::check(
+                    state,
+                    &l.ns,
+                    Some(&id),
+                    Some(&current.spec),
+                    &next.spec,
+                )
+            })
+        {
             result = Err(e);
             break;
         }

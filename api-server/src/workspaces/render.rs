@@ -201,7 +201,9 @@ pub fn workspace(ws: &Workspace, ctx: &RenderContext<'_>) -> Value {
         "relationships": {
             "organization": {"data": {"id": org_name, "type": "organizations"}},
             "project": {"data": ctx.project_id.as_ref().map(|p| json!({"id": p, "type": "projects"}))},
-            "ssh-key": {"data": Value::Null},
+            "ssh-key": {"data": spec.ssh_key.as_deref().filter(|k| terrace_crds::ids::is_valid_id(terrace_crds::ids::IdKind::SshKey, k)).map(|k| json!({"id": k, "type": "ssh-keys"}))},
+            "data-retention-policy": crate::relationships::retention::relationship(ws, ctx.org, ctx.hosted),
+            "data-retention-policy-choice": crate::relationships::retention::relationship(ws, ctx.org, ctx.hosted),
             "locked-by": {"data": locked_by},
             "current-run": {"data": Value::Null},
             "latest-run": {"data": Value::Null},
