@@ -12,6 +12,7 @@
 pub mod auth;
 mod discovery;
 pub mod error;
+pub mod events;
 pub mod index;
 pub mod jsonapi;
 pub mod orgs;
@@ -38,6 +39,7 @@ pub struct AppState {
     pub client: kube::Client,
     pub index: Arc<index::Index>,
     pub auth: Arc<auth::Auth>,
+    pub events: kube::runtime::events::Recorder,
 }
 
 impl AppState {
@@ -47,6 +49,7 @@ impl AppState {
             settings: Arc::new(settings),
             auth: Arc::new(auth::Auth::new(client.clone())),
             index: Arc::new(index::Index::default()),
+            events: events::recorder(client.clone()),
             client,
         }
     }

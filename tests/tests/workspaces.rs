@@ -265,4 +265,11 @@ fn kubectl_and_api_agree() {
         line.contains("user:"),
         "lock holder missing from the printer column: {out}"
     );
+    // The lock is recorded as a Kubernetes Event on the workspace.
+    let event = dev.eventually(Duration::from_secs(10), || {
+        let out = dev.kubectl(&["get", "events.events.k8s.io", "-n", "acme", "-o", "json"]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.contains("\"Locked\"").then_some(text)
+    });
+    assert!(event.is_some(), "no Locked event recorded");
 }

@@ -239,6 +239,21 @@ async fn write(
         Ok((next != w.spec.remote_state_consumers).then(|| json!({"remoteStateConsumers": next})))
     })
     .await?;
+    let verb = match op {
+        Op::Replace => "replaced",
+        Op::Add => "added",
+        Op::Remove => "removed",
+    };
+    crate::events::workspace_event(
+        &state.events,
+        &l.ws,
+        "RemoteStateConsumersChanged",
+        format!(
+            "{} {verb} remote state consumers {}",
+            caller.username,
+            given.join(", ")
+        ),
+    );
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

@@ -848,6 +848,16 @@ async fn lock_action(
             .await
         {
             Ok(updated) => {
+                let (reason, note) = match (&op, &outcome) {
+                    (LockOp::Lock { .. }, LockOutcome::Locked { holder, reason }) => {
+                        ("Locked", format!("locked by {holder}: {reason}"))
+                    }
+                    (LockOp::ForceUnlock, _) => {
+                        ("ForceUnlocked", format!("force-unlocked by {}", me))
+                    }
+                    _ => ("Unlocked", format!("unlocked by {}", me)),
+                };
+                crate::events::workspace_event(&state.events, &updated, reason, note);
                 wait_for(state, &updated).await;
                 let l = Located {
                     ws: Arc::new(updated),
