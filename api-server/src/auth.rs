@@ -33,6 +33,40 @@ pub struct Caller {
     pub uid: String,
     pub groups: Vec<String>,
     pub extra: BTreeMap<String, Vec<String>>,
+    /// A 128-bit digest of everything above: the key of this caller's cached decisions
+    /// and rendered documents, so a cache hit allocates nothing.
+    pub fingerprint: u128,
+}
+
+impl Caller {
+    /// A caller with its fingerprint computed.
+    pub fn new(
+        username: String,
+        uid: String,
+        groups: Vec<String>,
+        extra: BTreeMap<String, Vec<String>>,
+    ) -> Caller {
+        let fingerprint = digest(&(&username, &uid, &groups, &extra));
+        Caller {
+            username,
+            uid,
+            groups,
+            extra,
+            fingerprint,
+        }
+    }
+}
+
+/// A 128-bit digest of `value` (two independent SipHash runs).
+pub fn digest<T: std::hash::Hash + ?Sized>(value: &T) -> u128 {
+    use std::hash::{DefaultHasher, Hasher};
+    let mut a = DefaultHasher::new();
+    a.write_u8(0xA5);
+    value.hash(&mut a);
+    let mut b = DefaultHasher::new();
+    b.write_u8(0x5A);
+    value.hash(&mut b);
+    (u128::from(a.finish()) << 64) | u128::from(b.finish())
 }
 
 /// One permission question: may the caller `verb` the `resource` (in group terrace.dev,
@@ -81,7 +115,7 @@ type TokenKey = [u8; 32];
 pub struct Auth {
     client: kube::Client,
     tokens: Mutex<HashMap<TokenKey, (Instant, Option<Caller>)>>,
-    decisions: Mutex<HashMap<(Caller, Check), (Instant, bool)>>,
+    decisions: Mutex<HashMap<(u128, u128), (Instant, bool)>>,
 }
 
 impl Auth {
@@ -115,12 +149,12 @@ impl Auth {
             .map_err(|e| ApiError::Internal(format!("TokenReview failed: {e}")))?;
         let status = answer.status.unwrap_or_default();
         let who = match (status.authenticated, status.user) {
-            (Some(true), Some(u)) => Some(Caller {
-                username: u.username.unwrap_or_default(),
-                uid: u.uid.unwrap_or_default(),
-                groups: u.groups.unwrap_or_default(),
-                extra: u.extra.unwrap_or_default(),
-            }),
+            (Some(true), Some(u)) => Some(Caller::new(
+                u.username.unwrap_or_default(),
+                u.uid.unwrap_or_default(),
+                u.groups.unwrap_or_default(),
+                u.extra.unwrap_or_default(),
+            )),
             _ => None,
         };
         let mut cache = lock(&self.tokens);
@@ -133,7 +167,7 @@ impl Auth {
 
     /// Whether `caller` may do `check`.
     pub async fn allowed(&self, caller: &Caller, check: &Check) -> Result<bool, ApiError> {
-        let key = (caller.clone(), check.clone());
+        let key = (caller.fingerprint, digest(check));
         if let Some((at, ok)) = lock(&self.decisions).get(&key)
             && at.elapsed() < CACHE_TTL
         {

@@ -6,7 +6,7 @@
 //! create followed by a read never answers 404. Managed fields and the kubectl
 //! last-applied annotation are dropped before indexing to keep memory per object small.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
@@ -98,9 +98,13 @@ impl<K: Resource> Keyed<K> {
 pub struct NamespaceWorkspaces {
     /// (lowercased TFE name, uid), in name order.
     by_name: BTreeSet<(String, String)>,
-    /// lowercased flat tag → uids.
-    by_tag: HashMap<String, HashSet<String>>,
+    /// lowercased flat tag → (lowercased TFE name, uid) of the workspaces carrying it, in
+    /// name order, so a tag-filtered, name-sorted page is read without sorting.
+    by_tag: HashMap<String, BTreeSet<(String, String)>>,
 }
+
+/// One entry of the name-ordered indexes: (lowercased TFE name, uid).
+pub type NameKey = (String, String);
 
 impl NamespaceWorkspaces {
     /// Workspace uids in name order.
@@ -115,8 +119,12 @@ impl NamespaceWorkspaces {
     pub fn is_empty(&self) -> bool {
         self.by_name.is_empty()
     }
-    /// Uids of workspaces carrying the flat tag.
-    pub fn with_tag(&self, tag: &str) -> Option<&HashSet<String>> {
+    /// The name-ordered entries of every workspace (with an ID).
+    pub fn entries(&self) -> &BTreeSet<NameKey> {
+        &self.by_name
+    }
+    /// The name-ordered entries of workspaces carrying the flat tag.
+    pub fn with_tag(&self, tag: &str) -> Option<&BTreeSet<NameKey>> {
         self.by_tag.get(&tag.to_ascii_lowercase())
     }
     /// Every flat tag (lowercased) with the number of workspaces carrying it.
@@ -203,16 +211,18 @@ impl Inner {
         let key = uid(&w);
         self.remove_workspace(&key);
         let ns = w.namespace().unwrap_or_default();
-        let idx = self.ws_by_namespace.entry(ns).or_default();
-        idx.by_name
-            .insert((w.spec.name.to_ascii_lowercase(), key.clone()));
-        for t in &w.spec.tags {
-            idx.by_tag
-                .entry(t.to_ascii_lowercase())
-                .or_default()
-                .insert(key.clone());
-        }
+        // Only workspaces with an ID are visible through the API; the operator assigns
+        // IDs to objects applied without one.
         if let Some(id) = id_label(&w) {
+            let idx = self.ws_by_namespace.entry(ns).or_default();
+            let name = w.spec.name.to_ascii_lowercase();
+            idx.by_name.insert((name.clone(), key.clone()));
+            for t in &w.spec.tags {
+                idx.by_tag
+                    .entry(t.to_ascii_lowercase())
+                    .or_default()
+                    .insert((name.clone(), key.clone()));
+            }
             self.ws_by_id.insert(id, key.clone());
         }
         self.workspaces.insert(key, Arc::new(w));
@@ -229,12 +239,12 @@ impl Inner {
         }
         let ns = old.namespace().unwrap_or_default();
         if let Some(idx) = self.ws_by_namespace.get_mut(&ns) {
-            idx.by_name
-                .remove(&(old.spec.name.to_ascii_lowercase(), key.to_owned()));
+            let entry = (old.spec.name.to_ascii_lowercase(), key.to_owned());
+            idx.by_name.remove(&entry);
             for t in &old.spec.tags {
                 let t = t.to_ascii_lowercase();
                 if let Some(set) = idx.by_tag.get_mut(&t) {
-                    set.remove(key);
+                    set.remove(&entry);
                     if set.is_empty() {
                         idx.by_tag.remove(&t);
                     }

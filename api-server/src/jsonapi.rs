@@ -55,6 +55,15 @@ impl IntoResponse for Doc {
 /// `application/json`, or none). Malformed bodies are 400 JSON:API errors.
 pub struct JsonBody(pub Value);
 
+/// A pre-serialized JSON:API response with a status code.
+pub struct DocBytes(pub StatusCode, pub Bytes);
+
+impl IntoResponse for DocBytes {
+    fn into_response(self) -> Response {
+        (self.0, [(header::CONTENT_TYPE, MEDIA_TYPE)], self.1).into_response()
+    }
+}
+
 impl<S: Send + Sync> FromRequest<S> for JsonBody {
     type Rejection = ApiError;
 

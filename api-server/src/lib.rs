@@ -40,6 +40,7 @@ pub struct AppState {
     pub index: Arc<index::Index>,
     pub auth: Arc<auth::Auth>,
     pub events: kube::runtime::events::Recorder,
+    pub rendered: Arc<workspaces::RenderCache>,
 }
 
 impl AppState {
@@ -50,6 +51,7 @@ impl AppState {
             auth: Arc::new(auth::Auth::new(client.clone())),
             index: Arc::new(index::Index::default()),
             events: events::recorder(client.clone()),
+            rendered: Arc::default(),
             client,
         }
     }

@@ -1,8 +1,10 @@
-//! `terrace dev`: everything on one laptop. Starts the cluster simulator (HTTP on
-//! `--kube-addr`), installs the CRDs, runs the operator against it in-process and serves
-//! the JSON:API on `--api-addr`. When ready it writes `DIR/kubeconfig` (for kubectl),
-//! `DIR/token` (a bearer token with full rights) and `DIR/endpoints.json`, then prints the
-//! URLs. Objects persist in `DIR/cluster`, so a restart with the same directory keeps them.
+//! `terrace dev`: everything on one laptop. Starts the cluster simulator (HTTPS on
+//! `--kube-addr`, with a self-signed CA kept in `DIR/cluster/tls` and written into the
+//! kubeconfig, so kubectl sends its token and RBAC applies), installs the CRDs, runs the
+//! operator against it in-process and serves the JSON:API on `--api-addr`. When ready it
+//! writes `DIR/kubeconfig` (for kubectl), `DIR/token` (a bearer token with full rights)
+//! and `DIR/endpoints.json`, then prints the URLs. Objects persist in `DIR/cluster`, so a
+//! restart with the same directory keeps them.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -46,7 +48,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let kube_listener = tokio::net::TcpListener::bind(args.kube_addr)
         .await
         .with_context(|| format!("binding the Kubernetes API to {}", args.kube_addr))?;
-    let kube_url = format!("http://{}", kube_listener.local_addr()?);
+    let kube_url = format!("https://{}", kube_listener.local_addr()?);
     let api_listener = tokio::net::TcpListener::bind(args.api_addr)
         .await
         .with_context(|| format!("binding the JSON:API to {}", args.api_addr))?;

@@ -166,7 +166,7 @@ async fn delete_org_tags(
         let mut uids: Vec<String> = Vec::new();
         if let Some(w) = idx.workspaces_in(&ns) {
             for n in &names {
-                uids.extend(w.with_tag(n).into_iter().flatten().cloned());
+                uids.extend(w.with_tag(n).into_iter().flatten().map(|(_, u)| u.clone()));
             }
         }
         uids.sort();

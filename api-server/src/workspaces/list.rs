@@ -1,23 +1,23 @@
 //! B3: listing an organization's workspaces from the index, with SPEC.md's search, filter,
 //! sort and paging parameters.
 
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use kube::ResourceExt;
-use serde_json::{Value, json};
+use serde_json::Value;
 use terrace_crds::Workspace;
-use terrace_crds::constants::LABEL_ID;
 
-use super::{Located, included, render_located};
+use super::{Located, included, rendered_data};
 use crate::auth::{Caller, Check};
-use crate::index::Inner;
-use crate::jsonapi::{Doc, QueryParams, page_slice, pagination};
+use crate::index::{Inner, NameKey};
+use crate::jsonapi::{QueryParams, pagination};
 use crate::orgs::visible_org;
 use crate::{ApiError, AppState};
+use terrace_crds::rules::Page;
 
 /// Sort orders of SPEC.md B3.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -159,27 +159,40 @@ pub fn effective_bindings(idx: &Inner, ws: &Workspace) -> Vec<(String, String)> 
     out
 }
 
-/// The workspaces of namespace `ns` matching `f`, in the requested order.
-pub fn select(idx: &Inner, ns: &str, f: &ListFilter) -> Vec<Arc<Workspace>> {
+/// The workspaces of namespace `ns` matching `f`, in the requested order: the total count
+/// and the workspaces on `page`.
+///
+/// Candidates come from a name-ordered index (the rarest required tag's, else the
+/// namespace's), so a name-sorted page needs no sort and no copy of the matches: entries
+/// are counted in place and only the page is cloned out.
+pub fn select(idx: &Inner, ns: &str, f: &ListFilter, page: Page) -> (usize, Vec<Arc<Workspace>>) {
     let Some(nsidx) = idx.workspaces_in(ns) else {
-        return Vec::new();
+        return (0, Vec::new());
     };
-    // Narrow by the rarest required tag first when it is much smaller than the namespace.
-    let tag_sets: Option<Vec<&HashSet<String>>> =
+    let tag_sets: Option<Vec<&BTreeSet<NameKey>>> =
         f.tags.iter().map(|t| nsidx.with_tag(t)).collect();
-    let Some(tag_sets) = tag_sets else {
-        return Vec::new();
+    let Some(mut tag_sets) = tag_sets else {
+        return (0, Vec::new());
     };
-    let project_uid_filter = f
+    tag_sets.sort_by_key(|s| s.len());
+    let (candidates, rest): (&BTreeSet<NameKey>, &[&BTreeSet<NameKey>]) =
+        match tag_sets.split_first() {
+            Some((first, rest)) => (first, rest),
+            None => (nsidx.entries(), &[]),
+        };
+    let exclude: Vec<&BTreeSet<NameKey>> = f
+        .exclude_tags
+        .iter()
+        .filter_map(|t| nsidx.with_tag(t))
+        .collect();
+    let project_filter = f
         .project_id
         .as_ref()
         .map(|pid| idx.project(pid).map(|p| p.name_any()));
     let default_project = idx.default_project(ns).map(|p| p.name_any());
-    let keep = |w: &Workspace| -> bool {
-        if w.labels().get(LABEL_ID).is_none() {
-            return false;
-        }
-        let name = w.spec.name.to_ascii_lowercase();
+    let needs_object = project_filter.is_some() || !f.tagged.is_empty();
+    let keep = |key: &NameKey| -> bool {
+        let name = key.0.as_str();
         if f.search_name
             .as_ref()
             .is_some_and(|s| !name.contains(s.as_str()))
@@ -188,21 +201,24 @@ pub fn select(idx: &Inner, ns: &str, f: &ListFilter) -> Vec<Arc<Workspace>> {
         }
         if f.wildcard
             .as_ref()
-            .is_some_and(|p| !wildcard_match(p, &name))
+            .is_some_and(|p| !wildcard_match(p, name))
         {
             return false;
         }
-        let uid = w.metadata.uid.clone().unwrap_or_default();
-        if !tag_sets.iter().all(|s| s.contains(&uid)) {
+        if !rest.iter().all(|s| s.contains(key)) || exclude.iter().any(|s| s.contains(key)) {
             return false;
         }
-        if f.exclude_tags
-            .iter()
-            .any(|t| nsidx.with_tag(t).is_some_and(|s| s.contains(&uid)))
-        {
+        if f.current_run_status.is_some() {
+            // No workspace has runs yet, so none has a current run in any status.
             return false;
         }
-        if let Some(target) = &project_uid_filter {
+        if !needs_object {
+            return true;
+        }
+        let Some(w) = idx.workspace_by_uid(&key.1) else {
+            return false;
+        };
+        if let Some(target) = &project_filter {
             let project = w
                 .spec
                 .project
@@ -212,10 +228,6 @@ pub fn select(idx: &Inner, ns: &str, f: &ListFilter) -> Vec<Arc<Workspace>> {
             if target.is_none() || project != *target {
                 return false;
             }
-        }
-        if f.current_run_status.is_some() {
-            // No workspace has runs yet, so none has a current run in any status.
-            return false;
         }
         if !f.tagged.is_empty() {
             let eff = effective_bindings(idx, w);
@@ -230,32 +242,16 @@ pub fn select(idx: &Inner, ns: &str, f: &ListFilter) -> Vec<Arc<Workspace>> {
         }
         true
     };
-    let smallest = tag_sets.iter().min_by_key(|s| s.len());
-    let mut out: Vec<Arc<Workspace>> = match smallest {
-        Some(set) if set.len() * 8 < nsidx.len() => {
-            let mut v: Vec<Arc<Workspace>> = set
-                .iter()
-                .filter_map(|uid| idx.workspace_by_uid(uid))
-                .filter(|w| keep(w))
-                .cloned()
-                .collect();
-            v.sort_by(|a, b| {
-                (a.spec.name.to_ascii_lowercase(), &a.metadata.uid)
-                    .cmp(&(b.spec.name.to_ascii_lowercase(), &b.metadata.uid))
-            });
-            v
-        }
-        _ => nsidx
-            .uids_by_name()
-            .filter_map(|uid| idx.workspace_by_uid(uid))
-            .filter(|w| keep(w))
-            .cloned()
-            .collect(),
-    };
+    let start = (page.number as usize - 1).saturating_mul(page.size as usize);
+    let take = page.size as usize;
+    let resolve = |k: &NameKey| idx.workspace_by_uid(&k.1).cloned();
     match f.sort {
-        None | Some((Sort::Name, false)) | Some((Sort::CurrentRunCreatedAt, false)) => {}
-        Some((Sort::Name, true)) | Some((Sort::CurrentRunCreatedAt, true)) => out.reverse(),
         Some((Sort::LatestChangeAt, desc)) => {
+            let mut all: Vec<Arc<Workspace>> = candidates
+                .iter()
+                .filter(|k| keep(k))
+                .filter_map(resolve)
+                .collect();
             let key = |w: &Arc<Workspace>| {
                 w.status
                     .as_ref()
@@ -268,13 +264,53 @@ pub fn select(idx: &Inner, ns: &str, f: &ListFilter) -> Vec<Arc<Workspace>> {
                             .unwrap_or_default()
                     })
             };
-            out.sort_by_cached_key(key);
+            all.sort_by_cached_key(key);
             if desc {
-                out.reverse();
+                all.reverse();
             }
+            let total = all.len();
+            (total, all.into_iter().skip(start).take(take).collect())
+        }
+        // Without runs, current-run.created-at orders like the (stable) name order.
+        sort => {
+            let desc = matches!(sort, Some((_, true)));
+            let mut total = 0usize;
+            let mut out = Vec::with_capacity(take);
+            let mut visit = |k: &NameKey| {
+                if keep(k) {
+                    if total >= start
+                        && out.len() < take
+                        && let Some(w) = resolve(k)
+                    {
+                        out.push(w);
+                    }
+                    total += 1;
+                }
+            };
+            let unfiltered = rest.is_empty()
+                && exclude.is_empty()
+                && f.search_name.is_none()
+                && f.wildcard.is_none()
+                && f.current_run_status.is_none()
+                && !needs_object;
+            if unfiltered {
+                // Every candidate matches: count from the index, visit only the page.
+                total = candidates.len();
+                let page_keys: Vec<&NameKey> = if desc {
+                    candidates.iter().rev().skip(start).take(take).collect()
+                } else {
+                    candidates.iter().skip(start).take(take).collect()
+                };
+                return (total, page_keys.into_iter().filter_map(resolve).collect());
+            }
+            if desc {
+                candidates.iter().rev().for_each(&mut visit);
+            } else {
+                candidates.iter().for_each(&mut visit);
+            }
+            (total, out)
         }
     }
-    out
 }
 
 pub async fn list(
@@ -292,13 +328,12 @@ pub async fn list(
         .auth
         .allowed(&caller, &Check::new("list", "workspaces", &ns, None))
         .await?;
-    let selected = if may_list {
-        select(&state.index.read(), &ns, &filter)
+    let (total, selected) = if may_list {
+        select(&state.index.read(), &ns, &filter, page)
     } else {
-        Vec::new()
+        (0, Vec::new())
     };
-    let total = selected.len();
-    let located: Vec<Located> = page_slice(&selected, page)
+    let located: Vec<Located> = selected
         .iter()
         .map(|ws| Located {
             ws: ws.clone(),
@@ -306,19 +341,32 @@ pub async fn list(
             ns: ns.clone(),
         })
         .collect();
-    let mut data = Vec::with_capacity(located.len());
-    for l in &located {
-        data.push(render_located(&state, &caller, l).await?);
-    }
     let base = format!("/api/v2/organizations/{}/workspaces", org.tfe_name());
     let (meta, links) = pagination(&base, page, total);
-    let mut doc = json!({"data": data, "links": links, "meta": meta});
     let refs: Vec<&Located> = located.iter().collect();
     let inc = included(&state, &refs, &q.includes());
-    if !inc.is_empty() {
-        doc["included"] = Value::Array(inc);
+    // {"data":[...cached items...],"links":…,"meta":…[,"included":…]}
+    let mut body: Vec<u8> = Vec::with_capacity(located.len() * 4096);
+    body.extend_from_slice(b"{\"data\":[");
+    for (i, l) in located.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(&rendered_data(&state, &caller, l).await?);
     }
-    Ok(Doc(StatusCode::OK, doc).into_response())
+    body.extend_from_slice(b"],\"links\":");
+    let ser = |body: &mut Vec<u8>, v: &Value| {
+        serde_json::to_writer(body, v).map_err(|e| ApiError::Internal(e.to_string()))
+    };
+    ser(&mut body, &links)?;
+    body.extend_from_slice(b",\"meta\":");
+    ser(&mut body, &meta)?;
+    if !inc.is_empty() {
+        body.extend_from_slice(b",\"included\":");
+        ser(&mut body, &Value::Array(inc))?;
+    }
+    body.push(b'}');
+    Ok(crate::jsonapi::DocBytes(StatusCode::OK, body.into()).into_response())
 }
 
 #[cfg(test)]

@@ -34,7 +34,7 @@ use terrace_crds::lock::{self, LockHolder, LockOp, LockOutcome, StateVersions};
 use terrace_crds::{Organization, Workspace, WorkspaceSpec};
 
 use crate::auth::{Caller, Check};
-use crate::jsonapi::{Doc, JsonBody, QueryParams, attributes, resource_object};
+use crate::jsonapi::{JsonBody, QueryParams, attributes, resource_object};
 use crate::orgs::visible_org;
 use crate::{ApiError, AppState};
 use input::{OrgDefaults, WorkspaceInput};
@@ -226,6 +226,75 @@ pub fn included(state: &AppState, located: &[&Located], includes: &[String]) -> 
     out
 }
 
+/// Rendered single-workspace documents, keyed by everything they depend on (the
+/// workspace's, organization's and project's resourceVersions, the caller, the edition)
+/// and kept as long as the permission decisions they embed ([`crate::auth::CACHE_TTL`]).
+#[derive(Default)]
+pub struct RenderCache {
+    docs:
+        std::sync::Mutex<std::collections::HashMap<u128, (std::time::Instant, axum::body::Bytes)>>,
+}
+
+impl RenderCache {
+    const MAX: usize = 20_000;
+
+    fn get(&self, key: u128) -> Option<axum::body::Bytes> {
+        let docs = self.docs.lock().unwrap_or_else(|e| e.into_inner());
+        docs.get(&key)
+            .filter(|(at, _)| at.elapsed() < crate::auth::CACHE_TTL)
+            .map(|(_, b)| b.clone())
+    }
+
+    fn put(&self, key: u128, bytes: axum::body::Bytes) {
+        let mut docs = self.docs.lock().unwrap_or_else(|e| e.into_inner());
+        if docs.len() >= Self::MAX {
+            docs.retain(|_, (at, _)| at.elapsed() < crate::auth::CACHE_TTL);
+            if docs.len() >= Self::MAX {
+                docs.clear();
+            }
+        }
+        docs.insert(key, (std::time::Instant::now(), bytes));
+    }
+}
+
+fn render_key(state: &AppState, caller: &Caller, l: &Located) -> u128 {
+    let idx = state.index.read();
+    let project = idx.project_of(&l.ws).map(|p| {
+        (
+            p.metadata.uid.as_deref(),
+            p.metadata.resource_version.as_deref(),
+        )
+    });
+    crate::auth::digest(&(
+        l.ws.metadata.uid.as_deref(),
+        l.ws.metadata.resource_version.as_deref(),
+        l.org.metadata.uid.as_deref(),
+        l.org.metadata.resource_version.as_deref(),
+        project,
+        caller.fingerprint,
+        state.hosted(),
+    ))
+}
+
+/// The serialized `data` object of a workspace for this caller, from the render cache
+/// when nothing it depends on changed.
+pub async fn rendered_data(
+    state: &AppState,
+    caller: &Caller,
+    l: &Located,
+) -> Result<axum::body::Bytes, ApiError> {
+    let key = render_key(state, caller, l);
+    if let Some(bytes) = state.rendered.get(key) {
+        return Ok(bytes);
+    }
+    let data = render_located(state, caller, l).await?;
+    let bytes = axum::body::Bytes::from(
+        serde_json::to_vec(&data).map_err(|e| ApiError::Internal(e.to_string()))?,
+    );
+    state.rendered.put(key, bytes.clone());
+    Ok(bytes)
+}
+
 async fn respond_one(
     state: &AppState,
     caller: &Caller,
@@ -233,13 +302,17 @@ async fn respond_one(
     status: StatusCode,
     q: &QueryParams,
 ) -> Result<Response, ApiError> {
-    let data = render_located(state, caller, l).await?;
-    let mut doc = json!({ "data": data });
+    let data = rendered_data(state, caller, l).await?;
     let inc = included(state, &[l], &q.includes());
+    let mut body = Vec::with_capacity(data.len() + 16);
+    body.extend_from_slice(b"{\"data\":");
+    body.extend_from_slice(&data);
     if !inc.is_empty() {
-        doc["included"] = Value::Array(inc);
+        body.extend_from_slice(b",\"included\":");
+        serde_json::to_writer(&mut body, &inc).map_err(|e| ApiError::Internal(e.to_string()))?;
     }
-    Ok(Doc(status, doc).into_response())
+    body.push(b'}');
+    Ok(crate::jsonapi::DocBytes(status, body.into()).into_response())
 }
 
 async fn show_by_id(

@@ -104,7 +104,8 @@ pub async fn run(shared: Arc<Shared>) {
         tokio::select! {
             _ = shared.gc_wake.notified() => {}
             _ = tokio::time::sleep(tick) => {}
-            _ = shutdown.changed() => return,
+            // `wait_for` also sees a shutdown sent before this task first ran.
+            _ = shutdown.wait_for(|s| *s) => return,
         }
     }
 }

@@ -2,12 +2,13 @@
 //!
 //! It exists so terrace's test suite and `terrace dev` can run the real operator, the real
 //! API server, `kubectl` and `kube::Client` without a kube-apiserver. It serves the
-//! Kubernetes REST protocol over HTTP on loopback and in-process (as a tower Service for
+//! Kubernetes REST protocol over HTTPS on loopback (see [`tls`]) and in-process (as a tower Service for
 //! `kube::Client::new`), keeps objects in an embedded store persisted under a data
 //! directory, and copies the API server behaviours terrace and kubectl depend on. See
 //! README.md beside this crate for what it copies and what it does not.
 #![forbid(unsafe_code)]
 
+pub mod access;
 pub mod auth;
 pub mod cel;
 pub mod jsonpath;
@@ -26,6 +27,9 @@ pub mod server;
 pub mod status;
 pub mod store;
 pub mod watch;
+
+pub mod protobuf;
+pub mod tls;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -66,6 +70,8 @@ pub enum SimError {
     Serve(#[source] std::io::Error),
     #[error("bootstrapping the store: {0}")]
     Bootstrap(String),
+    #[error("TLS: {0}")]
+    Tls(#[from] tls::TlsError),
 }
 
 /// State shared by the HTTP handlers, watches and background tasks.
@@ -77,6 +83,8 @@ pub struct Shared {
     pub gc_wake: Notify,
     pub config: SimConfig,
     pub admin_token: String,
+    /// Authenticator and cached RBAC snapshot.
+    pub access: access::Access,
     files: Option<Files>,
     /// Flips to `true` on shutdown.
     pub shutdown: tokio_watch::Sender<bool>,
@@ -149,6 +157,7 @@ impl Shared {
 #[derive(Clone)]
 pub struct Simulator {
     shared: Arc<Shared>,
+    tls: Arc<tls::TlsMaterial>,
 }
 
 impl Simulator {
@@ -156,7 +165,7 @@ impl Simulator {
     /// starts the background tasks (garbage collector, log flusher).
     pub async fn open(config: SimConfig) -> Result<Simulator, SimError> {
         let mut st = State::new(config.watch_history, config.data_dir.is_some());
-        let (files, admin_token) = match &config.data_dir {
+        let (files, (admin_token, signing_key)) = match &config.data_dir {
             Some(dir) => {
                 let files = Files { dir: dir.clone() };
                 let io = |source| SimError::Io {
@@ -164,9 +173,12 @@ impl Simulator {
                     source,
                 };
                 let (files, st2, token) = tokio::task::spawn_blocking(move || {
-                    let r = files
-                        .load(&mut st)
-                        .and_then(|()| store::load_or_create_token(&files.token()));
+                    let r = files.load(&mut st).and_then(|()| {
+                        Ok((
+                            store::load_or_create_token(&files.token())?,
+                            store::load_or_create_signing_key(&files.signing_key())?,
+                        ))
+                    });
                     (files, st, r)
                 })
                 .await
@@ -174,7 +186,10 @@ impl Simulator {
                 st = st2;
                 (Some(files), token.map_err(io)?)
             }
-            None => (None, store::new_token()),
+            None => (
+                None,
+                (store::new_token(), auth::TokenSigner::generate_key()),
+            ),
         };
         st.register_stored_crds();
         let (changes, _) = tokio_watch::channel(st.rv);
@@ -184,6 +199,7 @@ impl Simulator {
             changes,
             gc_wake: Notify::new(),
             config,
+            access: access::Access::new(signing_key, &admin_token),
             admin_token,
             files,
             shutdown,
@@ -217,13 +233,17 @@ impl Simulator {
             }
             Ok(())
         })?;
-        let sim = Simulator { shared };
+        access::bootstrap(&shared).map_err(SimError::Bootstrap)?;
+        let tls = Arc::new(open_tls(sim_tls_dir(&shared.config)).await?);
+        let sim = Simulator { shared, tls };
         let gc = tokio::spawn(gc::run(sim.shared.clone()));
         let flusher = {
             let shared = sim.shared.clone();
             tokio::spawn(async move {
                 let mut shutdown = shared.shutdown.subscribe();
-                loop {
+                // Checked each turn: a shutdown sent before this task first ran is not a
+                // `changed()` for this receiver.
+                while !*shutdown.borrow_and_update() {
                     tokio::select! {
                         _ = tokio::time::sleep(Duration::from_millis(100)) => shared.flush(false).await,
                         _ = shutdown.changed() => return,
@@ -266,12 +286,33 @@ impl Simulator {
         self.shared.admin_token.clone()
     }
 
-    /// Serves HTTP/1.1 on `listener` until [`Simulator::shutdown`].
+    /// Serves HTTPS (HTTP/1.1 over TLS, the certificate from [`Simulator::ca_pem`]'s CA)
+    /// on `listener` until [`Simulator::shutdown`]. Every request is authenticated by its
+    /// bearer token; one without is `system:anonymous`, as on kube-apiserver's secure port.
+    pub async fn serve(&self, listener: tokio::net::TcpListener) -> Result<(), SimError> {
+        let mut shutdown = self.shared.shutdown.subscribe();
+        if *shutdown.borrow() {
+            return Ok(());
+        }
+        let listener =
+            tls::TlsListener::new(listener, self.tls.server_config()).map_err(SimError::Serve)?;
+        let app = server::router(self.shared.clone(), false).into_make_service();
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = shutdown.wait_for(|s| *s).await;
+            })
+            .await
+            .map_err(SimError::Serve)
+    }
+
+    /// Serves plain HTTP/1.1 on `listener` until [`Simulator::shutdown`], for clients that
+    /// cannot do TLS.
     ///
     /// kubectl (client-go) does not send bearer tokens over plain HTTP, so here, as on
     /// the old kube-apiserver insecure port, loopback requests without an Authorization
     /// header act as the admin user; requests with a token are authenticated by it.
-    pub async fn serve(&self, listener: tokio::net::TcpListener) -> Result<(), SimError> {
+    /// Prefer [`Simulator::serve`], where RBAC applies to kubectl too.
+    pub async fn serve_plain(&self, listener: tokio::net::TcpListener) -> Result<(), SimError> {
         let mut shutdown = self.shared.shutdown.subscribe();
         if *shutdown.borrow() {
             return Ok(());
@@ -286,11 +327,25 @@ impl Simulator {
             .map_err(SimError::Serve)
     }
 
-    /// A kubeconfig for `server_url` and `token` that kubectl accepts unchanged.
+    /// The CA certificate (PEM) that signed the certificate [`Simulator::serve`] presents.
+    pub fn ca_pem(&self) -> &str {
+        self.tls.ca_pem()
+    }
+
+    /// A kubeconfig for `server_url` and `token` that kubectl and
+    /// `kube::Config::from_custom_kubeconfig` accept unchanged; for an `https://` URL it
+    /// carries the simulator's CA as `certificate-authority-data`.
     pub fn kubeconfig(&self, server_url: &str, token: &str) -> String {
+        use base64::Engine as _;
         let q = |s: &str| serde_json::Value::String(s.to_string()).to_string();
+        let ca = if server_url.starts_with("https://") {
+            let data = base64::engine::general_purpose::STANDARD.encode(self.tls.ca_pem());
+            format!("    certificate-authority-data: {}\n", q(&data))
+        } else {
+            String::new()
+        };
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: terrace-sim\n  cluster:\n    server: {}\ncontexts:\n- name: terrace-sim\n  context:\n    cluster: terrace-sim\n    user: admin\n    namespace: default\ncurrent-context: terrace-sim\nusers:\n- name: admin\n  user:\n    token: {}\npreferences: {{}}\n",
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: terrace-sim\n  cluster:\n    server: {}\n{ca}contexts:\n- name: terrace-sim\n  context:\n    cluster: terrace-sim\n    user: admin\n    namespace: default\ncurrent-context: terrace-sim\nusers:\n- name: admin\n  user:\n    token: {}\npreferences: {{}}\n",
             q(server_url),
             q(token)
         )
@@ -308,4 +363,21 @@ impl Simulator {
         }
         self.shared.flush(true).await;
     }
+}
+
+/// Where the TLS material persists: `DATA_DIR/tls`, or nowhere.
+fn sim_tls_dir(config: &SimConfig) -> Option<PathBuf> {
+    config.data_dir.as_ref().map(|d| d.join("tls"))
+}
+
+/// Loads (or creates and persists) the CA and serving certificate, or generates them in
+/// memory when there is no data directory.
+async fn open_tls(dir: Option<PathBuf>) -> Result<tls::TlsMaterial, SimError> {
+    tokio::task::spawn_blocking(move || match dir {
+        Some(dir) => tls::TlsMaterial::load_or_create(&dir),
+        None => tls::TlsMaterial::generate(),
+    })
+    .await
+    .map_err(|e| SimError::Bootstrap(e.to_string()))?
+    .map_err(SimError::from)
 }

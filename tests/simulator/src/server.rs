@@ -1,11 +1,13 @@
 //! The HTTP face of the simulator: routing, authentication and authorization, discovery,
 //! OpenAPI, and the REST verbs' request parsing and response encoding.
 //!
-//! A request flows: [`auth_layer`] (who is calling, may they do this) → [`dispatch`]
+//! A request flows: [`auth_layer`] (who is calling — bearer token, then `Impersonate-*`
+//! headers — and may they do this, by RBAC through [`crate::access`]) → [`dispatch`]
 //! (path → resource, verb from method and query) → the verb's function in
 //! [`crate::rest`] under the store lock → JSON (or a Table when the Accept header asks
 //! for `as=Table`), with `Warning` headers where the apiserver would send them. Watches
-//! hand their body to [`crate::watch`].
+//! hand their body to [`crate::watch`]; the create-only review endpoints (TokenRequest,
+//! TokenReview, access reviews) are answered by [`crate::access`].
 
 use crate::Shared;
 use crate::auth::{Attributes, UserInfo};
@@ -45,91 +47,80 @@ pub fn router(shared: Arc<Shared>, loopback_admin: bool) -> Router {
         .with_state(shared)
 }
 
-/// Who is calling: the bearer token's user, or `system:anonymous` without one.
+/// Who is calling, copying kube-apiserver's authenticator chain: a `Bearer` token is the
+/// admin token's user or a ServiceAccount token's (401 Unauthorized if neither accepts
+/// it); a request without one (or with another scheme, which the bearer-token
+/// authenticator ignores) is `system:anonymous`.
 pub fn authenticate(shared: &Shared, headers: &HeaderMap) -> ApiResult<UserInfo> {
-    let Some(value) = headers.get(header::AUTHORIZATION) else {
+    let Some(token) = bearer_token(headers)? else {
         return Ok(UserInfo::anonymous());
     };
-    let value = value.to_str().map_err(|_| ApiError::unauthorized())?;
-    let token = value
-        .strip_prefix("Bearer ")
-        .or_else(|| value.strip_prefix("bearer "))
-        .map(str::trim)
-        .ok_or_else(ApiError::unauthorized)?;
-    if token == shared.admin_token {
-        return Ok(admin());
-    }
-    Err(ApiError::unauthorized())
+    shared
+        .access
+        .authenticate(shared, token, &[])
+        .map(|a| a.user)
+        .map_err(|e| {
+            tracing::debug!(error = %e, "simulator: bearer token rejected");
+            ApiError::unauthorized()
+        })
 }
 
-fn public_path(path: &str) -> bool {
-    matches!(
-        path,
-        "/version" | "/healthz" | "/readyz" | "/livez" | "/api" | "/apis"
-    ) || path.starts_with("/openapi/")
-        || path == "/openapi"
-        || path.starts_with("/version/")
-        || {
-            // Discovery documents: /api/v1, /apis/{g}, /apis/{g}/{v}.
-            let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
-            (parts.len() == 2 && parts[0] == "api")
-                || (parts[0] == "apis" && (2..=3).contains(&parts.len()))
-        }
-}
-
-/// Whether `user` may perform the request. For now every authenticated user may do
-/// anything, and anonymous users reach only the public endpoints (health, version,
-/// discovery, OpenAPI) — the shape RBAC wiring will replace.
-pub fn authorize(_shared: &Shared, user: &UserInfo, attrs: &Attributes) -> ApiResult<()> {
-    if user.groups.iter().any(|g| g == "system:authenticated") {
-        return Ok(());
-    }
-    if !attrs.resource_request && public_path(&attrs.path) {
-        return Ok(());
-    }
-    let msg = if attrs.resource_request {
-        let res = if attrs.api_group.is_empty() {
-            attrs.resource.clone()
-        } else {
-            format!("{}.{}", attrs.resource, attrs.api_group)
-        };
-        let full = if attrs.subresource.is_empty() {
-            attrs.resource.clone()
-        } else {
-            format!("{}/{}", attrs.resource, attrs.subresource)
-        };
-        let scope = if attrs.namespace.is_empty() {
-            "at the cluster scope".to_string()
-        } else {
-            format!("in the namespace \"{}\"", attrs.namespace)
-        };
-        let name = if attrs.name.is_empty() {
-            String::new()
-        } else {
-            format!(" \"{}\"", attrs.name)
-        };
-        format!(
-            "{res}{name} is forbidden: User \"{}\" cannot {} resource \"{full}\" in API group \"{}\" {scope}",
-            user.username, attrs.verb, attrs.api_group
-        )
-    } else {
-        format!(
-            "forbidden: User \"{}\" cannot {} path \"{}\"",
-            user.username, attrs.verb, attrs.path
-        )
+/// The token of an `Authorization: Bearer <token>` header (scheme case-insensitive).
+fn bearer_token(headers: &HeaderMap) -> ApiResult<Option<&str>> {
+    let Some(value) = headers.get(header::AUTHORIZATION) else {
+        return Ok(None);
     };
-    Err(ApiError::forbidden(msg).with_details(
-        json!({"name": attrs.name, "group": attrs.api_group, "kind": attrs.resource}),
-    ))
+    let value = value.to_str().map_err(|_| ApiError::unauthorized())?;
+    Ok(value
+        .split_once(' ')
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
+        .filter(|t| !t.is_empty()))
+}
+
+/// Whether `user` may perform the request: `system:masters` always, anyone else as the
+/// RBAC objects of the store allow (kube-apiserver's `Node,RBAC` chain without Node).
+/// Denials are 403 Forbidden worded as `responsewriters.Forbidden` words them.
+pub fn authorize(shared: &Shared, user: &UserInfo, attrs: &Attributes) -> ApiResult<()> {
+    if user.groups.iter().any(|g| g == crate::auth::SYSTEM_MASTERS) {
+        return Ok(());
+    }
+    let decision = shared.access.rbac(shared).authorize(user, attrs);
+    if decision.allowed {
+        return Ok(());
+    }
+    Err(crate::auth::forbidden_status(user, attrs, &decision.reason).into())
+}
+
+/// Applies `Impersonate-*` headers (`kubectl --as`), copying apiserver's
+/// `WithImpersonation` filter: the caller needs `impersonate` on what it names.
+#[allow(clippy::result_large_err)] // a Response, built once per failing request
+fn impersonation(shared: &Shared, user: UserInfo, req: &Request) -> Result<UserInfo, Response> {
+    let headers = crate::auth::ImpersonationHeaders::from_headers(
+        req.headers()
+            .iter()
+            .filter_map(|(n, v)| Some((n.as_str(), v.to_str().ok()?))),
+    );
+    if headers.is_empty() {
+        return Ok(user);
+    }
+    let rbac = shared.access.rbac(shared);
+    match crate::auth::impersonate(&user, &headers, &rbac) {
+        Ok(Some(as_user)) => Ok(as_user),
+        Ok(None) => Ok(user),
+        Err(crate::auth::ImpersonationError::Forbidden(status)) => Err(status.into_response()),
+        // kube-apiserver answers this one in plain text.
+        Err(crate::auth::ImpersonationError::Malformed(msg)) => Err((
+            StatusCode::INTERNAL_SERVER_ERROR,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            format!("Internal Server Error: {:?}: {msg}", req.uri().to_string()),
+        )
+            .into_response()),
+    }
 }
 
 fn admin() -> UserInfo {
-    UserInfo {
-        username: "admin".into(),
-        uid: String::new(),
-        groups: vec!["system:masters".into(), "system:authenticated".into()],
-        extra: Default::default(),
-    }
+    crate::auth::StaticTokens::admin_user()
 }
 
 async fn auth_layer(
@@ -150,13 +141,25 @@ async fn auth_layer(
                 Err(e) => return e.into_response(),
             }
         };
+    let user = match impersonation(&shared, user, &req) {
+        Ok(u) => u,
+        Err(resp) => return resp,
+    };
     let attrs =
         crate::auth::request_attributes(req.method().as_str(), req.uri().path(), req.uri().query());
     if let Err(e) = authorize(&shared, &user, &attrs) {
         return e.into_response();
     }
     req.extensions_mut().insert(user);
-    next.run(req).await
+    let response = next.run(req).await;
+    if attrs.api_group == crate::store::RBAC_GROUP
+        && !matches!(attrs.verb.as_str(), "get" | "list" | "watch")
+    {
+        // Brings the snapshot (and aggregated ClusterRoles' written-back rules) up to
+        // date before the writer sees its answer, so a read that follows sees them.
+        shared.access.rbac(&shared);
+    }
+    response
 }
 
 fn json_response(code: StatusCode, body: &Value, warnings: &[String]) -> Response {
@@ -279,6 +282,9 @@ async fn dispatch_inner(shared: Arc<Shared>, req: Request) -> ApiResult<Response
         ["apis"] => return Ok(json_response(StatusCode::OK, &group_list(&shared), &[])),
         _ => {}
     }
+    if let Some(review) = crate::access::review_route(&segs) {
+        return review_request(&shared, &review, parts, body).await;
+    }
     let (group, version, rest): (&str, &str, &[&str]) = match segs.as_slice() {
         ["api", v, rest @ ..] => ("", v, rest),
         ["apis", g] => {
@@ -327,6 +333,30 @@ async fn dispatch_inner(shared: Arc<Shared>, req: Request) -> ApiResult<Response
         .await
         .map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?;
     resource_request(shared, target, parts.method, parts.headers, query, body).await
+}
+
+/// A create-only review endpoint (TokenRequest, TokenReview, access reviews): POST only,
+/// answered 201 Created with the request echoed and its `status` filled in.
+async fn review_request(
+    shared: &Shared,
+    review: &crate::access::Review,
+    parts: http::request::Parts,
+    body: Body,
+) -> ApiResult<Response> {
+    if parts.method != Method::POST {
+        return Err(ApiError::method_not_allowed(
+            "the server does not allow this method on the requested resource",
+        )
+        .with_details(json!({})));
+    }
+    let body = axum::body::to_bytes(body, 64 * 1024 * 1024)
+        .await
+        .map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?;
+    let request = parse_body(&parts.headers, &body)?;
+    let anonymous = UserInfo::anonymous();
+    let user = parts.extensions.get::<UserInfo>().unwrap_or(&anonymous);
+    let response = crate::access::handle_review(shared, review, user, &request)?;
+    Ok(json_response(StatusCode::CREATED, &response, &[]))
 }
 
 fn percent_decode(s: &str) -> String {
@@ -421,9 +451,10 @@ fn delete_opts(q: &HashMap<String, String>, body: &[u8]) -> ApiResult<DeleteOpts
     Ok(o)
 }
 
-/// Decodes a create/update body by its Content-Type: JSON or YAML; protobuf and CBOR
-/// are not supported (415, as a server without those serializers answers).
-fn parse_body(headers: &HeaderMap, body: &[u8]) -> ApiResult<Value> {
+/// Decodes a create/update body by its Content-Type: JSON, YAML, or protobuf for the
+/// built-in kinds [`crate::protobuf`] knows (others 415); CBOR is not supported (415, as
+/// a server without that serializer answers).
+pub(crate) fn parse_body(headers: &HeaderMap, body: &[u8]) -> ApiResult<Value> {
     let ct = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -432,6 +463,7 @@ fn parse_body(headers: &HeaderMap, body: &[u8]) -> ApiResult<Value> {
     match media {
         "application/json" | "" | "*/*" => crate::patch::parse_json(body),
         "application/yaml" => crate::patch::parse_yaml_or_json(body),
+        crate::protobuf::MEDIA_TYPE => Ok(crate::protobuf::decode(body)?),
         _ => Err(ApiError::unsupported_media_type(format!(
             "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {media})"
         ))),
@@ -658,19 +690,29 @@ fn group_entry(group: &str, versions: &[String]) -> Value {
 
 fn group_list(shared: &Shared) -> Value {
     let groups: Vec<Value> = shared.read(|st| {
-        st.registry
-            .groups()
+        let registered = st.registry.groups();
+        let reviews = crate::access::REVIEW_GROUPS
+            .iter()
+            .filter(|g| !registered.iter().any(|(r, _)| r == *g))
+            .map(|g| group_entry(g, &["v1".to_string()]));
+        registered
             .iter()
             .filter(|(g, _)| !g.is_empty())
             .map(|(g, vs)| group_entry(g, vs))
+            .chain(reviews)
             .collect()
     });
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
 fn group_doc(shared: &Shared, group: &str) -> Option<Value> {
+    let review_versions = ["v1".to_string()];
     shared.read(|st| {
-        let vs = st.registry.versions(group)?;
+        let vs = match st.registry.versions(group) {
+            Some(vs) => vs,
+            None if crate::access::REVIEW_GROUPS.contains(&group) => &review_versions[..],
+            None => return None,
+        };
         let mut g = group_entry(group, vs);
         g["kind"] = json!("APIGroup");
         g["apiVersion"] = json!("v1");
@@ -681,10 +723,11 @@ fn group_doc(shared: &Shared, group: &str) -> Option<Value> {
 fn resource_list(shared: &Shared, group: &str, version: &str) -> Option<Value> {
     shared.read(|st| {
         let infos = st.registry.resources_of(group, version);
-        if infos.is_empty() && !(group.is_empty() && version == "v1") {
+        let reviews = crate::access::discovery_resources(group, version);
+        if infos.is_empty() && reviews.is_empty() && !(group.is_empty() && version == "v1") {
             return None;
         }
-        let mut resources = Vec::new();
+        let mut resources = reviews;
         for i in &infos {
             let mut r = json!({
                 "name": i.plural,

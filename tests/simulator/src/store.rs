@@ -78,7 +78,13 @@ pub struct State {
     /// Log records not yet appended to disk.
     pub pending_log: Vec<String>,
     pub persistent: bool,
+    /// Bumped by every write to an RBAC object (Role, ClusterRole and their bindings), so
+    /// the authorizer rebuilds its snapshot only when one changed.
+    pub rbac_revision: u64,
 }
+
+/// The API group whose writes bump [`State::rbac_revision`].
+pub const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
 pub fn obj_key(obj: &Value) -> ObjKey {
     let s = |p: &str| {
@@ -120,6 +126,7 @@ impl State {
             terminating: BTreeSet::new(),
             pending_log: Vec::new(),
             persistent,
+            rbac_revision: 0,
         }
     }
 
@@ -186,6 +193,9 @@ impl State {
     /// Stores `obj` (creating or replacing), stamping the next resourceVersion.
     pub fn put(&mut self, res: &ResKey, mut obj: Value) -> Arc<Value> {
         self.rv += 1;
+        if res.0 == RBAC_GROUP {
+            self.rbac_revision += 1;
+        }
         let rv = self.rv;
         if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.insert("resourceVersion".into(), json!(rv.to_string()));
@@ -226,6 +236,9 @@ impl State {
     pub fn remove(&mut self, res: &ResKey, key: &ObjKey) -> Option<Arc<Value>> {
         let prev = self.data.get_mut(res)?.objects.remove(key)?;
         self.rv += 1;
+        if res.0 == RBAC_GROUP {
+            self.rbac_revision += 1;
+        }
         let rv = self.rv;
         self.index_remove(res, key, &prev);
         if let Some(uid) = uid_of(&prev)
@@ -311,6 +324,10 @@ impl Files {
     }
     pub fn token(&self) -> PathBuf {
         self.dir.join("admin-token")
+    }
+    /// The ServiceAccount token signing key (base64 of 32 bytes).
+    pub fn signing_key(&self) -> PathBuf {
+        self.dir.join("sa-signing-key")
     }
 
     /// Loads the snapshot and the log into `st` (without events), then compacts them into
@@ -421,6 +438,39 @@ pub fn load_or_create_token(path: &Path) -> std::io::Result<String> {
         Err(e) => return Err(e),
     }
     let t = new_token();
+    write_private(path, &t)?;
+    Ok(t)
+}
+
+/// Reads or creates the 32-byte ServiceAccount token signing key (stored as base64, so
+/// tokens issued before a restart stay valid after it). A file that does not hold a
+/// 32-byte key is an error rather than silently replaced: replacing it would invalidate
+/// every issued token.
+pub fn load_or_create_signing_key(path: &Path) -> std::io::Result<[u8; 32]> {
+    use base64::Engine;
+    let engine = base64::engine::general_purpose::STANDARD;
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let bytes = engine.decode(text.trim()).map_err(|e| {
+                std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{e}"))
+            })?;
+            return <[u8; 32]>::try_from(bytes.as_slice()).map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "the signing key is not 32 bytes",
+                )
+            });
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let key = crate::auth::TokenSigner::generate_key();
+    write_private(path, &engine.encode(key))?;
+    Ok(key)
+}
+
+/// Writes a file readable by its owner only.
+fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
     let mut opts = std::fs::OpenOptions::new();
     opts.write(true).create(true).truncate(true);
     #[cfg(unix)]
@@ -428,8 +478,7 @@ pub fn load_or_create_token(path: &Path) -> std::io::Result<String> {
         use std::os::unix::fs::OpenOptionsExt;
         opts.mode(0o600);
     }
-    opts.open(path)?.write_all(t.as_bytes())?;
-    Ok(t)
+    opts.open(path)?.write_all(text.as_bytes())
 }
 
 pub fn new_token() -> String {

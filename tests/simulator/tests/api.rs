@@ -889,8 +889,9 @@ async fn persistence_across_restart() -> R {
 }
 
 /// Copies the apiserver's error surface over raw HTTP: unknown paths 404 Status,
-/// malformed JSON 400, a wrong bearer token 401, anonymous requests to resources 403,
-/// and anonymous access to discovery and health.
+/// malformed JSON 400, a wrong bearer token 401, anonymous requests to resources and
+/// discovery 403, anonymous access to health and version (the default RBAC policy's
+/// `system:public-info-viewer`).
 #[tokio::test]
 async fn http_errors_and_auth() -> R {
     use tower::ServiceExt;
@@ -938,7 +939,16 @@ async fn http_errors_and_auth() -> R {
     );
     let (code, _, text) = call("GET", "/healthz", None, "").await?;
     assert_eq!((code, text.as_str()), (200, "ok"));
+    // Discovery is for system:authenticated only (the system:discovery binding).
     let (code, v, _) = call("GET", "/api/v1", None, "").await?;
+    assert_eq!(
+        (code, v["message"].as_str()),
+        (
+            403,
+            Some("forbidden: User \"system:anonymous\" cannot get path \"/api/v1\"")
+        )
+    );
+    let (code, v, _) = call("GET", "/api/v1", t.clone(), "").await?;
     assert_eq!(code, 200);
     let pods = v["resources"].as_array().cloned().unwrap_or_default();
     assert!(pods.iter().any(|r| r["name"] == "pods/status"));
@@ -1092,7 +1102,8 @@ async fn unknown_field_warning_header() -> R {
 }
 
 /// Copies the apiserver's body negotiation: YAML bodies are accepted on create, a
-/// serializer the server does not have (here protobuf) is 415 UnsupportedMediaType.
+/// serializer the server does not have (here CBOR, and protobuf for a kind without a
+/// protobuf decoding) is 415 UnsupportedMediaType.
 #[tokio::test]
 async fn body_content_types() -> R {
     use tower::ServiceExt;
@@ -1111,10 +1122,19 @@ async fn body_content_types() -> R {
         )?)
         .await?;
     assert_eq!(yaml.status().as_u16(), 201);
+    // A Pod in protobuf (typeMeta v1/Pod): the simulator decodes only some kinds.
     let proto = sim
         .router()
-        .oneshot(post("application/vnd.kubernetes.protobuf", b"k8s\x00\n")?)
+        .oneshot(post(
+            "application/vnd.kubernetes.protobuf",
+            b"k8s\x00\n\t\n\x02v1\x12\x03Pod\x12\x00",
+        )?)
         .await?;
     assert_eq!(proto.status().as_u16(), 415);
+    let cbor = sim
+        .router()
+        .oneshot(post("application/cbor", b"\xa0")?)
+        .await?;
+    assert_eq!(cbor.status().as_u16(), 415);
     Ok(())
 }

@@ -1,5 +1,5 @@
 //! Real clients against the simulator: a `kube_runtime::Controller` in-process, and the
-//! `kubectl` binary over HTTP. Each test's doc comment names the behaviour it copies.
+//! `kubectl` binary over HTTPS. Each test's doc comment names the behaviour it copies.
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -259,7 +259,7 @@ async fn serve_for_kubectl() -> anyhow::Result<(Simulator, Kubectl, tempfile::Te
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(
         &kubeconfig,
-        sim.kubeconfig(&format!("http://{addr}"), &sim.admin_token()),
+        sim.kubeconfig(&format!("https://{addr}"), &sim.admin_token()),
     )?;
     let k = Kubectl {
         kubeconfig,
@@ -409,7 +409,7 @@ async fn kubectl_builtin_kinds() -> R {
         return Ok(());
     }
     let (sim, k, _dir) = serve_for_kubectl().await?;
-    // `kubectl create namespace` would send protobuf (unsupported); apply sends JSON.
+    // `apply` sends JSON (typed `kubectl create` sends protobuf: see tls_protobuf.rs).
     let ns = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team\n";
     let out = k.run(&["apply", "-f", "-"], Some(ns)).await?;
     assert!(out.contains("namespace/team created"), "{out}");

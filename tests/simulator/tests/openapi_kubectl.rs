@@ -86,22 +86,15 @@ async fn kubectl_explain_apply_get() -> anyhow::Result<()> {
     let sim = Simulator::open(SimConfig::default()).await?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    // kubectl (client-go's clientcmd) sends kubeconfig credentials only to https servers,
-    // and the simulator serves plain http: inject the admin token on the server side.
-    let bearer = http::HeaderValue::from_str(&format!("Bearer {}", sim.admin_token()))?;
-    let app = sim.router().layer(tower::util::MapRequestLayer::new(
-        move |mut req: http::Request<axum::body::Body>| {
-            req.headers_mut()
-                .insert(http::header::AUTHORIZATION, bearer.clone());
-            req
-        },
-    ));
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let server = tokio::spawn({
+        let sim = sim.clone();
+        async move { sim.serve(listener).await }
+    });
     let dir = tempfile::tempdir()?;
     let kc = dir.path().join("kubeconfig");
     std::fs::write(
         &kc,
-        sim.kubeconfig(&format!("http://{addr}"), &sim.admin_token()),
+        sim.kubeconfig(&format!("https://{addr}"), &sim.admin_token()),
     )?;
     let kc2 = kc.clone();
 
