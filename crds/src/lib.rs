@@ -13,5 +13,7 @@ pub mod ids;
 pub mod lock;
 pub mod resources;
 pub mod rules;
+pub mod testoutput;
+pub mod testrun;
 
 pub use resources::*;

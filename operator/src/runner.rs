@@ -1,38 +1,679 @@
-//! `terrace runner`: the commands that run inside test Pods. `fetch` downloads and unpacks
-//! the configuration archive; `exec` runs the engine, relays signals and writes the test
-//! summary as the termination message. Only the command line is defined so far: the test
-//! Pod contract (DESIGN.md §3) arrives with the module-tests issue.
+//! `terrace runner`: the commands that run inside test Pods (DESIGN.md §3, "Test run Pod
+//! contract").
+//!
+//! - `fetch` (init container): downloads the configuration archive from the API server's
+//!   object endpoint with a one-time bearer token and unpacks the tar.gz into the shared
+//!   emptyDir. The archive is the module author's upload, so unpacking refuses anything that
+//!   could write outside the destination (absolute paths, `..`, links leading out, hard
+//!   links, device files) and stops at size and entry-count limits.
+//! - `exec` (engine container): runs `<engine> test -json …`, relays every output line of
+//!   the engine to stdout (the container log, which becomes the run's log) and to an
+//!   optional log file, folds the `-json` lines into a [`Tally`], and on exit writes a
+//!   [`RunnerReport`] as the container's termination message, which the TestRun controller
+//!   reads. A SIGTERM (the kubelet deleting the Pod for a cancel) becomes a SIGINT for the
+//!   engine, which then stops gracefully and destroys what it created; the runner waits for
+//!   it. Escalation is not the runner's business: the grace period ending (SIGKILL of the
+//!   whole container) does that.
+//!
+//! The engine stays in the runner's process group, like every process of a container. A
+//! local emulation of a Pod (the simulator) should therefore send SIGTERM to the runner's
+//! PID only, as CRI runtimes do to PID 1 — a SIGTERM to the group would also reach the
+//! engine directly and count as its second interrupt — and SIGKILL to the whole group.
+
+use std::cell::Cell;
+use std::io::{self, Read};
+use std::path::{Component, Path, PathBuf};
+use std::process::Stdio;
+use std::rc::Rc;
+use std::time::Duration;
 
 use clap::Subcommand;
+use terrace_crds::testoutput::{RunnerReport, Tally};
+use tokio::io::{AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
 
 #[derive(Clone, Debug, Subcommand)]
 pub enum RunnerCommand {
     /// Download the configuration archive with a one-time token and unpack it.
     Fetch {
-        /// URL of the archive on the API server's object endpoint.
+        /// URL of the archive on the API server's object endpoint (http or https).
         #[arg(long, env = "TERRACE_ARCHIVE_URL")]
         url: String,
-        /// File holding the one-time token.
+        /// File holding the one-time token (sent as `Authorization: Bearer`).
         #[arg(long, env = "TERRACE_ARCHIVE_TOKEN_FILE")]
-        token_file: std::path::PathBuf,
+        token_file: PathBuf,
         /// Directory to unpack into.
         #[arg(long, default_value = "/workspace")]
-        dest: std::path::PathBuf,
+        dest: PathBuf,
+        /// PEM file of the CA certificates to trust for an https URL (default: the
+        /// webpki roots).
+        #[arg(long, env = "TERRACE_ARCHIVE_CA_FILE")]
+        ca_file: Option<PathBuf>,
     },
     /// Run the engine (`-- tofu test -json …`), parse its output, write the summary.
     Exec {
         /// Where the termination message is written.
         #[arg(long, default_value = "/dev/termination-log")]
-        termination_message_path: std::path::PathBuf,
+        termination_message_path: PathBuf,
+        /// Also append the engine's output to this file.
+        #[arg(long)]
+        log_file: Option<PathBuf>,
         /// The engine command line.
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
 }
 
-/// Not implemented yet: reports so and fails, rather than pretending to succeed.
+/// Errors of the runner itself. An engine that fails is not one: it is reported in the
+/// [`RunnerReport`].
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerError {
+    #[error("reading the token file {}: {source}", path.display())]
+    TokenFile { path: PathBuf, source: io::Error },
+    #[error("reading the CA file {}: {message}", path.display())]
+    CaFile { path: PathBuf, message: String },
+    #[error("downloading the configuration archive: {0}")]
+    Download(String),
+    #[error("unpacking the configuration archive: {0}")]
+    Unpack(String),
+    #[error("unsafe archive entry {path:?}: {reason}")]
+    UnsafeEntry { path: String, reason: &'static str },
+    #[error("the configuration archive exceeds the {what} limit of {limit}")]
+    TooLarge { what: &'static str, limit: u64 },
+    #[error("no engine command given")]
+    NoCommand,
+    #[error("opening the log file {}: {source}", path.display())]
+    LogFile { path: PathBuf, source: io::Error },
+    #[error("writing the termination message to {}: {source}", path.display())]
+    TerminationMessage { path: PathBuf, source: io::Error },
+    #[error("setting up signal handling: {0}")]
+    Signals(io::Error),
+    #[error("starting the runtime: {0}")]
+    Runtime(io::Error),
+}
+
+/// Bounds on what `fetch` accepts.
+#[derive(Clone, Debug)]
+pub struct FetchLimits {
+    /// Largest compressed body read from the server.
+    pub max_archive_bytes: u64,
+    /// Largest total size of the unpacked files.
+    pub max_unpacked_bytes: u64,
+    /// Most entries (files, directories, links).
+    pub max_entries: u64,
+    /// Whole-request timeout.
+    pub timeout: Duration,
+}
+
+impl Default for FetchLimits {
+    fn default() -> Self {
+        Self {
+            max_archive_bytes: 256 << 20,
+            max_unpacked_bytes: 1 << 30,
+            max_entries: 100_000,
+            timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// What an unpack wrote.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UnpackStats {
+    pub files: u64,
+    pub directories: u64,
+    pub symlinks: u64,
+    /// Total size of the files.
+    pub bytes: u64,
+}
+
+/// Reads the token file (surrounding whitespace, such as a trailing newline, is dropped).
+pub fn read_token(path: &Path) -> Result<String, RunnerError> {
+    std::fs::read_to_string(path)
+        .map(|t| t.trim().to_owned())
+        .map_err(|source| RunnerError::TokenFile {
+            path: path.to_owned(),
+            source,
+        })
+}
+
+fn tls_roots(ca_file: &Path) -> Result<ureq::tls::RootCerts, RunnerError> {
+    let ca_err = |message: String| RunnerError::CaFile {
+        path: ca_file.to_owned(),
+        message,
+    };
+    let pem = std::fs::read(ca_file).map_err(|e| ca_err(e.to_string()))?;
+    let mut certs = Vec::new();
+    for item in ureq::tls::parse_pem(&pem) {
+        match item {
+            Ok(ureq::tls::PemItem::Certificate(c)) => certs.push(c),
+            Ok(_) => {}
+            Err(e) => return Err(ca_err(e.to_string())),
+        }
+    }
+    if certs.is_empty() {
+        return Err(ca_err("no certificate in the file".into()));
+    }
+    Ok(ureq::tls::RootCerts::new_with_certs(&certs))
+}
+
+/// `terrace runner fetch`: GET `url` with `Authorization: Bearer <token>` and unpack the
+/// tar.gz body into `dest`. Any status but 2xx is an error; the token never appears in one.
+pub fn fetch(
+    url: &str,
+    token: &str,
+    dest: &Path,
+    ca_file: Option<&Path>,
+    limits: &FetchLimits,
+) -> Result<UnpackStats, RunnerError> {
+    let mut config = ureq::Agent::config_builder()
+        .timeout_global(Some(limits.timeout))
+        .http_status_as_error(true);
+    if let Some(ca) = ca_file {
+        config = config.tls_config(
+            ureq::tls::TlsConfig::builder()
+                .root_certs(tls_roots(ca)?)
+                .build(),
+        );
+    }
+    let agent: ureq::Agent = config.build().into();
+    let response = agent
+        .get(url)
+        .header("Authorization", format!("Bearer {token}"))
+        .call()
+        .map_err(|e| RunnerError::Download(e.to_string()))?;
+    let exceeded = Rc::new(Cell::new(false));
+    let body = Capped {
+        inner: response.into_body().into_reader(),
+        left: limits.max_archive_bytes,
+        exceeded: exceeded.clone(),
+    };
+    let result = unpack(body, dest, limits);
+    if exceeded.get() {
+        return Err(RunnerError::TooLarge {
+            what: "archive size",
+            limit: limits.max_archive_bytes,
+        });
+    }
+    result
+}
+
+/// Room for tar headers and padding on top of the file contents.
+const TAR_OVERHEAD_BYTES: u64 = 16 << 20;
+
+/// Errors once more than `left` bytes have been read, and says so in `exceeded` (the tar
+/// crate wraps the I/O error in its own message).
+struct Capped<R> {
+    inner: R,
+    left: u64,
+    exceeded: Rc<Cell<bool>>,
+}
+
+impl<R: Read> Read for Capped<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.left == 0 {
+            // One byte more tells a stream that ends exactly at the cap from a longer one.
+            let mut probe = [0u8; 1];
+            return match self.inner.read(&mut probe)? {
+                0 => Ok(0),
+                _ => {
+                    self.exceeded.set(true);
+                    Err(io::Error::other("size cap exceeded"))
+                }
+            };
+        }
+        let max = buf
+            .len()
+            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        let n = self.inner.read(&mut buf[..max])?;
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+/// The entry path as a relative path of normal components (`.` dropped), or why not.
+fn safe_relative(path: &Path) -> Result<PathBuf, &'static str> {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::Normal(p) => out.push(p),
+            Component::CurDir => {}
+            Component::ParentDir => return Err("path contains a `..` component"),
+            Component::RootDir | Component::Prefix(_) => return Err("path is absolute"),
+        }
+    }
+    Ok(out)
+}
+
+/// Resolves `target` from `base` lexically; `None` if it climbs above `base`'s root.
+fn resolve_lexically(base: &Path, target: &Path) -> Option<PathBuf> {
+    let mut out = base.to_path_buf();
+    for c in target.components() {
+        match c {
+            Component::Normal(p) => out.push(p),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    return None;
+                }
+            }
+            Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    Some(out)
+}
+
+/// The physical location of `rel` under `root`: its longest existing ancestor
+/// canonicalized (following links already unpacked), then the rest.
+fn physical(root: &Path, rel: &Path) -> io::Result<PathBuf> {
+    let mut existing = root.join(rel);
+    let mut rest = Vec::new();
+    loop {
+        if existing.symlink_metadata().is_ok() {
+            let mut p = existing.canonicalize()?;
+            p.extend(rest.iter().rev());
+            return Ok(p);
+        }
+        match (
+            existing.file_name().map(|n| n.to_owned()),
+            existing.parent(),
+        ) {
+            (Some(name), Some(parent)) => {
+                rest.push(name);
+                existing = parent.to_path_buf();
+            }
+            _ => return Ok(root.join(rel)),
+        }
+    }
+}
+
+/// Unpacks a tar.gz stream into `dest` (created if missing), refusing unsafe entries:
+/// absolute paths and `..` components, symbolic links whose target (absolute, or resolved
+/// from where the link physically lands) leaves `dest`, hard links, device files and FIFOs,
+/// and archives beyond `limits`. The tar crate additionally refuses to write through a
+/// directory that resolves outside `dest`, and replaces existing files instead of writing
+/// through links. An error can leave a partial tree behind; the init container fails then.
+pub fn unpack(
+    archive: impl Read,
+    dest: &Path,
+    limits: &FetchLimits,
+) -> Result<UnpackStats, RunnerError> {
+    let unpack_err = |e: io::Error| RunnerError::Unpack(e.to_string());
+    std::fs::create_dir_all(dest).map_err(unpack_err)?;
+    let root = dest.canonicalize().map_err(unpack_err)?;
+    let exceeded = Rc::new(Cell::new(false));
+    let stream = Capped {
+        inner: flate2::read::GzDecoder::new(archive),
+        left: limits.max_unpacked_bytes.saturating_add(TAR_OVERHEAD_BYTES),
+        exceeded: exceeded.clone(),
+    };
+    let result = unpack_entries(tar::Archive::new(stream), &root, limits);
+    if exceeded.get() {
+        return Err(RunnerError::TooLarge {
+            what: "unpacked size",
+            limit: limits.max_unpacked_bytes,
+        });
+    }
+    result
+}
+
+fn unpack_entries<R: Read>(
+    mut archive: tar::Archive<R>,
+    root: &Path,
+    limits: &FetchLimits,
+) -> Result<UnpackStats, RunnerError> {
+    let unpack_err = |e: io::Error| RunnerError::Unpack(e.to_string());
+    archive.set_overwrite(true);
+    archive.set_preserve_permissions(false);
+    archive.set_preserve_ownerships(false);
+    archive.set_unpack_xattrs(false);
+    let mut stats = UnpackStats::default();
+    let mut entries_seen = 0u64;
+    for entry in archive.entries().map_err(unpack_err)? {
+        let mut entry = entry.map_err(unpack_err)?;
+        entries_seen += 1;
+        if entries_seen > limits.max_entries {
+            return Err(RunnerError::TooLarge {
+                what: "entry count",
+                limit: limits.max_entries,
+            });
+        }
+        let raw = entry.path().map_err(unpack_err)?.into_owned();
+        let shown = raw.display().to_string();
+        let unsafe_entry = |reason| RunnerError::UnsafeEntry {
+            path: shown.clone(),
+            reason,
+        };
+        let rel = safe_relative(&raw).map_err(unsafe_entry)?;
+        let kind = entry.header().entry_type();
+        if kind.is_pax_global_extensions() {
+            // `git archive` writes one (the commit ID): metadata, nothing to unpack.
+            continue;
+        }
+        if rel.as_os_str().is_empty() {
+            // The archive's own root (`./`).
+            continue;
+        }
+        if kind.is_file() || kind.is_contiguous() {
+            stats.files += 1;
+            stats.bytes = stats.bytes.saturating_add(entry.size());
+            if stats.bytes > limits.max_unpacked_bytes {
+                return Err(RunnerError::TooLarge {
+                    what: "unpacked size",
+                    limit: limits.max_unpacked_bytes,
+                });
+            }
+        } else if kind.is_dir() {
+            stats.directories += 1;
+        } else if kind.is_symlink() {
+            let target = entry
+                .link_name()
+                .map_err(unpack_err)?
+                .ok_or_else(|| unsafe_entry("symbolic link without a target"))?
+                .into_owned();
+            let parent = rel.parent().unwrap_or(Path::new(""));
+            let at = physical(root, parent).map_err(unpack_err)?;
+            match resolve_lexically(&at, &target) {
+                Some(p) if p.starts_with(root) && target.is_relative() => {}
+                _ => return Err(unsafe_entry("symbolic link points outside the archive")),
+            }
+            stats.symlinks += 1;
+        } else if kind.is_hard_link() {
+            return Err(unsafe_entry("hard links are not supported"));
+        } else if kind.is_gnu_sparse() {
+            return Err(unsafe_entry("sparse files are not supported"));
+        } else {
+            return Err(unsafe_entry(
+                "only files, directories and symbolic links are supported",
+            ));
+        }
+        if !entry.unpack_in(root).map_err(unpack_err)? {
+            return Err(unsafe_entry("refused by the unpacker"));
+        }
+    }
+    Ok(stats)
+}
+
+/// A signal delivered to the runner, as [`exec`] acts on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunnerSignal {
+    /// SIGTERM (the Pod is being deleted): send the engine a SIGINT.
+    Terminate,
+    /// SIGINT: the engine, in the same process group, got it too (a terminal's Ctrl-C);
+    /// only recorded.
+    Interrupt,
+}
+
+/// Sends signals to a running [`exec`]; the library's entry point for tests and embedders.
+#[derive(Clone, Debug)]
+pub struct Signals(mpsc::UnboundedSender<RunnerSignal>);
+
+impl Signals {
+    /// A new sender and the receiving end to give to [`exec`].
+    pub fn channel() -> (Self, mpsc::UnboundedReceiver<RunnerSignal>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Self(tx), rx)
+    }
+
+    /// As if the runner had received SIGTERM.
+    pub fn terminate(&self) {
+        let _ = self.0.send(RunnerSignal::Terminate);
+    }
+
+    /// As if the runner had received SIGINT.
+    pub fn interrupt(&self) {
+        let _ = self.0.send(RunnerSignal::Interrupt);
+    }
+
+    /// Forwards the process's SIGTERM and SIGINT to this sender, for as long as the runtime
+    /// runs. Must be called within a tokio runtime.
+    pub fn listen_to_os(&self) -> Result<(), RunnerError> {
+        use tokio::signal::unix::{SignalKind, signal};
+        for (kind, what) in [
+            (SignalKind::terminate(), RunnerSignal::Terminate),
+            (SignalKind::interrupt(), RunnerSignal::Interrupt),
+        ] {
+            let mut stream = signal(kind).map_err(RunnerError::Signals)?;
+            let tx = self.0.clone();
+            tokio::spawn(async move {
+                while stream.recv().await.is_some() {
+                    if tx.send(what).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        Ok(())
+    }
+}
+
+/// What `exec` runs and where it writes.
+#[derive(Clone, Debug, Default)]
+pub struct ExecOptions {
+    /// Program and arguments, e.g. `["tofu", "test", "-json"]`.
+    pub command: Vec<String>,
+    /// Where to write the termination message (none: not written).
+    pub termination_message_path: Option<PathBuf>,
+    /// File the engine's output is appended to as well.
+    pub log_file: Option<PathBuf>,
+}
+
+/// After the engine exits, how long output still held open by its leftover children
+/// (provider plugins) is relayed before the runner stops reading.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(5);
+
+fn sigint(pid: u32) {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    if let Ok(pid) = i32::try_from(pid)
+        && let Err(e) = kill(Pid::from_raw(pid), Signal::SIGINT)
+    {
+        tracing::warn!(pid, error = %e, "sending SIGINT to the engine");
+    }
+}
+
+async fn relay_lines<R: tokio::io::AsyncRead + Unpin>(reader: R, tx: mpsc::Sender<Vec<u8>>) {
+    let mut reader = BufReader::new(reader);
+    loop {
+        let mut line = Vec::new();
+        match reader.read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                if tx.send(line).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// `terrace runner exec`: runs the engine, relays its output to `out` (and the log file),
+/// acts on `signals`, and returns the report it wrote as the termination message. An
+/// engine that fails, prints no summary or cannot start is a report with `error`, not an
+/// `Err`; `Err` means the runner itself failed (log file, termination message).
+pub async fn exec<W: AsyncWrite + Unpin>(
+    opts: &ExecOptions,
+    mut signals: mpsc::UnboundedReceiver<RunnerSignal>,
+    out: &mut W,
+) -> Result<RunnerReport, RunnerError> {
+    let (program, args) = opts.command.split_first().ok_or(RunnerError::NoCommand)?;
+    let mut log = match &opts.log_file {
+        Some(path) => Some(
+            tokio::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .await
+                .map_err(|source| RunnerError::LogFile {
+                    path: path.clone(),
+                    source,
+                })?,
+        ),
+        None => None,
+    };
+    let spawned = tokio::process::Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) => {
+            let report = RunnerReport::not_started(format!("starting the engine {program}: {e}"));
+            write_report(opts, &report).await?;
+            return Ok(report);
+        }
+    };
+    let pid = child.id();
+    let (tx, mut lines) = mpsc::channel::<Vec<u8>>(256);
+    if let Some(stdout) = child.stdout.take() {
+        tokio::spawn(relay_lines(stdout, tx.clone()));
+    }
+    if let Some(stderr) = child.stderr.take() {
+        tokio::spawn(relay_lines(stderr, tx.clone()));
+    }
+    drop(tx);
+
+    let mut tally = Tally::default();
+    let mut interrupted = false;
+    let mut signals_open = true;
+    let mut status = None;
+    let mut out_ok = true;
+    // Armed when the engine exits (the branch is disabled until then).
+    let drain_deadline = tokio::time::sleep(Duration::MAX);
+    tokio::pin!(drain_deadline);
+    loop {
+        tokio::select! {
+            line = lines.recv() => {
+                let Some(mut line) = line else { break };
+                tally.feed(&String::from_utf8_lossy(&line));
+                if !line.ends_with(b"\n") {
+                    line.push(b'\n');
+                }
+                if out_ok && out.write_all(&line).await.and(out.flush().await).is_err() {
+                    // Keep the engine running: a broken stdout must not fail the tests.
+                    out_ok = false;
+                }
+                if let Some(f) = log.as_mut()
+                    && let Err(e) = f.write_all(&line).await
+                {
+                    tracing::warn!(error = %e, "writing the log file; no longer writing it");
+                    log = None;
+                }
+            }
+            sig = signals.recv(), if signals_open => match sig {
+                Some(RunnerSignal::Terminate) => {
+                    interrupted = true;
+                    // After the exit has been reaped the PID may belong to another process.
+                    if status.is_none()
+                        && let Some(pid) = pid
+                    {
+                        sigint(pid);
+                    }
+                }
+                Some(RunnerSignal::Interrupt) => interrupted = true,
+                None => signals_open = false,
+            },
+            exit = child.wait(), if status.is_none() => {
+                status = Some(exit);
+                drain_deadline.as_mut().reset(tokio::time::Instant::now() + DRAIN_AFTER_EXIT);
+            }
+            () = &mut drain_deadline, if status.is_some() => break,
+        }
+    }
+    let status = match status {
+        Some(s) => s,
+        None => child.wait().await,
+    };
+    if let Some(f) = log.as_mut() {
+        let _ = f.flush().await;
+    }
+    let report = match status {
+        Ok(status) => {
+            use std::os::unix::process::ExitStatusExt;
+            RunnerReport::from_tally(&tally, status.code(), status.signal(), interrupted)
+        }
+        Err(e) => {
+            let mut r = RunnerReport::from_tally(&tally, None, None, interrupted);
+            r.message = Some(format!("waiting for the engine: {e}"));
+            r
+        }
+    };
+    write_report(opts, &report).await?;
+    Ok(report)
+}
+
+async fn write_report(opts: &ExecOptions, report: &RunnerReport) -> Result<(), RunnerError> {
+    if let Some(path) = &opts.termination_message_path {
+        tokio::fs::write(path, report.to_termination_message())
+            .await
+            .map_err(|source| RunnerError::TerminationMessage {
+                path: path.clone(),
+                source,
+            })?;
+    }
+    Ok(())
+}
+
+/// The `terrace runner` entry point. `exec` fails (non-zero exit) when the engine produced
+/// no test summary — it errored, crashed or could not start; failing tests are a summary and
+/// exit 0, the result being in the termination message.
 pub fn run(command: &RunnerCommand) -> Result<(), String> {
-    Err(format!(
-        "terrace runner {command:?}: not implemented yet (module tests issue)"
-    ))
+    match command {
+        RunnerCommand::Fetch {
+            url,
+            token_file,
+            dest,
+            ca_file,
+        } => {
+            let token = read_token(token_file).map_err(|e| e.to_string())?;
+            let stats = fetch(
+                url,
+                &token,
+                dest,
+                ca_file.as_deref(),
+                &FetchLimits::default(),
+            )
+            .map_err(|e| e.to_string())?;
+            tracing::info!(
+                files = stats.files,
+                directories = stats.directories,
+                symlinks = stats.symlinks,
+                bytes = stats.bytes,
+                dest = %dest.display(),
+                "configuration archive unpacked"
+            );
+            Ok(())
+        }
+        RunnerCommand::Exec {
+            termination_message_path,
+            log_file,
+            command,
+        } => {
+            let opts = ExecOptions {
+                command: command.clone(),
+                termination_message_path: Some(termination_message_path.clone()),
+                log_file: log_file.clone(),
+            };
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| RunnerError::Runtime(e).to_string())?;
+            let report = runtime
+                .block_on(async {
+                    let (signals, rx) = Signals::channel();
+                    signals.listen_to_os()?;
+                    exec(&opts, rx, &mut tokio::io::stdout()).await
+                })
+                .map_err(|e| e.to_string())?;
+            match report.error {
+                None => Ok(()),
+                Some(error) => Err(match report.message {
+                    Some(m) => format!("{error}: {m}"),
+                    None => error,
+                }),
+            }
+        }
+    }
 }
