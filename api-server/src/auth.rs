@@ -26,9 +26,21 @@ use crate::{ApiError, AppState};
 pub const CACHE_TTL: Duration = Duration::from_secs(5);
 const CACHE_MAX: usize = 50_000;
 
-/// The authenticated caller of a request.
+/// The authenticated caller of a request. Cheap to clone (shared), because every request
+/// takes it from the token cache.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Caller {
+pub struct Caller(std::sync::Arc<CallerInfo>);
+
+impl std::ops::Deref for Caller {
+    type Target = CallerInfo;
+    fn deref(&self) -> &CallerInfo {
+        &self.0
+    }
+}
+
+/// Who the caller is, as the cluster's TokenReview said.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CallerInfo {
     pub username: String,
     pub uid: String,
     pub groups: Vec<String>,
@@ -47,13 +59,13 @@ impl Caller {
         extra: BTreeMap<String, Vec<String>>,
     ) -> Caller {
         let fingerprint = digest(&(&username, &uid, &groups, &extra));
-        Caller {
+        Caller(std::sync::Arc::new(CallerInfo {
             username,
             uid,
             groups,
             extra,
             fingerprint,
-        }
+        }))
     }
 }
 
