@@ -33,6 +33,10 @@ pub struct DevArgs {
     /// Program run in place of the engine image's `tofu` in test Pods.
     #[arg(long, env = "TERRACE_DEV_ENGINE")]
     pub engine: Option<PathBuf>,
+    /// Edition the JSON:API behaves as: self-hosted (data retention endpoints) or hosted
+    /// (assessments-enabled).
+    #[arg(long, env = "TERRACE_EDITION", value_enum, default_value_t = terrace_api_server::Edition::SelfHosted)]
+    pub edition: terrace_api_server::Edition,
 }
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
@@ -84,6 +88,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let api_settings = terrace_api_server::Settings {
         api_addr: api_listener.local_addr()?,
         base_url: Some(api_url.clone()),
+        edition: args.edition,
         ..Default::default()
     };
     let state = terrace_api_server::AppState::new(api_settings, client);

@@ -55,15 +55,24 @@ pub struct Dev {
 impl Dev {
     /// Starts `terrace dev` in a new temporary data directory.
     pub fn start() -> Dev {
+        Dev::start_with(&[])
+    }
+
+    /// Starts `terrace dev` with extra flags in a new temporary data directory.
+    pub fn start_with(extra: &[&str]) -> Dev {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dir = tmp.path().to_path_buf();
-        let mut dev = Dev::start_in(&dir);
+        let mut dev = Dev::launch(&dir, extra);
         dev._tmp = Some(tmp);
         dev
     }
 
     /// Starts `terrace dev` on an existing data directory (restart).
     pub fn start_in(dir: &Path) -> Dev {
+        Dev::launch(dir, &[])
+    }
+
+    fn launch(dir: &Path, extra: &[&str]) -> Dev {
         let _ = std::fs::remove_file(dir.join("endpoints.json"));
         std::fs::create_dir_all(dir).expect("data dir");
         let log = std::fs::File::create(dir.join("dev.log")).expect("log file");
@@ -71,6 +80,7 @@ impl Dev {
             .args(["dev", "--data-dir"])
             .arg(dir)
             .args(["--api-addr", "127.0.0.1:0", "--kube-addr", "127.0.0.1:0"])
+            .args(extra)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log)

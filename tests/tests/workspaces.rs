@@ -273,3 +273,29 @@ fn kubectl_and_api_agree() {
     });
     assert!(event.is_some(), "no Locked event recorded");
 }
+
+/// SPEC.md: assessments-enabled is accepted and returned only by the hosted edition; the
+/// data retention endpoints exist only on the self-hosted one.
+#[test]
+fn editions_switch_assessments_and_data_retention() {
+    for (edition, hosted) in [("self-hosted", false), ("hosted", true)] {
+        let dev = Dev::start_with(&["--edition", edition]);
+        let api = Api::admin(&dev);
+        let org = api.create_org("editions");
+        let id = api.create_workspace(&org, json!({"name": "w", "assessments-enabled": true}));
+        let ws = api.get(&format!("/api/v2/workspaces/{id}"));
+        let attr = &ws.body["data"]["attributes"]["assessments-enabled"];
+        if hosted {
+            assert_eq!(attr, &json!(true), "{edition}");
+        } else {
+            assert!(
+                attr.is_null(),
+                "{edition}: assessments-enabled returned: {attr}"
+            );
+        }
+        let drp = api.get(&format!(
+            "/api/v2/workspaces/{id}/relationships/data-retention-policy"
+        ));
+        assert_eq!(drp.status == 404, hosted, "{edition}: {:?}", drp.body);
+    }
+}
