@@ -15,7 +15,10 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource, ResourceExt};
 use terrace_crds::constants::LABEL_ID;
-use terrace_crds::{AgentPool, OAuthToken, Organization, Project, SshKey, Workspace};
+use terrace_crds::{
+    AgentPool, ConfigurationVersion, OAuthToken, Organization, Project, RegistryModule, SshKey,
+    TestRun, TestVariable, Workspace,
+};
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
@@ -33,6 +36,10 @@ pub struct Inner {
     ssh_keys: Keyed<SshKey>,
     agent_pools: Keyed<AgentPool>,
     oauth_tokens: Keyed<OAuthToken>,
+    registry_modules: Keyed<RegistryModule>,
+    configuration_versions: Keyed<ConfigurationVersion>,
+    test_runs: Keyed<TestRun>,
+    test_variables: Keyed<TestVariable>,
 }
 
 /// Objects of one reference kind (SshKey, AgentPool, OAuthToken) by uid, with an ID
@@ -83,6 +90,11 @@ impl<K: Resource> Keyed<K> {
     /// The object with this uid.
     pub fn by_uid(&self, uid: &str) -> Option<&Arc<K>> {
         self.by_uid.get(uid)
+    }
+
+    /// Every object (any order).
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<K>> {
+        self.by_uid.values()
     }
 
     /// Objects of namespace `ns` (any order).
@@ -361,6 +373,26 @@ impl Inner {
     pub fn oauth_tokens(&self) -> &Keyed<OAuthToken> {
         &self.oauth_tokens
     }
+
+    /// Registry modules.
+    pub fn registry_modules(&self) -> &Keyed<RegistryModule> {
+        &self.registry_modules
+    }
+
+    /// Configuration versions.
+    pub fn configuration_versions(&self) -> &Keyed<ConfigurationVersion> {
+        &self.configuration_versions
+    }
+
+    /// Module test runs.
+    pub fn test_runs(&self) -> &Keyed<TestRun> {
+        &self.test_runs
+    }
+
+    /// Module test variables.
+    pub fn test_variables(&self) -> &Keyed<TestVariable> {
+        &self.test_variables
+    }
 }
 
 /// The indexes plus change notification.
@@ -371,8 +403,9 @@ pub struct Index {
 }
 
 /// How many kinds are watched (organizations, projects, workspaces, SSH keys, agent
-/// pools, OAuth tokens).
-const KINDS: u8 = 6;
+/// pools, OAuth tokens, registry modules, configuration versions, test runs, test
+/// variables).
+const KINDS: u8 = 10;
 
 impl Default for Index {
     fn default() -> Self {
@@ -473,7 +506,11 @@ impl Index {
         let workspaces: Api<Workspace> = Api::all(client.clone());
         let ssh_keys: Api<SshKey> = Api::all(client.clone());
         let agent_pools: Api<AgentPool> = Api::all(client.clone());
-        let oauth_tokens: Api<OAuthToken> = Api::all(client);
+        let oauth_tokens: Api<OAuthToken> = Api::all(client.clone());
+        let registry_modules: Api<RegistryModule> = Api::all(client.clone());
+        let configuration_versions: Api<ConfigurationVersion> = Api::all(client.clone());
+        let test_runs: Api<TestRun> = Api::all(client.clone());
+        let test_variables: Api<TestVariable> = Api::all(client);
         vec![
             tokio::spawn(feed(
                 self.clone(),
@@ -527,6 +564,34 @@ impl Index {
                 |i, t| i.oauth_tokens.put(t),
                 |i, t| i.oauth_tokens.remove(&uid(&t)),
                 |i| i.oauth_tokens.clear(),
+            )),
+            tokio::spawn(feed(
+                self.clone(),
+                registry_modules,
+                |i, m| i.registry_modules.put(m),
+                |i, m| i.registry_modules.remove(&uid(&m)),
+                |i| i.registry_modules.clear(),
+            )),
+            tokio::spawn(feed(
+                self.clone(),
+                configuration_versions,
+                |i, c| i.configuration_versions.put(c),
+                |i, c| i.configuration_versions.remove(&uid(&c)),
+                |i| i.configuration_versions.clear(),
+            )),
+            tokio::spawn(feed(
+                self.clone(),
+                test_runs,
+                |i, r| i.test_runs.put(r),
+                |i, r| i.test_runs.remove(&uid(&r)),
+                |i| i.test_runs.clear(),
+            )),
+            tokio::spawn(feed(
+                self.clone(),
+                test_variables,
+                |i, v| i.test_variables.put(v),
+                |i, v| i.test_variables.remove(&uid(&v)),
+                |i| i.test_variables.clear(),
             )),
         ]
     }

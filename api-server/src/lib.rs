@@ -15,6 +15,7 @@ pub mod error;
 pub mod events;
 pub mod index;
 pub mod jsonapi;
+pub mod modules;
 pub mod orgs;
 pub mod projects;
 pub mod relationships;
@@ -80,11 +81,14 @@ pub fn router(state: AppState) -> Router {
         .merge(projects::router())
         .merge(workspaces::router())
         .merge(relationships::router())
+        .merge(modules::router())
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .method_not_allowed_fallback(|| async {
             ApiError::Status(StatusCode::METHOD_NOT_ALLOWED, "method not allowed".into())
         })
         .layer(RequestBodyLimitLayer::new(body_limit))
+        // Archive uploads have their own, larger limit: merged after the global one.
+        .merge(modules::upload_router())
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }

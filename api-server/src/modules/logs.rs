@@ -1,0 +1,185 @@
+//! The `log-read-url` of a test run: the engine's output, read from the run's Pod through
+//! the Kubernetes API (`pods/log`), readable with `get` on the run's test runs.
+//!
+//! Like TFE's log endpoint the text is framed by STX (0x02) at the start and, once the run
+//! is in a final state, ETX (0x03) at the end: go-tfe's log reader stops on that frame. It
+//! asks for `?limit=N&offset=M` byte windows, which are cut from the framed text. A Pod
+//! that is absent (not created yet, or already gone) reads as no output.
+
+use axum::Router;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::LogParams;
+use kube::{Api, ResourceExt};
+use terrace_crds::testrun::TestRunState;
+
+use crate::auth::{Caller, Check};
+use crate::jsonapi::QueryParams;
+use crate::{ApiError, AppState};
+
+/// Start-of-text and end-of-text markers of TFE's log framing.
+const STX: u8 = 0x02;
+const ETX: u8 = 0x03;
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/api/v2/test-runs/{run}/logs", get(read))
+}
+
+/// The path of a run's logs.
+pub fn log_path(run_id: &str) -> String {
+    format!("/api/v2/test-runs/{run_id}/logs")
+}
+
+/// The `limit`/`offset` window of `text` (offset past the end: empty).
+pub fn window(text: &[u8], offset: Option<usize>, limit: Option<usize>) -> &[u8] {
+    let start = offset.unwrap_or(0).min(text.len());
+    let end = limit.map_or(text.len(), |l| start.saturating_add(l).min(text.len()));
+    &text[start..end]
+}
+
+fn number(q: &QueryParams, name: &str) -> Result<Option<usize>, ApiError> {
+    q.get(name)
+        .map(|v| {
+            v.trim().parse::<usize>().map_err(|_| ApiError::BadRequest {
+                detail: format!("{name} must be a non-negative integer, got {v:?}"),
+                parameter: Some(name.to_owned()),
+            })
+        })
+        .transpose()
+}
+
+async fn read(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(run): Path<String>,
+    RawQuery(q): RawQuery,
+) -> Result<Response, ApiError> {
+    let not_found = || ApiError::NotFound("test run not found".into());
+    let r = state
+        .index
+        .read()
+        .test_runs()
+        .get(&run)
+        .cloned()
+        .ok_or_else(not_found)?;
+    let ns = r.namespace().unwrap_or_default();
+    if !state
+        .auth
+        .allowed(&caller, &Check::new("get", "testruns", &ns, None))
+        .await?
+    {
+        return Err(not_found());
+    }
+    let q = QueryParams::parse(q.as_deref());
+    let (offset, limit) = (number(&q, "offset")?, number(&q, "limit")?);
+    let pod = r.status.as_ref().and_then(|s| s.pod_name.clone());
+    let output = match pod {
+        Some(p) => {
+            let pods: Api<Pod> = Api::namespaced(state.client.clone(), &ns);
+            match pods.logs(&p, &LogParams::default()).await {
+                Ok(text) => text,
+                Err(e) => {
+                    tracing::debug!(pod = %p, error = %e, "no logs for a test run's Pod");
+                    String::new()
+                }
+            }
+        }
+        None => String::new(),
+    };
+    let finished = TestRunState::of(r.status.as_ref()).is_ok_and(TestRunState::is_final);
+    let mut framed = Vec::with_capacity(output.len() + 2);
+    framed.push(STX);
+    framed.extend_from_slice(output.as_bytes());
+    if finished {
+        framed.push(ETX);
+    }
+    let body = window(&framed, offset, limit).to_vec();
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        body,
+    )
+        .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::Api;
+    use kube::api::{Patch, PatchParams};
+    use serde_json::json;
+    use terrace_crds::TestRun;
+
+    use super::*;
+    use crate::modules::testing::*;
+    use crate::modules::{Kind, wait_seen};
+
+    #[test]
+    fn windows() {
+        let t = b"\x02hello\x03";
+        assert_eq!(window(t, None, None), t);
+        assert_eq!(window(t, Some(1), Some(5)), b"hello");
+        assert_eq!(window(t, Some(6), Some(100)), b"\x03");
+        assert_eq!(window(t, Some(100), Some(5)), b"");
+    }
+
+    /// A run without a Pod reads as an empty framed log (STX only while not final, STX ETX
+    /// once final); unknown runs and callers without `get` get 404; bad numbers 400.
+    #[tokio::test]
+    async fn logs_without_a_pod() {
+        let h = Mh::with_module().await;
+        let cv = h.uploaded_cv().await;
+        let (_, doc) = h.run(&cv, json!({})).await;
+        let id = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
+        let path = log_path(&id);
+        let auth = format!("Bearer {}", h.token);
+        let (st, _, body) = h
+            .raw("GET", &path, &[("authorization", &auth)], vec![])
+            .await;
+        assert_eq!((st, &body[..]), (200, &b"\x02"[..]));
+        let api: Api<TestRun> = Api::namespaced(h.state.client.clone(), ORG);
+        let r = api
+            .patch_status(
+                &id.to_ascii_lowercase(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"status": "errored", "podName": "gone"}})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        wait_seen(&h.state, &r, Kind::TestRun).await;
+        let (st, _, body) = h
+            .raw(
+                "GET",
+                &format!("{path}?limit=10&offset=0"),
+                &[("authorization", &auth)],
+                vec![],
+            )
+            .await;
+        assert_eq!((st, &body[..]), (200, &b"\x02\x03"[..]));
+        let (st, _, _) = h
+            .raw(
+                "GET",
+                &format!("{path}?limit=x"),
+                &[("authorization", &auth)],
+                vec![],
+            )
+            .await;
+        assert_eq!(st, 400);
+        let (st, _, _) = h
+            .raw(
+                "GET",
+                &log_path("trun-nope"),
+                &[("authorization", &auth)],
+                vec![],
+            )
+            .await;
+        assert_eq!(st, 404);
+        let nobody = format!("Bearer {}", h.token_with_role(None).await);
+        let (st, _, _) = h
+            .raw("GET", &path, &[("authorization", &nobody)], vec![])
+            .await;
+        assert_eq!(st, 404);
+    }
+}

@@ -1,0 +1,213 @@
+"""Issue 5: module tests over the wire (SPEC.md area A). pytfe has no test-run API, so
+everything goes through `_support.RawApi`: create a private registry module, a
+configuration version, upload a real tar.gz built here (no auth header: the URL is the
+credential), see the configuration version uploaded and a test run queued from it; test
+variables; cancel of a run that is not running (409); paging and `filter[source]`.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import time
+
+import pytest
+
+from _support import RawApi, unique
+
+pytestmark = pytest.mark.workspaces
+
+
+def targz(files: dict[str, str]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, content in files.items():
+            data = content.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+ARCHIVE = {
+    "main.tf": 'variable "region" {\n  type = string\n}\n',
+    "tests/main.tftest.hcl": 'run "ok" {\n  command = plan\n}\n',
+}
+
+
+@pytest.fixture
+def module(raw: RawApi, org: str) -> str:
+    """Module `<unique>/aws` of the test's organization; answers the `{T}` path."""
+    name = unique("mod")
+    r = raw.request(
+        "POST",
+        f"/api/v2/organizations/{org}/registry-modules",
+        body={"data": {"type": "registry-modules", "attributes": {"name": name, "provider": "aws"}}},
+    )
+    assert r.status == 201, r.body
+    assert r.json["data"]["id"].startswith("mod-")
+    shown = raw.request("GET", f"/api/v2/organizations/{org}/registry-modules/private/{org}/{name}/aws")
+    assert shown.status == 200, shown.body
+    return f"/api/v2/organizations/{org}/tests/registry-modules/private/{org}/{name}/aws"
+
+
+def create_cv(raw: RawApi, t: str, auto_queue: bool | None = None) -> tuple[str, str]:
+    attrs = {} if auto_queue is None else {"auto-queue-runs": auto_queue}
+    r = raw.request(
+        "POST",
+        f"{t}/test-runs/configuration-versions",
+        body={"data": {"type": "configuration-versions", "attributes": attrs}},
+    )
+    assert r.status == 201, r.body
+    a = r.json["data"]["attributes"]
+    assert a["status"] == "pending"
+    assert a["auto-queue-runs"] is (True if auto_queue is None else auto_queue)
+    url = a["upload-url"]
+    assert "/api/v2/uploads/v1/object/" in url
+    return r.json["data"]["id"], url[url.index("/api/v2/"):]
+
+
+def upload(raw: RawApi, path: str, body: bytes) -> int:
+    return raw.request(
+        "PUT", path, body=body, token=None, content_type="application/octet-stream"
+    ).status
+
+
+def wait_for(what: str, probe, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = probe()
+        if got:
+            return got
+        time.sleep(0.1)
+    pytest.fail(f"never saw {what}")
+
+
+def runs(raw: RawApi, t: str, params=None) -> dict:
+    r = raw.request("GET", f"{t}/test-runs", params=params)
+    assert r.status == 200, r.body
+    return r.json
+
+
+def create_run(raw: RawApi, t: str, cv: str, attrs: dict | None = None):
+    return raw.request(
+        "POST",
+        f"{t}/test-runs",
+        body={
+            "data": {
+                "type": "test-runs",
+                "attributes": attrs or {},
+                "relationships": {
+                    "configuration-version": {"data": {"type": "configuration-versions", "id": cv}}
+                },
+            }
+        },
+    )
+
+
+def test_upload_queues_a_run_and_the_url_works_once(raw, module):
+    cv, path = create_cv(raw, module)
+    archive = targz(ARCHIVE)
+    assert upload(raw, path, archive) == 200
+    assert upload(raw, path, archive) in (404, 409)
+    queued = wait_for(
+        "a run queued by the upload",
+        lambda: [
+            d for d in runs(raw, module)["data"]
+            if d["attributes"]["source"] == "svc-configuration-version"
+        ],
+    )
+    run = queued[0]
+    assert run["relationships"]["configuration-version"]["data"]["id"] == cv
+    a = run["attributes"]
+    assert a["test-directory"] == "tests"
+    assert a["log-read-url"].endswith(f"/api/v2/test-runs/{run['id']}/logs")
+    # An explicit run on the uploaded configuration version, shown with every attribute.
+    r = create_run(raw, module, cv, {"verbose": True, "filters": ["tests/main.tftest.hcl"],
+                                     "variables": [{"key": "region", "value": '"eu-west-1"'}]})
+    assert r.status == 201, r.body
+    shown = raw.request("GET", f"{module}/test-runs/{r.json['data']['id']}")
+    assert shown.status == 200
+    a = shown.json["data"]["attributes"]
+    for key in ("status", "status-timestamps", "test-status", "tests-passed", "tests-failed",
+                "tests-errored", "tests-skipped", "source", "verbose", "test-directory",
+                "filters", "variables", "log-read-url", "created-at"):
+        assert key in a, key
+    assert a["source"] == "svc-api"
+    assert a["variables"] == [{"key": "region", "value": '"eu-west-1"'}]
+    assert "created-by" in shown.json["data"]["relationships"]
+    logs = raw.request("GET", a["log-read-url"][a["log-read-url"].index("/api/v2/"):],
+                       params={"limit": 65536, "offset": 0})
+    assert logs.status == 200
+
+
+def test_bad_archive_and_bad_runs(raw, module):
+    cv, path = create_cv(raw, module, auto_queue=True)
+    assert upload(raw, path, b"this is not a tar.gz") == 200
+    r = create_run(raw, module, cv)
+    assert r.status == 422
+    assert "not uploaded" in r.error_details
+    r = raw.request("POST", f"{module}/test-runs", body={"data": {"type": "test-runs"}})
+    assert r.status == 422
+    assert r.json["errors"][0]["source"]["pointer"] == "/data/relationships/configuration-version/data/id"
+    assert create_run(raw, module, "cv-doesnotexist0000").status in (404, 422)
+    assert runs(raw, module)["meta"]["pagination"]["total-count"] == 0
+    # Unknown module / organization: 404.
+    assert raw.request("GET", module.replace("/aws", "/gcp") + "/test-runs").status == 404
+
+
+def test_cancel_of_a_run_that_is_not_running_is_409(raw, module):
+    cv, path = create_cv(raw, module, auto_queue=False)
+    assert upload(raw, path, targz(ARCHIVE)) == 200
+    r = create_run(raw, module, cv)
+    assert r.status == 201, r.body
+    run = r.json["data"]["id"]
+    status = raw.request("GET", f"{module}/test-runs/{run}").json["data"]["attributes"]["status"]
+    if status != "running":
+        c = raw.request("POST", f"{module}/test-runs/{run}/cancel")
+        assert c.status == 409, c.body
+        assert "not running" in c.error_details
+    assert raw.request("POST", f"{module}/test-runs/trun-nope/cancel").status == 404
+
+
+def test_paging_and_filter_source(raw, module):
+    cv, path = create_cv(raw, module, auto_queue=False)
+    assert upload(raw, path, targz(ARCHIVE)) == 200
+    for _ in range(3):
+        assert create_run(raw, module, cv).status == 201
+    page = runs(raw, module, {"page[size]": 2, "page[number]": 2})
+    assert len(page["data"]) == 1
+    assert page["meta"]["pagination"]["total-count"] == 3
+    assert page["meta"]["pagination"]["total-pages"] == 2
+    assert runs(raw, module)["meta"]["pagination"]["page-size"] == 20
+    assert runs(raw, module, {"filter[source]": "tfe-api"})["meta"]["pagination"]["total-count"] == 3
+    assert runs(raw, module, {"filter[source]": "engine,svc-configuration-version"})["data"] == []
+    bad = raw.request("GET", f"{module}/test-runs", params={"filter[source]": "nope"})
+    assert bad.status == 400
+
+
+def test_variables(raw, module):
+    vars_path = f"{module}/vars"
+    r = raw.request("POST", vars_path, body={"data": {"type": "vars", "attributes": {
+        "key": "TF_VAR_region", "value": "eu", "category": "env"}}})
+    assert r.status == 201, r.body
+    var = r.json["data"]["id"]
+    v1 = r.json["data"]["attributes"]["version-id"]
+    r = raw.request("PATCH", f"{vars_path}/{var}", body={"data": {"type": "vars", "attributes": {
+        "sensitive": True, "value": "hunter2"}}})
+    assert r.status == 200, r.body
+    assert r.json["data"]["attributes"]["value"] == ""
+    assert r.json["data"]["attributes"]["version-id"] != v1
+    listed = raw.request("GET", vars_path)
+    assert listed.status == 200
+    assert b"hunter2" not in listed.body
+    r = raw.request("PATCH", f"{vars_path}/{var}", body={"data": {"type": "vars", "attributes": {
+        "sensitive": False}}})
+    assert r.status == 422
+    r = raw.request("POST", vars_path, body={"data": {"type": "vars", "attributes": {
+        "key": "9bad", "category": "terraform"}}})
+    assert r.status == 422
+    pointers = sorted(e["source"]["pointer"] for e in r.json["errors"])
+    assert pointers == ["/data/attributes/category", "/data/attributes/key"]
+    assert raw.request("DELETE", f"{vars_path}/{var}").status == 204
+    assert raw.request("GET", vars_path).json["data"] == []
