@@ -30,6 +30,10 @@ pub struct Inner {
     org_by_namespace: HashMap<String, String>,
     projects: HashMap<String, Arc<Project>>,
     project_by_id: HashMap<String, String>,
+    /// (namespace, object name) → uid.
+    project_by_name: HashMap<(String, String), String>,
+    /// namespace → uid of its default project.
+    default_project_by_ns: HashMap<String, String>,
     workspaces: HashMap<String, Arc<Workspace>>,
     ws_by_id: HashMap<String, String>,
     ws_by_namespace: HashMap<String, NamespaceWorkspaces>,
@@ -155,6 +159,13 @@ fn uid<K: Resource>(o: &K) -> String {
     })
 }
 
+fn is_default_project(p: &Project) -> bool {
+    p.labels()
+        .get(terrace_crds::constants::LABEL_DEFAULT_PROJECT)
+        .map(String::as_str)
+        == Some("true")
+}
+
 fn id_label<K: Resource>(o: &K) -> Option<String> {
     o.meta().labels.as_ref()?.get(LABEL_ID).cloned()
 }
@@ -207,15 +218,38 @@ impl Inner {
         if let Some(id) = id_label(&p) {
             self.project_by_id.insert(id, key.clone());
         }
+        let ns = p.namespace().unwrap_or_default();
+        if is_default_project(&p) {
+            self.default_project_by_ns.insert(ns.clone(), key.clone());
+        }
+        self.project_by_name.insert((ns, p.name_any()), key.clone());
         self.projects.insert(key, Arc::new(p));
     }
 
     fn remove_project(&mut self, key: &str) {
-        if let Some(old) = self.projects.remove(key)
-            && let Some(id) = id_label(old.as_ref())
+        let Some(old) = self.projects.remove(key) else {
+            return;
+        };
+        if let Some(id) = id_label(old.as_ref())
             && self.project_by_id.get(&id).is_some_and(|k| k == key)
         {
             self.project_by_id.remove(&id);
+        }
+        let ns = old.namespace().unwrap_or_default();
+        if self
+            .default_project_by_ns
+            .get(&ns)
+            .is_some_and(|k| k == key)
+        {
+            self.default_project_by_ns.remove(&ns);
+        }
+        let name_key = (ns, old.name_any());
+        if self
+            .project_by_name
+            .get(&name_key)
+            .is_some_and(|k| k == key)
+        {
+            self.project_by_name.remove(&name_key);
         }
     }
 
@@ -301,13 +335,9 @@ impl Inner {
 
     /// The default project of namespace `ns`.
     pub fn default_project(&self, ns: &str) -> Option<&Arc<Project>> {
-        self.projects.values().find(|p| {
-            p.namespace().as_deref() == Some(ns)
-                && p.labels()
-                    .get(terrace_crds::constants::LABEL_DEFAULT_PROJECT)
-                    .map(String::as_str)
-                    == Some("true")
-        })
+        self.default_project_by_ns
+            .get(ns)
+            .and_then(|k| self.projects.get(k))
     }
 
     /// The project a workspace belongs to: its named project, else the default one.
@@ -321,9 +351,9 @@ impl Inner {
 
     /// The project object `name` of namespace `ns`.
     pub fn project_named(&self, ns: &str, name: &str) -> Option<&Arc<Project>> {
-        self.projects
-            .values()
-            .find(|p| p.namespace().as_deref() == Some(ns) && p.name_any() == name)
+        self.project_by_name
+            .get(&(ns.to_owned(), name.to_owned()))
+            .and_then(|k| self.projects.get(k))
     }
 
     /// The workspace with this ID.
@@ -531,6 +561,8 @@ impl Index {
                 |i| {
                     i.projects.clear();
                     i.project_by_id.clear();
+                    i.project_by_name.clear();
+                    i.default_project_by_ns.clear();
                 },
             )),
             tokio::spawn(feed(
