@@ -18,6 +18,7 @@ pub mod schema;
 pub mod table;
 
 pub mod gc;
+pub mod kubelet;
 pub mod meta;
 pub mod patch;
 pub mod registry;
@@ -46,6 +47,19 @@ pub struct SimConfig {
     pub watch_history: usize,
     /// How often watches that allow bookmarks get a BOOKMARK event.
     pub bookmark_interval: Duration,
+    /// Whether the simulated node runs Pods' containers as local processes
+    /// ([`kubelet`]). Off, Pods are stored only: they stay `Pending`, unscheduled, and
+    /// are deleted at once (tests that play the kubelet themselves want this).
+    pub run_pods: bool,
+    /// Image → program run as that image's entrypoint when a container has no
+    /// `command` (its `args` follow). Matched on the whole image or on it without its
+    /// tag/digest. Without a match such a container waits with `ErrImagePull`.
+    pub image_overrides: Vec<(String, PathBuf)>,
+    /// Command name → program: a container whose `command[0]` is that name (or a path
+    /// ending in it) runs the program instead, and the name is on every container's
+    /// `PATH` as a link to the program, so processes it starts find it too (`terrace
+    /// dev --engine` maps `tofu` here).
+    pub command_overrides: Vec<(String, PathBuf)>,
 }
 
 impl Default for SimConfig {
@@ -54,6 +68,9 @@ impl Default for SimConfig {
             data_dir: None,
             watch_history: 10_000,
             bookmark_interval: Duration::from_secs(30),
+            run_pods: true,
+            image_overrides: Vec::new(),
+            command_overrides: Vec::new(),
         }
     }
 }
@@ -86,6 +103,9 @@ pub struct Shared {
     /// Authenticator and cached RBAC snapshot.
     pub access: access::Access,
     files: Option<Files>,
+    /// Where the simulated node keeps each Pod's volumes, logs and termination
+    /// messages: `DATA_DIR/pods/<uid>`, or a fresh temporary folder.
+    pub pods_dir: PathBuf,
     /// Flips to `true` on shutdown.
     pub shutdown: tokio_watch::Sender<bool>,
     flush_lock: tokio::sync::Mutex<()>,
@@ -192,6 +212,12 @@ impl Simulator {
             ),
         };
         st.register_stored_crds();
+        // Processes do not survive the simulator: Pods it ran before are lost.
+        kubelet::node_restarted(&mut st);
+        let pods_dir = match &config.data_dir {
+            Some(d) => d.join("pods"),
+            None => std::env::temp_dir().join(format!("terrace-sim-{}", uuid::Uuid::new_v4())),
+        };
         let (changes, _) = tokio_watch::channel(st.rv);
         let (shutdown, _) = tokio_watch::channel(false);
         let shared = Arc::new(Shared {
@@ -202,6 +228,7 @@ impl Simulator {
             access: access::Access::new(signing_key, &admin_token),
             admin_token,
             files,
+            pods_dir,
             shutdown,
             flush_lock: tokio::sync::Mutex::new(()),
             tasks: Mutex::new(Vec::new()),
@@ -251,9 +278,15 @@ impl Simulator {
                 }
             })
         };
+        let node = sim
+            .shared
+            .config
+            .run_pods
+            .then(|| tokio::spawn(kubelet::run(sim.shared.clone())));
         if let Ok(mut t) = sim.shared.tasks.lock() {
             t.push(gc);
             t.push(flusher);
+            t.extend(node);
         }
         Ok(sim)
     }
@@ -351,7 +384,14 @@ impl Simulator {
         )
     }
 
-    /// Flushes persistence, stops the background tasks, ends watches and `serve()`.
+    /// Where the simulated node keeps Pods' files: `<dir>/<pod uid>/` holds `logs/`,
+    /// `volumes/`, `termination/`, `cwd/` and `bin/` (command override links).
+    pub fn pods_dir(&self) -> &std::path::Path {
+        &self.shared.pods_dir
+    }
+
+    /// Flushes persistence, stops the background tasks (killing the processes of running
+    /// Pods), ends watches and `serve()`.
     pub async fn shutdown(&self) {
         self.shared.shutdown.send_replace(true);
         let tasks: Vec<_> = match self.shared.tasks.lock() {

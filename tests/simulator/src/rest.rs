@@ -589,7 +589,14 @@ fn finish_update(
     }
     let res = res_key(info);
     let being_deleted = meta_of(&new).is_some_and(|m| m.contains_key("deletionTimestamp"));
-    if being_deleted && finalizers(&new).is_empty() {
+    // As the generic registry's `ShouldDeleteDuringUpdate`: the last finalizer going
+    // completes a deletion only when no grace period is pending (a Pod its kubelet is
+    // still stopping stays until the kubelet deletes it with grace 0).
+    let grace_pending = meta_of(old)
+        .and_then(|m| m.get("deletionGracePeriodSeconds"))
+        .and_then(Value::as_i64)
+        .is_some_and(|g| g > 0);
+    if being_deleted && finalizers(&new).is_empty() && !grace_pending {
         let key = crate::store::obj_key(&new);
         st.put(&res, new);
         let last = st
@@ -747,7 +754,11 @@ pub struct DeleteOpts {
 }
 
 /// Deletes an object as the generic registry does: finalizers keep it (with a
-/// deletionTimestamp) until they are removed; otherwise it is gone at once.
+/// deletionTimestamp) until they are removed; otherwise it is gone at once. A Pod that
+/// the simulated node runs is deleted gracefully: it gets `deletionTimestamp` and
+/// `deletionGracePeriodSeconds` ([`pod_grace_period`]) and stays until the kubelet
+/// ([`crate::kubelet`]) has stopped its containers and deletes it with grace 0; a later
+/// delete may only shorten the grace period.
 pub fn delete(
     st: &mut State,
     info: &ResourceInfo,
@@ -792,11 +803,45 @@ pub fn delete(
             ),
         ));
     }
-    if meta_of(&old).is_some_and(|m| m.contains_key("deletionTimestamp")) || opts.dry_run {
-        return Ok(in_version(&old, info));
-    }
     let res = res_key(info);
     let key = crate::store::obj_key(&old);
+    let is_pod = info.group.is_empty() && info.plural == "pods";
+    if let Some(m) = meta_of(&old).filter(|m| m.contains_key("deletionTimestamp")) {
+        // Only a Pod's pending graceful deletion can change: a shorter grace period
+        // moves it forward, and one at zero without finalizers completes it.
+        let current = m
+            .get("deletionGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        if !is_pod || opts.dry_run {
+            return Ok(in_version(&old, info));
+        }
+        let period = match opts.grace_period {
+            Some(p) if current > 0 && p.max(0) < current => p.max(0),
+            _ if current == 0 && finalizers(&old).is_empty() => {
+                let last = st
+                    .remove(&res, &key)
+                    .ok_or_else(|| ApiError::not_found(&q, name))?;
+                return Ok(in_version(&last, info));
+            }
+            _ => return Ok(in_version(&old, info)),
+        };
+        if period == 0 && finalizers(&old).is_empty() {
+            let last = st
+                .remove(&res, &key)
+                .ok_or_else(|| ApiError::not_found(&q, name))?;
+            return Ok(in_version(&last, info));
+        }
+        let mut o = (*old).clone();
+        let m = meta_mut(&mut o)?;
+        m.insert("deletionTimestamp".into(), json!(meta::rfc3339_in(period)));
+        m.insert("deletionGracePeriodSeconds".into(), json!(period));
+        let stored = st.put(&res, o);
+        return Ok(in_version(&stored, info));
+    }
+    if opts.dry_run {
+        return Ok(in_version(&old, info));
+    }
     if info.group.is_empty() && info.plural == "namespaces" {
         let mut o = (*old).clone();
         let m = meta_mut(&mut o)?;
@@ -810,14 +855,16 @@ pub fn delete(
     if opts.propagation.as_deref() == Some("Orphan") {
         orphan_dependents(st, &old);
     }
-    if !finalizers(&old).is_empty() {
+    let period = if is_pod {
+        pod_grace_period(&old, opts)
+    } else {
+        0
+    };
+    if period > 0 || !finalizers(&old).is_empty() {
         let mut o = (*old).clone();
         let m = meta_mut(&mut o)?;
-        m.insert("deletionTimestamp".into(), json!(meta::now_rfc3339()));
-        m.insert(
-            "deletionGracePeriodSeconds".into(),
-            json!(opts.grace_period.unwrap_or(0).max(0)),
-        );
+        m.insert("deletionTimestamp".into(), json!(meta::rfc3339_in(period)));
+        m.insert("deletionGracePeriodSeconds".into(), json!(period));
         if meta::tracks_generation(info) {
             let g = m.get("generation").and_then(Value::as_i64).unwrap_or(0);
             m.insert("generation".into(), json!(g + 1));
@@ -832,6 +879,30 @@ pub fn delete(
         drop_crd_kind(st, &last);
     }
     Ok(in_version(&last, info))
+}
+
+/// The grace period of a Pod's deletion, as the Pod strategy's `CheckGracefulDelete`
+/// decides it: the request's `gracePeriodSeconds`, else the Pod's
+/// `terminationGracePeriodSeconds` (defaulted to 30); 0 for a Pod that no node runs
+/// (`spec.nodeName` empty) or that has finished (`Succeeded`/`Failed`); 1 for a negative one.
+pub fn pod_grace_period(pod: &Value, opts: &DeleteOpts) -> i64 {
+    let scheduled = pod
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty());
+    let finished = matches!(
+        pod.pointer("/status/phase").and_then(Value::as_str),
+        Some("Succeeded" | "Failed")
+    );
+    if !scheduled || finished {
+        return 0;
+    }
+    let period = opts.grace_period.unwrap_or_else(|| {
+        pod.pointer("/spec/terminationGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(30)
+    });
+    if period < 0 { 1 } else { period }
 }
 
 /// Removes the ownerReferences pointing at `owner` from its dependents (Orphan).

@@ -323,12 +323,28 @@ async fn dispatch_inner(shared: Arc<Shared>, req: Request) -> ApiResult<Response
         subresource: rest.get(2).map(|s| s.to_string()),
         info,
     };
+    let pod_log = target.info.group.is_empty()
+        && target.info.plural == "pods"
+        && target.subresource.as_deref() == Some("log");
     if let Some(sub) = &target.subresource
         && !(sub == "status" && target.info.status_subresource)
+        && !pod_log
     {
         return Err(ApiError::page_not_found());
     }
     let query = query_map(&parts.uri)?;
+    if pod_log {
+        if parts.method != Method::GET {
+            return Err(ApiError::method_not_allowed(
+                "the server does not allow this method on the requested resource",
+            )
+            .with_details(json!({})));
+        }
+        let name = target.name.as_deref().unwrap_or("");
+        let pod =
+            shared.read(|st| rest::get(st, &target.info, target.namespace.as_deref(), name))?;
+        return crate::kubelet::logs::serve(&shared, pod, &query);
+    }
     let body = axum::body::to_bytes(body, 64 * 1024 * 1024)
         .await
         .map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?;
@@ -743,6 +759,15 @@ fn resource_list(shared: &Shared, group: &str, version: &str) -> Option<Value> {
                 r["categories"] = json!(i.categories);
             }
             resources.push(r);
+            if i.group.is_empty() && i.plural == "pods" {
+                resources.push(json!({
+                    "name": "pods/log",
+                    "singularName": "",
+                    "namespaced": true,
+                    "kind": "Pod",
+                    "verbs": ["get"],
+                }));
+            }
             for sub in st.registry.subresources(i) {
                 resources.push(json!({
                     "name": format!("{}/{sub}", i.plural),

@@ -992,7 +992,8 @@ async fn table_output() -> R {
     Ok(())
 }
 
-/// Copies the Pods kube-apiserver stores (no kubelet): created Pending, status
+/// Copies the Pods kube-apiserver stores: created Pending (an image-only container
+/// never starts on the simulated node), status
 /// subresource served, label selection works.
 #[tokio::test]
 async fn pods_are_stored() -> R {
