@@ -3,7 +3,8 @@
 //! The operator watches terrace objects through kube-runtime and owns their status. It
 //! runs the Organization controller (namespace, default project, status), the ID
 //! controllers (every namespaced kind gets its `terrace.dev/id` and organization labels)
-//! and the Workspace controller (derived status), concurrently, all sharing one
+//! the Workspace controller (derived status) and the TestRun controller (one Pod per module
+//! test run, see [`testrun`]), concurrently, all sharing one
 //! [`Context`] and one shutdown signal.
 #![forbid(unsafe_code)]
 
@@ -14,6 +15,8 @@ pub mod organization;
 pub mod rules;
 pub mod runner;
 pub mod settings;
+pub mod testpod;
+pub mod testrun;
 pub mod workspace;
 
 use std::sync::Arc;
@@ -48,7 +51,8 @@ pub async fn run(
     tokio::join!(
         organization::run(ctx.clone(), shutdown.clone()),
         ids::run(ctx.clone(), orgs.clone(), shutdown.clone()),
-        workspace::run(ctx, orgs, shutdown),
+        workspace::run(ctx.clone(), orgs.clone(), shutdown.clone()),
+        testrun::run(ctx, orgs, shutdown),
         orgs_driver,
     );
 }

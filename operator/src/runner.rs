@@ -496,6 +496,14 @@ pub async fn exec<W: AsyncWrite + Unpin>(
     out: &mut W,
 ) -> Result<RunnerReport, RunnerError> {
     let (program, args) = opts.command.split_first().ok_or(RunnerError::NoCommand)?;
+    if let Some(dir) = opts.log_file.as_deref().and_then(Path::parent) {
+        tokio::fs::create_dir_all(dir)
+            .await
+            .map_err(|source| RunnerError::LogFile {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+    }
     let mut log = match &opts.log_file {
         Some(path) => Some(
             tokio::fs::OpenOptions::new()

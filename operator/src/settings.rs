@@ -2,6 +2,12 @@
 
 use clap::Args;
 
+/// Default of [`Settings::terrace_image`]: the image of this very build.
+pub const DEFAULT_TERRACE_IMAGE: &str =
+    concat!("ghcr.io/terrace-dev/terrace:", env!("CARGO_PKG_VERSION"));
+/// Default of [`Settings::api_internal_url`]: the chart's API server Service.
+pub const DEFAULT_API_INTERNAL_URL: &str = "http://terrace-api-server.terrace-system.svc:8080";
+
 /// Settings of `terrace operator`.
 #[derive(Clone, Debug, Args)]
 pub struct Settings {
@@ -15,9 +21,30 @@ pub struct Settings {
     /// Command run in place of the engine image's `tofu` (used by `terrace dev --engine`).
     #[arg(long, env = "TERRACE_ENGINE_COMMAND", default_value = "tofu")]
     pub engine_command: String,
-    /// Most test runs running at once across all organizations.
+    /// Most test runs queued or running at once across all organizations (each
+    /// organization may set a lower limit in `spec.settings.testRuns.concurrency`).
     #[arg(long, env = "TERRACE_TEST_RUN_CONCURRENCY", default_value_t = 50)]
     pub test_run_concurrency: u32,
+    /// Image holding the `terrace` binary at `/usr/local/bin/terrace` (with `cp`): the
+    /// first init container of a test Pod copies it into a shared volume.
+    #[arg(long, env = "TERRACE_IMAGE", default_value = DEFAULT_TERRACE_IMAGE)]
+    pub terrace_image: String,
+    /// Path of the `terrace` binary inside that image (`terrace dev` points it at its own
+    /// executable, since the simulator runs containers as local processes).
+    #[arg(
+        long,
+        env = "TERRACE_BINARY_PATH",
+        default_value = "/usr/local/bin/terrace"
+    )]
+    pub terrace_binary: String,
+    /// Base URL at which test Pods reach the API server (no trailing slash needed); test
+    /// archives are fetched from `{api_internal_url}/api/v2/test-archives/{cv-id}`.
+    #[arg(
+        long,
+        env = "TERRACE_API_INTERNAL_URL",
+        default_value = DEFAULT_API_INTERNAL_URL
+    )]
+    pub api_internal_url: String,
     /// Address of the operator's metrics and health endpoints.
     #[arg(
         long,
@@ -33,6 +60,9 @@ impl Default for Settings {
             engine_image: "ghcr.io/opentofu/opentofu:1.10".into(),
             engine_command: "tofu".into(),
             test_run_concurrency: 50,
+            terrace_image: DEFAULT_TERRACE_IMAGE.into(),
+            terrace_binary: "/usr/local/bin/terrace".into(),
+            api_internal_url: DEFAULT_API_INTERNAL_URL.into(),
             metrics_addr: std::net::SocketAddr::from(([127, 0, 0, 1], 9090)),
         }
     }

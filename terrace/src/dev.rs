@@ -42,8 +42,20 @@ pub struct DevArgs {
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let dir = &args.data_dir;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    // Test Pods run as local processes: `tofu` (and `terraform`) in them is `--engine`.
+    let command_overrides = args
+        .engine
+        .iter()
+        .flat_map(|e| {
+            [
+                ("tofu".to_owned(), e.clone()),
+                ("terraform".to_owned(), e.clone()),
+            ]
+        })
+        .collect();
     let sim = Simulator::open(SimConfig {
         data_dir: Some(dir.join("cluster")),
+        command_overrides,
         ..Default::default()
     })
     .await
@@ -75,10 +87,16 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     install_crds(&client).await?;
     install_user_roles(&client).await?;
 
-    let mut operator_settings = terrace_operator::Settings::default();
-    if let Some(engine) = &args.engine {
-        operator_settings.engine_command = engine.display().to_string();
-    }
+    // The test Pod's first init container copies this very binary into the Pod, and the
+    // fetch container downloads the configuration from this API server.
+    let operator_settings = terrace_operator::Settings {
+        terrace_binary: std::env::current_exe()
+            .context("locating the terrace binary")?
+            .display()
+            .to_string(),
+        api_internal_url: api_url.clone(),
+        ..Default::default()
+    };
     let operator_task = tokio::spawn(terrace_operator::run(
         client.clone(),
         operator_settings,
