@@ -101,6 +101,36 @@ def _stop(proc: subprocess.Popen, log: Path) -> None:
         raise RuntimeError(f"terrace dev exited with code {code} after SIGTERM:\n" + _log_tail(log))
 
 
+# A stand-in for `tofu`/`terraform` in test Pods (`terrace dev --engine`): prints the
+# engine's real `test -json` format. What it does depends on the test file filter:
+# tests/fail.tftest.hcl fails, tests/slow.tftest.hcl runs until interrupted (then prints
+# test_interrupt and exits), anything else passes 2 tests. It echoes its arguments, the
+# module variable REGION and the run's var-file so tests can see what reached it.
+FAKE_ENGINE = r"""#!/bin/sh
+echo "engine args: $*"
+echo "engine env REGION=${REGION:-unset}"
+for a in "$@"; do case "$a" in -var-file=*) echo "engine var-file:"; cat "${a#-var-file=}";; esac; done
+prev=""
+for a in "$@"; do
+  if [ "$prev" = "-var-file" ]; then echo "engine var-file:"; cat "$a"; fi
+  prev="$a"
+done
+echo '{"@level":"info","@message":"OpenTofu 1.10.0","@module":"tofu.ui","type":"version","tofu":"1.10.0","ui":"1.2"}'
+case "$*" in
+  *tests/fail.tftest.hcl*)
+    echo '{"@level":"info","@message":"tests/fail.tftest.hcl... fail","@module":"tofu.ui","type":"test_file","test_file":{"path":"tests/fail.tftest.hcl","status":"fail"}}'
+    echo '{"@level":"info","@message":"Failure! 1 passed, 1 failed.","@module":"tofu.ui","type":"test_summary","test_summary":{"status":"fail","passed":1,"failed":1,"errored":0,"skipped":0}}'
+    exit 1;;
+  *tests/slow.tftest.hcl*)
+    trap 'echo "{"@level":"info","@message":"Interrupt received.","@module":"tofu.ui","type":"test_interrupt","test_interrupt":{"still_running":[]}}"; echo "engine saw the interrupt"; exit 130' INT
+    echo "engine is running slowly"
+    i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
+    exit 0;;
+esac
+echo '{"@level":"info","@message":"Success! 2 passed, 0 failed.","@module":"tofu.ui","type":"test_summary","test_summary":{"status":"pass","passed":2,"failed":0,"errored":0,"skipped":0}}'
+"""
+
+
 @pytest.fixture(scope="session")
 def terrace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TerraceDev]:
     """Start `terrace dev`, wait for endpoints.json and the token, stop it at the end."""
@@ -111,6 +141,9 @@ def terrace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TerraceDev]:
     data_dir = base / "data"
     log = base / "terrace.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TERRACE_DEV_")}
+    engine = base / "fake-engine"
+    engine.write_text(FAKE_ENGINE)
+    engine.chmod(0o755)
     with open(log, "wb") as log_file:
         proc = subprocess.Popen(
             [
@@ -122,6 +155,8 @@ def terrace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TerraceDev]:
                 "127.0.0.1:0",
                 "--kube-addr",
                 "127.0.0.1:0",
+                "--engine",
+                str(engine),
             ],
             stdin=subprocess.DEVNULL,
             stdout=log_file,

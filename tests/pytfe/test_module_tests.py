@@ -211,3 +211,82 @@ def test_variables(raw, module):
     assert pointers == ["/data/attributes/category", "/data/attributes/key"]
     assert raw.request("DELETE", f"{vars_path}/{var}").status == 204
     assert raw.request("GET", vars_path).json["data"] == []
+
+
+# --- runs executed in Pods (terrace dev --engine = conftest's FAKE_ENGINE) ------------
+
+
+def _run(raw: RawApi, t: str, run_id: str) -> dict:
+    r = raw.request("GET", f"{t}/test-runs/{run_id}")
+    assert r.status == 200, r.body
+    return r.json["data"]
+
+
+def _wait_status(raw, t, run_id, statuses, timeout=60.0):
+    return wait_for(
+        f"run {run_id} in {statuses}",
+        lambda: (lambda d: d if d["attributes"]["status"] in statuses else None)(_run(raw, t, run_id)),
+        timeout,
+    )
+
+
+def _uploaded_cv(raw, t):
+    cv, path = create_cv(raw, t, auto_queue=False)
+    assert upload(raw, path, targz(ARCHIVE)) == 200
+    wait_for("uploaded cv", lambda: raw.request("GET", f"{t}/test-runs").status == 200)
+    return cv
+
+
+def test_a_run_executes_in_a_pod_and_reports_pass_counts(raw, module):
+    """A1/A5 end to end: the test Pod fetches the archive, runs the engine, and the run
+    finishes with test-status pass and the engine's counts; logs are readable."""
+    cv = _uploaded_cv(raw, module)
+    r = wait_for("a run on the uploaded cv", lambda: (lambda x: x if x.status == 201 else None)(create_run(raw, module, cv)))
+    run_id = r.json["data"]["id"]
+    done = _wait_status(raw, module, run_id, {"finished", "errored"})
+    a = done["attributes"]
+    assert a["status"] == "finished", a
+    assert a["test-status"] == "pass"
+    assert (a["tests-passed"], a["tests-failed"], a["tests-errored"], a["tests-skipped"]) == (2, 0, 0, 0)
+    assert a["status-timestamps"].get("finished-at")
+    log = raw.request("GET", a["log-read-url"][a["log-read-url"].index("/api/v2/"):])
+    assert log.status == 200
+    assert b"engine args:" in log.body and b"test" in log.body
+
+
+def test_filters_and_variables_reach_the_engine_and_fail_is_reported(raw, module):
+    r = raw.request("POST", f"{module}/vars", body={"data": {"type": "vars", "attributes": {
+        "key": "REGION", "value": "eu-west-1", "category": "env"}}})
+    assert r.status == 201, r.body
+    cv = _uploaded_cv(raw, module)
+    r = wait_for("run created", lambda: (lambda x: x if x.status == 201 else None)(create_run(
+        raw, module, cv, {"filters": ["tests/fail.tftest.hcl"], "verbose": True,
+                          "variables": [{"key": "region", "value": "\"us-east-1\""}]})))
+    run_id = r.json["data"]["id"]
+    a = _wait_status(raw, module, run_id, {"finished", "errored"})["attributes"]
+    assert a["status"] == "finished", a
+    assert a["test-status"] == "fail"
+    assert (a["tests-passed"], a["tests-failed"]) == (1, 1)
+    log = raw.request("GET", a["log-read-url"][a["log-read-url"].index("/api/v2/"):]).body
+    assert b"-filter" in log and b"tests/fail.tftest.hcl" in log and b"-verbose" in log, log
+    assert b"REGION=eu-west-1" in log, log
+    assert b'region = "us-east-1"' in log, log
+
+
+def test_cancel_interrupts_the_engine(raw, module):
+    """A6: cancel while running is 202 and the engine gets an interrupt; the run ends
+    canceled. A second cancel is still accepted; force-cancel after it is 202 or 409
+    once the run is final."""
+    cv = _uploaded_cv(raw, module)
+    r = wait_for("run created", lambda: (lambda x: x if x.status == 201 else None)(create_run(
+        raw, module, cv, {"filters": ["tests/slow.tftest.hcl"]})))
+    run_id = r.json["data"]["id"]
+    _wait_status(raw, module, run_id, {"running"})
+    c = raw.request("POST", f"{module}/test-runs/{run_id}/cancel")
+    assert c.status == 202, c.body
+    a = _wait_status(raw, module, run_id, {"canceled", "errored", "finished"})["attributes"]
+    assert a["status"] == "canceled", a
+    assert a["status-timestamps"].get("canceled-at")
+    # The engine's output of a canceled run is gone with its Pod: logs are not archived yet
+    # (a known gap of issue 5), so the interrupt is checked through the run's state only.
+    assert raw.request("POST", f"{module}/test-runs/{run_id}/cancel").status == 409
