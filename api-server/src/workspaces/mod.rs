@@ -134,7 +134,12 @@ async fn readable(
     located: Option<Located>,
 ) -> Result<Located, ApiError> {
     let l = located.ok_or_else(not_found)?;
-    if state.auth.allowed(caller, &l.check("get")).await? {
+    let name = l.object_name();
+    if state
+        .auth
+        .allowed_on(caller, "get", "workspaces", &l.ns, Some(&name))
+        .await?
+    {
         Ok(l)
     } else {
         Err(not_found())
@@ -302,8 +307,16 @@ async fn respond_one(
     status: StatusCode,
     q: &QueryParams,
 ) -> Result<Response, ApiError> {
+    let includes = q.includes();
+    // The whole single-workspace document is cached too when nothing is included.
+    let doc_key = includes
+        .is_empty()
+        .then(|| crate::auth::digest(&(render_key(state, caller, l), "doc")));
+    if let Some(bytes) = doc_key.and_then(|k| state.rendered.get(k)) {
+        return Ok(crate::jsonapi::DocBytes(status, bytes).into_response());
+    }
     let data = rendered_data(state, caller, l).await?;
-    let inc = included(state, &[l], &q.includes());
+    let inc = included(state, &[l], &includes);
     let mut body = Vec::with_capacity(data.len() + 16);
     body.extend_from_slice(b"{\"data\":");
     body.extend_from_slice(&data);
@@ -312,7 +325,11 @@ async fn respond_one(
         serde_json::to_writer(&mut body, &inc).map_err(|e| ApiError::Internal(e.to_string()))?;
     }
     body.push(b'}');
-    Ok(crate::jsonapi::DocBytes(status, body.into()).into_response())
+    let bytes = axum::body::Bytes::from(body);
+    if let Some(k) = doc_key {
+        state.rendered.put(k, bytes.clone());
+    }
+    Ok(crate::jsonapi::DocBytes(status, bytes).into_response())
 }
 
 async fn show_by_id(
