@@ -8,7 +8,7 @@
 //! Pod (only when a concurrency slot is free), delete the Pod (cancel: with a grace
 //! period; force-cancel: at once), write the new status through
 //! [`terrace_crds::testrun::transition`] with server-side apply, record an Event, and only
-//! then remove the Pod's finalizer. Everything is derived from the TestRun's status and the
+//! then archive the engine's log and remove the Pod's finalizer. Everything is derived from the TestRun's status and the
 //! Pod, so an operator restarted at any point neither loses a run nor starts a second Pod
 //! (a Pod create answering 409 means it already exists).
 //!
@@ -19,17 +19,24 @@
 //! admit too many. Runs waiting for a slot stay `pending` with the Reconciling condition
 //! [`REASON_WAITING_FOR_SLOT`] and are looked at again every [`SLOT_RECHECK`].
 //!
+//! The engine log of a run that reached a final state is copied into a ConfigMap before
+//! the finalizer goes (see `testpod`'s log archive contract), so the API server can serve
+//! it after the Pod is deleted. This is best effort: the outcome is recorded first, a log
+//! that cannot be read (container never started: 400) is skipped, and a transient failure
+//! is retried on the next reconciles at most [`ARCHIVE_ATTEMPTS`] times before the Pod is
+//! released without an archive.
+//!
 //! Pods of TestRuns deleted with background propagation would keep their finalizer
 //! forever; a small janitor over test Pods removes it once the owning TestRun is gone.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ContainerStatus, ObjectReference, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, ContainerStatus, ObjectReference, Pod, Secret};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -51,6 +58,8 @@ use crate::rules::owning_organization;
 use crate::testpod::{self, ENGINE_CONTAINER, FINALIZER, LABEL_TEST_RUN, PodInputs};
 use crate::{Context, Error, publish_event};
 
+/// Attempts at archiving a final run's engine log before its Pod is released without.
+pub const ARCHIVE_ATTEMPTS: u32 = 3;
 /// Reconciling reason of a pending run waiting for a concurrency slot.
 pub const REASON_WAITING_FOR_SLOT: &str = "WaitingForSlot";
 /// Reconciling reason of a pending run waiting for its ID, module or configuration upload.
@@ -426,6 +435,8 @@ struct RunContext {
     /// Serialises admission; holds runs admitted by this process whose queued status the
     /// cache may not show yet.
     admitted: tokio::sync::Mutex<HashSet<ObjectRef<TestRun>>>,
+    /// Failed log archive attempts per TestRun uid.
+    archive_failures: std::sync::Mutex<HashMap<String, u32>>,
 }
 
 /// Runs the TestRun controller and the test Pod janitor until `shutdown` resolves.
@@ -448,6 +459,7 @@ where
         recorder: crate::new_recorder(&ctx.client),
         runs: controller.store(),
         admitted: tokio::sync::Mutex::new(HashSet::new()),
+        archive_failures: std::sync::Mutex::new(HashMap::new()),
     });
     let store = rctx.runs.clone();
     let main = controller
@@ -506,6 +518,7 @@ async fn reconcile(run: Arc<TestRun>, ctx: Arc<RunContext>) -> Result<Action, Er
         return admit(&run, &ctx, &ns, &pod_name, me).await;
     }
     let regarding = run.object_ref(&());
+    let mut final_now = state.is_final();
     if let Some(grace) = plan.delete_pod {
         let dp = DeleteParams {
             grace_period_seconds: Some(u32::try_from(grace).unwrap_or(0)),
@@ -549,6 +562,7 @@ async fn reconcile(run: Arc<TestRun>, ctx: Arc<RunContext>) -> Result<Action, Er
                     record_event(&ctx, &regarding, &step, plan.summary.as_ref()).await;
                 }
                 if step.to.is_final() {
+                    final_now = true;
                     let secrets: Api<Secret> = Api::namespaced(ctx.base.client.clone(), &ns);
                     match secrets.delete(&pod_name, &DeleteParams::default()).await {
                         Ok(_) | Err(kube::Error::Api(_)) => {}
@@ -569,6 +583,9 @@ async fn reconcile(run: Arc<TestRun>, ctx: Arc<RunContext>) -> Result<Action, Er
     if plan.release
         && let Some(p) = &pod
     {
+        if final_now && !archive_with_retries(&ctx, &run, &pods, &pod_name).await {
+            return Ok(Action::requeue(Duration::from_secs(5)));
+        }
         release(&pods, p).await?;
     }
     Ok(if state.is_final() && !plan.release {
@@ -641,6 +658,80 @@ async fn write_status(
     api.patch_status(&run.name_any(), &pp, &Patch::Apply(&body))
         .await?;
     Ok(())
+}
+
+/// Archives the engine log of `run`'s Pod `pod_name` (see [`archive_log`]). True when the
+/// Pod may be released: archived, nothing to archive, or given up after
+/// [`ARCHIVE_ATTEMPTS`] transient failures (or one permanent one).
+async fn archive_with_retries(
+    ctx: &RunContext,
+    run: &TestRun,
+    pods: &Api<Pod>,
+    pod_name: &str,
+) -> bool {
+    let key = run.uid().unwrap_or_default();
+    let result = archive_log(&ctx.base.client, run, pods, pod_name).await;
+    let mut failures = ctx
+        .archive_failures
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match result {
+        Ok(()) => {
+            failures.remove(&key);
+            true
+        }
+        Err(e) => {
+            let n = failures.entry(key.clone()).or_insert(0);
+            *n += 1;
+            if e.is_transient() && *n < ARCHIVE_ATTEMPTS {
+                tracing::warn!(error = %e, pod = %pod_name, attempt = *n, "archiving the engine log failed; retrying");
+                false
+            } else {
+                tracing::warn!(error = %e, pod = %pod_name, attempt = *n, "archiving the engine log failed; releasing the Pod without it");
+                failures.remove(&key);
+                true
+            }
+        }
+    }
+}
+
+/// Copies the `engine` container's log of Pod `pod_name` into the run's log archive
+/// ConfigMap ([`testpod::build_log_archive`]). An archive that exists already is kept; a
+/// log the kubelet cannot serve (400: the container never started; 404: the Pod is gone)
+/// leaves nothing to archive.
+pub async fn archive_log(
+    client: &kube::Client,
+    run: &TestRun,
+    pods: &Api<Pod>,
+    pod_name: &str,
+) -> Result<(), Error> {
+    let ns = run
+        .namespace()
+        .ok_or_else(|| Error::Invalid("test run without namespace".into()))?;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let name = testpod::log_archive_name(pod_name);
+    if cms.get_opt(&name).await?.is_some() {
+        return Ok(());
+    }
+    let lp = LogParams {
+        container: Some(ENGINE_CONTAINER.to_owned()),
+        ..LogParams::default()
+    };
+    let log = match pods.logs(pod_name, &lp).await {
+        Ok(log) => log,
+        Err(kube::Error::Api(s)) if s.code == 400 || s.code == 404 => {
+            tracing::debug!(pod = %pod_name, message = %s.message, "no engine log to archive");
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let run_id = testpod::run_id(run).map_or_else(|| run.name_any(), str::to_owned);
+    let cm = testpod::build_log_archive(run, &run_id, pod_name, &log)?;
+    match cms.create(&PostParams::default(), &cm).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Removes [`FINALIZER`] from the Pod. The merge patch carries the Pod's

@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
@@ -16,7 +16,7 @@ use terrace_crds::{
     ConfigurationVersion, ConfigurationVersionSpec, Organization, OrganizationSpec, RegistryModule,
     RegistryModuleSpec, RunVariable, TestRun, TestRunSpec, TestVariable, TestVariableSpec,
 };
-use terrace_operator::testpod::{FINALIZER, LABEL_TEST_RUN};
+use terrace_operator::testpod::{FINALIZER, LABEL_TEST_RUN, LOG_ARCHIVE_KEY};
 use terrace_simulator::{SimConfig, Simulator};
 use tokio::sync::oneshot;
 
@@ -30,7 +30,7 @@ const PASS: &str = r#"{"status":"pass","passed":2,"failed":0,"errored":0,"skippe
 const INTERRUPTED: &str = r#"{"status":"pass","passed":1,"failed":0,"errored":0,"skipped":0,"exitCode":0,"interrupted":true}"#;
 
 struct Cluster {
-    _sim: Simulator,
+    sim: Simulator,
     client: Client,
     stop: Option<oneshot::Sender<()>>,
 }
@@ -126,7 +126,7 @@ impl Cluster {
         )
         .await?;
         Ok(Cluster {
-            _sim: sim,
+            sim,
             client,
             stop: Some(tx),
         })
@@ -496,5 +496,67 @@ async fn image_pull_failure() -> R {
     let s = c.status("r1", "errored").await?;
     let msg = s["message"].as_str().unwrap_or_default();
     assert!(msg.contains("ImagePullBackOff"), "{msg}");
+    Ok(())
+}
+
+/// A canceled run's engine log outlives its Pod: before the finalizer goes, the log the
+/// kubelet serves through `pods/log` (here written where the simulated node keeps the
+/// container's captured output, since this test plays the kubelet) is copied, gzipped,
+/// into ConfigMap `<pod>-log`, owned by the TestRun (so the garbage collector deletes it
+/// with the run) and labelled with the run's ID.
+#[tokio::test]
+async fn log_archived_before_the_pod_goes() -> R {
+    use std::io::Read;
+    let c = Cluster::start(5).await?;
+    c.create_run("r1", vec![]).await?;
+    c.status("r1", "queued").await?;
+    c.start_engine("r1-run").await?;
+    c.status("r1", "running").await?;
+    let pod = c.pods().get("r1-run").await?;
+    let logs = c
+        .sim
+        .pods_dir()
+        .join(pod.uid().unwrap_or_default())
+        .join("logs");
+    std::fs::create_dir_all(&logs)?;
+    std::fs::write(logs.join("engine.log"), "engine saw the interrupt\n")?;
+    c.runs()
+        .patch_status(
+            "r1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"cancelRequestedAt": "2025-01-01T00:00:00Z"}})),
+        )
+        .await?;
+    let pods = c.pods();
+    eventually("the Pod deleting", || async {
+        let p = pods.get_opt("r1-run").await.ok()??;
+        p.metadata.deletion_timestamp.is_some().then_some(())
+    })
+    .await?;
+    c.terminate_engine("r1-run", INTERRUPTED).await?;
+    c.status("r1", "canceled").await?;
+    eventually("the Pod gone", || async {
+        pods.get_opt("r1-run").await.ok()?.is_none().then_some(())
+    })
+    .await?;
+    let cms: Api<ConfigMap> = Api::namespaced(c.client.clone(), NS);
+    let cm = cms.get("r1-run-log").await?;
+    let run = c.runs().get("r1").await?;
+    let owner = cm.owner_references().first().cloned().ok_or("no owner")?;
+    assert_eq!(
+        (owner.kind.as_str(), Some(owner.uid)),
+        ("TestRun", run.uid())
+    );
+    assert_eq!(
+        cm.labels().get(LABEL_TEST_RUN),
+        run.labels().get("terrace.dev/id")
+    );
+    let gz = cm
+        .binary_data
+        .and_then(|mut d| d.remove(LOG_ARCHIVE_KEY))
+        .ok_or("no log.gz")?;
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&gz.0[..]).read_to_string(&mut text)?;
+    assert_eq!(text, "engine saw the interrupt\n");
     Ok(())
 }

@@ -1,17 +1,21 @@
-//! The `log-read-url` of a test run: the engine's output, read from the run's Pod through
-//! the Kubernetes API (`pods/log`), readable with `get` on the run's test runs.
+//! The `log-read-url` of a test run: the engine's output, readable with `get` on the
+//! run's test runs. While the run is not final it is read live from the run's Pod through
+//! the Kubernetes API (`pods/log`, container `engine`); once final (or when the Pod is
+//! gone) from the archive the operator writes before releasing the Pod: ConfigMap
+//! `<pod name>-log`, binaryData `log.gz`, gzip-compressed (the operator's `testpod` log
+//! archive contract), falling back to the Pod.
 //!
 //! Like TFE's log endpoint the text is framed by STX (0x02) at the start and, once the run
 //! is in a final state, ETX (0x03) at the end: go-tfe's log reader stops on that frame. It
-//! asks for `?limit=N&offset=M` byte windows, which are cut from the framed text. A Pod
-//! that is absent (not created yet, or already gone) reads as no output.
+//! asks for `?limit=N&offset=M` byte windows, which are cut from the framed text. A run
+//! with neither Pod nor archive reads as no output.
 
 use axum::Router;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::LogParams;
 use kube::{Api, ResourceExt};
 use terrace_crds::testrun::TestRunState;
@@ -23,6 +27,10 @@ use crate::{ApiError, AppState};
 /// Start-of-text and end-of-text markers of TFE's log framing.
 const STX: u8 = 0x02;
 const ETX: u8 = 0x03;
+/// binaryData key of the operator's log archive ConfigMap.
+const ARCHIVE_KEY: &str = "log.gz";
+/// The most bytes a log archive may expand to (the operator keeps 4 MiB).
+const ARCHIVE_MAX: u64 = 8 * 1024 * 1024;
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/api/v2/test-runs/{run}/logs", get(read))
@@ -31,6 +39,57 @@ pub fn router() -> Router<AppState> {
 /// The path of a run's logs.
 pub fn log_path(run_id: &str) -> String {
     format!("/api/v2/test-runs/{run_id}/logs")
+}
+
+/// Name of the log archive ConfigMap of Pod `pod` (the operator's contract).
+pub fn archive_name(pod: &str) -> String {
+    format!("{pod}-log")
+}
+
+/// The text of a gzip-compressed archive, at most [`ARCHIVE_MAX`] bytes; `None` when it
+/// is not gzip.
+pub fn gunzip(gz: &[u8]) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(gz)
+        .take(ARCHIVE_MAX)
+        .read_to_end(&mut out)
+        .ok()?;
+    Some(out)
+}
+
+/// The archived engine log of Pod `pod`, if the operator wrote one.
+async fn archived(client: &kube::Client, ns: &str, pod: &str) -> Option<Vec<u8>> {
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let cm = match cms.get_opt(&archive_name(pod)).await {
+        Ok(cm) => cm?,
+        Err(e) => {
+            tracing::debug!(pod = %pod, error = %e, "reading a test run's log archive");
+            return None;
+        }
+    };
+    let gz = cm.binary_data?.remove(ARCHIVE_KEY)?;
+    let text = gunzip(&gz.0);
+    if text.is_none() {
+        tracing::warn!(pod = %pod, "a test run's log archive is not gzip");
+    }
+    text
+}
+
+/// The live log of the `engine` container of Pod `pod`; `None` without one.
+async fn live(client: &kube::Client, ns: &str, pod: &str) -> Option<Vec<u8>> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let lp = LogParams {
+        container: Some("engine".to_owned()),
+        ..LogParams::default()
+    };
+    match pods.logs(pod, &lp).await {
+        Ok(text) => Some(text.into_bytes()),
+        Err(e) => {
+            tracing::debug!(pod = %pod, error = %e, "no logs for a test run's Pod");
+            None
+        }
+    }
 }
 
 /// The `limit`/`offset` window of `text` (offset past the end: empty).
@@ -76,23 +135,22 @@ async fn read(
     let q = QueryParams::parse(q.as_deref());
     let (offset, limit) = (number(&q, "offset")?, number(&q, "limit")?);
     let pod = r.status.as_ref().and_then(|s| s.pod_name.clone());
-    let output = match pod {
-        Some(p) => {
-            let pods: Api<Pod> = Api::namespaced(state.client.clone(), &ns);
-            match pods.logs(&p, &LogParams::default()).await {
-                Ok(text) => text,
-                Err(e) => {
-                    tracing::debug!(pod = %p, error = %e, "no logs for a test run's Pod");
-                    String::new()
-                }
-            }
-        }
-        None => String::new(),
-    };
     let finished = TestRunState::of(r.status.as_ref()).is_ok_and(TestRunState::is_final);
+    let client = &state.client;
+    let output = match pod {
+        Some(p) if finished => match archived(client, &ns, &p).await {
+            Some(text) => text,
+            None => live(client, &ns, &p).await.unwrap_or_default(),
+        },
+        Some(p) => match live(client, &ns, &p).await {
+            Some(text) => text,
+            None => archived(client, &ns, &p).await.unwrap_or_default(),
+        },
+        None => Vec::new(),
+    };
     let mut framed = Vec::with_capacity(output.len() + 2);
     framed.push(STX);
-    framed.extend_from_slice(output.as_bytes());
+    framed.extend_from_slice(&output);
     if finished {
         framed.push(ETX);
     }
@@ -181,5 +239,57 @@ mod tests {
             .raw("GET", &path, &[("authorization", &nobody)], vec![])
             .await;
         assert_eq!(st, 404);
+    }
+
+    /// A final run whose Pod is gone serves the operator's archive (ConfigMap
+    /// `<pod>-log`, binaryData `log.gz`: ConfigMap binary values as kube-apiserver stores
+    /// them, base64 in JSON), gunzipped and framed, with `limit`/`offset` windows.
+    #[tokio::test]
+    async fn archived_log_after_the_pod_is_gone() {
+        use std::io::Write;
+        let h = Mh::with_module().await;
+        let cv = h.uploaded_cv().await;
+        let (_, doc) = h.run(&cv, json!({})).await;
+        let id = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        enc.write_all(b"engine saw the interrupt\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let gz = enc.finish().unwrap_or_else(|e| panic!("{e}"));
+        let cms: Api<ConfigMap> = Api::namespaced(h.state.client.clone(), ORG);
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(archive_name("gone-run"));
+        cm.binary_data = Some([(ARCHIVE_KEY.to_owned(), k8s_openapi::ByteString(gz))].into());
+        cms.create(&kube::api::PostParams::default(), &cm)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let api: Api<TestRun> = Api::namespaced(h.state.client.clone(), ORG);
+        let r = api
+            .patch_status(
+                &id.to_ascii_lowercase(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"status": "canceled", "podName": "gone-run"}})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        wait_seen(&h.state, &r, Kind::TestRun).await;
+        let auth = format!("Bearer {}", h.token);
+        let path = log_path(&id);
+        let (st, _, body) = h
+            .raw("GET", &path, &[("authorization", &auth)], vec![])
+            .await;
+        assert_eq!(
+            (st, &body[..]),
+            (200, &b"\x02engine saw the interrupt\n\x03"[..])
+        );
+        let (st, _, body) = h
+            .raw(
+                "GET",
+                &format!("{path}?offset=1&limit=6"),
+                &[("authorization", &auth)],
+                vec![],
+            )
+            .await;
+        assert_eq!((st, &body[..]), (200, &b"engine"[..]));
+        assert_eq!(gunzip(b"not gzip"), None);
     }
 }
