@@ -104,7 +104,8 @@ def _stop(proc: subprocess.Popen, log: Path) -> None:
 # A stand-in for `tofu`/`terraform` in test Pods (`terrace dev --engine`): prints the
 # engine's real `test -json` format. What it does depends on the test file filter:
 # tests/fail.tftest.hcl fails, tests/slow.tftest.hcl runs until interrupted (then prints
-# test_interrupt and exits), anything else passes 2 tests. It echoes its arguments, the
+# test_interrupt and exits), tests/stubborn.tftest.hcl ignores interrupts and runs for a
+# minute, anything else passes 2 tests. It echoes its arguments, the
 # module variable REGION and the run's var-file so tests can see what reached it.
 FAKE_ENGINE = r"""#!/bin/sh
 echo "engine args: $*"
@@ -121,6 +122,11 @@ case "$*" in
     echo '{"@level":"info","@message":"tests/fail.tftest.hcl... fail","@module":"tofu.ui","type":"test_file","test_file":{"path":"tests/fail.tftest.hcl","status":"fail"}}'
     echo '{"@level":"info","@message":"Failure! 1 passed, 1 failed.","@module":"tofu.ui","type":"test_summary","test_summary":{"status":"fail","passed":1,"failed":1,"errored":0,"skipped":0}}'
     exit 1;;
+  *tests/stubborn.tftest.hcl*)
+    trap 'echo "engine ignores the interrupt"' INT
+    echo "engine is running stubbornly"
+    i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
+    exit 0;;
   *tests/slow.tftest.hcl*)
     trap 'echo "{"@level":"info","@message":"Interrupt received.","@module":"tofu.ui","type":"test_interrupt","test_interrupt":{"still_running":[]}}"; echo "engine saw the interrupt"; exit 130' INT
     echo "engine is running slowly"

@@ -287,6 +287,85 @@ def test_cancel_interrupts_the_engine(raw, module):
     a = _wait_status(raw, module, run_id, {"canceled", "errored", "finished"})["attributes"]
     assert a["status"] == "canceled", a
     assert a["status-timestamps"].get("canceled-at")
-    # The engine's output of a canceled run is gone with its Pod: logs are not archived yet
-    # (a known gap of issue 5), so the interrupt is checked through the run's state only.
+    # The Pod is gone after the cancel; the log comes from the operator's archive.
+    log = raw.request("GET", a["log-read-url"][a["log-read-url"].index("/api/v2/"):])
+    assert log.status == 200
+    assert b"engine saw the interrupt" in log.body, log.body
+    assert log.body.endswith(b"\x03"), log.body
     assert raw.request("POST", f"{module}/test-runs/{run_id}/cancel").status == 409
+
+
+def _testrun_object(terrace, org: str, run_id: str) -> dict:
+    """The TestRun custom resource of `run_id` (its status carries the message)."""
+    import json
+
+    from _support import kubectl
+
+    items = json.loads(kubectl(terrace, "get", "testruns", "-n", org, "-o", "json"))["items"]
+    found = [i for i in items if i.get("status", {}).get("id") == run_id]
+    assert len(found) == 1, [i.get("status", {}).get("id") for i in items]
+    return found[0]
+
+
+def _running_run(raw, module, filt: str) -> str:
+    cv = _uploaded_cv(raw, module)
+    r = wait_for("run created", lambda: (lambda x: x if x.status == 201 else None)(create_run(
+        raw, module, cv, {"filters": [filt]})))
+    run_id = r.json["data"]["id"]
+    _wait_status(raw, module, run_id, {"running"})
+    return run_id
+
+
+def test_force_cancel_ends_a_run_whose_engine_ignores_the_cancel(raw, module):
+    """A6: the engine traps the interrupt and keeps going; force-cancel (allowed only after
+    a cancel) removes the Pod at once and the run ends canceled with force-canceled-at."""
+    run_id = _running_run(raw, module, "tests/stubborn.tftest.hcl")
+    c = raw.request("POST", f"{module}/test-runs/{run_id}/cancel")
+    assert c.status == 202, c.body
+    time.sleep(1.0)
+    # The interrupt was ignored: still running.
+    assert _run(raw, module, run_id)["attributes"]["status"] == "running"
+    f = raw.request("POST", f"{module}/test-runs/{run_id}/force-cancel")
+    assert f.status == 202, f.body
+    a = _wait_status(raw, module, run_id, {"canceled", "errored", "finished"}, 30)["attributes"]
+    assert a["status"] == "canceled", a
+    assert a["status-timestamps"].get("force-canceled-at"), a["status-timestamps"]
+
+
+def test_force_cancel_without_a_cancel_first_is_409(raw, module):
+    """A6: force-cancel of a running run that was never canceled is a conflict."""
+    run_id = _running_run(raw, module, "tests/slow.tftest.hcl")
+    f = raw.request("POST", f"{module}/test-runs/{run_id}/force-cancel")
+    assert f.status == 409, f.body
+    assert _run(raw, module, run_id)["attributes"]["status"] == "running"
+    # Clean up: cancel it (the slow engine honours the interrupt).
+    assert raw.request("POST", f"{module}/test-runs/{run_id}/cancel").status == 202
+    assert _wait_status(raw, module, run_id, {"canceled", "errored", "finished"})["attributes"]["status"] == "canceled"
+
+
+def test_upload_without_auto_queue_queues_no_run(raw, module):
+    """A3: `auto-queue-runs: false` uploads the archive but queues nothing; the only run
+    is the one created explicitly afterwards."""
+    cv, path = create_cv(raw, module, auto_queue=False)
+    assert upload(raw, path, targz(ARCHIVE)) == 200
+    # A run can be created once the upload is processed: the configuration version is uploaded.
+    r = wait_for("cv uploaded", lambda: (lambda x: x if x.status == 201 else None)(create_run(raw, module, cv)))
+    time.sleep(1.5)
+    listed = runs(raw, module)
+    assert listed["meta"]["pagination"]["total-count"] == 1, listed
+    assert listed["data"][0]["id"] == r.json["data"]["id"]
+
+
+def test_a_pod_deleted_under_a_running_run_errors_it(raw, module, terrace):
+    """A5: someone deletes the test Pod of a running run; the run ends errored and its
+    TestRun says why."""
+    from _support import kubectl
+
+    run_id = _running_run(raw, module, "tests/slow.tftest.hcl")
+    org = module.split("/")[4]
+    kubectl(terrace, "delete", "pod", "-n", org, "-l", f"terrace.dev/test-run={run_id}", "--wait=false")
+    a = _wait_status(raw, module, run_id, {"canceled", "errored", "finished"}, 30)["attributes"]
+    assert a["status"] == "errored", a
+    assert a["status-timestamps"].get("errored-at")
+    message = _testrun_object(terrace, org, run_id)["status"].get("message") or ""
+    assert "deleted" in message, message

@@ -47,6 +47,8 @@ pub struct Dev {
     child: Option<Child>,
     dir: PathBuf,
     _tmp: Option<tempfile::TempDir>,
+    /// The extra flags it was started with (kept by [`Dev::restart`]).
+    extra: Vec<String>,
     pub api: String,
     pub kube: String,
     pub token: String,
@@ -105,6 +107,7 @@ impl Dev {
             child: Some(child),
             dir: dir.to_path_buf(),
             _tmp: None,
+            extra: extra.iter().map(|s| (*s).to_owned()).collect(),
             api: endpoints["api"].as_str().unwrap_or_default().to_owned(),
             kube: endpoints["kube"].as_str().unwrap_or_default().to_owned(),
             token: token.trim().to_owned(),
@@ -118,6 +121,11 @@ impl Dev {
     /// The server's log so far.
     pub fn log(&self) -> String {
         Dev::log_of(&self.dir)
+    }
+
+    /// The process ID of the running `terrace dev` (None once stopped).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// The data directory.
@@ -214,7 +222,7 @@ impl Dev {
         }
     }
 
-    /// Stops and starts again on the same data directory (new ports).
+    /// Stops and starts again on the same data directory (new ports) with the same flags.
     pub fn restart(mut self) -> Dev {
         assert!(
             self.stop(),
@@ -222,7 +230,9 @@ impl Dev {
             self.log()
         );
         let tmp = self._tmp.take();
-        let mut dev = Dev::start_in(&self.dir.clone());
+        let extra = std::mem::take(&mut self.extra);
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let mut dev = Dev::launch(&self.dir.clone(), &extra);
         dev._tmp = tmp;
         dev
     }
@@ -290,6 +300,20 @@ impl Api {
         }
     }
 
+    /// PUTs raw bytes to `path` with no Authorization header (upload URLs are their own
+    /// credential); returns the status.
+    pub fn put_unauthenticated(&self, path: &str, bytes: Vec<u8>) -> u16 {
+        let url = format!("{}{}", self.base, path);
+        let req = ureq::http::Request::builder()
+            .method("PUT")
+            .uri(&url)
+            .header("Content-Type", "application/octet-stream")
+            .body(bytes)
+            .expect("request");
+        let res = self.agent.run(req).expect("HTTP round trip");
+        res.status().as_u16()
+    }
+
     pub fn get(&self, path: &str) -> ApiResponse {
         self.call("GET", path, None)
     }
@@ -316,5 +340,75 @@ impl Api {
         );
         assert_eq!(r.status, 201, "create workspace: {:?}", r.body);
         r.body["data"]["id"].as_str().unwrap_or_default().to_owned()
+    }
+}
+
+/// A gzip-compressed tar archive of `files` (path, content), like `tar czf`.
+pub fn targz(files: &[(&str, &str)]) -> Vec<u8> {
+    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let mut tar = tar::Builder::new(gz);
+    for (path, content) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(content.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        tar.append_data(&mut header, path, content.as_bytes())
+            .expect("tar entry");
+    }
+    tar.into_inner()
+        .and_then(|gz| gz.finish())
+        .expect("finish tar.gz")
+}
+
+/// A module configuration with one test file, for test runs.
+pub const MODULE_FILES: &[(&str, &str)] = &[
+    ("main.tf", "variable \"region\" {\n  default = \"eu\"\n}\n"),
+    (
+        "tests/main.tftest.hcl",
+        "run \"ok\" {\n  command = plan\n}\n",
+    ),
+];
+
+impl Api {
+    /// Creates private registry module `name`/`provider` in `org` and returns the `{T}`
+    /// path prefix of its test API (`/api/v2/organizations/:org/tests/registry-modules/…`).
+    pub fn create_module(&self, org: &str, name: &str, provider: &str) -> String {
+        let r = self.post(
+            &format!("/api/v2/organizations/{org}/registry-modules"),
+            &serde_json::json!({"data": {"type": "registry-modules",
+                "attributes": {"name": name, "provider": provider}}}),
+        );
+        assert_eq!(r.status, 201, "create module: {:?}", r.body);
+        format!(
+            "/api/v2/organizations/{org}/tests/registry-modules/private/{org}/{name}/{provider}"
+        )
+    }
+
+    /// Creates a configuration version (no auto-queued run), uploads [`MODULE_FILES`] to
+    /// it and returns its ID once a run can be created on it.
+    pub fn uploaded_cv(&self, t: &str) -> String {
+        let r = self.post(
+            &format!("{t}/test-runs/configuration-versions"),
+            &serde_json::json!({"data": {"type": "configuration-versions",
+                "attributes": {"auto-queue-runs": false}}}),
+        );
+        assert_eq!(r.status, 201, "create configuration version: {:?}", r.body);
+        let id = r.body["data"]["id"].as_str().unwrap_or_default().to_owned();
+        let url = r.body["data"]["attributes"]["upload-url"]
+            .as_str()
+            .unwrap_or_default();
+        let path = &url[url.find("/api/v2/").expect("upload URL path")..];
+        assert_eq!(self.put_unauthenticated(path, targz(MODULE_FILES)), 200);
+        id
+    }
+
+    /// Creates a test run on configuration version `cv`.
+    pub fn create_test_run(&self, t: &str, cv: &str) -> ApiResponse {
+        self.post(
+            &format!("{t}/test-runs"),
+            &serde_json::json!({"data": {"type": "test-runs", "attributes": {},
+                "relationships": {"configuration-version":
+                    {"data": {"type": "configuration-versions", "id": cv}}}}}),
+        )
     }
 }
