@@ -12,7 +12,7 @@
 //! does). With `auto-queue-runs` an upload creates a test run (`svc-configuration-version`).
 //!
 //! Test Pods fetch the archive from `GET /api/v2/test-archives/:cv-id` with the one-time
-//! token the operator put in the Secret `<testrun-object-name>-token`; the handler compares
+//! token the operator put in the Secret `<testrun-object-name>-run`; the handler compares
 //! it, in constant time, with the tokens of the runs that use this configuration version.
 
 use std::collections::BTreeMap;
@@ -384,19 +384,10 @@ async fn claim(api: &Api<ConfigurationVersion>, cv: &ConfigurationVersion) -> Re
     Err(gone())
 }
 
-/// Secret holding a test run's archive token, created by the operator.
+/// Secret holding a test run's archive token: the operator's run Secret, named like the
+/// run's Pod (`<run>-run`), with the token under `token` and the var-file beside it.
 pub fn token_secret_name(run_object_name: &str) -> String {
-    format!("{run_object_name}-token")
-}
-
-/// The Secret names that may hold a run's archive token: [`token_secret_name`], and the
-/// operator's run Secret (named like the run's Pod, `<run>-run`, holding the token and
-/// the var-file).
-pub fn token_secret_names(run_object_name: &str) -> [String; 2] {
-    [
-        token_secret_name(run_object_name),
-        format!("{run_object_name}-run"),
-    ]
+    format!("{run_object_name}-run")
 }
 
 async fn archive(
@@ -438,15 +429,13 @@ async fn archive(
     let secrets: Api<Secret> = Api::namespaced(state.client.clone(), &ns);
     let mut ok = false;
     for run in runs {
-        for name in token_secret_names(&run) {
-            let Ok(Some(s)) = secrets.get_opt(&name).await else {
-                continue;
-            };
-            if let Some(t) = s.data.as_ref().and_then(|d| d.get("token"))
-                && constant_time_eq(&t.0, presented.as_bytes())
-            {
-                ok = true;
-            }
+        let Ok(Some(s)) = secrets.get_opt(&token_secret_name(&run)).await else {
+            continue;
+        };
+        if let Some(t) = s.data.as_ref().and_then(|d| d.get("token"))
+            && constant_time_eq(&t.0, presented.as_bytes())
+        {
+            ok = true;
         }
     }
     if !ok {

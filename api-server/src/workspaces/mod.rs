@@ -146,6 +146,22 @@ async fn readable(
     }
 }
 
+/// The workspace with this ID, if the caller may read it; 404 otherwise.
+async fn readable_id(state: &AppState, caller: &Caller, id: &str) -> Result<Located, ApiError> {
+    readable(state, caller, locate_id(state, id)).await
+}
+
+/// The workspace `name` of organization `org`, if the caller may read it; 404 otherwise.
+async fn readable_name(
+    state: &AppState,
+    caller: &Caller,
+    org: &str,
+    name: &str,
+) -> Result<Located, ApiError> {
+    let located = locate_name(state, caller, org, name).await.ok();
+    readable(state, caller, located).await
+}
+
 /// Whether the caller may force delete: `force-delete`, or `update` when the organization
 /// lets workspace admins force delete.
 async fn may_force_delete(
@@ -338,7 +354,7 @@ async fn show_by_id(
     Path(id): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
-    let l = readable(&state, &caller, locate_id(&state, &id)).await?;
+    let l = readable_id(&state, &caller, &id).await?;
     respond_one(
         &state,
         &caller,
@@ -355,12 +371,7 @@ async fn show_by_name(
     Path((org, name)): Path<(String, String)>,
     RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
-    let l = readable(
-        &state,
-        &caller,
-        locate_name(&state, &caller, &org, &name).await.ok(),
-    )
-    .await?;
+    let l = readable_name(&state, &caller, &org, &name).await?;
     respond_one(
         &state,
         &caller,
@@ -617,7 +628,7 @@ async fn update_by_id(
     Path(id): Path<String>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    let l = readable(&state, &caller, locate_id(&state, &id)).await?;
+    let l = readable_id(&state, &caller, &id).await?;
     update(&state, &caller, l, body).await
 }
 
@@ -627,12 +638,7 @@ async fn update_by_name(
     Path((org, name)): Path<(String, String)>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    let l = readable(
-        &state,
-        &caller,
-        locate_name(&state, &caller, &org, &name).await.ok(),
-    )
-    .await?;
+    let l = readable_name(&state, &caller, &org, &name).await?;
     update(&state, &caller, l, body).await
 }
 
@@ -790,7 +796,7 @@ async fn force_delete_by_id(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let l = readable(&state, &caller, locate_id(&state, &id)).await?;
+    let l = readable_id(&state, &caller, &id).await?;
     force_delete(&state, &caller, l).await
 }
 
@@ -799,12 +805,7 @@ async fn force_delete_by_name(
     caller: Caller,
     Path((org, name)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let l = readable(
-        &state,
-        &caller,
-        locate_name(&state, &caller, &org, &name).await.ok(),
-    )
-    .await?;
+    let l = readable_name(&state, &caller, &org, &name).await?;
     force_delete(&state, &caller, l).await
 }
 
@@ -833,7 +834,7 @@ async fn safe_delete_by_id(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let l = readable(&state, &caller, locate_id(&state, &id)).await?;
+    let l = readable_id(&state, &caller, &id).await?;
     safe_delete(&state, &caller, l).await
 }
 
@@ -842,12 +843,7 @@ async fn safe_delete_by_name(
     caller: Caller,
     Path((org, name)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let l = readable(
-        &state,
-        &caller,
-        locate_name(&state, &caller, &org, &name).await.ok(),
-    )
-    .await?;
+    let l = readable_name(&state, &caller, &org, &name).await?;
     safe_delete(&state, &caller, l).await
 }
 
