@@ -563,22 +563,33 @@ impl Worker {
         }
     }
 
+    /// The containers of the current stage waiting to be started (now or later): the
+    /// current init container, or every main container once the init containers are done.
+    fn startable(&self) -> impl Iterator<Item = usize> + '_ {
+        let range = match self.stage {
+            Stage::Init(i) => i..i + 1,
+            Stage::Main => self.n_init..self.ctrs.len(),
+            Stage::InitFailed => 0..0,
+        };
+        range.filter(|&i| {
+            let c = &self.ctrs[i];
+            c.pid.is_none() && matches!(c.state, CState::Waiting { .. })
+        })
+    }
+
+    /// When the next container of the current stage is due. Containers of later stages
+    /// do not count: waking for them would spin until their stage comes.
+    fn next_try(&self) -> Option<Instant> {
+        self.startable().filter_map(|i| self.ctrs[i].next_try).min()
+    }
+
     /// Starts the containers that are due.
     fn start_due(&mut self, host_env: &[(String, OsString)]) {
         let now = Instant::now();
-        let due: Vec<usize> = match self.stage {
-            Stage::Init(i) => vec![i],
-            Stage::Main => (self.n_init..self.ctrs.len()).collect(),
-            Stage::InitFailed => Vec::new(),
-        }
-        .into_iter()
-        .filter(|&i| {
-            let c = &self.ctrs[i];
-            c.pid.is_none()
-                && matches!(c.state, CState::Waiting { .. })
-                && c.next_try.is_some_and(|t| t <= now)
-        })
-        .collect();
+        let due: Vec<usize> = self
+            .startable()
+            .filter(|&i| self.ctrs[i].next_try.is_some_and(|t| t <= now))
+            .collect();
         if due.is_empty() {
             return;
         }
@@ -916,15 +927,7 @@ async fn worker(shared: Arc<Shared>, pod: Arc<Value>, mut life: watch::Receiver<
                 last_written = status;
             }
         }
-        let next_try = if terminating {
-            None
-        } else {
-            w.ctrs
-                .iter()
-                .filter(|c| c.pid.is_none() && matches!(c.state, CState::Waiting { .. }))
-                .filter_map(|c| c.next_try)
-                .min()
-        };
+        let next_try = if terminating { None } else { w.next_try() };
         tokio::select! {
             Some((i, status)) = exits.recv() => w.exited(i, status, terminating),
             r = life.changed() => if r.is_err() { gone = true; w.signal_all(Signal::SIGKILL, true); terminating = true; },
