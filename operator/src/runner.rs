@@ -1,6 +1,10 @@
 //! `terrace runner`: the commands that run inside test Pods (DESIGN.md §3, "Test run Pod
 //! contract").
 //!
+//! - `install` (first init container): puts this very binary at a path in the shared
+//!   volume, so the engine image needs nothing of terrace's. It hard-links when source
+//!   and destination share a filesystem (the simulator) and copies otherwise (a Pod's
+//!   emptyDir), so the terrace image needs no shell or `cp`.
 //! - `fetch` (init container): downloads the configuration archive from the API server's
 //!   object endpoint with a one-time bearer token and unpacks the tar.gz into the shared
 //!   emptyDir. The archive is the module author's upload, so unpacking refuses anything that
@@ -34,6 +38,11 @@ use tokio::sync::mpsc;
 
 #[derive(Clone, Debug, Subcommand)]
 pub enum RunnerCommand {
+    /// Put this binary at DEST (hard link when possible, else a copy), executable.
+    Install {
+        /// Where the binary goes, e.g. `/terrace/terrace` in the shared volume.
+        dest: PathBuf,
+    },
     /// Download the configuration archive with a one-time token and unpack it.
     Fetch {
         /// URL of the archive on the API server's object endpoint (http or https).
@@ -627,8 +636,39 @@ async fn write_report(opts: &ExecOptions, report: &RunnerReport) -> Result<(), R
 /// The `terrace runner` entry point. `exec` fails (non-zero exit) when the engine produced
 /// no test summary — it errored, crashed or could not start; failing tests are a summary and
 /// exit 0, the result being in the termination message.
+/// Puts `source` at `dest`: a hard link when both are on one filesystem, else a copy made
+/// executable. Answers which of the two it did.
+pub fn install(source: &Path, dest: &Path) -> io::Result<&'static str> {
+    if let Some(parent) = dest.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    match std::fs::remove_file(dest) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    if std::fs::hard_link(source, dest).is_ok() {
+        return Ok("hard link");
+    }
+    std::fs::copy(source, dest)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dest, std::fs::Permissions::from_mode(0o755))?;
+    }
+    Ok("copy")
+}
+
 pub fn run(command: &RunnerCommand) -> Result<(), String> {
     match command {
+        RunnerCommand::Install { dest } => {
+            let source = std::env::current_exe().map_err(|e| format!("locating myself: {e}"))?;
+            let how = install(&source, dest).map_err(|e| {
+                format!("installing {} at {}: {e}", source.display(), dest.display())
+            })?;
+            tracing::info!(dest = %dest.display(), how, "terrace binary installed");
+            Ok(())
+        }
         RunnerCommand::Fetch {
             url,
             token_file,

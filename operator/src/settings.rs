@@ -1,6 +1,7 @@
 //! Configuration of `terrace operator` (flags and environment variables).
 
 use clap::Args;
+use terrace_crds::PodTemplateOverrides;
 
 /// Default of [`Settings::terrace_image`]: the image of this very build.
 pub const DEFAULT_TERRACE_IMAGE: &str =
@@ -25,8 +26,9 @@ pub struct Settings {
     /// organization may set a lower limit in `spec.settings.testRuns.concurrency`).
     #[arg(long, env = "TERRACE_TEST_RUN_CONCURRENCY", default_value_t = 50)]
     pub test_run_concurrency: u32,
-    /// Image holding the `terrace` binary at `/usr/local/bin/terrace` (with `cp`): the
-    /// first init container of a test Pod copies it into a shared volume.
+    /// Image holding the `terrace` binary at `/usr/local/bin/terrace`: the first init
+    /// container of a test Pod runs `terrace runner install` to put it into a shared
+    /// volume (no shell needed in the image).
     #[arg(long, env = "TERRACE_IMAGE", default_value = DEFAULT_TERRACE_IMAGE)]
     pub terrace_image: String,
     /// Path of the `terrace` binary inside that image (`terrace dev` points it at its own
@@ -52,6 +54,16 @@ pub struct Settings {
         default_value = "0.0.0.0:9090"
     )]
     pub metrics_addr: std::net::SocketAddr,
+    /// Defaults for every test Pod, as JSON: `labels`, `annotations`, `resources`,
+    /// `serviceAccountName`, `nodeSelector`, `tolerations` (an Organization's
+    /// `spec.settings.testRuns.podTemplate` is applied on top).
+    #[arg(long, env = "TERRACE_TEST_POD_TEMPLATE", value_parser = parse_pod_template, default_value = "{}")]
+    pub test_pod_template: PodTemplateOverrides,
+}
+
+/// Parses [`Settings::test_pod_template`].
+fn parse_pod_template(s: &str) -> Result<PodTemplateOverrides, String> {
+    serde_json::from_str(s).map_err(|e| format!("not a test Pod template: {e}"))
 }
 
 impl Default for Settings {
@@ -64,6 +76,7 @@ impl Default for Settings {
             terrace_binary: "/usr/local/bin/terrace".into(),
             api_internal_url: DEFAULT_API_INTERNAL_URL.into(),
             metrics_addr: std::net::SocketAddr::from(([127, 0, 0, 1], 9090)),
+            test_pod_template: PodTemplateOverrides::default(),
         }
     }
 }

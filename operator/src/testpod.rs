@@ -363,7 +363,10 @@ fn empty_dir(name: &str) -> Volume {
 /// The test Pod of the run (see the module docs).
 pub fn build_pod(inputs: &PodInputs<'_>) -> Result<Pod, Error> {
     let run = inputs.run;
-    let overrides = &inputs.org_settings.pod_template;
+    let overrides = &inputs
+        .org_settings
+        .pod_template
+        .over(&inputs.settings.test_pod_template);
     let name = pod_name(&run.name_any());
     // Our labels win over the organization's extra labels.
     let mut labels = overrides.labels.clone();
@@ -386,8 +389,9 @@ pub fn build_pod(inputs: &PodInputs<'_>) -> Result<Pod, Error> {
         name: INSTALL_CONTAINER.to_owned(),
         image: Some(inputs.settings.terrace_image.clone()),
         command: Some(vec![
-            "cp".to_owned(),
             inputs.settings.terrace_binary.clone(),
+            "runner".to_owned(),
+            "install".to_owned(),
             terrace.clone(),
         ]),
         volume_mounts: Some(vec![mount("tools", TOOLS_DIR, false)]),
@@ -748,7 +752,12 @@ mod tests {
         );
         assert_eq!(
             install.command.as_deref().unwrap(),
-            ["cp", "/usr/local/bin/terrace", "/terrace/terrace"]
+            [
+                "/usr/local/bin/terrace",
+                "runner",
+                "install",
+                "/terrace/terrace"
+            ]
         );
         let fetch = container(&pod, FETCH_CONTAINER);
         assert_eq!(
@@ -811,6 +820,39 @@ mod tests {
                 .flatten()
                 .any(|m| m.name == "token" && m.mount_path == SECRET_DIR)
         );
+    }
+
+    /// The operator's default Pod template applies to every organization's Pods; an
+    /// organization's own settings win.
+    #[test]
+    fn pod_with_settings_defaults() {
+        let r = run(vec![]);
+        let settings = Settings {
+            test_pod_template: serde_json::from_value(serde_json::json!({
+                "labels": {"team": "platform"},
+                "serviceAccountName": "terrace-tests",
+                "nodeSelector": {"pool": "tests"}
+            }))
+            .unwrap(),
+            ..Settings::default()
+        };
+        let pod = build_pod(&inputs(&r, &[], &TestRunSettings::default(), &settings)).unwrap();
+        assert_eq!(pod.metadata.labels.as_ref().unwrap()["team"], "platform");
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(spec.service_account_name.as_deref(), Some("terrace-tests"));
+        assert_eq!(spec.node_selector.as_ref().unwrap()["pool"], "tests");
+
+        let org = TestRunSettings {
+            pod_template: PodTemplateOverrides {
+                labels: BTreeMap::from([("team".to_owned(), "net".to_owned())]),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let pod = build_pod(&inputs(&r, &[], &org, &settings)).unwrap();
+        assert_eq!(pod.metadata.labels.as_ref().unwrap()["team"], "net");
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(spec.service_account_name.as_deref(), Some("terrace-tests"));
     }
 
     /// Organization overrides reach the Pod (labels, annotations, resources, service

@@ -604,3 +604,24 @@ fn run_exit_status() {
     assert!(err.starts_with(ERROR_NO_SUMMARY), "{err}");
     assert!(err.contains("Failed to load plugin schemas"), "{err}");
 }
+
+#[test]
+fn install_links_or_copies_an_executable() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = script(dir.path(), "echo hello");
+    // Same filesystem: a hard link (what the simulator's Pods get).
+    let dest = dir.path().join("tools/terrace");
+    assert_eq!(
+        terrace_operator::runner::install(&source, &dest).unwrap(),
+        "hard link"
+    );
+    let out = std::process::Command::new(&dest).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hello\n");
+    // A second install replaces the first (an init container restarted).
+    assert_eq!(
+        terrace_operator::runner::install(&source, &dest).unwrap(),
+        "hard link"
+    );
+    // A source that does not exist is an error naming nothing silently.
+    assert!(terrace_operator::runner::install(&dir.path().join("missing"), &dest).is_err());
+}

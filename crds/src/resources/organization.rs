@@ -132,6 +132,41 @@ pub struct PodTemplateOverrides {
     pub tolerations: Vec<Toleration>,
 }
 
+impl PodTemplateOverrides {
+    /// These overrides (an organization's) on top of `defaults` (the operator's settings):
+    /// labels, annotations and node selector are merged key by key with these winning;
+    /// resources and service account are these when set; tolerations are both lists,
+    /// without repeats.
+    pub fn over(&self, defaults: &PodTemplateOverrides) -> PodTemplateOverrides {
+        let merged = |d: &BTreeMap<String, String>, o: &BTreeMap<String, String>| {
+            let mut m = d.clone();
+            m.extend(o.iter().map(|(k, v)| (k.clone(), v.clone())));
+            m
+        };
+        let mut tolerations = defaults.tolerations.clone();
+        for t in &self.tolerations {
+            if !tolerations.contains(t) {
+                tolerations.push(t.clone());
+            }
+        }
+        PodTemplateOverrides {
+            labels: merged(&defaults.labels, &self.labels),
+            annotations: merged(&defaults.annotations, &self.annotations),
+            resources: self
+                .resources
+                .clone()
+                .or_else(|| defaults.resources.clone()),
+            service_account_name: self
+                .service_account_name
+                .clone()
+                .filter(|s| !s.is_empty())
+                .or_else(|| defaults.service_account_name.clone()),
+            node_selector: merged(&defaults.node_selector, &self.node_selector),
+            tolerations,
+        }
+    }
+}
+
 /// Observed state of an organization.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -170,5 +205,61 @@ impl Organization {
             .as_deref()
             .or(self.metadata.name.as_deref())
             .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Toleration;
+
+    fn toleration(key: &str) -> Toleration {
+        Toleration {
+            key: Some(key.to_owned()),
+            operator: Some("Exists".to_owned()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn organization_overrides_win_over_settings() {
+        let defaults: PodTemplateOverrides = serde_json::from_value(serde_json::json!({
+            "labels": {"team": "platform", "tier": "tests"},
+            "annotations": {"a": "1"},
+            "resources": {"limits": {"memory": "1Gi"}},
+            "serviceAccountName": "terrace-tests",
+            "nodeSelector": {"pool": "tests"},
+            "tolerations": [{"key": "dedicated", "operator": "Exists"}]
+        }))
+        .unwrap();
+        let org: PodTemplateOverrides = serde_json::from_value(serde_json::json!({
+            "labels": {"team": "acme"},
+            "nodeSelector": {"zone": "a"},
+            "tolerations": [
+                {"key": "dedicated", "operator": "Exists"},
+                {"key": "acme", "operator": "Exists"}
+            ]
+        }))
+        .unwrap();
+        let m = org.over(&defaults);
+        assert_eq!(m.labels["team"], "acme");
+        assert_eq!(m.labels["tier"], "tests");
+        assert_eq!(m.annotations["a"], "1");
+        assert_eq!(m.service_account_name.as_deref(), Some("terrace-tests"));
+        assert_eq!(m.resources, defaults.resources);
+        assert_eq!(m.node_selector.len(), 2);
+        assert_eq!(m.tolerations, [toleration("dedicated"), toleration("acme")]);
+
+        // The organization's own resources and service account replace the defaults.
+        let own = PodTemplateOverrides {
+            service_account_name: Some("acme-tests".into()),
+            resources: Some(Default::default()),
+            ..Default::default()
+        };
+        let m = own.over(&defaults);
+        assert_eq!(m.service_account_name.as_deref(), Some("acme-tests"));
+        assert_eq!(m.resources, Some(Default::default()));
+        // No overrides at all: the defaults.
+        assert_eq!(PodTemplateOverrides::default().over(&defaults), defaults);
     }
 }
