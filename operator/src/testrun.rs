@@ -17,7 +17,10 @@
 //! (`spec.settings.testRuns.concurrency`). Admission is serialised inside the process and
 //! remembers runs it admitted until the cache shows them queued, so the cache's lag cannot
 //! admit too many. Runs waiting for a slot stay `pending` with the Reconciling condition
-//! [`REASON_WAITING_FOR_SLOT`] and are looked at again every [`SLOT_RECHECK`].
+//! [`REASON_WAITING_FOR_SLOT`]. When a run holding a slot ends, a waker picks the oldest
+//! waiting runs that now fit (creation order, within both limits) and reconciles them at
+//! once; every waiting run is also looked at again every [`SLOT_RECHECK`] as a safety net
+//! (a limit raised, a run deleted).
 //!
 //! The engine log of a run that reached a final state is copied into a ConfigMap before
 //! the finalizer goes (see `testpod`'s log archive contract), so the API server can serve
@@ -71,8 +74,10 @@ pub const REASON_ORGANIZATION_NOT_FOUND: &str = "OrganizationNotFound";
 pub const CANCEL_GRACE_SECONDS: i64 = 30;
 /// How often a run waiting for its inputs is looked at again.
 pub const WAIT_RECHECK: Duration = Duration::from_secs(30);
-/// How often a run waiting for a concurrency slot is looked at again.
-pub const SLOT_RECHECK: Duration = Duration::from_secs(5);
+/// How often a run waiting for a concurrency slot is looked at again without being woken.
+pub const SLOT_RECHECK: Duration = Duration::from_secs(15);
+/// How long the waker lets the cache catch up with the status writes that freed slots.
+const WAKE_SETTLE: Duration = Duration::from_millis(50);
 /// `errored` message of a run whose Pod was deleted by someone else.
 pub const MSG_POD_DELETED: &str = "the test Pod was deleted";
 
@@ -437,6 +442,10 @@ struct RunContext {
     admitted: tokio::sync::Mutex<HashSet<ObjectRef<TestRun>>>,
     /// Failed log archive attempts per TestRun uid.
     archive_failures: std::sync::Mutex<HashMap<String, u32>>,
+    /// Signalled when a run holding a slot ends (see [`wake_waiting`]).
+    slot_freed: tokio::sync::Notify,
+    /// Runs the waker wants reconciled now.
+    wake: futures::channel::mpsc::UnboundedSender<ObjectRef<TestRun>>,
 }
 
 /// Runs the TestRun controller and the test Pod janitor until `shutdown` resolves.
@@ -446,13 +455,15 @@ where
 {
     let runs: Api<TestRun> = Api::all(ctx.client.clone());
     let pods: Api<Pod> = Api::all(ctx.client.clone());
-    let secrets: Api<Secret> = Api::all(ctx.client.clone());
+    // The runs' token Secrets are not watched: nothing reacts to them, and a cluster-wide
+    // Secret watch would need list/watch on every Secret of the cluster.
+    let (wake, woken) = futures::channel::mpsc::unbounded();
     let controller = Controller::new(runs, watcher::Config::default())
         .owns(
             pods.clone(),
             watcher::Config::default().labels(LABEL_TEST_RUN),
         )
-        .owns(secrets, watcher::Config::default().labels(LABEL_TEST_RUN));
+        .reconcile_on(woken);
     let rctx = Arc::new(RunContext {
         base: ctx.clone(),
         orgs,
@@ -460,8 +471,20 @@ where
         runs: controller.store(),
         admitted: tokio::sync::Mutex::new(HashSet::new()),
         archive_failures: std::sync::Mutex::new(HashMap::new()),
+        slot_freed: tokio::sync::Notify::new(),
+        wake,
     });
     let store = rctx.runs.clone();
+    let waker = {
+        let rctx = rctx.clone();
+        let shutdown = shutdown.clone();
+        async move {
+            tokio::select! {
+                () = wake_waiting(&rctx) => {}
+                () = shutdown => {}
+            }
+        }
+    };
     let main = controller
         .graceful_shutdown_on(shutdown.clone())
         .run(reconcile, error_policy, rctx)
@@ -478,7 +501,107 @@ where
             Arc::new((ctx.clone(), store)),
         )
         .for_each(|_| async {});
-    tokio::join!(main, janitor);
+    tokio::join!(main, janitor, waker);
+}
+
+/// The waker: each time slots free up, reconciles the oldest runs waiting for a slot that
+/// now fit within the global and their organization's limit.
+async fn wake_waiting(ctx: &RunContext) {
+    loop {
+        ctx.slot_freed.notified().await;
+        // Our own status writes reach the cache a moment later.
+        tokio::time::sleep(WAKE_SETTLE).await;
+        let limits = org_limits(ctx);
+        let picked = {
+            let mut admitted = ctx.admitted.lock().await;
+            let all = ctx.runs.state();
+            let (global, per_ns) = active_by_namespace(&all, &mut admitted);
+            let waiting = all.iter().filter(|r| waiting_for_slot(r)).map(|r| {
+                let ns = r.namespace().unwrap_or_default();
+                let limit = limits.get(&ns).copied().flatten();
+                (
+                    r.creation_timestamp().map(|t| t.0),
+                    r.name_any(),
+                    ns,
+                    limit,
+                    ObjectRef::from_obj(r.as_ref()),
+                )
+            });
+            pick_waiting(
+                waiting.collect(),
+                global,
+                per_ns,
+                ctx.base.settings.test_run_concurrency,
+            )
+        };
+        for r in picked {
+            let _ = ctx.wake.unbounded_send(r);
+        }
+    }
+}
+
+/// Concurrency limit of each organization namespace.
+fn org_limits(ctx: &RunContext) -> HashMap<String, Option<i32>> {
+    ctx.orgs
+        .store()
+        .state()
+        .iter()
+        .filter_map(|o| {
+            let ns = o
+                .status
+                .as_ref()
+                .and_then(|s| s.namespace.clone())
+                .or_else(|| o.spec.namespace.clone())?;
+            Some((ns, o.spec.settings.test_runs.concurrency))
+        })
+        .collect()
+}
+
+/// A pending run whose last reconcile found no free slot.
+fn waiting_for_slot(run: &TestRun) -> bool {
+    run.meta().deletion_timestamp.is_none()
+        && run.status.as_ref().is_some_and(|s| {
+            s.status.as_deref() == Some(TestRunState::Pending.as_str())
+                && s.conditions
+                    .iter()
+                    .any(|c| c.reason == REASON_WAITING_FOR_SLOT)
+        })
+}
+
+/// A waiting run as the waker sees it: creation time, name, namespace, its organization's
+/// limit, and the reference to reconcile.
+pub type Waiting<R> = (
+    Option<k8s_openapi::jiff::Timestamp>,
+    String,
+    String,
+    Option<i32>,
+    R,
+);
+
+/// Picks, oldest first (then by name), the waiting runs that fit in the free slots given
+/// `global` active runs and `per_ns` active runs per namespace. A run that does not fit
+/// its organization's limit does not stop younger runs of other organizations.
+pub fn pick_waiting<R>(
+    mut waiting: Vec<Waiting<R>>,
+    mut global: usize,
+    mut per_ns: HashMap<String, usize>,
+    global_limit: u32,
+) -> Vec<R> {
+    waiting.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+    let mut picked = Vec::new();
+    for (_, _, ns, limit, r) in waiting {
+        let local = per_ns.get(&ns).copied().unwrap_or(0);
+        if !slot_free(global, local, global_limit, limit) {
+            if global_limit != 0 && global >= global_limit as usize {
+                break;
+            }
+            continue;
+        }
+        global += 1;
+        *per_ns.entry(ns).or_insert(0) += 1;
+        picked.push(r);
+    }
+    picked
 }
 
 fn error_policy(run: Arc<TestRun>, err: &Error, _ctx: Arc<RunContext>) -> Action {
@@ -563,6 +686,9 @@ async fn reconcile(run: Arc<TestRun>, ctx: Arc<RunContext>) -> Result<Action, Er
                 }
                 if step.to.is_final() {
                     final_now = true;
+                    if matches!(state, TestRunState::Queued | TestRunState::Running) {
+                        ctx.slot_freed.notify_one();
+                    }
                     let secrets: Api<Secret> = Api::namespaced(ctx.base.client.clone(), &ns);
                     match secrets.delete(&pod_name, &DeleteParams::default()).await {
                         Ok(_) | Err(kube::Error::Api(_)) => {}
@@ -770,30 +896,61 @@ fn active_counts(
     admitted: &mut HashSet<ObjectRef<TestRun>>,
     ns: &str,
 ) -> (usize, usize) {
-    let all = runs.state();
-    let mut seen = HashSet::new();
-    let (mut global, mut local) = (0, 0);
-    for r in &all {
-        let key = ObjectRef::from_obj(r.as_ref());
+    let (global, per_ns) = active_by_namespace(&runs.state(), admitted);
+    (global, per_ns.get(ns).copied().unwrap_or(0))
+}
+
+/// Counts the runs holding a slot: globally and per namespace. Forgets admitted runs the
+/// cache shows past `pending` or no longer has.
+fn active_by_namespace(
+    all: &[Arc<TestRun>],
+    admitted: &mut HashSet<ObjectRef<TestRun>>,
+) -> (usize, HashMap<String, usize>) {
+    let mut global = 0;
+    let mut per_ns: HashMap<String, usize> = HashMap::new();
+    let mut pending_admitted: HashSet<&ObjectRef<TestRun>> = HashSet::new();
+    for r in all {
         let state = TestRunState::of(r.status.as_ref()).unwrap_or(TestRunState::Pending);
         let active = match state {
             TestRunState::Queued | TestRunState::Running => true,
-            TestRunState::Pending => admitted.contains(&key),
+            // Only hash the runs that can be in `admitted`: few, next to the waiting ones.
+            TestRunState::Pending if !admitted.is_empty() => {
+                let key = ObjectRef::from_obj(r.as_ref());
+                match admitted.get(&key) {
+                    Some(k) => pending_admitted.insert(k),
+                    None => false,
+                }
+            }
             _ => false,
         };
-        if state != TestRunState::Pending {
-            admitted.remove(&key);
-        }
-        seen.insert(key);
         if active {
             global += 1;
-            if r.namespace().as_deref() == Some(ns) {
-                local += 1;
+            let ns = r.metadata.namespace.as_deref().unwrap_or_default();
+            match per_ns.get_mut(ns) {
+                Some(n) => *n += 1,
+                None => {
+                    per_ns.insert(ns.to_owned(), 1);
+                }
             }
         }
     }
-    admitted.retain(|k| seen.contains(k));
-    (global, local)
+    let keep: HashSet<ObjectRef<TestRun>> = pending_admitted.into_iter().cloned().collect();
+    *admitted = keep;
+    (global, per_ns)
+}
+
+/// The Reconciling message of a run waiting for a slot.
+pub fn wait_message(global_limit: u32, org_limit: Option<i32>) -> String {
+    let global = match global_limit {
+        0 => "no global limit".to_owned(),
+        n => format!("at most {n} at once"),
+    };
+    match org_limit {
+        Some(l) if l >= 1 => {
+            format!("waiting for a test run slot ({global}, {l} in this organization)")
+        }
+        _ => format!("waiting for a test run slot ({global})"),
+    }
 }
 
 /// Whether a run may start with `global`/`local` runs active: `0` global limit means
@@ -844,22 +1001,10 @@ async fn admit(
         .await?;
         return Ok(Action::requeue(Duration::from_secs(2)));
     };
-    // Admission is serialised: the count and the Pod creation happen under one lock.
-    let mut admitted = ctx.admitted.lock().await;
-    let (global, local) = active_counts(&ctx.runs, &mut admitted, ns);
-    if !slot_free(
-        global,
-        local,
-        ctx.base.settings.test_run_concurrency,
-        org_settings.concurrency,
-    ) {
-        drop(admitted);
-        let msg = format!(
-            "waiting for a test run slot ({global} of {} running, {local} in this organization)",
-            ctx.base.settings.test_run_concurrency
-        );
-        wait_status(ctx, run, Outcome::progressing(REASON_WAITING_FOR_SLOT, msg)).await?;
-        return Ok(Action::requeue(SLOT_RECHECK));
+    // Without a free slot there is nothing to look up (checked again below, under the
+    // lock, before the slot is taken).
+    if !has_slot(ctx, ns, &me, org_settings.concurrency).await {
+        return wait_for_slot(ctx, run, org_settings.concurrency).await;
     }
     let client = &ctx.base.client;
     let cv_api: Api<ConfigurationVersion> = Api::namespaced(client.clone(), ns);
@@ -932,27 +1077,25 @@ async fn admit(
         org_settings,
         settings: &ctx.base.settings,
     };
-    let secret = testpod::build_secret(&inputs, &testpod::new_token())?;
-    let pod = testpod::build_pod(&inputs)?;
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let pp = PostParams {
-        field_manager: Some(FIELD_MANAGER_OPERATOR.to_owned()),
-        ..Default::default()
-    };
-    for res in [
-        secrets.create(&pp, &secret).await.map(|_| ()),
-        pods.create(&pp, &pod).await.map(|_| ()),
-    ] {
-        match res {
-            Ok(()) => {}
-            // Created by an earlier attempt (an operator restarted in between).
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => return Err(e.into()),
+    // Admission is serialised only around the count: a run takes its slot (joins
+    // `admitted`) under the lock, then creates its Secret and Pod with the lock released,
+    // so admissions proceed in parallel and the cache's lag cannot admit too many.
+    {
+        let mut admitted = ctx.admitted.lock().await;
+        if !slot_for(ctx, &mut admitted, ns, &me, org_settings.concurrency) {
+            drop(admitted);
+            return wait_for_slot(ctx, run, org_settings.concurrency).await;
+        }
+        admitted.insert(me.clone());
+    }
+    match create_run_objects(ctx, ns, &inputs).await {
+        Ok(()) => {}
+        Err(e) => {
+            // Give the slot back: the next attempt takes one again.
+            ctx.admitted.lock().await.remove(&me);
+            return Err(e);
         }
     }
-    admitted.insert(me.clone());
-    drop(admitted);
     let step = transition(
         TestRunState::Pending,
         CancelRequest::None,
@@ -970,6 +1113,78 @@ async fn admit(
     write_status(ctx, run, &status).await?;
     record_event(ctx, &run.object_ref(&()), &step, None).await;
     Ok(Action::requeue(Duration::from_secs(60)))
+}
+
+/// Whether `me` holds a slot or one is free for it (the lock held by the caller).
+fn slot_for(
+    ctx: &RunContext,
+    admitted: &mut HashSet<ObjectRef<TestRun>>,
+    ns: &str,
+    me: &ObjectRef<TestRun>,
+    org_limit: Option<i32>,
+) -> bool {
+    let (global, local) = active_counts(&ctx.runs, admitted, ns);
+    admitted.contains(me)
+        || slot_free(
+            global,
+            local,
+            ctx.base.settings.test_run_concurrency,
+            org_limit,
+        )
+}
+
+/// [`slot_for`], taking the lock.
+async fn has_slot(
+    ctx: &RunContext,
+    ns: &str,
+    me: &ObjectRef<TestRun>,
+    org_limit: Option<i32>,
+) -> bool {
+    let mut admitted = ctx.admitted.lock().await;
+    slot_for(ctx, &mut admitted, ns, me, org_limit)
+}
+
+/// Records that a pending run waits for a slot, and looks at it again later (the waker
+/// usually comes first).
+async fn wait_for_slot(
+    ctx: &RunContext,
+    run: &TestRun,
+    org_limit: Option<i32>,
+) -> Result<Action, Error> {
+    // A message that does not change with the counts: one status write per wait.
+    let msg = wait_message(ctx.base.settings.test_run_concurrency, org_limit);
+    wait_status(ctx, run, Outcome::progressing(REASON_WAITING_FOR_SLOT, msg)).await?;
+    Ok(Action::requeue(SLOT_RECHECK))
+}
+
+/// Creates a run's token Secret and Pod; either existing already (an earlier attempt, an
+/// operator restarted in between) is fine.
+async fn create_run_objects(
+    ctx: &RunContext,
+    ns: &str,
+    inputs: &PodInputs<'_>,
+) -> Result<(), Error> {
+    let client = &ctx.base.client;
+    let secret = testpod::build_secret(inputs, &testpod::new_token())?;
+    let pod = testpod::build_pod(inputs)?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pp = PostParams {
+        field_manager: Some(FIELD_MANAGER_OPERATOR.to_owned()),
+        ..Default::default()
+    };
+    for res in [
+        secrets.create(&pp, &secret).await.map(|_| ()),
+        pods.create(&pp, &pod).await.map(|_| ()),
+    ] {
+        match res {
+            Ok(()) => {}
+            // Created by an earlier attempt (an operator restarted in between).
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 /// Records a pending run's Reconciling/Stalled condition, when it changed.
@@ -1463,6 +1678,65 @@ mod tests {
         assert!(!slot_free(1, 1, 50, Some(1)));
         assert!(slot_free(1, 0, 50, Some(1)));
         assert!(slot_free(5, 5, 50, Some(0)));
+    }
+
+    fn waiting(secs: i64, name: &str, ns: &str, limit: Option<i32>) -> Waiting<String> {
+        (
+            Some(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap()),
+            name.to_owned(),
+            ns.to_owned(),
+            limit,
+            format!("{ns}/{name}"),
+        )
+    }
+
+    #[test]
+    fn waker_picks_oldest_that_fit() {
+        let runs = vec![
+            waiting(30, "c", "acme", None),
+            waiting(10, "a", "acme", None),
+            waiting(20, "b", "acme", None),
+            waiting(20, "a2", "acme", None),
+        ];
+        // Two free slots out of 50: the two oldest, ties broken by name.
+        let picked = pick_waiting(runs.clone(), 48, HashMap::new(), 50);
+        assert_eq!(picked, ["acme/a", "acme/a2"]);
+        // No free slot: nobody.
+        assert!(pick_waiting(runs.clone(), 50, HashMap::new(), 50).is_empty());
+        // Unlimited: everybody, in creation order.
+        assert_eq!(
+            pick_waiting(runs, 1000, HashMap::new(), 0),
+            ["acme/a", "acme/a2", "acme/b", "acme/c"]
+        );
+    }
+
+    #[test]
+    fn waker_respects_organization_limits() {
+        let runs = vec![
+            waiting(1, "a", "acme", Some(2)),
+            waiting(2, "b", "acme", Some(2)),
+            waiting(3, "c", "globex", None),
+            waiting(4, "d", "acme", Some(2)),
+        ];
+        // acme already runs one: one more acme run fits, then globex's, not acme's third.
+        let per_ns = HashMap::from([("acme".to_owned(), 1)]);
+        assert_eq!(pick_waiting(runs, 1, per_ns, 50), ["acme/a", "globex/c"]);
+    }
+
+    #[test]
+    fn wait_messages_do_not_carry_counts() {
+        assert_eq!(
+            wait_message(50, None),
+            "waiting for a test run slot (at most 50 at once)"
+        );
+        assert_eq!(
+            wait_message(50, Some(3)),
+            "waiting for a test run slot (at most 50 at once, 3 in this organization)"
+        );
+        assert_eq!(
+            wait_message(0, Some(0)),
+            "waiting for a test run slot (no global limit)"
+        );
     }
 
     /// The written status keeps earlier timestamps, sets counts on finish, never carries

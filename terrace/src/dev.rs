@@ -37,6 +37,18 @@ pub struct DevArgs {
     /// (assessments-enabled).
     #[arg(long, env = "TERRACE_EDITION", value_enum, default_value_t = terrace_api_server::Edition::SelfHosted)]
     pub edition: terrace_api_server::Edition,
+    /// Most test runs queued or running at once (0: no limit).
+    #[arg(long, env = "TERRACE_TEST_RUN_CONCURRENCY", default_value_t = terrace_operator::Settings::default().test_run_concurrency)]
+    pub test_run_concurrency: u32,
+    /// Do not run Pods: they stay Pending, as in a cluster without nodes (to measure the
+    /// operator alone, e.g. in the test-run benchmark).
+    #[arg(long)]
+    pub no_kubelet: bool,
+    /// Run only the cluster (simulator, CRDs, user ClusterRoles): no operator, no API
+    /// server. Run `terrace operator` and `terrace api-server` yourself with a kubeconfig
+    /// made from DIR/kubeconfig (e.g. with a ServiceAccount token, to try RBAC).
+    #[arg(long)]
+    pub cluster_only: bool,
 }
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
@@ -56,6 +68,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let sim = Simulator::open(SimConfig {
         data_dir: Some(dir.join("cluster")),
         command_overrides,
+        run_pods: !args.no_kubelet,
         ..Default::default()
     })
     .await
@@ -95,13 +108,16 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             .display()
             .to_string(),
         api_internal_url: api_url.clone(),
+        test_run_concurrency: args.test_run_concurrency,
         ..Default::default()
     };
-    let operator_task = tokio::spawn(terrace_operator::run(
-        client.clone(),
-        operator_settings,
-        stopped(),
-    ));
+    let operator_task = (!args.cluster_only).then(|| {
+        tokio::spawn(terrace_operator::run(
+            client.clone(),
+            operator_settings,
+            stopped(),
+        ))
+    });
 
     let api_settings = terrace_api_server::Settings {
         api_addr: api_listener.local_addr()?,
@@ -109,24 +125,34 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         edition: args.edition,
         ..Default::default()
     };
-    let state = terrace_api_server::AppState::new(api_settings, client);
-    let index_tasks = state.start().await;
-    let api_task = tokio::spawn(terrace_api_server::serve_state(
-        state,
-        api_listener,
-        stopped(),
-    ));
+    let (index_tasks, api_task) = if args.cluster_only {
+        drop(api_listener);
+        (Vec::new(), None)
+    } else {
+        let state = terrace_api_server::AppState::new(api_settings, client);
+        let index_tasks = state.start().await;
+        let api_task = tokio::spawn(terrace_api_server::serve_state(
+            state,
+            api_listener,
+            stopped(),
+        ));
+        (index_tasks, Some(api_task))
+    };
 
     // Everything answers now: tell the user (and tests waiting for endpoints.json).
     let token = sim.admin_token();
     write_private(&dir.join("kubeconfig"), &sim.kubeconfig(&kube_url, &token))?;
     write_private(&dir.join("token"), &token)?;
-    let endpoints = serde_json::json!({"api": api_url, "kube": kube_url});
+    let api_shown = (!args.cluster_only).then_some(&api_url);
+    let endpoints = serde_json::json!({"api": api_shown, "kube": kube_url});
     std::fs::write(dir.join("endpoints.json"), endpoints.to_string())?;
 
     let dir_shown = dir.display();
     println!("terrace dev is ready");
-    println!("  JSON:API    {api_url}/api/v2/    bearer token in {dir_shown}/token");
+    match api_shown {
+        Some(url) => println!("  JSON:API    {url}/api/v2/    bearer token in {dir_shown}/token"),
+        None => println!("  cluster only: no operator, no JSON:API (--cluster-only)"),
+    }
     println!(
         "  Kubernetes  {kube_url}    kubectl --kubeconfig {dir_shown}/kubeconfig get workspaces -A"
     );
@@ -137,8 +163,12 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         t.abort();
     }
     let drain = async {
-        let _ = api_task.await;
-        let _ = operator_task.await;
+        if let Some(t) = api_task {
+            let _ = t.await;
+        }
+        if let Some(t) = operator_task {
+            let _ = t.await;
+        }
     };
     if tokio::time::timeout(Duration::from_secs(10), drain)
         .await

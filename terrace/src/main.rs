@@ -37,7 +37,7 @@ enum Command {
     /// Run the local cluster simulator, the operator and the API server in one process.
     Dev(dev::DevArgs),
     /// Run the controllers against the cluster of the current kubeconfig / service account.
-    Operator(terrace_operator::Settings),
+    Operator(Box<terrace_operator::Settings>),
     /// Serve the JSON:API against the cluster of the current kubeconfig / service account.
     ApiServer(terrace_api_server::Settings),
     /// Commands that run inside test Pods.
@@ -69,7 +69,7 @@ fn main() -> ExitCode {
         Command::Crds { out_dir } => crds(out_dir),
         Command::Runner(cmd) => terrace_operator::runner::run(&cmd).map_err(anyhow::Error::msg),
         Command::Dev(args) => runtime().and_then(|rt| rt.block_on(dev::run(args))),
-        Command::Operator(settings) => runtime().and_then(|rt| rt.block_on(operator(settings))),
+        Command::Operator(settings) => runtime().and_then(|rt| rt.block_on(operator(*settings))),
         Command::ApiServer(settings) => runtime().and_then(|rt| rt.block_on(api_server(settings))),
     };
     match result {

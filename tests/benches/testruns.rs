@@ -1,32 +1,53 @@
 //! Benchmark of DESIGN.md §6 / issue 5: N test runs (default 1,000; `TERRACE_BENCH_RUNS`)
-//! created at once against `terrace dev`. Measures the time from the last create's
-//! response to the moment the last run's Pod exists (budget 10 s), the most runs holding a
-//! concurrency slot at once (queued or running) against the operator's default limit, the
-//! time until every run is final, and the `terrace dev` process RSS. Baseline, measured in
-//! the same run through the same Kubernetes API: creating N plain ConfigMaps.
+//! created at once through the JSON:API of `terrace dev`, in two phases, each on a fresh
+//! `terrace dev`:
 //!
-//! Run: `cargo build -p terrace && cargo bench -p terrace-tests --bench testruns`.
+//! 1. **Pod creation** (the budget: every Pod within 10 s of the last create). The
+//!    simulator runs no Pods (`--no-kubelet`: a cluster whose nodes are elsewhere), and the
+//!    concurrency limit is N, so the figure is the operator's own admission throughput:
+//!    last create's response → the moment the last run's Pod exists.
+//! 2. **Concurrency limit** (default 50, `TERRACE_BENCH_LIMIT`): the simulator runs every
+//!    Pod as local processes with a fake engine that passes at once; measured are the
+//!    most runs holding a slot (queued or running) at any moment, which must not exceed
+//!    the limit, the time until every run is final, and the throughput in runs/s. On a
+//!    real cluster Pods run on other nodes; here they share the 2 cores with the operator,
+//!    the API server and the simulator, so this phase measures all of them together.
+//!
+//! Both phases report the `terrace dev` process RSS (simulator + operator + API server).
+//! Baseline, measured in the same run through the same Kubernetes API: creating N plain
+//! ConfigMaps. Runs and Pods are observed through watches, not polling, so observing
+//! does not load the server.
+//!
+//! Run: `cargo build -p terrace && cargo bench --profile dev -p terrace-tests --bench testruns`
+//! (`TERRACE_BENCH_PHASES=1` or `=2` runs one phase only).
 
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use kube::api::{ListParams, ObjectMeta, PostParams};
+use kube::api::{ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::{WatchStreamExt, watcher};
 use terrace_crds::TestRun;
 use terrace_tests::{Api, Dev};
 
-/// The operator's default `test_run_concurrency` (operator/src/settings.rs).
-const CONCURRENCY_LIMIT: usize = 50;
+const DEFAULT_LIMIT: usize = 50;
 const POD_BUDGET: Duration = Duration::from_secs(10);
 const THREADS: usize = 16;
 
 const PASS_ENGINE: &str = r#"#!/bin/sh
 echo '{"@level":"info","@message":"Success! 1 passed, 0 failed.","@module":"tofu.ui","type":"test_summary","test_summary":{"status":"pass","passed":1,"failed":0,"errored":0,"skipped":0}}'
 "#;
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
 
 fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -40,20 +61,63 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// What the watches saw.
 #[derive(Default)]
 struct Observed {
-    max_slots: usize,
     pods_seen: HashSet<String>,
     last_pod_at: Option<Instant>,
+    /// Run name → its last seen status.
+    states: HashMap<String, String>,
+    slots: usize,
+    finals: usize,
+    max_slots: usize,
     all_final_at: Option<Instant>,
-    max_rss_kib: u64,
 }
 
-fn main() {
-    let n: usize = std::env::var("TERRACE_BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1000);
+impl Observed {
+    fn run_seen(&mut self, name: String, status: &str, expected: usize) {
+        let holds = |s: &str| matches!(s, "queued" | "running");
+        let fin = |s: &str| matches!(s, "finished" | "errored" | "canceled");
+        if let Some(old) = self.states.get(&name) {
+            self.slots -= usize::from(holds(old));
+            self.finals -= usize::from(fin(old));
+        }
+        self.slots += usize::from(holds(status));
+        self.finals += usize::from(fin(status));
+        self.max_slots = self.max_slots.max(self.slots);
+        if self.finals == expected && self.all_final_at.is_none() {
+            self.all_final_at = Some(Instant::now());
+        }
+        self.states.insert(name, status.to_owned());
+    }
+
+    fn pod_seen(&mut self, name: String) {
+        if self.pods_seen.insert(name) {
+            self.last_pod_at = Some(Instant::now());
+        }
+    }
+}
+
+struct Report {
+    baseline: Duration,
+    create_time: Duration,
+    failed: usize,
+    pods: usize,
+    last_pod: Option<Duration>,
+    all_final: Option<Duration>,
+    max_slots: usize,
+    rss_idle_kib: u64,
+    rss_peak_kib: u64,
+}
+
+/// One phase on a fresh `terrace dev`: N runs created, watched until `done` says so.
+fn phase(
+    n: usize,
+    limit: usize,
+    kubelet: bool,
+    deadline: Duration,
+    done: fn(&Observed, usize) -> bool,
+) -> Report {
     let tmp = tempfile::tempdir().expect("tempdir");
     let engine = tmp.path().join("fake-engine");
     std::fs::write(&engine, PASS_ENGINE).expect("engine");
@@ -61,7 +125,13 @@ fn main() {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&engine, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     }
-    let dev = Dev::start_with(&["--engine", &engine.display().to_string()]);
+    let engine = engine.display().to_string();
+    let limit_arg = limit.to_string();
+    let mut args = vec!["--engine", &engine, "--test-run-concurrency", &limit_arg];
+    if !kubelet {
+        args.push("--no-kubelet");
+    }
+    let dev = Dev::start_with(&args);
     let pid = dev.pid().expect("pid");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let client = rt.block_on(async {
@@ -71,7 +141,7 @@ fn main() {
             .expect("config");
         kube::Client::try_from(config).expect("client")
     });
-    let rss_idle = rss_kib(pid);
+    let rss_idle_kib = rss_kib(pid);
 
     // Baseline: N ConfigMaps through the same API, THREADS at a time.
     let baseline = rt.block_on(async {
@@ -109,61 +179,52 @@ fn main() {
     })
     .expect("upload processed");
 
-    // Observer: lists TestRuns and Pods every 50 ms.
+    // Watches on the runs and their Pods.
     let observed = Arc::new(Mutex::new(Observed::default()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let observer = {
-        let observed = observed.clone();
-        let stop = stop.clone();
-        let client = client.clone();
-        let org = org.clone();
+    let expected = n + 1;
+    {
+        let runs: kube::Api<TestRun> = kube::Api::namespaced(client.clone(), &org);
+        let pods: kube::Api<Pod> = kube::Api::namespaced(client, &org);
+        let (o1, o2) = (observed.clone(), observed.clone());
+        rt.spawn(async move {
+            let _ = watcher::watcher(runs, watcher::Config::default())
+                .applied_objects()
+                .try_for_each(|r| {
+                    let status = r
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.status.clone())
+                        .unwrap_or_default();
+                    let mut o = o1.lock().expect("lock");
+                    if let Some(p) = r.status.as_ref().and_then(|s| s.pod_name.clone()) {
+                        o.pod_seen(p);
+                    }
+                    o.run_seen(r.metadata.name.unwrap_or_default(), &status, expected);
+                    futures::future::ready(Ok(()))
+                })
+                .await;
+        });
+        rt.spawn(async move {
+            let wc = watcher::Config::default().labels("terrace.dev/test-run");
+            let _ = watcher::watcher(pods, wc)
+                .applied_objects()
+                .try_for_each(|p| {
+                    o2.lock()
+                        .expect("lock")
+                        .pod_seen(p.metadata.name.unwrap_or_default());
+                    futures::future::ready(Ok(()))
+                })
+                .await;
+        });
+    }
+    let peak = Arc::new(AtomicUsize::new(rss_idle_kib as usize));
+    let sampling = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let sampler = {
+        let (peak, sampling) = (peak.clone(), sampling.clone());
         std::thread::spawn(move || {
-            let rt = tokio::runtime::Runtime::new().expect("runtime");
-            let runs: kube::Api<TestRun> = kube::Api::namespaced(client.clone(), &org);
-            let pods: kube::Api<Pod> = kube::Api::namespaced(client, &org);
-            let lp = ListParams::default().labels("terrace.dev/test-run");
-            while !stop.load(Ordering::Relaxed) {
-                let (r, p) = rt.block_on(async {
-                    (
-                        runs.list(&ListParams::default()).await,
-                        pods.list(&lp).await,
-                    )
-                });
-                let now = Instant::now();
-                let mut o = observed.lock().expect("lock");
-                o.max_rss_kib = o.max_rss_kib.max(rss_kib(pid));
-                if let Ok(p) = p {
-                    for pod in p.items {
-                        if let Some(name) = pod.metadata.name
-                            && o.pods_seen.insert(name)
-                        {
-                            o.last_pod_at = Some(now);
-                        }
-                    }
-                }
-                if let Ok(r) = r {
-                    let mut slots = 0;
-                    let mut finals = 0;
-                    for run in &r.items {
-                        let st = run.status.as_ref();
-                        match st.and_then(|s| s.status.as_deref()) {
-                            Some("queued" | "running") => slots += 1,
-                            Some("finished" | "errored" | "canceled") => finals += 1,
-                            _ => {}
-                        }
-                        if let Some(name) = st.and_then(|s| s.pod_name.clone())
-                            && o.pods_seen.insert(name)
-                        {
-                            o.last_pod_at = Some(now);
-                        }
-                    }
-                    o.max_slots = o.max_slots.max(slots);
-                    if finals == n + 1 && o.all_final_at.is_none() {
-                        o.all_final_at = Some(now);
-                    }
-                }
-                drop(o);
-                std::thread::sleep(Duration::from_millis(50));
+            while sampling.load(Ordering::Relaxed) {
+                peak.fetch_max(rss_kib(pid) as usize, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(100));
             }
         })
     };
@@ -174,8 +235,7 @@ fn main() {
     let create_start = Instant::now();
     let workers: Vec<_> = (0..THREADS)
         .map(|_| {
-            let next = next.clone();
-            let failed = failed.clone();
+            let (next, failed) = (next.clone(), failed.clone());
             let api = Api::admin(&dev);
             let (t, cv) = (t.clone(), cv.clone());
             std::thread::spawn(move || {
@@ -193,64 +253,103 @@ fn main() {
     let last_create = Instant::now();
     let create_time = last_create - create_start;
 
-    let deadline = Instant::now() + Duration::from_secs(600);
-    loop {
-        let o = observed.lock().expect("lock");
-        if o.all_final_at.is_some() || Instant::now() > deadline {
-            break;
-        }
-        drop(o);
-        std::thread::sleep(Duration::from_millis(100));
+    let until = Instant::now() + deadline;
+    while Instant::now() < until && !done(&observed.lock().expect("lock"), expected) {
+        std::thread::sleep(Duration::from_millis(50));
     }
-    stop.store(true, Ordering::Relaxed);
-    observer.join().expect("observer");
+    sampling.store(false, Ordering::Relaxed);
+    sampler.join().expect("sampler");
     let o = observed.lock().expect("lock");
-    let rss_end = rss_kib(pid);
-    let secs = |d: Duration| d.as_secs_f64();
-    let last_pod = o
-        .last_pod_at
-        .map(|at| at.saturating_duration_since(last_create))
-        .unwrap_or(Duration::MAX);
-    let all_final = o
-        .all_final_at
-        .map(|at| at.saturating_duration_since(last_create));
-
-    println!("test runs: {n} (+1 warm-up run), {THREADS} concurrent clients, 2-core machine");
-    println!("create failures: {}", failed.load(Ordering::Relaxed));
-    println!(
-        "baseline: {n} ConfigMaps created in {:.2} s",
-        secs(baseline)
-    );
-    println!(
-        "creates: {n} test runs created in {:.2} s ({:.2}x baseline)",
-        secs(create_time),
-        secs(create_time) / secs(baseline)
-    );
-    println!(
-        "last create -> last Pod created: {:.2} s ({:.2}x budget {} s, {:.2}x baseline); Pods seen: {}",
-        secs(last_pod),
-        secs(last_pod) / secs(POD_BUDGET),
-        POD_BUDGET.as_secs(),
-        secs(last_pod) / secs(baseline),
-        o.pods_seen.len()
-    );
-    println!(
-        "max runs queued/running at once: {} (limit {CONCURRENCY_LIMIT}: {:.2}x)",
-        o.max_slots,
-        o.max_slots as f64 / CONCURRENCY_LIMIT as f64
-    );
-    match all_final {
-        Some(d) => println!(
-            "last create -> all runs final: {:.2} s ({:.2}x baseline)",
-            secs(d),
-            secs(d) / secs(baseline)
-        ),
-        None => println!("not all runs were final within 600 s"),
+    Report {
+        baseline,
+        create_time,
+        failed: failed.load(Ordering::Relaxed),
+        pods: o.pods_seen.len(),
+        last_pod: (o.pods_seen.len() == expected)
+            .then(|| {
+                o.last_pod_at
+                    .map(|at| at.saturating_duration_since(last_create))
+            })
+            .flatten(),
+        all_final: o
+            .all_final_at
+            .map(|at| at.saturating_duration_since(last_create)),
+        max_slots: o.max_slots,
+        rss_idle_kib,
+        rss_peak_kib: peak.load(Ordering::Relaxed) as u64,
     }
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+fn print_common(n: usize, r: &Report) {
     println!(
-        "terrace dev RSS: idle {} MiB, peak {} MiB, end {} MiB",
-        rss_idle / 1024,
-        o.max_rss_kib / 1024,
-        rss_end / 1024
+        "  baseline: {n} ConfigMaps created in {:.2} s",
+        secs(r.baseline)
     );
+    println!(
+        "  creates: {n} test runs created in {:.2} s ({:.2}x baseline), failures: {}",
+        secs(r.create_time),
+        secs(r.create_time) / secs(r.baseline),
+        r.failed
+    );
+}
+
+fn main() {
+    let n = env_usize("TERRACE_BENCH_RUNS", 1000);
+    let limit = env_usize("TERRACE_BENCH_LIMIT", DEFAULT_LIMIT);
+    let phases = std::env::var("TERRACE_BENCH_PHASES").unwrap_or_else(|_| "1,2".into());
+    println!("test runs: {n} (+1 warm-up run), {THREADS} concurrent clients");
+
+    if phases.contains('1') {
+        let r = phase(n, n + 1, false, Duration::from_secs(120), |o, e| {
+            o.pods_seen.len() >= e
+        });
+        println!("phase 1 — Pod creation (no kubelet, limit {})", n + 1);
+        print_common(n, &r);
+        match r.last_pod {
+            Some(d) => println!(
+                "  last create -> last Pod created: {:.2} s ({:.2}x budget {} s, {:.2}x baseline)",
+                secs(d),
+                secs(d) / secs(POD_BUDGET),
+                POD_BUDGET.as_secs(),
+                secs(d) / secs(r.baseline)
+            ),
+            None => println!("  only {} of {} Pods within 120 s", r.pods, n + 1),
+        }
+        println!(
+            "  terrace dev RSS: idle {} MiB, peak {} MiB ({:.1} KiB per run above idle)",
+            r.rss_idle_kib / 1024,
+            r.rss_peak_kib / 1024,
+            (r.rss_peak_kib.saturating_sub(r.rss_idle_kib)) as f64 / (n + 1) as f64
+        );
+    }
+    if phases.contains('2') {
+        let r = phase(n, limit, true, Duration::from_secs(900), |o, _| {
+            o.all_final_at.is_some()
+        });
+        println!("phase 2 — concurrency limit {limit}, Pods run by the simulator");
+        print_common(n, &r);
+        println!(
+            "  max runs queued/running at once: {} ({:.2}x the limit {limit})",
+            r.max_slots,
+            r.max_slots as f64 / limit as f64
+        );
+        match r.all_final {
+            Some(d) => println!(
+                "  last create -> all runs final: {:.2} s ({:.1} runs/s, {:.2}x baseline)",
+                secs(d),
+                (n + 1) as f64 / secs(d + r.create_time),
+                secs(d) / secs(r.baseline)
+            ),
+            None => println!("  not all runs were final within 900 s"),
+        }
+        println!(
+            "  terrace dev RSS: idle {} MiB, peak {} MiB",
+            r.rss_idle_kib / 1024,
+            r.rss_peak_kib / 1024
+        );
+    }
 }
