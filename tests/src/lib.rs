@@ -314,6 +314,19 @@ impl Api {
         res.status().as_u16()
     }
 
+    /// GETs `path` and answers the status and the body as text (logs).
+    pub fn get_text(&self, path: &str) -> (u16, String) {
+        let url = format!("{}{}", self.base, path);
+        let mut builder = ureq::http::Request::builder().method("GET").uri(&url);
+        if let Some(t) = &self.token {
+            builder = builder.header("Authorization", format!("Bearer {t}"));
+        }
+        let req = builder.body(()).expect("request");
+        let mut res = self.agent.run(req).expect("HTTP round trip");
+        let status = res.status().as_u16();
+        (status, res.body_mut().read_to_string().unwrap_or_default())
+    }
+
     pub fn get(&self, path: &str) -> ApiResponse {
         self.call("GET", path, None)
     }
