@@ -52,6 +52,25 @@ pub struct Settings {
         default_value = "0.0.0.0:9090"
     )]
     pub metrics_addr: std::net::SocketAddr,
+    /// Run the controllers only while holding the `terrace-operator` Lease, so of several
+    /// replicas exactly one reconciles (`--leader-election=false` for a single replica;
+    /// `terrace dev` runs without it).
+    #[arg(
+        long,
+        env = "TERRACE_LEADER_ELECTION",
+        default_value_t = true,
+        action = clap::ArgAction::Set
+    )]
+    pub leader_election: bool,
+    /// Namespace of the leader Lease. Default: the Pod's namespace (`POD_NAMESPACE`, from
+    /// the downward API), else the client's default namespace (in a Pod: its service
+    /// account's namespace).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+    /// Identity of this replica in the leader Lease. Default: the Pod name (`POD_NAME`,
+    /// from the downward API), else the host name plus a random suffix.
+    #[arg(long, env = "POD_NAME")]
+    pub leader_election_identity: Option<String>,
 }
 
 impl Default for Settings {
@@ -64,6 +83,10 @@ impl Default for Settings {
             terrace_binary: "/usr/local/bin/terrace".into(),
             api_internal_url: DEFAULT_API_INTERNAL_URL.into(),
             metrics_addr: std::net::SocketAddr::from(([127, 0, 0, 1], 9090)),
+            // In-process uses (`terrace dev`, tests) run one operator: no election.
+            leader_election: false,
+            leader_election_namespace: None,
+            leader_election_identity: None,
         }
     }
 }
