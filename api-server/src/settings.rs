@@ -60,3 +60,31 @@ impl Default for Settings {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        settings: Settings,
+    }
+
+    /// The binary serves `/metrics` on its own port by default; in-process servers
+    /// (Default: `terrace dev`, tests) bind none.
+    #[test]
+    fn metrics_listener_is_on_for_the_binary_only() {
+        let cli = Cli::try_parse_from(["api-server"]).expect("parse");
+        assert_eq!(
+            cli.settings.metrics_addr,
+            Some(std::net::SocketAddr::from(([0, 0, 0, 0], 9090)))
+        );
+        assert!(!cli.settings.metrics_on_api_router);
+        let cli =
+            Cli::try_parse_from(["api-server", "--metrics-addr", "127.0.0.1:9191"]).expect("parse");
+        assert_eq!(cli.settings.metrics_addr.map(|a| a.port()), Some(9191));
+        assert_eq!(Settings::default().metrics_addr, None);
+    }
+}

@@ -266,15 +266,16 @@ pub fn new_reconcile_id() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
 
-/// The span of one reconcile: controller, the object's namespace and name, and a fresh
-/// reconcile ID, so every log line of the reconcile (including kube's) carries them.
+/// The span of one reconcile: `controller`, the object's `namespace` and name (`object`),
+/// and a fresh `reconcile_id`, so every log line of the reconcile (including kube's) carries them.
 pub fn reconcile_span<K: Resource>(controller: &'static str, obj: &K) -> tracing::Span {
     let meta = obj.meta();
     tracing::info_span!(
         "reconcile",
         controller,
         namespace = meta.namespace.as_deref().unwrap_or_default(),
-        name = meta.name.as_deref().unwrap_or_default(),
+        // Not `name`: JSON logs already use that key for the span's own name.
+        object = meta.name.as_deref().unwrap_or_default(),
         reconcile_id = %new_reconcile_id(),
     )
 }

@@ -90,3 +90,41 @@ impl Default for Settings {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        settings: Settings,
+    }
+
+    fn parse(args: &[&str]) -> Settings {
+        Cli::try_parse_from(std::iter::once("operator").chain(args.iter().copied()))
+            .expect("parse")
+            .settings
+    }
+
+    /// The binary elects a leader unless told not to; in-process users (Default) don't.
+    #[test]
+    fn leader_election_is_on_for_the_binary_and_off_in_process() {
+        assert!(parse(&[]).leader_election);
+        assert!(!parse(&["--leader-election=false"]).leader_election);
+        assert!(!parse(&["--leader-election", "false"]).leader_election);
+        assert!(!Settings::default().leader_election);
+        let s = parse(&[
+            "--leader-election-namespace",
+            "terrace-system",
+            "--leader-election-identity",
+            "op-0",
+        ]);
+        assert_eq!(
+            s.leader_election_namespace.as_deref(),
+            Some("terrace-system")
+        );
+        assert_eq!(s.leader_election_identity.as_deref(), Some("op-0"));
+    }
+}
