@@ -23,12 +23,13 @@ type R = Result<(), Box<dyn std::error::Error>>;
 
 const NS: &str = "terrace-system";
 
-/// Short timing, same proportions as the defaults (15 s / 5 s / 10 s / 2 s).
+/// Short timing (defaults: 15 s / 5 s / 10 s / 2 s), with a lease long enough that a
+/// loaded machine delaying one renewal does not hand the lease over.
 fn timing() -> Timing {
     Timing {
-        lease_duration: Duration::from_millis(1500),
+        lease_duration: Duration::from_secs(3),
         renew_interval: Duration::from_millis(300),
-        renew_deadline: Duration::from_millis(1000),
+        renew_deadline: Duration::from_secs(2),
         retry_period: Duration::from_millis(100),
     }
 }
@@ -112,10 +113,10 @@ async fn one_of_two_racing_candidates_leads_and_hands_over_on_release() -> R {
 
     // The leader renews; the standby never gets it, even after several lease durations.
     let held = tokio::spawn(async move {
-        let lost = tokio::time::timeout(Duration::from_secs(4), leader.hold()).await;
+        let lost = tokio::time::timeout(Duration::from_secs(5), leader.hold()).await;
         (leader, lost)
     });
-    let standby_won = tokio::time::timeout(Duration::from_secs(4), standby.acquire()).await;
+    let standby_won = tokio::time::timeout(Duration::from_secs(5), standby.acquire()).await;
     assert!(standby_won.is_err(), "the standby acquired a renewed lease");
     let (mut leader, lost) = held.await?;
     assert!(lost.is_err(), "the leader lost its lease: {lost:?}");
@@ -148,7 +149,7 @@ async fn an_abandoned_lease_is_taken_over_after_the_lease_duration() -> R {
     drop(a);
     let mut b = elector(&client, "operator-b");
     let started = tokio::time::Instant::now();
-    tokio::time::timeout(Duration::from_secs(5), b.acquire()).await?;
+    tokio::time::timeout(Duration::from_secs(8), b.acquire()).await?;
     assert!(
         started.elapsed() >= timing().lease_duration,
         "took over after {:?}",
