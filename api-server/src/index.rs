@@ -7,13 +7,16 @@
 //! last-applied annotation are dropped before indexing to keep memory per object small.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource, ResourceExt};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use terrace_crds::constants::LABEL_ID;
 use terrace_crds::{
     AgentPool, ConfigurationVersion, OAuthToken, Organization, Project, RegistryModule, SshKey,
@@ -423,6 +426,39 @@ impl Inner {
     pub fn test_variables(&self) -> &Keyed<TestVariable> {
         &self.test_variables
     }
+
+    /// Number of indexed objects per kind, in [`KIND_NAMES`] order.
+    pub fn counts(&self) -> [(&'static str, usize); KINDS as usize] {
+        let n = [
+            self.orgs.len(),
+            self.projects.len(),
+            self.workspaces.len(),
+            self.ssh_keys.by_uid.len(),
+            self.agent_pools.by_uid.len(),
+            self.oauth_tokens.by_uid.len(),
+            self.registry_modules.by_uid.len(),
+            self.configuration_versions.by_uid.len(),
+            self.test_runs.by_uid.len(),
+            self.test_variables.by_uid.len(),
+        ];
+        std::array::from_fn(|i| (KIND_NAMES[i], n[i]))
+    }
+}
+
+/// What a kind's watch last did, for the metrics.
+#[derive(Debug, Default)]
+pub struct WatchStats {
+    /// Unix milliseconds of the last event (of the index's creation before the first).
+    pub last_event_ms: AtomicI64,
+    /// Watch errors so far.
+    pub errors: AtomicU64,
+}
+
+/// Now in Unix milliseconds.
+pub fn unix_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// The indexes plus change notification.
@@ -430,6 +466,17 @@ pub struct Index {
     inner: RwLock<Inner>,
     changes: tokio::sync::watch::Sender<u64>,
     synced: tokio::sync::watch::Sender<u8>,
+    /// Per watched kind, in [`KIND_NAMES`] order.
+    watches: [WatchStats; KINDS as usize],
+    /// Durations of [`Index::wait_until`] and how many gave up.
+    wait_seconds: Histogram,
+    wait_timeouts: Counter,
+}
+
+impl std::fmt::Debug for Index {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Index").finish_non_exhaustive()
+    }
 }
 
 /// How many kinds are watched (organizations, projects, workspaces, SSH keys, agent
@@ -437,12 +484,33 @@ pub struct Index {
 /// variables).
 const KINDS: u8 = 10;
 
+/// The watched kinds, in the order of [`Index::spawn_watches`] (metric labels).
+pub const KIND_NAMES: [&str; KINDS as usize] = [
+    "Organization",
+    "Project",
+    "Workspace",
+    "SshKey",
+    "AgentPool",
+    "OAuthToken",
+    "RegistryModule",
+    "ConfigurationVersion",
+    "TestRun",
+    "TestVariable",
+];
+
 impl Default for Index {
     fn default() -> Self {
         Self {
             inner: RwLock::default(),
             changes: tokio::sync::watch::Sender::new(0),
             synced: tokio::sync::watch::Sender::new(0),
+            watches: std::array::from_fn(|_| WatchStats {
+                last_event_ms: AtomicI64::new(unix_millis()),
+                errors: AtomicU64::new(0),
+            }),
+            // 1 ms … 8 s (the waits are bounded by a few seconds).
+            wait_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
+            wait_timeouts: Counter::default(),
         }
     }
 }
@@ -497,6 +565,17 @@ impl Index {
         self.changed();
     }
 
+    /// Each watched kind's name and statistics.
+    pub fn watch_stats(&self) -> impl Iterator<Item = (&'static str, &WatchStats)> {
+        KIND_NAMES.into_iter().zip(&self.watches)
+    }
+
+    /// The histogram of [`Index::wait_until`] durations and the counter of its timeouts
+    /// (handles for a registry).
+    pub fn wait_metrics(&self) -> (Histogram, Counter) {
+        (self.wait_seconds.clone(), self.wait_timeouts.clone())
+    }
+
     /// Waits until every watch has delivered its initial list, at most `timeout`.
     pub async fn wait_synced(&self, timeout: Duration) -> bool {
         let mut rx = self.synced.subscribe();
@@ -511,6 +590,7 @@ impl Index {
         timeout: Duration,
         mut cond: impl FnMut(&Inner) -> bool,
     ) -> bool {
+        let start = Instant::now();
         let mut rx = self.changes.subscribe();
         let wait = async {
             loop {
@@ -522,7 +602,12 @@ impl Index {
                 }
             }
         };
-        tokio::time::timeout(timeout, wait).await.unwrap_or(false)
+        let held = tokio::time::timeout(timeout, wait).await.unwrap_or(false);
+        self.wait_seconds.observe(start.elapsed().as_secs_f64());
+        if !held {
+            self.wait_timeouts.inc();
+        }
+        held
     }
 
     /// Starts the watches feeding the indexes; they run until the returned task is dropped
@@ -544,6 +629,7 @@ impl Index {
         vec![
             tokio::spawn(feed(
                 self.clone(),
+                0,
                 orgs,
                 |i, o| i.put_org(o),
                 |i, o| i.remove_org(&o.name_any()),
@@ -555,6 +641,7 @@ impl Index {
             )),
             tokio::spawn(feed(
                 self.clone(),
+                1,
                 projects,
                 Inner::put_project,
                 |i, p| i.remove_project(&uid(&p)),
@@ -567,6 +654,7 @@ impl Index {
             )),
             tokio::spawn(feed(
                 self.clone(),
+                2,
                 workspaces,
                 Inner::put_workspace,
                 |i, w| i.remove_workspace(&uid(&w)),
@@ -578,6 +666,7 @@ impl Index {
             )),
             tokio::spawn(feed(
                 self.clone(),
+                3,
                 ssh_keys,
                 |i, k| i.ssh_keys.put(k),
                 |i, k| i.ssh_keys.remove(&uid(&k)),
@@ -585,6 +674,7 @@ impl Index {
             )),
             tokio::spawn(feed(
                 self.clone(),
+                4,
                 agent_pools,
                 |i, p| i.agent_pools.put(p),
                 |i, p| i.agent_pools.remove(&uid(&p)),
@@ -592,6 +682,7 @@ impl Index {
             )),
             tokio::spawn(feed(
                 self.clone(),
+                5,
                 oauth_tokens,
                 |i, t| i.oauth_tokens.put(t),
                 |i, t| i.oauth_tokens.remove(&uid(&t)),
@@ -599,6 +690,7 @@ impl Index {
             )),
             tokio::spawn(feed(
                 self.clone(),
+                6,
                 registry_modules,
                 |i, m| i.registry_modules.put(m),
                 |i, m| i.registry_modules.remove(&uid(&m)),
@@ -606,6 +698,7 @@ impl Index {
             )),
             tokio::spawn(feed(
                 self.clone(),
+                7,
                 configuration_versions,
                 |i, c| i.configuration_versions.put(c),
                 |i, c| i.configuration_versions.remove(&uid(&c)),
@@ -613,6 +706,7 @@ impl Index {
             )),
             tokio::spawn(feed(
                 self.clone(),
+                8,
                 test_runs,
                 |i, r| i.test_runs.put(r),
                 |i, r| i.test_runs.remove(&uid(&r)),
@@ -620,6 +714,7 @@ impl Index {
             )),
             tokio::spawn(feed(
                 self.clone(),
+                9,
                 test_variables,
                 |i, v| i.test_variables.put(v),
                 |i, v| i.test_variables.remove(&uid(&v)),
@@ -631,6 +726,7 @@ impl Index {
 
 async fn feed<K>(
     index: Arc<Index>,
+    slot: usize,
     api: Api<K>,
     put: fn(&mut Inner, K),
     remove: fn(&mut Inner, K),
@@ -644,6 +740,13 @@ async fn feed<K>(
     let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
     futures::pin_mut!(stream);
     while let Some(event) = stream.next().await {
+        let stats = &index.watches[slot];
+        match &event {
+            Ok(_) => stats.last_event_ms.store(unix_millis(), Ordering::Relaxed),
+            Err(_) => {
+                stats.errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         match event {
             Ok(Event::Init) => buffer.clear(),
             Ok(Event::InitApply(o)) => buffer.push(slim(o)),

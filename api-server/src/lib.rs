@@ -6,6 +6,10 @@
 //! reads come from watch-fed indexes ([`index`]); writes go to the Kubernetes API.
 //! Everything the server does not serve answers a JSON:API 404, so clients see the error
 //! format they expect from TFE rather than axum's plain text.
+//!
+//! Each request gets a request ID and a log span, and is counted per route template
+//! ([`metrics`]); `/metrics` is served on a separate listener (`--metrics-addr`) so the
+//! public Ingress of the API port does not expose it.
 #![forbid(unsafe_code)]
 #![recursion_limit = "256"]
 
@@ -15,6 +19,7 @@ pub mod error;
 pub mod events;
 pub mod index;
 pub mod jsonapi;
+pub mod metrics;
 pub mod modules;
 pub mod orgs;
 pub mod projects;
@@ -28,7 +33,6 @@ use std::time::Duration;
 use axum::Router;
 use axum::http::StatusCode;
 use tower_http::limit::RequestBodyLimitLayer;
-use tower_http::trace::TraceLayer;
 
 pub use error::ApiError;
 pub use settings::{Edition, Settings};
@@ -42,15 +46,18 @@ pub struct AppState {
     pub auth: Arc<auth::Auth>,
     pub events: kube::runtime::events::Recorder,
     pub rendered: Arc<workspaces::RenderCache>,
+    pub metrics: Arc<metrics::Metrics>,
 }
 
 impl AppState {
     /// State over `client`; call [`AppState::start`] to feed the indexes.
     pub fn new(settings: Settings, client: kube::Client) -> AppState {
+        let index = Arc::new(index::Index::default());
         AppState {
             settings: Arc::new(settings),
             auth: Arc::new(auth::Auth::new(client.clone())),
-            index: Arc::new(index::Index::default()),
+            metrics: Arc::new(metrics::Metrics::new(index.clone())),
+            index,
             events: events::recorder(client.clone()),
             rendered: Arc::default(),
             client,
@@ -75,6 +82,14 @@ impl AppState {
 /// The whole HTTP API.
 pub fn router(state: AppState) -> Router {
     let body_limit = state.settings.max_body_bytes;
+    let metrics = state.metrics.clone();
+    let scrape = state.settings.metrics_on_api_router.then(|| {
+        let metrics = metrics.clone();
+        Router::new().route(
+            "/metrics",
+            axum::routing::get(move || async move { metrics::scrape(&metrics) }),
+        )
+    });
     Router::new()
         .merge(discovery::router())
         .merge(orgs::router())
@@ -89,24 +104,56 @@ pub fn router(state: AppState) -> Router {
         .layer(RequestBodyLimitLayer::new(body_limit))
         // Archive uploads have their own, larger limit: merged after the global one.
         .merge(modules::upload_router())
-        .layer(TraceLayer::new_for_http())
+        .merge(scrape.unwrap_or_default())
+        // Request ID, span, logs and metrics; one layer (axum boxes each layer per route).
+        .layer(metrics::RequestLayer::new(metrics))
         .with_state(state)
 }
 
-/// Starts the indexes and serves the API on `listener` until `shutdown` resolves.
+/// Starts the indexes and serves the API on `listener` until `shutdown` resolves, and
+/// `/metrics` (with `/healthz`, `/readyz`) on `settings.metrics_addr` when set.
 pub async fn serve(
     settings: Settings,
     client: kube::Client,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    use futures::FutureExt;
+    let metrics_listener = match settings.metrics_addr {
+        Some(addr) => {
+            let l = tokio::net::TcpListener::bind(addr).await?;
+            tracing::info!(addr = %l.local_addr()?, "API metrics listening");
+            Some(l)
+        }
+        None => None,
+    };
+    let shutdown = shutdown.boxed().shared();
     let state = AppState::new(settings, client);
+    let metrics_task = metrics_listener
+        .map(|l| tokio::spawn(serve_metrics(state.metrics.clone(), l, shutdown.clone())));
     let tasks = state.start().await;
     let result = serve_state(state, listener, shutdown).await;
     for t in tasks {
         t.abort();
     }
+    if let Some(t) = metrics_task {
+        match t.await {
+            Ok(r) => r?,
+            Err(e) => tracing::warn!(error = %e, "metrics server task"),
+        }
+    }
     result
+}
+
+/// Serves `/metrics`, `/healthz` and `/readyz` on `listener` until `shutdown` resolves.
+pub async fn serve_metrics(
+    metrics: Arc<metrics::Metrics>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, metrics::router(metrics))
+        .with_graceful_shutdown(shutdown)
+        .await
 }
 
 /// Serves an already started [`AppState`] on `listener` until `shutdown` resolves.

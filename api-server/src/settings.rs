@@ -36,6 +36,15 @@ pub struct Settings {
     /// Largest request body accepted, in bytes (larger: 413).
     #[arg(long, env = "TERRACE_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
     pub max_body_bytes: usize,
+    /// Address of `/metrics` (and `/healthz`, `/readyz`), a listener apart from the API
+    /// so the public Ingress does not expose it. In-process servers (`terrace dev`,
+    /// tests) have none unless they set it.
+    #[arg(long, env = "TERRACE_API_METRICS_ADDR", default_value = "0.0.0.0:9090")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Also serve `/metrics` on the API router (`terrace dev`, which binds no metrics
+    /// port). Not a flag: in a cluster the API port is public.
+    #[arg(skip)]
+    pub metrics_on_api_router: bool,
 }
 
 impl Default for Settings {
@@ -46,6 +55,36 @@ impl Default for Settings {
             edition: Edition::SelfHosted,
             default_terraform_version: "1.9.8".into(),
             max_body_bytes: 1024 * 1024,
+            metrics_addr: None,
+            metrics_on_api_router: false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        settings: Settings,
+    }
+
+    /// The binary serves `/metrics` on its own port by default; in-process servers
+    /// (Default: `terrace dev`, tests) bind none.
+    #[test]
+    fn metrics_listener_is_on_for_the_binary_only() {
+        let cli = Cli::try_parse_from(["api-server"]).expect("parse");
+        assert_eq!(
+            cli.settings.metrics_addr,
+            Some(std::net::SocketAddr::from(([0, 0, 0, 0], 9090)))
+        );
+        assert!(!cli.settings.metrics_on_api_router);
+        let cli =
+            Cli::try_parse_from(["api-server", "--metrics-addr", "127.0.0.1:9191"]).expect("parse");
+        assert_eq!(cli.settings.metrics_addr.map(|a| a.port()), Some(9191));
+        assert_eq!(Settings::default().metrics_addr, None);
     }
 }

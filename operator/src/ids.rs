@@ -35,7 +35,7 @@ use terrace_crds::{
 };
 
 use crate::rules::{self, IdDecision, IdHolder, decide_id, owning_organization};
-use crate::{Context, Error, publish_event};
+use crate::{Context, Error, metrics, publish_event};
 
 /// Event reason when an ID was assigned.
 pub const REASON_ID_ASSIGNED: &str = "IdAssigned";
@@ -346,7 +346,17 @@ where
         let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &target.resource);
         Controller::new_with(api, watcher::Config::default(), target.resource.clone())
             .graceful_shutdown_on(shutdown.clone())
-            .run(reconcile, error_policy, ictx)
+            .run(
+                |obj, ctx| {
+                    metrics::instrument(
+                        metrics::CONTROLLER_IDS,
+                        obj.as_ref(),
+                        reconcile(obj.clone(), ctx),
+                    )
+                },
+                error_policy,
+                ictx,
+            )
             .for_each(move |res| {
                 let kind = target.resource.kind.clone();
                 async move {

@@ -6,11 +6,18 @@
 //! the Workspace controller (derived status) and the TestRun controller (one Pod per module
 //! test run, see [`testrun`]), concurrently, all sharing one
 //! [`Context`] and one shutdown signal.
+//!
+//! `terrace operator` enters through [`serve`]: metrics and health on `--metrics-addr`
+//! ([`metrics`]), then the controllers, only while this replica holds the leader Lease
+//! when `--leader-election` is on ([`leader`], [`run_elected`]). In-process users
+//! (`terrace dev`, tests) call [`run`].
 #![forbid(unsafe_code)]
 
 pub mod conditions;
 pub mod error;
 pub mod ids;
+pub mod leader;
+pub mod metrics;
 pub mod organization;
 pub mod rules;
 pub mod runner;
@@ -35,14 +42,119 @@ pub struct Context {
     pub settings: Settings,
 }
 
-/// Runs every controller until `shutdown` resolves.
+/// Why the controllers stopped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Stopped {
+    /// The shutdown signal resolved (after the controllers drained).
+    Shutdown,
+    /// This replica lost the leader Lease: its controllers were stopped at once (in-flight
+    /// reconciles cancelled), since another replica may reconcile from now on.
+    LeaseLost(leader::Lost),
+}
+
+/// Runs every controller until `shutdown` resolves (with `settings.leader_election`,
+/// only while holding the leader Lease; see [`run_elected`]).
 pub async fn run(
     client: kube::Client,
     settings: Settings,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    // Every controller waits on the same signal.
+    let _ = run_elected(client, settings, shutdown).await;
+}
+
+/// Serves `/metrics`, `/healthz` and `/readyz` on `settings.metrics_addr` and runs the
+/// controllers as [`run_elected`] does: what `terrace operator` runs. A replica that lost
+/// the lease returns [`Stopped::LeaseLost`]; the binary then exits non-zero, so
+/// Kubernetes restarts it as a fresh standby.
+pub async fn serve(
+    client: kube::Client,
+    settings: Settings,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> std::io::Result<Stopped> {
+    let listener = tokio::net::TcpListener::bind(settings.metrics_addr).await?;
+    tracing::info!(addr = %listener.local_addr()?, "operator metrics and health listening");
     let shutdown = shutdown.boxed().shared();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(
+        axum::serve(listener, metrics::router())
+            .with_graceful_shutdown(async move {
+                let _ = stop_rx.await;
+            })
+            .into_future(),
+    );
+    let stopped = run_elected(client, settings, shutdown).await;
+    let _ = stop_tx.send(());
+    match server.await {
+        Ok(result) => result?,
+        Err(e) => tracing::warn!(error = %e, "metrics server task"),
+    }
+    Ok(stopped)
+}
+
+/// Runs the controllers until `shutdown` resolves. With `settings.leader_election`, first
+/// waits to acquire the leader Lease (standing by meanwhile), keeps renewing it while the
+/// controllers run, stops them the moment it is lost, and releases it on shutdown so a
+/// standby takes over within one retry period.
+pub async fn run_elected(
+    client: kube::Client,
+    settings: Settings,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> Stopped {
+    run_elected_with(client, settings, leader::Timing::default(), shutdown).await
+}
+
+/// [`run_elected`] with the election's timing (tests shorten it).
+pub async fn run_elected_with(
+    client: kube::Client,
+    settings: Settings,
+    timing: leader::Timing,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> Stopped {
+    let shutdown = shutdown.boxed().shared();
+    if !settings.leader_election {
+        metrics::set_leader(true);
+        run_controllers(client, settings, shutdown).await;
+        metrics::set_leader(false);
+        return Stopped::Shutdown;
+    }
+    let namespace = settings
+        .leader_election_namespace
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| client.default_namespace().to_owned());
+    let identity = leader::default_identity(settings.leader_election_identity.as_deref());
+    let mut elector = leader::LeaderElector::new(client.clone(), &namespace, identity, timing);
+    metrics::set_leader(false);
+    tokio::select! {
+        () = shutdown.clone() => return Stopped::Shutdown,
+        () = elector.acquire() => {}
+    }
+    metrics::set_leader(true);
+    let stopped = tokio::select! {
+        () = run_controllers(client, settings, shutdown.clone()) => Stopped::Shutdown,
+        lost = elector.hold() => {
+            tracing::error!(identity = %elector.identity(), reason = ?lost, "lost the leader lease: stopping the controllers");
+            Stopped::LeaseLost(lost)
+        }
+    };
+    metrics::set_leader(false);
+    if stopped == Stopped::Shutdown {
+        let release = tokio::time::timeout(std::time::Duration::from_secs(5), elector.release());
+        match release.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "releasing the leader lease"),
+            Err(_) => tracing::warn!("releasing the leader lease timed out"),
+        }
+    }
+    stopped
+}
+
+/// Runs every controller until `shutdown` resolves.
+async fn run_controllers(
+    client: kube::Client,
+    settings: Settings,
+    shutdown: futures::future::Shared<futures::future::BoxFuture<'static, ()>>,
+) {
     let ctx = Arc::new(Context { client, settings });
     let (orgs, orgs_driver) = ids::Organizations::new(ctx.client.clone());
     let orgs_driver = futures::stream::once(orgs_driver)

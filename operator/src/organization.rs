@@ -24,7 +24,7 @@ use terrace_crds::constants::{
 use terrace_crds::ids::{IdKind, new_id};
 use terrace_crds::{Organization, Project, ProjectSpec};
 
-use crate::{Context, Error};
+use crate::{Context, Error, metrics};
 
 /// Object name of every organization's default project.
 pub const DEFAULT_PROJECT_OBJECT: &str = "default";
@@ -44,7 +44,17 @@ pub async fn run(
             watcher::Config::default().labels(LABEL_MANAGED_BY),
         )
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .run(
+            |org, ctx| {
+                metrics::instrument(
+                    metrics::CONTROLLER_ORGANIZATION,
+                    org.as_ref(),
+                    reconcile(org.clone(), ctx),
+                )
+            },
+            error_policy,
+            ctx,
+        )
         .for_each(|res| async move {
             if let Err(e) = res {
                 tracing::debug!(error = %e, "organization reconcile");

@@ -59,6 +59,25 @@ pub struct Settings {
     /// `spec.settings.testRuns.podTemplate` is applied on top).
     #[arg(long, env = "TERRACE_TEST_POD_TEMPLATE", value_parser = parse_pod_template, default_value = "{}")]
     pub test_pod_template: PodTemplateOverrides,
+    /// Run the controllers only while holding the `terrace-operator` Lease, so of several
+    /// replicas exactly one reconciles (`--leader-election=false` for a single replica;
+    /// `terrace dev` runs without it).
+    #[arg(
+        long,
+        env = "TERRACE_LEADER_ELECTION",
+        default_value_t = true,
+        action = clap::ArgAction::Set
+    )]
+    pub leader_election: bool,
+    /// Namespace of the leader Lease. Default: the Pod's namespace (`POD_NAMESPACE`, from
+    /// the downward API), else the client's default namespace (in a Pod: its service
+    /// account's namespace).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+    /// Identity of this replica in the leader Lease. Default: the Pod name (`POD_NAME`,
+    /// from the downward API), else the host name plus a random suffix.
+    #[arg(long, env = "POD_NAME")]
+    pub leader_election_identity: Option<String>,
 }
 
 /// Parses [`Settings::test_pod_template`].
@@ -77,6 +96,48 @@ impl Default for Settings {
             api_internal_url: DEFAULT_API_INTERNAL_URL.into(),
             metrics_addr: std::net::SocketAddr::from(([127, 0, 0, 1], 9090)),
             test_pod_template: PodTemplateOverrides::default(),
+            // In-process uses (`terrace dev`, tests) run one operator: no election.
+            leader_election: false,
+            leader_election_namespace: None,
+            leader_election_identity: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        settings: Settings,
+    }
+
+    fn parse(args: &[&str]) -> Settings {
+        Cli::try_parse_from(std::iter::once("operator").chain(args.iter().copied()))
+            .expect("parse")
+            .settings
+    }
+
+    /// The binary elects a leader unless told not to; in-process users (Default) don't.
+    #[test]
+    fn leader_election_is_on_for_the_binary_and_off_in_process() {
+        assert!(parse(&[]).leader_election);
+        assert!(!parse(&["--leader-election=false"]).leader_election);
+        assert!(!parse(&["--leader-election", "false"]).leader_election);
+        assert!(!Settings::default().leader_election);
+        let s = parse(&[
+            "--leader-election-namespace",
+            "terrace-system",
+            "--leader-election-identity",
+            "op-0",
+        ]);
+        assert_eq!(
+            s.leader_election_namespace.as_deref(),
+            Some("terrace-system")
+        );
+        assert_eq!(s.leader_election_identity.as_deref(), Some("op-0"));
     }
 }

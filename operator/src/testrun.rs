@@ -475,6 +475,7 @@ where
         wake,
     });
     let store = rctx.runs.clone();
+    crate::metrics::observe_test_runs(store.clone());
     let waker = {
         let rctx = rctx.clone();
         let shutdown = shutdown.clone();
@@ -487,7 +488,17 @@ where
     };
     let main = controller
         .graceful_shutdown_on(shutdown.clone())
-        .run(reconcile, error_policy, rctx)
+        .run(
+            |run, ctx| {
+                crate::metrics::instrument(
+                    crate::metrics::CONTROLLER_TEST_RUN,
+                    run.as_ref(),
+                    reconcile(run.clone(), ctx),
+                )
+            },
+            error_policy,
+            rctx,
+        )
         .for_each(|res| async move {
             if let Err(e) = res {
                 tracing::debug!(error = %e, "test run reconcile");
@@ -783,6 +794,11 @@ async fn write_status(
     let pp = PatchParams::apply(FIELD_MANAGER_OPERATOR).force();
     api.patch_status(&run.name_any(), &pp, &Patch::Apply(&body))
         .await?;
+    crate::metrics::test_run_status_written(
+        run.status.as_ref(),
+        status,
+        run.meta().creation_timestamp.as_ref(),
+    );
     Ok(())
 }
 

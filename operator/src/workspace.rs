@@ -35,7 +35,7 @@ use terrace_crds::{Organization, Project, Workspace};
 use crate::conditions::{Outcome, StallTransition, kstatus_conditions, stall_transition};
 use crate::ids::{IdTarget, Identity, Organizations, ensure_identity};
 use crate::rules::{self, NameClaim};
-use crate::{Context, Error, publish_event};
+use crate::{Context, Error, metrics, publish_event};
 
 /// Stalled reason: `spec.project` names a Project that does not exist.
 pub const REASON_PROJECT_NOT_FOUND: &str = "ProjectNotFound";
@@ -274,7 +274,17 @@ where
             same_name_siblings(&by_name.state(), &w)
         })
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, wctx)
+        .run(
+            |ws, ctx| {
+                metrics::instrument(
+                    metrics::CONTROLLER_WORKSPACE,
+                    ws.as_ref(),
+                    reconcile(ws.clone(), ctx),
+                )
+            },
+            error_policy,
+            wctx,
+        )
         .for_each(|res| async move {
             if let Err(e) = res {
                 tracing::debug!(error = %e, "workspace reconcile");

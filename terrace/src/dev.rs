@@ -5,6 +5,10 @@
 //! writes `DIR/kubeconfig` (for kubectl), `DIR/token` (a bearer token with full rights)
 //! and `DIR/endpoints.json`, then prints the URLs. Objects persist in `DIR/cluster`, so a
 //! restart with the same directory keeps them.
+//!
+//! The operator runs without leader election (one in-process replica) and no metrics
+//! port is bound: `/metrics` on the API address serves the API server's and the
+//! operator's metrics together.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -123,6 +127,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         api_addr: api_listener.local_addr()?,
         base_url: Some(api_url.clone()),
         edition: args.edition,
+        // No extra port in dev: `/metrics` (the API's and the operator's) is on the API.
+        metrics_on_api_router: true,
         ..Default::default()
     };
     let (index_tasks, api_task) = if args.cluster_only {
@@ -130,6 +136,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         (Vec::new(), None)
     } else {
         let state = terrace_api_server::AppState::new(api_settings, client);
+        state
+            .metrics
+            .also_expose(terrace_operator::metrics::encode_into);
         let index_tasks = state.start().await;
         let api_task = tokio::spawn(terrace_api_server::serve_state(
             state,
@@ -156,6 +165,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     println!(
         "  Kubernetes  {kube_url}    kubectl --kubeconfig {dir_shown}/kubeconfig get workspaces -A"
     );
+    println!("  Metrics     {api_url}/metrics");
 
     crate::signal::shutdown().await;
     let _ = stop_tx.send(true);

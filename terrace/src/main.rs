@@ -58,7 +58,14 @@ fn init_tracing(format: LogFormat) {
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
+        // Each line carries the fields of its spans (the API's request span with
+        // `request_id`, the operator's reconcile span with `reconcile_id` and the
+        // object): the innermost in `span`, all of them in `spans`.
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .init(),
     }
 }
 
@@ -103,8 +110,13 @@ fn crds(out_dir: Option<PathBuf>) -> anyhow::Result<()> {
 
 async fn operator(settings: terrace_operator::Settings) -> anyhow::Result<()> {
     let client = kube::Client::try_default().await?;
-    terrace_operator::run(client, settings, signal::shutdown()).await;
-    Ok(())
+    match terrace_operator::serve(client, settings, signal::shutdown()).await? {
+        terrace_operator::Stopped::Shutdown => Ok(()),
+        // Exiting lets Kubernetes restart this replica, which then stands by.
+        terrace_operator::Stopped::LeaseLost(why) => {
+            anyhow::bail!("lost the leader lease ({why:?}); exiting")
+        }
+    }
 }
 
 async fn api_server(settings: terrace_api_server::Settings) -> anyhow::Result<()> {

@@ -65,6 +65,46 @@ fn dev_serves_ping_discovery_and_jsonapi_404() {
 
 /// The foundation's kubectl tour: apply the CRDs and examples, list with printer columns,
 /// explain, reject bad workspaces, and keep everything across a restart.
+/// `terrace dev` binds no metrics port: `/metrics` on the API address serves the API
+/// server's metrics and the in-process operator's together (OpenMetrics text, one
+/// `# EOF`), and every response echoes an `x-request-id`.
+#[test]
+fn dev_serves_metrics_on_the_api_port() {
+    let dev = Dev::start();
+    let (status, _, _) = http_get(&format!("{}/api/v2/ping", dev.api), Some(&dev.token));
+    assert!(status == 204 || status == 200, "ping answered {status}");
+    let (status, ctype, body) = http_get(&format!("{}/metrics", dev.api), None);
+    assert_eq!(status, 200);
+    assert!(ctype.starts_with("application/openmetrics-text"), "{ctype}");
+    for needle in [
+        r#"terrace_api_requests_total{route="/api/v2/ping",method="GET",status="204"} 1"#,
+        "terrace_api_index_objects{kind=\"Workspace\"}",
+        "# TYPE terrace_leader gauge",
+        "terrace_leader 1",
+        r#"terrace_test_runs_finished_total{outcome="passed"} 0"#,
+    ] {
+        assert!(body.contains(needle), "missing {needle} in\n{body}");
+    }
+    assert_eq!(body.matches("# EOF").count(), 1);
+    assert!(body.ends_with("# EOF\n"));
+
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let res = agent
+        .get(&format!("{}/api/v2/ping", dev.api))
+        .header("x-request-id", "e2e-request-1")
+        .call()
+        .expect("request");
+    assert_eq!(
+        res.headers()
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok()),
+        Some("e2e-request-1")
+    );
+}
+
 #[test]
 fn kubectl_apply_get_explain_reject_and_restart() {
     if skip_without_kubectl() {

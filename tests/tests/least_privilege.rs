@@ -300,6 +300,18 @@ fn components_work_with_exactly_the_charts_rbac() {
     });
     assert!(logs.is_some(), "log not readable\napi: {}", api.log());
 
+    // The operator reconciled as the elected leader (the Lease Role of the chart).
+    let holder = dev.kubectl_ok(&[
+        "get",
+        "lease",
+        "terrace-operator",
+        "-n",
+        RELEASE_NS,
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+    ]);
+    assert_eq!(holder.trim(), "terrace-operator-test-0");
+
     for c in [&api, &operator] {
         let log = c.log().to_lowercase();
         assert!(

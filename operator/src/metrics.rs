@@ -1,0 +1,553 @@
+//! Prometheus metrics of `terrace operator`, served with `/healthz` and `/readyz` on
+//! `--metrics-addr` (see [`router`]).
+//!
+//! One process-wide registry ([`registry`]): the controllers record into it through the
+//! `pub fn` hooks below, so code that has no handle on the operator's state (the TestRun
+//! controller's transitions, the leader elector) can record without plumbing. Label
+//! values are bounded sets (controller names, error kinds, outcomes, states), never
+//! object names.
+//!
+//! Metrics (an alerting guide should list these):
+//! - `terrace_reconciles_total{controller}` — reconciles started;
+//! - `terrace_reconcile_errors_total{controller,error}` — failed reconciles, `error` is
+//!   [`Error::metric_label`] (kube, invalid, json, conflict, unavailable);
+//! - `terrace_reconcile_duration_seconds{controller}` — histogram;
+//! - `terrace_test_runs{status}` — TestRun objects by `.status.status` (pending is the
+//!   admission queue, queued/running hold Pods), computed at scrape time from the TestRun
+//!   controller's cache once it is registered with [`observe_test_runs`];
+//! - `terrace_test_runs_finished_total{outcome}` and
+//!   `terrace_test_run_duration_seconds{outcome}` — outcome is passed, failed, errored or
+//!   canceled; the duration runs from the TestRun's creation to its final state (what the
+//!   user waited, queueing included);
+//! - `terrace_leader` — 1 while this replica holds the `terrace-operator` Lease (always 1
+//!   with `--leader-election=false`), else 0;
+//! - `terrace_leader_transitions_total` — times this replica started leading.
+
+use std::future::Future;
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::http::header;
+use axum::routing::get;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Resource;
+use kube::runtime::reflector::Store;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use terrace_crds::TestRun;
+use terrace_crds::TestRunStatus;
+use terrace_crds::testrun::TestRunState;
+use tracing::Instrument;
+
+use crate::Error;
+
+/// Controller label of the Organization controller.
+pub const CONTROLLER_ORGANIZATION: &str = "organization";
+/// Controller label of the Workspace controller.
+pub const CONTROLLER_WORKSPACE: &str = "workspace";
+/// Controller label of the ID controllers (every kind but Workspace).
+pub const CONTROLLER_IDS: &str = "ids";
+/// Controller label of the TestRun controller.
+pub const CONTROLLER_TEST_RUN: &str = "testrun";
+
+/// Content type of the OpenMetrics text exposition.
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerLabels {
+    controller: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    controller: &'static str,
+    error: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+/// How a test run ended, as the `outcome` label says it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TestRunOutcome {
+    /// finished with test-status pass.
+    Passed,
+    /// finished with test-status fail.
+    Failed,
+    Errored,
+    Canceled,
+}
+
+impl TestRunOutcome {
+    pub const ALL: [TestRunOutcome; 4] = [
+        TestRunOutcome::Passed,
+        TestRunOutcome::Failed,
+        TestRunOutcome::Errored,
+        TestRunOutcome::Canceled,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TestRunOutcome::Passed => "passed",
+            TestRunOutcome::Failed => "failed",
+            TestRunOutcome::Errored => "errored",
+            TestRunOutcome::Canceled => "canceled",
+        }
+    }
+
+    /// The outcome a stored status records, `None` while the run is not final (or its
+    /// status is unreadable). A finished run without test-status counts as failed.
+    pub fn of(status: &TestRunStatus) -> Option<TestRunOutcome> {
+        match TestRunState::of(Some(status)).ok()? {
+            TestRunState::Pending | TestRunState::Queued | TestRunState::Running => None,
+            TestRunState::Errored => Some(TestRunOutcome::Errored),
+            TestRunState::Canceled => Some(TestRunOutcome::Canceled),
+            TestRunState::Finished => Some(match status.test_status.as_deref() {
+                Some("pass") => TestRunOutcome::Passed,
+                _ => TestRunOutcome::Failed,
+            }),
+        }
+    }
+}
+
+/// Every metric of the operator.
+struct Metrics {
+    registry: Registry,
+    reconciles: Family<ControllerLabels, Counter>,
+    reconcile_errors: Family<ErrorLabels, Counter>,
+    reconcile_duration: Family<ControllerLabels, Histogram>,
+    test_runs_finished: Family<OutcomeLabels, Counter>,
+    test_run_duration: Family<OutcomeLabels, Histogram>,
+    leader: Gauge,
+    leader_transitions: Counter,
+    test_runs: Arc<TestRunCollector>,
+}
+
+fn reconcile_histogram() -> Histogram {
+    // 5 ms … 41 s.
+    Histogram::new(exponential_buckets(0.005, 2.0, 14))
+}
+
+fn test_run_histogram() -> Histogram {
+    // 1 s … 2.3 h.
+    Histogram::new(exponential_buckets(1.0, 2.0, 14))
+}
+
+impl Metrics {
+    fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("terrace");
+        let reconciles = Family::<ControllerLabels, Counter>::default();
+        let reconcile_errors = Family::<ErrorLabels, Counter>::default();
+        let reconcile_duration = Family::<ControllerLabels, Histogram>::new_with_constructor(
+            reconcile_histogram as fn() -> Histogram,
+        );
+        let test_runs_finished = Family::<OutcomeLabels, Counter>::default();
+        let test_run_duration = Family::<OutcomeLabels, Histogram>::new_with_constructor(
+            test_run_histogram as fn() -> Histogram,
+        );
+        let leader = Gauge::default();
+        let leader_transitions = Counter::default();
+        let test_runs = Arc::new(TestRunCollector::default());
+        registry.register(
+            "reconciles",
+            "Reconciles started, per controller",
+            reconciles.clone(),
+        );
+        registry.register(
+            "reconcile_errors",
+            "Reconciles that returned an error, per controller and error kind",
+            reconcile_errors.clone(),
+        );
+        registry.register(
+            "reconcile_duration_seconds",
+            "Duration of reconciles, per controller",
+            reconcile_duration.clone(),
+        );
+        registry.register(
+            "test_runs_finished",
+            "Test runs that reached a final state, per outcome",
+            test_runs_finished.clone(),
+        );
+        registry.register(
+            "test_run_duration_seconds",
+            "Time from a test run's creation to its final state, per outcome",
+            test_run_duration.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this replica holds the operator's leader Lease",
+            leader.clone(),
+        );
+        registry.register(
+            "leader_transitions",
+            "Times this replica started leading",
+            leader_transitions.clone(),
+        );
+        registry.register_collector(Box::new(test_runs.clone()));
+        // Outcome series exist from the start, so rate() and absent() behave.
+        for o in TestRunOutcome::ALL {
+            let labels = OutcomeLabels {
+                outcome: o.as_str(),
+            };
+            let _ = test_runs_finished.get_or_create(&labels);
+        }
+        Metrics {
+            registry,
+            reconciles,
+            reconcile_errors,
+            reconcile_duration,
+            test_runs_finished,
+            test_run_duration,
+            leader,
+            leader_transitions,
+            test_runs,
+        }
+    }
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+
+/// The OpenMetrics text of every operator metric.
+pub fn encode() -> String {
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut out, &METRICS.registry);
+    out
+}
+
+/// The operator's metrics without the closing `# EOF`, for a process that serves them
+/// together with others (`terrace dev` adds them to the API server's `/metrics`).
+pub fn encode_into(out: &mut String) {
+    let _ = prometheus_client::encoding::text::encode_registry(out, &METRICS.registry);
+}
+
+/// `/metrics`, `/healthz` and `/readyz` of the operator. Both replicas answer ready: the
+/// operator serves no traffic, and a standby is exactly as healthy as the leader (a
+/// readiness tied to leadership would stall rolling updates).
+pub fn router() -> Router {
+    Router::new()
+        .route(
+            "/metrics",
+            get(|| async { ([(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)], encode()) }),
+        )
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(|| async { "ok" }))
+}
+
+/// Records one finished reconcile of `controller`.
+pub fn reconcile_finished(controller: &'static str, elapsed: Duration, error: Option<&Error>) {
+    let labels = ControllerLabels { controller };
+    METRICS.reconciles.get_or_create(&labels).inc();
+    METRICS
+        .reconcile_duration
+        .get_or_create(&labels)
+        .observe(elapsed.as_secs_f64());
+    if let Some(e) = error {
+        let labels = ErrorLabels {
+            controller,
+            error: e.metric_label(),
+        };
+        METRICS.reconcile_errors.get_or_create(&labels).inc();
+    }
+}
+
+/// A short random ID telling one reconcile's log lines from the next one's.
+pub fn new_reconcile_id() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
+/// The span of one reconcile: `controller`, the object's `namespace` and name (`object`),
+/// and a fresh `reconcile_id`, so every log line of the reconcile (including kube's) carries them.
+pub fn reconcile_span<K: Resource>(controller: &'static str, obj: &K) -> tracing::Span {
+    let meta = obj.meta();
+    tracing::info_span!(
+        "reconcile",
+        controller,
+        namespace = meta.namespace.as_deref().unwrap_or_default(),
+        // Not `name`: JSON logs already use that key for the span's own name.
+        object = meta.name.as_deref().unwrap_or_default(),
+        reconcile_id = %new_reconcile_id(),
+    )
+}
+
+/// Wraps one reconcile of `obj` by `controller`: runs it in [`reconcile_span`] and
+/// records its count, duration and error kind. Use it in `Controller::run`:
+///
+/// ```ignore
+/// .run(
+///     |obj, ctx| metrics::instrument(CONTROLLER, obj.as_ref(), reconcile(obj.clone(), ctx)),
+///     error_policy,
+///     ctx,
+/// )
+/// ```
+pub fn instrument<K, F, T>(
+    controller: &'static str,
+    obj: &K,
+    reconcile: F,
+) -> impl Future<Output = Result<T, Error>> + Send + use<K, F, T>
+where
+    K: Resource,
+    F: Future<Output = Result<T, Error>> + Send + 'static,
+    T: Send + 'static,
+{
+    let span = reconcile_span(controller, obj);
+    async move {
+        let start = Instant::now();
+        let result = reconcile.await;
+        if let Err(e) = &result {
+            tracing::debug!(error = %e, kind = e.metric_label(), "reconcile failed");
+        }
+        reconcile_finished(controller, start.elapsed(), result.as_ref().err());
+        result
+    }
+    .instrument(span)
+}
+
+/// Records a test run that reached a final state after `duration` (see the module docs
+/// for what the duration covers). Call it once per run, when the controller writes the
+/// final status.
+pub fn test_run_finished(outcome: TestRunOutcome, duration: Duration) {
+    let labels = OutcomeLabels {
+        outcome: outcome.as_str(),
+    };
+    METRICS.test_runs_finished.get_or_create(&labels).inc();
+    METRICS
+        .test_run_duration
+        .get_or_create(&labels)
+        .observe(duration.as_secs_f64());
+}
+
+/// The duration [`test_run_finished`] records: from `created` (the TestRun's
+/// creationTimestamp) to `now`; zero when unknown or negative.
+pub fn test_run_duration(created: Option<&Time>, now: k8s_openapi::jiff::Timestamp) -> Duration {
+    created
+        .and_then(|c| Duration::try_from(now.duration_since(c.0)).ok())
+        .unwrap_or_default()
+}
+
+/// The outcome to record when a controller replaced status `previous` by `written`:
+/// some only when `written` is final and `previous` was not (so a rewrite of a final
+/// status is not counted again). Pure.
+pub fn finished_transition(
+    previous: Option<&TestRunStatus>,
+    written: &TestRunStatus,
+) -> Option<TestRunOutcome> {
+    let was_final = previous.and_then(TestRunOutcome::of).is_some();
+    (!was_final).then(|| TestRunOutcome::of(written)).flatten()
+}
+
+/// Records a test run's end when the status the controller just wrote (`written`,
+/// replacing `previous`) is the first final one; the duration runs from `created`.
+/// Call it after every successful status write of the TestRun controller:
+///
+/// ```ignore
+/// crate::metrics::test_run_status_written(run.status.as_ref(), status, run.meta().creation_timestamp.as_ref());
+/// ```
+pub fn test_run_status_written(
+    previous: Option<&TestRunStatus>,
+    written: &TestRunStatus,
+    created: Option<&Time>,
+) {
+    if let Some(outcome) = finished_transition(previous, written) {
+        test_run_finished(
+            outcome,
+            test_run_duration(created, k8s_openapi::jiff::Timestamp::now()),
+        );
+    }
+}
+
+/// Serves `terrace_test_runs{status}` from `store` (the TestRun controller's cache),
+/// counted at scrape time, so the gauge cannot drift from the cluster. The last store
+/// registered in the process wins.
+pub fn observe_test_runs(store: Store<TestRun>) {
+    *METRICS
+        .test_runs
+        .store
+        .lock()
+        .unwrap_or_else(|e| e.into_inner()) = Some(store);
+}
+
+/// Counts runs by state; an unreadable status counts as nothing. Pure.
+pub fn count_by_state<'a>(runs: impl IntoIterator<Item = &'a TestRun>) -> [(TestRunState, i64); 6] {
+    let mut counts = TestRunState::ALL.map(|s| (s, 0i64));
+    for run in runs {
+        if let Ok(state) = TestRunState::of(run.status.as_ref())
+            && let Some(slot) = counts.iter_mut().find(|(s, _)| *s == state)
+        {
+            slot.1 += 1;
+        }
+    }
+    counts
+}
+
+/// Sets `terrace_leader` (1 leading, 0 standby); counts a transition on each start.
+pub fn set_leader(leading: bool) {
+    let previous = METRICS.leader.set(i64::from(leading));
+    if leading && previous == 0 {
+        METRICS.leader_transitions.inc();
+    }
+}
+
+#[derive(Debug, Default)]
+struct TestRunCollector {
+    store: Mutex<Option<Store<TestRun>>>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StatusLabels {
+    status: &'static str,
+}
+
+impl Collector for TestRunCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(store) = self.store.lock().unwrap_or_else(|e| e.into_inner()).clone() else {
+            return Ok(());
+        };
+        let state = store.state();
+        let counts = count_by_state(state.iter().map(Arc::as_ref));
+        let mut family = encoder.encode_descriptor(
+            "test_runs",
+            "TestRun objects by status (pending: waiting for admission; queued/running: holding a Pod)",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        for (state, n) in counts {
+            let labels = StatusLabels {
+                status: state.as_str(),
+            };
+            ConstGauge::new(n).encode(family.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::ObjectMeta;
+
+    fn run_in(state: Option<&str>, test_status: Option<&str>) -> TestRun {
+        TestRun {
+            metadata: ObjectMeta::default(),
+            spec: Default::default(),
+            status: state.map(|s| TestRunStatus {
+                status: Some(s.into()),
+                test_status: test_status.map(str::to_owned),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn outcomes_follow_state_and_test_status() {
+        let of = |s: &str, t: Option<&str>| {
+            TestRunOutcome::of(run_in(Some(s), t).status.as_ref().unwrap())
+        };
+        assert_eq!(of("pending", None), None);
+        assert_eq!(of("queued", None), None);
+        assert_eq!(of("running", None), None);
+        assert_eq!(of("finished", Some("pass")), Some(TestRunOutcome::Passed));
+        assert_eq!(of("finished", Some("fail")), Some(TestRunOutcome::Failed));
+        assert_eq!(of("finished", None), Some(TestRunOutcome::Failed));
+        assert_eq!(of("errored", None), Some(TestRunOutcome::Errored));
+        assert_eq!(of("canceled", None), Some(TestRunOutcome::Canceled));
+        assert_eq!(of("bogus", None), None);
+    }
+
+    #[test]
+    fn only_the_first_final_status_counts() {
+        let st = |s: &str, t: Option<&str>| run_in(Some(s), t).status.unwrap();
+        let running = st("running", None);
+        let passed = st("finished", Some("pass"));
+        assert_eq!(
+            finished_transition(Some(&running), &passed),
+            Some(TestRunOutcome::Passed)
+        );
+        assert_eq!(
+            finished_transition(None, &st("errored", None)),
+            Some(TestRunOutcome::Errored)
+        );
+        assert_eq!(finished_transition(Some(&passed), &passed), None);
+        assert_eq!(finished_transition(Some(&running), &running), None);
+    }
+
+    #[test]
+    fn runs_are_counted_by_state_with_every_state_present() {
+        let runs = [
+            run_in(None, None),
+            run_in(Some("pending"), None),
+            run_in(Some("running"), None),
+            run_in(Some("finished"), Some("pass")),
+            run_in(Some("bogus"), None),
+        ];
+        let counts = count_by_state(runs.iter());
+        let get = |s: TestRunState| counts.iter().find(|(x, _)| *x == s).unwrap().1;
+        assert_eq!(get(TestRunState::Pending), 2);
+        assert_eq!(get(TestRunState::Queued), 0);
+        assert_eq!(get(TestRunState::Running), 1);
+        assert_eq!(get(TestRunState::Finished), 1);
+        assert_eq!(counts.len(), 6);
+    }
+
+    #[test]
+    fn duration_runs_from_creation() {
+        let created = Time("2026-01-05T10:00:00Z".parse().unwrap());
+        let now = "2026-01-05T10:01:30Z".parse().unwrap();
+        assert_eq!(
+            test_run_duration(Some(&created), now),
+            Duration::from_secs(90)
+        );
+        assert_eq!(test_run_duration(None, now), Duration::ZERO);
+        let before = "2026-01-05T09:00:00Z".parse().unwrap();
+        assert_eq!(test_run_duration(Some(&created), before), Duration::ZERO);
+    }
+
+    #[tokio::test]
+    async fn reconciles_are_counted_with_error_kinds() {
+        let ns = k8s_openapi::api::core::v1::Namespace {
+            metadata: ObjectMeta {
+                name: Some("n".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let ok: Result<(), Error> = instrument("unit-test", &ns, async { Ok(()) }).await;
+        assert!(ok.is_ok());
+        let err: Result<(), Error> =
+            instrument("unit-test", &ns, async { Err(Error::Conflict("x".into())) }).await;
+        assert!(err.is_err());
+        test_run_finished(TestRunOutcome::Passed, Duration::from_secs(3));
+        let text = encode();
+        assert!(
+            text.contains("terrace_reconciles_total{controller=\"unit-test\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "terrace_reconcile_errors_total{controller=\"unit-test\",error=\"conflict\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("terrace_reconcile_duration_seconds_count{controller=\"unit-test\"} 2")
+        );
+        assert!(text.contains("terrace_test_runs_finished_total{outcome=\"canceled\"} 0"));
+        assert!(
+            text.contains(
+                "terrace_test_run_duration_seconds_bucket{le=\"4.0\",outcome=\"passed\"}"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE terrace_leader gauge"));
+    }
+}
