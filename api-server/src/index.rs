@@ -4,7 +4,9 @@
 //! organization and name, by tag, by project). Writes go to the Kubernetes API; afterwards
 //! the handler waits, bounded, until the index has seen the written resourceVersion, so a
 //! create followed by a read never answers 404. Managed fields and the kubectl
-//! last-applied annotation are dropped before indexing to keep memory per object small.
+//! last-applied annotation are dropped before indexing to keep memory per object small;
+//! that is why a handler never writes an indexed copy back to the cluster (a replace would
+//! delete them) but patches only what it changes ([`crate::patch`]).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};

@@ -22,6 +22,7 @@ pub mod jsonapi;
 pub mod metrics;
 pub mod modules;
 pub mod orgs;
+pub mod patch;
 pub mod projects;
 pub mod relationships;
 pub mod settings;

@@ -10,7 +10,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use terrace_crds::{Organization, OrganizationSpec};
@@ -327,18 +327,14 @@ async fn update(
             detail: "renaming organizations is not supported".into(),
         });
     }
-    let mut spec = org.spec.clone();
-    apply_settings(&mut spec, &attrs)?;
     let api: Api<Organization> = Api::all(state.client.clone());
-    let patch = json!({"spec": spec});
-    let updated = api
-        .patch(
-            &org.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-        .map_err(kube_err)?;
+    // Only the settings that change, guarded by the resourceVersion (crate::patch).
+    let updated = crate::patch::patch_spec(&api, (*org).clone(), |cur| {
+        let mut spec = cur.spec.clone();
+        apply_settings(&mut spec, &attrs)?;
+        crate::patch::spec_diff(&cur.spec, &spec)
+    })
+    .await?;
     let rv = updated
         .metadata
         .resource_version

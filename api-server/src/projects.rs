@@ -9,7 +9,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use terrace_crds::constants::{LABEL_DEFAULT_PROJECT, LABEL_ID, LABEL_ORGANIZATION};
@@ -260,22 +260,23 @@ async fn update(
     }
     let data = resource_object(&body, "projects")?;
     let attrs = attributes(data)?;
-    let mut spec = p.spec.clone();
-    if let Some(n) = name_attr(&attrs, false)? {
-        spec.name = n;
-    }
-    if let Some(d) = attrs.get("description") {
-        spec.description = d.as_str().map(str::to_owned);
-    }
+    let name = name_attr(&attrs, false)?;
+    let description = attrs
+        .get("description")
+        .map(|d| d.as_str().map(str::to_owned));
     let api: Api<Project> = Api::namespaced(state.client.clone(), &ns);
-    let updated = api
-        .patch(
-            &p.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": spec})),
-        )
-        .await
-        .map_err(kube_err)?;
+    // Only the attributes that change, guarded by the resourceVersion (crate::patch).
+    let updated = crate::patch::patch_spec(&api, (*p).clone(), |cur| {
+        let mut spec = cur.spec.clone();
+        if let Some(n) = &name {
+            spec.name = n.clone();
+        }
+        if let Some(d) = &description {
+            spec.description = d.clone();
+        }
+        crate::patch::spec_diff(&cur.spec, &spec)
+    })
+    .await?;
     let rv = updated
         .metadata
         .resource_version

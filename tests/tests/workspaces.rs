@@ -299,3 +299,211 @@ fn editions_switch_assessments_and_data_retention() {
         assert_eq!(drp.status == 404, hosted, "{edition}: {:?}", drp.body);
     }
 }
+
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// The object `kind/name` of namespace `ns` (empty for cluster-scoped) as kubectl shows it.
+fn kubectl_json(dev: &Dev, kind: &str, name: &str, ns: &str) -> serde_json::Value {
+    let mut args = vec!["get", kind, name, "-o", "json"];
+    if !ns.is_empty() {
+        args.extend(["-n", ns]);
+    }
+    serde_json::from_str(&dev.kubectl_ok(&args)).expect("kubectl get -o json")
+}
+
+/// Asserts that the metadata kubectl and other tools own survived an API write: the
+/// last-applied annotation unchanged, the manifest's own label and annotation kept.
+fn assert_metadata_kept(
+    dev: &Dev,
+    kind: &str,
+    name: &str,
+    ns: &str,
+    last_applied: &serde_json::Value,
+    after: &str,
+) {
+    let live = kubectl_json(dev, kind, name, ns);
+    let meta = &live["metadata"];
+    assert_eq!(
+        &meta["annotations"][LAST_APPLIED], last_applied,
+        "{kind}/{name}: last-applied annotation changed after {after}: {meta}"
+    );
+    assert_eq!(
+        meta["annotations"]["example.com/owner"], "alice",
+        "{kind}/{name}: annotation lost after {after}: {meta}"
+    );
+    assert_eq!(
+        meta["labels"]["example.com/team"], "platform",
+        "{kind}/{name}: label lost after {after}: {meta}"
+    );
+}
+
+/// `kubectl apply` of `manifest` succeeds without complaining about the last-applied
+/// annotation; answers its stdout.
+fn reapply(dev: &Dev, manifest: &str) -> String {
+    let out = dev.kubectl_stdin(&["apply", "-f", "-"], manifest);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "kubectl apply failed: {stdout}{stderr}"
+    );
+    assert!(
+        !stderr.contains(LAST_APPLIED),
+        "kubectl apply found the last-applied annotation missing: {stderr}"
+    );
+    assert!(
+        stdout.contains("unchanged") || stdout.contains("configured"),
+        "{stdout}"
+    );
+    stdout
+}
+
+/// GitOps users `kubectl apply` their workspaces and also change them through the API.
+/// API writes (settings PATCH, lock, unlock, force-unlock, tags, projects, organization
+/// settings) touch only what they change: the kubectl last-applied annotation and other
+/// tools' labels and annotations stay, and a second `kubectl apply` of the same manifest
+/// neither warns nor reverts the API's changes of fields the manifest does not set.
+#[test]
+fn api_writes_keep_kubectl_applied_metadata() {
+    if !have_kubectl() {
+        eprintln!("kubectl missing: skipped");
+        return;
+    }
+    let dev = Dev::start();
+    let api = Api::admin(&dev);
+    let org_manifest = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: acme\n---\napiVersion: terrace.dev/v1alpha1\nkind: Organization\nmetadata:\n  name: acme\n  labels:\n    example.com/team: platform\n  annotations:\n    example.com/owner: alice\nspec:\n  name: acme\n  email: platform@acme.example\n";
+    dev.kubectl_stdin(&["apply", "-f", "-"], org_manifest);
+    let ready = dev.eventually(Duration::from_secs(20), || {
+        (api.get("/api/v2/organizations/acme").status == 200).then_some(())
+    });
+    assert!(ready.is_some(), "organization never appeared in the API");
+    let manifest = "apiVersion: terrace.dev/v1alpha1\nkind: Project\nmetadata:\n  name: infra\n  namespace: acme\n  labels:\n    example.com/team: platform\n  annotations:\n    example.com/owner: alice\nspec:\n  name: Infra\n---\napiVersion: terrace.dev/v1alpha1\nkind: Workspace\nmetadata:\n  name: gitops\n  namespace: acme\n  labels:\n    example.com/team: platform\n  annotations:\n    example.com/owner: alice\nspec:\n  name: from-git\n  project: infra\n";
+    let out = dev.kubectl_stdin(&["apply", "-f", "-"], manifest);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown = dev.eventually(Duration::from_secs(20), || {
+        let r = api.get("/api/v2/organizations/acme/workspaces/from-git");
+        (r.status == 200).then_some(r.body)
+    });
+    let shown = shown.expect("kubectl-applied workspace never appeared in the API");
+    let id = shown["data"]["id"].as_str().unwrap_or_default().to_owned();
+    let prj = dev
+        .eventually(Duration::from_secs(20), || {
+            let r = api.get("/api/v2/organizations/acme/projects");
+            r.body["data"]
+                .as_array()
+                .and_then(|ps| {
+                    ps.iter()
+                        .find(|p| p["attributes"]["name"] == "Infra")
+                        .and_then(|p| p["id"].as_str())
+                })
+                .map(str::to_owned)
+        })
+        .expect("kubectl-applied project never appeared in the API");
+    let ws_applied = kubectl_json(&dev, "workspace", "gitops", "acme")["metadata"]["annotations"]
+        [LAST_APPLIED]
+        .clone();
+    assert!(
+        ws_applied.is_string(),
+        "client-side apply sets the annotation"
+    );
+    let prj_applied = kubectl_json(&dev, "project", "infra", "acme")["metadata"]["annotations"]
+        [LAST_APPLIED]
+        .clone();
+    let org_applied = kubectl_json(&dev, "organization", "acme", "")["metadata"]["annotations"]
+        [LAST_APPLIED]
+        .clone();
+    let ws_kept =
+        |after: &str| assert_metadata_kept(&dev, "workspace", "gitops", "acme", &ws_applied, after);
+
+    let ws_path = format!("/api/v2/workspaces/{id}");
+    let r = api.call(
+        "PATCH",
+        &ws_path,
+        Some(&json!({"data": {"type": "workspaces", "attributes": {
+            "description": "set through the API", "auto-apply": true}}})),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    ws_kept("PATCH");
+    let by_name = api.call(
+        "PATCH",
+        "/api/v2/organizations/acme/workspaces/from-git",
+        Some(
+            &json!({"data": {"type": "workspaces", "attributes": {"working-directory": "infra"}}}),
+        ),
+    );
+    assert_eq!(by_name.status, 200, "{:?}", by_name.body);
+    ws_kept("PATCH by name");
+    for (action, body) in [
+        ("lock", json!({"reason": "maintenance"})),
+        ("unlock", json!(null)),
+        ("lock", json!({"reason": "again"})),
+        ("force-unlock", json!(null)),
+    ] {
+        let r = api.post(&format!("{ws_path}/actions/{action}"), &body);
+        assert_eq!(r.status, 200, "{action}: {:?}", r.body);
+        ws_kept(action);
+    }
+    let r = api.post(
+        &format!("{ws_path}/relationships/tags"),
+        &json!({"data": [{"type": "tags", "attributes": {"name": "from-api"}}]}),
+    );
+    assert_eq!(r.status, 204, "{:?}", r.body);
+    ws_kept("adding a tag");
+
+    let r = api.call(
+        "PATCH",
+        &format!("/api/v2/projects/{prj}"),
+        Some(&json!({"data": {"type": "projects", "attributes": {"description": "from the API"}}})),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_metadata_kept(
+        &dev,
+        "project",
+        "infra",
+        "acme",
+        &prj_applied,
+        "project PATCH",
+    );
+    let r = api.call(
+        "PATCH",
+        "/api/v2/organizations/acme",
+        Some(&json!({"data": {"type": "organizations", "attributes": {"assessments-enforced": true}}})),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_metadata_kept(
+        &dev,
+        "organization",
+        "acme",
+        "",
+        &org_applied,
+        "organization PATCH",
+    );
+
+    // Applying the same manifests again: no warning, and the API's changes of fields the
+    // manifests do not set stay.
+    reapply(&dev, manifest);
+    reapply(&dev, org_manifest);
+    ws_kept("the second kubectl apply");
+    let live = kubectl_json(&dev, "workspace", "gitops", "acme");
+    assert_eq!(live["spec"]["description"], "set through the API", "{live}");
+    assert_eq!(live["spec"]["autoApply"], true, "{live}");
+    assert_eq!(live["spec"]["workingDirectory"], "infra", "{live}");
+    let ws = api.get(&ws_path);
+    let attrs = &ws.body["data"]["attributes"];
+    assert_eq!(attrs["description"], "set through the API", "{attrs}");
+    assert_eq!(attrs["auto-apply"], true, "{attrs}");
+    assert_eq!(attrs["locked"], false, "{attrs}");
+    let names = attrs["tag-names"].as_array().cloned().unwrap_or_default();
+    assert!(names.contains(&json!("from-api")), "{attrs}");
+    let project = kubectl_json(&dev, "project", "infra", "acme");
+    assert_eq!(project["spec"]["description"], "from the API", "{project}");
+    let org = kubectl_json(&dev, "organization", "acme", "");
+    assert_eq!(
+        org["spec"]["settings"]["assessmentsEnforced"], true,
+        "{org}"
+    );
+}

@@ -22,15 +22,14 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::http::StatusCode;
-use kube::api::{Patch, PatchParams};
-use kube::{Api, Resource, ResourceExt};
-use serde_json::{Map, Value, json};
+use kube::{Api, ResourceExt};
+use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use terrace_crds::Workspace;
 
 use crate::auth::{Caller, Check};
 use crate::index::rv_at_least;
-use crate::workspaces::{INDEX_WAIT, Located, kube_err};
+use crate::workspaces::{INDEX_WAIT, Located};
 use crate::{ApiError, AppState};
 
 pub fn router() -> Router<AppState> {
@@ -125,41 +124,7 @@ pub(crate) async fn administrable(
     })
 }
 
-/// Applies `change` to an object with a resourceVersion-guarded merge patch, retrying on
-/// conflicts with the fresh object. `change` answers the patch of the object's `spec`
-/// (None: nothing to change). Returns the written (or unchanged) object.
-pub(crate) async fn patch_spec<K, F>(api: &Api<K>, current: K, mut change: F) -> Result<K, ApiError>
-where
-    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + serde::Serialize,
-    K::DynamicType: Default,
-    F: FnMut(&K) -> Result<Option<Value>, ApiError>,
-{
-    let name = current.name_any();
-    let mut current = current;
-    for _ in 0..8 {
-        let Some(spec) = change(&current)? else {
-            return Ok(current);
-        };
-        let patch = json!({
-            "metadata": {"resourceVersion": current.meta().resource_version},
-            "spec": spec,
-        });
-        match api
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(o) => return Ok(o),
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                current = api.get(&name).await.map_err(kube_err)?;
-            }
-            Err(e) => return Err(kube_err(e)),
-        }
-    }
-    Err(ApiError::Status(
-        StatusCode::CONFLICT,
-        "the object changed concurrently; retry".into(),
-    ))
-}
+pub(crate) use crate::patch::patch_spec;
 
 /// Patches a workspace's spec (see [`patch_spec`]) and waits until the index has seen it.
 pub(crate) async fn patch_workspace<F>(

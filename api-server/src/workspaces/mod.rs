@@ -703,45 +703,25 @@ async fn update(
     }
     let api: Api<Workspace> = Api::namespaced(state.client.clone(), &l.ns);
     let defaults = org_defaults(state, &l.org);
-    let mut current = (*l.ws).clone();
-    let mut result = Err(ApiError::Internal("update did not run".into()));
-    for _ in 0..5 {
-        let mut next = current.clone();
-        if let Err(e) =
-            input::apply(&mut next.spec, input.clone(), false, &defaults).and_then(|()| {
-                crate::relationships::references::check(
-                    state,
-                    &l.ns,
-                    Some(&id),
-                    Some(&current.spec),
-                    &next.spec,
-                )
-            })
-        {
-            result = Err(e);
-            break;
-        }
+    // A merge patch of only the attributes that change, guarded by the resourceVersion the
+    // change was computed from; never a replace of the index copy, which lacks the kubectl
+    // last-applied annotation and managed fields (crate::patch).
+    let result = crate::patch::patch_spec(&api, (*l.ws).clone(), |current| {
+        let mut next = current.spec.clone();
+        input::apply(&mut next, input.clone(), false, &defaults)?;
+        crate::relationships::references::check(
+            state,
+            &l.ns,
+            Some(&id),
+            Some(&current.spec),
+            &next,
+        )?;
         if let Some(t) = &target_project {
-            next.spec.project = Some(t.clone());
+            next.project = Some(t.clone());
         }
-        next.metadata.managed_fields = None;
-        match api
-            .replace(&l.object_name(), &PostParams::default(), &next)
-            .await
-        {
-            Ok(w) => {
-                result = Ok(w);
-                break;
-            }
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                current = api.get(&l.object_name()).await.map_err(kube_err)?;
-            }
-            Err(e) => {
-                result = Err(kube_err(e));
-                break;
-            }
-        }
-    }
+        crate::patch::spec_diff(&current.spec, &next)
+    })
+    .await;
     let updated = match result {
         Ok(w) => w,
         Err(e) => {
