@@ -13,7 +13,9 @@
 //!    real cluster Pods run on other nodes; here they share the 2 cores with the operator,
 //!    the API server and the simulator, so this phase measures all of them together.
 //!
-//! Both phases report the `terrace dev` process RSS (simulator + operator + API server).
+//! The operator and the API server run as processes of their own against
+//! `terrace dev --cluster-only` (the simulator), as they do in a cluster, so the operator's
+//! RSS (peak, and per run above idle) is the controller's memory.
 //! Baseline, measured in the same run through the same Kubernetes API: creating N plain
 //! ConfigMaps. Runs and Pods are observed through watches, not polling, so observing
 //! does not load the server.
@@ -32,7 +34,7 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::{WatchStreamExt, watcher};
 use terrace_crds::TestRun;
-use terrace_tests::{Api, Dev};
+use terrace_tests::{Api, Dev, terrace_bin};
 
 const DEFAULT_LIMIT: usize = 50;
 const POD_BUDGET: Duration = Duration::from_secs(10);
@@ -108,6 +110,18 @@ struct Report {
     max_slots: usize,
     rss_idle_kib: u64,
     rss_peak_kib: u64,
+    op_idle_kib: u64,
+    op_peak_kib: u64,
+}
+
+/// A component process, killed when dropped.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// One phase on a fresh `terrace dev`: N runs created, watched until `done` says so.
@@ -126,13 +140,56 @@ fn phase(
         std::fs::set_permissions(&engine, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     }
     let engine = engine.display().to_string();
-    let limit_arg = limit.to_string();
-    let mut args = vec!["--engine", &engine, "--test-run-concurrency", &limit_arg];
+    let mut args = vec!["--cluster-only", "--engine", &engine];
     if !kubelet {
         args.push("--no-kubelet");
     }
-    let dev = Dev::start_with(&args);
+    let mut dev = Dev::start_with(&args);
+    // The operator and the API server as processes of their own (as in a cluster), so the
+    // operator's memory is its own.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    dev.api = format!("http://127.0.0.1:{port}");
+    let spawn = |args: &[&str], env: &[(&str, String)], log: &str| {
+        Child(
+            std::process::Command::new(terrace_bin())
+                .args(args)
+                .env("KUBECONFIG", dev.kubeconfig())
+                .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::fs::File::create(dev.dir().join(log)).expect("log"))
+                .spawn()
+                .expect("spawn"),
+        )
+    };
+    let api_server = spawn(
+        &["api-server"],
+        &[
+            ("TERRACE_API_ADDR", format!("127.0.0.1:{port}")),
+            ("TERRACE_API_METRICS_ADDR", "127.0.0.1:0".into()),
+            ("TERRACE_BASE_URL", dev.api.clone()),
+        ],
+        "api-server.log",
+    );
+    let operator = spawn(
+        &["operator", "--leader-election=false"],
+        &[
+            ("TERRACE_OPERATOR_METRICS_ADDR", "127.0.0.1:0".into()),
+            ("TERRACE_API_INTERNAL_URL", dev.api.clone()),
+            ("TERRACE_BINARY_PATH", terrace_bin().display().to_string()),
+            ("TERRACE_TEST_RUN_CONCURRENCY", limit.to_string()),
+        ],
+        "operator.log",
+    );
+    dev.eventually(Duration::from_secs(60), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        (Api::admin(&dev).get("/readyz").status == 200).then_some(())
+    })
+    .expect("API server ready");
     let pid = dev.pid().expect("pid");
+    let op_pid = operator.0.id();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let client = rt.block_on(async {
         let kc = Kubeconfig::read_from(dev.kubeconfig()).expect("kubeconfig");
@@ -142,6 +199,7 @@ fn phase(
         kube::Client::try_from(config).expect("client")
     });
     let rss_idle_kib = rss_kib(pid);
+    let op_idle_kib = rss_kib(op_pid);
 
     // Baseline: N ConfigMaps through the same API, THREADS at a time.
     let baseline = rt.block_on(async {
@@ -218,12 +276,14 @@ fn phase(
         });
     }
     let peak = Arc::new(AtomicUsize::new(rss_idle_kib as usize));
+    let op_peak = Arc::new(AtomicUsize::new(op_idle_kib as usize));
     let sampling = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let sampler = {
-        let (peak, sampling) = (peak.clone(), sampling.clone());
+        let (peak, op_peak, sampling) = (peak.clone(), op_peak.clone(), sampling.clone());
         std::thread::spawn(move || {
             while sampling.load(Ordering::Relaxed) {
                 peak.fetch_max(rss_kib(pid) as usize, Ordering::Relaxed);
+                op_peak.fetch_max(rss_kib(op_pid) as usize, Ordering::Relaxed);
                 std::thread::sleep(Duration::from_millis(100));
             }
         })
@@ -260,6 +320,7 @@ fn phase(
     sampling.store(false, Ordering::Relaxed);
     sampler.join().expect("sampler");
     let o = observed.lock().expect("lock");
+    drop((operator, api_server));
     Report {
         baseline,
         create_time,
@@ -277,6 +338,8 @@ fn phase(
         max_slots: o.max_slots,
         rss_idle_kib,
         rss_peak_kib: peak.load(Ordering::Relaxed) as u64,
+        op_idle_kib,
+        op_peak_kib: op_peak.load(Ordering::Relaxed) as u64,
     }
 }
 
@@ -294,6 +357,20 @@ fn print_common(n: usize, r: &Report) {
         secs(r.create_time),
         secs(r.create_time) / secs(r.baseline),
         r.failed
+    );
+}
+
+fn print_memory(n: usize, r: &Report) {
+    println!(
+        "  operator RSS: idle {} MiB, peak {} MiB ({:.1} KiB per run above idle)",
+        r.op_idle_kib / 1024,
+        r.op_peak_kib / 1024,
+        (r.op_peak_kib.saturating_sub(r.op_idle_kib)) as f64 / (n + 1) as f64
+    );
+    println!(
+        "  cluster simulator (terrace dev --cluster-only) RSS: idle {} MiB, peak {} MiB",
+        r.rss_idle_kib / 1024,
+        r.rss_peak_kib / 1024
     );
 }
 
@@ -319,12 +396,7 @@ fn main() {
             ),
             None => println!("  only {} of {} Pods within 120 s", r.pods, n + 1),
         }
-        println!(
-            "  terrace dev RSS: idle {} MiB, peak {} MiB ({:.1} KiB per run above idle)",
-            r.rss_idle_kib / 1024,
-            r.rss_peak_kib / 1024,
-            (r.rss_peak_kib.saturating_sub(r.rss_idle_kib)) as f64 / (n + 1) as f64
-        );
+        print_memory(n, &r);
     }
     if phases.contains('2') {
         let r = phase(n, limit, true, Duration::from_secs(900), |o, _| {
@@ -346,10 +418,6 @@ fn main() {
             ),
             None => println!("  not all runs were final within 900 s"),
         }
-        println!(
-            "  terrace dev RSS: idle {} MiB, peak {} MiB",
-            r.rss_idle_kib / 1024,
-            r.rss_peak_kib / 1024
-        );
+        print_memory(n, &r);
     }
 }
