@@ -12,6 +12,32 @@ use terrace_crds::constants::{CONDITION_READY, CONDITION_RECONCILING, CONDITION_
 
 /// Reason of conditions when everything resolved.
 pub const REASON_RECONCILED: &str = "Reconciled";
+/// Reconciling reason: the object has no ID yet; assigning one failed for now and is
+/// retried (the Organization cache is not ready, the label write kept conflicting).
+pub const REASON_ASSIGNING_ID: &str = "AssigningId";
+/// Reconciling reason: `spec.module` names a RegistryModule that has no ID yet.
+pub const REASON_WAITING_FOR_MODULE: &str = "WaitingForModule";
+/// Stalled reason: `spec.module` names a RegistryModule that does not exist.
+pub const REASON_MODULE_NOT_FOUND: &str = "ModuleNotFound";
+/// Reconciling reason: a configuration version waits for its archive to be uploaded.
+pub const REASON_WAITING_FOR_UPLOAD: &str = "WaitingForUpload";
+/// Stalled reason: the uploaded archive was rejected (`status.status` errored).
+pub const REASON_UPLOAD_ERRORED: &str = "UploadErrored";
+/// Reconciling reason: the Organization's namespace or default project is being created.
+pub const REASON_CREATING: &str = "Creating";
+/// Reconciling reason: the Organization's namespace is still terminating (left over from
+/// a deleted organization); it is created again once it is gone.
+pub const REASON_NAMESPACE_TERMINATING: &str = "NamespaceTerminating";
+/// Stalled reason: an older Organization already uses the namespace.
+pub const REASON_NAMESPACE_CONFLICT: &str = "NamespaceConflict";
+/// Stalled reason: the namespace exists and another object is its controller.
+pub const REASON_NAMESPACE_OWNED_ELSEWHERE: &str = "NamespaceOwnedElsewhere";
+/// Stalled reason: the Kubernetes API refused the namespace (invalid, forbidden).
+pub const REASON_NAMESPACE_FAILED: &str = "NamespaceFailed";
+/// Stalled reason: the Kubernetes API refused the default project (invalid, forbidden).
+pub const REASON_DEFAULT_PROJECT_FAILED: &str = "DefaultProjectFailed";
+/// Event reason when an object stops being stalled.
+pub const REASON_RECOVERED: &str = "Recovered";
 
 /// The result of one reconcile, as kstatus sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,14 +68,16 @@ impl Outcome {
         }
     }
 
-    fn reason(&self) -> &str {
+    /// The reason every condition carries.
+    pub fn reason(&self) -> &str {
         match self {
             Outcome::Ready { .. } => REASON_RECONCILED,
             Outcome::Progressing { reason, .. } | Outcome::Stalled { reason, .. } => reason,
         }
     }
 
-    fn message(&self) -> &str {
+    /// The message every condition carries.
+    pub fn message(&self) -> &str {
         match self {
             Outcome::Ready { message }
             | Outcome::Progressing { message, .. }

@@ -135,6 +135,9 @@ pub struct ConfigurationVersionStatus {
     /// Time of the upload (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uploaded_at: Option<String>,
+    /// Generation last acted on by the controller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
     /// kstatus conditions: Ready, Reconciling, Stalled.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
@@ -340,6 +343,9 @@ pub struct TestVariableStatus {
     /// Changes on every update of the variable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version_id: Option<String>,
+    /// Generation last acted on by the controller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
     /// kstatus conditions: Ready, Reconciling, Stalled.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
