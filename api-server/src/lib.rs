@@ -36,7 +36,7 @@ use axum::http::StatusCode;
 use tower_http::limit::RequestBodyLimitLayer;
 
 pub use error::ApiError;
-pub use settings::{Edition, Settings};
+pub use settings::{BlobStoreKind, Edition, Settings};
 
 /// Shared state of the request handlers.
 #[derive(Clone)]

@@ -11,6 +11,15 @@ pub enum Edition {
     Hosted,
 }
 
+/// Where configuration archives are kept (DESIGN.md §2, the BlobStore).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum BlobStoreKind {
+    /// Compressed, chunked Secrets in the organization's namespace, owned by the
+    /// ConfigurationVersion (deleted with it). The only store so far.
+    #[default]
+    Secrets,
+}
+
 /// Settings of `terrace api-server`.
 #[derive(Clone, Debug, Args)]
 pub struct Settings {
@@ -45,6 +54,9 @@ pub struct Settings {
     /// port). Not a flag: in a cluster the API port is public.
     #[arg(skip)]
     pub metrics_on_api_router: bool,
+    /// Where configuration archives are kept.
+    #[arg(long, env = "TERRACE_BLOB_STORE", value_enum, default_value_t = BlobStoreKind::Secrets)]
+    pub blob_store: BlobStoreKind,
 }
 
 impl Default for Settings {
@@ -55,6 +67,7 @@ impl Default for Settings {
             edition: Edition::SelfHosted,
             default_terraform_version: "1.9.8".into(),
             max_body_bytes: 1024 * 1024,
+            blob_store: BlobStoreKind::Secrets,
             metrics_addr: None,
             metrics_on_api_router: false,
         }

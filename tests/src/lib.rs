@@ -42,6 +42,27 @@ pub fn have_kubectl() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
+/// helm: `$HELM`, else on PATH, else `.tools/bin/helm` (scripts/install-tools). Panics
+/// when there is none: the chart tests must not be skipped.
+pub fn helm() -> PathBuf {
+    if let Some(h) = std::env::var_os("HELM") {
+        return PathBuf::from(h);
+    }
+    let on_path = Command::new("helm")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if on_path {
+        return PathBuf::from("helm");
+    }
+    let local = workspace_root().join(".tools/bin/helm");
+    assert!(
+        local.exists(),
+        "helm is missing: run scripts/install-tools (the chart tests need it)"
+    );
+    local
+}
+
 /// A running `terrace dev`.
 pub struct Dev {
     child: Option<Child>,

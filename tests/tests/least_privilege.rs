@@ -9,29 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use terrace_tests::{Api, Dev, have_kubectl, terrace_bin, workspace_root};
+use terrace_tests::{Api, Dev, have_kubectl, helm, terrace_bin, workspace_root};
 
 const RELEASE_NS: &str = "terrace-system";
-
-/// helm: `$HELM`, else on PATH, else `.tools/bin/helm` (scripts/install-tools).
-fn helm() -> PathBuf {
-    if let Some(h) = std::env::var_os("HELM") {
-        return PathBuf::from(h);
-    }
-    let local = workspace_root().join(".tools/bin/helm");
-    let on_path = Command::new("helm")
-        .arg("version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if on_path {
-        return PathBuf::from("helm");
-    }
-    assert!(
-        local.exists(),
-        "helm is missing: run scripts/install-tools (the chart tests need it)"
-    );
-    local
-}
 
 /// The chart's ServiceAccounts and RBAC objects, as rendered with default values.
 fn rendered_rbac() -> String {

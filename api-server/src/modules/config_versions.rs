@@ -15,6 +15,7 @@
 //! token the operator put in the Secret `<testrun-object-name>-run`; the handler compares
 //! it, in constant time, with the tokens of the runs that use this configuration version.
 
+use crate::settings::BlobStoreKind;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -322,7 +323,11 @@ async fn upload(
         return Ok(StatusCode::OK.into_response());
     }
     let key = format!("configuration-versions/{}", id_of(cv.as_ref()));
-    let store = SecretBlobStore::new(state.client.clone(), &ns, cv.controller_owner_ref(&()));
+    let store = match state.settings.blob_store {
+        BlobStoreKind::Secrets => {
+            SecretBlobStore::new(state.client.clone(), &ns, cv.controller_owner_ref(&()))
+        }
+    };
     store
         .put(&key, body.clone())
         .await
@@ -452,7 +457,9 @@ async fn archive(
                 "the configuration version has no uploaded archive".into(),
             )
         })?;
-    let store = SecretBlobStore::new(state.client.clone(), &ns, None);
+    let store = match state.settings.blob_store {
+        BlobStoreKind::Secrets => SecretBlobStore::new(state.client.clone(), &ns, None),
+    };
     let bytes = store.get(&key).await.map_err(|e| match e {
         super::blobs::BlobError::NotFound(_) => ApiError::NotFound("archive not found".into()),
         other => ApiError::Internal(other.to_string()),
