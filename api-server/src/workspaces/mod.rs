@@ -207,14 +207,18 @@ pub async fn render_located(
     l: &Located,
 ) -> Result<Value, ApiError> {
     let permissions = permissions(state, caller, l).await?;
-    let project_id = {
+    let (project_id, ssh_key_id) = {
         let idx = state.index.read();
-        idx.project_of(&l.ws)
-            .and_then(|p| p.labels().get(LABEL_ID).cloned())
+        (
+            idx.project_of(&l.ws)
+                .and_then(|p| p.labels().get(LABEL_ID).cloned()),
+            ssh_key_of(&idx, l),
+        )
     };
     let ctx = RenderContext {
         org: &l.org,
         project_id,
+        ssh_key_id,
         permissions,
         hosted: state.hosted(),
     };
@@ -278,8 +282,26 @@ impl RenderCache {
     }
 }
 
+/// The ID of the workspace's SSH key, resolving an object name (see
+/// [`render::ssh_key_id`]).
+fn ssh_key_of(idx: &crate::index::Inner, l: &Located) -> Option<String> {
+    render::ssh_key_id(&l.ws, |name| {
+        idx.ssh_keys()
+            .in_namespace(&l.ns)
+            .find(|k| k.metadata.name.as_deref() == Some(name))
+            .map(AsRef::as_ref)
+    })
+}
+
 fn render_key(state: &AppState, caller: &Caller, l: &Located) -> u128 {
     let idx = state.index.read();
+    // A key named by object name: the representation changes when that key's ID does.
+    let ssh_key =
+        l.ws.spec
+            .ssh_key
+            .as_ref()
+            .filter(|k| !terrace_crds::ids::is_valid_id(terrace_crds::ids::IdKind::SshKey, k))
+            .and_then(|_| ssh_key_of(&idx, l));
     let project = idx.project_of(&l.ws).map(|p| {
         (
             p.metadata.uid.as_deref(),
@@ -292,6 +314,7 @@ fn render_key(state: &AppState, caller: &Caller, l: &Located) -> u128 {
         l.org.metadata.uid.as_deref(),
         l.org.metadata.resource_version.as_deref(),
         project,
+        ssh_key,
         caller.fingerprint,
         state.hosted(),
     ))

@@ -6,7 +6,7 @@
 use serde_json::{Value, json};
 use terrace_crds::constants::{ANNOTATION_LOCK_REASON, ANNOTATION_LOCKED_BY, LABEL_ID};
 use terrace_crds::lock::LockHolder;
-use terrace_crds::{Organization, Workspace};
+use terrace_crds::{Organization, SshKey, Workspace};
 
 use crate::jsonapi::timestamp;
 
@@ -25,8 +25,30 @@ pub struct Permissions {
 pub struct RenderContext<'a> {
     pub org: &'a Organization,
     pub project_id: Option<String>,
+    /// The assigned SSH key's ID ([`ssh_key_id`]).
+    pub ssh_key_id: Option<String>,
     pub permissions: Permissions,
     pub hosted: bool,
+}
+
+/// The ID of the SSH key a workspace uses: `spec.sshKey` is an SSH key ID (what the API
+/// writes) or the name of an SshKey object in the workspace's namespace (what a manifest
+/// may say), resolved through `by_name`. None when unset or unknown.
+pub fn ssh_key_id<'a>(
+    ws: &Workspace,
+    by_name: impl FnOnce(&str) -> Option<&'a SshKey>,
+) -> Option<String> {
+    let key = ws.spec.ssh_key.as_deref().filter(|k| !k.is_empty())?;
+    if terrace_crds::ids::is_valid_id(terrace_crds::ids::IdKind::SshKey, key) {
+        return Some(key.to_owned());
+    }
+    let obj = by_name(key)?;
+    obj.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_ID))
+        .cloned()
+        .or_else(|| obj.status.as_ref().and_then(|s| s.id.clone()))
 }
 
 /// The workspace's ID.
@@ -201,7 +223,7 @@ pub fn workspace(ws: &Workspace, ctx: &RenderContext<'_>) -> Value {
         "relationships": {
             "organization": {"data": {"id": org_name, "type": "organizations"}},
             "project": {"data": ctx.project_id.as_ref().map(|p| json!({"id": p, "type": "projects"}))},
-            "ssh-key": {"data": spec.ssh_key.as_deref().filter(|k| terrace_crds::ids::is_valid_id(terrace_crds::ids::IdKind::SshKey, k)).map(|k| json!({"id": k, "type": "ssh-keys"}))},
+            "ssh-key": {"data": ctx.ssh_key_id.as_ref().map(|k| json!({"id": k, "type": "ssh-keys"}))},
             "data-retention-policy": crate::relationships::retention::relationship(ws, ctx.org, ctx.hosted),
             "data-retention-policy-choice": crate::relationships::retention::relationship(ws, ctx.org, ctx.hosted),
             "locked-by": {"data": locked_by},
@@ -235,4 +257,52 @@ fn status_tag_names(ws: &Workspace) -> Vec<String> {
     names.sort();
     names.dedup();
     names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::ObjectMeta;
+    use std::collections::BTreeMap;
+
+    fn ws_with_key(key: Option<&str>) -> Workspace {
+        let mut ws = Workspace::new("net", Default::default());
+        ws.spec.ssh_key = key.map(str::to_owned);
+        ws
+    }
+
+    fn key_object(name: &str, id: Option<&str>) -> SshKey {
+        let mut k = SshKey::new(name, Default::default());
+        k.metadata = ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: id.map(|i| BTreeMap::from([(LABEL_ID.to_owned(), i.to_owned())])),
+            ..Default::default()
+        };
+        k
+    }
+
+    #[test]
+    fn ssh_key_by_id_or_by_object_name() {
+        let deploy = key_object("deploy-key", Some("sshkey-DeployKey00001"));
+        let pending = key_object("new-key", None);
+        let by_name = |n: &str| {
+            [&deploy, &pending]
+                .into_iter()
+                .find(|k| k.metadata.name.as_deref() == Some(n))
+        };
+        // An ID is the key (what the API writes), even before the index knows it.
+        assert_eq!(
+            ssh_key_id(&ws_with_key(Some("sshkey-AbCdEfGh12345678")), |_| None),
+            Some("sshkey-AbCdEfGh12345678".to_owned())
+        );
+        // An object name (what a manifest may say) resolves to that key's ID.
+        assert_eq!(
+            ssh_key_id(&ws_with_key(Some("deploy-key")), by_name),
+            Some("sshkey-DeployKey00001".to_owned())
+        );
+        // A key without an ID yet, an unknown name, none: no key.
+        assert_eq!(ssh_key_id(&ws_with_key(Some("new-key")), by_name), None);
+        assert_eq!(ssh_key_id(&ws_with_key(Some("nope")), by_name), None);
+        assert_eq!(ssh_key_id(&ws_with_key(None), by_name), None);
+    }
 }
