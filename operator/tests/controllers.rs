@@ -3,12 +3,10 @@
 //! apply` creates them (no ID label). Each test's doc comment names the behaviour it
 //! checks and the Kubernetes behaviour it relies on.
 
-use std::future::Future;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
@@ -22,12 +20,11 @@ use terrace_crds::{
     Organization, OrganizationSpec, Project, ProjectSpec, SshKey, SshKeySpec, Workspace,
     WorkspaceSpec,
 };
-use terrace_simulator::{SimConfig, Simulator};
+use terrace_simulator::Simulator;
 use tokio::sync::oneshot;
 
-type R = Result<(), Box<dyn std::error::Error>>;
-
-const TIMEOUT: Duration = Duration::from_secs(20);
+mod common;
+use common::{R, eventually};
 
 /// A simulator with the terrace CRDs and `replicas` operators running against it.
 struct Cluster {
@@ -39,18 +36,7 @@ struct Cluster {
 
 impl Cluster {
     async fn start(replicas: usize) -> Result<Cluster, Box<dyn std::error::Error>> {
-        let sim = Simulator::open(SimConfig {
-            data_dir: None,
-            ..Default::default()
-        })
-        .await?;
-        let client = sim.client();
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        let pp = PatchParams::apply("terrace-tests").force();
-        for crd in terrace_crds::crdgen::all_crds() {
-            crds.patch(&crd.name_any(), &pp, &Patch::Apply(&crd))
-                .await?;
-        }
+        let (sim, client) = common::cluster(true).await?;
         let mut stops = Vec::new();
         let mut tasks = Vec::new();
         for _ in 0..replicas {
@@ -106,24 +92,6 @@ impl Cluster {
                 .map_err(|_| "the operator did not stop after the shutdown signal")??;
         }
         Ok(())
-    }
-}
-
-/// Polls `f` until it returns Some, failing after [`TIMEOUT`].
-async fn eventually<T, F, Fut>(what: &str, mut f: F) -> Result<T, Box<dyn std::error::Error>>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    loop {
-        if let Some(v) = f().await {
-            return Ok(v);
-        }
-        if tokio::time::Instant::now() > deadline {
-            return Err(format!("timed out waiting for {what}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

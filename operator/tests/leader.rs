@@ -4,22 +4,21 @@
 //! kube-apiserver's create (AlreadyExists) and update with a resourceVersion
 //! precondition (409 Conflict) for Leases, which the simulator serves generically.
 
-use std::future::Future;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
-use kube::{Api, Client, ResourceExt};
+use kube::api::{ObjectMeta, PostParams};
+use kube::{Api, Client};
 use terrace_crds::{Organization, OrganizationSpec};
 use terrace_operator::leader::{Attempt, LEASE_NAME, LeaderElector, Lost, Timing};
 use terrace_operator::{Settings, Stopped};
 use terrace_simulator::{SimConfig, Simulator};
 use tokio::sync::oneshot;
 
-type R = Result<(), Box<dyn std::error::Error>>;
+mod common;
+use common::{R, install_crds};
 
 const NS: &str = "terrace-system";
 
@@ -64,28 +63,6 @@ async fn holder(client: &Client) -> Option<String> {
         .await
         .ok()??;
     lease.spec?.holder_identity.filter(|h| !h.is_empty())
-}
-
-/// Polls `f` until it returns Some, failing after `limit`.
-async fn eventually<T, F, Fut>(
-    what: &str,
-    limit: Duration,
-    mut f: F,
-) -> Result<T, Box<dyn std::error::Error>>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        if let Some(v) = f().await {
-            return Ok(v);
-        }
-        if tokio::time::Instant::now() > deadline {
-            return Err(format!("timed out waiting for {what}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
 }
 
 /// Two candidates race for an absent lease: exactly one leads, the other stands by while
@@ -178,16 +155,6 @@ async fn a_leader_notices_that_its_lease_was_taken() -> R {
     Ok(())
 }
 
-async fn install_crds(client: &Client) -> R {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let pp = PatchParams::apply("terrace-tests").force();
-    for crd in terrace_crds::crdgen::all_crds() {
-        crds.patch(&crd.name_any(), &pp, &Patch::Apply(&crd))
-            .await?;
-    }
-    Ok(())
-}
-
 fn elected_settings(identity: &str) -> Settings {
     Settings {
         leader_election: true,
@@ -211,7 +178,7 @@ async fn organization_reconciled(
         status: None,
     };
     orgs.create(&PostParams::default(), &org).await?;
-    eventually(
+    common::eventually_within(
         &format!("organization {name} reconciled"),
         Duration::from_secs(20),
         || async {
@@ -244,7 +211,8 @@ async fn operators_hand_over_and_stop_when_the_lease_is_taken() -> R {
             },
         )));
     }
-    let first = eventually("a leader", Duration::from_secs(5), || holder(&client)).await?;
+    let first =
+        common::eventually_within("a leader", Duration::from_secs(5), || holder(&client)).await?;
     organization_reconciled(&client, "acme").await?;
 
     // The leader shuts down: it releases, the other one leads and reconciles.
@@ -254,7 +222,7 @@ async fn operators_hand_over_and_stop_when_the_lease_is_taken() -> R {
     let leader_task = tasks.remove(i);
     let stopped = tokio::time::timeout(Duration::from_secs(10), leader_task).await??;
     assert_eq!(stopped, Stopped::Shutdown);
-    let second = eventually("the other leader", Duration::from_secs(1), || async {
+    let second = common::eventually_within("the other leader", Duration::from_secs(1), || async {
         holder(&client).await.filter(|h| *h != first)
     })
     .await?;

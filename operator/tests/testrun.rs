@@ -3,11 +3,9 @@
 //! concurrency limit, results from the termination message, cancel, and a Pod deleted
 //! from under a run. Each test's doc comment names the Kubernetes behaviour it relies on.
 
-use std::future::Future;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
@@ -17,13 +15,12 @@ use terrace_crds::{
     RegistryModuleSpec, RunVariable, TestRun, TestRunSpec, TestVariable, TestVariableSpec,
 };
 use terrace_operator::testpod::{FINALIZER, LABEL_TEST_RUN, LOG_ARCHIVE_KEY};
-use terrace_simulator::{SimConfig, Simulator};
+use terrace_simulator::Simulator;
 use tokio::sync::oneshot;
 
-type R = Result<(), Box<dyn std::error::Error>>;
-type E = Box<dyn std::error::Error>;
+mod common;
+use common::{E, R, eventually};
 
-const TIMEOUT: Duration = Duration::from_secs(20);
 const NS: &str = "acme";
 
 const PASS: &str = r#"{"status":"pass","passed":2,"failed":0,"errored":0,"skipped":1,"exitCode":0,"interrupted":false}"#;
@@ -41,19 +38,7 @@ impl Cluster {
     async fn start(concurrency: u32) -> Result<Cluster, E> {
         // The test plays the kubelet (Pod status patches), so the simulated node does not
         // run the containers.
-        let sim = Simulator::open(SimConfig {
-            data_dir: None,
-            run_pods: false,
-            ..Default::default()
-        })
-        .await?;
-        let client = sim.client();
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        let pp = PatchParams::apply("terrace-tests").force();
-        for crd in terrace_crds::crdgen::all_crds() {
-            crds.patch(&crd.name_any(), &pp, &Patch::Apply(&crd))
-                .await?;
-        }
+        let (sim, client) = common::cluster(false).await?;
         let (tx, rx) = oneshot::channel::<()>();
         let settings = terrace_operator::Settings {
             test_run_concurrency: concurrency,
@@ -209,23 +194,6 @@ impl Drop for Cluster {
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());
         }
-    }
-}
-
-async fn eventually<T, F, Fut>(what: &str, mut f: F) -> Result<T, E>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    loop {
-        if let Some(v) = f().await {
-            return Ok(v);
-        }
-        if tokio::time::Instant::now() > deadline {
-            return Err(format!("timed out waiting for {what}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

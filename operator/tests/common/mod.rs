@@ -1,0 +1,68 @@
+//! What the operator's integration tests share: an in-memory cluster simulator with the
+//! terrace CRDs, and polling until a condition holds.
+#![allow(dead_code)] // each test file uses its own subset
+
+use std::future::Future;
+use std::time::Duration;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client, ResourceExt};
+use terrace_simulator::{SimConfig, Simulator};
+
+pub type E = Box<dyn std::error::Error>;
+pub type R = Result<(), E>;
+
+/// How long [`eventually`] waits.
+pub const TIMEOUT: Duration = Duration::from_secs(20);
+
+/// An in-memory simulator (`run_pods`: whether its node runs containers) with the CRDs.
+pub async fn cluster(run_pods: bool) -> Result<(Simulator, Client), E> {
+    let sim = Simulator::open(SimConfig {
+        data_dir: None,
+        run_pods,
+        ..Default::default()
+    })
+    .await?;
+    let client = sim.client();
+    install_crds(&client).await?;
+    Ok((sim, client))
+}
+
+/// Applies every terrace CRD (server-side apply, as `terrace dev` and the chart do).
+pub async fn install_crds(client: &Client) -> R {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let pp = PatchParams::apply("terrace-tests").force();
+    for crd in terrace_crds::crdgen::all_crds() {
+        crds.patch(&crd.name_any(), &pp, &Patch::Apply(&crd))
+            .await?;
+    }
+    Ok(())
+}
+
+/// Polls `f` until it returns Some, failing after [`TIMEOUT`].
+pub async fn eventually<T, F, Fut>(what: &str, f: F) -> Result<T, E>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    eventually_within(what, TIMEOUT, f).await
+}
+
+/// Polls `f` until it returns Some, failing after `limit`.
+pub async fn eventually_within<T, F, Fut>(what: &str, limit: Duration, mut f: F) -> Result<T, E>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(v) = f().await {
+            return Ok(v);
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!("timed out waiting for {what}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
