@@ -34,15 +34,11 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::{WatchStreamExt, watcher};
 use terrace_crds::TestRun;
-use terrace_tests::{Api, Dev, terrace_bin};
+use terrace_tests::{Api, Component, Dev, PASS_ENGINE, free_port, terrace_bin, write_engine};
 
 const DEFAULT_LIMIT: usize = 50;
 const POD_BUDGET: Duration = Duration::from_secs(10);
 const THREADS: usize = 16;
-
-const PASS_ENGINE: &str = r#"#!/bin/sh
-echo '{"@level":"info","@message":"Success! 1 passed, 0 failed.","@module":"tofu.ui","type":"test_summary","test_summary":{"status":"pass","passed":1,"failed":0,"errored":0,"skipped":0}}'
-"#;
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -114,16 +110,6 @@ struct Report {
     op_peak_kib: u64,
 }
 
-/// A component process, killed when dropped.
-struct Child(std::process::Child);
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// One phase on a fresh `terrace dev`: N runs created, watched until `done` says so.
 fn phase(
     n: usize,
@@ -133,13 +119,7 @@ fn phase(
     done: fn(&Observed, usize) -> bool,
 ) -> Report {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let engine = tmp.path().join("fake-engine");
-    std::fs::write(&engine, PASS_ENGINE).expect("engine");
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&engine, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    }
-    let engine = engine.display().to_string();
+    let engine = write_engine(tmp.path(), PASS_ENGINE);
     let mut args = vec!["--cluster-only", "--engine", &engine];
     if !kubelet {
         args.push("--no-kubelet");
@@ -147,22 +127,11 @@ fn phase(
     let mut dev = Dev::start_with(&args);
     // The operator and the API server as processes of their own (as in a cluster), so the
     // operator's memory is its own.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
+    let port = free_port();
     dev.api = format!("http://127.0.0.1:{port}");
-    let spawn = |args: &[&str], env: &[(&str, String)], log: &str| {
-        Child(
-            std::process::Command::new(terrace_bin())
-                .args(args)
-                .env("KUBECONFIG", dev.kubeconfig())
-                .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-                .stdout(std::process::Stdio::null())
-                .stderr(std::fs::File::create(dev.dir().join(log)).expect("log"))
-                .spawn()
-                .expect("spawn"),
-        )
+    let kubeconfig = dev.kubeconfig();
+    let spawn = |args: &[&str], env: &[(&str, String)], name: &str| {
+        Component::spawn(&dev, name, args, &kubeconfig, env)
     };
     let api_server = spawn(
         &["api-server"],
@@ -171,7 +140,7 @@ fn phase(
             ("TERRACE_API_METRICS_ADDR", "127.0.0.1:0".into()),
             ("TERRACE_BASE_URL", dev.api.clone()),
         ],
-        "api-server.log",
+        "api-server",
     );
     let operator = spawn(
         &["operator", "--leader-election=false"],
@@ -181,7 +150,7 @@ fn phase(
             ("TERRACE_BINARY_PATH", terrace_bin().display().to_string()),
             ("TERRACE_TEST_RUN_CONCURRENCY", limit.to_string()),
         ],
-        "operator.log",
+        "operator",
     );
     dev.eventually(Duration::from_secs(60), || {
         std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
@@ -189,7 +158,7 @@ fn phase(
     })
     .expect("API server ready");
     let pid = dev.pid().expect("pid");
-    let op_pid = operator.0.id();
+    let op_pid = operator.pid();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let client = rt.block_on(async {
         let kc = Kubeconfig::read_from(dev.kubeconfig()).expect("kubeconfig");

@@ -63,6 +63,75 @@ pub fn helm() -> PathBuf {
     local
 }
 
+/// A fake engine that passes at once, printing a real-format `-json` summary.
+pub const PASS_ENGINE: &str = r#"#!/bin/sh
+echo '{"@level":"info","@message":"Success! 1 passed, 0 failed.","@module":"tofu.ui","type":"test_summary","test_summary":{"status":"pass","passed":1,"failed":0,"errored":0,"skipped":0}}'
+"#;
+
+/// Writes `script` as the executable `DIR/fake-engine` (for `terrace dev --engine`) and
+/// returns its path.
+pub fn write_engine(dir: &Path, script: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("fake-engine");
+    std::fs::write(&path, script).expect("write engine");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    path.display().to_string()
+}
+
+/// A free loopback port.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// `terrace operator` or `terrace api-server` as a process of its own against a
+/// `terrace dev --cluster-only`, logging to `DIR/<name>.log`; killed when dropped.
+pub struct Component {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Component {
+    pub fn spawn(
+        dev: &Dev,
+        name: &str,
+        args: &[&str],
+        kubeconfig: &Path,
+        env: &[(&str, String)],
+    ) -> Self {
+        let log = dev.dir().join(format!("{name}.log"));
+        let child = Command::new(terrace_bin())
+            .args(args)
+            .env("KUBECONFIG", kubeconfig)
+            .env("RUST_LOG", "info")
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("spawn component");
+        Component { child, log }
+    }
+
+    /// The process ID.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Its log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Component {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A running `terrace dev`.
 pub struct Dev {
     child: Option<Child>,

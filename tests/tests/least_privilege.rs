@@ -5,11 +5,14 @@
 //! the chart fails them (the components' Kubernetes calls answer 403), and the test also
 //! fails on any "forbidden" in either component's log.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::Command;
 use std::time::Duration;
 
-use terrace_tests::{Api, Dev, have_kubectl, helm, terrace_bin, workspace_root};
+use terrace_tests::{
+    Api, Component, Dev, PASS_ENGINE, free_port, have_kubectl, helm, terrace_bin, workspace_root,
+    write_engine,
+};
 
 const RELEASE_NS: &str = "terrace-system";
 
@@ -50,14 +53,6 @@ fn rendered_rbac() -> String {
     docs.join("\n---\n")
 }
 
-/// A free loopback port.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
 /// DIR/kubeconfig with the admin token replaced by `token`.
 fn kubeconfig_for(dev: &Dev, token: &str, name: &str) -> PathBuf {
     let text = std::fs::read_to_string(dev.kubeconfig()).expect("kubeconfig");
@@ -67,59 +62,12 @@ fn kubeconfig_for(dev: &Dev, token: &str, name: &str) -> PathBuf {
     path
 }
 
-struct Component {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Component {
-    fn spawn(
-        dev: &Dev,
-        name: &str,
-        args: &[&str],
-        kubeconfig: &Path,
-        env: &[(&str, String)],
-    ) -> Self {
-        let log = dev.dir().join(format!("{name}.log"));
-        let child = Command::new(terrace_bin())
-            .args(args)
-            .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", "info")
-            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log file"))
-            .spawn()
-            .expect("spawn component");
-        Component { child, log }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Component {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-const PASS_ENGINE: &str = r#"#!/bin/sh
-echo '{"@level":"info","@message":"Success! 1 passed, 0 failed.","@module":"tofu.ui","type":"test_summary","test_summary":{"status":"pass","passed":1,"failed":0,"errored":0,"skipped":0}}'
-"#;
-
 #[test]
 fn components_work_with_exactly_the_charts_rbac() {
     assert!(have_kubectl(), "kubectl is missing (scripts/install-tools)");
     let tmp = tempfile::tempdir().expect("tempdir");
-    let engine = tmp.path().join("fake-engine");
-    std::fs::write(&engine, PASS_ENGINE).expect("engine");
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&engine, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    }
-    let mut dev = Dev::start_with(&["--cluster-only", "--engine", &engine.display().to_string()]);
+    let engine = write_engine(tmp.path(), PASS_ENGINE);
+    let mut dev = Dev::start_with(&["--cluster-only", "--engine", &engine]);
 
     // The chart's ServiceAccounts and RBAC, nothing else.
     dev.kubectl_ok(&["create", "namespace", RELEASE_NS]);

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use terrace_tests::{Api, Dev, have_kubectl};
+use terrace_tests::{Api, Dev, have_kubectl, write_engine};
 
 /// Sleeps ~3 s, then prints a real `test -json` pass summary.
 const SLOW_PASS_ENGINE: &str = r#"#!/bin/sh
@@ -17,14 +17,6 @@ echo '{"@level":"info","@message":"OpenTofu 1.10.0","@module":"tofu.ui","type":"
 sleep 3
 echo '{"@level":"info","@message":"Success! 1 passed, 0 failed.","@module":"tofu.ui","type":"test_summary","test_summary":{"status":"pass","passed":1,"failed":0,"errored":0,"skipped":0}}'
 "#;
-
-fn write_engine(dir: &std::path::Path, script: &str) -> String {
-    use std::os::unix::fs::PermissionsExt;
-    let path = dir.join("fake-engine");
-    std::fs::write(&path, script).expect("write engine");
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    path.display().to_string()
-}
 
 fn run_attr(api: &Api, t: &str, id: &str) -> serde_json::Value {
     let r = api.get(&format!("{t}/test-runs/{id}"));
