@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{FromRequestParts, Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -55,19 +55,15 @@ pub fn router() -> Router<AppState> {
         )
         .route(
             "/api/v2/organizations/{org}/workspaces/{name}",
-            get(show_by_name)
-                .patch(update_by_name)
-                .delete(force_delete_by_name),
+            get(show).patch(update_by_name).delete(force_delete),
         )
         .route(
             "/api/v2/organizations/{org}/workspaces/{name}/actions/safe-delete",
-            post(safe_delete_by_name),
+            post(safe_delete),
         )
         .route(
             "/api/v2/workspaces/{id}",
-            get(show_by_id)
-                .patch(update_by_id)
-                .delete(force_delete_by_id),
+            get(show).patch(update_by_id).delete(force_delete),
         )
         .route("/api/v2/workspaces/{id}/actions/lock", post(lock_ws))
         .route("/api/v2/workspaces/{id}/actions/unlock", post(unlock_ws))
@@ -77,7 +73,7 @@ pub fn router() -> Router<AppState> {
         )
         .route(
             "/api/v2/workspaces/{id}/actions/safe-delete",
-            post(safe_delete_by_id),
+            post(safe_delete),
         )
 }
 
@@ -160,6 +156,32 @@ async fn readable_name(
 ) -> Result<Located, ApiError> {
     let located = locate_name(state, caller, org, name).await.ok();
     readable(state, caller, located).await
+}
+
+/// The authenticated caller and the workspace of the path, by ID (`{id}`) or by
+/// organization and name (`{org}`, `{name}`), if the caller may read it (404 otherwise).
+/// One extractor for both addressings of SPEC B2–B4.
+pub struct Readable(pub Caller, pub Located);
+
+impl FromRequestParts<AppState> for Readable {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let caller = Caller::from_request_parts(parts, state).await?;
+        let params = axum::extract::RawPathParams::from_request_parts(parts, state)
+            .await
+            .map_err(|_| not_found())?;
+        let param = |key: &str| params.iter().find(|(k, _)| *k == key).map(|(_, v)| v);
+        let l = match (param("id"), param("org"), param("name")) {
+            (Some(id), _, _) => readable_id(state, &caller, id).await?,
+            (None, Some(org), Some(name)) => readable_name(state, &caller, org, name).await?,
+            _ => return Err(not_found()),
+        };
+        Ok(Readable(caller, l))
+    }
 }
 
 /// Whether the caller may force delete: `force-delete`, or `update` when the organization
@@ -371,30 +393,11 @@ async fn respond_one(
     Ok(crate::jsonapi::DocBytes(status, bytes).into_response())
 }
 
-async fn show_by_id(
+async fn show(
     State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
+    Readable(caller, l): Readable,
     RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
-    let l = readable_id(&state, &caller, &id).await?;
-    respond_one(
-        &state,
-        &caller,
-        &l,
-        StatusCode::OK,
-        &QueryParams::parse(q.as_deref()),
-    )
-    .await
-}
-
-async fn show_by_name(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path((org, name)): Path<(String, String)>,
-    RawQuery(q): RawQuery,
-) -> Result<Response, ApiError> {
-    let l = readable_name(&state, &caller, &org, &name).await?;
     respond_one(
         &state,
         &caller,
@@ -784,7 +787,11 @@ async fn delete_workspace(state: &AppState, l: &Located) -> Result<Response, Api
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-async fn force_delete(state: &AppState, caller: &Caller, l: Located) -> Result<Response, ApiError> {
+async fn force_delete(
+    State(state): State<AppState>,
+    Readable(caller, l): Readable,
+) -> Result<Response, ApiError> {
+    let (state, caller) = (&state, &caller);
     if !may_force_delete(state, caller, &l).await? {
         return Err(ApiError::Status(
             StatusCode::FORBIDDEN,
@@ -794,25 +801,11 @@ async fn force_delete(state: &AppState, caller: &Caller, l: Located) -> Result<R
     delete_workspace(state, &l).await
 }
 
-async fn force_delete_by_id(
+async fn safe_delete(
     State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
+    Readable(caller, l): Readable,
 ) -> Result<Response, ApiError> {
-    let l = readable_id(&state, &caller, &id).await?;
-    force_delete(&state, &caller, l).await
-}
-
-async fn force_delete_by_name(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path((org, name)): Path<(String, String)>,
-) -> Result<Response, ApiError> {
-    let l = readable_name(&state, &caller, &org, &name).await?;
-    force_delete(&state, &caller, l).await
-}
-
-async fn safe_delete(state: &AppState, caller: &Caller, l: Located) -> Result<Response, ApiError> {
+    let (state, caller) = (&state, &caller);
     if !state.auth.allowed(caller, &l.check("delete")).await? {
         return Err(not_found());
     }
@@ -830,24 +823,6 @@ async fn safe_delete(state: &AppState, caller: &Caller, l: Located) -> Result<Re
         ));
     }
     delete_workspace(state, &l).await
-}
-
-async fn safe_delete_by_id(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
-    let l = readable_id(&state, &caller, &id).await?;
-    safe_delete(&state, &caller, l).await
-}
-
-async fn safe_delete_by_name(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path((org, name)): Path<(String, String)>,
-) -> Result<Response, ApiError> {
-    let l = readable_name(&state, &caller, &org, &name).await?;
-    safe_delete(&state, &caller, l).await
 }
 
 async fn lock_ws(
