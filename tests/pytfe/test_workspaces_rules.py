@@ -161,7 +161,7 @@ def test_agent_pool_of_no_such_pool_is_refused(raw, org):
     resp = raw.create_workspace(
         org, {"name": unique("pool"), "execution-mode": "agent", "agent-pool-id": "apool-doesnotexist00"}
     )
-    assert resp.status in (404, 422), (resp.status, resp.body[:300])
+    assert resp.status == 422, (resp.status, resp.body[:300])
 
 
 # --- setting-overwrites --------------------------------------------------------------

@@ -219,7 +219,7 @@ def test_move_to_unknown_project_fails_and_keeps_project(tfe, org):
         tfe.workspaces.update_by_id(
             ws.id, WorkspaceUpdateOptions(project=Project(id="prj-doesnotexist000"))
         )
-    assert err.value.status in (404, 422)
+    assert err.value.status == 422
     assert tfe.workspaces.read_by_id(ws.id).project.id == ws.project.id
 
 
