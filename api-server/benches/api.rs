@@ -105,8 +105,8 @@ async fn main() {
         },
         status: None,
     };
-    state.index.insert_organization(org);
-    state.index.insert_project(Project {
+    state.index.insert(org);
+    state.index.insert(Project {
         metadata: ObjectMeta {
             name: Some("default".into()),
             namespace: Some("bench".into()),
@@ -140,7 +140,7 @@ async fn main() {
                 .cloned()
                 .unwrap_or_default();
         }
-        state.index.insert_workspace(w);
+        state.index.insert(w);
     }
     let after = rss_bytes();
     let per_ws = after.saturating_sub(before) as f64 / WORKSPACES as f64;

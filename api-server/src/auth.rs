@@ -9,8 +9,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use axum::extract::FromRequestParts;
+use axum::http::header;
 use axum::http::request::Parts;
-use axum::http::{StatusCode, header};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
@@ -158,7 +158,7 @@ impl Auth {
         let answer = api
             .create(&PostParams::default(), &review)
             .await
-            .map_err(|e| ApiError::Internal(format!("TokenReview failed: {e}")))?;
+            .map_err(|e| ApiError::internal("TokenReview failed", e))?;
         let status = answer.status.unwrap_or_default();
         let who = match (status.authenticated, status.user) {
             (Some(true), Some(u)) => Some(Caller::new(
@@ -207,7 +207,7 @@ impl Auth {
         let answer = api
             .create(&PostParams::default(), &review)
             .await
-            .map_err(|e| ApiError::Internal(format!("SubjectAccessReview failed: {e}")))?;
+            .map_err(|e| ApiError::internal("SubjectAccessReview failed", e))?;
         let ok = answer.status.is_some_and(|s| s.allowed);
         let mut cache = lock(&self.decisions);
         if cache.len() > CACHE_MAX {
@@ -272,7 +272,7 @@ impl FromRequestParts<AppState> for Caller {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        let unauthorized = || ApiError::Status(StatusCode::UNAUTHORIZED, "unauthorized".into());
+        let unauthorized = || ApiError::Unauthorized("unauthorized".into());
         let token = bearer(parts).ok_or_else(unauthorized)?;
         state
             .auth

@@ -1,9 +1,20 @@
 //! terrace's JSON:API server: the HCP Terraform / TFE API v2 subset of SPEC.md, served on
 //! top of the cluster's terrace objects.
 //!
-//! Requests come in through [`router`]; each resource module owns its routes. Callers are
-//! authenticated with a TokenReview and authorized with SubjectAccessReviews ([`auth`]);
-//! reads come from watch-fed indexes ([`index`]); writes go to the Kubernetes API.
+//! The server is built in two floors (docs/architecture.md):
+//!
+//! - **the layer** every resource stands on, importing no resource: [`error`] (one
+//!   `ApiError`, Kubernetes answers mapped into the API's words), [`body`] (`JsonApi<T>`
+//!   with JSON pointers), [`query`] (parameters, pages, includes and filters checked),
+//!   [`render`] (documents, pagination, IDs, timestamps), [`documents`] (representations
+//!   several resources show), [`access`] (locate in the index and authorize: 404 for what
+//!   the caller may not read, 403 where SPEC.md says), [`write`] (guarded patches with
+//!   retry, waits for the index), [`auth`] (TokenReview and SubjectAccessReview with
+//!   caches), [`index`] (watch-fed indexes), [`capability`] and [`blobs`];
+//! - **the resources** ([`resources`]): one module (or folder) per resource with its own
+//!   `router()`; a handler reads extract → domain call → render. Resource modules never
+//!   import each other.
+//!
 //! Everything the server does not serve answers a JSON:API 404, so clients see the error
 //! format they expect from TFE rather than axum's plain text.
 //!
@@ -13,26 +24,30 @@
 #![forbid(unsafe_code)]
 #![recursion_limit = "256"]
 
+pub mod access;
 pub mod auth;
+pub mod blobs;
+pub mod body;
+pub mod capability;
 mod discovery;
+pub mod documents;
 pub mod error;
 pub mod events;
 pub mod index;
-pub mod jsonapi;
 pub mod metrics;
-pub mod modules;
-pub mod orgs;
-pub mod patch;
-pub mod projects;
-pub mod relationships;
+pub mod prelude;
+pub mod query;
+pub mod render;
+pub mod resources;
 pub mod settings;
-pub mod workspaces;
+#[cfg(test)]
+pub(crate) mod testing;
+pub mod write;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::http::StatusCode;
 use tower_http::limit::RequestBodyLimitLayer;
 
 pub use error::ApiError;
@@ -46,7 +61,7 @@ pub struct AppState {
     pub index: Arc<index::Index>,
     pub auth: Arc<auth::Auth>,
     pub events: kube::runtime::events::Recorder,
-    pub rendered: Arc<workspaces::RenderCache>,
+    pub rendered: Arc<resources::workspaces::RenderCache>,
     pub metrics: Arc<metrics::Metrics>,
 }
 
@@ -93,18 +108,12 @@ pub fn router(state: AppState) -> Router {
     });
     Router::new()
         .merge(discovery::router())
-        .merge(orgs::router())
-        .merge(projects::router())
-        .merge(workspaces::router())
-        .merge(relationships::router())
-        .merge(modules::router())
-        .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
-        .method_not_allowed_fallback(|| async {
-            ApiError::Status(StatusCode::METHOD_NOT_ALLOWED, "method not allowed".into())
-        })
+        .merge(resources::router())
+        .fallback(|| async { ApiError::not_found("no such endpoint") })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(RequestBodyLimitLayer::new(body_limit))
-        // Archive uploads have their own, larger limit: merged after the global one.
-        .merge(modules::upload_router())
+        // Uploads have their own, larger limit: merged after the global one.
+        .merge(resources::upload_router())
         .merge(scrape.unwrap_or_default())
         // Request ID, span, logs and metrics; one layer (axum boxes each layer per route).
         .layer(metrics::RequestLayer::new(metrics))

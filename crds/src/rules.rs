@@ -62,6 +62,41 @@ static ENGINE_VERSION: LazyLock<Regex> = LazyLock::new(|| {
     )
 });
 
+/// Keys of a test run's `variables`: a letter or underscore, then letters, digits,
+/// underscores or dashes (the configuration language's identifiers).
+pub fn validate_run_variable_key(key: &str) -> Result<(), RuleViolation> {
+    let mut chars = key.chars();
+    let ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if ok {
+        Ok(())
+    } else {
+        Err(RuleViolation::new(
+            "key",
+            "must begin with a letter or underscore and contain only letters, numbers, dashes and underscores",
+        ))
+    }
+}
+
+/// Project names: 1–40 letters, digits, spaces, `-` or `_`, not only spaces (TFE's rule).
+pub fn validate_project_name(name: &str) -> Result<(), RuleViolation> {
+    let ok = !name.trim().is_empty()
+        && name.chars().count() <= 40
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || " _-".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(RuleViolation::new(
+            "name",
+            "must be 1-40 letters, numbers, spaces, dashes or underscores",
+        ))
+    }
+}
+
 /// SPEC.md: name — only letters, digits, `-`, `_`; required; at most 90 characters.
 pub fn validate_workspace_name(name: &str) -> Result<(), RuleViolation> {
     if name.is_empty() {
@@ -388,6 +423,27 @@ pub fn parse_page(number: Option<&str>, size: Option<&str>) -> Result<Page, Rule
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn run_variable_keys() {
+        for ok in ["a", "_x", "region-1", "A_b"] {
+            assert!(validate_run_variable_key(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "1x", "-a", "a b", "a.b"] {
+            assert!(validate_run_variable_key(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn project_names() {
+        for ok in ["a", "Team A", "x_y-z", &"p".repeat(40)] {
+            assert!(validate_project_name(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "   ", "a/b", "ä", &"p".repeat(41)] {
+            let e = validate_project_name(bad).err();
+            assert_eq!(e.map(|e| e.attribute), Some("name"), "{bad}");
+        }
+    }
+
     use super::*;
 
     fn attrs(v: &[RuleViolation]) -> Vec<&'static str> {

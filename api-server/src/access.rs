@@ -1,0 +1,395 @@
+//! Access: finding the object a request names, in the index, and deciding whether the
+//! caller may see it and do what the request asks (DESIGN.md §4).
+//!
+//! - An object the caller may not read answers 404, exactly as one that does not exist
+//!   (SPEC.md: "lookups that the caller may not see answer as not found").
+//! - A readable object the caller may not change answers 403 where SPEC.md says so, else
+//!   404 ([`Deny`]).
+//!
+//! Handlers take what they need as extractors: [`Found<K, N>`] (an object by `{id}`, or a
+//! workspace by `{org}`/`{name}`, readable and allowed [`Need`] `N`), [`VisibleOrg`] (the
+//! organization of `{org}`), or call [`AppState::require`] for a check the extractors do
+//! not cover. Every decision goes through [`crate::auth::Auth`]'s cached reviews.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use axum::extract::{FromRequestParts, RawPathParams};
+use axum::http::request::Parts;
+use kube::{Resource, ResourceExt};
+use terrace_crds::{
+    AgentPool, ConfigurationVersion, OAuthToken, Organization, Project, RegistryModule, SshKey,
+    TestRun, TestVariable, Workspace,
+};
+
+use crate::auth::{Caller, Check};
+use crate::index::{Indexed, Inner};
+use crate::render::id_of;
+use crate::{ApiError, AppState};
+
+/// An object found in the index with its organization.
+pub struct Located<K> {
+    pub obj: Arc<K>,
+    pub org: Arc<Organization>,
+    /// The organization's namespace (the object's own).
+    pub ns: String,
+}
+
+impl<K> Clone for Located<K> {
+    fn clone(&self) -> Self {
+        Located {
+            obj: self.obj.clone(),
+            org: self.org.clone(),
+            ns: self.ns.clone(),
+        }
+    }
+}
+
+impl<K: Guarded> Located<K> {
+    /// The object's name in the cluster.
+    pub fn object_name(&self) -> String {
+        self.obj.name_any()
+    }
+
+    /// The object's API ID.
+    pub fn id(&self) -> String {
+        id_of(self.obj.as_ref())
+    }
+
+    /// A check of `verb` on this very object.
+    pub fn check(&self, verb: &'static str) -> Check {
+        Check::new(verb, K::RESOURCE, &self.ns, Some(&self.object_name()))
+    }
+
+    /// The same organization and namespace with another object (after a write).
+    pub fn with(&self, obj: K) -> Located<K> {
+        Located {
+            obj: Arc::new(obj),
+            org: self.org.clone(),
+            ns: self.ns.clone(),
+        }
+    }
+}
+
+/// An indexed kind the API authorizes on: its RBAC resource and the noun of its 404.
+pub trait Guarded: Indexed {
+    /// The RBAC resource (plural) in group terrace.dev.
+    const RESOURCE: &'static str;
+    /// How the API names one object of the kind ("workspace").
+    const NOUN: &'static str;
+
+    /// 404 for this kind.
+    fn not_found() -> ApiError {
+        ApiError::not_found(format!("{} not found", Self::NOUN))
+    }
+
+    /// The object of namespace `ns` whose API name is `name`, for kinds addressed by
+    /// organization and name.
+    fn by_name<'a>(_inner: &'a Inner, _ns: &str, _name: &str) -> Option<&'a Arc<Self>> {
+        None
+    }
+}
+
+impl Guarded for Workspace {
+    const RESOURCE: &'static str = "workspaces";
+    const NOUN: &'static str = "workspace";
+    fn by_name<'a>(inner: &'a Inner, ns: &str, name: &str) -> Option<&'a Arc<Self>> {
+        inner.workspace_named(ns, name)
+    }
+}
+
+macro_rules! guarded {
+    ($kind:ty, $resource:literal, $noun:literal) => {
+        impl Guarded for $kind {
+            const RESOURCE: &'static str = $resource;
+            const NOUN: &'static str = $noun;
+        }
+    };
+}
+guarded!(Project, "projects", "project");
+guarded!(SshKey, "sshkeys", "ssh key");
+guarded!(AgentPool, "agentpools", "agent pool");
+guarded!(OAuthToken, "oauthtokens", "oauth token");
+guarded!(RegistryModule, "registrymodules", "registry module");
+guarded!(
+    ConfigurationVersion,
+    "configurationversions",
+    "configuration version"
+);
+guarded!(TestRun, "testruns", "test run");
+guarded!(TestVariable, "testvariables", "variable");
+
+/// How a readable object answers a caller who lacks the right for an operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Deny {
+    /// 404, as if it did not exist.
+    NotFound,
+    /// 403 with this detail.
+    Forbidden(&'static str),
+}
+
+/// What an operation needs beyond reading the object: an RBAC verb on it, and how its
+/// absence answers.
+pub trait Need: Send + Sync + 'static {
+    const VERB: Option<&'static str>;
+    const DENY: Deny;
+}
+
+/// Reading only.
+pub struct Read;
+impl Need for Read {
+    const VERB: Option<&'static str> = None;
+    const DENY: Deny = Deny::NotFound;
+}
+
+/// Changing settings (`update`); 403 without it (workspace settings, SPEC B2).
+pub struct Admin;
+impl Need for Admin {
+    const VERB: Option<&'static str> = Some("update");
+    const DENY: Deny = Deny::Forbidden("admin access is required");
+}
+
+/// Changing relationships (`update`); 404 without it (SPEC's tables for consumers, tags).
+pub struct AdminOr404;
+impl Need for AdminOr404 {
+    const VERB: Option<&'static str> = Some("update");
+    const DENY: Deny = Deny::NotFound;
+}
+
+impl AppState {
+    /// Whether the caller may do `check`.
+    pub async fn allowed(&self, caller: &Caller, check: &Check) -> Result<bool, ApiError> {
+        self.auth.allowed(caller, check).await
+    }
+
+    /// Ok when the caller may do `check`; else the error `deny` says (`what` names the
+    /// object for a 404).
+    pub async fn require(
+        &self,
+        caller: &Caller,
+        check: &Check,
+        deny: Deny,
+        not_found: impl FnOnce() -> ApiError,
+    ) -> Result<(), ApiError> {
+        if self.auth.allowed(caller, check).await? {
+            return Ok(());
+        }
+        Err(match deny {
+            Deny::NotFound => not_found(),
+            Deny::Forbidden(detail) => ApiError::forbidden(detail),
+        })
+    }
+
+    /// 403 with `detail` unless the caller may do `check`.
+    pub async fn require_or_403(
+        &self,
+        caller: &Caller,
+        check: &Check,
+        detail: &'static str,
+    ) -> Result<(), ApiError> {
+        self.require(caller, check, Deny::Forbidden(detail), || {
+            ApiError::not_found("not found")
+        })
+        .await
+    }
+
+    /// The organization whose TFE name is `name` (404 when unknown), whatever the caller.
+    pub fn org(&self, name: &str) -> Result<Arc<Organization>, ApiError> {
+        self.index
+            .read()
+            .organization(name)
+            .cloned()
+            .ok_or_else(org_not_found)
+    }
+
+    /// The organization `name` if the caller may see it (`get` on it, or `list`
+    /// workspaces in its namespace); 404 otherwise.
+    pub async fn visible_org(
+        &self,
+        caller: &Caller,
+        name: &str,
+    ) -> Result<Arc<Organization>, ApiError> {
+        let org = self.org(name)?;
+        if self.can_see_org(caller, &org).await? {
+            Ok(org)
+        } else {
+            Err(org_not_found())
+        }
+    }
+
+    /// Whether the caller may see `org`.
+    pub async fn can_see_org(&self, caller: &Caller, org: &Organization) -> Result<bool, ApiError> {
+        if self
+            .auth
+            .allowed(
+                caller,
+                &Check::cluster("get", "organizations", Some(&org.name_any())),
+            )
+            .await?
+        {
+            return Ok(true);
+        }
+        self.auth
+            .allowed(
+                caller,
+                &Check::new("list", "workspaces", org.target_namespace(), None),
+            )
+            .await
+    }
+
+    /// The object with this ID and its organization, from the index (no authorization).
+    pub fn locate<K: Guarded>(&self, id: &str) -> Option<Located<K>> {
+        let idx = self.index.read();
+        let obj = K::by_id(&idx, id)?.clone();
+        located(&idx, obj)
+    }
+
+    /// The object with this ID if the caller may read it (`get` on it); 404 otherwise.
+    pub async fn readable<K: Guarded>(
+        &self,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<Located<K>, ApiError> {
+        let l = self.locate::<K>(id).ok_or_else(K::not_found)?;
+        self.require(caller, &l.check("get"), Deny::NotFound, K::not_found)
+            .await?;
+        Ok(l)
+    }
+
+    /// The object named `name` in organization `org` if the caller may read it; 404
+    /// otherwise. The name is resolved first and the decision is taken on that object, so
+    /// a Role limited to it by `resourceNames` reads it by name as by ID (SPEC B4).
+    pub async fn readable_by_name<K: Guarded>(
+        &self,
+        caller: &Caller,
+        org: &str,
+        name: &str,
+    ) -> Result<Located<K>, ApiError> {
+        let l = {
+            let idx = self.index.read();
+            let org = idx.organization(org).ok_or_else(K::not_found)?;
+            let obj = K::by_name(&idx, org.target_namespace(), name)
+                .ok_or_else(K::not_found)?
+                .clone();
+            located(&idx, obj).ok_or_else(K::not_found)?
+        };
+        self.require(caller, &l.check("get"), Deny::NotFound, K::not_found)
+            .await?;
+        Ok(l)
+    }
+
+    /// The objects of kind `K` in the organization (those with an ID), if the caller may
+    /// `list` them there; none otherwise (a list never reveals more than the caller may
+    /// see, and an empty one reveals nothing).
+    pub async fn listable<K: Guarded>(
+        &self,
+        caller: &Caller,
+        org: &Organization,
+    ) -> Result<Vec<Arc<K>>, ApiError> {
+        let ns = org.target_namespace();
+        if !self
+            .auth
+            .allowed(caller, &Check::new("list", K::RESOURCE, ns, None))
+            .await?
+        {
+            return Ok(Vec::new());
+        }
+        Ok(K::in_namespace(&self.index.read(), ns))
+    }
+
+    /// `readable`, then what `N` needs.
+    pub async fn found<K: Guarded, N: Need>(
+        &self,
+        caller: &Caller,
+        l: Located<K>,
+    ) -> Result<Located<K>, ApiError> {
+        if let Some(verb) = N::VERB {
+            self.require(caller, &l.check(verb), N::DENY, K::not_found)
+                .await?;
+        }
+        Ok(l)
+    }
+}
+
+/// The object with its organization (None when its namespace has no organization).
+pub fn located<K: Resource>(idx: &Inner, obj: Arc<K>) -> Option<Located<K>> {
+    let ns = obj.meta().namespace.clone().unwrap_or_default();
+    let org = idx.organization_of_namespace(&ns)?.clone();
+    Some(Located { obj, org, ns })
+}
+
+/// 404 for an organization.
+pub fn org_not_found() -> ApiError {
+    ApiError::not_found("organization not found")
+}
+
+/// The authenticated caller and the object of the path — by `{id}`, or by `{org}` and
+/// `{name}` for kinds addressed by name — readable by the caller and allowed what `N`
+/// needs.
+pub struct Found<K, N = Read> {
+    pub caller: Caller,
+    pub at: Located<K>,
+    _n: PhantomData<N>,
+}
+
+impl<K: Guarded, N: Need> FromRequestParts<AppState> for Found<K, N> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let caller = Caller::from_request_parts(parts, state).await?;
+        let params = RawPathParams::from_request_parts(parts, state)
+            .await
+            .map_err(|_| K::not_found())?;
+        let param = |key: &str| params.iter().find(|(k, _)| *k == key).map(|(_, v)| v);
+        let l = match (param("id"), param("org"), param("name")) {
+            (Some(id), _, _) => state.readable::<K>(&caller, id).await?,
+            (None, Some(org), Some(name)) => {
+                state.readable_by_name::<K>(&caller, org, name).await?
+            }
+            _ => return Err(K::not_found()),
+        };
+        let at = state.found::<K, N>(&caller, l).await?;
+        Ok(Found {
+            caller,
+            at,
+            _n: PhantomData,
+        })
+    }
+}
+
+/// The authenticated caller and the organization of `{org}`, if the caller may see it
+/// (404 otherwise).
+pub struct VisibleOrg {
+    pub caller: Caller,
+    pub org: Arc<Organization>,
+}
+
+impl FromRequestParts<AppState> for VisibleOrg {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let caller = Caller::from_request_parts(parts, state).await?;
+        let params = RawPathParams::from_request_parts(parts, state)
+            .await
+            .map_err(|_| org_not_found())?;
+        let name = params
+            .iter()
+            .find(|(k, _)| *k == "org")
+            .map(|(_, v)| v.to_owned())
+            .ok_or_else(org_not_found)?;
+        let org = state.visible_org(&caller, &name).await?;
+        Ok(VisibleOrg { caller, org })
+    }
+}
+
+impl VisibleOrg {
+    /// The organization's namespace.
+    pub fn ns(&self) -> &str {
+        self.org.target_namespace()
+    }
+
+    /// A namespace-wide check of `verb` on `resource` in the organization.
+    pub fn check(&self, verb: &'static str, resource: &'static str) -> Check {
+        Check::new(verb, resource, self.ns(), None)
+    }
+}

@@ -1,0 +1,246 @@
+//! The kinds the index holds: one [`Indexed`] implementation each, saying how an object
+//! enters and leaves the index and how it is found by its `terrace.dev/id`. Adding a kind
+//! is one implementation (or one line of [`keyed!`] for kinds that need no secondary
+//! index), one entry of [`NAMES`] and one of [`spawn_all`].
+
+use std::sync::Arc;
+
+use kube::Resource;
+use kube::api::ObjectMeta;
+use terrace_crds::{
+    AgentPool, ConfigurationVersion, OAuthToken, Organization, Project, RegistryModule, SshKey,
+    TestRun, TestVariable, Workspace,
+};
+
+use super::{Index, Inner, feed};
+
+/// A kind fed into the index by its own watch.
+pub trait Indexed:
+    Resource<DynamicType = ()>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+    /// The kind's name (log fields and metric labels).
+    const NAME: &'static str;
+    /// The key of an object in the index (its uid; the name for cluster-scoped kinds).
+    fn key(meta: &ObjectMeta) -> String {
+        meta.uid.clone().unwrap_or_else(|| {
+            format!(
+                "{}/{}",
+                meta.namespace.as_deref().unwrap_or_default(),
+                meta.name.as_deref().unwrap_or_default()
+            )
+        })
+    }
+    /// Adds or replaces an object.
+    fn put(inner: &mut Inner, o: Self);
+    /// Removes the object with this key, if indexed.
+    fn remove_key(inner: &mut Inner, key: &str);
+    /// Forgets every object (before a relist is applied).
+    fn clear(inner: &mut Inner);
+    /// The object with this `terrace.dev/id`.
+    fn by_id<'a>(inner: &'a Inner, id: &str) -> Option<&'a Arc<Self>>;
+    /// The object with this key.
+    fn by_key<'a>(inner: &'a Inner, key: &str) -> Option<&'a Arc<Self>>;
+    /// Number of indexed objects.
+    fn count(inner: &Inner) -> usize;
+    /// The objects of namespace `ns` that carry an ID (any order).
+    fn in_namespace(inner: &Inner, ns: &str) -> Vec<Arc<Self>>;
+}
+
+/// Every indexed kind's name, in the order of [`spawn_all`].
+pub const NAMES: [&str; 10] = [
+    Organization::NAME,
+    Project::NAME,
+    Workspace::NAME,
+    SshKey::NAME,
+    AgentPool::NAME,
+    OAuthToken::NAME,
+    RegistryModule::NAME,
+    ConfigurationVersion::NAME,
+    TestRun::NAME,
+    TestVariable::NAME,
+];
+
+/// Starts one watch per kind.
+pub fn spawn_all(index: &Arc<Index>, client: &kube::Client) -> Vec<tokio::task::JoinHandle<()>> {
+    fn spawn<K: Indexed>(index: &Arc<Index>, client: &kube::Client) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(feed::<K>(index.clone(), client.clone()))
+    }
+    vec![
+        spawn::<Organization>(index, client),
+        spawn::<Project>(index, client),
+        spawn::<Workspace>(index, client),
+        spawn::<SshKey>(index, client),
+        spawn::<AgentPool>(index, client),
+        spawn::<OAuthToken>(index, client),
+        spawn::<RegistryModule>(index, client),
+        spawn::<ConfigurationVersion>(index, client),
+        spawn::<TestRun>(index, client),
+        spawn::<TestVariable>(index, client),
+    ]
+}
+
+/// Number of indexed objects per kind.
+pub fn counts(inner: &Inner) -> Vec<(&'static str, usize)> {
+    vec![
+        (Organization::NAME, Organization::count(inner)),
+        (Project::NAME, Project::count(inner)),
+        (Workspace::NAME, Workspace::count(inner)),
+        (SshKey::NAME, SshKey::count(inner)),
+        (AgentPool::NAME, AgentPool::count(inner)),
+        (OAuthToken::NAME, OAuthToken::count(inner)),
+        (RegistryModule::NAME, RegistryModule::count(inner)),
+        (
+            ConfigurationVersion::NAME,
+            ConfigurationVersion::count(inner),
+        ),
+        (TestRun::NAME, TestRun::count(inner)),
+        (TestVariable::NAME, TestVariable::count(inner)),
+    ]
+}
+
+impl Indexed for Organization {
+    const NAME: &'static str = "Organization";
+    fn key(meta: &ObjectMeta) -> String {
+        meta.name.clone().unwrap_or_default()
+    }
+    fn put(inner: &mut Inner, o: Self) {
+        inner.put_org(o);
+    }
+    fn remove_key(inner: &mut Inner, key: &str) {
+        inner.remove_org(key);
+    }
+    fn clear(inner: &mut Inner) {
+        inner.orgs.clear();
+        inner.org_by_tfe_name.clear();
+        inner.org_by_namespace.clear();
+    }
+    /// Organizations are found by TFE name (their API ID).
+    fn by_id<'a>(inner: &'a Inner, id: &str) -> Option<&'a Arc<Self>> {
+        inner.organization(id)
+    }
+    fn by_key<'a>(inner: &'a Inner, key: &str) -> Option<&'a Arc<Self>> {
+        inner.orgs.get(key)
+    }
+    fn count(inner: &Inner) -> usize {
+        inner.orgs.len()
+    }
+    fn in_namespace(inner: &Inner, ns: &str) -> Vec<Arc<Self>> {
+        inner
+            .organization_of_namespace(ns)
+            .cloned()
+            .into_iter()
+            .collect()
+    }
+}
+
+impl Indexed for Project {
+    const NAME: &'static str = "Project";
+    fn put(inner: &mut Inner, o: Self) {
+        inner.put_project(o);
+    }
+    fn remove_key(inner: &mut Inner, key: &str) {
+        inner.remove_project(key);
+    }
+    fn clear(inner: &mut Inner) {
+        inner.projects.clear();
+        inner.project_by_id.clear();
+        inner.project_by_name.clear();
+        inner.default_project_by_ns.clear();
+    }
+    fn by_id<'a>(inner: &'a Inner, id: &str) -> Option<&'a Arc<Self>> {
+        inner.project(id)
+    }
+    fn by_key<'a>(inner: &'a Inner, key: &str) -> Option<&'a Arc<Self>> {
+        inner.projects.get(key)
+    }
+    fn count(inner: &Inner) -> usize {
+        inner.projects.len()
+    }
+    fn in_namespace(inner: &Inner, ns: &str) -> Vec<Arc<Self>> {
+        inner
+            .projects_in(ns)
+            .filter(|p| super::id_label(p.as_ref()).is_some())
+            .cloned()
+            .collect()
+    }
+}
+
+impl Indexed for Workspace {
+    const NAME: &'static str = "Workspace";
+    fn put(inner: &mut Inner, o: Self) {
+        inner.put_workspace(o);
+    }
+    fn remove_key(inner: &mut Inner, key: &str) {
+        inner.remove_workspace(key);
+    }
+    fn clear(inner: &mut Inner) {
+        inner.workspaces.clear();
+        inner.ws_by_id.clear();
+        inner.ws_by_namespace.clear();
+    }
+    fn by_id<'a>(inner: &'a Inner, id: &str) -> Option<&'a Arc<Self>> {
+        inner.workspace(id)
+    }
+    fn by_key<'a>(inner: &'a Inner, key: &str) -> Option<&'a Arc<Self>> {
+        inner.workspaces.get(key)
+    }
+    fn count(inner: &Inner) -> usize {
+        inner.workspaces.len()
+    }
+    fn in_namespace(inner: &Inner, ns: &str) -> Vec<Arc<Self>> {
+        inner.workspaces_in(ns).map_or_else(Vec::new, |w| {
+            w.uids_by_name()
+                .filter_map(|u| inner.workspace_by_uid(u).cloned())
+                .collect()
+        })
+    }
+}
+
+/// [`Indexed`] for a kind kept in a [`super::Keyed`] field of [`Inner`].
+macro_rules! keyed {
+    ($kind:ty, $field:ident) => {
+        impl Indexed for $kind {
+            const NAME: &'static str = stringify!($kind);
+            fn put(inner: &mut Inner, o: Self) {
+                inner.$field.put(o);
+            }
+            fn remove_key(inner: &mut Inner, key: &str) {
+                inner.$field.remove(key);
+            }
+            fn clear(inner: &mut Inner) {
+                inner.$field.clear();
+            }
+            fn by_id<'a>(inner: &'a Inner, id: &str) -> Option<&'a Arc<Self>> {
+                inner.$field.get(id)
+            }
+            fn by_key<'a>(inner: &'a Inner, key: &str) -> Option<&'a Arc<Self>> {
+                inner.$field.by_uid(key)
+            }
+            fn count(inner: &Inner) -> usize {
+                inner.$field.by_uid.len()
+            }
+            fn in_namespace(inner: &Inner, ns: &str) -> Vec<Arc<Self>> {
+                inner
+                    .$field
+                    .in_namespace(ns)
+                    .filter(|o| super::id_label(o.as_ref()).is_some())
+                    .cloned()
+                    .collect()
+            }
+        }
+    };
+}
+
+keyed!(SshKey, ssh_keys);
+keyed!(AgentPool, agent_pools);
+keyed!(OAuthToken, oauth_tokens);
+keyed!(RegistryModule, registry_modules);
+keyed!(ConfigurationVersion, configuration_versions);
+keyed!(TestRun, test_runs);
+keyed!(TestVariable, test_variables);

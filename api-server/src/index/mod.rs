@@ -1,0 +1,667 @@
+//! In-memory indexes of the terrace objects the API serves, fed by watches.
+//!
+//! Request handlers never list from the Kubernetes API: they read these maps (by ID, by
+//! organization and name, by tag, by project). Writes go to the Kubernetes API; afterwards
+//! the handler waits, bounded, until the index has seen the written resourceVersion, so a
+//! create followed by a read never answers 404. Managed fields and the kubectl
+//! last-applied annotation are dropped before indexing to keep memory per object small;
+//! that is why a handler never writes an indexed copy back to the cluster (a replace would
+//! delete them) but patches only what it changes ([`crate::write`]).
+//!
+//! Each kind is fed by one watch through the [`Indexed`] trait ([`kinds`]): how an object
+//! enters and leaves the index and how it is found by ID. Watches read objects through
+//! kube's `DeserializeGuard`, so one object that does not deserialize (written by hand
+//! with a bad field, or by an older or newer terrace) is logged, counted and skipped
+//! instead of failing the whole list and leaving its kind unsynced.
+
+mod kinds;
+
+pub use kinds::Indexed;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::core::DeserializeGuard;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Resource, ResourceExt};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use terrace_crds::constants::LABEL_ID;
+use terrace_crds::{
+    AgentPool, ConfigurationVersion, OAuthToken, Organization, Project, RegistryModule, SshKey,
+    TestRun, TestVariable, Workspace,
+};
+
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// The indexed state; read it through [`Index::read`].
+#[derive(Default)]
+pub struct Inner {
+    orgs: HashMap<String, Arc<Organization>>,
+    org_by_tfe_name: HashMap<String, String>,
+    org_by_namespace: HashMap<String, String>,
+    projects: HashMap<String, Arc<Project>>,
+    project_by_id: HashMap<String, String>,
+    /// (namespace, object name) → uid.
+    project_by_name: HashMap<(String, String), String>,
+    /// namespace → uid of its default project.
+    default_project_by_ns: HashMap<String, String>,
+    workspaces: HashMap<String, Arc<Workspace>>,
+    ws_by_id: HashMap<String, String>,
+    ws_by_namespace: HashMap<String, NamespaceWorkspaces>,
+    ssh_keys: Keyed<SshKey>,
+    agent_pools: Keyed<AgentPool>,
+    oauth_tokens: Keyed<OAuthToken>,
+    registry_modules: Keyed<RegistryModule>,
+    configuration_versions: Keyed<ConfigurationVersion>,
+    test_runs: Keyed<TestRun>,
+    test_variables: Keyed<TestVariable>,
+}
+
+/// Objects of one reference kind (SshKey, AgentPool, OAuthToken) by uid, with an ID
+/// lookup. These kinds are few per organization, so per-namespace reads scan.
+pub struct Keyed<K> {
+    by_uid: HashMap<String, Arc<K>>,
+    by_id: HashMap<String, String>,
+}
+
+impl<K> Default for Keyed<K> {
+    fn default() -> Self {
+        Self {
+            by_uid: HashMap::new(),
+            by_id: HashMap::new(),
+        }
+    }
+}
+
+impl<K: Resource> Keyed<K> {
+    fn put(&mut self, o: K) {
+        let key = uid(&o);
+        self.remove(&key);
+        if let Some(id) = id_label(&o) {
+            self.by_id.insert(id, key.clone());
+        }
+        self.by_uid.insert(key, Arc::new(o));
+    }
+
+    fn remove(&mut self, key: &str) {
+        if let Some(old) = self.by_uid.remove(key)
+            && let Some(id) = id_label(old.as_ref())
+            && self.by_id.get(&id).is_some_and(|k| k == key)
+        {
+            self.by_id.remove(&id);
+        }
+    }
+
+    fn clear(&mut self) {
+        self.by_uid.clear();
+        self.by_id.clear();
+    }
+
+    /// The object with this ID.
+    pub fn get(&self, id: &str) -> Option<&Arc<K>> {
+        self.by_id.get(id).and_then(|k| self.by_uid.get(k))
+    }
+
+    /// The object with this uid.
+    pub fn by_uid(&self, uid: &str) -> Option<&Arc<K>> {
+        self.by_uid.get(uid)
+    }
+
+    /// Every object (any order).
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<K>> {
+        self.by_uid.values()
+    }
+
+    /// Objects of namespace `ns` (any order).
+    pub fn in_namespace<'a>(&'a self, ns: &'a str) -> impl Iterator<Item = &'a Arc<K>> + 'a {
+        self.by_uid
+            .values()
+            .filter(move |o| o.meta().namespace.as_deref() == Some(ns))
+    }
+}
+
+/// Per-namespace (per-organization) workspace indexes.
+#[derive(Default)]
+pub struct NamespaceWorkspaces {
+    /// (lowercased TFE name, uid), in name order.
+    by_name: BTreeSet<(String, String)>,
+    /// lowercased flat tag → (lowercased TFE name, uid) of the workspaces carrying it, in
+    /// name order, so a tag-filtered, name-sorted page is read without sorting.
+    by_tag: HashMap<String, BTreeSet<(String, String)>>,
+}
+
+/// One entry of the name-ordered indexes: (lowercased TFE name, uid).
+pub type NameKey = (String, String);
+
+impl NamespaceWorkspaces {
+    /// Workspace uids in name order.
+    pub fn uids_by_name(&self) -> impl DoubleEndedIterator<Item = &str> {
+        self.by_name.iter().map(|(_, uid)| uid.as_str())
+    }
+    /// Number of workspaces.
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+    /// The name-ordered entries of every workspace (with an ID).
+    pub fn entries(&self) -> &BTreeSet<NameKey> {
+        &self.by_name
+    }
+    /// The name-ordered entries of workspaces carrying the flat tag.
+    pub fn with_tag(&self, tag: &str) -> Option<&BTreeSet<NameKey>> {
+        self.by_tag.get(&tag.to_ascii_lowercase())
+    }
+    /// Every flat tag (lowercased) with the number of workspaces carrying it.
+    pub fn tags(&self) -> impl Iterator<Item = (&str, usize)> {
+        self.by_tag.iter().map(|(t, uids)| (t.as_str(), uids.len()))
+    }
+}
+
+fn uid<K: Resource>(o: &K) -> String {
+    o.meta().uid.clone().unwrap_or_else(|| {
+        format!(
+            "{}/{}",
+            o.meta().namespace.as_deref().unwrap_or_default(),
+            o.name_any()
+        )
+    })
+}
+
+fn is_default_project(p: &Project) -> bool {
+    p.labels()
+        .get(terrace_crds::constants::LABEL_DEFAULT_PROJECT)
+        .map(String::as_str)
+        == Some("true")
+}
+
+fn id_label<K: Resource>(o: &K) -> Option<String> {
+    o.meta().labels.as_ref()?.get(LABEL_ID).cloned()
+}
+
+fn slim<K: Resource>(mut o: K) -> K {
+    let m = o.meta_mut();
+    m.managed_fields = None;
+    if let Some(a) = m.annotations.as_mut() {
+        a.remove(LAST_APPLIED);
+        if a.is_empty() {
+            m.annotations = None;
+        }
+    }
+    o
+}
+
+/// Whether resourceVersion `seen` is at least `wanted` (numeric when both parse, which
+/// they do for etcd and the simulator; equality otherwise).
+pub fn rv_at_least(seen: Option<&str>, wanted: &str) -> bool {
+    match (
+        seen.and_then(|s| s.parse::<u64>().ok()),
+        wanted.parse::<u64>().ok(),
+    ) {
+        (Some(s), Some(w)) => s >= w,
+        _ => seen == Some(wanted),
+    }
+}
+
+impl Inner {
+    fn put_org(&mut self, o: Organization) {
+        let key = o.name_any();
+        self.remove_org(&key);
+        self.org_by_tfe_name
+            .insert(o.tfe_name().to_owned(), key.clone());
+        self.org_by_namespace
+            .insert(o.target_namespace().to_owned(), key.clone());
+        self.orgs.insert(key, Arc::new(o));
+    }
+
+    fn remove_org(&mut self, key: &str) {
+        if let Some(old) = self.orgs.remove(key) {
+            self.org_by_tfe_name.remove(old.tfe_name());
+            self.org_by_namespace.remove(old.target_namespace());
+        }
+    }
+
+    fn put_project(&mut self, p: Project) {
+        let key = uid(&p);
+        self.remove_project(&key);
+        if let Some(id) = id_label(&p) {
+            self.project_by_id.insert(id, key.clone());
+        }
+        let ns = p.namespace().unwrap_or_default();
+        if is_default_project(&p) {
+            self.default_project_by_ns.insert(ns.clone(), key.clone());
+        }
+        self.project_by_name.insert((ns, p.name_any()), key.clone());
+        self.projects.insert(key, Arc::new(p));
+    }
+
+    fn remove_project(&mut self, key: &str) {
+        let Some(old) = self.projects.remove(key) else {
+            return;
+        };
+        if let Some(id) = id_label(old.as_ref())
+            && self.project_by_id.get(&id).is_some_and(|k| k == key)
+        {
+            self.project_by_id.remove(&id);
+        }
+        let ns = old.namespace().unwrap_or_default();
+        if self
+            .default_project_by_ns
+            .get(&ns)
+            .is_some_and(|k| k == key)
+        {
+            self.default_project_by_ns.remove(&ns);
+        }
+        let name_key = (ns, old.name_any());
+        if self
+            .project_by_name
+            .get(&name_key)
+            .is_some_and(|k| k == key)
+        {
+            self.project_by_name.remove(&name_key);
+        }
+    }
+
+    fn put_workspace(&mut self, w: Workspace) {
+        let key = uid(&w);
+        self.remove_workspace(&key);
+        let ns = w.namespace().unwrap_or_default();
+        // Only workspaces with an ID are visible through the API; the operator assigns
+        // IDs to objects applied without one.
+        if let Some(id) = id_label(&w) {
+            let idx = self.ws_by_namespace.entry(ns).or_default();
+            let name = w.spec.name.to_ascii_lowercase();
+            idx.by_name.insert((name.clone(), key.clone()));
+            for t in &w.spec.tags {
+                idx.by_tag
+                    .entry(t.to_ascii_lowercase())
+                    .or_default()
+                    .insert((name.clone(), key.clone()));
+            }
+            self.ws_by_id.insert(id, key.clone());
+        }
+        self.workspaces.insert(key, Arc::new(w));
+    }
+
+    fn remove_workspace(&mut self, key: &str) {
+        let Some(old) = self.workspaces.remove(key) else {
+            return;
+        };
+        if let Some(id) = id_label(old.as_ref())
+            && self.ws_by_id.get(&id).is_some_and(|k| k == key)
+        {
+            self.ws_by_id.remove(&id);
+        }
+        let ns = old.namespace().unwrap_or_default();
+        if let Some(idx) = self.ws_by_namespace.get_mut(&ns) {
+            let entry = (old.spec.name.to_ascii_lowercase(), key.to_owned());
+            idx.by_name.remove(&entry);
+            for t in &old.spec.tags {
+                let t = t.to_ascii_lowercase();
+                if let Some(set) = idx.by_tag.get_mut(&t) {
+                    set.remove(&entry);
+                    if set.is_empty() {
+                        idx.by_tag.remove(&t);
+                    }
+                }
+            }
+            if idx.by_name.is_empty() {
+                self.ws_by_namespace.remove(&ns);
+            }
+        }
+    }
+
+    /// All organizations.
+    pub fn organizations(&self) -> impl Iterator<Item = &Arc<Organization>> {
+        self.orgs.values()
+    }
+
+    /// The organization with this TFE name.
+    pub fn organization(&self, tfe_name: &str) -> Option<&Arc<Organization>> {
+        self.org_by_tfe_name
+            .get(tfe_name)
+            .and_then(|k| self.orgs.get(k))
+    }
+
+    /// The organization owning a namespace.
+    pub fn organization_of_namespace(&self, ns: &str) -> Option<&Arc<Organization>> {
+        self.org_by_namespace.get(ns).and_then(|k| self.orgs.get(k))
+    }
+
+    /// The project with this ID.
+    pub fn project(&self, id: &str) -> Option<&Arc<Project>> {
+        self.project_by_id
+            .get(id)
+            .and_then(|k| self.projects.get(k))
+    }
+
+    /// Projects of a namespace.
+    pub fn projects_in<'a>(&'a self, ns: &'a str) -> impl Iterator<Item = &'a Arc<Project>> + 'a {
+        self.projects
+            .values()
+            .filter(move |p| p.namespace().as_deref() == Some(ns))
+    }
+
+    /// The default project of namespace `ns`.
+    pub fn default_project(&self, ns: &str) -> Option<&Arc<Project>> {
+        self.default_project_by_ns
+            .get(ns)
+            .and_then(|k| self.projects.get(k))
+    }
+
+    /// The project a workspace belongs to: its named project, else the default one.
+    pub fn project_of(&self, ws: &Workspace) -> Option<&Arc<Project>> {
+        let ns = ws.namespace().unwrap_or_default();
+        match ws.spec.project.as_deref().filter(|p| !p.is_empty()) {
+            Some(name) => self.project_named(&ns, name),
+            None => self.default_project(&ns),
+        }
+    }
+
+    /// The project object `name` of namespace `ns`.
+    pub fn project_named(&self, ns: &str, name: &str) -> Option<&Arc<Project>> {
+        self.project_by_name
+            .get(&(ns.to_owned(), name.to_owned()))
+            .and_then(|k| self.projects.get(k))
+    }
+
+    /// The workspace with this ID.
+    pub fn workspace(&self, id: &str) -> Option<&Arc<Workspace>> {
+        self.ws_by_id.get(id).and_then(|k| self.workspaces.get(k))
+    }
+
+    /// The workspace with this uid.
+    pub fn workspace_by_uid(&self, uid: &str) -> Option<&Arc<Workspace>> {
+        self.workspaces.get(uid)
+    }
+
+    /// The workspace of namespace `ns` whose TFE name is `name` (case-insensitive; the
+    /// oldest one if kubectl users created duplicates). Only workspaces with an ID count.
+    pub fn workspace_named(&self, ns: &str, name: &str) -> Option<&Arc<Workspace>> {
+        let idx = self.ws_by_namespace.get(ns)?;
+        let lower = name.to_ascii_lowercase();
+        idx.by_name
+            .range((lower.clone(), String::new())..)
+            .take_while(|(n, _)| *n == lower)
+            .filter_map(|(_, uid)| self.workspaces.get(uid))
+            .filter(|w| id_label(w.as_ref()).is_some())
+            .min_by_key(|w| w.metadata.creation_timestamp.clone())
+    }
+
+    /// Per-namespace workspace indexes.
+    pub fn workspaces_in(&self, ns: &str) -> Option<&NamespaceWorkspaces> {
+        self.ws_by_namespace.get(ns)
+    }
+
+    /// Number of indexed workspaces.
+    pub fn workspace_count(&self) -> usize {
+        self.workspaces.len()
+    }
+
+    /// SSH keys.
+    pub fn ssh_keys(&self) -> &Keyed<SshKey> {
+        &self.ssh_keys
+    }
+
+    /// Agent pools.
+    pub fn agent_pools(&self) -> &Keyed<AgentPool> {
+        &self.agent_pools
+    }
+
+    /// OAuth tokens.
+    pub fn oauth_tokens(&self) -> &Keyed<OAuthToken> {
+        &self.oauth_tokens
+    }
+
+    /// Registry modules.
+    pub fn registry_modules(&self) -> &Keyed<RegistryModule> {
+        &self.registry_modules
+    }
+
+    /// Configuration versions.
+    pub fn configuration_versions(&self) -> &Keyed<ConfigurationVersion> {
+        &self.configuration_versions
+    }
+
+    /// Module test runs.
+    pub fn test_runs(&self) -> &Keyed<TestRun> {
+        &self.test_runs
+    }
+
+    /// Module test variables.
+    pub fn test_variables(&self) -> &Keyed<TestVariable> {
+        &self.test_variables
+    }
+
+    /// Number of indexed objects per kind.
+    pub fn counts(&self) -> Vec<(&'static str, usize)> {
+        kinds::counts(self)
+    }
+}
+
+/// What a kind's watch last did, for the metrics.
+#[derive(Debug, Default)]
+pub struct WatchStats {
+    /// Unix milliseconds of the last event (of the index's creation before the first).
+    pub last_event_ms: AtomicI64,
+    /// Watch errors so far.
+    pub errors: AtomicU64,
+    /// Objects skipped because they did not deserialize.
+    pub invalid: AtomicU64,
+}
+
+/// Now in Unix milliseconds.
+pub fn unix_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// The indexes plus change notification.
+pub struct Index {
+    inner: RwLock<Inner>,
+    changes: tokio::sync::watch::Sender<u64>,
+    synced: tokio::sync::watch::Sender<usize>,
+    /// Per watched kind, in [`kinds::NAMES`] order.
+    watches: Vec<(&'static str, WatchStats)>,
+    /// Durations of [`Index::wait_until`] and how many gave up.
+    wait_seconds: Histogram,
+    wait_timeouts: Counter,
+}
+
+impl std::fmt::Debug for Index {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Index").finish_non_exhaustive()
+    }
+}
+
+impl Default for Index {
+    fn default() -> Self {
+        Self {
+            inner: RwLock::default(),
+            changes: tokio::sync::watch::Sender::new(0),
+            synced: tokio::sync::watch::Sender::new(0),
+            watches: kinds::NAMES
+                .iter()
+                .map(|k| {
+                    (
+                        *k,
+                        WatchStats {
+                            last_event_ms: AtomicI64::new(unix_millis()),
+                            ..Default::default()
+                        },
+                    )
+                })
+                .collect(),
+            // 1 ms … 8 s (the waits are bounded by a few seconds).
+            wait_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
+            wait_timeouts: Counter::default(),
+        }
+    }
+}
+
+impl Index {
+    /// Reads the indexes. Never hold the guard across an await.
+    pub fn read(&self) -> RwLockReadGuard<'_, Inner> {
+        self.inner.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Inserts an object directly, as its watch would (tests and benchmarks).
+    pub fn insert<K: Indexed>(&self, o: K) {
+        K::put(&mut self.write(), slim(o));
+        self.changed();
+    }
+
+    /// Each watched kind's name and statistics.
+    pub fn watch_stats(&self) -> impl Iterator<Item = (&'static str, &WatchStats)> {
+        self.watches.iter().map(|(k, s)| (*k, s))
+    }
+
+    fn stats(&self, kind: &str) -> Option<&WatchStats> {
+        self.watches
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, s)| s)
+    }
+
+    /// The histogram of [`Index::wait_until`] durations and the counter of its timeouts
+    /// (handles for a registry).
+    pub fn wait_metrics(&self) -> (Histogram, Counter) {
+        (self.wait_seconds.clone(), self.wait_timeouts.clone())
+    }
+
+    /// Waits until every watch has delivered its initial list, at most `timeout`.
+    pub async fn wait_synced(&self, timeout: Duration) -> bool {
+        let mut rx = self.synced.subscribe();
+        let all = self.watches.len();
+        tokio::time::timeout(timeout, rx.wait_for(|n| *n >= all))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    /// Waits until `cond` holds on the indexes, at most `timeout`. Returns whether it held.
+    pub async fn wait_until(
+        &self,
+        timeout: Duration,
+        mut cond: impl FnMut(&Inner) -> bool,
+    ) -> bool {
+        let start = Instant::now();
+        let mut rx = self.changes.subscribe();
+        let wait = async {
+            loop {
+                if cond(&self.read()) {
+                    return true;
+                }
+                if rx.changed().await.is_err() {
+                    return false;
+                }
+            }
+        };
+        let held = tokio::time::timeout(timeout, wait).await.unwrap_or(false);
+        self.wait_seconds.observe(start.elapsed().as_secs_f64());
+        if !held {
+            self.wait_timeouts.inc();
+        }
+        held
+    }
+
+    /// Starts the watches feeding the indexes, one per [`Indexed`] kind; they run until
+    /// the returned tasks are aborted or the process ends.
+    pub fn spawn_watches(
+        self: &Arc<Self>,
+        client: kube::Client,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
+        kinds::spawn_all(self, &client)
+    }
+}
+
+/// Feeds kind `K` into the index from a guarded watch.
+async fn feed<K: Indexed>(index: Arc<Index>, client: kube::Client) {
+    let api: Api<DeserializeGuard<K>> = Api::all(client);
+    let mut buffer: Vec<K> = Vec::new();
+    let mut first = true;
+    let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+    futures::pin_mut!(stream);
+    let Some(stats) = index.stats(K::NAME) else {
+        tracing::error!(
+            kind = K::NAME,
+            "a watched kind is missing from the kind list"
+        );
+        return;
+    };
+    while let Some(event) = stream.next().await {
+        match &event {
+            Ok(_) => stats.last_event_ms.store(unix_millis(), Ordering::Relaxed),
+            Err(_) => {
+                stats.errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        match event {
+            Ok(Event::Init) => buffer.clear(),
+            Ok(Event::InitApply(g)) => match g.0 {
+                Ok(o) => buffer.push(slim(o)),
+                Err(invalid) => skipped::<K>(stats, &invalid),
+            },
+            Ok(Event::InitDone) => {
+                {
+                    let mut inner = index.write();
+                    K::clear(&mut inner);
+                    for o in buffer.drain(..) {
+                        K::put(&mut inner, o);
+                    }
+                }
+                if first {
+                    first = false;
+                    index.synced.send_modify(|n| *n += 1);
+                }
+            }
+            Ok(Event::Apply(g)) => match g.0 {
+                Ok(o) => K::put(&mut index.write(), slim(o)),
+                // An object that stopped deserializing leaves the index.
+                Err(invalid) => {
+                    skipped::<K>(stats, &invalid);
+                    K::remove_key(&mut index.write(), &K::key(&invalid.metadata));
+                }
+            },
+            Ok(Event::Delete(g)) => {
+                let key = match &g.0 {
+                    Ok(o) => K::key(o.meta()),
+                    Err(invalid) => K::key(&invalid.metadata),
+                };
+                K::remove_key(&mut index.write(), &key);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, kind = K::NAME, "index watch error");
+                continue;
+            }
+        }
+        index.changed();
+    }
+}
+
+/// Reports an object of kind `K` that does not deserialize (log and metric).
+fn skipped<K: Indexed>(stats: &WatchStats, invalid: &kube::core::error_boundary::InvalidObject) {
+    stats.invalid.fetch_add(1, Ordering::Relaxed);
+    tracing::warn!(
+        kind = K::NAME,
+        namespace = invalid.metadata.namespace.as_deref().unwrap_or(""),
+        name = invalid.metadata.name.as_deref().unwrap_or(""),
+        error = %invalid.error,
+        "skipping an object that does not deserialize"
+    );
+}

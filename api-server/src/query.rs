@@ -1,0 +1,196 @@
+//! Query strings: parameters in request order, percent-decoded, with brackets
+//! (`page%5Bsize%5D` = `page[size]`); the page request (400 on bad values); `include`
+//! values checked against what an endpoint can include and `filter[...]` parameters
+//! against what it can filter on (JSON:API: an unsupported one is 400, never silently
+//! ignored). [`QueryParams`] is also an extractor.
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use terrace_crds::rules::{Page, parse_page};
+
+use crate::ApiError;
+
+/// Query parameters in request order, percent-decoded (`page%5Bsize%5D` = `page[size]`).
+#[derive(Clone, Debug, Default)]
+pub struct QueryParams(pub Vec<(String, String)>);
+
+impl QueryParams {
+    pub fn parse(raw: Option<&str>) -> QueryParams {
+        let raw = raw.unwrap_or("");
+        QueryParams(
+            raw.split('&')
+                .filter(|s| !s.is_empty())
+                .map(|pair| {
+                    let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+                    (decode(k), decode(v))
+                })
+                .collect(),
+        )
+    }
+
+    /// The last value of `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The page request (`page[number]`, `page[size]`), 400 on bad values.
+    pub fn page(&self) -> Result<Page, ApiError> {
+        parse_page(self.get("page[number]"), self.get("page[size]"))
+            .map_err(|e| ApiError::bad_parameter(e.attribute, e.to_string()))
+    }
+
+    /// Comma-separated `include` values, each one of `allowed` (400 naming `include`
+    /// otherwise, also for an empty value).
+    pub fn includes(&self, allowed: &[&str]) -> Result<Vec<String>, ApiError> {
+        let Some(v) = self.get("include") else {
+            return Ok(Vec::new());
+        };
+        let mut out: Vec<String> = Vec::new();
+        for s in v.split(',').map(str::trim) {
+            if !allowed.contains(&s) {
+                let what = if s.is_empty() {
+                    "an empty include value".to_owned()
+                } else {
+                    format!("{s:?}")
+                };
+                return Err(ApiError::bad_parameter(
+                    "include",
+                    format!(
+                        "cannot include {what}; this endpoint can include: {}",
+                        if allowed.is_empty() {
+                            "nothing".to_owned()
+                        } else {
+                            allowed.join(", ")
+                        }
+                    ),
+                ));
+            }
+            if !out.iter().any(|o| o == s) {
+                out.push(s.to_owned());
+            }
+        }
+        Ok(out)
+    }
+
+    /// 400 naming the first `filter[...]` parameter whose name does not start with one
+    /// of `supported` (e.g. `filter[tagged]`, which covers `filter[tagged][0][key]`).
+    pub fn supported_filters(&self, supported: &[&str]) -> Result<(), ApiError> {
+        match self
+            .0
+            .iter()
+            .map(|(k, _)| k)
+            .find(|k| k.starts_with("filter[") && !supported.iter().any(|s| k.starts_with(s)))
+        {
+            None => Ok(()),
+            Some(k) => Err(ApiError::bad_parameter(
+                k.clone(),
+                format!(
+                    "unsupported filter {k}; this endpoint filters on: {}",
+                    if supported.is_empty() {
+                        "nothing".to_owned()
+                    } else {
+                        supported.join(", ")
+                    }
+                ),
+            )),
+        }
+    }
+
+    /// A non-empty value of `key`.
+    pub fn non_empty(&self, key: &str) -> Option<&str> {
+        self.get(key).filter(|v| !v.is_empty())
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for QueryParams {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(QueryParams::parse(parts.uri.query()))
+    }
+}
+
+fn decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_params_are_percent_decoded() {
+        let q = QueryParams::parse(Some("page%5Bsize%5D=5&search%5Bname%5D=a+b&x=%zz"));
+        assert_eq!(q.get("page[size]"), Some("5"));
+        assert_eq!(q.get("search[name]"), Some("a b"));
+        assert_eq!(q.get("x"), Some("%zz"));
+        assert_eq!(q.page().map(|p| p.size).ok(), Some(5));
+    }
+
+    #[test]
+    fn bad_page_values_are_400_with_the_parameter() {
+        for raw in ["page%5Bsize%5D=-1", "page[number]=abc", "page[number]=0"] {
+            match QueryParams::parse(Some(raw)).page() {
+                Err(ApiError::BadRequest {
+                    parameter: Some(p), ..
+                }) => assert!(p.starts_with("page["), "{p}"),
+                other => panic!("{raw}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn includes_and_filters_are_checked() {
+        let q = QueryParams::parse(Some("include=project,organization,project"));
+        assert_eq!(
+            q.includes(&["organization", "project"]).ok(),
+            Some(vec!["project".to_owned(), "organization".to_owned()])
+        );
+        assert!(q.includes(&["project"]).is_err());
+        assert!(
+            QueryParams::parse(Some("include="))
+                .includes(&["project"])
+                .is_err()
+        );
+        assert!(
+            QueryParams::parse(Some("include=a,,b"))
+                .includes(&["a", "b"])
+                .is_err()
+        );
+        let q = QueryParams::parse(Some("filter%5Btagged%5D%5B0%5D%5Bkey%5D=env&filter[x]=1"));
+        assert!(
+            q.supported_filters(&["filter[tagged]", "filter[x]"])
+                .is_ok()
+        );
+        match q.supported_filters(&["filter[tagged]"]) {
+            Err(ApiError::BadRequest { parameter, .. }) => {
+                assert_eq!(parameter.as_deref(), Some("filter[x]"))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

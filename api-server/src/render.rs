@@ -1,0 +1,233 @@
+//! Responses: JSON:API documents with their status ([`Doc`], [`DocBytes`]), lists with
+//! TFE's `meta.pagination` and `links` ([`list`]), and the small pieces every
+//! representation shares (IDs, timestamps with milliseconds, relationship objects).
+//! Representations of one kind used by several resources (an organization or a project
+//! in `included`) live in [`crate::documents`].
+
+use axum::body::Bytes;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use kube::Resource;
+use serde_json::{Value, json};
+use terrace_crds::constants::LABEL_ID;
+use terrace_crds::rules::Page;
+
+use crate::error::MEDIA_TYPE;
+
+/// A JSON:API response with a status code.
+pub struct Doc(pub StatusCode, pub Value);
+
+impl Doc {
+    /// 200 with `{"data": data}`.
+    pub fn ok(data: Value) -> Doc {
+        Doc(StatusCode::OK, json!({ "data": data }))
+    }
+
+    /// 201 with `{"data": data}`.
+    pub fn created(data: Value) -> Doc {
+        Doc(StatusCode::CREATED, json!({ "data": data }))
+    }
+}
+
+impl IntoResponse for Doc {
+    fn into_response(self) -> Response {
+        let bytes = serde_json::to_vec(&self.1).unwrap_or_default();
+        (self.0, [(header::CONTENT_TYPE, MEDIA_TYPE)], bytes).into_response()
+    }
+}
+
+/// A pre-serialized JSON:API response with a status code.
+pub struct DocBytes(pub StatusCode, pub Bytes);
+
+impl IntoResponse for DocBytes {
+    fn into_response(self) -> Response {
+        (self.0, [(header::CONTENT_TYPE, MEDIA_TYPE)], self.1).into_response()
+    }
+}
+
+/// 204 No Content.
+pub fn no_content() -> Response {
+    StatusCode::NO_CONTENT.into_response()
+}
+
+/// `meta.pagination` and `links` for a page of a collection at `base_url` (which may
+/// already carry a query string of filters).
+pub fn pagination(base_url: &str, page: Page, total: usize) -> (Value, Value) {
+    let size = page.size.max(1) as usize;
+    let total_pages = total.div_ceil(size).max(1);
+    let current = page.number as usize;
+    let next = (current < total_pages).then_some(current + 1);
+    let prev = (current > 1).then(|| (current - 1).min(total_pages));
+    let sep = if base_url.contains('?') { '&' } else { '?' };
+    let link = |n: usize| {
+        json!(format!(
+            "{base_url}{sep}page%5Bnumber%5D={n}&page%5Bsize%5D={size}"
+        ))
+    };
+    let meta = json!({
+        "pagination": {
+            "current-page": current,
+            "page-size": size,
+            "prev-page": prev,
+            "next-page": next,
+            "total-pages": total_pages,
+            "total-count": total,
+        }
+    });
+    let links = json!({
+        "self": link(current),
+        "first": link(1),
+        "prev": prev.map_or(Value::Null, link),
+        "next": next.map_or(Value::Null, link),
+        "last": link(total_pages),
+    });
+    (meta, links)
+}
+
+/// The slice of `items` on `page`.
+pub fn page_slice<T>(items: &[T], page: Page) -> &[T] {
+    let size = page.size as usize;
+    let start = (page.number as usize - 1)
+        .saturating_mul(size)
+        .min(items.len());
+    let end = start.saturating_add(size).min(items.len());
+    &items[start..end]
+}
+
+/// 200 with the `page` of `items` rendered by `render`, `meta.pagination` and `links`.
+pub fn list<T>(base_url: &str, page: Page, items: &[T], render: impl FnMut(&T) -> Value) -> Doc {
+    let data: Vec<Value> = page_slice(items, page).iter().map(render).collect();
+    let (meta, links) = pagination(base_url, page, items.len());
+    Doc(
+        StatusCode::OK,
+        json!({"data": data, "meta": meta, "links": links}),
+    )
+}
+
+/// RFC 3339 UTC with milliseconds, as TFE prints timestamps.
+pub fn timestamp(t: &jiff::Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+}
+
+/// Now, as TFE prints timestamps.
+pub fn now() -> String {
+    timestamp(&jiff::Timestamp::now())
+}
+
+/// An object's creation timestamp as TFE prints it (null without one).
+pub fn created_at<K: Resource>(o: &K) -> Value {
+    o.meta()
+        .creation_timestamp
+        .as_ref()
+        .map_or(Value::Null, |t| json!(timestamp(&t.0)))
+}
+
+/// The `terrace.dev/id` label of an object ("" without one).
+pub fn id_of<K: Resource>(o: &K) -> String {
+    o.meta()
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_ID))
+        .cloned()
+        .unwrap_or_default()
+}
+
+const BASE62: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+
+/// A stable TFE-shaped ID for something derived rather than stored (a tag, a tag
+/// binding, a policy): `prefix` and 16 base62 characters of the SHA-256 of `parts`, so it
+/// is the same on every read and after a restart.
+pub fn stable_id(prefix: &str, parts: &[&str]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p.as_bytes());
+        h.update([0u8]);
+    }
+    let digest = h.finalize();
+    let mut out = String::with_capacity(prefix.len() + 16);
+    out.push_str(prefix);
+    for b in digest.iter().take(16) {
+        out.push(char::from(BASE62[usize::from(*b) % BASE62.len()]));
+    }
+    out
+}
+
+/// A to-one relationship: `{"data": {"id": id, "type": kind}}`, or `{"data": null}`.
+pub fn to_one(kind: &str, id: Option<&str>) -> Value {
+    json!({"data": id.map(|i| json!({"id": i, "type": kind}))})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pagination_meta_matches_tfe() {
+        let (meta, links) = pagination(
+            "/api/v2/x",
+            Page {
+                number: 2,
+                size: 20,
+            },
+            45,
+        );
+        let p = &meta["pagination"];
+        assert_eq!(p["current-page"], 2);
+        assert_eq!(p["prev-page"], 1);
+        assert_eq!(p["next-page"], 3);
+        assert_eq!(p["total-pages"], 3);
+        assert_eq!(p["total-count"], 45);
+        assert_eq!(p["page-size"], 20);
+        assert!(
+            links["next"]
+                .as_str()
+                .is_some_and(|l| l.contains("page%5Bnumber%5D=3"))
+        );
+        let (meta, links) = pagination(
+            "/x",
+            Page {
+                number: 1,
+                size: 20,
+            },
+            0,
+        );
+        assert_eq!(meta["pagination"]["total-pages"], 1);
+        assert_eq!(meta["pagination"]["next-page"], Value::Null);
+        assert_eq!(links["prev"], Value::Null);
+    }
+
+    #[test]
+    fn page_slices() {
+        let v: Vec<u32> = (0..45).collect();
+        assert_eq!(
+            page_slice(
+                &v,
+                Page {
+                    number: 3,
+                    size: 20
+                }
+            ),
+            &v[40..45]
+        );
+        assert!(
+            page_slice(
+                &v,
+                Page {
+                    number: 9,
+                    size: 20
+                }
+            )
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn relationships_are_never_bare_null() {
+        assert_eq!(to_one("projects", None), json!({"data": null}));
+        assert_eq!(
+            to_one("projects", Some("prj-1")),
+            json!({"data": {"id": "prj-1", "type": "projects"}})
+        );
+    }
+}

@@ -1,0 +1,639 @@
+//! Configuration versions of modules (SPEC.md A2, A3) and the archive endpoint of test Pods.
+//!
+//! Create answers an `upload-url` once: `{base}/api/v2/uploads/v1/object/<token>`, where
+//! the token is a random capability. Only its SHA-256 is kept (an annotation on the
+//! ConfigurationVersion, with an expiry an hour ahead), so the URL can never be shown
+//! again. The PUT carries no credentials but the URL: the handler claims the token by
+//! removing the annotations with a resourceVersion precondition (of concurrent PUTs
+//! exactly one wins; the others and any later one get 404), validates the archive
+//! (gunzip, tar listing, no absolute or `..` paths), stores it through the
+//! [`BlobStore`](crate::blobs::BlobStore) owned by the ConfigurationVersion, and moves it to
+//! `uploaded` (or `errored` with a message for a bad archive, still answering 200 as TFE
+//! does). With `auto-queue-runs` an upload creates a test run (`svc-configuration-version`).
+//!
+//! Test Pods fetch the archive from `GET /api/v2/test-archives/:cv-id` with the one-time
+//! token the operator put in the Secret `<testrun-object-name>-run`; the handler compares
+//! it, in constant time, with the tokens of the runs that use this configuration version.
+
+use std::collections::BTreeMap;
+
+use axum::body::Bytes;
+use axum::extract::DefaultBodyLimit;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, header};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{ObjectMeta, PostParams};
+use terrace_crds::ConfigurationVersion;
+use terrace_crds::constants::{LABEL_ID, LABEL_ORGANIZATION};
+use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
+use terrace_crds::resources::{ArchiveRef, ConfigurationVersionSpec};
+use terrace_crds::testrun::TestSource;
+use tower_http::limit::RequestBodyLimitLayer;
+
+use super::{LABEL_MODULE, locate};
+use crate::blobs::{BlobError, BlobStore};
+use crate::capability::{base_url, constant_time_eq, sha256_hex};
+use crate::prelude::*;
+
+/// Annotation with the SHA-256 (hex) of the pending upload token.
+pub const ANNOTATION_UPLOAD_SHA256: &str = "terrace.dev/upload-token-sha256";
+/// Annotation with the RFC 3339 time after which the upload URL no longer works.
+pub const ANNOTATION_UPLOAD_EXPIRES: &str = "terrace.dev/upload-expires-at";
+/// How long an upload URL works.
+pub const UPLOAD_TTL: jiff::SignedDuration = jiff::SignedDuration::from_hours(1);
+/// Largest accepted archive (TERRACE_MAX_UPLOAD_BYTES overrides it).
+pub const DEFAULT_MAX_UPLOAD_BYTES: usize = 64 * 1024 * 1024;
+/// Path prefix of upload URLs.
+pub const UPLOAD_PATH: &str = "/api/v2/uploads/v1/object";
+
+type TPath = (String, String, String, String);
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/api/v2/organizations/{org}/tests/registry-modules/private/{namespace}/{name}/{provider}/test-runs/configuration-versions",
+            post(create),
+        )
+        .route("/api/v2/test-archives/{cv}", get(archive))
+}
+
+/// The largest upload accepted.
+pub fn max_upload_bytes() -> usize {
+    std::env::var("TERRACE_MAX_UPLOAD_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_MAX_UPLOAD_BYTES)
+}
+
+pub fn upload_router() -> Router<AppState> {
+    let limit = max_upload_bytes();
+    Router::new()
+        .route(&format!("{UPLOAD_PATH}/{{token}}"), put(upload))
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(RequestBodyLimitLayer::new(limit))
+}
+
+/// The status of a configuration version (`pending` until written).
+pub fn status_of(cv: &ConfigurationVersion) -> &str {
+    cv.status
+        .as_ref()
+        .and_then(|s| s.status.as_deref())
+        .unwrap_or("pending")
+}
+
+/// The JSON:API `data` of a configuration version; `upload_url` only at creation.
+pub fn render(cv: &ConfigurationVersion, upload_url: Option<&str>) -> Value {
+    let st = cv.status.clone().unwrap_or_default();
+    let mut attrs = json!({
+        "auto-queue-runs": cv.spec.auto_queue_runs,
+        "error": st.error_message.as_ref().map(|_| "errored"),
+        "error-message": st.error_message,
+        "source": cv.spec.source,
+        "speculative": cv.spec.speculative,
+        "provisional": false,
+        "status": status_of(cv),
+        "status-timestamps": match st.uploaded_at.as_deref() {
+            Some(t) => json!({"uploaded-at": t}),
+            None => json!({}),
+        },
+        "changed-files": [],
+        "created-at": created_at(cv),
+    });
+    if let Some(u) = upload_url {
+        attrs["upload-url"] = json!(u);
+    }
+    json!({
+        "id": id_of(cv),
+        "type": "configuration-versions",
+        "attributes": attrs,
+        "relationships": {"ingress-attributes": {"data": null}},
+        "links": {"self": format!("/api/v2/configuration-versions/{}", id_of(cv))},
+    })
+}
+
+/// The attributes of a configuration version request (the body may be empty).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct CvAttributes {
+    auto_queue_runs: Option<bool>,
+    speculative: Option<bool>,
+}
+
+impl Typed for CvAttributes {
+    const TYPE: &'static str = "configuration-versions";
+}
+
+async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((org, namespace, name, provider)): Path<TPath>,
+    headers: HeaderMap,
+    JsonApi(doc): JsonApi<Option<Document<CvAttributes>>>,
+) -> Result<Doc, ApiError> {
+    let m = locate(
+        &state,
+        &caller,
+        (&org, &namespace, &name, &provider),
+        "create",
+        "configurationversions",
+    )
+    .await?;
+    let attrs = match doc {
+        Some(d) => d.checked()?.attributes,
+        None => CvAttributes::default(),
+    };
+    let auto_queue = attrs.auto_queue_runs.unwrap_or(true);
+    let speculative = attrs.speculative.unwrap_or(false);
+    let id = new_id(IdKind::ConfigurationVersion);
+    let token = crate::capability::random_token();
+    let expires = jiff::Timestamp::now()
+        .checked_add(UPLOAD_TTL)
+        .map_err(|e| ApiError::internal("upload expiry", e))?;
+    let cv = ConfigurationVersion {
+        metadata: ObjectMeta {
+            name: Some(object_name_for_id(&id)),
+            namespace: Some(m.ns.clone()),
+            labels: Some(BTreeMap::from([
+                (LABEL_ID.to_owned(), id.clone()),
+                (LABEL_ORGANIZATION.to_owned(), m.org.name_any()),
+                (LABEL_MODULE.to_owned(), m.object_name()),
+            ])),
+            annotations: Some(BTreeMap::from([
+                (
+                    ANNOTATION_UPLOAD_SHA256.to_owned(),
+                    sha256_hex(token.as_bytes()),
+                ),
+                (ANNOTATION_UPLOAD_EXPIRES.to_owned(), expires.to_string()),
+            ])),
+            owner_references: m.module.controller_owner_ref(&()).map(|o| vec![o]),
+            ..Default::default()
+        },
+        spec: ConfigurationVersionSpec {
+            module: Some(m.object_name()),
+            workspace: None,
+            auto_queue_runs: auto_queue,
+            speculative,
+            source: TestSource::SvcApi.as_str().to_owned(),
+        },
+        status: None,
+    };
+    let api = write::api::<ConfigurationVersion>(&state, &m.ns);
+    let created = api.create(&PostParams::default(), &cv).await?;
+    let created = write::patch_status(
+        &api,
+        &created.name_any(),
+        json!({"id": id, "status": "pending"}),
+    )
+    .await?;
+    write::wait_seen(&state, &created).await;
+    let url = format!("{}{UPLOAD_PATH}/{token}", base_url(&state, &headers));
+    Ok(Doc::created(render(&created, Some(&url))))
+}
+
+fn gone() -> ApiError {
+    ApiError::not_found("upload URL not found, expired or already used")
+}
+
+/// Lists a tar.gz archive; an error says what is wrong with it.
+pub fn validate_archive(bytes: &[u8]) -> Result<usize, String> {
+    if !crate::blobs::is_gzip(bytes) {
+        return Err("the archive is not gzip-compressed (expected a .tar.gz)".into());
+    }
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(bytes));
+    let entries = archive
+        .entries()
+        .map_err(|e| format!("the archive cannot be read: {e}"))?;
+    let mut n = 0;
+    for entry in entries {
+        let mut entry = entry.map_err(|e| format!("the archive is damaged: {e}"))?;
+        let path = entry
+            .path()
+            .map_err(|e| format!("the archive has a bad path: {e}"))?
+            .into_owned();
+        if path.is_absolute()
+            || path
+                .components()
+                .any(|c| matches!(c, std::path::Component::ParentDir))
+        {
+            return Err(format!(
+                "the archive has an unsafe path {:?}",
+                path.display().to_string()
+            ));
+        }
+        std::io::copy(&mut entry, &mut std::io::sink())
+            .map_err(|e| format!("the archive is damaged: {e}"))?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// The configuration version whose pending upload token is `token`.
+fn by_token(state: &AppState, token: &str) -> Option<Arc<ConfigurationVersion>> {
+    let sha = sha256_hex(token.as_bytes());
+    let idx = state.index.read();
+    idx.configuration_versions()
+        .iter()
+        .find(|cv| cv.annotations().get(ANNOTATION_UPLOAD_SHA256) == Some(&sha))
+        .cloned()
+}
+
+async fn upload(
+    State(state): State<AppState>,
+    Path(token): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let cv = by_token(&state, &token).ok_or_else(gone)?;
+    let expired = cv
+        .annotations()
+        .get(ANNOTATION_UPLOAD_EXPIRES)
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+        .is_none_or(|t| t < jiff::Timestamp::now());
+    if expired || status_of(&cv) != "pending" {
+        return Err(gone());
+    }
+    let body = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::TooLarge(format!("the archive exceeds {} bytes", max_upload_bytes()).into())
+        } else {
+            ApiError::bad_body(format!("unreadable body: {e}"))
+        }
+    })?;
+    let ns = cv.namespace().unwrap_or_default();
+    let name = cv.name_any();
+    let api = write::api::<ConfigurationVersion>(&state, &ns);
+    claim(&api, &cv).await?;
+    let checked = {
+        let b = body.clone();
+        tokio::task::spawn_blocking(move || validate_archive(&b))
+            .await
+            .map_err(|e| ApiError::internal("archive validation", e))?
+    };
+    if let Err(message) = checked {
+        let errored = write::patch_status(
+            &api,
+            &name,
+            json!({"status": "errored", "errorMessage": message}),
+        )
+        .await?;
+        write::wait_seen(&state, &errored).await;
+        return Ok(StatusCode::OK.into_response());
+    }
+    let key = format!("configuration-versions/{}", id_of(cv.as_ref()));
+    crate::blobs::store(&state, &ns, cv.controller_owner_ref(&()))
+        .put(&key, body.clone())
+        .await
+        .map_err(|e| ApiError::internal("storing an archive", e))?;
+    let archive = ArchiveRef {
+        key,
+        size: i64::try_from(body.len()).unwrap_or(i64::MAX),
+        sha256: sha256_hex(&body),
+    };
+    let uploaded = write::patch_status(
+        &api,
+        &name,
+        json!({"status": "uploaded", "archive": archive, "uploadedAt": crate::render::now(), "errorMessage": null}),
+    )
+    .await?;
+    write::wait_seen(&state, &uploaded).await;
+    if cv.spec.auto_queue_runs
+        && let Some(module) = cv.spec.module.clone()
+    {
+        let spec = super::test_runs::RunInput::default().into_spec(
+            module,
+            name,
+            TestSource::SvcConfigurationVersion,
+        );
+        super::test_runs::create_run(&state, &ns, spec, None).await?;
+    }
+    Ok(StatusCode::OK.into_response())
+}
+
+/// Consumes the upload token: removes its annotations with a resourceVersion
+/// precondition, so of concurrent uploads exactly one proceeds.
+async fn claim(
+    api: &kube::Api<ConfigurationVersion>,
+    cv: &ConfigurationVersion,
+) -> Result<(), ApiError> {
+    let sha = cv.annotations().get(ANNOTATION_UPLOAD_SHA256).cloned();
+    let mut claimed = false;
+    write::guarded_patch(api, cv.clone(), |current| {
+        if sha.is_none() || current.annotations().get(ANNOTATION_UPLOAD_SHA256) != sha.as_ref() {
+            return Err(gone());
+        }
+        claimed = true;
+        Ok(Some(json!({"metadata": {
+            "annotations": {ANNOTATION_UPLOAD_SHA256: null, ANNOTATION_UPLOAD_EXPIRES: null},
+        }})))
+    })
+    .await
+    .map_err(|e| match e {
+        ApiError::NotFound(_) => gone(),
+        other => other,
+    })?;
+    if claimed { Ok(()) } else { Err(gone()) }
+}
+
+/// Secret holding a test run's archive token: the operator's run Secret, named like the
+/// run's Pod (`<run>-run`), with the token under `token` and the var-file beside it.
+pub fn token_secret_name(run_object_name: &str) -> String {
+    format!("{run_object_name}-run")
+}
+
+async fn archive(
+    State(state): State<AppState>,
+    Path(cv_id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let unauthorized = || ApiError::Unauthorized("a valid archive token is required".into());
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(s, _)| s.eq_ignore_ascii_case("bearer"))
+        .map(|(_, t)| t.trim().to_owned())
+        .filter(|t| !t.is_empty())
+        .ok_or_else(unauthorized)?;
+    let (cv, runs) = {
+        let idx = state.index.read();
+        let cv = idx
+            .configuration_versions()
+            .get(&cv_id)
+            .cloned()
+            .ok_or_else(unauthorized)?;
+        let ns = cv.namespace().unwrap_or_default();
+        let runs: Vec<String> = idx
+            .test_runs()
+            .in_namespace(&ns)
+            .filter(|r| r.spec.configuration_version == cv.name_any())
+            .map(|r| r.name_any())
+            .collect();
+        (cv, runs)
+    };
+    let ns = cv.namespace().unwrap_or_default();
+    let secrets = write::api::<Secret>(&state, &ns);
+    let mut ok = false;
+    for run in runs {
+        let Ok(Some(s)) = secrets.get_opt(&token_secret_name(&run)).await else {
+            continue;
+        };
+        if let Some(t) = s.data.as_ref().and_then(|d| d.get("token"))
+            && constant_time_eq(&t.0, presented.as_bytes())
+        {
+            ok = true;
+        }
+    }
+    if !ok {
+        return Err(unauthorized());
+    }
+    let key = cv
+        .status
+        .as_ref()
+        .and_then(|s| s.archive.as_ref())
+        .map(|a| a.key.clone())
+        .ok_or_else(|| ApiError::conflict("the configuration version has no uploaded archive"))?;
+    let bytes = crate::blobs::store(&state, &ns, None)
+        .get(&key)
+        .await
+        .map_err(|e| match e {
+            BlobError::NotFound(_) => ApiError::not_found("archive not found"),
+            other => ApiError::internal("reading an archive", other),
+        })?;
+    Ok(([(header::CONTENT_TYPE, "application/gzip")], bytes).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::Api;
+    use kube::api::{Patch, PatchParams, PostParams};
+    use serde_json::json;
+
+    use super::*;
+    use crate::testing::meta;
+    use crate::testing::*;
+
+    #[test]
+    fn archive_validation() {
+        assert_eq!(
+            validate_archive(&targz(&[("main.tf", "x"), ("tests/a.tftest.hcl", "")])),
+            Ok(2)
+        );
+        assert!(validate_archive(b"plain text").is_err());
+        let mut broken = targz(&[("main.tf", "x")]);
+        broken.truncate(broken.len() / 2);
+        assert!(validate_archive(&broken).is_err());
+        // tar::Builder refuses `..`; write the header name bytes directly.
+        let mut b = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_old();
+        header.as_old_mut().name[..7].copy_from_slice(b"../evil");
+        header.set_size(1);
+        header.set_cksum();
+        b.append(&header, &b"x"[..])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let tar = b.into_inner().unwrap_or_else(|e| panic!("{e}"));
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        std::io::Write::write_all(&mut enc, &tar).unwrap_or_else(|e| panic!("{e}"));
+        let evil = enc.finish().unwrap_or_else(|e| panic!("{e}"));
+        let err = validate_archive(&evil).err().unwrap_or_default();
+        assert!(err.contains("unsafe path"), "{err}");
+    }
+
+    /// Create answers a one-time upload URL; the PUT (no auth) stores the archive and
+    /// auto-queues a run; a second PUT is 404; the URL never shows again.
+    #[tokio::test]
+    async fn upload_once_and_auto_queue() {
+        let h = Mh::with_module().await;
+        let (st, doc) = h
+            .call(
+                "POST",
+                &format!("{T}/test-runs/configuration-versions"),
+                None,
+            )
+            .await;
+        assert_eq!(st, 201, "{doc}");
+        let attrs = &doc["data"]["attributes"];
+        assert_eq!(attrs["auto-queue-runs"], true);
+        assert_eq!(attrs["status"], "pending");
+        let url = attrs["upload-url"].as_str().unwrap_or_default().to_owned();
+        assert!(
+            url.starts_with("http://localhost/api/v2/uploads/v1/object/"),
+            "{url}"
+        );
+        let cv = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
+        let token = url.rsplit('/').next().unwrap_or_default().to_owned();
+        let stored = h
+            .state
+            .index
+            .read()
+            .configuration_versions()
+            .get(&cv)
+            .cloned();
+        let stored = stored.unwrap_or_else(|| panic!("cv not indexed"));
+        assert!(
+            !serde_json::to_string(&*stored)
+                .unwrap_or_default()
+                .contains(&token)
+        );
+        let path = format!("{UPLOAD_PATH}/{token}");
+        let archive = targz(&[("main.tf", "variable \"x\" {}")]);
+        assert_eq!(h.upload(&path, archive.clone()).await, 200);
+        assert_eq!(h.upload(&path, archive.clone()).await, 404);
+        assert_eq!(
+            h.upload(&format!("{UPLOAD_PATH}/nope"), archive.clone())
+                .await,
+            404
+        );
+        let cvo = h
+            .state
+            .index
+            .read()
+            .configuration_versions()
+            .get(&cv)
+            .cloned();
+        let st = cvo.and_then(|c| c.status.clone()).unwrap_or_default();
+        assert_eq!(st.status.as_deref(), Some("uploaded"));
+        let a = st.archive.unwrap_or_default();
+        assert_eq!(a.size, archive.len() as i64);
+        assert_eq!(a.sha256, sha256_hex(&archive));
+        h.wait("an auto-queued run", |i| {
+            i.test_runs()
+                .in_namespace(ORG)
+                .any(|r| r.spec.source == "svc-configuration-version")
+        })
+        .await;
+    }
+
+    /// A corrupt archive errors the configuration version with a message (200 to the
+    /// client as TFE answers); runs cannot use it (422).
+    #[tokio::test]
+    async fn corrupt_archive_errors_the_cv() {
+        let h = Mh::with_module().await;
+        let (cv, path) = h.cv(true).await;
+        assert_eq!(h.upload(&path, b"not an archive".to_vec()).await, 200);
+        let st = h
+            .state
+            .index
+            .read()
+            .configuration_versions()
+            .get(&cv)
+            .and_then(|c| c.status.clone())
+            .unwrap_or_default();
+        assert_eq!(st.status.as_deref(), Some("errored"));
+        assert!(st.error_message.unwrap_or_default().contains("gzip"));
+        assert!(
+            h.state
+                .index
+                .read()
+                .test_runs()
+                .in_namespace(ORG)
+                .next()
+                .is_none()
+        );
+        let (st, doc) = h.run(&cv, json!({})).await;
+        assert_eq!(st, 422, "{doc}");
+        assert!(doc.to_string().contains("not uploaded"));
+    }
+
+    /// Expired URLs answer 404; unknown modules and organizations answer 404 on create;
+    /// an upload larger than the global body limit is accepted on this route.
+    #[tokio::test]
+    async fn expiry_not_found_and_size() {
+        let h = Mh::with_module().await;
+        let (cv, path) = h.cv(false).await;
+        let obj = h
+            .state
+            .index
+            .read()
+            .configuration_versions()
+            .get(&cv)
+            .cloned();
+        let name = obj.map(|o| o.name_any()).unwrap_or_default();
+        let api: Api<ConfigurationVersion> = Api::namespaced(h.state.client.clone(), ORG);
+        let patched = api
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {ANNOTATION_UPLOAD_EXPIRES: "2000-01-01T00:00:00Z"}}})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        crate::write::wait_seen(&h.state, &patched).await;
+        assert_eq!(h.upload(&path, targz(&[("a", "b")])).await, 404);
+        for p in [
+            "/api/v2/organizations/nope/tests/registry-modules/private/nope/vpc/aws/test-runs/configuration-versions",
+            "/api/v2/organizations/acme/tests/registry-modules/private/acme/nope/aws/test-runs/configuration-versions",
+        ] {
+            assert_eq!(h.call("POST", p, None).await.0, 404, "{p}");
+        }
+        // 2 MiB of incompressible data: above the global 1 MiB limit.
+        let mut x: u32 = 7;
+        let big: String = (0..2 * 1024 * 1024)
+            .map(|_| {
+                x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                char::from(b'a' + ((x >> 16) % 26) as u8)
+            })
+            .collect();
+        let (cv2, path2) = h.cv(false).await;
+        let archive = targz(&[("big.txt", &big)]);
+        assert!(archive.len() > 1024 * 1024);
+        assert_eq!(h.upload(&path2, archive.clone()).await, 200);
+        let st = h
+            .state
+            .index
+            .read()
+            .configuration_versions()
+            .get(&cv2)
+            .and_then(|c| c.status.clone());
+        assert_eq!(st.and_then(|s| s.status), Some("uploaded".into()));
+    }
+
+    /// The archive endpoint answers the bytes for the token of a run using the cv, and
+    /// 401 for a missing or wrong token.
+    #[tokio::test]
+    async fn test_pod_fetches_the_archive_with_its_token() {
+        let h = Mh::with_module().await;
+        let cv = h.uploaded_cv().await;
+        let (st, doc) = h.run(&cv, json!({})).await;
+        assert_eq!(st, 201, "{doc}");
+        let run_id = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
+        let run_name = run_id.to_ascii_lowercase();
+        let secrets: Api<Secret> = Api::namespaced(h.state.client.clone(), ORG);
+        let mut s = Secret {
+            metadata: meta(&token_secret_name(&run_name), Some(ORG), &[]),
+            ..Default::default()
+        };
+        s.data = Some(BTreeMap::from([(
+            "token".to_owned(),
+            ByteString(b"s3cret".to_vec()),
+        )]));
+        secrets
+            .create(&PostParams::default(), &s)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let path = format!("/api/v2/test-archives/{cv}");
+        let (st, hdrs, body) = h
+            .raw("GET", &path, &[("authorization", "Bearer s3cret")], vec![])
+            .await;
+        assert_eq!(st, 200);
+        assert_eq!(
+            hdrs.get("content-type").map(String::as_str),
+            Some("application/gzip")
+        );
+        assert_eq!(validate_archive(&body), Ok(1));
+        for auth in [vec![], vec![("authorization", "Bearer wrong")]] {
+            assert_eq!(h.raw("GET", &path, &auth, vec![]).await.0, 401);
+        }
+        assert_eq!(
+            h.raw(
+                "GET",
+                "/api/v2/test-archives/cv-nope",
+                &[("authorization", "Bearer s3cret")],
+                vec![]
+            )
+            .await
+            .0,
+            401
+        );
+    }
+}

@@ -1,0 +1,288 @@
+//! The `log-read-url` of a test run: the engine's output, readable with `get` on the
+//! run's test runs. While the run is not final it is read live from the run's Pod through
+//! the Kubernetes API (`pods/log`, container `engine`); once final (or when the Pod is
+//! gone) from the archive the operator writes before releasing the Pod: ConfigMap
+//! `<pod name>-log`, binaryData `log.gz`, gzip-compressed (the operator's `testpod` log
+//! archive contract), falling back to the Pod.
+//!
+//! Like TFE's log endpoint the text is framed by STX (0x02) at the start and, once the run
+//! is in a final state, ETX (0x03) at the end: go-tfe's log reader stops on that frame. It
+//! asks for `?limit=N&offset=M` byte windows, which are cut from the framed text. A run
+//! with neither Pod nor archive reads as no output.
+
+use axum::http::header;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::Api;
+use kube::api::LogParams;
+use terrace_crds::testrun::TestRunState;
+
+use crate::prelude::*;
+
+/// Start-of-text and end-of-text markers of TFE's log framing.
+const STX: u8 = 0x02;
+const ETX: u8 = 0x03;
+/// binaryData key of the operator's log archive ConfigMap.
+const ARCHIVE_KEY: &str = "log.gz";
+/// The most bytes a log archive may expand to (the operator keeps 4 MiB).
+const ARCHIVE_MAX: u64 = 8 * 1024 * 1024;
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/api/v2/test-runs/{run}/logs", get(read))
+}
+
+/// The path of a run's logs.
+pub fn log_path(run_id: &str) -> String {
+    format!("/api/v2/test-runs/{run_id}/logs")
+}
+
+/// Name of the log archive ConfigMap of Pod `pod` (the operator's contract).
+pub fn archive_name(pod: &str) -> String {
+    format!("{pod}-log")
+}
+
+/// The text of a gzip-compressed archive, at most [`ARCHIVE_MAX`] bytes; `None` when it
+/// is not gzip.
+pub fn gunzip(gz: &[u8]) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(gz)
+        .take(ARCHIVE_MAX)
+        .read_to_end(&mut out)
+        .ok()?;
+    Some(out)
+}
+
+/// The archived engine log of Pod `pod`, if the operator wrote one.
+async fn archived(client: &kube::Client, ns: &str, pod: &str) -> Option<Vec<u8>> {
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let cm = match cms.get_opt(&archive_name(pod)).await {
+        Ok(cm) => cm?,
+        Err(e) => {
+            tracing::debug!(pod = %pod, error = %e, "reading a test run's log archive");
+            return None;
+        }
+    };
+    let gz = cm.binary_data?.remove(ARCHIVE_KEY)?;
+    let text = gunzip(&gz.0);
+    if text.is_none() {
+        tracing::warn!(pod = %pod, "a test run's log archive is not gzip");
+    }
+    text
+}
+
+/// The live log of the `engine` container of Pod `pod`; `None` without one.
+async fn live(client: &kube::Client, ns: &str, pod: &str) -> Option<Vec<u8>> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let lp = LogParams {
+        container: Some("engine".to_owned()),
+        ..LogParams::default()
+    };
+    match pods.logs(pod, &lp).await {
+        Ok(text) => Some(text.into_bytes()),
+        Err(e) => {
+            tracing::debug!(pod = %pod, error = %e, "no logs for a test run's Pod");
+            None
+        }
+    }
+}
+
+/// The `limit`/`offset` window of `text` (offset past the end: empty).
+pub fn window(text: &[u8], offset: Option<usize>, limit: Option<usize>) -> &[u8] {
+    let start = offset.unwrap_or(0).min(text.len());
+    let end = limit.map_or(text.len(), |l| start.saturating_add(l).min(text.len()));
+    &text[start..end]
+}
+
+fn number(q: &QueryParams, name: &str) -> Result<Option<usize>, ApiError> {
+    q.get(name)
+        .map(|v| {
+            v.trim().parse::<usize>().map_err(|_| {
+                ApiError::bad_parameter(
+                    name,
+                    format!("{name} must be a non-negative integer, got {v:?}"),
+                )
+            })
+        })
+        .transpose()
+}
+
+async fn read(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(run): Path<String>,
+    q: QueryParams,
+) -> Result<Response, ApiError> {
+    let not_found = || ApiError::not_found("test run not found");
+    let r = state
+        .index
+        .read()
+        .test_runs()
+        .get(&run)
+        .cloned()
+        .ok_or_else(not_found)?;
+    let ns = r.namespace().unwrap_or_default();
+    if !state
+        .allowed(&caller, &Check::new("get", "testruns", &ns, None))
+        .await?
+    {
+        return Err(not_found());
+    }
+    let (offset, limit) = (number(&q, "offset")?, number(&q, "limit")?);
+    let pod = r.status.as_ref().and_then(|s| s.pod_name.clone());
+    let finished = TestRunState::of(r.status.as_ref()).is_ok_and(TestRunState::is_final);
+    let client = &state.client;
+    let output = match pod {
+        Some(p) if finished => match archived(client, &ns, &p).await {
+            Some(text) => text,
+            None => live(client, &ns, &p).await.unwrap_or_default(),
+        },
+        Some(p) => match live(client, &ns, &p).await {
+            Some(text) => text,
+            None => archived(client, &ns, &p).await.unwrap_or_default(),
+        },
+        None => Vec::new(),
+    };
+    let mut framed = Vec::with_capacity(output.len() + 2);
+    framed.push(STX);
+    framed.extend_from_slice(&output);
+    if finished {
+        framed.push(ETX);
+    }
+    let body = window(&framed, offset, limit).to_vec();
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        body,
+    )
+        .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::Api;
+    use kube::api::{Patch, PatchParams};
+    use serde_json::json;
+    use terrace_crds::TestRun;
+
+    use super::*;
+    use crate::testing::*;
+
+    #[test]
+    fn windows() {
+        let t = b"\x02hello\x03";
+        assert_eq!(window(t, None, None), t);
+        assert_eq!(window(t, Some(1), Some(5)), b"hello");
+        assert_eq!(window(t, Some(6), Some(100)), b"\x03");
+        assert_eq!(window(t, Some(100), Some(5)), b"");
+    }
+
+    /// A run without a Pod reads as an empty framed log (STX only while not final, STX ETX
+    /// once final); unknown runs and callers without `get` get 404; bad numbers 400.
+    #[tokio::test]
+    async fn logs_without_a_pod() {
+        let h = Mh::with_module().await;
+        let cv = h.uploaded_cv().await;
+        let (_, doc) = h.run(&cv, json!({})).await;
+        let id = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
+        let path = log_path(&id);
+        let auth = format!("Bearer {}", h.token);
+        let (st, _, body) = h
+            .raw("GET", &path, &[("authorization", &auth)], vec![])
+            .await;
+        assert_eq!((st, &body[..]), (200, &b"\x02"[..]));
+        let api: Api<TestRun> = Api::namespaced(h.state.client.clone(), ORG);
+        let r = api
+            .patch_status(
+                &id.to_ascii_lowercase(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"status": "errored", "podName": "gone"}})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        crate::write::wait_seen(&h.state, &r).await;
+        let (st, _, body) = h
+            .raw(
+                "GET",
+                &format!("{path}?limit=10&offset=0"),
+                &[("authorization", &auth)],
+                vec![],
+            )
+            .await;
+        assert_eq!((st, &body[..]), (200, &b"\x02\x03"[..]));
+        let (st, _, _) = h
+            .raw(
+                "GET",
+                &format!("{path}?limit=x"),
+                &[("authorization", &auth)],
+                vec![],
+            )
+            .await;
+        assert_eq!(st, 400);
+        let (st, _, _) = h
+            .raw(
+                "GET",
+                &log_path("trun-nope"),
+                &[("authorization", &auth)],
+                vec![],
+            )
+            .await;
+        assert_eq!(st, 404);
+        let nobody = format!("Bearer {}", h.token_with_role(None).await);
+        let (st, _, _) = h
+            .raw("GET", &path, &[("authorization", &nobody)], vec![])
+            .await;
+        assert_eq!(st, 404);
+    }
+
+    /// A final run whose Pod is gone serves the operator's archive (ConfigMap
+    /// `<pod>-log`, binaryData `log.gz`: ConfigMap binary values as kube-apiserver stores
+    /// them, base64 in JSON), gunzipped and framed, with `limit`/`offset` windows.
+    #[tokio::test]
+    async fn archived_log_after_the_pod_is_gone() {
+        use std::io::Write;
+        let h = Mh::with_module().await;
+        let cv = h.uploaded_cv().await;
+        let (_, doc) = h.run(&cv, json!({})).await;
+        let id = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        enc.write_all(b"engine saw the interrupt\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let gz = enc.finish().unwrap_or_else(|e| panic!("{e}"));
+        let cms: Api<ConfigMap> = Api::namespaced(h.state.client.clone(), ORG);
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(archive_name("gone-run"));
+        cm.binary_data = Some([(ARCHIVE_KEY.to_owned(), k8s_openapi::ByteString(gz))].into());
+        cms.create(&kube::api::PostParams::default(), &cm)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let api: Api<TestRun> = Api::namespaced(h.state.client.clone(), ORG);
+        let r = api
+            .patch_status(
+                &id.to_ascii_lowercase(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"status": "canceled", "podName": "gone-run"}})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        crate::write::wait_seen(&h.state, &r).await;
+        let auth = format!("Bearer {}", h.token);
+        let path = log_path(&id);
+        let (st, _, body) = h
+            .raw("GET", &path, &[("authorization", &auth)], vec![])
+            .await;
+        assert_eq!(
+            (st, &body[..]),
+            (200, &b"\x02engine saw the interrupt\n\x03"[..])
+        );
+        let (st, _, body) = h
+            .raw(
+                "GET",
+                &format!("{path}?offset=1&limit=6"),
+                &[("authorization", &auth)],
+                vec![],
+            )
+            .await;
+        assert_eq!((st, &body[..]), (200, &b"engine"[..]));
+        assert_eq!(gunzip(b"not gzip"), None);
+    }
+}

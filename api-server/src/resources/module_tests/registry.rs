@@ -1,0 +1,290 @@
+//! Private registry modules: list, create and show (`registry-modules`), the part of the
+//! registry API the engine's CLI reads before a cloud test run. A module is a
+//! RegistryModule object; its ID is derived from (namespace, name, provider), and so is
+//! its object name, so two concurrent creates of one module meet at the Kubernetes API
+//! (AlreadyExists) instead of both succeeding.
+
+use std::collections::BTreeMap;
+
+use kube::api::{ObjectMeta, PostParams};
+use terrace_crds::constants::{LABEL_ID, LABEL_ORGANIZATION};
+use terrace_crds::ids::object_name_for_id;
+use terrace_crds::{RegistryModule, RegistryModuleSpec};
+
+use super::locate;
+use crate::prelude::*;
+use crate::render::stable_id;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/api/v2/organizations/{org}/registry-modules",
+            get(list_modules).post(create),
+        )
+        .route(
+            "/api/v2/organizations/{org}/registry-modules/private/{namespace}/{name}/{provider}",
+            get(show),
+        )
+}
+
+/// The JSON:API `data` of a module.
+pub fn render(m: &RegistryModule, org: &Organization) -> Value {
+    let namespace = m
+        .spec
+        .namespace
+        .clone()
+        .unwrap_or_else(|| org.tfe_name().to_owned());
+    json!({
+        "id": id_of(m),
+        "type": "registry-modules",
+        "attributes": {
+            "name": m.spec.name,
+            "namespace": namespace,
+            "provider": m.spec.provider,
+            "registry-name": m.spec.registry_name,
+            "status": "setup_complete",
+            "version-statuses": [],
+            "no-code": false,
+            "created-at": created_at(m),
+            "updated-at": created_at(m),
+            "permissions": {"can-delete": true, "can-resync": false, "can-retry": false},
+        },
+        "relationships": {
+            "organization": {"data": {"id": org.tfe_name(), "type": "organizations"}},
+        },
+        "links": {"self": format!("/api/v2/organizations/{}/registry-modules/private/{namespace}/{}/{}", org.tfe_name(), m.spec.name, m.spec.provider)},
+    })
+}
+
+async fn org_checked(
+    state: &AppState,
+    caller: &Caller,
+    org: &str,
+    verb: &'static str,
+) -> Result<Arc<Organization>, ApiError> {
+    let o = state.org(org)?;
+    let ok = state
+        .allowed(
+            caller,
+            &Check::new(verb, "registrymodules", o.target_namespace(), None),
+        )
+        .await?;
+    if ok {
+        Ok(o)
+    } else {
+        Err(ApiError::not_found("organization not found"))
+    }
+}
+
+async fn list_modules(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(org): Path<String>,
+    q: QueryParams,
+) -> Result<Doc, ApiError> {
+    let o = org_checked(&state, &caller, &org, "list").await?;
+    let page = q.page()?;
+    let mut mods: Vec<_> = {
+        let idx = state.index.read();
+        idx.registry_modules()
+            .in_namespace(o.target_namespace())
+            .filter(|m| !id_of(m.as_ref()).is_empty())
+            .cloned()
+            .collect()
+    };
+    mods.sort_by(|a, b| (&a.spec.name, &a.spec.provider).cmp(&(&b.spec.name, &b.spec.provider)));
+    let base = format!("/api/v2/organizations/{org}/registry-modules");
+    Ok(list(&base, page, &mods, |m| render(m, &o)))
+}
+
+async fn show(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((org, namespace, name, provider)): Path<(String, String, String, String)>,
+) -> Result<Doc, ApiError> {
+    let m = locate(
+        &state,
+        &caller,
+        (&org, &namespace, &name, &provider),
+        "get",
+        "registrymodules",
+    )
+    .await?;
+    Ok(Doc::ok(render(&m.module, &m.org)))
+}
+
+/// The attributes of a module create.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct ModuleAttributes {
+    name: Option<String>,
+    provider: Option<String>,
+    namespace: Option<String>,
+    registry_name: Option<String>,
+}
+
+impl Typed for ModuleAttributes {
+    const TYPE: &'static str = "registry-modules";
+}
+
+fn matches_pattern(s: &str, allowed: impl Fn(char) -> bool) -> bool {
+    !s.is_empty() && s.len() <= 64 && s.chars().all(allowed)
+}
+
+async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(org): Path<String>,
+    JsonApi(doc): JsonApi<Document<ModuleAttributes>>,
+) -> Result<Doc, ApiError> {
+    let o = org_checked(&state, &caller, &org, "get").await?;
+    state
+        .require_or_403(
+            &caller,
+            &Check::new("create", "registrymodules", o.target_namespace(), None),
+            "creating registry modules needs the owners team",
+        )
+        .await?;
+    let attrs = doc.checked()?.attributes;
+    let name = attrs.name.unwrap_or_default();
+    let provider = attrs.provider.unwrap_or_default();
+    let namespace = attrs.namespace.unwrap_or_else(|| o.tfe_name().to_owned());
+    let registry = attrs.registry_name.unwrap_or_else(|| "private".into());
+    if !matches_pattern(&name, |c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+        return Err(ApiError::invalid(
+            "/data/attributes/name",
+            "name is required: 1-64 letters, numbers, dashes and underscores",
+        ));
+    }
+    if !matches_pattern(&provider, |c| c.is_ascii_lowercase() || c.is_ascii_digit()) {
+        return Err(ApiError::invalid(
+            "/data/attributes/provider",
+            "provider is required: 1-64 lowercase letters and numbers",
+        ));
+    }
+    if registry != "private" {
+        return Err(ApiError::invalid(
+            "/data/attributes/registry-name",
+            "only the private registry is served",
+        ));
+    }
+    if namespace != o.tfe_name() {
+        return Err(ApiError::invalid(
+            "/data/attributes/namespace",
+            "the namespace of a private module is the organization's name",
+        ));
+    }
+    let ns = o.target_namespace().to_owned();
+    let taken_detail = format!("module {name}/{provider} has already been taken");
+    let taken = || ApiError::invalid_attribute("name", taken_detail.clone());
+    if super::find_module(&state.index.read(), &ns, &name, &provider).is_some() {
+        return Err(taken());
+    }
+    let id = stable_id("mod-", &[&ns, &name, &provider]);
+    let obj = RegistryModule {
+        metadata: ObjectMeta {
+            name: Some(object_name_for_id(&id)),
+            namespace: Some(ns.clone()),
+            labels: Some(BTreeMap::from([
+                (LABEL_ID.to_owned(), id.clone()),
+                (LABEL_ORGANIZATION.to_owned(), o.name_any()),
+            ])),
+            ..Default::default()
+        },
+        spec: RegistryModuleSpec {
+            name,
+            provider,
+            namespace: Some(namespace),
+            registry_name: registry,
+        },
+        status: None,
+    };
+    let created = match write::api::<RegistryModule>(&state, &ns)
+        .create(&PostParams::default(), &obj)
+        .await
+    {
+        Ok(c) => c,
+        Err(kube::Error::Api(s)) if s.code == 409 => return Err(taken()),
+        Err(e) => return Err(ApiError::from(e)),
+    };
+    write::wait_seen(&state, &created).await;
+    Ok(Doc::created(render(&created, &o)))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use crate::testing::*;
+
+    /// Create, show, list, a duplicate (422), bad fields (422 with pointers), unknown
+    /// organization and module (404), a caller without rights (404).
+    #[tokio::test]
+    async fn registry_module_lifecycle() {
+        let h = Mh::start().await;
+        let base = "/api/v2/organizations/acme/registry-modules";
+        let (st, doc) = h
+            .call("POST", base, Some(json!({"data": {"type": "registry-modules", "attributes": {"name": "vpc", "provider": "aws"}}})))
+            .await;
+        assert_eq!(st, 201, "{doc}");
+        let id = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
+        assert!(id.starts_with("mod-"), "{id}");
+        assert_eq!(doc["data"]["attributes"]["namespace"], "acme");
+        let (st, doc) = h
+            .call("GET", &format!("{base}/private/acme/vpc/aws"), None)
+            .await;
+        assert_eq!(st, 200, "{doc}");
+        assert_eq!(doc["data"]["id"], id.as_str());
+        let (st, doc) = h.call("GET", base, None).await;
+        assert_eq!(st, 200);
+        assert_eq!(doc["data"].as_array().map(Vec::len), Some(1));
+        assert_eq!(doc["meta"]["pagination"]["total-count"], 1);
+        let (st, doc) = h
+            .call("POST", base, Some(json!({"data": {"type": "registry-modules", "attributes": {"name": "vpc", "provider": "aws"}}})))
+            .await;
+        assert_eq!(st, 422, "{doc}");
+        for (attrs, pointer) in [
+            (json!({"provider": "aws"}), "/data/attributes/name"),
+            (json!({"name": "x"}), "/data/attributes/provider"),
+            (
+                json!({"name": "x y", "provider": "aws"}),
+                "/data/attributes/name",
+            ),
+            (
+                json!({"name": "x", "provider": "aws", "namespace": "other"}),
+                "/data/attributes/namespace",
+            ),
+        ] {
+            let (st, doc) = h
+                .call(
+                    "POST",
+                    base,
+                    Some(json!({"data": {"type": "registry-modules", "attributes": attrs}})),
+                )
+                .await;
+            assert_eq!(st, 422, "{doc}");
+            assert_eq!(doc["errors"][0]["source"]["pointer"], pointer);
+        }
+        for path in [
+            format!("{base}/private/acme/nope/aws"),
+            format!("{base}/private/other/vpc/aws"),
+            "/api/v2/organizations/nope/registry-modules/private/nope/vpc/aws".to_owned(),
+            "/api/v2/organizations/nope/registry-modules".to_owned(),
+        ] {
+            assert_eq!(h.call("GET", &path, None).await.0, 404, "{path}");
+        }
+        let nobody = h.token_with_role(None).await;
+        assert_eq!(h.call_as(&nobody, "GET", base, None).await.0, 404);
+        assert_eq!(
+            h.call_as(
+                &nobody,
+                "GET",
+                &format!("{base}/private/acme/vpc/aws"),
+                None
+            )
+            .await
+            .0,
+            404
+        );
+    }
+}

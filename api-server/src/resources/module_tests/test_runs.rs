@@ -1,0 +1,831 @@
+//! Test runs of a module (SPEC.md A1, A4–A7): create, list (paged, `filter[source]`),
+//! show, cancel and force-cancel.
+//!
+//! A run is a TestRun object (spec immutable); the operator's TestRun controller creates
+//! its Pod and owns its status. Cancel and force-cancel are decided by
+//! `terrace_crds::testrun::{cancel, force_cancel}` on the indexed status and recorded as
+//! `status.cancelRequestedAt` / `forceCancelRequestedAt` with a merge patch on the status
+//! subresource carrying the resourceVersion read, so a decision is never made on a stale
+//! state (a conflict re-reads and decides again); the controller acts on the request.
+
+use std::collections::BTreeMap;
+
+use axum::http::HeaderMap;
+use kube::api::{ObjectMeta, PostParams};
+use serde_json::Map;
+use terrace_crds::TestRun;
+use terrace_crds::constants::{DEFAULT_TEST_DIRECTORY, LABEL_ID, LABEL_ORGANIZATION};
+use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
+use terrace_crds::resources::{RunVariable, TestRunSpec};
+use terrace_crds::testrun::{
+    self, Accepted, CancelRequest, SourceFilter, TestRunState, TestSource, TimestampKey,
+};
+
+use super::{ANNOTATION_CREATED_BY, LABEL_MODULE, Module, locate};
+use crate::capability::base_url;
+use crate::prelude::*;
+use crate::render::{page_slice, pagination};
+
+const T: &str =
+    "/api/v2/organizations/{org}/tests/registry-modules/private/{namespace}/{name}/{provider}";
+type TPath = (String, String, String, String);
+type RunPath = (String, String, String, String, String);
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route(&format!("{T}/test-runs"), get(list).post(create))
+        .route(&format!("{T}/test-runs/{{run}}"), get(show))
+        .route(&format!("{T}/test-runs/{{run}}/cancel"), post(cancel))
+        .route(
+            &format!("{T}/test-runs/{{run}}/force-cancel"),
+            post(force_cancel),
+        )
+}
+
+/// The writable attributes of a test run (A1).
+#[derive(Clone, Debug, Default)]
+pub struct RunInput {
+    pub verbose: bool,
+    pub test_directory: Option<String>,
+    pub filters: Vec<String>,
+    pub variables: Vec<RunVariable>,
+}
+
+impl RunInput {
+    /// The spec of a run of module object `module` on configuration version object `cv`.
+    pub fn into_spec(self, module: String, cv: String, source: TestSource) -> TestRunSpec {
+        TestRunSpec {
+            module,
+            configuration_version: cv,
+            verbose: self.verbose,
+            test_directory: self
+                .test_directory
+                .filter(|d| !d.is_empty())
+                .unwrap_or_else(|| DEFAULT_TEST_DIRECTORY.to_owned()),
+            filters: self.filters,
+            variables: self.variables,
+            source: source.as_str().to_owned(),
+        }
+    }
+
+    /// A1's attributes, checked; every bad one is recorded in `errors`.
+    pub fn from_attributes(a: RunAttributes, errors: &mut Vec<FieldError>) -> RunInput {
+        let ptr = |k: &str| format!("/data/attributes/{k}");
+        let mut input = RunInput {
+            verbose: a
+                .verbose
+                .take(&ptr("verbose"), "a boolean", errors)
+                .unwrap_or(false),
+            test_directory: a
+                .test_directory
+                .take(&ptr("test-directory"), "a string", errors),
+            filters: a
+                .filters
+                .take(&ptr("filters"), "a list of strings", errors)
+                .unwrap_or_default(),
+            variables: Vec::new(),
+        };
+        let vars = a
+            .variables
+            .take(&ptr("variables"), "a list of {key, value} objects", errors);
+        for (i, v) in vars.unwrap_or_default().into_iter().enumerate() {
+            let at = format!("{}/{i}", ptr("variables"));
+            let before = errors.len();
+            let key = v.key.take(&format!("{at}/key"), "a string", errors);
+            let value = v.value.take(&format!("{at}/value"), "a string", errors);
+            if errors.len() > before {
+                continue;
+            }
+            match (key, value) {
+                (Some(k), Some(val)) => match terrace_crds::rules::validate_run_variable_key(&k) {
+                    Ok(()) => input.variables.push(RunVariable { key: k, value: val }),
+                    Err(e) => errors.push(FieldError::new(format!("{at}/key"), e.to_string())),
+                },
+                (None, _) => errors.push(FieldError::new(
+                    format!("{at}/key"),
+                    "key is required and must be a string",
+                )),
+                (_, None) => errors.push(FieldError::new(
+                    format!("{at}/value"),
+                    "value is required and must be a string holding a literal of the configuration language",
+                )),
+            }
+        }
+        input
+    }
+}
+
+/// A1's attributes as sent.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct RunAttributes {
+    #[serde(default)]
+    verbose: Attr<bool>,
+    #[serde(default)]
+    test_directory: Attr<String>,
+    #[serde(default)]
+    filters: Attr<Vec<String>>,
+    #[serde(default)]
+    variables: Attr<Vec<RunVariableEntry>>,
+}
+
+impl Typed for RunAttributes {
+    const TYPE: &'static str = "test-runs";
+}
+
+/// One `{key, value}` of a run's variables.
+#[derive(Debug, Default, Deserialize)]
+struct RunVariableEntry {
+    #[serde(default)]
+    key: Attr<String>,
+    #[serde(default)]
+    value: Attr<String>,
+}
+
+/// A1's relationships.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct RunRelationships {
+    configuration_version: Option<ToOne>,
+}
+
+/// Creates a TestRun object in `ns` (owned by its module) and waits for the index.
+pub async fn create_run(
+    state: &AppState,
+    ns: &str,
+    spec: TestRunSpec,
+    created_by: Option<&str>,
+) -> Result<TestRun, ApiError> {
+    let id = new_id(IdKind::TestRun);
+    let (org, owner) = {
+        let idx = state.index.read();
+        let org = idx
+            .organization_of_namespace(ns)
+            .map(|o| o.name_any())
+            .unwrap_or_default();
+        let owner = idx
+            .registry_modules()
+            .in_namespace(ns)
+            .find(|m| m.name_any() == spec.module)
+            .and_then(|m| m.controller_owner_ref(&()));
+        (org, owner)
+    };
+    let mut annotations = BTreeMap::new();
+    if let Some(u) = created_by {
+        annotations.insert(ANNOTATION_CREATED_BY.to_owned(), u.to_owned());
+    }
+    let run = TestRun {
+        metadata: ObjectMeta {
+            name: Some(object_name_for_id(&id)),
+            namespace: Some(ns.to_owned()),
+            labels: Some(BTreeMap::from([
+                (LABEL_ID.to_owned(), id.clone()),
+                (LABEL_ORGANIZATION.to_owned(), org),
+                (LABEL_MODULE.to_owned(), spec.module.clone()),
+            ])),
+            annotations: Some(annotations).filter(|a| !a.is_empty()),
+            owner_references: owner.map(|o| vec![o]),
+            ..Default::default()
+        },
+        spec,
+        status: None,
+    };
+    let created = write::api::<TestRun>(state, ns)
+        .create(&PostParams::default(), &run)
+        .await?;
+    write::wait_seen(state, &created).await;
+    Ok(created)
+}
+
+/// The JSON:API `data` of a test run.
+pub fn render(run: &TestRun, base: &str) -> Value {
+    let st = run.status.clone().unwrap_or_default();
+    let id = id_of(run);
+    let state = TestRunState::of(run.status.as_ref()).map_or_else(
+        |_| st.status.clone().unwrap_or_default(),
+        |s| s.as_str().to_owned(),
+    );
+    let finished = state == "finished";
+    let count = |c: Option<i64>| {
+        if finished {
+            json!(c.unwrap_or(0))
+        } else {
+            Value::Null
+        }
+    };
+    let mut timestamps = Map::new();
+    for k in TimestampKey::ALL {
+        if let Some(t) = k.get(&st.status_timestamps) {
+            timestamps.insert(k.as_str().to_owned(), json!(t));
+        }
+    }
+    let created_by = run.annotations().get(ANNOTATION_CREATED_BY).cloned();
+    json!({
+        "id": id,
+        "type": "test-runs",
+        "attributes": {
+            "status": state,
+            "status-timestamps": timestamps,
+            "test-status": st.test_status,
+            "tests-passed": count(st.tests_passed),
+            "tests-failed": count(st.tests_failed),
+            "tests-errored": count(st.tests_errored),
+            "tests-skipped": count(st.tests_skipped),
+            "source": run.spec.source,
+            "verbose": run.spec.verbose,
+            "test-directory": run.spec.test_directory,
+            "filters": run.spec.filters,
+            "variables": run.spec.variables.iter().map(|v| json!({"key": v.key, "value": v.value})).collect::<Vec<_>>(),
+            "log-read-url": format!("{base}{}", super::logs::log_path(&id)),
+            "created-at": created_at(run),
+        },
+        "relationships": {
+            "configuration-version": {"data": null},
+            "created-by": match created_by {
+                Some(u) => json!({"data": {"id": u, "type": "users"}}),
+                None => json!({"data": null}),
+            },
+        },
+    })
+}
+
+/// [`render`] with the configuration version's ID filled in from the index.
+pub fn render_indexed(state: &AppState, run: &TestRun, base: &str) -> Value {
+    let mut doc = render(run, base);
+    let ns = run.namespace().unwrap_or_default();
+    let cv = state
+        .index
+        .read()
+        .configuration_versions()
+        .in_namespace(&ns)
+        .find(|c| c.name_any() == run.spec.configuration_version)
+        .map(|c| id_of(c.as_ref()));
+    if let Some(cv) = cv {
+        doc["relationships"]["configuration-version"] =
+            json!({"data": {"id": cv, "type": "configuration-versions"}});
+    }
+    doc
+}
+
+async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((org, namespace, name, provider)): Path<TPath>,
+    headers: HeaderMap,
+    JsonApi(doc): JsonApi<Document<RunAttributes, RunRelationships>>,
+) -> Result<Doc, ApiError> {
+    let m = locate(
+        &state,
+        &caller,
+        (&org, &namespace, &name, &provider),
+        "create",
+        "testruns",
+    )
+    .await?;
+    let data = doc.checked()?;
+    let mut errs = Vec::new();
+    let input = RunInput::from_attributes(data.attributes, &mut errs);
+    let cv_ptr = "/data/relationships/configuration-version/data/id";
+    let cv_id = data
+        .relationships
+        .configuration_version
+        .as_ref()
+        .and_then(|r| r.id().flatten())
+        .filter(|s| !s.is_empty());
+    let mut cv_name = String::new();
+    match cv_id {
+        None => errs.push(FieldError::new(
+            cv_ptr,
+            "a configuration version is required",
+        )),
+        Some(id) => {
+            let cv = state.index.read().configuration_versions().get(id).cloned();
+            match cv.filter(|c| {
+                c.namespace().as_deref() == Some(m.ns.as_str()) && c.spec.module.is_some()
+            }) {
+                None => errs.push(FieldError::new(
+                    cv_ptr,
+                    format!("configuration version {id:?} not found in this organization"),
+                )),
+                Some(c) if super::config_versions::status_of(&c) != "uploaded" => {
+                    errs.push(FieldError::new(
+                        cv_ptr,
+                        format!(
+                            "configuration version is not uploaded (it is {})",
+                            super::config_versions::status_of(&c)
+                        ),
+                    ));
+                }
+                Some(c) => cv_name = c.name_any(),
+            }
+        }
+    }
+    if !errs.is_empty() {
+        return Err(ApiError::Invalid(errs));
+    }
+    let spec = input.into_spec(m.object_name(), cv_name, TestSource::SvcApi);
+    let run = create_run(&state, &m.ns, spec, Some(&caller.username)).await?;
+    let base = base_url(&state, &headers);
+    Ok(Doc::created(render_indexed(&state, &run, &base)))
+}
+
+/// The runs of a module, newest first.
+fn runs_of(state: &AppState, m: &Module) -> Vec<Arc<TestRun>> {
+    let module = m.object_name();
+    let mut runs: Vec<Arc<TestRun>> = state
+        .index
+        .read()
+        .test_runs()
+        .in_namespace(&m.ns)
+        .filter(|r| r.spec.module == module && !id_of(r.as_ref()).is_empty())
+        .cloned()
+        .collect();
+    runs.sort_by(|a, b| {
+        b.metadata
+            .creation_timestamp
+            .cmp(&a.metadata.creation_timestamp)
+            .then_with(|| b.name_any().cmp(&a.name_any()))
+    });
+    runs
+}
+
+async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((org, namespace, name, provider)): Path<TPath>,
+    headers: HeaderMap,
+    q: QueryParams,
+) -> Result<Doc, ApiError> {
+    let m = locate(
+        &state,
+        &caller,
+        (&org, &namespace, &name, &provider),
+        "list",
+        "testruns",
+    )
+    .await?;
+    let page = q.page()?;
+    q.supported_filters(&["filter[source]"])?;
+    let filter = SourceFilter::parse(q.get("filter[source]").unwrap_or(""))
+        .map_err(|e| ApiError::bad_parameter(e.attribute, e.to_string()))?;
+    let runs: Vec<_> = runs_of(&state, &m)
+        .into_iter()
+        .filter(|r| filter.matches(&r.spec.source))
+        .collect();
+    let base = base_url(&state, &headers);
+    let data: Vec<Value> = page_slice(&runs, page)
+        .iter()
+        .map(|r| render_indexed(&state, r, &base))
+        .collect();
+    let mut self_url = format!(
+        "/api/v2/organizations/{org}/tests/registry-modules/private/{namespace}/{name}/{provider}/test-runs"
+    );
+    if let Some(f) = q.get("filter[source]") {
+        self_url.push_str(&format!("?filter%5Bsource%5D={f}"));
+    }
+    let (meta, links) = pagination(&self_url, page, runs.len());
+    Ok(Doc(
+        StatusCode::OK,
+        json!({"data": data, "meta": meta, "links": links}),
+    ))
+}
+
+fn run_not_found() -> ApiError {
+    ApiError::not_found("test run not found")
+}
+
+/// The run `id` of module `m` from the index.
+fn run_of(state: &AppState, m: &Module, id: &str) -> Result<Arc<TestRun>, ApiError> {
+    state
+        .index
+        .read()
+        .test_runs()
+        .get(id)
+        .filter(|r| {
+            r.namespace().as_deref() == Some(m.ns.as_str()) && r.spec.module == m.object_name()
+        })
+        .cloned()
+        .ok_or_else(run_not_found)
+}
+
+async fn show(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((org, namespace, name, provider, run)): Path<RunPath>,
+    headers: HeaderMap,
+) -> Result<Doc, ApiError> {
+    let m = locate(
+        &state,
+        &caller,
+        (&org, &namespace, &name, &provider),
+        "get",
+        "testruns",
+    )
+    .await?;
+    let r = run_of(&state, &m, &run)?;
+    let base = base_url(&state, &headers);
+    Ok(Doc(
+        StatusCode::OK,
+        json!({"data": render_indexed(&state, &r, &base)}),
+    ))
+}
+
+async fn cancel(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(p): Path<RunPath>,
+) -> Result<Response, ApiError> {
+    request_cancel(&state, &caller, p, false).await
+}
+
+async fn force_cancel(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(p): Path<RunPath>,
+) -> Result<Response, ApiError> {
+    request_cancel(&state, &caller, p, true).await
+}
+
+async fn request_cancel(
+    state: &AppState,
+    caller: &Caller,
+    (org, namespace, name, provider, run): RunPath,
+    force: bool,
+) -> Result<Response, ApiError> {
+    let m = locate(
+        state,
+        caller,
+        (&org, &namespace, &name, &provider),
+        "create",
+        "testruns",
+    )
+    .await?;
+    let current = (*run_of(state, &m, &run)?).clone();
+    let field = if force {
+        "forceCancelRequestedAt"
+    } else {
+        "cancelRequestedAt"
+    };
+    let api = write::api::<TestRun>(state, &m.ns);
+    let written = write::guarded_status_patch(&api, current, |cur| {
+        let st = TestRunState::of(cur.status.as_ref()).map_err(|e| ApiError::bug(e.to_string()))?;
+        let requested = CancelRequest::of(cur.status.as_ref());
+        let decision = if force {
+            testrun::force_cancel(st, requested)
+        } else {
+            testrun::cancel(st, requested)
+        };
+        match decision {
+            Err(c) => Err(ApiError::conflict(c.message.to_owned())),
+            Ok(Accepted::AlreadyRequested) => Ok(None),
+            Ok(Accepted::Requested) => Ok(Some(json!({ field: crate::render::now() }))),
+        }
+    })
+    .await
+    .map_err(|e| match e {
+        ApiError::NotFound(_) => run_not_found(),
+        other => other,
+    })?;
+    write::wait_seen(state, &written).await;
+    Ok(StatusCode::ACCEPTED.into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::Api;
+    use kube::api::{Patch, PatchParams};
+    use serde_json::json;
+    use terrace_crds::TestRun;
+
+    use crate::testing::*;
+
+    async fn set_status(h: &Mh, id: &str, status: serde_json::Value) {
+        let api: Api<TestRun> = Api::namespaced(h.state.client.clone(), ORG);
+        let r = api
+            .patch_status(
+                &id.to_ascii_lowercase(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": status})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        crate::write::wait_seen(&h.state, &r).await;
+    }
+
+    /// A1: defaults, every attribute of A5, created-by and the configuration version
+    /// relationship; bad input is 422 with a pointer per bad field.
+    #[tokio::test]
+    async fn create_and_show_with_every_attribute() {
+        let h = Mh::with_module().await;
+        let cv = h.uploaded_cv().await;
+        let (st, doc) = h.run(&cv, json!({})).await;
+        assert_eq!(st, 201, "{doc}");
+        let a = &doc["data"]["attributes"];
+        assert_eq!(doc["data"]["type"], "test-runs");
+        assert_eq!(a["status"], "pending");
+        assert_eq!(a["test-directory"], "tests");
+        assert_eq!(a["verbose"], false);
+        assert_eq!(a["source"], "svc-api");
+        assert_eq!(a["filters"], json!([]));
+        assert_eq!(a["variables"], json!([]));
+        assert_eq!(a["status-timestamps"], json!({}));
+        for k in [
+            "tests-passed",
+            "tests-failed",
+            "tests-errored",
+            "tests-skipped",
+            "test-status",
+        ] {
+            assert!(a[k].is_null(), "{k}");
+        }
+        assert!(a["created-at"].is_string());
+        let id = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
+        assert_eq!(
+            a["log-read-url"],
+            format!("http://localhost/api/v2/test-runs/{id}/logs")
+        );
+        assert_eq!(
+            doc["data"]["relationships"]["configuration-version"]["data"]["id"],
+            cv.as_str()
+        );
+        assert_eq!(
+            doc["data"]["relationships"]["created-by"]["data"]["type"],
+            "users"
+        );
+
+        let (st, doc) = h
+            .run(&cv, json!({"verbose": true, "test-directory": "t2", "filters": ["a.tftest.hcl"], "variables": [{"key": "region", "value": "\"eu\""}]}))
+            .await;
+        assert_eq!(st, 201, "{doc}");
+        let id2 = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
+        set_status(&h, &id2, json!({"status": "finished", "testStatus": "pass", "testsPassed": 3, "testsFailed": 0, "testsErrored": 0, "testsSkipped": 1,
+            "statusTimestamps": {"queuedAt": "2024-01-01T00:00:00Z", "finishedAt": "2024-01-01T00:01:00Z"}})).await;
+        let (st, doc) = h.call("GET", &format!("{T}/test-runs/{id2}"), None).await;
+        assert_eq!(st, 200, "{doc}");
+        let a = &doc["data"]["attributes"];
+        assert_eq!(a["verbose"], true);
+        assert_eq!(a["test-directory"], "t2");
+        assert_eq!(a["filters"], json!(["a.tftest.hcl"]));
+        assert_eq!(
+            a["variables"],
+            json!([{"key": "region", "value": "\"eu\""}])
+        );
+        assert_eq!(a["status"], "finished");
+        assert_eq!(a["test-status"], "pass");
+        assert_eq!(a["tests-passed"], 3);
+        assert_eq!(a["tests-skipped"], 1);
+        assert_eq!(a["status-timestamps"]["queued-at"], "2024-01-01T00:00:00Z");
+        assert_eq!(
+            a["status-timestamps"]["finished-at"],
+            "2024-01-01T00:01:00Z"
+        );
+
+        // Bad input: no cv (pointer), an unknown one, wrong types (one error each).
+        let (st, doc) = h
+            .call("POST", &format!("{T}/test-runs"), Some(json!({"data": {"type": "test-runs", "attributes": {"verbose": "yes", "filters": "x"}}})))
+            .await;
+        assert_eq!(st, 422, "{doc}");
+        let pointers: Vec<&str> = doc["errors"]
+            .as_array()
+            .map(|e| {
+                e.iter()
+                    .filter_map(|x| x["source"]["pointer"].as_str())
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(
+            pointers,
+            [
+                "/data/attributes/verbose",
+                "/data/attributes/filters",
+                "/data/relationships/configuration-version/data/id"
+            ]
+        );
+        let (st, _) = h.run("cv-unknown", json!({})).await;
+        assert_eq!(st, 422);
+        let (st, doc) = h
+            .run(&cv, json!({"variables": [{"key": "1x", "value": "1"}]}))
+            .await;
+        assert_eq!(st, 422);
+        assert_eq!(
+            doc["errors"][0]["source"]["pointer"],
+            "/data/attributes/variables/0/key"
+        );
+        let (cv_pending, _) = h.cv(false).await;
+        let (st, doc) = h.run(&cv_pending, json!({})).await;
+        assert_eq!(st, 422);
+        assert!(doc.to_string().contains("not uploaded"));
+        // Unknown run, module, organization: 404.
+        assert_eq!(
+            h.call("GET", &format!("{T}/test-runs/trun-nope"), None)
+                .await
+                .0,
+            404
+        );
+        assert_eq!(
+            h.call(
+                "GET",
+                "/api/v2/organizations/acme/tests/registry-modules/private/acme/nope/aws/test-runs",
+                None
+            )
+            .await
+            .0,
+            404
+        );
+        assert_eq!(
+            h.call(
+                "GET",
+                "/api/v2/organizations/nope/tests/registry-modules/private/nope/vpc/aws/test-runs",
+                None
+            )
+            .await
+            .0,
+            404
+        );
+    }
+
+    /// A configuration version of another module of the organization may be tested
+    /// (promotion of known good code); the run belongs to the module in the path.
+    #[tokio::test]
+    async fn cv_of_another_module_is_allowed() {
+        let h = Mh::with_module().await;
+        h.module("net").await;
+        let (st, doc) = h
+            .call("POST", "/api/v2/organizations/acme/tests/registry-modules/private/acme/net/aws/test-runs/configuration-versions", None)
+            .await;
+        assert_eq!(st, 201, "{doc}");
+        let url = doc["data"]["attributes"]["upload-url"]
+            .as_str()
+            .unwrap_or_default();
+        let path = url[url.find("/api/v2/").unwrap_or(0)..].to_owned();
+        let cv = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
+        assert_eq!(h.upload(&path, targz(&[("main.tf", "")])).await, 200);
+        h.wait("cv uploaded", |i| {
+            i.configuration_versions()
+                .get(&cv)
+                .and_then(|c| c.status.as_ref())
+                .and_then(|s| s.status.as_deref())
+                == Some("uploaded")
+        })
+        .await;
+        let (st, doc) = h.run(&cv, json!({})).await;
+        assert_eq!(st, 201, "{doc}");
+        let (_, list) = h.call("GET", &format!("{T}/test-runs"), None).await;
+        assert_eq!(list["meta"]["pagination"]["total-count"], 1);
+    }
+
+    /// A4: page[size] (default 20), page[number], filter[source] with SPEC.md values and
+    /// vendor aliases; a bad source is 400 naming the parameter.
+    #[tokio::test]
+    async fn list_pages_and_filters_by_source() {
+        let h = Mh::with_module().await;
+        let cv = h.uploaded_cv().await;
+        for _ in 0..3 {
+            assert_eq!(h.run(&cv, json!({})).await.0, 201);
+        }
+        let (_, path) = h.cv(true).await;
+        assert_eq!(h.upload(&path, targz(&[("main.tf", "")])).await, 200);
+        let (st, doc) = h.call("GET", &format!("{T}/test-runs"), None).await;
+        assert_eq!(st, 200);
+        assert_eq!(doc["meta"]["pagination"]["total-count"], 4);
+        assert_eq!(doc["meta"]["pagination"]["page-size"], 20);
+        let (_, doc) = h
+            .call(
+                "GET",
+                &format!("{T}/test-runs?page%5Bsize%5D=3&page%5Bnumber%5D=2"),
+                None,
+            )
+            .await;
+        assert_eq!(doc["data"].as_array().map(Vec::len), Some(1));
+        assert_eq!(doc["meta"]["pagination"]["total-pages"], 2);
+        for (filter, n) in [
+            ("svc-api", 3),
+            ("tfe-api", 3),
+            ("tfe-configuration-version", 1),
+            ("engine", 0),
+            ("engine,svc-configuration-version", 1),
+        ] {
+            let (st, doc) = h
+                .call(
+                    "GET",
+                    &format!("{T}/test-runs?filter%5Bsource%5D={filter}"),
+                    None,
+                )
+                .await;
+            assert_eq!(st, 200);
+            assert_eq!(doc["meta"]["pagination"]["total-count"], n, "{filter}");
+        }
+        let (st, doc) = h
+            .call(
+                "GET",
+                &format!("{T}/test-runs?filter%5Bsource%5D=bogus"),
+                None,
+            )
+            .await;
+        assert_eq!(st, 400);
+        assert_eq!(doc["errors"][0]["source"]["parameter"], "filter[source]");
+    }
+
+    /// A6/A7: SPEC.md's statuses — cancel 409 unless running, 202 and recorded when
+    /// running; force-cancel 409 before a cancel, 202 after; 404 for an unknown run and a
+    /// caller without rights.
+    #[tokio::test]
+    async fn cancel_and_force_cancel() {
+        let h = Mh::with_module().await;
+        let cv = h.uploaded_cv().await;
+        let (_, doc) = h.run(&cv, json!({})).await;
+        let id = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
+        let cancel = format!("{T}/test-runs/{id}/cancel");
+        let force = format!("{T}/test-runs/{id}/force-cancel");
+        let (st, doc) = h.call("POST", &cancel, None).await;
+        assert_eq!(st, 409, "{doc}");
+        assert!(
+            doc["errors"][0]["detail"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("not running")
+        );
+        assert_eq!(h.call("POST", &force, None).await.0, 409);
+        set_status(&h, &id, json!({"status": "running"})).await;
+        let (st, doc) = h.call("POST", &force, None).await;
+        assert_eq!(st, 409);
+        assert!(
+            doc["errors"][0]["detail"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("cancel it before")
+        );
+        let (st, body) = h.call("POST", &cancel, None).await;
+        assert_eq!((st, body), (202, serde_json::Value::Null));
+        let run = h.state.index.read().test_runs().get(&id).cloned();
+        assert!(
+            run.and_then(|r| r.status.clone())
+                .and_then(|s| s.cancel_requested_at)
+                .is_some()
+        );
+        assert_eq!(h.call("POST", &cancel, None).await.0, 202);
+        assert_eq!(h.call("POST", &force, None).await.0, 202);
+        let run = h.state.index.read().test_runs().get(&id).cloned();
+        assert!(
+            run.and_then(|r| r.status.clone())
+                .and_then(|s| s.force_cancel_requested_at)
+                .is_some()
+        );
+        set_status(&h, &id, json!({"status": "canceled"})).await;
+        assert_eq!(h.call("POST", &cancel, None).await.0, 409);
+        assert_eq!(
+            h.call("POST", &format!("{T}/test-runs/trun-nope/cancel"), None)
+                .await
+                .0,
+            404
+        );
+        // A reader (get/list only) cannot cancel: 404; without any binding nothing is seen.
+        let reader = h
+            .token_with_role(Some(vec![Mh::rule(
+                &["get", "list"],
+                &["testruns", "registrymodules"],
+            )]))
+            .await;
+        assert_eq!(
+            h.call_as(&reader, "GET", &format!("{T}/test-runs/{id}"), None)
+                .await
+                .0,
+            200
+        );
+        assert_eq!(h.call_as(&reader, "POST", &cancel, None).await.0, 404);
+        assert_eq!(
+            h.call_as(
+                &reader,
+                "POST",
+                &format!("{T}/test-runs"),
+                Some(json!({"data": {"type": "test-runs"}}))
+            )
+            .await
+            .0,
+            404
+        );
+        let nobody = h.token_with_role(None).await;
+        assert_eq!(
+            h.call_as(&nobody, "GET", &format!("{T}/test-runs"), None)
+                .await
+                .0,
+            404
+        );
+        assert_eq!(h.call("POST", &cancel, None).await.0, 409);
+        let owner = h
+            .token_with_role(Some(vec![Mh::rule(
+                &["get", "list", "create"],
+                &["testruns"],
+            )]))
+            .await;
+        let (st, doc) = h.call_as(&owner, "POST", &format!("{T}/test-runs"), Some(json!({"data": {"type": "test-runs",
+            "relationships": {"configuration-version": {"data": {"id": cv, "type": "configuration-versions"}}}}}))).await;
+        assert_eq!(st, 201, "{doc}");
+        assert!(
+            doc["data"]["relationships"]["created-by"]["data"]["id"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("system:serviceaccount:acme:")
+        );
+    }
+}

@@ -1,0 +1,554 @@
+//! Test variables of a module (SPEC.md A8–A11, JSON:API type `vars`): environment
+//! variables of every test run of the module.
+//!
+//! A variable is a TestVariable object checked with the same rules as its CRD
+//! (`terrace_crds::rules`): key pattern, category `env`, value default `""`. A sensitive
+//! value is written once into a Secret owned by the variable (`spec.valueFrom` points at
+//! it); no response shows it again (the value reads as `""`), and a sensitive variable
+//! cannot become non-sensitive. `version-id` (in status) is a new random value after
+//! every create and update. Each bad attribute gets its own 422 error with a pointer.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use terrace_crds::TestVariable;
+use terrace_crds::common::SecretKeyRef;
+use terrace_crds::constants::{FIELD_MANAGER_API, LABEL_ID, LABEL_ORGANIZATION};
+use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
+use terrace_crds::resources::TestVariableSpec;
+use terrace_crds::rules::{
+    TEST_VARIABLE_CATEGORY, validate_test_variable_category, validate_test_variable_key,
+};
+
+use super::{LABEL_MODULE, Module, locate};
+use crate::prelude::*;
+
+const T: &str =
+    "/api/v2/organizations/{org}/tests/registry-modules/private/{namespace}/{name}/{provider}";
+type TPath = (String, String, String, String);
+type VarPath = (String, String, String, String, String);
+
+/// Key of the value in a sensitive variable's Secret.
+pub const SECRET_KEY: &str = "value";
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route(&format!("{T}/vars"), get(list).post(create))
+        .route(&format!("{T}/vars/{{var}}"), patch(update).delete(remove))
+}
+
+/// Name of the Secret holding a sensitive variable's value.
+pub fn secret_name(var_object_name: &str) -> String {
+    format!("{var_object_name}-value")
+}
+
+/// The JSON:API `data` of a variable (sensitive values read as `""`).
+pub fn render(v: &TestVariable, module_id: &str) -> Value {
+    json!({
+        "id": id_of(v),
+        "type": "vars",
+        "attributes": {
+            "key": v.spec.key,
+            "value": if v.spec.sensitive { "" } else { v.spec.value.as_str() },
+            "description": v.spec.description,
+            "category": v.spec.category,
+            "hcl": false,
+            "sensitive": v.spec.sensitive,
+            "version-id": v.status.as_ref().and_then(|s| s.version_id.clone()),
+        },
+        "relationships": {
+            "configurable": {"data": {"id": module_id, "type": "registry-modules"}},
+        },
+    })
+}
+
+/// The attributes of a test variable request, as sent.
+#[derive(Debug, Default, Deserialize)]
+struct VarAttributes {
+    #[serde(default)]
+    key: Attr<String>,
+    #[serde(default)]
+    value: Attr<String>,
+    #[serde(default)]
+    description: Attr<String>,
+    #[serde(default)]
+    category: Attr<String>,
+    #[serde(default)]
+    sensitive: Attr<bool>,
+}
+
+impl Typed for VarAttributes {
+    const TYPE: &'static str = "vars";
+}
+
+/// Attributes of a create or update, checked; `None` = not given.
+#[derive(Default)]
+struct VarInput {
+    key: Option<String>,
+    value: Option<String>,
+    description: Option<String>,
+    category: Option<String>,
+    sensitive: Option<bool>,
+}
+
+/// The input of a request; every broken rule is recorded in `errs`.
+fn parse(a: VarAttributes, creating: bool, errs: &mut Vec<FieldError>) -> VarInput {
+    let ptr = |k: &str| format!("/data/attributes/{k}");
+    let input = VarInput {
+        key: a.key.take(&ptr("key"), "a string", errs),
+        value: a.value.take(&ptr("value"), "a string", errs),
+        description: a.description.take(&ptr("description"), "a string", errs),
+        category: a.category.take(&ptr("category"), "a string", errs),
+        sensitive: a.sensitive.take(&ptr("sensitive"), "a boolean", errs),
+    };
+    let typed = |k: &str, errs: &[FieldError]| errs.iter().any(|e| e.pointer == ptr(k));
+    if (creating || input.key.is_some())
+        && !typed("key", errs)
+        && let Err(v) = validate_test_variable_key(input.key.as_deref().unwrap_or(""))
+    {
+        errs.push(v.into());
+    }
+    if (creating || input.category.is_some())
+        && !typed("category", errs)
+        && let Err(v) = validate_test_variable_category(input.category.as_deref())
+    {
+        errs.push(v.into());
+    }
+    input
+}
+
+fn vars_of(state: &AppState, m: &Module) -> Vec<Arc<TestVariable>> {
+    let module = m.object_name();
+    let mut vars: Vec<_> = state
+        .index
+        .read()
+        .test_variables()
+        .in_namespace(&m.ns)
+        .filter(|v| v.spec.module == module && !id_of(v.as_ref()).is_empty())
+        .cloned()
+        .collect();
+    vars.sort_by(|a, b| {
+        a.spec
+            .key
+            .cmp(&b.spec.key)
+            .then_with(|| a.name_any().cmp(&b.name_any()))
+    });
+    vars
+}
+
+fn key_taken(state: &AppState, m: &Module, key: &str, except: Option<&str>) -> bool {
+    vars_of(state, m)
+        .iter()
+        .any(|v| v.spec.key == key && Some(id_of(v.as_ref()).as_str()) != except)
+}
+
+async fn write_secret(state: &AppState, var: &TestVariable, value: &str) -> Result<(), ApiError> {
+    let ns = var.namespace().unwrap_or_default();
+    let api = write::api::<Secret>(state, &ns);
+    let name = secret_name(&var.name_any());
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            owner_references: var.controller_owner_ref(&()).map(|o| vec![o]),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(
+            SECRET_KEY.to_owned(),
+            ByteString(value.as_bytes().to_vec()),
+        )])),
+        ..Default::default()
+    };
+    let mut v =
+        serde_json::to_value(&secret).map_err(|e| ApiError::internal("a variable's Secret", e))?;
+    v["apiVersion"] = "v1".into();
+    v["kind"] = "Secret".into();
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER_API).force(),
+        &Patch::Apply(&v),
+    )
+    .await
+    .map(|_| ())
+    .map_err(ApiError::from)
+}
+
+/// Gives the variable a new `version-id` (and its ID in status) and waits for the index.
+async fn new_version(state: &AppState, var: &TestVariable) -> Result<TestVariable, ApiError> {
+    let ns = var.namespace().unwrap_or_default();
+    let status =
+        json!({"id": id_of(var), "versionId": format!("sv-{}", crate::capability::random_token())});
+    let updated = write::patch_status(
+        &write::api::<TestVariable>(state, &ns),
+        &var.name_any(),
+        status,
+    )
+    .await?;
+    write::wait_seen(state, &updated).await;
+    Ok(updated)
+}
+
+async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((org, namespace, name, provider)): Path<TPath>,
+) -> Result<Doc, ApiError> {
+    let m = locate(
+        &state,
+        &caller,
+        (&org, &namespace, &name, &provider),
+        "list",
+        "testvariables",
+    )
+    .await?;
+    let module_id = m.id();
+    let data: Vec<Value> = vars_of(&state, &m)
+        .iter()
+        .map(|v| render(v, &module_id))
+        .collect();
+    Ok(Doc(StatusCode::OK, json!({"data": data})))
+}
+
+async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((org, namespace, name, provider)): Path<TPath>,
+    JsonApi(doc): JsonApi<Document<VarAttributes>>,
+) -> Result<Doc, ApiError> {
+    let m = locate(
+        &state,
+        &caller,
+        (&org, &namespace, &name, &provider),
+        "create",
+        "testvariables",
+    )
+    .await?;
+    let mut errs = Vec::new();
+    let input = parse(doc.checked()?.attributes, true, &mut errs);
+    let key = input.key.clone().unwrap_or_default();
+    if errs.is_empty() && key_taken(&state, &m, &key, None) {
+        errs.push(FieldError::attribute(
+            "key",
+            format!("key {key:?} has already been taken"),
+        ));
+    }
+    if !errs.is_empty() {
+        return Err(ApiError::Invalid(errs));
+    }
+    let sensitive = input.sensitive.unwrap_or(false);
+    let value = input.value.unwrap_or_default();
+    let id = new_id(IdKind::TestVariable);
+    let object_name = object_name_for_id(&id);
+    let var = TestVariable {
+        metadata: ObjectMeta {
+            name: Some(object_name.clone()),
+            namespace: Some(m.ns.clone()),
+            labels: Some(BTreeMap::from([
+                (LABEL_ID.to_owned(), id.clone()),
+                (LABEL_ORGANIZATION.to_owned(), m.org.name_any()),
+                (LABEL_MODULE.to_owned(), m.object_name()),
+            ])),
+            owner_references: m.module.controller_owner_ref(&()).map(|o| vec![o]),
+            ..Default::default()
+        },
+        spec: TestVariableSpec {
+            module: m.object_name(),
+            key,
+            value: if sensitive {
+                String::new()
+            } else {
+                value.clone()
+            },
+            value_from: sensitive.then(|| SecretKeyRef {
+                name: secret_name(&object_name),
+                key: SECRET_KEY.to_owned(),
+            }),
+            description: input.description,
+            category: TEST_VARIABLE_CATEGORY.to_owned(),
+            sensitive,
+        },
+        status: None,
+    };
+    let created = write::api::<TestVariable>(&state, &m.ns)
+        .create(&PostParams::default(), &var)
+        .await?;
+    if sensitive {
+        write_secret(&state, &created, &value).await?;
+    }
+    let created = new_version(&state, &created).await?;
+    Ok(Doc::created(render(&created, &m.id())))
+}
+
+fn var_of(state: &AppState, m: &Module, id: &str) -> Result<Arc<TestVariable>, ApiError> {
+    state
+        .index
+        .read()
+        .test_variables()
+        .get(id)
+        .filter(|v| {
+            v.namespace().as_deref() == Some(m.ns.as_str()) && v.spec.module == m.object_name()
+        })
+        .cloned()
+        .ok_or_else(|| ApiError::not_found("variable not found"))
+}
+
+async fn update(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((org, namespace, name, provider, var)): Path<VarPath>,
+    JsonApi(doc): JsonApi<Document<VarAttributes>>,
+) -> Result<Doc, ApiError> {
+    let m = locate(
+        &state,
+        &caller,
+        (&org, &namespace, &name, &provider),
+        "update",
+        "testvariables",
+    )
+    .await?;
+    let current = var_of(&state, &m, &var)?;
+    let mut errs = Vec::new();
+    let input = parse(doc.checked()?.attributes, false, &mut errs);
+    if current.spec.sensitive && input.sensitive == Some(false) {
+        errs.push(FieldError::attribute(
+            "sensitive",
+            "a sensitive variable cannot be made non-sensitive",
+        ));
+    }
+    if let Some(k) = &input.key
+        && errs.is_empty()
+        && key_taken(&state, &m, k, Some(&var))
+    {
+        errs.push(FieldError::attribute(
+            "key",
+            format!("key {k:?} has already been taken"),
+        ));
+    }
+    if !errs.is_empty() {
+        return Err(ApiError::Invalid(errs));
+    }
+    let sensitive = current.spec.sensitive || input.sensitive == Some(true);
+    if sensitive {
+        // Becoming sensitive moves the plain value into the Secret.
+        let new_value = input
+            .value
+            .clone()
+            .or_else(|| (!current.spec.sensitive).then(|| current.spec.value.clone()));
+        if let Some(v) = new_value {
+            write_secret(&state, &current, &v).await?;
+        }
+    }
+    let api = write::api::<TestVariable>(&state, &m.ns);
+    let object_name = current.name_any();
+    let updated = write::patch_spec(&api, (*current).clone(), |cur| {
+        let mut spec = json!({"sensitive": sensitive, "category": TEST_VARIABLE_CATEGORY});
+        if let Some(k) = &input.key {
+            spec["key"] = json!(k);
+        }
+        if let Some(d) = &input.description {
+            spec["description"] = json!(d);
+        }
+        if sensitive {
+            spec["value"] = json!("");
+            spec["valueFrom"] = json!({"name": secret_name(&object_name), "key": SECRET_KEY});
+        } else {
+            spec["value"] = json!(
+                input
+                    .value
+                    .clone()
+                    .unwrap_or_else(|| cur.spec.value.clone())
+            );
+        }
+        Ok(Some(spec))
+    })
+    .await?;
+    let updated = new_version(&state, &updated).await?;
+    Ok(Doc::ok(render(&updated, &m.id())))
+}
+
+async fn remove(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((org, namespace, name, provider, var)): Path<VarPath>,
+) -> Result<Response, ApiError> {
+    let m = locate(
+        &state,
+        &caller,
+        (&org, &namespace, &name, &provider),
+        "delete",
+        "testvariables",
+    )
+    .await?;
+    let current = var_of(&state, &m, &var)?;
+    match write::api::<TestVariable>(&state, &m.ns)
+        .delete(&current.name_any(), &DeleteParams::default())
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => return Err(ApiError::from(e)),
+    }
+    write::wait_gone::<TestVariable>(&state, &current.metadata.uid.clone().unwrap_or_default())
+        .await;
+    Ok(no_content())
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::Api;
+    use serde_json::json;
+
+    use super::{SECRET_KEY, secret_name};
+    use crate::testing::*;
+    use kube::ResourceExt;
+
+    fn vars() -> String {
+        format!("{T}/vars")
+    }
+
+    /// A8–A11: create (defaults), list, update (version-id changes), sensitive values
+    /// written once into an owned Secret and never shown, no way back to non-sensitive,
+    /// delete; 422 with one pointer per bad field.
+    #[tokio::test]
+    async fn variable_lifecycle() {
+        let h = Mh::with_module().await;
+        let (st, doc) = h
+            .call("POST", &vars(), Some(json!({"data": {"type": "vars", "attributes": {"key": "TF_VAR_region", "category": "env"}}})))
+            .await;
+        assert_eq!(st, 201, "{doc}");
+        let a = &doc["data"]["attributes"];
+        assert_eq!(a["value"], "");
+        assert_eq!(a["sensitive"], false);
+        let id = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
+        assert!(id.starts_with("var-"));
+        let v1 = a["version-id"].as_str().unwrap_or_default().to_owned();
+        assert!(!v1.is_empty());
+        let one = format!("{}/{id}", vars());
+        let (st, doc) = h
+            .call("PATCH", &one, Some(json!({"data": {"type": "vars", "attributes": {"value": "eu", "description": "where"}}})))
+            .await;
+        assert_eq!(st, 200, "{doc}");
+        assert_eq!(doc["data"]["attributes"]["value"], "eu");
+        assert_eq!(doc["data"]["attributes"]["description"], "where");
+        let v2 = doc["data"]["attributes"]["version-id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert_ne!(v1, v2);
+        // Make it sensitive: the value moves to a Secret and is never shown again.
+        let (st, doc) = h
+            .call(
+                "PATCH",
+                &one,
+                Some(json!({"data": {"type": "vars", "attributes": {"sensitive": true}}})),
+            )
+            .await;
+        assert_eq!(st, 200, "{doc}");
+        assert_eq!(doc["data"]["attributes"]["value"], "");
+        let obj = h
+            .state
+            .index
+            .read()
+            .test_variables()
+            .get(&id)
+            .cloned()
+            .unwrap_or_else(|| panic!("indexed"));
+        assert_eq!(obj.spec.value, "");
+        let secrets: Api<Secret> = Api::namespaced(h.state.client.clone(), ORG);
+        let s = secrets
+            .get(&secret_name(&obj.name_any()))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            s.data.and_then(|d| d.get(SECRET_KEY).cloned()).map(|b| b.0),
+            Some(b"eu".to_vec())
+        );
+        assert_eq!(
+            s.metadata.owner_references.map(|o| o[0].name.clone()),
+            Some(obj.name_any())
+        );
+        let (st, doc) = h
+            .call(
+                "PATCH",
+                &one,
+                Some(json!({"data": {"type": "vars", "attributes": {"sensitive": false}}})),
+            )
+            .await;
+        assert_eq!(st, 422);
+        assert_eq!(
+            doc["errors"][0]["source"]["pointer"],
+            "/data/attributes/sensitive"
+        );
+        // A sensitive create.
+        let (st, doc) = h
+            .call("POST", &vars(), Some(json!({"data": {"type": "vars", "attributes": {"key": "TOKEN", "value": "hunter2", "category": "env", "sensitive": true}}})))
+            .await;
+        assert_eq!(st, 201, "{doc}");
+        assert!(!doc.to_string().contains("hunter2"));
+        let (st, doc) = h.call("GET", &vars(), None).await;
+        assert_eq!(st, 200);
+        assert_eq!(doc["data"].as_array().map(Vec::len), Some(2));
+        assert!(!doc.to_string().contains("hunter2") && !doc.to_string().contains("\"eu\""));
+        // Bad fields: one error per field; a duplicate key.
+        let (st, doc) = h
+            .call("POST", &vars(), Some(json!({"data": {"type": "vars", "attributes": {"key": "1bad", "category": "terraform", "sensitive": "no"}}})))
+            .await;
+        assert_eq!(st, 422);
+        let mut pointers: Vec<&str> = doc["errors"]
+            .as_array()
+            .map(|e| {
+                e.iter()
+                    .filter_map(|x| x["source"]["pointer"].as_str())
+                    .collect()
+            })
+            .unwrap_or_default();
+        pointers.sort_unstable();
+        assert_eq!(
+            pointers,
+            [
+                "/data/attributes/category",
+                "/data/attributes/key",
+                "/data/attributes/sensitive"
+            ]
+        );
+        let (st, _) = h
+            .call("POST", &vars(), Some(json!({"data": {"type": "vars", "attributes": {"key": "TOKEN", "category": "env"}}})))
+            .await;
+        assert_eq!(st, 422);
+        let (st, _) = h
+            .call(
+                "POST",
+                &vars(),
+                Some(json!({"data": {"type": "vars", "attributes": {"key": "X"}}})),
+            )
+            .await;
+        assert_eq!(st, 422);
+        // Delete.
+        assert_eq!(h.call("DELETE", &one, None).await.0, 204);
+        assert_eq!(h.call("DELETE", &one, None).await.0, 404);
+        assert_eq!(
+            h.call(
+                "PATCH",
+                &one,
+                Some(json!({"data": {"type": "vars", "attributes": {}}}))
+            )
+            .await
+            .0,
+            404
+        );
+        let (_, doc) = h.call("GET", &vars(), None).await;
+        assert_eq!(doc["data"].as_array().map(Vec::len), Some(1));
+        assert_eq!(
+            h.call(
+                "GET",
+                "/api/v2/organizations/acme/tests/registry-modules/private/acme/nope/aws/vars",
+                None
+            )
+            .await
+            .0,
+            404
+        );
+    }
+}

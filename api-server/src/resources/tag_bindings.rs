@@ -1,0 +1,369 @@
+//! Key-value tag bindings (SPEC.md B17) of workspaces and projects.
+//!
+//! Direct bindings are `spec.tagBindings` of the Workspace or Project, in the order given.
+//! A workspace's effective bindings are its direct ones followed by those of its project
+//! that it does not override (a direct binding wins over an inherited key); inherited ones
+//! point at the project with `links.inherited-from`. They are computed from the index on
+//! every read, so a project change shows at once. Not paginated.
+//!
+//! Paths: the vendor schema's `/relationships/tag-bindings` (GET, POST adds, PATCH
+//! replaces; 204) and the clients' `/tag-bindings` (GET, PATCH adds and answers the
+//! resulting list), plus `/effective-tag-bindings`.
+
+use terrace_crds::common::{EffectiveTagBinding, TagBinding};
+use terrace_crds::{Project, Workspace};
+
+use crate::documents::{
+    TagBindingAttributes, TagBindingType, effective_tag_binding, effective_tag_bindings_in,
+    tag_binding, tag_bindings_of,
+};
+use crate::prelude::*;
+
+/// The body of a tag-binding write: `{"data": [...]}` of `tag-bindings`.
+type Bindings = JsonApi<ToMany<TagBindingType, TagBindingAttributes>>;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/api/v2/workspaces/{id}/tag-bindings",
+            get(ws_list).patch(ws_add_listing),
+        )
+        .route(
+            "/api/v2/workspaces/{id}/relationships/tag-bindings",
+            get(ws_list).post(ws_add).patch(ws_replace),
+        )
+        .route(
+            "/api/v2/workspaces/{id}/effective-tag-bindings",
+            get(ws_effective),
+        )
+        .route(
+            "/api/v2/projects/{id}/tag-bindings",
+            get(prj_list).patch(prj_add_listing),
+        )
+        .route(
+            "/api/v2/projects/{id}/relationships/tag-bindings",
+            get(prj_list).post(prj_add).patch(prj_replace),
+        )
+        .route(
+            "/api/v2/projects/{id}/effective-tag-bindings",
+            get(prj_effective),
+        )
+}
+
+fn list_doc(owner_id: &str, bindings: &[TagBinding]) -> Value {
+    json!({"data": bindings.iter().map(|b| tag_binding(owner_id, b)).collect::<Vec<_>>()})
+}
+
+/// The bindings of a request body, validated.
+fn bindings(
+    body: ToMany<TagBindingType, TagBindingAttributes>,
+) -> Result<Vec<TagBinding>, ApiError> {
+    tag_bindings_of(body.entries, "/data")
+}
+
+/// `current` with `added` merged in: existing keys take the new value in place, new keys
+/// are appended.
+pub fn merged(current: &[TagBinding], added: &[TagBinding]) -> Vec<TagBinding> {
+    let mut out = current.to_vec();
+    for a in added {
+        match out.iter_mut().find(|b| b.key == a.key) {
+            Some(b) => b.value = a.value.clone(),
+            None => out.push(a.clone()),
+        }
+    }
+    out
+}
+
+fn change(current: &[TagBinding], next: Vec<TagBinding>) -> Option<Value> {
+    (current != next.as_slice()).then(|| json!({"tagBindings": next}))
+}
+
+// --- workspaces ---------------------------------------------------------------------
+
+async fn ws_list(f: Found<Workspace>) -> Doc {
+    Doc(
+        StatusCode::OK,
+        list_doc(&f.at.id(), &f.at.obj.spec.tag_bindings),
+    )
+}
+
+async fn ws_effective(State(state): State<AppState>, f: Found<Workspace>) -> Doc {
+    let id = f.at.id();
+    let bindings = effective_tag_bindings_in(&state.index.read(), &f.at.obj);
+    let data: Vec<Value> = bindings
+        .iter()
+        .map(|b| effective_tag_binding(&id, b))
+        .collect();
+    Doc::ok(json!(data))
+}
+
+async fn ws_write(
+    state: &AppState,
+    f: Found<Workspace, Admin>,
+    body: ToMany<TagBindingType, TagBindingAttributes>,
+    replace: bool,
+) -> Result<Workspace, ApiError> {
+    let given = bindings(body)?;
+    let l = f.at;
+    write::update_spec(state, &l.ns, (*l.obj).clone(), |w| {
+        let next = if replace {
+            given.clone()
+        } else {
+            merged(&w.spec.tag_bindings, &given)
+        };
+        Ok(change(&w.spec.tag_bindings, next))
+    })
+    .await
+}
+
+async fn ws_add_listing(
+    State(state): State<AppState>,
+    f: Found<Workspace, Admin>,
+    JsonApi(body): Bindings,
+) -> Result<Doc, ApiError> {
+    let ws = ws_write(&state, f, body, false).await?;
+    Ok(Doc(
+        StatusCode::OK,
+        list_doc(&id_of(&ws), &ws.spec.tag_bindings),
+    ))
+}
+
+async fn ws_add(
+    State(state): State<AppState>,
+    f: Found<Workspace, Admin>,
+    JsonApi(body): Bindings,
+) -> Result<Response, ApiError> {
+    ws_write(&state, f, body, false).await?;
+    Ok(no_content())
+}
+
+async fn ws_replace(
+    State(state): State<AppState>,
+    f: Found<Workspace, Admin>,
+    JsonApi(body): Bindings,
+) -> Result<Response, ApiError> {
+    ws_write(&state, f, body, true).await?;
+    Ok(no_content())
+}
+
+// --- projects -----------------------------------------------------------------------
+
+async fn prj_list(f: Found<Project>) -> Doc {
+    Doc(
+        StatusCode::OK,
+        list_doc(&f.at.id(), &f.at.obj.spec.tag_bindings),
+    )
+}
+
+async fn prj_effective(f: Found<Project>) -> Doc {
+    let id = f.at.id();
+    let data: Vec<Value> =
+        f.at.obj
+            .spec
+            .tag_bindings
+            .iter()
+            .map(|b| {
+                effective_tag_binding(
+                    &id,
+                    &EffectiveTagBinding {
+                        key: b.key.clone(),
+                        value: b.value.clone(),
+                        inherited_from: None,
+                    },
+                )
+            })
+            .collect();
+    Doc::ok(json!(data))
+}
+
+async fn prj_write(
+    state: &AppState,
+    f: Found<Project, Admin>,
+    body: ToMany<TagBindingType, TagBindingAttributes>,
+    replace: bool,
+) -> Result<Project, ApiError> {
+    let given = bindings(body)?;
+    let l = f.at;
+    write::update_spec(state, &l.ns, (*l.obj).clone(), |cur| {
+        let next = if replace {
+            given.clone()
+        } else {
+            merged(&cur.spec.tag_bindings, &given)
+        };
+        Ok(change(&cur.spec.tag_bindings, next))
+    })
+    .await
+}
+
+async fn prj_add_listing(
+    State(state): State<AppState>,
+    f: Found<Project, Admin>,
+    JsonApi(body): Bindings,
+) -> Result<Doc, ApiError> {
+    let p = prj_write(&state, f, body, false).await?;
+    Ok(Doc(
+        StatusCode::OK,
+        list_doc(&id_of(&p), &p.spec.tag_bindings),
+    ))
+}
+
+async fn prj_add(
+    State(state): State<AppState>,
+    f: Found<Project, Admin>,
+    JsonApi(body): Bindings,
+) -> Result<Response, ApiError> {
+    prj_write(&state, f, body, false).await?;
+    Ok(no_content())
+}
+
+async fn prj_replace(
+    State(state): State<AppState>,
+    f: Found<Project, Admin>,
+    JsonApi(body): Bindings,
+) -> Result<Response, ApiError> {
+    prj_write(&state, f, body, true).await?;
+    Ok(no_content())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Edition;
+    use crate::documents::effective_tag_bindings as effective;
+    use crate::testing::{DEFAULT_PROJECT, harness};
+    use terrace_crds::constants::LABEL_ID;
+
+    fn parse_bindings(body: &Value) -> Result<Vec<TagBinding>, ApiError> {
+        crate::body::parse::<ToMany<TagBindingType, TagBindingAttributes>>(
+            body.to_string().as_bytes(),
+        )
+        .and_then(bindings)
+    }
+
+    fn tb(k: &str, v: &str) -> TagBinding {
+        TagBinding {
+            key: k.into(),
+            value: v.into(),
+        }
+    }
+
+    /// Adding merges by key in place; the body's last value for a key wins.
+    #[test]
+    fn merge_and_parse() {
+        let cur = vec![tb("env", "dev"), tb("team", "a")];
+        assert_eq!(
+            merged(&cur, &[tb("env", "prod"), tb("new", "")]),
+            vec![tb("env", "prod"), tb("team", "a"), tb("new", "")]
+        );
+        let body = json!({"data": [
+            {"type": "tag-bindings", "attributes": {"key": "k", "value": "1"}},
+            {"type": "tag-bindings", "attributes": {"key": "k", "value": "2"}},
+            {"type": "tag-bindings", "attributes": {"key": "v"}},
+        ]});
+        assert_eq!(
+            parse_bindings(&body).ok(),
+            Some(vec![tb("k", "2"), tb("v", "")])
+        );
+        for bad in [
+            json!({"data": [{"type": "tag-bindings", "attributes": {"key": ""}}]}),
+            json!({"data": [{"type": "tag-bindings", "attributes": {"key": "k".repeat(129)}}]}),
+            json!({"data": [{"type": "tag-bindings", "attributes": {"key": "k", "value": "v".repeat(257)}}]}),
+            json!({"data": [{"type": "tags", "attributes": {"key": "k"}}]}),
+            json!({"data": [{"type": "tag-bindings", "attributes": {"value": "v"}}]}),
+        ] {
+            assert!(
+                matches!(parse_bindings(&bad), Err(ApiError::Invalid(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    /// Effective bindings: direct first, then inherited keys the workspace does not bind,
+    /// marked with the project.
+    #[test]
+    fn effective_overrides_inherited() {
+        let mut ws = Workspace::new("w", Default::default());
+        ws.spec.tag_bindings = vec![tb("env", "prod")];
+        let mut p = Project::new("p", Default::default());
+        p.metadata.labels = Some([(LABEL_ID.to_owned(), "prj-1".to_owned())].into());
+        p.spec.tag_bindings = vec![tb("env", "dev"), tb("team", "core")];
+        let e = effective(&ws, Some(&p));
+        assert_eq!(e.len(), 2);
+        assert_eq!((e[0].key.as_str(), e[0].value.as_str()), ("env", "prod"));
+        assert_eq!(e[0].inherited_from, None);
+        assert_eq!(
+            (e[1].key.as_str(), e[1].inherited_from.as_deref()),
+            ("team", Some("prj-1"))
+        );
+    }
+
+    /// Through the API: PATCH /tag-bindings adds and lists; the relationships PATCH
+    /// replaces; effective bindings show the project's with links.inherited-from.
+    #[tokio::test]
+    async fn workspace_and_project_bindings() {
+        let h = harness(Edition::SelfHosted).await;
+        h.workspace("ws-BBBBBBBBBBBBBBB1", "tb", |s| {
+            s.tag_bindings = vec![tb("a", "1")]
+        })
+        .await;
+        let base = "/api/v2/workspaces/ws-BBBBBBBBBBBBBBB1";
+        let (st, doc) = h
+            .call(
+                "PATCH",
+                &format!("{base}/tag-bindings"),
+                Some(json!({"data": [{"type": "tag-bindings", "attributes": {"key": "b", "value": "2"}}]})),
+            )
+            .await;
+        assert_eq!(st, 200, "{doc}");
+        assert_eq!(doc["data"].as_array().map(Vec::len), Some(2));
+        assert_eq!(doc["data"][1]["attributes"]["key"], "b");
+
+        let (st, _) = h
+            .call(
+                "PATCH",
+                &format!("{base}/relationships/tag-bindings"),
+                Some(json!({"data": [{"type": "tag-bindings", "attributes": {"key": "env", "value": "prod"}}]})),
+            )
+            .await;
+        assert_eq!(st, 204);
+        let (_, doc) = h.call("GET", &format!("{base}/tag-bindings"), None).await;
+        assert_eq!(doc["data"].as_array().map(Vec::len), Some(1));
+
+        let (st, _) = h
+            .call(
+                "POST",
+                &format!("/api/v2/projects/{DEFAULT_PROJECT}/relationships/tag-bindings"),
+                Some(json!({"data": [
+                    {"type": "tag-bindings", "attributes": {"key": "env", "value": "dev"}},
+                    {"type": "tag-bindings", "attributes": {"key": "team", "value": "core"}},
+                ]})),
+            )
+            .await;
+        assert_eq!(st, 204);
+        let (st, doc) = h
+            .call("GET", &format!("{base}/effective-tag-bindings"), None)
+            .await;
+        assert_eq!(st, 200);
+        let data = doc["data"].as_array().cloned().unwrap_or_default();
+        assert_eq!(data.len(), 2, "{doc}");
+        assert_eq!(data[0]["attributes"]["value"], "prod");
+        assert!(data[0].get("links").is_none());
+        assert_eq!(data[1]["attributes"]["key"], "team");
+        assert_eq!(
+            data[1]["links"]["inherited-from"],
+            format!("/api/v2/projects/{DEFAULT_PROJECT}")
+        );
+        let (_, doc) = h
+            .call(
+                "GET",
+                &format!("/api/v2/projects/{DEFAULT_PROJECT}/tag-bindings"),
+                None,
+            )
+            .await;
+        assert_eq!(doc["data"].as_array().map(Vec::len), Some(2));
+        let (st, _) = h
+            .call("GET", "/api/v2/projects/prj-nope/tag-bindings", None)
+            .await;
+        assert_eq!(st, 404);
+    }
+}

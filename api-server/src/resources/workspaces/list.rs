@@ -1,0 +1,402 @@
+//! B3: listing an organization's workspaces from the index, with SPEC.md's search, filter,
+//! sort and paging parameters.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use terrace_crds::Workspace;
+use terrace_crds::rules::Page;
+
+use super::{INCLUDES, Ws, included, rendered_data};
+use crate::index::{Inner, NameKey};
+use crate::prelude::*;
+use crate::render::pagination;
+
+/// Sort orders of SPEC.md B3.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sort {
+    Name,
+    CurrentRunCreatedAt,
+    LatestChangeAt,
+}
+
+/// Parsed list parameters.
+#[derive(Clone, Debug, Default)]
+pub struct ListFilter {
+    pub search_name: Option<String>,
+    pub wildcard: Option<String>,
+    pub tags: Vec<String>,
+    pub exclude_tags: Vec<String>,
+    pub project_id: Option<String>,
+    pub current_run_status: Option<String>,
+    /// (key, value) pairs of `filter[tagged][i]`.
+    pub tagged: Vec<(Option<String>, Option<String>)>,
+    pub sort: Option<(Sort, bool)>,
+}
+
+fn csv(v: Option<&str>) -> Vec<String> {
+    v.map(|s| {
+        s.split(',')
+            .map(|t| t.trim().to_ascii_lowercase())
+            .filter(|t| !t.is_empty())
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+impl ListFilter {
+    pub fn parse(q: &QueryParams) -> Result<ListFilter, ApiError> {
+        let sort = match q.get("sort").filter(|s| !s.is_empty()) {
+            None => None,
+            Some(s) => {
+                let (desc, key) = s.strip_prefix('-').map_or((false, s), |k| (true, k));
+                let sort = match key {
+                    "name" => Sort::Name,
+                    "current-run.created-at" => Sort::CurrentRunCreatedAt,
+                    "latest-change-at" => Sort::LatestChangeAt,
+                    other => {
+                        return Err(ApiError::bad_parameter(
+                            "sort",
+                            format!(
+                                "unsupported sort {other:?}; use name, current-run.created-at or latest-change-at"
+                            ),
+                        ));
+                    }
+                };
+                Some((sort, desc))
+            }
+        };
+        let mut tagged: Vec<(usize, Option<String>, Option<String>)> = Vec::new();
+        for (k, v) in &q.0 {
+            let Some(rest) = k.strip_prefix("filter[tagged][") else {
+                continue;
+            };
+            let Some((i, field)) = rest.split_once("][") else {
+                continue;
+            };
+            let Ok(i) = i.parse::<usize>() else {
+                return Err(ApiError::bad_parameter(
+                    k.clone(),
+                    format!("bad filter index in {k}"),
+                ));
+            };
+            let entry = match tagged.iter_mut().find(|(j, _, _)| *j == i) {
+                Some(e) => e,
+                None => {
+                    tagged.push((i, None, None));
+                    tagged
+                        .last_mut()
+                        .ok_or_else(|| ApiError::bug("tag filter"))?
+                }
+            };
+            match field.trim_end_matches(']') {
+                "key" => entry.1 = Some(v.clone()),
+                "value" => entry.2 = Some(v.clone()),
+                _ => {}
+            }
+        }
+        tagged.sort_by_key(|(i, _, _)| *i);
+        Ok(ListFilter {
+            search_name: q
+                .get("search[name]")
+                .filter(|s| !s.is_empty())
+                .map(str::to_ascii_lowercase),
+            wildcard: q
+                .get("search[wildcard-name]")
+                .filter(|s| !s.is_empty())
+                .map(str::to_ascii_lowercase),
+            tags: csv(q.get("search[tags]")),
+            exclude_tags: csv(q.get("search[exclude-tags]")),
+            project_id: q
+                .get("filter[project][id]")
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned),
+            current_run_status: q
+                .get("filter[current-run][status]")
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned),
+            tagged: tagged.into_iter().map(|(_, k, v)| (k, v)).collect(),
+            sort,
+        })
+    }
+}
+
+/// `*x` (suffix), `x*` (prefix), `*x*` (contains), `x` (exact), case-insensitive.
+pub fn wildcard_match(pattern: &str, name: &str) -> bool {
+    let starts = pattern.starts_with('*');
+    let ends = pattern.ends_with('*') && pattern.len() > 1;
+    let core = pattern.trim_matches('*');
+    match (starts, ends) {
+        (true, true) => name.contains(core),
+        (true, false) => name.ends_with(core),
+        (false, true) => name.starts_with(core),
+        (false, false) => name == core,
+    }
+}
+
+/// The effective tag bindings of a workspace: its own, plus its project's unless overridden.
+pub fn effective_bindings(idx: &Inner, ws: &Workspace) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = ws
+        .spec
+        .tag_bindings
+        .iter()
+        .map(|b| (b.key.clone(), b.value.clone()))
+        .collect();
+    if let Some(p) = idx.project_of(ws) {
+        for b in &p.spec.tag_bindings {
+            if !out.iter().any(|(k, _)| *k == b.key) {
+                out.push((b.key.clone(), b.value.clone()));
+            }
+        }
+    }
+    out
+}
+
+/// The workspaces of namespace `ns` matching `f`, in the requested order: the total count
+/// and the workspaces on `page`.
+///
+/// Candidates come from a name-ordered index (the rarest required tag's, else the
+/// namespace's), so a name-sorted page needs no sort and no copy of the matches: entries
+/// are counted in place and only the page is cloned out.
+pub fn select(idx: &Inner, ns: &str, f: &ListFilter, page: Page) -> (usize, Vec<Arc<Workspace>>) {
+    let Some(nsidx) = idx.workspaces_in(ns) else {
+        return (0, Vec::new());
+    };
+    let tag_sets: Option<Vec<&BTreeSet<NameKey>>> =
+        f.tags.iter().map(|t| nsidx.with_tag(t)).collect();
+    let Some(mut tag_sets) = tag_sets else {
+        return (0, Vec::new());
+    };
+    tag_sets.sort_by_key(|s| s.len());
+    let (candidates, rest): (&BTreeSet<NameKey>, &[&BTreeSet<NameKey>]) =
+        match tag_sets.split_first() {
+            Some((first, rest)) => (first, rest),
+            None => (nsidx.entries(), &[]),
+        };
+    let exclude: Vec<&BTreeSet<NameKey>> = f
+        .exclude_tags
+        .iter()
+        .filter_map(|t| nsidx.with_tag(t))
+        .collect();
+    let project_filter = f
+        .project_id
+        .as_ref()
+        .map(|pid| idx.project(pid).map(|p| p.name_any()));
+    let default_project = idx.default_project(ns).map(|p| p.name_any());
+    let needs_object = project_filter.is_some() || !f.tagged.is_empty();
+    let keep = |key: &NameKey| -> bool {
+        let name = key.0.as_str();
+        if f.search_name
+            .as_ref()
+            .is_some_and(|s| !name.contains(s.as_str()))
+        {
+            return false;
+        }
+        if f.wildcard
+            .as_ref()
+            .is_some_and(|p| !wildcard_match(p, name))
+        {
+            return false;
+        }
+        if !rest.iter().all(|s| s.contains(key)) || exclude.iter().any(|s| s.contains(key)) {
+            return false;
+        }
+        if f.current_run_status.is_some() {
+            // No workspace has runs yet, so none has a current run in any status.
+            return false;
+        }
+        if !needs_object {
+            return true;
+        }
+        let Some(w) = idx.workspace_by_uid(&key.1) else {
+            return false;
+        };
+        if let Some(target) = &project_filter {
+            let project = w
+                .spec
+                .project
+                .clone()
+                .filter(|p| !p.is_empty())
+                .or_else(|| default_project.clone());
+            if target.is_none() || project != *target {
+                return false;
+            }
+        }
+        if !f.tagged.is_empty() {
+            let eff = effective_bindings(idx, w);
+            let all = f.tagged.iter().all(|(k, v)| {
+                eff.iter().any(|(bk, bv)| {
+                    k.as_ref().is_none_or(|k| k == bk) && v.as_ref().is_none_or(|v| v == bv)
+                })
+            });
+            if !all {
+                return false;
+            }
+        }
+        true
+    };
+    let start = (page.number as usize - 1).saturating_mul(page.size as usize);
+    let take = page.size as usize;
+    let resolve = |k: &NameKey| idx.workspace_by_uid(&k.1).cloned();
+    match f.sort {
+        Some((Sort::LatestChangeAt, desc)) => {
+            let mut all: Vec<Arc<Workspace>> = candidates
+                .iter()
+                .filter(|k| keep(k))
+                .filter_map(resolve)
+                .collect();
+            let key = |w: &Arc<Workspace>| {
+                w.status
+                    .as_ref()
+                    .and_then(|s| s.latest_change_at.clone())
+                    .unwrap_or_else(|| {
+                        w.metadata
+                            .creation_timestamp
+                            .as_ref()
+                            .map(|t| t.0.to_string())
+                            .unwrap_or_default()
+                    })
+            };
+            all.sort_by_cached_key(key);
+            if desc {
+                all.reverse();
+            }
+            let total = all.len();
+            (total, all.into_iter().skip(start).take(take).collect())
+        }
+        // Without runs, current-run.created-at orders like the (stable) name order.
+        sort => {
+            let desc = matches!(sort, Some((_, true)));
+            let mut total = 0usize;
+            let mut out = Vec::with_capacity(take);
+            let mut visit = |k: &NameKey| {
+                if keep(k) {
+                    if total >= start
+                        && out.len() < take
+                        && let Some(w) = resolve(k)
+                    {
+                        out.push(w);
+                    }
+                    total += 1;
+                }
+            };
+            let unfiltered = rest.is_empty()
+                && exclude.is_empty()
+                && f.search_name.is_none()
+                && f.wildcard.is_none()
+                && f.current_run_status.is_none()
+                && !needs_object;
+            if unfiltered {
+                // Every candidate matches: count from the index, visit only the page.
+                total = candidates.len();
+                let page_keys: Vec<&NameKey> = if desc {
+                    candidates.iter().rev().skip(start).take(take).collect()
+                } else {
+                    candidates.iter().skip(start).take(take).collect()
+                };
+                return (total, page_keys.into_iter().filter_map(resolve).collect());
+            }
+            if desc {
+                candidates.iter().rev().for_each(&mut visit);
+            } else {
+                candidates.iter().for_each(&mut visit);
+            }
+            (total, out)
+        }
+    }
+}
+
+/// The filters B3 supports.
+const FILTERS: &[&str] = &[
+    "filter[project][id]",
+    "filter[current-run][status]",
+    "filter[tagged]",
+];
+
+pub async fn list(
+    State(state): State<AppState>,
+    o: VisibleOrg,
+    q: QueryParams,
+) -> Result<Response, ApiError> {
+    let (caller, org) = (&o.caller, &o.org);
+    let ns = o.ns().to_owned();
+    let page = q.page()?;
+    q.supported_filters(FILTERS)?;
+    let includes = q.includes(INCLUDES)?;
+    let filter = ListFilter::parse(&q)?;
+    let may_list = state
+        .allowed(caller, &o.check("list", "workspaces"))
+        .await?;
+    let (total, selected) = if may_list {
+        select(&state.index.read(), &ns, &filter, page)
+    } else {
+        (0, Vec::new())
+    };
+    let located: Vec<Ws> = selected
+        .into_iter()
+        .map(|obj| Located {
+            obj,
+            org: org.clone(),
+            ns: ns.clone(),
+        })
+        .collect();
+    let base = format!("/api/v2/organizations/{}/workspaces", org.tfe_name());
+    let (meta, links) = pagination(&base, page, total);
+    let refs: Vec<&Ws> = located.iter().collect();
+    let inc = included(&state, &refs, &includes);
+    // {"data":[...cached items...],"links":…,"meta":…[,"included":…]}
+    let mut body: Vec<u8> = Vec::with_capacity(located.len() * 4096);
+    body.extend_from_slice(b"{\"data\":[");
+    for (i, l) in located.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(&rendered_data(&state, caller, l).await?);
+    }
+    body.extend_from_slice(b"],\"links\":");
+    let ser = |body: &mut Vec<u8>, v: &Value| {
+        serde_json::to_writer(body, v).map_err(|e| ApiError::internal("rendering a list", e))
+    };
+    ser(&mut body, &links)?;
+    body.extend_from_slice(b",\"meta\":");
+    ser(&mut body, &meta)?;
+    if !inc.is_empty() {
+        body.extend_from_slice(b",\"included\":");
+        ser(&mut body, &Value::Array(inc))?;
+    }
+    body.push(b'}');
+    Ok(crate::render::DocBytes(StatusCode::OK, body.into()).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcards() {
+        assert!(wildcard_match("*-prod", "net-prod"));
+        assert!(!wildcard_match("*-prod", "net-prod-2"));
+        assert!(wildcard_match("net*", "net-prod"));
+        assert!(wildcard_match("*prod*", "a-prod-b"));
+        assert!(wildcard_match("exact", "exact"));
+        assert!(!wildcard_match("exact", "exactly"));
+    }
+
+    #[test]
+    fn filters_parse() {
+        let q = QueryParams::parse(Some(
+            "search%5Btags%5D=A,b&filter%5Btagged%5D%5B0%5D%5Bkey%5D=env&filter%5Btagged%5D%5B0%5D%5Bvalue%5D=prod&filter%5Btagged%5D%5B1%5D%5Bkey%5D=team&sort=-name",
+        ));
+        let f = ListFilter::parse(&q).expect("parse");
+        assert_eq!(f.tags, ["a", "b"]);
+        assert_eq!(
+            f.tagged,
+            [
+                (Some("env".into()), Some("prod".into())),
+                (Some("team".into()), None)
+            ]
+        );
+        assert_eq!(f.sort, Some((Sort::Name, true)));
+        assert!(ListFilter::parse(&QueryParams::parse(Some("sort=size"))).is_err());
+    }
+}

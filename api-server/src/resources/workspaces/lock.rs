@@ -1,0 +1,129 @@
+//! B7 lock, B8 unlock, B9 force-unlock: SPEC.md's lock table through the pure state
+//! machine [`terrace_crds::lock::transition`], written to the Workspace's annotations with
+//! a resourceVersion precondition ([`write::guarded_patch`]), so of N concurrent lockers
+//! exactly one wins and the others get 409. Each change is recorded as an Event.
+
+use terrace_crds::Workspace;
+use terrace_crds::constants::{ANNOTATION_LOCK_REASON, ANNOTATION_LOCKED_AT, ANNOTATION_LOCKED_BY};
+use terrace_crds::lock::{self, LockHolder, LockOp, LockOutcome, StateVersions};
+
+use super::render::lock_holder;
+use super::respond_one;
+use crate::prelude::*;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/v2/workspaces/{id}/actions/lock", post(lock_ws))
+        .route("/api/v2/workspaces/{id}/actions/unlock", post(unlock_ws))
+        .route(
+            "/api/v2/workspaces/{id}/actions/force-unlock",
+            post(force_unlock_ws),
+        )
+}
+
+/// The body of a lock request: `{"reason": …}` as SPEC.md has it, or the JSON:API form
+/// the terraform CLI sends (`{"data": {"type": "", "attributes": {"reason": …}}}`).
+#[derive(Debug, Default, Deserialize)]
+struct LockBody {
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    data: Option<LockData>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct LockData {
+    #[serde(default)]
+    attributes: Option<LockAttributes>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct LockAttributes {
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+async fn lock_ws(
+    State(state): State<AppState>,
+    f: Found<Workspace>,
+    JsonApi(body): JsonApi<Option<LockBody>>,
+) -> Result<Response, ApiError> {
+    let body = body.unwrap_or_default();
+    let reason = body
+        .reason
+        .or_else(|| body.data.and_then(|d| d.attributes).and_then(|a| a.reason))
+        .unwrap_or_default();
+    lock_action(&state, f, LockOp::Lock { reason }, "lock").await
+}
+
+async fn unlock_ws(
+    State(state): State<AppState>,
+    f: Found<Workspace>,
+) -> Result<Response, ApiError> {
+    lock_action(&state, f, LockOp::Unlock, "lock").await
+}
+
+async fn force_unlock_ws(
+    State(state): State<AppState>,
+    f: Found<Workspace>,
+) -> Result<Response, ApiError> {
+    lock_action(&state, f, LockOp::ForceUnlock, "force-unlock").await
+}
+
+/// Applies `op` for the caller (who needs `verb` on the workspace; 404 otherwise).
+async fn lock_action(
+    state: &AppState,
+    f: Found<Workspace>,
+    op: LockOp,
+    verb: &'static str,
+) -> Result<Response, ApiError> {
+    let (caller, l) = (&f.caller, f.at);
+    state
+        .require(caller, &l.check(verb), Deny::NotFound, || {
+            ApiError::not_found("workspace not found")
+        })
+        .await?;
+    let me = LockHolder::User(caller.username.clone());
+    let mut outcome = None;
+    let updated = write::guarded_patch(
+        &write::api::<Workspace>(state, &l.ns),
+        (*l.obj).clone(),
+        |current| {
+            let o = lock::transition(
+                lock_holder(current).as_ref(),
+                &op,
+                &me,
+                StateVersions::default(),
+            )
+            .map_err(|e| match e.status() {
+                503 => ApiError::Unavailable(e.to_string().into()),
+                _ => ApiError::conflict(e.to_string()),
+            })?;
+            let annotations = match &o {
+                LockOutcome::Locked { holder, reason } => json!({
+                    ANNOTATION_LOCKED_BY: holder.annotation(),
+                    ANNOTATION_LOCK_REASON: reason,
+                    ANNOTATION_LOCKED_AT: timestamp(&jiff::Timestamp::now()),
+                }),
+                LockOutcome::Unlocked => json!({
+                    ANNOTATION_LOCKED_BY: Value::Null,
+                    ANNOTATION_LOCK_REASON: Value::Null,
+                    ANNOTATION_LOCKED_AT: Value::Null,
+                }),
+            };
+            outcome = Some(o);
+            Ok(Some(json!({"metadata": {"annotations": annotations}})))
+        },
+    )
+    .await?;
+    let (reason, note) = match (&op, &outcome) {
+        (LockOp::Lock { .. }, Some(LockOutcome::Locked { holder, reason })) => {
+            ("Locked", format!("locked by {holder}: {reason}"))
+        }
+        (LockOp::ForceUnlock, _) => ("ForceUnlocked", format!("force-unlocked by {me}")),
+        _ => ("Unlocked", format!("unlocked by {me}")),
+    };
+    crate::events::workspace_event(&state.events, &updated, reason, note);
+    let l = super::written(state, &l, updated).await;
+    respond_one(state, caller, &l, StatusCode::OK, &[]).await
+}

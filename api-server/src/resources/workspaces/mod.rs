@@ -1,0 +1,259 @@
+//! Workspaces (SPEC.md B1–B15): create, update, list, show, safe and force delete, lock,
+//! unlock and force-unlock, by ID and by organization and name; the SSH key assignment
+//! (B10, B11) and remote state consumers (B12–B15), which answer workspace documents.
+//!
+//! Reads come from the watch-fed index; writes go to the Kubernetes API and then wait for
+//! the index to see them ([`crate::write`]). Names are unique per organization through an
+//! atomic claim object ([`claims`]). Locks live in annotations written with a
+//! resourceVersion precondition ([`lock`]).
+//!
+//! A workspace document depends on the caller (its `permissions`), so single-workspace
+//! documents are cached per caller and per resourceVersion of everything they show
+//! ([`RenderCache`]) for as long as the permission decisions they embed.
+
+mod claims;
+mod consumers;
+mod crud;
+pub mod input;
+pub mod list;
+mod lock;
+pub mod references;
+pub mod render;
+mod ssh_key;
+
+use axum::body::Bytes;
+use terrace_crds::Workspace;
+
+use crate::documents;
+use crate::prelude::*;
+use render::{Permissions, RenderContext};
+
+/// A workspace with its organization.
+pub type Ws = Located<Workspace>;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .merge(crud::router())
+        .merge(lock::router())
+        .merge(consumers::router())
+        .merge(ssh_key::router())
+}
+
+/// Whether the caller may force delete: `force-delete`, or `update` when the organization
+/// lets workspace admins force delete.
+async fn may_force_delete(state: &AppState, caller: &Caller, l: &Ws) -> Result<bool, ApiError> {
+    if state.allowed(caller, &l.check("force-delete")).await? {
+        return Ok(true);
+    }
+    Ok(l.org.spec.settings.allow_force_delete_workspaces
+        && state.allowed(caller, &l.check("update")).await?)
+}
+
+/// The caller's permissions on a workspace.
+pub async fn permissions(
+    state: &AppState,
+    caller: &Caller,
+    l: &Ws,
+) -> Result<Permissions, ApiError> {
+    let checks = [
+        l.check("get"),
+        l.check("update"),
+        l.check("lock"),
+        l.check("force-unlock"),
+        l.check("delete"),
+    ];
+    let r = state.auth.allowed_all(caller, &checks).await?;
+    Ok(Permissions {
+        read: r[0],
+        update: r[1],
+        lock: r[2],
+        force_unlock: r[3],
+        delete: r[4],
+        force_delete: may_force_delete(state, caller, l).await?,
+    })
+}
+
+/// The `data` object of a located workspace, with the caller's permissions.
+pub async fn render_located(state: &AppState, caller: &Caller, l: &Ws) -> Result<Value, ApiError> {
+    let permissions = permissions(state, caller, l).await?;
+    let (project_id, ssh_key_id) = {
+        let idx = state.index.read();
+        (
+            idx.project_of(&l.obj).map(|p| id_of(p.as_ref())),
+            ssh_key_of(&idx, l),
+        )
+    };
+    let ctx = RenderContext {
+        org: &l.org,
+        project_id,
+        ssh_key_id,
+        permissions,
+        hosted: state.hosted(),
+    };
+    Ok(render::workspace(&l.obj, &ctx))
+}
+
+/// The `include` values of workspace reads (SPEC.md "Optional related resources"); those
+/// naming what terrace does not have yet are accepted and include nothing.
+pub const INCLUDES: &[&str] = &[
+    "current_configuration_version",
+    "current_configuration_version.ingress_attributes",
+    "current_run",
+    "current_run.configuration_version",
+    "current_run.configuration_version.ingress_attributes",
+    "current_run.plan",
+    "locked_by",
+    "organization",
+    "outputs",
+    "project",
+    "readme",
+];
+
+/// Included documents for `include` values this server can answer.
+pub fn included(state: &AppState, located: &[&Ws], includes: &[String]) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for inc in includes {
+        for l in located {
+            let doc = match inc.as_str() {
+                "organization" => Some(documents::organization(&l.org)),
+                "project" => {
+                    let idx = state.index.read();
+                    idx.project_of(&l.obj)
+                        .map(|p| documents::project(p, &l.org))
+                }
+                _ => None,
+            };
+            if let Some(d) = doc {
+                let key = (d["type"].to_string(), d["id"].to_string());
+                if seen.insert(key) {
+                    out.push(d);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Rendered single-workspace documents, keyed by everything they depend on (the
+/// workspace's, organization's and project's resourceVersions, the caller, the edition)
+/// and kept as long as the permission decisions they embed ([`crate::auth::CACHE_TTL`]).
+#[derive(Default)]
+pub struct RenderCache {
+    docs: std::sync::Mutex<std::collections::HashMap<u128, (std::time::Instant, Bytes)>>,
+}
+
+impl RenderCache {
+    const MAX: usize = 20_000;
+
+    fn get(&self, key: u128) -> Option<Bytes> {
+        let docs = self.docs.lock().unwrap_or_else(|e| e.into_inner());
+        docs.get(&key)
+            .filter(|(at, _)| at.elapsed() < crate::auth::CACHE_TTL)
+            .map(|(_, b)| b.clone())
+    }
+
+    fn put(&self, key: u128, bytes: Bytes) {
+        let mut docs = self.docs.lock().unwrap_or_else(|e| e.into_inner());
+        if docs.len() >= Self::MAX {
+            docs.retain(|_, (at, _)| at.elapsed() < crate::auth::CACHE_TTL);
+            if docs.len() >= Self::MAX {
+                docs.clear();
+            }
+        }
+        docs.insert(key, (std::time::Instant::now(), bytes));
+    }
+}
+
+/// The ID of the workspace's SSH key, resolving an object name (see
+/// [`render::ssh_key_id`]).
+fn ssh_key_of(idx: &crate::index::Inner, l: &Ws) -> Option<String> {
+    render::ssh_key_id(&l.obj, |name| {
+        idx.ssh_keys()
+            .in_namespace(&l.ns)
+            .find(|k| k.metadata.name.as_deref() == Some(name))
+            .map(AsRef::as_ref)
+    })
+}
+
+fn render_key(state: &AppState, caller: &Caller, l: &Ws) -> u128 {
+    let idx = state.index.read();
+    // A key named by object name: the representation changes when that key's ID does.
+    let ssh_key = l
+        .obj
+        .spec
+        .ssh_key
+        .as_ref()
+        .filter(|k| !terrace_crds::ids::is_valid_id(terrace_crds::ids::IdKind::SshKey, k))
+        .and_then(|_| ssh_key_of(&idx, l));
+    let project = idx.project_of(&l.obj).map(|p| {
+        (
+            p.metadata.uid.as_deref(),
+            p.metadata.resource_version.as_deref(),
+        )
+    });
+    crate::auth::digest(&(
+        l.obj.metadata.uid.as_deref(),
+        l.obj.metadata.resource_version.as_deref(),
+        l.org.metadata.uid.as_deref(),
+        l.org.metadata.resource_version.as_deref(),
+        project,
+        ssh_key,
+        caller.fingerprint,
+        state.hosted(),
+    ))
+}
+
+/// The serialized `data` object of a workspace for this caller, from the render cache
+/// when nothing it depends on changed.
+pub async fn rendered_data(state: &AppState, caller: &Caller, l: &Ws) -> Result<Bytes, ApiError> {
+    let key = render_key(state, caller, l);
+    if let Some(bytes) = state.rendered.get(key) {
+        return Ok(bytes);
+    }
+    let data = render_located(state, caller, l).await?;
+    let bytes = Bytes::from(
+        serde_json::to_vec(&data).map_err(|e| ApiError::internal("rendering a workspace", e))?,
+    );
+    state.rendered.put(key, bytes.clone());
+    Ok(bytes)
+}
+
+/// The response of one workspace: `{"data": …, "included": […]}`.
+async fn respond_one(
+    state: &AppState,
+    caller: &Caller,
+    l: &Ws,
+    status: StatusCode,
+    includes: &[String],
+) -> Result<Response, ApiError> {
+    // The whole single-workspace document is cached too when nothing is included.
+    let doc_key = includes
+        .is_empty()
+        .then(|| crate::auth::digest(&(render_key(state, caller, l), "doc")));
+    if let Some(bytes) = doc_key.and_then(|k| state.rendered.get(k)) {
+        return Ok(crate::render::DocBytes(status, bytes).into_response());
+    }
+    let data = rendered_data(state, caller, l).await?;
+    let inc = included(state, &[l], includes);
+    let mut body = Vec::with_capacity(data.len() + 16);
+    body.extend_from_slice(b"{\"data\":");
+    body.extend_from_slice(&data);
+    if !inc.is_empty() {
+        body.extend_from_slice(b",\"included\":");
+        serde_json::to_writer(&mut body, &inc)
+            .map_err(|e| ApiError::internal("rendering included documents", e))?;
+    }
+    body.push(b'}');
+    let bytes = Bytes::from(body);
+    if let Some(k) = doc_key {
+        state.rendered.put(k, bytes.clone());
+    }
+    Ok(crate::render::DocBytes(status, bytes).into_response())
+}
+
+/// Waits (bounded) until the index has seen `ws` and answers it located.
+async fn written(state: &AppState, l: &Ws, ws: Workspace) -> Ws {
+    write::wait_seen(state, &ws).await;
+    l.with(ws)
+}
