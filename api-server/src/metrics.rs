@@ -24,6 +24,7 @@
 //! - `terrace_api_index_last_event_age_seconds{kind}` — since the kind's watch last
 //!   delivered anything (grows while a kind is idle; since start before the first list);
 //! - `terrace_api_index_watch_errors_total{kind}`;
+//! - `terrace_api_index_invalid_objects_total{kind}` (objects skipped as undeserializable);
 //! - `terrace_api_index_wait_seconds` — how long handlers waited after a write for the
 //!   index to show it (the watch lag clients feel), and
 //!   `terrace_api_index_wait_timeouts_total` when that wait gave up.
@@ -490,6 +491,18 @@ impl Collector for IndexCollector {
             )?;
             for (kind, stats) in self.index.watch_stats() {
                 let n = stats.errors.load(Ordering::Relaxed);
+                ConstCounter::new(n).encode(family.encode_family(&KindLabels { kind })?)?;
+            }
+        }
+        {
+            let mut family = encoder.encode_descriptor(
+                "index_invalid_objects",
+                "Objects the index's watches skipped because they do not deserialize, per kind",
+                None,
+                MetricType::Counter,
+            )?;
+            for (kind, stats) in self.index.watch_stats() {
+                let n = stats.invalid.load(Ordering::Relaxed);
                 ConstCounter::new(n).encode(family.encode_family(&KindLabels { kind })?)?;
             }
         }

@@ -665,3 +665,92 @@ fn skipped<K: Indexed>(stats: &WatchStats, invalid: &kube::core::error_boundary:
         "skipping an object that does not deserialize"
     );
 }
+
+#[cfg(test)]
+mod tests {
+    //! One object that does not deserialize (here: a Workspace written while the CRD's
+    //! schema allowed anything in its spec, as an older or newer terrace might) is skipped
+    //! and counted; the rest of its kind is indexed and the index still syncs.
+
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::Api;
+    use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
+    use kube::discovery::ApiResource;
+    use serde_json::json;
+    use terrace_crds::Workspace;
+
+    use crate::testing::{ORG, harness};
+    use crate::{AppState, Edition, Settings};
+
+    #[tokio::test]
+    async fn a_malformed_object_is_skipped_and_the_kind_still_syncs() {
+        let h = harness(Edition::SelfHosted).await;
+        // Loosen the Workspace schema: any spec is stored.
+        let crds: Api<CustomResourceDefinition> = Api::all(h.state.client.clone());
+        let loose = json!({"spec": {"versions": [{
+            "name": "v1alpha1", "served": true, "storage": true,
+            "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+            "subresources": {"status": {}},
+        }]}});
+        crds.patch(
+            "workspaces.terrace.dev",
+            &PatchParams::default(),
+            &Patch::Merge(&loose),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("loosen the CRD: {e}"));
+        let ar = ApiResource::erase::<Workspace>(&());
+        let raw: Api<DynamicObject> = Api::namespaced_with(h.state.client.clone(), ORG, &ar);
+        let bad: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "terrace.dev/v1alpha1", "kind": "Workspace",
+            "metadata": {"name": "bad", "namespace": ORG, "labels": {"terrace.dev/id": "ws-Bad0000000000001"}},
+            "spec": {"name": "bad", "autoApply": "certainly"},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        raw.create(&PostParams::default(), &bad)
+            .await
+            .unwrap_or_else(|e| panic!("create the bad object: {e}"));
+        h.workspace("ws-Good000000000001", "good", |_| {}).await;
+        let skipped = |state: &AppState| {
+            state
+                .index
+                .watch_stats()
+                .find(|(k, _)| *k == "Workspace")
+                .map(|(_, s)| s.invalid.load(Ordering::Relaxed))
+                .unwrap_or_default()
+        };
+        assert!(skipped(&h.state) >= 1, "the bad object was counted");
+        assert!(
+            h.state
+                .index
+                .read()
+                .workspace("ws-Bad0000000000001")
+                .is_none()
+        );
+        let (st, _) = h
+            .call("GET", "/api/v2/workspaces/ws-Good000000000001", None)
+            .await;
+        assert_eq!(st, 200);
+        // A fresh index over the same cluster lists both and syncs all the same.
+        let fresh = AppState::new(Settings::default(), h.state.client.clone());
+        let tasks = fresh.index.spawn_watches(fresh.client.clone());
+        assert!(
+            fresh.index.wait_synced(Duration::from_secs(10)).await,
+            "the index synced despite the bad object"
+        );
+        assert!(
+            fresh
+                .index
+                .read()
+                .workspace("ws-Good000000000001")
+                .is_some()
+        );
+        assert!(skipped(&fresh) >= 1);
+        for t in tasks {
+            t.abort();
+        }
+    }
+}
