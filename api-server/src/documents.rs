@@ -18,14 +18,32 @@ use crate::body::{Identifier, Typed, null_as_default};
 use crate::index::Inner;
 use crate::render::{id_of, stable_id, timestamp};
 
-/// The JSON:API `data` of an organization.
-pub fn organization(org: &Organization) -> Value {
+/// What terrace answers for `remaining-testable-count`: it sets no quota on module test
+/// runs (only concurrency limits), so the count never runs out.
+pub const UNLIMITED_TESTS: i32 = i32::MAX;
+
+/// The JSON:API `data` of an organization; `hosted`: the edition (data retention policies
+/// exist only on the self-hosted one).
+pub fn organization(org: &Organization, hosted: bool) -> Value {
     let name = org.tfe_name();
     let s = &org.spec.settings;
     let default_project = org
         .status
         .as_ref()
         .and_then(|st| st.default_project_id.clone());
+    let policy = s
+        .default_data_retention_policy
+        .as_ref()
+        .filter(|p| !hosted && valid_policy(p))
+        .map(|p| {
+            let mut linkage = retention_policy(Target::Organization(name), p);
+            if let Some(o) = linkage.as_object_mut() {
+                o.remove("relationships");
+            }
+            linkage
+        });
+    // The deprecated relationship only knows delete-older policies.
+    let legacy = policy.as_ref().filter(|p| p["type"] == TYPE_DELETE_OLDER).cloned();
     json!({
         "id": name,
         "type": "organizations",
@@ -40,6 +58,9 @@ pub fn organization(org: &Organization) -> Value {
             "collaborator-auth-policy": "password",
             "cost-estimation-enabled": false,
             "plan-expired": false,
+            "remaining-testable-count": UNLIMITED_TESTS,
+            // Callers authenticate with their own (Kubernetes) tokens.
+            "user-tokens-enabled": true,
             "permissions": {
                 "can-update": true,
                 "can-destroy": true,
@@ -49,14 +70,36 @@ pub fn organization(org: &Organization) -> Value {
         },
         "relationships": {
             "default-project": {"data": default_project.map(|id| json!({"id": id, "type": "projects"}))},
+            "default-agent-pool": {"data": s.default_agent_pool_id.as_ref().map(|id| json!({"id": id, "type": "agent-pools"}))},
+            "data-retention-policy-choice": {"data": policy},
+            "data-retention-policy": {"data": legacy},
         },
         "links": {"self": format!("/api/v2/organizations/{name}")},
     })
 }
 
-/// The JSON:API `data` of a project.
-pub fn project(p: &Project, org: &Organization) -> Value {
+/// The default execution mode and agent pool a project gives its inheriting workspaces:
+/// its own where its setting-overwrites say so, else the organization's.
+pub fn project_defaults(p: &Project, org: &Organization) -> (String, Option<String>) {
+    let so = p.spec.setting_overwrites.clone().unwrap_or_default();
+    let mode = match (&p.spec.default_execution_mode, so.default_execution_mode) {
+        (Some(m), Some(true)) => m.clone(),
+        _ => org.spec.settings.default_execution_mode.clone(),
+    };
+    let pool = if so.default_agent_pool == Some(true) || so.default_execution_mode == Some(true) {
+        p.spec.default_agent_pool_id.clone()
+    } else {
+        org.spec.settings.default_agent_pool_id.clone()
+    };
+    let pool = pool.filter(|_| mode == "agent");
+    (mode, pool)
+}
+
+/// The JSON:API `data` of a project; `workspace_count` from the index.
+pub fn project(p: &Project, org: &Organization, workspace_count: usize) -> Value {
     let id = id_of(p);
+    let so = p.spec.setting_overwrites.clone().unwrap_or_default();
+    let (mode, pool) = project_defaults(p, org);
     json!({
         "id": id,
         "type": "projects",
@@ -64,16 +107,28 @@ pub fn project(p: &Project, org: &Organization) -> Value {
             "name": p.spec.name,
             "description": p.spec.description.clone().unwrap_or_default(),
             "created-at": p.metadata.creation_timestamp.as_ref().map(|t| timestamp(&t.0)),
-            "workspace-count": p.status.as_ref().and_then(|s| s.workspace_count).unwrap_or(0),
-            "default-execution-mode": org.spec.settings.default_execution_mode,
-            "auto-destroy-activity-duration": Value::Null,
+            "workspace-count": workspace_count,
+            "default-execution-mode": mode,
+            "setting-overwrites": {
+                "default-execution-mode": so.default_execution_mode.unwrap_or(false),
+                "default-agent-pool": so.default_agent_pool.unwrap_or(false),
+            },
+            "auto-destroy-activity-duration": p.spec.auto_destroy_activity_duration,
             "permissions": {"can-read": true, "can-update": true, "can-destroy": true, "can-create-workspace": true},
         },
         "relationships": {
             "organization": {"data": {"id": org.tfe_name(), "type": "organizations"}},
+            "default-agent-pool": {"data": pool.map(|p| json!({"id": p, "type": "agent-pools"}))},
+            "tag-bindings": {"links": {"related": format!("/api/v2/projects/{id}/tag-bindings")}},
+            "effective-tag-bindings": {"links": {"related": format!("/api/v2/projects/{id}/effective-tag-bindings")}},
         },
         "links": {"self": format!("/api/v2/projects/{id}")},
     })
+}
+
+/// [`project`] with its workspace count read from the index.
+pub fn project_in(idx: &Inner, p: &Project, org: &Organization) -> Value {
+    project(p, org, idx.project_workspace_count(p))
 }
 
 // --- data retention policies ---------------------------------------------------------
@@ -243,7 +298,7 @@ impl Typed for TagBindingType {
 }
 
 /// `key` and `value` of a tag binding in a request (a null value is empty).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize)]
 pub struct TagBindingAttributes {
     pub key: Option<String>,
     #[serde(default, deserialize_with = "null_as_default")]
@@ -282,5 +337,12 @@ pub fn tag_bindings_of(
             None => out.push(TagBinding { key, value }),
         }
     }
+    check_binding_count(out.len(), prefix)?;
     Ok(out)
+}
+
+/// 422 when a resource would carry more tag bindings than allowed.
+pub fn check_binding_count(n: usize, pointer: &str) -> Result<(), ApiError> {
+    terrace_crds::rules::validate_tag_binding_count(n)
+        .map_err(|v| ApiError::invalid(pointer, v.to_string()))
 }

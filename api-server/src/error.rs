@@ -42,7 +42,7 @@ impl FieldError {
 
 impl From<terrace_crds::rules::RuleViolation> for FieldError {
     fn from(v: terrace_crds::rules::RuleViolation) -> FieldError {
-        FieldError::attribute(v.attribute, v.to_string())
+        FieldError::attribute(v.attribute, v.humanized())
     }
 }
 

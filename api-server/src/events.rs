@@ -23,11 +23,30 @@ pub fn recorder(client: kube::Client) -> Recorder {
 
 /// Records a Normal event `reason` with `note` on a workspace.
 pub fn workspace_event(recorder: &Recorder, ws: &Workspace, reason: &'static str, note: String) {
+    publish(recorder, ws.object_ref(&()), EventType::Normal, reason, note);
+}
+
+/// Records a Warning event `reason` with `note` on any object.
+pub fn warning<K: Resource<DynamicType = ()>>(
+    recorder: &Recorder,
+    obj: &K,
+    reason: &'static str,
+    note: String,
+) {
+    publish(recorder, obj.object_ref(&()), EventType::Warning, reason, note);
+}
+
+fn publish(
+    recorder: &Recorder,
+    reference: k8s_openapi::api::core::v1::ObjectReference,
+    type_: EventType,
+    reason: &'static str,
+    note: String,
+) {
     let recorder = recorder.clone();
-    let reference = ws.object_ref(&());
     tokio::spawn(async move {
         let event = Event {
-            type_: EventType::Normal,
+            type_,
             reason: reason.to_owned(),
             note: Some(note),
             action: reason.to_owned(),

@@ -60,7 +60,7 @@ impl QueryParams {
                 return Err(ApiError::bad_parameter(
                     "include",
                     format!(
-                        "cannot include {what}; this endpoint can include: {}",
+                        "Invalid include parameter: cannot include {what}; this endpoint can include: {}",
                         if allowed.is_empty() {
                             "nothing".to_owned()
                         } else {
@@ -100,9 +100,65 @@ impl QueryParams {
         }
     }
 
+    /// The `filter[tagged][i][key]` / `filter[tagged][i][value]` filters, in index order.
+    /// go-tfe always sends the value, empty when only a key was given: an empty value
+    /// means "this key with any value".
+    pub fn tagged(&self) -> Result<Vec<TagFilter>, ApiError> {
+        let mut tagged: Vec<(usize, TagFilter)> = Vec::new();
+        for (k, v) in &self.0 {
+            let Some(rest) = k.strip_prefix("filter[tagged][") else {
+                continue;
+            };
+            let Some((i, field)) = rest.split_once("][") else {
+                return Err(ApiError::bad_parameter(k.clone(), format!("bad tag filter {k}")));
+            };
+            let Ok(i) = i.parse::<usize>() else {
+                return Err(ApiError::bad_parameter(k.clone(), format!("bad filter index in {k}")));
+            };
+            let at = match tagged.iter().position(|(j, _)| *j == i) {
+                Some(at) => at,
+                None => {
+                    tagged.push((i, TagFilter::default()));
+                    tagged.len() - 1
+                }
+            };
+            let entry = &mut tagged[at].1;
+            match field.trim_end_matches(']') {
+                "key" => entry.key = Some(v.clone()).filter(|v| !v.is_empty()),
+                "value" => entry.value = Some(v.clone()).filter(|v| !v.is_empty()),
+                other => {
+                    return Err(ApiError::bad_parameter(
+                        k.clone(),
+                        format!("unsupported tag filter field {other:?}; use key or value"),
+                    ));
+                }
+            }
+        }
+        tagged.sort_by_key(|(i, _)| *i);
+        Ok(tagged.into_iter().map(|(_, f)| f).collect())
+    }
+
     /// A non-empty value of `key`.
     pub fn non_empty(&self, key: &str) -> Option<&str> {
         self.get(key).filter(|v| !v.is_empty())
+    }
+}
+
+/// One `filter[tagged][i]`: a key and optionally a value a tag binding must have.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TagFilter {
+    pub key: Option<String>,
+    pub value: Option<String>,
+}
+
+impl TagFilter {
+    /// Whether every filter matches one of `bindings` (key, value).
+    pub fn all_match(filters: &[TagFilter], bindings: &[(String, String)]) -> bool {
+        filters.iter().all(|f| {
+            bindings.iter().any(|(k, v)| {
+                f.key.as_ref().is_none_or(|fk| fk == k) && f.value.as_ref().is_none_or(|fv| fv == v)
+            })
+        })
     }
 }
 
@@ -161,6 +217,19 @@ mod tests {
                 other => panic!("{raw}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn tag_filters_with_an_empty_value_match_any_value() {
+        let q = QueryParams::parse(Some(
+            "filter%5Btagged%5D%5B0%5D%5Bkey%5D=env&filter%5Btagged%5D%5B0%5D%5Bvalue%5D=",
+        ));
+        let f = q.tagged().unwrap_or_default();
+        assert_eq!(f, [TagFilter { key: Some("env".into()), value: None }]);
+        let b = |k: &str, v: &str| (k.to_owned(), v.to_owned());
+        assert!(TagFilter::all_match(&f, &[b("env", "prod")]));
+        assert!(TagFilter::all_match(&f, &[b("env", "")]));
+        assert!(!TagFilter::all_match(&f, &[b("team", "a")]));
     }
 
     #[test]

@@ -188,6 +188,11 @@ mod tests {
             spec["vcsRepo"]["properties"]["identifier"]["pattern"],
             rules::VCS_IDENTIFIER_PATTERN
         );
+        let prj = schema("Project");
+        assert_eq!(
+            prj["properties"]["spec"]["properties"]["autoDestroyActivityDuration"]["pattern"],
+            rules::AUTO_DESTROY_DURATION_PATTERN
+        );
         assert_eq!(
             spec["executionMode"]["enum"],
             serde_json::json!(["remote", "local", "agent"])
@@ -266,7 +271,8 @@ mod tests {
             .iter()
             .filter_map(|r| r["rule"].as_str().map(str::to_owned))
             .collect();
-        assert_eq!(rules.len(), 4, "{rules:?}");
+        assert_eq!(rules.len(), 5, "{rules:?}");
+        assert!(rules.iter().any(|r| r.contains("projectRemoteState")));
         assert!(rules.iter().any(|r| r.contains("agentPoolId")));
         assert!(rules.iter().any(|r| r.contains("operations")));
         assert!(rules.iter().any(|r| r.contains("settingOverwrites")));

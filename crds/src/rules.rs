@@ -19,6 +19,16 @@ pub struct RuleViolation {
 }
 
 impl RuleViolation {
+    /// The message as TFE words it: the attribute humanized ("Auto destroy activity
+    /// duration has an incorrect format…", "Name may only contain…").
+    pub fn humanized(&self) -> String {
+        let mut words = self.attribute.replace(['-', '.', '_'], " ");
+        if let Some(first) = words.get_mut(0..1) {
+            first.make_ascii_uppercase();
+        }
+        format!("{words} {}", self.message)
+    }
+
     fn new(attribute: &'static str, message: impl Into<String>) -> Self {
         Self {
             attribute,
@@ -62,6 +72,37 @@ static ENGINE_VERSION: LazyLock<Regex> = LazyLock::new(|| {
     )
 });
 
+/// Longest variable description (TFE's limit).
+pub const MAX_VARIABLE_DESCRIPTION_LEN: usize = 512;
+
+/// Variable descriptions: at most [`MAX_VARIABLE_DESCRIPTION_LEN`] characters.
+pub fn validate_variable_description(description: &str) -> Result<(), RuleViolation> {
+    if description.chars().count() > MAX_VARIABLE_DESCRIPTION_LEN {
+        Err(RuleViolation::new(
+            "description",
+            format!("is too long (maximum is {MAX_VARIABLE_DESCRIPTION_LEN} characters)"),
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// An organization's email: something that looks like an address (`local@domain.tld`,
+/// no spaces or control characters, at most 254 characters).
+pub fn validate_email(email: &str) -> Result<(), RuleViolation> {
+    let bad = || RuleViolation::new("email", "is invalid");
+    if email.chars().count() > 254 || email.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(bad());
+    }
+    let (local, domain) = email.split_once('@').ok_or_else(bad)?;
+    let labels_ok = domain.split('.').count() >= 2
+        && domain.split('.').all(|l| !l.is_empty() && !l.starts_with('-') && !l.ends_with('-'));
+    if local.is_empty() || domain.contains('@') || !labels_ok {
+        return Err(bad());
+    }
+    Ok(())
+}
+
 /// Keys of a test run's `variables`: a letter or underscore, then letters, digits,
 /// underscores or dashes (the configuration language's identifiers).
 pub fn validate_run_variable_key(key: &str) -> Result<(), RuleViolation> {
@@ -92,7 +133,7 @@ pub fn validate_project_name(name: &str) -> Result<(), RuleViolation> {
     } else {
         Err(RuleViolation::new(
             "name",
-            "must be 1-40 letters, numbers, spaces, dashes or underscores",
+            "may only contain letters, numbers, spaces, dashes (-) and underscores (_), and be 1-40 characters long",
         ))
     }
 }
@@ -111,7 +152,7 @@ pub fn validate_workspace_name(name: &str) -> Result<(), RuleViolation> {
     if !WORKSPACE_NAME.is_match(name) {
         return Err(RuleViolation::new(
             "name",
-            "is invalid: only letters, numbers, dashes (-) and underscores (_) are allowed",
+            "may only contain letters, numbers, dashes (-) and underscores (_)",
         ));
     }
     Ok(())
@@ -133,7 +174,7 @@ pub fn parse_auto_destroy_activity_duration(
         RuleViolation::new(
             "auto-destroy-activity-duration",
             format!(
-                "must be a number greater than 0 of at most four digits followed by 'd' or 'h' (e.g. 14d or 36h), got {value:?}"
+                "has an incorrect format, we expect up to 4 numeric digits and 1 unit ('d' or 'h'), greater than 0 (e.g. 14d or 36h), got {value:?}"
             ),
         )
     };
@@ -268,6 +309,40 @@ pub fn validate_execution_settings(s: ExecutionSettings<'_>) -> Vec<RuleViolatio
     out
 }
 
+/// The default execution mode of an organization or project and its agent pool:
+/// the mode is one of remote, local, agent; `agent` needs a pool; a pool is only allowed
+/// with `agent` (TFE's words). `mode_attr`/`pool_attr` name the attributes.
+pub fn validate_default_execution(
+    mode: Option<&str>,
+    pool: Option<&str>,
+    mode_attr: &'static str,
+    pool_attr: &'static str,
+) -> Vec<RuleViolation> {
+    let mut out = Vec::new();
+    let mode = match mode.map(ExecutionMode::parse) {
+        Some(Err(_)) => {
+            out.push(RuleViolation::new(mode_attr, "must be one of remote, local, agent"));
+            return out;
+        }
+        Some(Ok(m)) => Some(m),
+        None => None,
+    };
+    let has_pool = pool.is_some_and(|p| !p.is_empty());
+    match mode {
+        Some(ExecutionMode::Agent) if !has_pool => out.push(RuleViolation::new(
+            pool_attr,
+            "is required when using 'agent' execution mode",
+        )),
+        Some(ExecutionMode::Agent) => {}
+        _ if has_pool => out.push(RuleViolation::new(
+            pool_attr,
+            "must not be specified unless using 'agent' execution mode",
+        )),
+        _ => {}
+    }
+    out
+}
+
 /// The `vcs-repo` keys that take part in its rules.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct VcsRepoInput<'a> {
@@ -374,19 +449,39 @@ pub fn validate_tag_binding(key: &str, value: &str) -> Result<(), RuleViolation>
     if key.trim().is_empty() {
         return Err(RuleViolation::new("key", "can't be blank"));
     }
-    if key.len() > MAX_TAG_KEY_LEN {
+    if key.chars().count() > MAX_TAG_KEY_LEN {
         return Err(RuleViolation::new(
             "key",
             format!("is too long (maximum is {MAX_TAG_KEY_LEN} characters)"),
         ));
     }
-    if value.len() > MAX_TAG_VALUE_LEN {
+    if value.chars().count() > MAX_TAG_VALUE_LEN {
         return Err(RuleViolation::new(
             "value",
             format!("is too long (maximum is {MAX_TAG_VALUE_LEN} characters)"),
         ));
     }
+    for (attr, text) in [("key", key), ("value", value)] {
+        if text.chars().any(char::is_control) {
+            return Err(RuleViolation::new(attr, "must not contain control characters"));
+        }
+    }
     Ok(())
+}
+
+/// Most tag bindings one workspace or project may carry (TFE's limit).
+pub const MAX_TAG_BINDINGS: usize = 10;
+
+/// A resource carries at most [`MAX_TAG_BINDINGS`] tag bindings.
+pub fn validate_tag_binding_count(n: usize) -> Result<(), RuleViolation> {
+    if n > MAX_TAG_BINDINGS {
+        Err(RuleViolation::new(
+            "tag-bindings",
+            format!("cannot exceed {MAX_TAG_BINDINGS} bindings per resource"),
+        ))
+    } else {
+        Ok(())
+    }
 }
 
 /// A validated page request.
@@ -423,6 +518,67 @@ pub fn parse_page(number: Option<&str>, size: Option<&str>) -> Result<Page, Rule
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn emails() {
+        for ok in ["ops@example.com", "a.b+c@sub.example.org"] {
+            assert!(validate_email(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "ops", "@example.com", "ops@", "ops@example", "a b@example.com", "a@b@c.com", "a@.com"] {
+            assert!(validate_email(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn default_execution_rules() {
+        let v = |m, p| {
+            validate_default_execution(m, p, "default-execution-mode", "default-agent-pool-id")
+                .into_iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+        };
+        assert!(v(Some("remote"), None).is_empty());
+        assert!(v(Some("agent"), Some("apool-1")).is_empty());
+        assert_eq!(
+            v(Some("remote"), Some("apool-1")),
+            ["default-agent-pool-id must not be specified unless using 'agent' execution mode"]
+        );
+        assert_eq!(
+            v(Some("agent"), None),
+            ["default-agent-pool-id is required when using 'agent' execution mode"]
+        );
+        assert_eq!(
+            v(Some("cloud"), None),
+            ["default-execution-mode must be one of remote, local, agent"]
+        );
+    }
+
+    #[test]
+    fn tag_binding_limits() {
+        assert!(validate_tag_binding(&"ü".repeat(128), &"é".repeat(256)).is_ok());
+        assert!(validate_tag_binding(&"k".repeat(129), "").is_err());
+        assert_eq!(
+            validate_tag_binding("a\u{0}b", "").err().map(|e| e.attribute),
+            Some("key")
+        );
+        assert_eq!(
+            validate_tag_binding("env", "pr\rod").err().map(|e| e.attribute),
+            Some("value")
+        );
+        assert!(validate_tag_binding_count(10).is_ok());
+        let e = validate_tag_binding_count(11).err().map(|e| e.to_string());
+        assert_eq!(
+            e.as_deref(),
+            Some("tag-bindings cannot exceed 10 bindings per resource")
+        );
+    }
+
+    #[test]
+    fn variable_descriptions() {
+        assert!(validate_variable_description(&"é".repeat(512)).is_ok());
+        let e = validate_variable_description(&"d".repeat(513)).err();
+        assert_eq!(e.map(|e| e.attribute), Some("description"));
+    }
+
     #[test]
     fn run_variable_keys() {
         for ok in ["a", "_x", "region-1", "A_b"] {

@@ -537,6 +537,7 @@ mod tests {
                     key: k.into(),
                 }),
                 description: None,
+                hcl: false,
                 category: "env".into(),
                 sensitive: from.is_some(),
             },

@@ -220,6 +220,7 @@ async fn run_gets_secret_and_pod() -> R {
                     key: k.into(),
                 }),
                 description: None,
+                hcl: false,
                 category: "env".into(),
                 sensitive: from.is_some(),
             },

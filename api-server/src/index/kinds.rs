@@ -183,6 +183,7 @@ impl Indexed for Workspace {
         inner.workspaces.clear();
         inner.ws_by_id.clear();
         inner.ws_by_namespace.clear();
+        inner.ws_per_project.clear();
     }
     fn by_id<'a>(inner: &'a Inner, id: &str) -> Option<&'a Arc<Self>> {
         inner.workspace(id)

@@ -53,6 +53,8 @@ pub struct Inner {
     workspaces: HashMap<String, Arc<Workspace>>,
     ws_by_id: HashMap<String, String>,
     ws_by_namespace: HashMap<String, NamespaceWorkspaces>,
+    /// (namespace, project object name; "" for the default project) → workspaces in it.
+    ws_per_project: HashMap<(String, String), usize>,
     ssh_keys: Keyed<SshKey>,
     agent_pools: Keyed<AgentPool>,
     oauth_tokens: Keyed<OAuthToken>,
@@ -198,6 +200,14 @@ fn slim<K: Resource>(mut o: K) -> K {
     o
 }
 
+/// The project key of a workspace: (namespace, project object name or "" for none).
+fn project_key(w: &Workspace) -> (String, String) {
+    (
+        w.namespace().unwrap_or_default(),
+        w.spec.project.clone().unwrap_or_default(),
+    )
+}
+
 /// Whether resourceVersion `seen` is at least `wanted` (numeric when both parse, which
 /// they do for etcd and the simulator; equality otherwise).
 pub fn rv_at_least(seen: Option<&str>, wanted: &str) -> bool {
@@ -286,6 +296,7 @@ impl Inner {
                     .insert((name.clone(), key.clone()));
             }
             self.ws_by_id.insert(id, key.clone());
+            *self.ws_per_project.entry(project_key(&w)).or_default() += 1;
         }
         self.workspaces.insert(key, Arc::new(w));
     }
@@ -294,10 +305,17 @@ impl Inner {
         let Some(old) = self.workspaces.remove(key) else {
             return;
         };
-        if let Some(id) = id_label(old.as_ref())
-            && self.ws_by_id.get(&id).is_some_and(|k| k == key)
-        {
-            self.ws_by_id.remove(&id);
+        if let Some(id) = id_label(old.as_ref()) {
+            if self.ws_by_id.get(&id).is_some_and(|k| k == key) {
+                self.ws_by_id.remove(&id);
+            }
+            let pk = project_key(&old);
+            if let Some(n) = self.ws_per_project.get_mut(&pk) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    self.ws_per_project.remove(&pk);
+                }
+            }
         }
         let ns = old.namespace().unwrap_or_default();
         if let Some(idx) = self.ws_by_namespace.get_mut(&ns) {
@@ -393,6 +411,23 @@ impl Inner {
             .filter_map(|(_, uid)| self.workspaces.get(uid))
             .filter(|w| id_label(w.as_ref()).is_some())
             .min_by_key(|w| w.metadata.creation_timestamp.clone())
+    }
+
+    /// Number of workspaces (with an ID) in project object `project` of namespace `ns`,
+    /// counting those without a project in the default project.
+    pub fn project_workspace_count(&self, p: &Project) -> usize {
+        let ns = p.namespace().unwrap_or_default();
+        let own = self
+            .ws_per_project
+            .get(&(ns.clone(), p.name_any()))
+            .copied()
+            .unwrap_or(0);
+        let unassigned = if is_default_project(p) {
+            self.ws_per_project.get(&(ns, String::new())).copied().unwrap_or(0)
+        } else {
+            0
+        };
+        own + unassigned
     }
 
     /// Per-namespace workspace indexes.

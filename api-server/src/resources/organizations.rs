@@ -2,7 +2,9 @@
 //! its objects live in its namespace, created by the operator with the default project.
 //! Visible to callers who may `get` the organization or `list` workspaces in its namespace
 //! ([`AppState::visible_org`]); changing one needs the cluster-wide verb on
-//! `organizations`.
+//! `organizations`. A rename changes the TFE name (`spec.name`) and keeps the object and
+//! its namespace, as a workspace rename keeps its object: the old name stops resolving
+//! and the new one resolves everywhere at once.
 
 use std::time::Duration;
 
@@ -36,35 +38,83 @@ struct OrgAttributes {
     allow_force_delete_workspaces: Option<bool>,
     assessments_enforced: Option<bool>,
     default_execution_mode: Option<String>,
+    #[serde(default, deserialize_with = "nullable")]
+    default_agent_pool_id: Nullable<String>,
+}
+
+/// The relationships of an organization request.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct OrgRelationships {
+    default_agent_pool: Option<ToOne>,
 }
 
 impl Typed for OrgAttributes {
     const TYPE: &'static str = "organizations";
 }
 
-impl OrgAttributes {
-    /// Applies the settings given to `spec` (422 for a bad execution mode).
-    fn apply(&self, spec: &mut OrganizationSpec) -> Result<(), ApiError> {
-        if let Some(email) = &self.email {
-            spec.email = email.clone();
+type OrgDocument = Document<OrgAttributes, OrgRelationships>;
+
+/// Applies the settings of a request to `spec`, checking TFE's rules on the result: a
+/// valid email, an execution mode of remote/local/agent, a default agent pool only with
+/// `agent` (and one of this organization's agent pools).
+fn apply(
+    state: &AppState,
+    a: &OrgAttributes,
+    r: &OrgRelationships,
+    spec: &mut OrganizationSpec,
+) -> Result<(), ApiError> {
+    if let Some(email) = &a.email {
+        if let Some(e) = email {
+            terrace_crds::rules::validate_email(e).map_err(|v| ApiError::Invalid(vec![v.into()]))?;
         }
-        if let Some(b) = self.allow_force_delete_workspaces {
-            spec.settings.allow_force_delete_workspaces = b;
-        }
-        if let Some(b) = self.assessments_enforced {
-            spec.settings.assessments_enforced = b;
-        }
-        if let Some(m) = &self.default_execution_mode {
-            terrace_crds::rules::ExecutionMode::parse(m).map_err(|_| {
-                ApiError::invalid_attribute(
-                    "default-execution-mode",
-                    "default-execution-mode must be one of remote, local, agent",
-                )
-            })?;
-            spec.settings.default_execution_mode = m.clone();
-        }
-        Ok(())
+        spec.email = email.clone();
     }
+    if let Some(b) = a.allow_force_delete_workspaces {
+        spec.settings.allow_force_delete_workspaces = b;
+    }
+    if let Some(b) = a.assessments_enforced {
+        spec.settings.assessments_enforced = b;
+    }
+    if let Some(m) = &a.default_execution_mode {
+        spec.settings.default_execution_mode = m.clone();
+        if m != "agent" && a.default_agent_pool_id.is_none() && r.default_agent_pool.is_none() {
+            spec.settings.default_agent_pool_id = None;
+        }
+    }
+    let pool = r
+        .default_agent_pool
+        .as_ref()
+        .map(|rel| rel.id().flatten().map(str::to_owned))
+        .or_else(|| a.default_agent_pool_id.clone());
+    if let Some(pool) = pool {
+        spec.settings.default_agent_pool_id = pool.filter(|p| !p.is_empty());
+    }
+    let problems = terrace_crds::rules::validate_default_execution(
+        Some(&spec.settings.default_execution_mode),
+        spec.settings.default_agent_pool_id.as_deref(),
+        "default-execution-mode",
+        "default-agent-pool-id",
+    );
+    if !problems.is_empty() {
+        return Err(ApiError::Invalid(problems.into_iter().map(Into::into).collect()));
+    }
+    if let Some(pool) = &spec.settings.default_agent_pool_id {
+        let ns = spec.namespace.clone().unwrap_or_default();
+        let known = state
+            .index
+            .read()
+            .agent_pools()
+            .get(pool)
+            .is_some_and(|p| ns.is_empty() || p.meta().namespace.as_deref() == Some(ns.as_str()));
+        if !known {
+            return Err(ApiError::invalid_attribute(
+                "default-agent-pool-id",
+                format!("agent pool {pool:?} not found in this organization"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 async fn list_orgs(
@@ -73,7 +123,20 @@ async fn list_orgs(
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
     let page = q.page()?;
-    let mut orgs: Vec<Arc<Organization>> = state.index.read().organizations().cloned().collect();
+    q.supported_filters(&[])?;
+    let text = q.non_empty("q").map(str::to_lowercase);
+    let mut orgs: Vec<Arc<Organization>> = state
+        .index
+        .read()
+        .organizations()
+        .filter(|o| {
+            text.as_deref().is_none_or(|t| {
+                o.tfe_name().to_lowercase().contains(t)
+                    || o.spec.email.as_deref().is_some_and(|e| e.to_lowercase().contains(t))
+            })
+        })
+        .cloned()
+        .collect();
     orgs.sort_by(|a, b| a.tfe_name().cmp(b.tfe_name()));
     let mut visible = Vec::new();
     for o in orgs {
@@ -81,13 +144,14 @@ async fn list_orgs(
             visible.push(o);
         }
     }
+    let hosted = state.hosted();
     Ok(list("/api/v2/organizations", page, &visible, |o| {
-        documents::organization(o)
+        documents::organization(o, hosted)
     }))
 }
 
-async fn show(o: VisibleOrg) -> Doc {
-    Doc::ok(documents::organization(&o.org))
+async fn show(State(state): State<AppState>, o: VisibleOrg) -> Doc {
+    Doc::ok(documents::organization(&o.org, state.hosted()))
 }
 
 /// An object name (DNS-1123) for an organization's TFE name.
@@ -131,7 +195,7 @@ async fn wait_org(state: &AppState, name: &str, cond: impl Fn(&Organization) -> 
 async fn create(
     State(state): State<AppState>,
     caller: Caller,
-    JsonApi(doc): JsonApi<Document<OrgAttributes>>,
+    JsonApi(doc): JsonApi<OrgDocument>,
 ) -> Result<Doc, ApiError> {
     state
         .require_or_403(
@@ -140,27 +204,34 @@ async fn create(
             "creating organizations needs cluster-wide create rights on organizations",
         )
         .await?;
-    let attrs = doc.checked()?.attributes;
-    let name = attrs
+    let data = doc.checked()?;
+    let name = data
+        .attributes
         .name
         .clone()
         .ok_or_else(|| ApiError::invalid_attribute("name", "name is required"))?;
-    terrace_crds::rules::validate_workspace_name(&name).map_err(|e| {
-        ApiError::invalid_attribute(
-            "name",
-            e.to_string().replacen("name", "organization name", 1),
-        )
-    })?;
-    if state.index.read().organization(&name).is_some() {
-        return Err(taken(&name));
-    }
+    check_name(&state, &name, None)?;
+    // A renamed organization keeps its object name: a new one of its old name gets
+    // another object (and namespace) name.
+    let obj_name = {
+        let idx = state.index.read();
+        let base = object_name(&name);
+        if idx
+            .organizations()
+            .any(|o| o.name_any() == base || o.target_namespace() == base)
+        {
+            let suffix = crate::capability::random_token()[..8].to_ascii_lowercase();
+            format!("{}-{suffix}", &base[..base.len().min(40)])
+        } else {
+            base
+        }
+    };
     let mut spec = OrganizationSpec {
         name: Some(name.clone()),
+        namespace: Some(obj_name.clone()),
         ..Default::default()
     };
-    attrs.apply(&mut spec)?;
-    let obj_name = object_name(&name);
-    spec.namespace = Some(obj_name.clone());
+    apply(&state, &data.attributes, &data.relationships, &mut spec)?;
     let org = Organization {
         metadata: ObjectMeta {
             name: Some(obj_name),
@@ -198,13 +269,26 @@ async fn create(
         .organization(&name)
         .cloned()
         .unwrap_or_else(|| Arc::new(created));
-    Ok(Doc::created(documents::organization(&org)))
+    Ok(Doc::created(documents::organization(&org, state.hosted())))
+}
+
+/// The rules on an organization's name: the workspace name rule, not taken by another
+/// organization (`except`: the one being renamed).
+fn check_name(state: &AppState, name: &str, except: Option<&str>) -> Result<(), ApiError> {
+    terrace_crds::rules::validate_workspace_name(name).map_err(|e| {
+        ApiError::invalid_attribute("name", e.to_string().replacen("name", "organization name", 1))
+    })?;
+    let holder = state.index.read().organization(name).map(|o| o.name_any());
+    match holder {
+        Some(h) if Some(h.as_str()) != except => Err(taken(name)),
+        _ => Ok(()),
+    }
 }
 
 async fn update(
     State(state): State<AppState>,
     o: VisibleOrg,
-    JsonApi(doc): JsonApi<Document<OrgAttributes>>,
+    JsonApi(doc): JsonApi<OrgDocument>,
 ) -> Result<Doc, ApiError> {
     let org = o.org;
     state
@@ -214,18 +298,25 @@ async fn update(
             "not allowed to update this organization",
         )
         .await?;
-    let attrs = doc.checked()?.attributes;
-    if attrs.name.as_deref().is_some_and(|n| n != org.tfe_name()) {
-        return Err(ApiError::invalid_attribute(
-            "name",
-            "renaming organizations is not supported",
-        ));
+    let data = doc.checked()?;
+    let rename = data
+        .attributes
+        .name
+        .clone()
+        .filter(|n| n != org.tfe_name());
+    if let Some(n) = &rename {
+        check_name(&state, n, Some(&org.name_any()))?;
     }
     let api: Api<Organization> = Api::all(state.client.clone());
     // Only the settings that change, guarded by the resourceVersion (crate::write).
     let updated = write::patch_spec(&api, (*org).clone(), |cur| {
         let mut spec = cur.spec.clone();
-        attrs.apply(&mut spec)?;
+        if let Some(n) = &rename {
+            spec.name = Some(n.clone());
+            // The namespace stays: pin it, since it was derived from the object name.
+            spec.namespace = Some(cur.target_namespace().to_owned());
+        }
+        apply(&state, &data.attributes, &data.relationships, &mut spec)?;
         write::spec_diff(&cur.spec, &spec)
     })
     .await?;
@@ -234,11 +325,11 @@ async fn update(
         .resource_version
         .clone()
         .unwrap_or_default();
-    wait_org(&state, org.tfe_name(), |o| {
+    wait_org(&state, updated.tfe_name(), |o| {
         crate::index::rv_at_least(o.metadata.resource_version.as_deref(), &rv)
     })
     .await;
-    Ok(Doc::ok(documents::organization(&updated)))
+    Ok(Doc::ok(documents::organization(&updated, state.hosted())))
 }
 
 async fn remove(State(state): State<AppState>, o: VisibleOrg) -> Result<Response, ApiError> {

@@ -1,17 +1,22 @@
-//! Projects: enough of the projects API for the workspace project relationship,
-//! `filter[project][id]` and moves between projects. A project is a Project object in the
+//! Projects: groups of workspaces of an organization. A project is a Project object in the
 //! organization's namespace; each organization has a default one (made by the operator)
-//! that cannot be deleted.
+//! that cannot be deleted. A project carries tag bindings its workspaces inherit, and
+//! defaults its inheriting workspaces take (execution mode and agent pool, where its
+//! setting-overwrites say so; an auto-destroy activity duration).
 
 use std::collections::BTreeMap;
 
 use kube::api::ObjectMeta;
 use terrace_crds::constants::{LABEL_DEFAULT_PROJECT, LABEL_ID, LABEL_ORGANIZATION};
 use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
+use terrace_crds::resources::ProjectSettingOverwrites;
+use terrace_crds::rules;
 use terrace_crds::{Project, ProjectSpec};
 
-use crate::documents;
+use crate::body::Identifier;
+use crate::documents::{self, TagBindingAttributes, tag_bindings_of};
 use crate::prelude::*;
+use crate::query::TagFilter;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -25,6 +30,9 @@ pub fn router() -> Router<AppState> {
         )
 }
 
+/// What a project read can include.
+const INCLUDES: &[&str] = &["effective_tag_bindings"];
+
 /// The writable attributes of a project.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -32,24 +40,167 @@ struct ProjectAttributes {
     name: Option<String>,
     #[serde(default, deserialize_with = "nullable")]
     description: Nullable<String>,
+    #[serde(default, deserialize_with = "nullable")]
+    default_execution_mode: Nullable<String>,
+    #[serde(default, deserialize_with = "nullable")]
+    default_agent_pool_id: Nullable<String>,
+    setting_overwrites: Option<OverwritesInput>,
+    #[serde(default, deserialize_with = "nullable")]
+    auto_destroy_activity_duration: Nullable<String>,
 }
 
 impl Typed for ProjectAttributes {
     const TYPE: &'static str = "projects";
 }
 
-impl ProjectAttributes {
-    /// The name given, checked (422 when it breaks the project name rule).
-    fn name(&self) -> Result<Option<&str>, ApiError> {
-        match &self.name {
-            None => Ok(None),
-            Some(n) => {
-                terrace_crds::rules::validate_project_name(n)
-                    .map_err(|v| ApiError::Invalid(vec![v.into()]))?;
-                Ok(Some(n))
-            }
+/// `setting-overwrites` of a project: only the keys with organization defaults.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+struct OverwritesInput {
+    default_execution_mode: Option<bool>,
+    default_agent_pool: Option<bool>,
+}
+
+/// The relationships of a project request.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct ProjectRelationships {
+    tag_bindings: Option<BindingsRelationship>,
+    default_agent_pool: Option<ToOne>,
+}
+
+/// `relationships.tag-bindings`: `{"data": [...]}`; `[]` or null clears them.
+#[derive(Debug, Default, Deserialize)]
+struct BindingsRelationship {
+    #[serde(default, deserialize_with = "crate::body::null_as_default")]
+    data: Vec<Identifier<TagBindingAttributes>>,
+}
+
+type ProjectDocument = Document<ProjectAttributes, ProjectRelationships>;
+
+fn invalid(v: rules::RuleViolation) -> ApiError {
+    ApiError::Invalid(vec![v.into()])
+}
+
+/// Applies a request to `spec` and checks the result with the project rules.
+fn apply(
+    state: &AppState,
+    ns: &str,
+    a: &ProjectAttributes,
+    r: &ProjectRelationships,
+    spec: &mut ProjectSpec,
+) -> Result<(), ApiError> {
+    if let Some(n) = &a.name {
+        rules::validate_project_name(n).map_err(invalid)?;
+        spec.name = n.clone();
+    }
+    if let Some(d) = &a.description {
+        spec.description = d.clone();
+    }
+    if let Some(d) = &a.auto_destroy_activity_duration {
+        if let Some(v) = d {
+            rules::parse_auto_destroy_activity_duration(v).map_err(invalid)?;
+        }
+        spec.auto_destroy_activity_duration = d.clone();
+    }
+    let mut so = spec.setting_overwrites.clone().unwrap_or_default();
+    if let Some(m) = &a.default_execution_mode {
+        // Giving a mode makes it the project's own unless overwrites say otherwise.
+        so.default_execution_mode = Some(m.is_some());
+        spec.default_execution_mode = m.clone();
+    }
+    let pool = r
+        .default_agent_pool
+        .as_ref()
+        .map(|rel| rel.id().flatten().map(str::to_owned))
+        .or_else(|| a.default_agent_pool_id.clone());
+    let pool_given = pool.is_some();
+    if let Some(p) = pool {
+        so.default_agent_pool = Some(p.is_some());
+        spec.default_agent_pool_id = p.filter(|p| !p.is_empty());
+    }
+    if let Some(o) = &a.setting_overwrites {
+        so.default_execution_mode = o.default_execution_mode.or(so.default_execution_mode);
+        so.default_agent_pool = o.default_agent_pool.or(so.default_agent_pool);
+    }
+    // A pool kept from an earlier `agent` mode goes with that mode.
+    if !pool_given && spec.default_execution_mode.as_deref() != Some("agent") {
+        spec.default_agent_pool_id = None;
+    }
+    spec.setting_overwrites = Some(so).filter(|s| *s != ProjectSettingOverwrites::default());
+    let problems = rules::validate_default_execution(
+        spec.default_execution_mode.as_deref(),
+        spec.default_agent_pool_id.as_deref(),
+        "default-execution-mode",
+        "default-agent-pool-id",
+    );
+    if !problems.is_empty() {
+        return Err(ApiError::Invalid(problems.into_iter().map(Into::into).collect()));
+    }
+    if let Some(pool) = &spec.default_agent_pool_id {
+        let known = state
+            .index
+            .read()
+            .agent_pools()
+            .get(pool)
+            .is_some_and(|p| p.meta().namespace.as_deref() == Some(ns));
+        if !known {
+            return Err(ApiError::invalid_attribute(
+                "default-agent-pool-id",
+                format!("agent pool {pool:?} not found in this organization"),
+            ));
         }
     }
+    if let Some(tb) = &r.tag_bindings {
+        spec.tag_bindings =
+            tag_bindings_of(tb.data.clone(), "/data/relationships/tag-bindings/data")?;
+    }
+    Ok(())
+}
+
+/// The response of one project, with what `includes` asks for.
+fn respond(
+    state: &AppState,
+    p: &Project,
+    org: &Organization,
+    status: StatusCode,
+    includes: &[String],
+) -> Doc {
+    let idx = state.index.read();
+    let mut data = documents::project_in(&idx, p, org);
+    let mut doc = json!({});
+    if includes.iter().any(|i| i == "effective_tag_bindings") {
+        let (linkage, included) = effective(p);
+        data["relationships"]["effective-tag-bindings"]["data"] = json!(linkage);
+        doc["included"] = json!(included);
+    }
+    doc["data"] = data;
+    Doc(status, doc)
+}
+
+/// A project's effective tag bindings (its own): linkage and included documents.
+fn effective(p: &Project) -> (Vec<Value>, Vec<Value>) {
+    let id = id_of(p);
+    let docs: Vec<Value> = p
+        .spec
+        .tag_bindings
+        .iter()
+        .map(|b| {
+            documents::effective_tag_binding(
+                &id,
+                &terrace_crds::common::EffectiveTagBinding {
+                    key: b.key.clone(),
+                    value: b.value.clone(),
+                    inherited_from: None,
+                },
+            )
+        })
+        .collect();
+    let linkage = docs
+        .iter()
+        .map(|d| json!({"id": d["id"], "type": d["type"]}))
+        .collect();
+    (linkage, docs)
 }
 
 async fn list_projects(
@@ -58,20 +209,54 @@ async fn list_projects(
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
     let page = q.page()?;
+    q.supported_filters(&["filter[names]", "filter[tagged]"])?;
+    let includes = q.includes(INCLUDES)?;
+    let tagged = q.tagged()?;
     let mut projects = state.listable::<Project>(&o.caller, &o.org).await?;
-    if let Some(name) = q.get("filter[names]").or(q.get("q")) {
-        let name = name.to_ascii_lowercase();
-        projects.retain(|p| p.spec.name.to_ascii_lowercase().contains(&name));
+    if let Some(name) = q.non_empty("filter[names]").or(q.non_empty("q")) {
+        let names: Vec<String> = name.split(',').map(str::to_ascii_lowercase).collect();
+        projects.retain(|p| {
+            let n = p.spec.name.to_ascii_lowercase();
+            names.iter().any(|f| n.contains(f.as_str()))
+        });
+    }
+    if !tagged.is_empty() {
+        projects.retain(|p| {
+            let b: Vec<(String, String)> = p
+                .spec
+                .tag_bindings
+                .iter()
+                .map(|b| (b.key.clone(), b.value.clone()))
+                .collect();
+            TagFilter::all_match(&tagged, &b)
+        });
     }
     projects.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
     let base = format!("/api/v2/organizations/{}/projects", o.org.tfe_name());
-    Ok(list(&base, page, &projects, |p| {
-        documents::project(p, &o.org)
-    }))
+    let idx = state.index.read();
+    let mut included = Vec::new();
+    let mut doc = list(&base, page, &projects, |p| {
+        let mut d = documents::project_in(&idx, p, &o.org);
+        if !includes.is_empty() {
+            let (linkage, inc) = effective(p);
+            d["relationships"]["effective-tag-bindings"]["data"] = json!(linkage);
+            included.extend(inc);
+        }
+        d
+    });
+    if !includes.is_empty() {
+        doc.1["included"] = json!(included);
+    }
+    Ok(doc)
 }
 
-async fn show(f: Found<Project>) -> Doc {
-    Doc::ok(documents::project(&f.at.obj, &f.at.org))
+async fn show(
+    State(state): State<AppState>,
+    f: Found<Project>,
+    q: QueryParams,
+) -> Result<Doc, ApiError> {
+    let includes = q.includes(INCLUDES)?;
+    Ok(respond(&state, &f.at.obj, &f.at.org, StatusCode::OK, &includes))
 }
 
 fn taken(name: &str) -> ApiError {
@@ -81,7 +266,7 @@ fn taken(name: &str) -> ApiError {
 async fn create(
     State(state): State<AppState>,
     o: VisibleOrg,
-    JsonApi(doc): JsonApi<Document<ProjectAttributes>>,
+    JsonApi(doc): JsonApi<ProjectDocument>,
 ) -> Result<Doc, ApiError> {
     let ns = o.ns().to_owned();
     state
@@ -91,18 +276,19 @@ async fn create(
             "not allowed to create projects",
         )
         .await?;
-    let attrs = doc.checked()?.attributes;
-    let name = attrs
-        .name()?
-        .ok_or_else(|| ApiError::invalid_attribute("name", "name is required"))?
-        .to_owned();
+    let data = doc.checked()?;
+    if data.attributes.name.is_none() {
+        return Err(ApiError::invalid_attribute("name", "Name can't be blank"));
+    }
+    let mut spec = ProjectSpec::default();
+    apply(&state, &ns, &data.attributes, &data.relationships, &mut spec)?;
     if state
         .index
         .read()
         .projects_in(&ns)
-        .any(|p| p.spec.name.eq_ignore_ascii_case(&name))
+        .any(|p| p.spec.name.eq_ignore_ascii_case(&spec.name))
     {
-        return Err(taken(&name));
+        return Err(taken(&spec.name));
     }
     let id = new_id(IdKind::Project);
     let project = Project {
@@ -115,38 +301,37 @@ async fn create(
             ])),
             ..Default::default()
         },
-        spec: ProjectSpec {
-            name,
-            description: attrs.description.flatten(),
-            tag_bindings: Vec::new(),
-        },
+        spec,
         status: None,
     };
     let created = write::create(&state, &ns, &project).await?;
-    Ok(Doc::created(documents::project(&created, &o.org)))
+    Ok(respond(&state, &created, &o.org, StatusCode::CREATED, &[]))
 }
 
 async fn update(
     State(state): State<AppState>,
     f: Found<Project, Admin>,
-    JsonApi(doc): JsonApi<Document<ProjectAttributes>>,
+    JsonApi(doc): JsonApi<ProjectDocument>,
 ) -> Result<Doc, ApiError> {
-    let attrs = doc.checked()?.attributes;
-    let name = attrs.name()?.map(str::to_owned);
+    let data = doc.checked()?;
     let at = f.at;
+    if let Some(n) = &data.attributes.name
+        && state
+            .index
+            .read()
+            .projects_in(&at.ns)
+            .any(|p| p.name_any() != at.object_name() && p.spec.name.eq_ignore_ascii_case(n))
+    {
+        return Err(taken(n));
+    }
     // Only the attributes that change, guarded by the resourceVersion (crate::write).
     let updated = write::update_spec(&state, &at.ns, (*at.obj).clone(), |cur| {
-        let mut spec = cur.spec.clone();
-        if let Some(n) = &name {
-            spec.name = n.clone();
-        }
-        if let Some(d) = &attrs.description {
-            spec.description = d.clone();
-        }
-        write::spec_diff(&cur.spec, &spec)
+        let mut next = cur.spec.clone();
+        apply(&state, &at.ns, &data.attributes, &data.relationships, &mut next)?;
+        write::spec_diff(&cur.spec, &next)
     })
     .await?;
-    Ok(Doc::ok(documents::project(&updated, &at.org)))
+    Ok(respond(&state, &updated, &at.org, StatusCode::OK, &[]))
 }
 
 async fn remove(State(state): State<AppState>, f: Found<Project>) -> Result<Response, ApiError> {
@@ -169,16 +354,7 @@ async fn remove(State(state): State<AppState>, f: Found<Project>) -> Result<Resp
             "the organization's default project cannot be deleted",
         ));
     }
-    let object_name = at.object_name();
-    let has_workspaces = {
-        let idx = state.index.read();
-        idx.workspaces_in(&at.ns).is_some_and(|w| {
-            w.uids_by_name()
-                .filter_map(|u| idx.workspace_by_uid(u))
-                .any(|ws| ws.spec.project.as_deref() == Some(&object_name))
-        })
-    };
-    if has_workspaces {
+    if state.index.read().project_workspace_count(&at.obj) > 0 {
         return Err(ApiError::conflict(
             "the project still contains workspaces; move or delete them first",
         ));

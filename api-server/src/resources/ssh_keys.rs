@@ -102,15 +102,22 @@ fn non_blank<'a>(
     }
 }
 
-/// A private key must at least look like PEM or OpenSSH private key text.
-fn check_private_key(value: &str) -> Result<(), ApiError> {
-    if value.contains("-----BEGIN") && value.contains("PRIVATE KEY-----") {
-        Ok(())
-    } else {
-        Err(ApiError::invalid_attribute(
-            "value",
-            "value must be a PEM or OpenSSH private key",
-        ))
+/// Whether a value looks like PEM or OpenSSH private key text. TFE stores whatever it is
+/// given, and clients that create keys and assign them rely on that, so terrace stores
+/// any non-empty value too and only warns (an Event on the SshKey, never the value) when
+/// it does not look like a private key.
+fn looks_like_private_key(value: &str) -> bool {
+    value.contains("-----BEGIN") && value.contains("PRIVATE KEY-----")
+}
+
+fn warn_if_not_a_key(state: &AppState, key: &SshKey, value: &str) {
+    if !looks_like_private_key(value) {
+        crate::events::warning(
+            &state.events,
+            key,
+            "NotAPrivateKey",
+            "the stored value does not look like a PEM or OpenSSH private key; Git clones using it will fail".into(),
+        );
     }
 }
 
@@ -137,7 +144,6 @@ async fn create(
     let value = non_blank(attrs.value.as_deref(), "value", true)?
         .unwrap_or_default()
         .to_owned();
-    check_private_key(&value)?;
     let id = new_id(IdKind::SshKey);
     let object_name = object_name_for_id(&id);
     let secret_name = format!("{object_name}-private-key");
@@ -180,6 +186,7 @@ async fn create(
         return Err(e.into());
     }
     write::wait_seen(&state, &created).await;
+    warn_if_not_a_key(&state, &created, &value);
     Ok(Doc::created(render(&created)))
 }
 
@@ -212,7 +219,7 @@ async fn update(
     let name = non_blank(attrs.name.as_deref(), "name", false)?.map(str::to_owned);
     let value = non_blank(attrs.value.as_deref(), "value", false)?;
     if let Some(v) = value {
-        check_private_key(v)?;
+        warn_if_not_a_key(&state, &key, v);
         let patch = json!({"data": {key.spec.private_key_secret_ref.key.clone(): ByteString(v.as_bytes().to_vec())}});
         write::api::<Secret>(&state, &f.at.ns)
             .patch(
@@ -407,7 +414,7 @@ mod tests {
         assert_eq!(st, 404);
     }
 
-    /// Name and value are required and the value must be a private key.
+    /// Name and value are required; any non-empty value is stored (as TFE does).
     #[tokio::test]
     async fn create_validation() {
         let h = harness(Edition::SelfHosted).await;
@@ -415,10 +422,7 @@ mod tests {
         for (attrs, pointer) in [
             (json!({"value": PEM}), "/data/attributes/name"),
             (json!({"name": "x"}), "/data/attributes/value"),
-            (
-                json!({"name": "x", "value": "not a key"}),
-                "/data/attributes/value",
-            ),
+            (json!({"name": "x", "value": "  "}), "/data/attributes/value"),
         ] {
             let (st, doc) = h
                 .call(
@@ -430,5 +434,21 @@ mod tests {
             assert_eq!(st, 422, "{doc}");
             assert_eq!(doc["errors"][0]["source"]["pointer"], pointer);
         }
+    }
+
+    /// A value that is not a private key is stored as TFE does (a Warning Event says so),
+    /// so clients that create keys with placeholder values and assign them work.
+    #[tokio::test]
+    async fn any_non_empty_value_is_stored() {
+        let h = harness(Edition::SelfHosted).await;
+        let (st, doc) = h
+            .call(
+                "POST",
+                &format!("/api/v2/organizations/{ORG}/ssh-keys"),
+                Some(json!({"data": {"type": "ssh-keys", "attributes": {"name": "x", "value": "not a key"}}})),
+            )
+            .await;
+        assert_eq!(st, 201, "{doc}");
+        assert!(!doc.to_string().contains("not a key"));
     }
 }

@@ -74,8 +74,10 @@ pub fn merged(current: &[TagBinding], added: &[TagBinding]) -> Vec<TagBinding> {
     out
 }
 
-fn change(current: &[TagBinding], next: Vec<TagBinding>) -> Option<Value> {
-    (current != next.as_slice()).then(|| json!({"tagBindings": next}))
+/// The spec patch setting `next` (None when unchanged); 422 past the binding limit.
+fn change(current: &[TagBinding], next: Vec<TagBinding>) -> Result<Option<Value>, ApiError> {
+    crate::documents::check_binding_count(next.len(), "/data")?;
+    Ok((current != next.as_slice()).then(|| json!({"tagBindings": next})))
 }
 
 // --- workspaces ---------------------------------------------------------------------
@@ -111,7 +113,7 @@ async fn ws_write(
         } else {
             merged(&w.spec.tag_bindings, &given)
         };
-        Ok(change(&w.spec.tag_bindings, next))
+        change(&w.spec.tag_bindings, next)
     })
     .await
 }
@@ -190,7 +192,7 @@ async fn prj_write(
         } else {
             merged(&cur.spec.tag_bindings, &given)
         };
-        Ok(change(&cur.spec.tag_bindings, next))
+        change(&cur.spec.tag_bindings, next)
     })
     .await
 }

@@ -191,22 +191,23 @@ async fn add_tag_to_workspaces(
     };
     let (org, name) = found.ok_or_else(|| ApiError::NotFound("tag not found".into()))?;
     state.visible_org(&caller, org.tfe_name()).await?;
+    // Each workspace must be readable (404 otherwise, as if it did not exist) and
+    // administrable (403: readers and lockers may not tag).
     let mut targets = Vec::new();
     for (i, e) in entries.iter().enumerate() {
-        let id = e.id.as_deref().unwrap_or_default();
+        let id = e
+            .id
+            .as_deref()
+            .ok_or_else(|| ApiError::invalid(format!("/data/{i}/id"), "id is required"))?;
         let l = state
-            .locate::<Workspace>(id)
+            .readable::<Workspace>(&caller, id)
+            .await
+            .ok()
             .filter(|l| l.ns == org.target_namespace())
-            .ok_or_else(|| {
-                ApiError::invalid(
-                    format!("/data/{i}/id"),
-                    format!("workspace {id:?} not found in this organization"),
-                )
-            })?;
+            .ok_or_else(|| ApiError::not_found(format!("workspace {id:?} not found")))?;
         if !state.allowed(&caller, &l.check("update")).await? {
-            return Err(ApiError::invalid(
-                format!("/data/{i}/id"),
-                format!("not authorized to tag workspace {id:?}"),
+            return Err(ApiError::forbidden(
+                "adding a tag to a workspace needs admin access to the workspace",
             ));
         }
         targets.push(l);

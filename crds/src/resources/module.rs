@@ -322,9 +322,14 @@ pub struct TestVariableSpec {
     /// The value from a Secret key (sensitive variables).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value_from: Option<SecretKeyRef>,
-    /// Description of the variable.
+    /// Description of the variable (at most 512 characters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512))]
     pub description: Option<String>,
+    /// Whether the value is written in the configuration language (HCL) rather than as a
+    /// string.
+    #[serde(default)]
+    pub hcl: bool,
     /// Category: must be `env` (environment variable of the test run).
     #[schemars(extend("enum" = ["env"]))]
     pub category: String,

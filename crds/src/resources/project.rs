@@ -22,6 +22,12 @@ use crate::common::{Condition, TagBinding};
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "!has(self.defaultAgentPoolId) || (has(self.defaultExecutionMode) && self.defaultExecutionMode == 'agent')",
+     "message": "defaultAgentPoolId must not be specified unless using 'agent' execution mode"},
+    {"rule": "!has(self.defaultExecutionMode) || self.defaultExecutionMode != 'agent' || has(self.defaultAgentPoolId)",
+     "message": "defaultAgentPoolId is required when defaultExecutionMode is agent"}
+]))]
 pub struct ProjectSpec {
     /// The project's name, unique within the organization (1-40 characters: letters,
     /// digits, spaces, `-`, `_`).
@@ -30,10 +36,43 @@ pub struct ProjectSpec {
     /// Description of the project.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
-    /// Key-value tags inherited by every workspace of the project.
+    /// Key-value tags inherited by every workspace of the project (at most 10).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["key"]))]
+    #[schemars(
+        length(max = 10),
+        extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["key"])
+    )]
     pub tag_bindings: Vec<TagBinding>,
+    /// Execution mode of the project's workspaces that inherit their mode (`remote`,
+    /// `local` or `agent`); applies when settingOverwrites.defaultExecutionMode is true,
+    /// otherwise the organization's default does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["remote", "local", "agent"]))]
+    pub default_execution_mode: Option<String>,
+    /// Agent pool ID (`apool-…`) of the project's default `agent` execution mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_agent_pool_id: Option<String>,
+    /// Which defaults the project sets itself (true) instead of inheriting the
+    /// organization's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setting_overwrites: Option<ProjectSettingOverwrites>,
+    /// Inactivity period after which the project's workspaces are destroyed
+    /// (`<1-9999><d|h>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([1-9][0-9]{0,3}|0[1-9][0-9]{0,2}|00[1-9][0-9]?|000[1-9])[dh]$"))]
+    pub auto_destroy_activity_duration: Option<String>,
+}
+
+/// Which project defaults override the organization's.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProjectSettingOverwrites {
+    /// Whether defaultExecutionMode is the project's own (true) or the organization's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_execution_mode: Option<bool>,
+    /// Whether defaultAgentPoolId is the project's own (true) or the organization's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_agent_pool: Option<bool>,
 }
 
 /// Observed state of a project.

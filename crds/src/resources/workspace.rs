@@ -35,6 +35,8 @@ use crate::common::{Condition, DataRetentionPolicy, EffectiveTagBinding, TagBind
      "message": "agentPoolId is required when executionMode is agent"},
     {"rule": "!has(self.agentPoolId) || (has(self.executionMode) && self.executionMode == 'agent')",
      "message": "agentPoolId can only be given with executionMode agent (not with remote, local or operations)"},
+    {"rule": "!(has(self.projectRemoteState) && self.projectRemoteState && has(self.globalRemoteState) && self.globalRemoteState)",
+     "message": "projectRemoteState cannot be enabled when globalRemoteState is enabled"},
     {"rule": "!has(self.settingOverwrites) || !has(self.settingOverwrites.executionMode) || !self.settingOverwrites.executionMode || has(self.executionMode)",
      "message": "executionMode must be given when settingOverwrites.executionMode is true"}
 ]))]
@@ -91,6 +93,10 @@ pub struct WorkspaceSpec {
     /// when false only the approved remoteStateConsumers may.
     #[serde(default)]
     pub global_remote_state: bool,
+    /// When true the workspaces of the same project may read this workspace's state (not
+    /// together with globalRemoteState).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub project_remote_state: bool,
     /// Deprecated, use executionMode. false means state storage only (local), true remote.
     /// Not together with executionMode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -131,9 +137,12 @@ pub struct WorkspaceSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub tags: Vec<String>,
-    /// Key-value tags bound directly to the workspace, in order.
+    /// Key-value tags bound directly to the workspace, in order (at most 10).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["key"]))]
+    #[schemars(
+        length(max = 10),
+        extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["key"])
+    )]
     pub tag_bindings: Vec<TagBinding>,
     /// Workspaces (IDs `ws-…` or TFE names in the same organization) allowed to read this
     /// workspace's state while globalRemoteState is false.

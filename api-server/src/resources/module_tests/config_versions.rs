@@ -54,6 +54,7 @@ pub fn router() -> Router<AppState> {
             "/api/v2/organizations/{org}/tests/registry-modules/private/{namespace}/{name}/{provider}/test-runs/configuration-versions",
             post(create),
         )
+        .route("/api/v2/configuration-versions/{id}", get(show))
         .route("/api/v2/test-archives/{cv}", get(archive))
 }
 
@@ -188,6 +189,12 @@ async fn create(
     write::wait_seen(&state, &created).await;
     let url = format!("{}{UPLOAD_PATH}/{token}", base_url(&state, &headers));
     Ok(Doc::created(render(&created, Some(&url))))
+}
+
+/// `GET /configuration-versions/:id`: what clients poll after an upload until `status`
+/// is `uploaded` (`get` on the configuration version; 404 otherwise).
+async fn show(f: Found<ConfigurationVersion>) -> Doc {
+    Doc::ok(render(&f.at.obj, None))
 }
 
 fn gone() -> ApiError {

@@ -1,8 +1,9 @@
-//! Private registry modules: list, create and show (`registry-modules`), the part of the
-//! registry API the engine's CLI reads before a cloud test run. A module is a
+//! Private registry modules: list, create, show and delete (`registry-modules`), the part
+//! of the registry API the engine's CLI reads before a cloud test run. A module is a
 //! RegistryModule object; its ID is derived from (namespace, name, provider), and so is
 //! its object name, so two concurrent creates of one module meet at the Kubernetes API
-//! (AlreadyExists) instead of both succeeding.
+//! (AlreadyExists) instead of both succeeding. Deleting a module deletes its test runs,
+//! test variables and configuration versions through their ownerReferences.
 
 use std::collections::BTreeMap;
 
@@ -23,12 +24,20 @@ pub fn router() -> Router<AppState> {
         )
         .route(
             "/api/v2/organizations/{org}/registry-modules/private/{namespace}/{name}/{provider}",
-            get(show),
+            get(show).delete(delete_provider),
+        )
+        .route(
+            "/api/v2/organizations/{org}/registry-modules/private/{namespace}/{name}",
+            delete(delete_name),
+        )
+        .route(
+            "/api/v2/registry-modules/actions/delete/{org}/{name}",
+            post(delete_by_action),
         )
 }
 
-/// The JSON:API `data` of a module.
-pub fn render(m: &RegistryModule, org: &Organization) -> Value {
+/// The JSON:API `data` of a module; `can_delete`: whether the caller may delete it.
+pub fn render(m: &RegistryModule, org: &Organization, can_delete: bool) -> Value {
     let namespace = m
         .spec
         .namespace
@@ -47,7 +56,7 @@ pub fn render(m: &RegistryModule, org: &Organization) -> Value {
             "no-code": false,
             "created-at": created_at(m),
             "updated-at": created_at(m),
-            "permissions": {"can-delete": true, "can-resync": false, "can-retry": false},
+            "permissions": {"can-delete": can_delete, "can-resync": false, "can-retry": false},
         },
         "relationships": {
             "organization": {"data": {"id": org.tfe_name(), "type": "organizations"}},
@@ -76,6 +85,16 @@ async fn org_checked(
     }
 }
 
+/// Whether the caller may delete modules of `org`.
+async fn may_delete(state: &AppState, caller: &Caller, org: &Organization) -> Result<bool, ApiError> {
+    state
+        .allowed(
+            caller,
+            &Check::new("delete", "registrymodules", org.target_namespace(), None),
+        )
+        .await
+}
+
 async fn list_modules(
     State(state): State<AppState>,
     caller: Caller,
@@ -84,17 +103,34 @@ async fn list_modules(
 ) -> Result<Doc, ApiError> {
     let o = org_checked(&state, &caller, &org, "list").await?;
     let page = q.page()?;
+    q.supported_filters(&[
+        "filter[provider]",
+        "filter[registry_name]",
+        "filter[organization_name]",
+    ])?;
+    let text = q.non_empty("q").map(str::to_ascii_lowercase);
+    let provider = q.non_empty("filter[provider]");
+    let registry = q.non_empty("filter[registry_name]");
+    let org_filter = q.non_empty("filter[organization_name]");
     let mut mods: Vec<_> = {
         let idx = state.index.read();
         idx.registry_modules()
             .in_namespace(o.target_namespace())
             .filter(|m| !id_of(m.as_ref()).is_empty())
+            .filter(|m| {
+                text.as_deref()
+                    .is_none_or(|t| m.spec.name.to_ascii_lowercase().contains(t))
+                    && provider.is_none_or(|p| m.spec.provider == p)
+                    && registry.is_none_or(|r| m.spec.registry_name == r)
+                    && org_filter.is_none_or(|n| n == o.tfe_name())
+            })
             .cloned()
             .collect()
     };
     mods.sort_by(|a, b| (&a.spec.name, &a.spec.provider).cmp(&(&b.spec.name, &b.spec.provider)));
+    let can_delete = may_delete(&state, &caller, &o).await?;
     let base = format!("/api/v2/organizations/{org}/registry-modules");
-    Ok(list(&base, page, &mods, |m| render(m, &o)))
+    Ok(list(&base, page, &mods, |m| render(m, &o, can_delete)))
 }
 
 async fn show(
@@ -110,7 +146,75 @@ async fn show(
         "registrymodules",
     )
     .await?;
-    Ok(Doc::ok(render(&m.module, &m.org)))
+    let can_delete = may_delete(&state, &caller, &m.org).await?;
+    Ok(Doc::ok(render(&m.module, &m.org, can_delete)))
+}
+
+/// Deletes the modules of `org` named `name` (every provider, or only `provider`) that
+/// the caller may see; 404 when there is none, 403 without `delete`.
+async fn delete_modules(
+    state: &AppState,
+    caller: &Caller,
+    org: &str,
+    namespace: &str,
+    name: &str,
+    provider: Option<&str>,
+) -> Result<Response, ApiError> {
+    let o = org_checked(state, caller, org, "get").await?;
+    if namespace != o.tfe_name() {
+        return Err(super::module_not_found());
+    }
+    let targets: Vec<Arc<RegistryModule>> = state
+        .index
+        .read()
+        .registry_modules()
+        .in_namespace(o.target_namespace())
+        .filter(|m| !id_of(m.as_ref()).is_empty())
+        .filter(|m| m.spec.name == name && provider.is_none_or(|p| m.spec.provider == p))
+        .cloned()
+        .collect();
+    if targets.is_empty() {
+        return Err(super::module_not_found());
+    }
+    if !may_delete(state, caller, &o).await? {
+        return Err(ApiError::forbidden(
+            "deleting registry modules needs the owners team",
+        ));
+    }
+    for m in targets {
+        match write::delete(state, m.as_ref()).await {
+            Ok(()) | Err(ApiError::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(no_content())
+}
+
+/// `DELETE /organizations/:org/registry-modules/private/:namespace/:name/:provider`.
+async fn delete_provider(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((org, namespace, name, provider)): Path<(String, String, String, String)>,
+) -> Result<Response, ApiError> {
+    delete_modules(&state, &caller, &org, &namespace, &name, Some(&provider)).await
+}
+
+/// `DELETE /organizations/:org/registry-modules/private/:namespace/:name`: every provider.
+async fn delete_name(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((org, namespace, name)): Path<(String, String, String)>,
+) -> Result<Response, ApiError> {
+    delete_modules(&state, &caller, &org, &namespace, &name, None).await
+}
+
+/// `POST /registry-modules/actions/delete/:org/:name` (go-tfe's Delete): every provider.
+async fn delete_by_action(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((org, name)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    delete_modules(&state, &caller, &org, &org, &name, None).await
 }
 
 /// The attributes of a module create.
@@ -208,7 +312,8 @@ async fn create(
         Err(e) => return Err(ApiError::from(e)),
     };
     write::wait_seen(&state, &created).await;
-    Ok(Doc::created(render(&created, &o)))
+    let can_delete = may_delete(&state, &caller, &o).await?;
+    Ok(Doc::created(render(&created, &o, can_delete)))
 }
 
 #[cfg(test)]

@@ -35,8 +35,11 @@ pub const SECRET_KEY: &str = "value";
 
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route(&format!("{T}/vars"), get(list).post(create))
-        .route(&format!("{T}/vars/{{var}}"), patch(update).delete(remove))
+        .route(&format!("{T}/vars"), get(list_vars).post(create))
+        .route(
+            &format!("{T}/vars/{{var}}"),
+            get(show).patch(update).delete(remove),
+        )
 }
 
 /// Name of the Secret holding a sensitive variable's value.
@@ -44,8 +47,10 @@ pub fn secret_name(var_object_name: &str) -> String {
     format!("{var_object_name}-value")
 }
 
-/// The JSON:API `data` of a variable (sensitive values read as `""`).
-pub fn render(v: &TestVariable, module_id: &str) -> Value {
+/// The JSON:API `data` of a variable (sensitive values read as `""`). No
+/// `configurable` relationship: go-tfe decodes test variables with its workspace variable
+/// type, whose `configurable` is a workspace, and fails on a module there.
+pub fn render(v: &TestVariable) -> Value {
     json!({
         "id": id_of(v),
         "type": "vars",
@@ -54,12 +59,9 @@ pub fn render(v: &TestVariable, module_id: &str) -> Value {
             "value": if v.spec.sensitive { "" } else { v.spec.value.as_str() },
             "description": v.spec.description,
             "category": v.spec.category,
-            "hcl": false,
+            "hcl": v.spec.hcl,
             "sensitive": v.spec.sensitive,
             "version-id": v.status.as_ref().and_then(|s| s.version_id.clone()),
-        },
-        "relationships": {
-            "configurable": {"data": {"id": module_id, "type": "registry-modules"}},
         },
     })
 }
@@ -77,6 +79,8 @@ struct VarAttributes {
     category: Attr<String>,
     #[serde(default)]
     sensitive: Attr<bool>,
+    #[serde(default)]
+    hcl: Attr<bool>,
 }
 
 impl Typed for VarAttributes {
@@ -91,6 +95,7 @@ struct VarInput {
     description: Option<String>,
     category: Option<String>,
     sensitive: Option<bool>,
+    hcl: Option<bool>,
 }
 
 /// The input of a request; every broken rule is recorded in `errs`.
@@ -102,7 +107,13 @@ fn parse(a: VarAttributes, creating: bool, errs: &mut Vec<FieldError>) -> VarInp
         description: a.description.take(&ptr("description"), "a string", errs),
         category: a.category.take(&ptr("category"), "a string", errs),
         sensitive: a.sensitive.take(&ptr("sensitive"), "a boolean", errs),
+        hcl: a.hcl.take(&ptr("hcl"), "a boolean", errs),
     };
+    if let Some(d) = &input.description
+        && let Err(v) = terrace_crds::rules::validate_variable_description(d)
+    {
+        errs.push(v.into());
+    }
     let typed = |k: &str, errs: &[FieldError]| errs.iter().any(|e| e.pointer == ptr(k));
     if (creating || input.key.is_some())
         && !typed("key", errs)
@@ -189,10 +200,11 @@ async fn new_version(state: &AppState, var: &TestVariable) -> Result<TestVariabl
     Ok(updated)
 }
 
-async fn list(
+async fn list_vars(
     State(state): State<AppState>,
     caller: Caller,
     Path((org, namespace, name, provider)): Path<TPath>,
+    q: QueryParams,
 ) -> Result<Doc, ApiError> {
     let m = locate(
         &state,
@@ -202,12 +214,30 @@ async fn list(
         "testvariables",
     )
     .await?;
-    let module_id = m.id();
-    let data: Vec<Value> = vars_of(&state, &m)
-        .iter()
-        .map(|v| render(v, &module_id))
-        .collect();
-    Ok(Doc(StatusCode::OK, json!({"data": data})))
+    let page = q.page()?;
+    q.supported_filters(&[])?;
+    let vars = vars_of(&state, &m);
+    let base = format!(
+        "/api/v2/organizations/{org}/tests/registry-modules/private/{namespace}/{name}/{provider}/vars"
+    );
+    Ok(list(&base, page, &vars, |v| render(v)))
+}
+
+async fn show(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((org, namespace, name, provider, var)): Path<VarPath>,
+) -> Result<Doc, ApiError> {
+    let m = locate(
+        &state,
+        &caller,
+        (&org, &namespace, &name, &provider),
+        "get",
+        "testvariables",
+    )
+    .await?;
+    let v = var_of(&state, &m, &var)?;
+    Ok(Doc::ok(render(&v)))
 }
 
 async fn create(
@@ -265,6 +295,7 @@ async fn create(
                 key: SECRET_KEY.to_owned(),
             }),
             description: input.description,
+            hcl: input.hcl.unwrap_or(false),
             category: TEST_VARIABLE_CATEGORY.to_owned(),
             sensitive,
         },
@@ -277,7 +308,7 @@ async fn create(
         write_secret(&state, &created, &value).await?;
     }
     let created = new_version(&state, &created).await?;
-    Ok(Doc::created(render(&created, &m.id())))
+    Ok(Doc::created(render(&created)))
 }
 
 fn var_of(state: &AppState, m: &Module, id: &str) -> Result<Arc<TestVariable>, ApiError> {
@@ -349,6 +380,9 @@ async fn update(
         if let Some(d) = &input.description {
             spec["description"] = json!(d);
         }
+        if let Some(h) = input.hcl {
+            spec["hcl"] = json!(h);
+        }
         if sensitive {
             spec["value"] = json!("");
             spec["valueFrom"] = json!({"name": secret_name(&object_name), "key": SECRET_KEY});
@@ -364,7 +398,7 @@ async fn update(
     })
     .await?;
     let updated = new_version(&state, &updated).await?;
-    Ok(Doc::ok(render(&updated, &m.id())))
+    Ok(Doc::ok(render(&updated)))
 }
 
 async fn remove(

@@ -4,6 +4,8 @@
 //! of the same organization when written with kubectl; the API writes IDs). With
 //! `globalRemoteState` true every workspace of the organization may read the state, so
 //! the list shows all of them except the subject, and the write endpoints refuse (422).
+//! With `projectRemoteState` true the other workspaces of its project may read it too:
+//! the list shows them after the approved ones.
 //! Lists only show workspaces the caller can read. Replacing the whole list needs the
 //! namespace-wide `manage` right; adding and removing need admin on the workspace.
 
@@ -66,10 +68,32 @@ async fn list_consumers(
                 })
                 .unwrap_or_default()
         } else {
-            consumer_ids(&idx, &l.obj)
+            let mut wss: Vec<Arc<Workspace>> = consumer_ids(&idx, &l.obj)
                 .iter()
                 .filter_map(|c| resolve(&idx, &l.ns, c).cloned())
-                .collect()
+                .collect();
+            if l.obj.spec.project_remote_state {
+                // The other workspaces of the same project may read it too.
+                let project = idx.project_of(&l.obj).map(|p| p.name_any());
+                let same: Vec<Arc<Workspace>> = idx
+                    .workspaces_in(&l.ns)
+                    .map(|n| {
+                        n.uids_by_name()
+                            .filter_map(|u| idx.workspace_by_uid(u))
+                            .filter(|w| {
+                                let wid = workspace_id(w);
+                                !wid.is_empty()
+                                    && wid != id
+                                    && idx.project_of(w).map(|p| p.name_any()) == project
+                                    && !wss.iter().any(|c| workspace_id(c) == wid)
+                            })
+                            .cloned()
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                wss.extend(same);
+            }
+            wss
         };
         wss.into_iter().map(|ws| l.with((*ws).clone())).collect()
     };
@@ -81,7 +105,7 @@ async fn list_consumers(
     }
     let mut data = Vec::new();
     for c in page_slice(&visible, page) {
-        data.push(render_located(&state, caller, c).await?);
+        data.push(render_located(&state, caller, c, false).await?);
     }
     let (meta, links) = pagination(
         &format!("/api/v2/workspaces/{id}/relationships/remote-state-consumers"),

@@ -47,7 +47,7 @@ async fn show(
     q: QueryParams,
 ) -> Result<Response, ApiError> {
     let includes = q.includes(INCLUDES)?;
-    respond_one(&state, &f.caller, &f.at, StatusCode::OK, &includes).await
+    respond_one(&state, &f.caller, &f.at, StatusCode::OK, &includes, f.by_name).await
 }
 
 fn org_defaults(state: &AppState, org: &Organization) -> OrgDefaults {
@@ -139,7 +139,7 @@ async fn create(
         org,
         ns,
     };
-    respond_one(&state, &caller, &l, StatusCode::CREATED, &includes).await
+    respond_one(&state, &caller, &l, StatusCode::CREATED, &includes, false).await
 }
 
 async fn update(
@@ -147,7 +147,7 @@ async fn update(
     f: Found<Workspace, Admin>,
     JsonApi(doc): JsonApi<WorkspaceDocument>,
 ) -> Result<Response, ApiError> {
-    let (state, caller, l) = (&state, &f.caller, f.at);
+    let (state, caller, l, by_name) = (&state, &f.caller, f.at, f.by_name);
     let data = doc.checked()?;
     let input = WorkspaceInput::new(data.attributes, data.relationships, state.hosted())?;
     // Project move: blank or unchanged means no move; a move needs admin on both projects.
@@ -225,7 +225,7 @@ async fn update(
         claims::release(state, &l.ns, &old_name, &id).await;
     }
     let l = super::written(state, &l, updated).await;
-    respond_one(state, caller, &l, StatusCode::OK, &[]).await
+    respond_one(state, caller, &l, StatusCode::OK, &[], by_name).await
 }
 
 async fn force_delete(

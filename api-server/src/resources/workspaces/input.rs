@@ -41,6 +41,8 @@ pub struct WorkspaceAttributes {
     #[serde(default, deserialize_with = "present")]
     pub global_remote_state: Option<bool>,
     #[serde(default, deserialize_with = "present")]
+    pub project_remote_state: Option<bool>,
+    #[serde(default, deserialize_with = "present")]
     pub operations: Option<bool>,
     #[serde(default, deserialize_with = "present")]
     pub queue_all_runs: Option<bool>,
@@ -61,6 +63,9 @@ pub struct WorkspaceAttributes {
     pub setting_overwrites: Option<SettingOverwritesInput>,
     #[serde(default, deserialize_with = "nullable")]
     pub vcs_repo: Nullable<VcsRepoAttributes>,
+    /// Legacy flat tags by name (`relationships.tags` is the newer form).
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub tag_names: Option<Vec<String>>,
 }
 
 impl Typed for WorkspaceAttributes {
@@ -170,6 +175,7 @@ pub struct WorkspaceInput {
     pub execution_mode: Nullable<String>,
     pub file_triggers_enabled: Option<bool>,
     pub global_remote_state: Option<bool>,
+    pub project_remote_state: Option<bool>,
     pub operations: Option<bool>,
     pub queue_all_runs: Option<bool>,
     pub source_name: Nullable<String>,
@@ -209,6 +215,7 @@ impl WorkspaceInput {
         rels: WorkspaceRelationships,
         hosted: bool,
     ) -> Result<WorkspaceInput, ApiError> {
+        let a_tag_names = a.tag_names;
         let mut input = WorkspaceInput {
             name: a.name,
             description: a.description,
@@ -222,6 +229,7 @@ impl WorkspaceInput {
             execution_mode: a.execution_mode,
             file_triggers_enabled: a.file_triggers_enabled,
             global_remote_state: a.global_remote_state,
+            project_remote_state: a.project_remote_state,
             operations: a.operations,
             queue_all_runs: a.queue_all_runs,
             source_name: a.source_name,
@@ -251,6 +259,16 @@ impl WorkspaceInput {
                 tb.data,
                 "/data/relationships/tag-bindings/data",
             )?);
+        }
+        if let Some(names) = a_tag_names {
+            let mut tags = Vec::new();
+            for (i, name) in names.iter().enumerate() {
+                rules::validate_tag_name(name).map_err(|e| {
+                    ApiError::invalid(format!("/data/attributes/tag-names/{i}"), e.humanized())
+                })?;
+                tags.push(name.to_ascii_lowercase());
+            }
+            input.tags = Some(tags);
         }
         if let Some(tags) = rels.tags {
             let mut names = Vec::new();
@@ -396,6 +414,7 @@ pub fn apply(
     set!(auto_apply_run_trigger);
     set!(file_triggers_enabled);
     set!(global_remote_state);
+    set!(project_remote_state);
     set!(queue_all_runs);
     set!(source_name);
     set!(source_url);
@@ -404,7 +423,13 @@ pub fn apply(
     set!(trigger_prefixes);
     set!(working_directory);
     if create && input.global_remote_state.is_none() {
-        spec.global_remote_state = org.global_remote_state;
+        spec.global_remote_state = org.global_remote_state && !spec.project_remote_state;
+    }
+    if spec.project_remote_state && spec.global_remote_state {
+        return Err(invalid(
+            "project-remote-state",
+            "Project remote state cannot be enabled when global remote state sharing is enabled",
+        ));
     }
     if let Some(v) = input.auto_destroy_at {
         if let Some(ts) = &v

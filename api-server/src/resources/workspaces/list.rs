@@ -7,8 +7,9 @@ use std::sync::Arc;
 use terrace_crds::Workspace;
 use terrace_crds::rules::Page;
 
-use super::{INCLUDES, Ws, included, rendered_data};
+use super::{INCLUDES, Ws, included, rendered_data, with_included_linkage};
 use crate::index::{Inner, NameKey};
+use crate::query::TagFilter;
 use crate::prelude::*;
 use crate::render::pagination;
 
@@ -29,8 +30,8 @@ pub struct ListFilter {
     pub exclude_tags: Vec<String>,
     pub project_id: Option<String>,
     pub current_run_status: Option<String>,
-    /// (key, value) pairs of `filter[tagged][i]`.
-    pub tagged: Vec<(Option<String>, Option<String>)>,
+    /// `filter[tagged][i]`.
+    pub tagged: Vec<TagFilter>,
     pub sort: Option<(Sort, bool)>,
 }
 
@@ -66,36 +67,7 @@ impl ListFilter {
                 Some((sort, desc))
             }
         };
-        let mut tagged: Vec<(usize, Option<String>, Option<String>)> = Vec::new();
-        for (k, v) in &q.0 {
-            let Some(rest) = k.strip_prefix("filter[tagged][") else {
-                continue;
-            };
-            let Some((i, field)) = rest.split_once("][") else {
-                continue;
-            };
-            let Ok(i) = i.parse::<usize>() else {
-                return Err(ApiError::bad_parameter(
-                    k.clone(),
-                    format!("bad filter index in {k}"),
-                ));
-            };
-            let entry = match tagged.iter_mut().find(|(j, _, _)| *j == i) {
-                Some(e) => e,
-                None => {
-                    tagged.push((i, None, None));
-                    tagged
-                        .last_mut()
-                        .ok_or_else(|| ApiError::bug("tag filter"))?
-                }
-            };
-            match field.trim_end_matches(']') {
-                "key" => entry.1 = Some(v.clone()),
-                "value" => entry.2 = Some(v.clone()),
-                _ => {}
-            }
-        }
-        tagged.sort_by_key(|(i, _, _)| *i);
+        let tagged = q.tagged()?;
         Ok(ListFilter {
             search_name: q
                 .get("search[name]")
@@ -115,7 +87,7 @@ impl ListFilter {
                 .get("filter[current-run][status]")
                 .filter(|s| !s.is_empty())
                 .map(str::to_owned),
-            tagged: tagged.into_iter().map(|(_, k, v)| (k, v)).collect(),
+            tagged,
             sort,
         })
     }
@@ -134,22 +106,13 @@ pub fn wildcard_match(pattern: &str, name: &str) -> bool {
     }
 }
 
-/// The effective tag bindings of a workspace: its own, plus its project's unless overridden.
+/// The effective tag bindings of a workspace as (key, value): its own, plus its
+/// project's unless overridden.
 pub fn effective_bindings(idx: &Inner, ws: &Workspace) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = ws
-        .spec
-        .tag_bindings
-        .iter()
-        .map(|b| (b.key.clone(), b.value.clone()))
-        .collect();
-    if let Some(p) = idx.project_of(ws) {
-        for b in &p.spec.tag_bindings {
-            if !out.iter().any(|(k, _)| *k == b.key) {
-                out.push((b.key.clone(), b.value.clone()));
-            }
-        }
-    }
-    out
+    crate::documents::effective_tag_bindings_in(idx, ws)
+        .into_iter()
+        .map(|b| (b.key, b.value))
+        .collect()
 }
 
 /// The workspaces of namespace `ns` matching `f`, in the requested order: the total count
@@ -224,12 +187,7 @@ pub fn select(idx: &Inner, ns: &str, f: &ListFilter, page: Page) -> (usize, Vec<
         }
         if !f.tagged.is_empty() {
             let eff = effective_bindings(idx, w);
-            let all = f.tagged.iter().all(|(k, v)| {
-                eff.iter().any(|(bk, bv)| {
-                    k.as_ref().is_none_or(|k| k == bk) && v.as_ref().is_none_or(|v| v == bv)
-                })
-            });
-            if !all {
+            if !TagFilter::all_match(&f.tagged, &eff) {
                 return false;
             }
         }
@@ -351,7 +309,8 @@ pub async fn list(
         if i > 0 {
             body.push(b',');
         }
-        body.extend_from_slice(&rendered_data(&state, caller, l).await?);
+        let data = rendered_data(&state, caller, l, false).await?;
+        body.extend_from_slice(&with_included_linkage(&state, l, data, &includes)?);
     }
     body.extend_from_slice(b"],\"links\":");
     let ser = |body: &mut Vec<u8>, v: &Value| {
@@ -392,8 +351,14 @@ mod tests {
         assert_eq!(
             f.tagged,
             [
-                (Some("env".into()), Some("prod".into())),
-                (Some("team".into()), None)
+                TagFilter {
+                    key: Some("env".into()),
+                    value: Some("prod".into())
+                },
+                TagFilter {
+                    key: Some("team".into()),
+                    value: None
+                }
             ]
         );
         assert_eq!(f.sort, Some((Sort::Name, true)));

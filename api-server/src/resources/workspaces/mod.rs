@@ -73,14 +73,28 @@ pub async fn permissions(
     })
 }
 
-/// The `data` object of a located workspace, with the caller's permissions.
-pub async fn render_located(state: &AppState, caller: &Caller, l: &Ws) -> Result<Value, ApiError> {
+/// The `data` object of a located workspace, with the caller's permissions; `by_name`:
+/// its self link by organization and name.
+pub async fn render_located(
+    state: &AppState,
+    caller: &Caller,
+    l: &Ws,
+    by_name: bool,
+) -> Result<Value, ApiError> {
     let permissions = permissions(state, caller, l).await?;
-    let (project_id, ssh_key_id) = {
+    let (project_id, ssh_key_id, (inherited_mode, inherited_pool)) = {
         let idx = state.index.read();
+        let project = idx.project_of(&l.obj);
         (
-            idx.project_of(&l.obj).map(|p| id_of(p.as_ref())),
+            project.map(|p| id_of(p.as_ref())),
             ssh_key_of(&idx, l),
+            match project {
+                Some(p) => documents::project_defaults(p, &l.org),
+                None => (
+                    l.org.spec.settings.default_execution_mode.clone(),
+                    l.org.spec.settings.default_agent_pool_id.clone(),
+                ),
+            },
         )
     };
     let ctx = RenderContext {
@@ -89,6 +103,9 @@ pub async fn render_located(state: &AppState, caller: &Caller, l: &Ws) -> Result
         ssh_key_id,
         permissions,
         hosted: state.hosted(),
+        inherited_mode,
+        inherited_pool,
+        by_name,
     };
     Ok(render::workspace(&l.obj, &ctx))
 }
@@ -102,6 +119,7 @@ pub const INCLUDES: &[&str] = &[
     "current_run.configuration_version",
     "current_run.configuration_version.ingress_attributes",
     "current_run.plan",
+    "effective_tag_bindings",
     "locked_by",
     "organization",
     "outputs",
@@ -115,16 +133,25 @@ pub fn included(state: &AppState, located: &[&Ws], includes: &[String]) -> Vec<V
     let mut seen = std::collections::HashSet::new();
     for inc in includes {
         for l in located {
-            let doc = match inc.as_str() {
-                "organization" => Some(documents::organization(&l.org)),
+            let docs = match inc.as_str() {
+                "organization" => vec![documents::organization(&l.org, state.hosted())],
                 "project" => {
                     let idx = state.index.read();
                     idx.project_of(&l.obj)
-                        .map(|p| documents::project(p, &l.org))
+                        .map(|p| documents::project_in(&idx, p, &l.org))
+                        .into_iter()
+                        .collect()
                 }
-                _ => None,
+                "effective_tag_bindings" => {
+                    let id = l.id();
+                    documents::effective_tag_bindings_in(&state.index.read(), &l.obj)
+                        .iter()
+                        .map(|b| documents::effective_tag_binding(&id, b))
+                        .collect()
+                }
+                _ => Vec::new(),
             };
-            if let Some(d) = doc {
+            for d in docs {
                 let key = (d["type"].to_string(), d["id"].to_string());
                 if seen.insert(key) {
                     out.push(d);
@@ -133,6 +160,33 @@ pub fn included(state: &AppState, located: &[&Ws], includes: &[String]) -> Vec<V
         }
     }
     out
+}
+
+/// The `data` of a workspace with the linkage of what `includes` asks for that the
+/// cached representation leaves as links only (`effective-tag-bindings`).
+pub fn with_included_linkage(
+    state: &AppState,
+    l: &Ws,
+    data: Bytes,
+    includes: &[String],
+) -> Result<Bytes, ApiError> {
+    if !includes.iter().any(|i| i == "effective_tag_bindings") {
+        return Ok(data);
+    }
+    let mut doc: Value =
+        serde_json::from_slice(&data).map_err(|e| ApiError::internal("a cached workspace", e))?;
+    let id = l.id();
+    let linkage: Vec<Value> = documents::effective_tag_bindings_in(&state.index.read(), &l.obj)
+        .iter()
+        .map(|b| {
+            let d = documents::effective_tag_binding(&id, b);
+            json!({"id": d["id"], "type": d["type"]})
+        })
+        .collect();
+    doc["relationships"]["effective-tag-bindings"]["data"] = json!(linkage);
+    serde_json::to_vec(&doc)
+        .map(Bytes::from)
+        .map_err(|e| ApiError::internal("rendering a workspace", e))
 }
 
 /// Rendered single-workspace documents, keyed by everything they depend on (the
@@ -176,7 +230,7 @@ fn ssh_key_of(idx: &crate::index::Inner, l: &Ws) -> Option<String> {
     })
 }
 
-fn render_key(state: &AppState, caller: &Caller, l: &Ws) -> u128 {
+fn render_key(state: &AppState, caller: &Caller, l: &Ws, by_name: bool) -> u128 {
     let idx = state.index.read();
     // A key named by object name: the representation changes when that key's ID does.
     let ssh_key = l
@@ -201,17 +255,23 @@ fn render_key(state: &AppState, caller: &Caller, l: &Ws) -> u128 {
         ssh_key,
         caller.fingerprint,
         state.hosted(),
+        by_name,
     ))
 }
 
 /// The serialized `data` object of a workspace for this caller, from the render cache
 /// when nothing it depends on changed.
-pub async fn rendered_data(state: &AppState, caller: &Caller, l: &Ws) -> Result<Bytes, ApiError> {
-    let key = render_key(state, caller, l);
+pub async fn rendered_data(
+    state: &AppState,
+    caller: &Caller,
+    l: &Ws,
+    by_name: bool,
+) -> Result<Bytes, ApiError> {
+    let key = render_key(state, caller, l, by_name);
     if let Some(bytes) = state.rendered.get(key) {
         return Ok(bytes);
     }
-    let data = render_located(state, caller, l).await?;
+    let data = render_located(state, caller, l, by_name).await?;
     let bytes = Bytes::from(
         serde_json::to_vec(&data).map_err(|e| ApiError::internal("rendering a workspace", e))?,
     );
@@ -226,15 +286,21 @@ async fn respond_one(
     l: &Ws,
     status: StatusCode,
     includes: &[String],
+    by_name: bool,
 ) -> Result<Response, ApiError> {
     // The whole single-workspace document is cached too when nothing is included.
     let doc_key = includes
         .is_empty()
-        .then(|| crate::auth::digest(&(render_key(state, caller, l), "doc")));
+        .then(|| crate::auth::digest(&(render_key(state, caller, l, by_name), "doc")));
     if let Some(bytes) = doc_key.and_then(|k| state.rendered.get(k)) {
         return Ok(crate::render::DocBytes(status, bytes).into_response());
     }
-    let data = rendered_data(state, caller, l).await?;
+    let data = with_included_linkage(
+        state,
+        l,
+        rendered_data(state, caller, l, by_name).await?,
+        includes,
+    )?;
     let inc = included(state, &[l], includes);
     let mut body = Vec::with_capacity(data.len() + 16);
     body.extend_from_slice(b"{\"data\":");

@@ -30,6 +30,13 @@ pub struct RenderContext<'a> {
     pub ssh_key_id: Option<String>,
     pub permissions: Permissions,
     pub hosted: bool,
+    /// The execution mode the workspace inherits (its project's default where the project
+    /// sets one, else the organization's).
+    pub inherited_mode: String,
+    /// The agent pool it inherits with it.
+    pub inherited_pool: Option<String>,
+    /// The self link: by ID, or by organization and name when read so.
+    pub by_name: bool,
 }
 
 /// The ID of the SSH key a workspace uses: `spec.sshKey` is an SSH key ID (what the API
@@ -72,8 +79,9 @@ pub fn lock_holder(ws: &Workspace) -> Option<LockHolder> {
         .map(|v| LockHolder::parse(v))
 }
 
-/// The effective execution mode: the workspace's own unless it inherits the organization's.
-pub fn effective_execution_mode(ws: &Workspace, org: &Organization) -> String {
+/// The effective execution mode: the workspace's own unless it inherits (`inherited`:
+/// its project's default, else the organization's).
+pub fn effective_execution_mode(ws: &Workspace, inherited: &str) -> String {
     let inherits = ws
         .spec
         .setting_overwrites
@@ -89,7 +97,7 @@ pub fn effective_execution_mode(ws: &Workspace, org: &Organization) -> String {
                 "local".into()
             }
         }
-        _ => org.spec.settings.default_execution_mode.clone(),
+        _ => inherited.to_owned(),
     }
 }
 
@@ -110,7 +118,18 @@ pub fn workspace(ws: &Workspace, ctx: &RenderContext<'_>) -> Value {
         .as_ref()
         .and_then(|a| a.get(ANNOTATION_LOCK_REASON))
         .cloned();
-    let mode = effective_execution_mode(ws, ctx.org);
+    let mode = effective_execution_mode(ws, &ctx.inherited_mode);
+    let inherits = ws
+        .spec
+        .setting_overwrites
+        .as_ref()
+        .and_then(|o| o.execution_mode)
+        == Some(false);
+    let agent_pool = if inherits {
+        ctx.inherited_pool.clone()
+    } else {
+        spec.agent_pool_id.clone()
+    };
     let overwrites = spec.setting_overwrites.clone().unwrap_or_default();
     let created = ts(ws.metadata.creation_timestamp.as_ref());
     let latest_change = status
@@ -148,10 +167,10 @@ pub fn workspace(ws: &Workspace, ctx: &RenderContext<'_>) -> Value {
         "environment": "default",
         "execution-mode": mode,
         "operations": mode != "local",
-        "agent-pool-id": spec.agent_pool_id,
+        "agent-pool-id": agent_pool,
         "file-triggers-enabled": spec.file_triggers_enabled,
         "global-remote-state": spec.global_remote_state,
-        "project-remote-state": false,
+        "project-remote-state": spec.project_remote_state,
         "queue-all-runs": spec.queue_all_runs,
         "speculative-enabled": spec.speculative_enabled,
         "structured-run-output-enabled": true,
@@ -234,7 +253,7 @@ pub fn workspace(ws: &Workspace, ctx: &RenderContext<'_>) -> Value {
             "remote-state-consumers": {"links": {"related": format!("{base}/relationships/remote-state-consumers")}},
             "current-state-version": {"data": Value::Null},
             "current-configuration-version": {"data": Value::Null},
-            "agent-pool": {"data": spec.agent_pool_id.as_ref().map(|a| json!({"id": a, "type": "agent-pools"}))},
+            "agent-pool": {"data": agent_pool.as_ref().map(|a| json!({"id": a, "type": "agent-pools"}))},
             "readme": {"data": Value::Null},
             "current-assessment-result": {"data": Value::Null},
             "vars": {"data": []},
@@ -242,7 +261,11 @@ pub fn workspace(ws: &Workspace, ctx: &RenderContext<'_>) -> Value {
             "effective-tag-bindings": {"links": {"related": format!("{base}/effective-tag-bindings")}},
         },
         "links": {
-            "self": base,
+            "self": if ctx.by_name {
+                format!("/api/v2/organizations/{org_name}/workspaces/{}", spec.name)
+            } else {
+                base.clone()
+            },
             "self-html": format!("/app/{org_name}/workspaces/{}", spec.name),
         },
     })
