@@ -345,10 +345,9 @@ impl<K: Guarded, N: Need> FromRequestParts<AppState> for Found<K, N> {
         let param = |key: &str| params.iter().find(|(k, _)| *k == key).map(|(_, v)| v);
         let (l, by_name) = match (param("id"), param("org"), param("name")) {
             (Some(id), _, _) => (state.readable::<K>(&caller, id).await?, false),
-            (None, Some(org), Some(name)) => (
-                state.readable_by_name::<K>(&caller, org, name).await?,
-                true,
-            ),
+            (None, Some(org), Some(name)) => {
+                (state.readable_by_name::<K>(&caller, org, name).await?, true)
+            }
             _ => return Err(K::not_found()),
         };
         let at = state.found::<K, N>(&caller, l).await?;

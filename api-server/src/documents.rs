@@ -43,7 +43,10 @@ pub fn organization(org: &Organization, hosted: bool) -> Value {
             linkage
         });
     // The deprecated relationship only knows delete-older policies.
-    let legacy = policy.as_ref().filter(|p| p["type"] == TYPE_DELETE_OLDER).cloned();
+    let legacy = policy
+        .as_ref()
+        .filter(|p| p["type"] == TYPE_DELETE_OLDER)
+        .cloned();
     json!({
         "id": name,
         "type": "organizations",

@@ -23,7 +23,13 @@ pub fn recorder(client: kube::Client) -> Recorder {
 
 /// Records a Normal event `reason` with `note` on a workspace.
 pub fn workspace_event(recorder: &Recorder, ws: &Workspace, reason: &'static str, note: String) {
-    publish(recorder, ws.object_ref(&()), EventType::Normal, reason, note);
+    publish(
+        recorder,
+        ws.object_ref(&()),
+        EventType::Normal,
+        reason,
+        note,
+    );
 }
 
 /// Records a Warning event `reason` with `note` on any object.
@@ -33,7 +39,13 @@ pub fn warning<K: Resource<DynamicType = ()>>(
     reason: &'static str,
     note: String,
 ) {
-    publish(recorder, obj.object_ref(&()), EventType::Warning, reason, note);
+    publish(
+        recorder,
+        obj.object_ref(&()),
+        EventType::Warning,
+        reason,
+        note,
+    );
 }
 
 fn publish(

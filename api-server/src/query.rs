@@ -110,10 +110,16 @@ impl QueryParams {
                 continue;
             };
             let Some((i, field)) = rest.split_once("][") else {
-                return Err(ApiError::bad_parameter(k.clone(), format!("bad tag filter {k}")));
+                return Err(ApiError::bad_parameter(
+                    k.clone(),
+                    format!("bad tag filter {k}"),
+                ));
             };
             let Ok(i) = i.parse::<usize>() else {
-                return Err(ApiError::bad_parameter(k.clone(), format!("bad filter index in {k}")));
+                return Err(ApiError::bad_parameter(
+                    k.clone(),
+                    format!("bad filter index in {k}"),
+                ));
             };
             let at = match tagged.iter().position(|(j, _)| *j == i) {
                 Some(at) => at,
@@ -225,7 +231,13 @@ mod tests {
             "filter%5Btagged%5D%5B0%5D%5Bkey%5D=env&filter%5Btagged%5D%5B0%5D%5Bvalue%5D=",
         ));
         let f = q.tagged().unwrap_or_default();
-        assert_eq!(f, [TagFilter { key: Some("env".into()), value: None }]);
+        assert_eq!(
+            f,
+            [TagFilter {
+                key: Some("env".into()),
+                value: None
+            }]
+        );
         let b = |k: &str, v: &str| (k.to_owned(), v.to_owned());
         assert!(TagFilter::all_match(&f, &[b("env", "prod")]));
         assert!(TagFilter::all_match(&f, &[b("env", "")]));

@@ -229,76 +229,6 @@ impl Harness {
         )
     }
 
-    /// The indexed workspace `id`.
-    pub fn ws(&self, id: &str) -> Workspace {
-        self.state
-            .index
-            .read()
-            .workspace(id)
-            .map(|w| (**w).clone())
-            .unwrap_or_else(|| panic!("workspace {id} not indexed"))
-    }
-}
-
-/// The `{T}` prefix of module `vpc/aws` of `acme`.
-pub const T: &str = "/api/v2/organizations/acme/tests/registry-modules/private/acme/vpc/aws";
-
-pub struct Mh {
-    pub h: Harness,
-}
-
-impl std::ops::Deref for Mh {
-    type Target = Harness;
-    fn deref(&self) -> &Harness {
-        &self.h
-    }
-}
-
-/// A gzip-compressed tar with the given files.
-pub fn targz(files: &[(&str, &str)]) -> Vec<u8> {
-    let mut b = tar::Builder::new(Vec::new());
-    for (path, content) in files {
-        let mut header = tar::Header::new_gnu();
-        header.set_size(content.len() as u64);
-        header.set_mode(0o644);
-        header.set_cksum();
-        b.append_data(&mut header, path, content.as_bytes())
-            .unwrap_or_else(|e| panic!("tar: {e}"));
-    }
-    let tar = b.into_inner().unwrap_or_else(|e| panic!("tar: {e}"));
-    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    std::io::Write::write_all(&mut enc, &tar).unwrap_or_else(|e| panic!("gz: {e}"));
-    enc.finish().unwrap_or_else(|e| panic!("gz: {e}"))
-}
-
-impl Mh {
-    /// A harness without any module.
-    pub async fn start() -> Mh {
-        Mh {
-            h: harness(crate::Edition::SelfHosted).await,
-        }
-    }
-
-    /// A harness with module `vpc/aws` created through the API.
-    pub async fn with_module() -> Mh {
-        let m = Mh::start().await;
-        m.module("vpc").await;
-        m
-    }
-
-    /// Creates module `name/aws` through the API; returns its ID.
-    pub async fn module(&self, name: &str) -> String {
-        let (st, doc) = self
-            .call(
-                "POST",
-                "/api/v2/organizations/acme/registry-modules",
-                Some(json!({"data": {"type": "registry-modules", "attributes": {"name": name, "provider": "aws"}}})),
-            )
-            .await;
-        assert_eq!(st, 201, "{doc}");
-        doc["data"]["id"].as_str().unwrap_or_default().to_owned()
-    }
-
     /// The token of a new ServiceAccount of `acme` bound to a Role with `rules`
     /// (`None`: no binding at all).
     pub async fn token_with_role(&self, rules: Option<Vec<PolicyRule>>) -> String {
@@ -367,14 +297,74 @@ impl Mh {
         tr.status.map(|s| s.token).unwrap_or_default()
     }
 
-    /// A rule granting `verbs` on terrace.dev `resources`.
-    pub fn rule(verbs: &[&str], resources: &[&str]) -> PolicyRule {
-        PolicyRule {
-            api_groups: Some(vec!["terrace.dev".into()]),
-            resources: Some(resources.iter().map(|s| (*s).to_owned()).collect()),
-            verbs: verbs.iter().map(|s| (*s).to_owned()).collect(),
-            ..Default::default()
+    /// The indexed workspace `id`.
+    pub fn ws(&self, id: &str) -> Workspace {
+        self.state
+            .index
+            .read()
+            .workspace(id)
+            .map(|w| (**w).clone())
+            .unwrap_or_else(|| panic!("workspace {id} not indexed"))
+    }
+}
+
+/// The `{T}` prefix of module `vpc/aws` of `acme`.
+pub const T: &str = "/api/v2/organizations/acme/tests/registry-modules/private/acme/vpc/aws";
+
+pub struct Mh {
+    pub h: Harness,
+}
+
+impl std::ops::Deref for Mh {
+    type Target = Harness;
+    fn deref(&self) -> &Harness {
+        &self.h
+    }
+}
+
+/// A gzip-compressed tar with the given files.
+pub fn targz(files: &[(&str, &str)]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for (path, content) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(content.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        b.append_data(&mut header, path, content.as_bytes())
+            .unwrap_or_else(|e| panic!("tar: {e}"));
+    }
+    let tar = b.into_inner().unwrap_or_else(|e| panic!("tar: {e}"));
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    std::io::Write::write_all(&mut enc, &tar).unwrap_or_else(|e| panic!("gz: {e}"));
+    enc.finish().unwrap_or_else(|e| panic!("gz: {e}"))
+}
+
+impl Mh {
+    /// A harness without any module.
+    pub async fn start() -> Mh {
+        Mh {
+            h: harness(crate::Edition::SelfHosted).await,
         }
+    }
+
+    /// A harness with module `vpc/aws` created through the API.
+    pub async fn with_module() -> Mh {
+        let m = Mh::start().await;
+        m.module("vpc").await;
+        m
+    }
+
+    /// Creates module `name/aws` through the API; returns its ID.
+    pub async fn module(&self, name: &str) -> String {
+        let (st, doc) = self
+            .call(
+                "POST",
+                "/api/v2/organizations/acme/registry-modules",
+                Some(json!({"data": {"type": "registry-modules", "attributes": {"name": name, "provider": "aws"}}})),
+            )
+            .await;
+        assert_eq!(st, 201, "{doc}");
+        doc["data"]["id"].as_str().unwrap_or_default().to_owned()
     }
 
     /// One request with arbitrary headers and a raw body; answers status, headers, body.
@@ -469,5 +459,15 @@ impl Mh {
                 "relationships": {"configuration-version": {"data": {"type": "configuration-versions", "id": cv}}}}})),
         )
         .await
+    }
+}
+
+/// A rule granting `verbs` on terrace.dev `resources` (all objects, or only `names`).
+pub fn rule(verbs: &[&str], resources: &[&str]) -> PolicyRule {
+    PolicyRule {
+        api_groups: Some(vec!["terrace.dev".into()]),
+        resources: Some(resources.iter().map(|s| (*s).to_owned()).collect()),
+        verbs: verbs.iter().map(|s| (*s).to_owned()).collect(),
+        ..Default::default()
     }
 }

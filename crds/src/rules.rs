@@ -96,7 +96,9 @@ pub fn validate_email(email: &str) -> Result<(), RuleViolation> {
     }
     let (local, domain) = email.split_once('@').ok_or_else(bad)?;
     let labels_ok = domain.split('.').count() >= 2
-        && domain.split('.').all(|l| !l.is_empty() && !l.starts_with('-') && !l.ends_with('-'));
+        && domain
+            .split('.')
+            .all(|l| !l.is_empty() && !l.starts_with('-') && !l.ends_with('-'));
     if local.is_empty() || domain.contains('@') || !labels_ok {
         return Err(bad());
     }
@@ -321,7 +323,10 @@ pub fn validate_default_execution(
     let mut out = Vec::new();
     let mode = match mode.map(ExecutionMode::parse) {
         Some(Err(_)) => {
-            out.push(RuleViolation::new(mode_attr, "must be one of remote, local, agent"));
+            out.push(RuleViolation::new(
+                mode_attr,
+                "must be one of remote, local, agent",
+            ));
             return out;
         }
         Some(Ok(m)) => Some(m),
@@ -463,7 +468,10 @@ pub fn validate_tag_binding(key: &str, value: &str) -> Result<(), RuleViolation>
     }
     for (attr, text) in [("key", key), ("value", value)] {
         if text.chars().any(char::is_control) {
-            return Err(RuleViolation::new(attr, "must not contain control characters"));
+            return Err(RuleViolation::new(
+                attr,
+                "must not contain control characters",
+            ));
         }
     }
     Ok(())
@@ -523,7 +531,16 @@ mod tests {
         for ok in ["ops@example.com", "a.b+c@sub.example.org"] {
             assert!(validate_email(ok).is_ok(), "{ok}");
         }
-        for bad in ["", "ops", "@example.com", "ops@", "ops@example", "a b@example.com", "a@b@c.com", "a@.com"] {
+        for bad in [
+            "",
+            "ops",
+            "@example.com",
+            "ops@",
+            "ops@example",
+            "a b@example.com",
+            "a@b@c.com",
+            "a@.com",
+        ] {
             assert!(validate_email(bad).is_err(), "{bad}");
         }
     }
@@ -557,11 +574,15 @@ mod tests {
         assert!(validate_tag_binding(&"ü".repeat(128), &"é".repeat(256)).is_ok());
         assert!(validate_tag_binding(&"k".repeat(129), "").is_err());
         assert_eq!(
-            validate_tag_binding("a\u{0}b", "").err().map(|e| e.attribute),
+            validate_tag_binding("a\u{0}b", "")
+                .err()
+                .map(|e| e.attribute),
             Some("key")
         );
         assert_eq!(
-            validate_tag_binding("env", "pr\rod").err().map(|e| e.attribute),
+            validate_tag_binding("env", "pr\rod")
+                .err()
+                .map(|e| e.attribute),
             Some("value")
         );
         assert!(validate_tag_binding_count(10).is_ok());

@@ -423,7 +423,10 @@ impl Inner {
             .copied()
             .unwrap_or(0);
         let unassigned = if is_default_project(p) {
-            self.ws_per_project.get(&(ns, String::new())).copied().unwrap_or(0)
+            self.ws_per_project
+                .get(&(ns, String::new()))
+                .copied()
+                .unwrap_or(0)
         } else {
             0
         };

@@ -66,7 +66,8 @@ fn apply(
 ) -> Result<(), ApiError> {
     if let Some(email) = &a.email {
         if let Some(e) = email {
-            terrace_crds::rules::validate_email(e).map_err(|v| ApiError::Invalid(vec![v.into()]))?;
+            terrace_crds::rules::validate_email(e)
+                .map_err(|v| ApiError::Invalid(vec![v.into()]))?;
         }
         spec.email = email.clone();
     }
@@ -97,16 +98,16 @@ fn apply(
         "default-agent-pool-id",
     );
     if !problems.is_empty() {
-        return Err(ApiError::Invalid(problems.into_iter().map(Into::into).collect()));
+        return Err(ApiError::Invalid(
+            problems.into_iter().map(Into::into).collect(),
+        ));
     }
     if let Some(pool) = &spec.settings.default_agent_pool_id {
         let ns = spec.namespace.clone().unwrap_or_default();
-        let known = state
-            .index
-            .read()
-            .agent_pools()
-            .get(pool)
-            .is_some_and(|p| ns.is_empty() || p.meta().namespace.as_deref() == Some(ns.as_str()));
+        let known =
+            state.index.read().agent_pools().get(pool).is_some_and(|p| {
+                ns.is_empty() || p.meta().namespace.as_deref() == Some(ns.as_str())
+            });
         if !known {
             return Err(ApiError::invalid_attribute(
                 "default-agent-pool-id",
@@ -132,7 +133,10 @@ async fn list_orgs(
         .filter(|o| {
             text.as_deref().is_none_or(|t| {
                 o.tfe_name().to_lowercase().contains(t)
-                    || o.spec.email.as_deref().is_some_and(|e| e.to_lowercase().contains(t))
+                    || o.spec
+                        .email
+                        .as_deref()
+                        .is_some_and(|e| e.to_lowercase().contains(t))
             })
         })
         .cloned()
@@ -276,7 +280,10 @@ async fn create(
 /// organization (`except`: the one being renamed).
 fn check_name(state: &AppState, name: &str, except: Option<&str>) -> Result<(), ApiError> {
     terrace_crds::rules::validate_workspace_name(name).map_err(|e| {
-        ApiError::invalid_attribute("name", e.to_string().replacen("name", "organization name", 1))
+        ApiError::invalid_attribute(
+            "name",
+            e.to_string().replacen("name", "organization name", 1),
+        )
     })?;
     let holder = state.index.read().organization(name).map(|o| o.name_any());
     match holder {
@@ -299,11 +306,7 @@ async fn update(
         )
         .await?;
     let data = doc.checked()?;
-    let rename = data
-        .attributes
-        .name
-        .clone()
-        .filter(|n| n != org.tfe_name());
+    let rename = data.attributes.name.clone().filter(|n| n != org.tfe_name());
     if let Some(n) = &rename {
         check_name(&state, n, Some(&org.name_any()))?;
     }
@@ -394,5 +397,140 @@ mod tests {
         assert!(object_name("My_Org").starts_with("my-org-"));
         let long = object_name(&"x".repeat(90));
         assert!(long.len() <= 63, "{long}");
+    }
+
+    use serde_json::json;
+    use terrace_crds::AgentPool;
+    use terrace_crds::constants::LABEL_ID;
+
+    use crate::Edition;
+    use crate::testing::{ORG, harness, meta};
+
+    fn body(attrs: serde_json::Value) -> Option<serde_json::Value> {
+        Some(json!({"data": {"type": "organizations", "attributes": attrs}}))
+    }
+
+    /// What clients read of an organization: rename keeps the namespace (the old name
+    /// stops resolving, the new one resolves at once), the retention and default agent
+    /// pool relationships, remaining-testable-count, `q`, email and name checks.
+    #[tokio::test]
+    async fn organization_conformance() {
+        let h = harness(Edition::SelfHosted).await;
+        h.create(AgentPool {
+            metadata: meta("pool", Some(ORG), &[(LABEL_ID, "apool-Pool000000000009")]),
+            spec: terrace_crds::AgentPoolSpec {
+                name: "pool".into(),
+                organization_scoped: true,
+                ..Default::default()
+            },
+            status: None,
+        })
+        .await;
+        h.wait("the pool", |i| {
+            i.agent_pools().get("apool-Pool000000000009").is_some()
+        })
+        .await;
+        let (st, doc) = h
+            .call("GET", &format!("/api/v2/organizations/{ORG}"), None)
+            .await;
+        assert_eq!(st, 200);
+        assert!(doc["data"]["attributes"]["remaining-testable-count"].as_i64() > Some(0));
+        assert_eq!(doc["data"]["attributes"]["user-tokens-enabled"], true);
+        // A default agent pool only with agent mode.
+        let (st, doc) = h
+            .call("PATCH", &format!("/api/v2/organizations/{ORG}"), body(json!({"default-execution-mode": "remote", "default-agent-pool-id": "apool-Pool000000000009"})))
+            .await;
+        assert_eq!(st, 422, "{doc}");
+        assert!(doc["errors"][0]["detail"].as_str().is_some_and(|d| {
+            d.contains("must not be specified unless using 'agent' execution mode")
+        }));
+        let (st, doc) = h
+            .call("PATCH", &format!("/api/v2/organizations/{ORG}"), body(json!({"default-execution-mode": "agent", "default-agent-pool-id": "apool-Pool000000000009"})))
+            .await;
+        assert_eq!(st, 200, "{doc}");
+        assert_eq!(
+            doc["data"]["relationships"]["default-agent-pool"]["data"]["id"],
+            "apool-Pool000000000009"
+        );
+        // The retention policy choice.
+        let (st, _) = h
+            .call("POST", &format!("/api/v2/organizations/{ORG}/relationships/data-retention-policy"), Some(json!({"data": {"type": "data-retention-policy-delete-olders", "attributes": {"delete-older-than-n-days": 30}}})))
+            .await;
+        assert_eq!(st, 200);
+        let (_, doc) = h
+            .call("GET", &format!("/api/v2/organizations/{ORG}"), None)
+            .await;
+        let rels = &doc["data"]["relationships"];
+        assert_eq!(
+            rels["data-retention-policy-choice"]["data"]["type"],
+            "data-retention-policy-delete-olders"
+        );
+        assert_eq!(
+            rels["data-retention-policy-choice"]["data"]["attributes"]["delete-older-than-n-days"],
+            30
+        );
+        assert_eq!(
+            rels["data-retention-policy"]["data"]["type"],
+            "data-retention-policy-delete-olders"
+        );
+        // Bad input.
+        for attrs in [
+            json!({"email": ""}),
+            json!({"email": "not-an-address"}),
+            json!({"name": {}}),
+        ] {
+            let (st, doc) = h
+                .call(
+                    "PATCH",
+                    &format!("/api/v2/organizations/{ORG}"),
+                    body(attrs.clone()),
+                )
+                .await;
+            assert_eq!(st, 422, "{attrs}: {doc}");
+        }
+        // q filters by name or email.
+        let (_, doc) = h
+            .call("GET", "/api/v2/organizations?q=example.com", None)
+            .await;
+        assert_eq!(doc["data"][0]["id"], ORG);
+        let (_, doc) = h.call("GET", "/api/v2/organizations?q=nomatch", None).await;
+        assert_eq!(doc["data"], json!([]));
+        // Rename: the namespace stays, the old name is gone, the new one resolves.
+        h.workspace("ws-RenameOrg00000001", "w", |_| {}).await;
+        let (st, doc) = h
+            .call(
+                "PATCH",
+                &format!("/api/v2/organizations/{ORG}"),
+                body(json!({"name": "acme-renamed"})),
+            )
+            .await;
+        assert_eq!(st, 200, "{doc}");
+        assert_eq!(doc["data"]["id"], "acme-renamed");
+        assert_eq!(
+            h.call("GET", &format!("/api/v2/organizations/{ORG}"), None)
+                .await
+                .0,
+            404
+        );
+        let (st, doc) = h
+            .call(
+                "GET",
+                "/api/v2/organizations/acme-renamed/workspaces/w",
+                None,
+            )
+            .await;
+        assert_eq!(st, 200, "{doc}");
+        assert_eq!(
+            doc["data"]["relationships"]["organization"]["data"]["id"],
+            "acme-renamed"
+        );
+        assert_eq!(
+            h.state
+                .index
+                .read()
+                .organization("acme-renamed")
+                .map(|o| o.target_namespace().to_owned()),
+            Some(ORG.to_owned())
+        );
     }
 }

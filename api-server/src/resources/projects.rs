@@ -135,7 +135,9 @@ fn apply(
         "default-agent-pool-id",
     );
     if !problems.is_empty() {
-        return Err(ApiError::Invalid(problems.into_iter().map(Into::into).collect()));
+        return Err(ApiError::Invalid(
+            problems.into_iter().map(Into::into).collect(),
+        ));
     }
     if let Some(pool) = &spec.default_agent_pool_id {
         let known = state
@@ -256,7 +258,13 @@ async fn show(
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
     let includes = q.includes(INCLUDES)?;
-    Ok(respond(&state, &f.at.obj, &f.at.org, StatusCode::OK, &includes))
+    Ok(respond(
+        &state,
+        &f.at.obj,
+        &f.at.org,
+        StatusCode::OK,
+        &includes,
+    ))
 }
 
 fn taken(name: &str) -> ApiError {
@@ -281,7 +289,13 @@ async fn create(
         return Err(ApiError::invalid_attribute("name", "Name can't be blank"));
     }
     let mut spec = ProjectSpec::default();
-    apply(&state, &ns, &data.attributes, &data.relationships, &mut spec)?;
+    apply(
+        &state,
+        &ns,
+        &data.attributes,
+        &data.relationships,
+        &mut spec,
+    )?;
     if state
         .index
         .read()
@@ -327,7 +341,13 @@ async fn update(
     // Only the attributes that change, guarded by the resourceVersion (crate::write).
     let updated = write::update_spec(&state, &at.ns, (*at.obj).clone(), |cur| {
         let mut next = cur.spec.clone();
-        apply(&state, &at.ns, &data.attributes, &data.relationships, &mut next)?;
+        apply(
+            &state,
+            &at.ns,
+            &data.attributes,
+            &data.relationships,
+            &mut next,
+        )?;
         write::spec_diff(&cur.spec, &next)
     })
     .await?;
@@ -361,4 +381,209 @@ async fn remove(State(state): State<AppState>, f: Found<Project>) -> Result<Resp
     }
     write::delete(&state, at.obj.as_ref()).await?;
     Ok(no_content())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use crate::Edition;
+    use crate::testing::{ORG, harness};
+
+    fn project_body(attrs: serde_json::Value, rels: serde_json::Value) -> serde_json::Value {
+        json!({"data": {"type": "projects", "attributes": attrs, "relationships": rels}})
+    }
+
+    /// Tag bindings given on create and update are stored (`[]` clears them) and inherited
+    /// by workspaces; `workspace-count` counts the project's workspaces; `filter[tagged]`
+    /// with an empty value matches the key with any value; effective bindings include.
+    #[tokio::test]
+    async fn bindings_counts_and_filters() {
+        let h = harness(Edition::SelfHosted).await;
+        let base = format!("/api/v2/organizations/{ORG}/projects");
+        let (st, doc) = h
+            .call(
+                "POST",
+                &base,
+                Some(project_body(
+                    json!({"name": "Infra"}),
+                    json!({"tag-bindings": {"data": [{"type": "tag-bindings", "attributes": {"key": "env", "value": "prod"}}]}}),
+                )),
+            )
+            .await;
+        assert_eq!(st, 201, "{doc}");
+        let id = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
+        let (_, tb) = h
+            .call("GET", &format!("/api/v2/projects/{id}/tag-bindings"), None)
+            .await;
+        assert_eq!(tb["data"][0]["attributes"]["key"], "env");
+        // A workspace in it inherits them and is counted.
+        let (st, ws) = h
+            .call(
+                "POST",
+                &format!("/api/v2/organizations/{ORG}/workspaces"),
+                Some(json!({"data": {"type": "workspaces", "attributes": {"name": "w1"}, "relationships": {"project": {"data": {"type": "projects", "id": id}}}}})),
+            )
+            .await;
+        assert_eq!(st, 201, "{ws}");
+        let wid = ws["data"]["id"].as_str().unwrap_or_default().to_owned();
+        let (_, eff) = h
+            .call(
+                "GET",
+                &format!("/api/v2/workspaces/{wid}/effective-tag-bindings"),
+                None,
+            )
+            .await;
+        assert_eq!(eff["data"][0]["attributes"]["value"], "prod");
+        let (_, doc) = h.call("GET", &format!("/api/v2/projects/{id}"), None).await;
+        assert_eq!(doc["data"]["attributes"]["workspace-count"], 1);
+        let (_, doc) = h
+            .call(
+                "GET",
+                &format!("{base}?filter%5Btagged%5D%5B0%5D%5Bkey%5D=env&filter%5Btagged%5D%5B0%5D%5Bvalue%5D="),
+                None,
+            )
+            .await;
+        let names: Vec<&str> = doc["data"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|p| p["attributes"]["name"].as_str())
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(names, ["Infra"]);
+        let (_, doc) = h
+            .call(
+                "GET",
+                &format!("/api/v2/projects/{id}?include=effective_tag_bindings"),
+                None,
+            )
+            .await;
+        assert_eq!(doc["included"][0]["type"], "effective-tag-bindings");
+        assert_eq!(
+            doc["data"]["relationships"]["effective-tag-bindings"]["data"][0]["type"],
+            "effective-tag-bindings"
+        );
+        // An update with an empty list clears them.
+        let (st, doc) = h
+            .call(
+                "PATCH",
+                &format!("/api/v2/projects/{id}"),
+                Some(project_body(
+                    json!({}),
+                    json!({"tag-bindings": {"data": []}}),
+                )),
+            )
+            .await;
+        assert_eq!(st, 200, "{doc}");
+        let (_, tb) = h
+            .call("GET", &format!("/api/v2/projects/{id}/tag-bindings"), None)
+            .await;
+        assert_eq!(tb["data"], json!([]));
+        // More than ten: 422 and nothing stored.
+        let eleven: Vec<serde_json::Value> = (0..11)
+            .map(|i| json!({"type": "tag-bindings", "attributes": {"key": format!("k{i}"), "value": "v"}}))
+            .collect();
+        let (st, doc) = h
+            .call(
+                "PATCH",
+                &format!("/api/v2/projects/{id}"),
+                Some(project_body(
+                    json!({}),
+                    json!({"tag-bindings": {"data": eleven}}),
+                )),
+            )
+            .await;
+        assert_eq!(st, 422, "{doc}");
+        assert!(
+            doc["errors"][0]["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("cannot exceed 10 bindings per resource")),
+            "{doc}"
+        );
+    }
+
+    /// The project settings are stored and returned, and validated with the workspace
+    /// rules and TFE's words.
+    #[tokio::test]
+    async fn settings_are_stored_and_validated() {
+        let h = harness(Edition::SelfHosted).await;
+        let base = format!("/api/v2/organizations/{ORG}/projects");
+        let (st, doc) = h
+            .call(
+                "POST",
+                &base,
+                Some(project_body(
+                    json!({"name": "Ops", "default-execution-mode": "local", "auto-destroy-activity-duration": "14d"}),
+                    json!({}),
+                )),
+            )
+            .await;
+        assert_eq!(st, 201, "{doc}");
+        let a = &doc["data"]["attributes"];
+        assert_eq!(a["default-execution-mode"], "local");
+        assert_eq!(a["setting-overwrites"]["default-execution-mode"], true);
+        assert_eq!(a["auto-destroy-activity-duration"], "14d");
+        let id = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
+        for bad in ["20m", "bar", "0d"] {
+            let (st, doc) = h
+                .call(
+                    "PATCH",
+                    &format!("/api/v2/projects/{id}"),
+                    Some(project_body(
+                        json!({"auto-destroy-activity-duration": bad}),
+                        json!({}),
+                    )),
+                )
+                .await;
+            assert_eq!(st, 422, "{bad}: {doc}");
+            assert_eq!(doc["errors"][0]["title"], "invalid attribute");
+            assert!(
+                doc["errors"][0]["detail"].as_str().is_some_and(
+                    |d| d.starts_with("Auto destroy activity duration has an incorrect format")
+                ),
+                "{doc}"
+            );
+        }
+        let (st, doc) = h
+            .call(
+                "PATCH",
+                &format!("/api/v2/projects/{id}"),
+                Some(project_body(
+                    json!({"default-execution-mode": "remote", "default-agent-pool-id": "apool-x"}),
+                    json!({}),
+                )),
+            )
+            .await;
+        assert_eq!(st, 422, "{doc}");
+        assert!(doc["errors"][0]["detail"].as_str().is_some_and(|d| {
+            d.contains("must not be specified unless using 'agent' execution mode")
+        }));
+        let (st, doc) = h
+            .call(
+                "POST",
+                &base,
+                Some(project_body(json!({"name": "bad/name"}), json!({}))),
+            )
+            .await;
+        assert_eq!(st, 422);
+        assert!(
+            doc["errors"][0]["detail"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("Name may only contain")),
+            "{doc}"
+        );
+        let (st, _) = h
+            .call(
+                "PATCH",
+                &format!("/api/v2/projects/{id}"),
+                Some(project_body(
+                    json!({"setting-overwrites": {"nonsense": true}}),
+                    json!({}),
+                )),
+            )
+            .await;
+        assert_eq!(st, 422, "unknown setting-overwrites keys are refused");
+    }
 }

@@ -422,7 +422,10 @@ mod tests {
         for (attrs, pointer) in [
             (json!({"value": PEM}), "/data/attributes/name"),
             (json!({"name": "x"}), "/data/attributes/value"),
-            (json!({"name": "x", "value": "  "}), "/data/attributes/value"),
+            (
+                json!({"name": "x", "value": "  "}),
+                "/data/attributes/value",
+            ),
         ] {
             let (st, doc) = h
                 .call(

@@ -195,10 +195,9 @@ async fn add_tag_to_workspaces(
     // administrable (403: readers and lockers may not tag).
     let mut targets = Vec::new();
     for (i, e) in entries.iter().enumerate() {
-        let id = e
-            .id
-            .as_deref()
-            .ok_or_else(|| ApiError::invalid(format!("/data/{i}/id"), "id is required"))?;
+        let id =
+            e.id.as_deref()
+                .ok_or_else(|| ApiError::invalid(format!("/data/{i}/id"), "id is required"))?;
         let l = state
             .readable::<Workspace>(&caller, id)
             .await

@@ -59,7 +59,9 @@ pub struct ProjectSpec {
     /// Inactivity period after which the project's workspaces are destroyed
     /// (`<1-9999><d|h>`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^([1-9][0-9]{0,3}|0[1-9][0-9]{0,2}|00[1-9][0-9]?|000[1-9])[dh]$"))]
+    #[schemars(regex(
+        pattern = r"^([1-9][0-9]{0,3}|0[1-9][0-9]{0,2}|00[1-9][0-9]?|000[1-9])[dh]$"
+    ))]
     pub auto_destroy_activity_duration: Option<String>,
 }
 

@@ -643,4 +643,46 @@ mod tests {
             401
         );
     }
+
+    /// `links.self` of a configuration version answers: clients poll it after an upload.
+    #[tokio::test]
+    async fn configuration_versions_are_readable_by_id() {
+        let h = Mh::with_module().await;
+        let (id, path) = h.cv(false).await;
+        let (st, doc) = h
+            .call("GET", &format!("/api/v2/configuration-versions/{id}"), None)
+            .await;
+        assert_eq!(
+            (st, doc["data"]["attributes"]["status"].as_str()),
+            (200, Some("pending")),
+            "{doc}"
+        );
+        assert!(
+            doc["data"]["attributes"].get("upload-url").is_none(),
+            "never shown again"
+        );
+        assert_eq!(h.upload(&path, targz(&[("main.tf", "")])).await, 200);
+        let (_, doc) = h
+            .call("GET", &format!("/api/v2/configuration-versions/{id}"), None)
+            .await;
+        assert_eq!(doc["data"]["attributes"]["status"], "uploaded");
+        assert_eq!(
+            h.call("GET", "/api/v2/configuration-versions/cv-nope", None)
+                .await
+                .0,
+            404
+        );
+        let nobody = h.token_with_role(None).await;
+        assert_eq!(
+            h.call_as(
+                &nobody,
+                "GET",
+                &format!("/api/v2/configuration-versions/{id}"),
+                None
+            )
+            .await
+            .0,
+            404
+        );
+    }
 }

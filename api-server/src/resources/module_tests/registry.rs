@@ -86,7 +86,11 @@ async fn org_checked(
 }
 
 /// Whether the caller may delete modules of `org`.
-async fn may_delete(state: &AppState, caller: &Caller, org: &Organization) -> Result<bool, ApiError> {
+async fn may_delete(
+    state: &AppState,
+    caller: &Caller,
+    org: &Organization,
+) -> Result<bool, ApiError> {
     state
         .allowed(
             caller,
@@ -391,5 +395,128 @@ mod tests {
             .0,
             404
         );
+    }
+
+    /// go-tfe's three deletes answer 204 and delete the module with what it owns; the
+    /// list honours `q` and the filters; `permissions.can-delete` is the caller's right.
+    #[tokio::test]
+    async fn delete_filters_and_permissions() {
+        let h = Mh::start().await;
+        let base = "/api/v2/organizations/acme/registry-modules";
+        for (name, provider) in [
+            ("vpc", "aws"),
+            ("vpc", "gcp"),
+            ("dns", "aws"),
+            ("db", "aws"),
+        ] {
+            let (st, _) = h
+                .call("POST", base, Some(json!({"data": {"type": "registry-modules", "attributes": {"name": name, "provider": provider}}})))
+                .await;
+            assert_eq!(st, 201);
+        }
+        let names = |doc: &serde_json::Value| -> Vec<String> {
+            doc["data"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|m| {
+                            format!(
+                                "{}/{}",
+                                m["attributes"]["name"].as_str().unwrap_or(""),
+                                m["attributes"]["provider"].as_str().unwrap_or("")
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let (_, doc) = h.call("GET", &format!("{base}?q=vp"), None).await;
+        assert_eq!(names(&doc), ["vpc/aws", "vpc/gcp"]);
+        let (_, doc) = h.call("GET", &format!("{base}?filter%5Bprovider%5D=aws&filter%5Bregistry_name%5D=private&filter%5Borganization_name%5D=acme"), None).await;
+        assert_eq!(names(&doc), ["db/aws", "dns/aws", "vpc/aws"]);
+        assert_eq!(
+            doc["data"][0]["attributes"]["permissions"]["can-delete"],
+            true
+        );
+        let (_, doc) = h
+            .call(
+                "GET",
+                &format!("{base}?filter%5Bregistry_name%5D=public"),
+                None,
+            )
+            .await;
+        assert_eq!(names(&doc), Vec::<String>::new());
+        let (st, _) = h
+            .call("GET", &format!("{base}?filter%5Bnamespace%5D=x"), None)
+            .await;
+        assert_eq!(st, 400, "an unsupported filter is refused, not ignored");
+        let reader = h
+            .token_with_role(Some(vec![rule(&["get", "list"], &["registrymodules"])]))
+            .await;
+        let (_, doc) = h.call_as(&reader, "GET", base, None).await;
+        assert_eq!(
+            doc["data"][0]["attributes"]["permissions"]["can-delete"],
+            false
+        );
+        assert_eq!(
+            h.call_as(
+                &reader,
+                "DELETE",
+                &format!("{base}/private/acme/db/aws"),
+                None
+            )
+            .await
+            .0,
+            403
+        );
+        // DeleteProvider, DeleteByName, the deprecated action.
+        assert_eq!(
+            h.call("DELETE", &format!("{base}/private/acme/vpc/gcp"), None)
+                .await
+                .0,
+            204
+        );
+        assert_eq!(
+            h.call("GET", &format!("{base}/private/acme/vpc/gcp"), None)
+                .await
+                .0,
+            404
+        );
+        assert_eq!(
+            h.call("GET", &format!("{base}/private/acme/vpc/aws"), None)
+                .await
+                .0,
+            200
+        );
+        assert_eq!(
+            h.call("DELETE", &format!("{base}/private/acme/vpc"), None)
+                .await
+                .0,
+            204
+        );
+        assert_eq!(
+            h.call("GET", &format!("{base}/private/acme/vpc/aws"), None)
+                .await
+                .0,
+            404
+        );
+        assert_eq!(
+            h.call(
+                "POST",
+                "/api/v2/registry-modules/actions/delete/acme/dns",
+                None
+            )
+            .await
+            .0,
+            204
+        );
+        assert_eq!(
+            h.call("DELETE", &format!("{base}/private/acme/dns"), None)
+                .await
+                .0,
+            404
+        );
+        let (_, doc) = h.call("GET", base, None).await;
+        assert_eq!(names(&doc), ["db/aws"]);
     }
 }

@@ -781,7 +781,7 @@ mod tests {
         );
         // A reader (get/list only) cannot cancel: 404; without any binding nothing is seen.
         let reader = h
-            .token_with_role(Some(vec![Mh::rule(
+            .token_with_role(Some(vec![rule(
                 &["get", "list"],
                 &["testruns", "registrymodules"],
             )]))
@@ -813,10 +813,7 @@ mod tests {
         );
         assert_eq!(h.call("POST", &cancel, None).await.0, 409);
         let owner = h
-            .token_with_role(Some(vec![Mh::rule(
-                &["get", "list", "create"],
-                &["testruns"],
-            )]))
+            .token_with_role(Some(vec![rule(&["get", "list", "create"], &["testruns"])]))
             .await;
         let (st, doc) = h.call_as(&owner, "POST", &format!("{T}/test-runs"), Some(json!({"data": {"type": "test-runs",
             "relationships": {"configuration-version": {"data": {"id": cv, "type": "configuration-versions"}}}}}))).await;

@@ -585,4 +585,70 @@ mod tests {
             404
         );
     }
+
+    /// go-tfe decodes test variables with its workspace variable type: no `configurable`
+    /// relationship; `hcl` is stored and returned; a description over 512 characters is
+    /// 422 with its pointer; one variable is readable by ID (404 for another); the list
+    /// is paginated like every list.
+    #[tokio::test]
+    async fn what_go_tfe_expects_of_test_variables() {
+        let h = Mh::with_module().await;
+        let (st, doc) = h
+            .call("POST", &vars(), Some(json!({"data": {"type": "vars", "attributes": {"key": "REGION", "value": "{a = 1}", "category": "env", "hcl": true}}})))
+            .await;
+        assert_eq!(st, 201, "{doc}");
+        assert!(doc["data"].get("relationships").is_none(), "{doc}");
+        assert_eq!(doc["data"]["attributes"]["hcl"], true);
+        let id = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
+        let one = format!("{}/{id}", vars());
+        let (st, doc) = h.call("GET", &one, None).await;
+        assert_eq!(
+            (st, doc["data"]["attributes"]["key"].as_str()),
+            (200, Some("REGION"))
+        );
+        assert_eq!(doc["data"]["attributes"]["hcl"], true);
+        let (st, doc) = h
+            .call(
+                "PATCH",
+                &one,
+                Some(
+                    json!({"data": {"type": "vars", "attributes": {"hcl": false, "value": "eu"}}}),
+                ),
+            )
+            .await;
+        assert_eq!(
+            (st, doc["data"]["attributes"]["hcl"].as_bool()),
+            (200, Some(false))
+        );
+        assert_eq!(
+            h.call("GET", &format!("{}/var-nope", vars()), None).await.0,
+            404
+        );
+        let (st, doc) = h
+            .call("PATCH", &one, Some(json!({"data": {"type": "vars", "attributes": {"description": "d".repeat(513)}}})))
+            .await;
+        assert_eq!(st, 422, "{doc}");
+        assert_eq!(
+            doc["errors"][0]["source"]["pointer"],
+            "/data/attributes/description"
+        );
+        assert_eq!(doc["errors"][0]["title"], "invalid attribute");
+        for i in 0..3 {
+            let (st, _) = h
+                .call("POST", &vars(), Some(json!({"data": {"type": "vars", "attributes": {"key": format!("K{i}"), "category": "env"}}})))
+                .await;
+            assert_eq!(st, 201);
+        }
+        let (st, doc) = h
+            .call(
+                "GET",
+                &format!("{}?page%5Bsize%5D=2&page%5Bnumber%5D=2", vars()),
+                None,
+            )
+            .await;
+        assert_eq!(st, 200);
+        assert_eq!(doc["data"].as_array().map(Vec::len), Some(2));
+        assert_eq!(doc["meta"]["pagination"]["total-count"], 4);
+        assert_eq!(doc["meta"]["pagination"]["current-page"], 2);
+    }
 }

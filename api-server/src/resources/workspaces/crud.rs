@@ -47,7 +47,15 @@ async fn show(
     q: QueryParams,
 ) -> Result<Response, ApiError> {
     let includes = q.includes(INCLUDES)?;
-    respond_one(&state, &f.caller, &f.at, StatusCode::OK, &includes, f.by_name).await
+    respond_one(
+        &state,
+        &f.caller,
+        &f.at,
+        StatusCode::OK,
+        &includes,
+        f.by_name,
+    )
+    .await
 }
 
 fn org_defaults(state: &AppState, org: &Organization) -> OrgDefaults {
@@ -267,4 +275,281 @@ async fn safe_delete(
 async fn delete_workspace(state: &AppState, l: &Ws) -> Result<Response, ApiError> {
     write::delete(state, l.obj.as_ref()).await?;
     Ok(no_content())
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::future::join_all;
+    use serde_json::{Value, json};
+    use terrace_crds::WorkspaceSpec;
+    use terrace_crds::common::TagBinding;
+
+    use crate::Edition;
+    use crate::testing::{ORG, harness, rule};
+
+    fn ws_body(attrs: Value) -> Option<Value> {
+        Some(json!({"data": {"type": "workspaces", "attributes": attrs}}))
+    }
+
+    fn names(doc: &Value) -> Vec<String> {
+        doc["data"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|w| w["attributes"]["name"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// What go-tfe and the terraform CLI send and read of workspaces: an empty
+    /// `filter[tagged][i][value]` means any value; `include=effective_tag_bindings` fills
+    /// the relationship and `included`; at most ten bindings; the self link of a read by
+    /// name is by name; the legacy `tag-names` attribute sets flat tags.
+    #[tokio::test]
+    async fn what_clients_send_and_read() {
+        let h = harness(Edition::SelfHosted).await;
+        let tb = |k: &str, v: &str| TagBinding {
+            key: k.into(),
+            value: v.into(),
+        };
+        h.workspace(
+            "ws-Tagged0000000001",
+            "prod-app",
+            |s: &mut WorkspaceSpec| s.tag_bindings = vec![tb("env", "prod")],
+        )
+        .await;
+        h.workspace("ws-Tagged0000000002", "dev-app", |s: &mut WorkspaceSpec| {
+            s.tag_bindings = vec![tb("env", "")]
+        })
+        .await;
+        h.workspace("ws-Tagged0000000003", "plain", |_| {}).await;
+        let list = format!("/api/v2/organizations/{ORG}/workspaces");
+        let (_, doc) = h
+            .call(
+                "GET",
+                &format!("{list}?filter%5Btagged%5D%5B0%5D%5Bkey%5D=env&filter%5Btagged%5D%5B0%5D%5Bvalue%5D=&TagBindings=%7B+env+%7D"),
+                None,
+            )
+            .await;
+        assert_eq!(names(&doc), ["dev-app", "prod-app"]);
+        let (st, doc) = h
+            .call(
+                "GET",
+                &format!("{list}?include=effective_tag_bindings&search%5Bname%5D=prod"),
+                None,
+            )
+            .await;
+        assert_eq!(st, 200, "{doc}");
+        assert_eq!(
+            doc["data"][0]["relationships"]["effective-tag-bindings"]["data"][0]["type"],
+            "effective-tag-bindings"
+        );
+        assert_eq!(doc["included"][0]["attributes"]["key"], "env");
+        let (_, doc) = h
+            .call(
+                "GET",
+                "/api/v2/workspaces/ws-Tagged0000000001?include=effective_tag_bindings",
+                None,
+            )
+            .await;
+        assert_eq!(doc["included"][0]["attributes"]["value"], "prod");
+        let (_, doc) = h
+            .call(
+                "GET",
+                &format!("/api/v2/organizations/{ORG}/workspaces/prod-app"),
+                None,
+            )
+            .await;
+        assert_eq!(
+            doc["data"]["links"]["self"],
+            format!("/api/v2/organizations/{ORG}/workspaces/prod-app")
+        );
+        let (_, doc) = h
+            .call("GET", "/api/v2/workspaces/ws-Tagged0000000001", None)
+            .await;
+        assert_eq!(
+            doc["data"]["links"]["self"],
+            "/api/v2/workspaces/ws-Tagged0000000001"
+        );
+        let eleven: Vec<Value> = (0..11)
+            .map(|i| json!({"type": "tag-bindings", "attributes": {"key": format!("k{i}"), "value": "v"}}))
+            .collect();
+        let (st, doc) = h
+            .call(
+                "POST",
+                &list,
+                Some(json!({"data": {"type": "workspaces", "attributes": {"name": "many"}, "relationships": {"tag-bindings": {"data": eleven}}}})),
+            )
+            .await;
+        assert_eq!(st, 422, "{doc}");
+        assert!(
+            doc["errors"][0]["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("cannot exceed 10 bindings per resource"))
+        );
+        let (st, doc) = h
+            .call(
+                "POST",
+                &list,
+                ws_body(json!({"name": "legacy", "tag-names": ["Web", "db"]})),
+            )
+            .await;
+        assert_eq!(st, 201, "{doc}");
+        assert_eq!(doc["data"]["attributes"]["tag-names"], json!(["db", "web"]));
+        // Unknown includes and filters are 400, not silently ignored.
+        let (st, doc) = h
+            .call("GET", &format!("{list}?include=nonsense"), None)
+            .await;
+        assert_eq!(st, 400);
+        assert!(
+            doc["errors"][0]["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("Invalid include parameter"))
+        );
+        assert_eq!(
+            h.call("GET", &format!("{list}?include="), None).await.0,
+            400
+        );
+        let (st, doc) = h
+            .call("GET", &format!("{list}?filter%5Bcolor%5D=red"), None)
+            .await;
+        assert_eq!(st, 400);
+        assert_eq!(doc["errors"][0]["source"]["parameter"], "filter[color]");
+    }
+
+    /// project-remote-state: stored, refused together with global-remote-state (422), and
+    /// the consumers list then answers the project's other workspaces.
+    #[tokio::test]
+    async fn project_remote_state() {
+        let h = harness(Edition::SelfHosted).await;
+        h.workspace("ws-ProjectState00001", "a", |_| {}).await;
+        h.workspace("ws-ProjectState00002", "b", |_| {}).await;
+        let (st, doc) = h
+            .call(
+                "PATCH",
+                "/api/v2/workspaces/ws-ProjectState00001",
+                ws_body(json!({"project-remote-state": true, "global-remote-state": true})),
+            )
+            .await;
+        assert_eq!(st, 422, "{doc}");
+        assert!(doc["errors"][0]["detail"].as_str().is_some_and(|d| d.contains("Project remote state cannot be enabled when global remote state sharing is enabled")));
+        let (st, doc) = h
+            .call(
+                "PATCH",
+                "/api/v2/workspaces/ws-ProjectState00001",
+                ws_body(json!({"project-remote-state": true})),
+            )
+            .await;
+        assert_eq!(st, 200, "{doc}");
+        assert_eq!(doc["data"]["attributes"]["project-remote-state"], true);
+        let (_, doc) = h
+            .call(
+                "GET",
+                "/api/v2/workspaces/ws-ProjectState00001/relationships/remote-state-consumers",
+                None,
+            )
+            .await;
+        assert_eq!(names(&doc), ["b"]);
+    }
+
+    /// A Role limited to one workspace by name reads it by organization and name as by ID
+    /// (SPEC B4: identical behaviour), and nothing else.
+    #[tokio::test]
+    async fn a_role_limited_by_resource_name_reads_by_name_too() {
+        let h = harness(Edition::SelfHosted).await;
+        let ws = h.workspace("ws-OnlyThisOne000001", "only", |_| {}).await;
+        h.workspace("ws-NotThatOne0000001", "other", |_| {}).await;
+        let mut r = rule(&["get"], &["workspaces"]);
+        r.resource_names = ws.metadata.name.clone().map(|n| vec![n]);
+        let token = h.token_with_role(Some(vec![r])).await;
+        assert_eq!(
+            h.call_as(
+                &token,
+                "GET",
+                "/api/v2/workspaces/ws-OnlyThisOne000001",
+                None
+            )
+            .await
+            .0,
+            200
+        );
+        assert_eq!(
+            h.call_as(
+                &token,
+                "GET",
+                &format!("/api/v2/organizations/{ORG}/workspaces/only"),
+                None
+            )
+            .await
+            .0,
+            200
+        );
+        assert_eq!(
+            h.call_as(
+                &token,
+                "GET",
+                &format!("/api/v2/organizations/{ORG}/workspaces/other"),
+                None
+            )
+            .await
+            .0,
+            404
+        );
+    }
+
+    /// Concurrent updates of different attributes all succeed: a conflict the caller did
+    /// not cause is retried, never answered 409.
+    #[tokio::test]
+    async fn concurrent_patches_of_distinct_attributes_all_succeed() {
+        let h = harness(Edition::SelfHosted).await;
+        h.workspace("ws-Concurrent0000001", "busy", |_| {}).await;
+        let attrs: Vec<Value> = (0..50)
+            .map(|i| match i % 5 {
+                0 => json!({"description": format!("d{i}")}),
+                1 => json!({"auto-apply": i % 2 == 0}),
+                2 => json!({"working-directory": format!("dir{i}")}),
+                3 => json!({"queue-all-runs": i % 2 == 0}),
+                _ => json!({"source-name": format!("s{i}")}),
+            })
+            .collect();
+        let results = join_all(attrs.into_iter().map(|a| {
+            let h = &h;
+            async move {
+                h.call(
+                    "PATCH",
+                    "/api/v2/workspaces/ws-Concurrent0000001",
+                    ws_body(a),
+                )
+                .await
+                .0
+            }
+        }))
+        .await;
+        assert!(results.iter().all(|s| *s == 200), "{results:?}");
+    }
+
+    /// A lock body that is not an object is refused.
+    #[tokio::test]
+    async fn lock_bodies() {
+        let h = harness(Edition::SelfHosted).await;
+        h.workspace("ws-LockBodies0000001", "l", |_| {}).await;
+        let path = "/api/v2/workspaces/ws-LockBodies0000001/actions/lock";
+        let (st, _) = h.call("POST", path, Some(json!([null, null]))).await;
+        assert_eq!(st, 422);
+        let (st, doc) = h
+            .call(
+                "POST",
+                path,
+                Some(
+                    json!({"data": {"type": "", "attributes": {"reason": "Locked by Terraform"}}}),
+                ),
+            )
+            .await;
+        assert_eq!(st, 200, "{doc}");
+        assert_eq!(
+            doc["data"]["attributes"]["locked-reason"],
+            "Locked by Terraform"
+        );
+    }
 }

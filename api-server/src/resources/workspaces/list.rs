@@ -9,8 +9,8 @@ use terrace_crds::rules::Page;
 
 use super::{INCLUDES, Ws, included, rendered_data, with_included_linkage};
 use crate::index::{Inner, NameKey};
-use crate::query::TagFilter;
 use crate::prelude::*;
+use crate::query::TagFilter;
 use crate::render::pagination;
 
 /// Sort orders of SPEC.md B3.

@@ -46,9 +46,15 @@ struct LockAttributes {
 async fn lock_ws(
     State(state): State<AppState>,
     f: Found<Workspace>,
-    JsonApi(body): JsonApi<Option<LockBody>>,
+    JsonApi(body): JsonApi<Option<serde_json::Map<String, Value>>>,
 ) -> Result<Response, ApiError> {
-    let body = body.unwrap_or_default();
+    // An object (or no body at all); the map first, so a list is refused, not read as
+    // the struct's fields.
+    let body: LockBody = match body {
+        None => LockBody::default(),
+        Some(m) => serde_json::from_value(Value::Object(m))
+            .map_err(|e| ApiError::invalid("/", format!("the lock body is not understood: {e}")))?,
+    };
     let reason = body
         .reason
         .or_else(|| body.data.and_then(|d| d.attributes).and_then(|a| a.reason))
