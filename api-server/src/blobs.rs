@@ -189,9 +189,7 @@ pub fn store(
     }
 }
 
-pub fn is_gzip(bytes: &[u8]) -> bool {
-    bytes.starts_with(&[0x1f, 0x8b])
-}
+pub use terrace_crds::archive::is_gzip;
 
 fn gzip(bytes: &[u8]) -> Result<Vec<u8>, BlobError> {
     use std::io::Write;

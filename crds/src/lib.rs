@@ -6,6 +6,7 @@
 //! every other crate uses. No kube client, no axum, no tokio.
 #![forbid(unsafe_code)]
 
+pub mod archive;
 pub mod common;
 pub mod constants;
 pub mod crdgen;

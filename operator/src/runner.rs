@@ -24,14 +24,13 @@
 //! PID only, as CRI runtimes do to PID 1 — a SIGTERM to the group would also reach the
 //! engine directly and count as its second interrupt — and SIGKILL to the whole group.
 
-use std::cell::Cell;
 use std::io::{self, Read};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::rc::Rc;
 use std::time::Duration;
 
 use clap::Subcommand;
+use terrace_crds::archive::{self, ArchiveError, ArchiveLimits, ArchiveStats, Capped, Checked};
 use terrace_crds::testoutput::{RunnerReport, Tally};
 use tokio::io::{AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
@@ -190,12 +189,8 @@ pub fn fetch(
         .header("Authorization", format!("Bearer {token}"))
         .call()
         .map_err(|e| RunnerError::Download(e.to_string()))?;
-    let exceeded = Rc::new(Cell::new(false));
-    let body = Capped {
-        inner: response.into_body().into_reader(),
-        left: limits.max_archive_bytes,
-        exceeded: exceeded.clone(),
-    };
+    let (body, exceeded) =
+        Capped::new(response.into_body().into_reader(), limits.max_archive_bytes);
     let result = unpack(body, dest, limits);
     if exceeded.get() {
         return Err(RunnerError::TooLarge {
@@ -204,71 +199,6 @@ pub fn fetch(
         });
     }
     result
-}
-
-/// Room for tar headers and padding on top of the file contents.
-const TAR_OVERHEAD_BYTES: u64 = 16 << 20;
-
-/// Errors once more than `left` bytes have been read, and says so in `exceeded` (the tar
-/// crate wraps the I/O error in its own message).
-struct Capped<R> {
-    inner: R,
-    left: u64,
-    exceeded: Rc<Cell<bool>>,
-}
-
-impl<R: Read> Read for Capped<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.left == 0 {
-            // One byte more tells a stream that ends exactly at the cap from a longer one.
-            let mut probe = [0u8; 1];
-            return match self.inner.read(&mut probe)? {
-                0 => Ok(0),
-                _ => {
-                    self.exceeded.set(true);
-                    Err(io::Error::other("size cap exceeded"))
-                }
-            };
-        }
-        let max = buf
-            .len()
-            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
-        let n = self.inner.read(&mut buf[..max])?;
-        self.left -= n as u64;
-        Ok(n)
-    }
-}
-
-/// The entry path as a relative path of normal components (`.` dropped), or why not.
-fn safe_relative(path: &Path) -> Result<PathBuf, &'static str> {
-    let mut out = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::Normal(p) => out.push(p),
-            Component::CurDir => {}
-            Component::ParentDir => return Err("path contains a `..` component"),
-            Component::RootDir | Component::Prefix(_) => return Err("path is absolute"),
-        }
-    }
-    Ok(out)
-}
-
-/// Resolves `target` from `base` lexically; `None` if it climbs above `base`'s root.
-fn resolve_lexically(base: &Path, target: &Path) -> Option<PathBuf> {
-    let mut out = base.to_path_buf();
-    for c in target.components() {
-        match c {
-            Component::Normal(p) => out.push(p),
-            Component::CurDir => {}
-            Component::ParentDir => {
-                if !out.pop() {
-                    return None;
-                }
-            }
-            Component::RootDir | Component::Prefix(_) => return None,
-        }
-    }
-    Some(out)
 }
 
 /// The physical location of `rel` under `root`: its longest existing ancestor
@@ -295,12 +225,14 @@ fn physical(root: &Path, rel: &Path) -> io::Result<PathBuf> {
     }
 }
 
-/// Unpacks a tar.gz stream into `dest` (created if missing), refusing unsafe entries:
-/// absolute paths and `..` components, symbolic links whose target (absolute, or resolved
-/// from where the link physically lands) leaves `dest`, hard links, device files and FIFOs,
-/// and archives beyond `limits`. The tar crate additionally refuses to write through a
-/// directory that resolves outside `dest`, and replaces existing files instead of writing
-/// through links. An error can leave a partial tree behind; the init container fails then.
+/// Unpacks a tar.gz stream into `dest` (created if missing) with the archive rules of
+/// [`terrace_crds::archive`] (the API server checked the upload with the same ones):
+/// refusing absolute paths and `..` components, symbolic links whose target (absolute, or
+/// resolved from where the link physically lands) leaves `dest`, hard links, device files
+/// and FIFOs, and archives beyond `limits`. The tar crate additionally refuses to write
+/// through a directory that resolves outside `dest`, and replaces existing files instead
+/// of writing through links. An error can leave a partial tree behind; the init container
+/// fails then.
 pub fn unpack(
     archive: impl Read,
     dest: &Path,
@@ -309,12 +241,12 @@ pub fn unpack(
     let unpack_err = |e: io::Error| RunnerError::Unpack(e.to_string());
     std::fs::create_dir_all(dest).map_err(unpack_err)?;
     let root = dest.canonicalize().map_err(unpack_err)?;
-    let exceeded = Rc::new(Cell::new(false));
-    let stream = Capped {
-        inner: flate2::read::GzDecoder::new(archive),
-        left: limits.max_unpacked_bytes.saturating_add(TAR_OVERHEAD_BYTES),
-        exceeded: exceeded.clone(),
-    };
+    let (stream, exceeded) = Capped::new(
+        flate2::read::GzDecoder::new(archive),
+        limits
+            .max_unpacked_bytes
+            .saturating_add(archive::TAR_OVERHEAD_BYTES),
+    );
     let result = unpack_entries(tar::Archive::new(stream), &root, limits);
     if exceeded.get() {
         return Err(RunnerError::TooLarge {
@@ -323,6 +255,16 @@ pub fn unpack(
         });
     }
     result
+}
+
+impl From<ArchiveError> for RunnerError {
+    fn from(e: ArchiveError) -> RunnerError {
+        match e {
+            ArchiveError::TooLarge { what, limit } => RunnerError::TooLarge { what, limit },
+            ArchiveError::UnsafeEntry { path, reason } => RunnerError::UnsafeEntry { path, reason },
+            ArchiveError::Unreadable(m) => RunnerError::Unpack(m),
+        }
+    }
 }
 
 fn unpack_entries<R: Read>(
@@ -335,7 +277,11 @@ fn unpack_entries<R: Read>(
     archive.set_preserve_permissions(false);
     archive.set_preserve_ownerships(false);
     archive.set_unpack_xattrs(false);
-    let mut stats = UnpackStats::default();
+    let rules = ArchiveLimits {
+        max_unpacked_bytes: limits.max_unpacked_bytes,
+        max_entries: limits.max_entries,
+    };
+    let mut stats = ArchiveStats::default();
     let mut entries_seen = 0u64;
     for entry in archive.entries().map_err(unpack_err)? {
         let mut entry = entry.map_err(unpack_err)?;
@@ -346,60 +292,28 @@ fn unpack_entries<R: Read>(
                 limit: limits.max_entries,
             });
         }
-        let raw = entry.path().map_err(unpack_err)?.into_owned();
-        let shown = raw.display().to_string();
-        let unsafe_entry = |reason| RunnerError::UnsafeEntry {
-            path: shown.clone(),
-            reason,
-        };
-        let rel = safe_relative(&raw).map_err(unsafe_entry)?;
-        let kind = entry.header().entry_type();
-        if kind.is_pax_global_extensions() {
-            // `git archive` writes one (the commit ID): metadata, nothing to unpack.
-            continue;
-        }
-        if rel.as_os_str().is_empty() {
-            // The archive's own root (`./`).
-            continue;
-        }
-        if kind.is_file() || kind.is_contiguous() {
-            stats.files += 1;
-            stats.bytes = stats.bytes.saturating_add(entry.size());
-            if stats.bytes > limits.max_unpacked_bytes {
-                return Err(RunnerError::TooLarge {
-                    what: "unpacked size",
-                    limit: limits.max_unpacked_bytes,
-                });
-            }
-        } else if kind.is_dir() {
-            stats.directories += 1;
-        } else if kind.is_symlink() {
-            let target = entry
-                .link_name()
-                .map_err(unpack_err)?
-                .ok_or_else(|| unsafe_entry("symbolic link without a target"))?
-                .into_owned();
-            let parent = rel.parent().unwrap_or(Path::new(""));
-            let at = physical(root, parent).map_err(unpack_err)?;
-            match resolve_lexically(&at, &target) {
-                Some(p) if p.starts_with(root) && target.is_relative() => {}
-                _ => return Err(unsafe_entry("symbolic link points outside the archive")),
-            }
-            stats.symlinks += 1;
-        } else if kind.is_hard_link() {
-            return Err(unsafe_entry("hard links are not supported"));
-        } else if kind.is_gnu_sparse() {
-            return Err(unsafe_entry("sparse files are not supported"));
-        } else {
-            return Err(unsafe_entry(
-                "only files, directories and symbolic links are supported",
-            ));
-        }
-        if !entry.unpack_in(root).map_err(unpack_err)? {
-            return Err(unsafe_entry("refused by the unpacker"));
+        let checked = archive::check_entry(
+            &entry,
+            root,
+            |parent| physical(root, parent),
+            &mut stats,
+            &rules,
+        )?;
+        if let Checked::Unpack(rel) = checked
+            && !entry.unpack_in(root).map_err(unpack_err)?
+        {
+            return Err(RunnerError::UnsafeEntry {
+                path: rel.display().to_string(),
+                reason: "refused by the unpacker",
+            });
         }
     }
-    Ok(stats)
+    Ok(UnpackStats {
+        files: stats.files,
+        directories: stats.directories,
+        symlinks: stats.symlinks,
+        bytes: stats.bytes,
+    })
 }
 
 /// A signal delivered to the runner, as [`exec`] acts on it.

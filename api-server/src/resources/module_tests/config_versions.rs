@@ -5,15 +5,17 @@
 //! ConfigurationVersion, with an expiry an hour ahead), so the URL can never be shown
 //! again. The PUT carries no credentials but the URL: the handler claims the token by
 //! removing the annotations with a resourceVersion precondition (of concurrent PUTs
-//! exactly one wins; the others and any later one get 404), validates the archive
-//! (gunzip, tar listing, no absolute or `..` paths), stores it through the
+//! exactly one wins; the others and any later one get 404), validates the archive with
+//! the runner's own rules ([`terrace_crds::archive`]: no absolute or `..` paths, no links
+//! leaving it, no hard links or devices, bounded size), stores it through the
 //! [`BlobStore`](crate::blobs::BlobStore) owned by the ConfigurationVersion, and moves it to
 //! `uploaded` (or `errored` with a message for a bad archive, still answering 200 as TFE
 //! does). With `auto-queue-runs` an upload creates a test run (`svc-configuration-version`).
 //!
 //! Test Pods fetch the archive from `GET /api/v2/test-archives/:cv-id` with the one-time
 //! token the operator put in the Secret `<testrun-object-name>-run`; the handler compares
-//! it, in constant time, with the tokens of the runs that use this configuration version.
+//! it, in constant time, with the tokens of the runs that use this configuration version,
+//! and consumes it before serving: a second fetch with the same token is 401.
 
 use std::collections::BTreeMap;
 
@@ -201,37 +203,12 @@ fn gone() -> ApiError {
     ApiError::not_found("upload URL not found, expired or already used")
 }
 
-/// Lists a tar.gz archive; an error says what is wrong with it.
-pub fn validate_archive(bytes: &[u8]) -> Result<usize, String> {
-    if !crate::blobs::is_gzip(bytes) {
-        return Err("the archive is not gzip-compressed (expected a .tar.gz)".into());
-    }
-    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(bytes));
-    let entries = archive
-        .entries()
-        .map_err(|e| format!("the archive cannot be read: {e}"))?;
-    let mut n = 0;
-    for entry in entries {
-        let mut entry = entry.map_err(|e| format!("the archive is damaged: {e}"))?;
-        let path = entry
-            .path()
-            .map_err(|e| format!("the archive has a bad path: {e}"))?
-            .into_owned();
-        if path.is_absolute()
-            || path
-                .components()
-                .any(|c| matches!(c, std::path::Component::ParentDir))
-        {
-            return Err(format!(
-                "the archive has an unsafe path {:?}",
-                path.display().to_string()
-            ));
-        }
-        std::io::copy(&mut entry, &mut std::io::sink())
-            .map_err(|e| format!("the archive is damaged: {e}"))?;
-        n += 1;
-    }
-    Ok(n)
+/// Checks a tar.gz archive with the rules the runner unpacks it with
+/// ([`terrace_crds::archive`]); answers its number of entries, or what is wrong with it.
+pub fn validate_archive(bytes: &[u8]) -> Result<u64, String> {
+    terrace_crds::archive::validate(bytes, &terrace_crds::archive::ArchiveLimits::default())
+        .map(|s| s.files + s.directories + s.symlinks)
+        .map_err(|e| e.to_string())
 }
 
 /// The configuration version whose pending upload token is `token`.
@@ -340,8 +317,12 @@ async fn claim(
     if claimed { Ok(()) } else { Err(gone()) }
 }
 
+/// Key of the archive token in a run's Secret.
+pub const TOKEN_KEY: &str = "token";
+
 /// Secret holding a test run's archive token: the operator's run Secret, named like the
-/// run's Pod (`<run>-run`), with the token under `token` and the var-file beside it.
+/// run's Pod (`<run>-run`), with the single-use token under `token` (removed once the
+/// archive has been served) and the var-file beside it.
 pub fn token_secret_name(run_object_name: &str) -> String {
     format!("{run_object_name}-run")
 }
@@ -378,20 +359,35 @@ async fn archive(
     };
     let ns = cv.namespace().unwrap_or_default();
     let secrets = write::api::<Secret>(&state, &ns);
-    let mut ok = false;
+    let holds = |s: &Secret| {
+        s.data
+            .as_ref()
+            .and_then(|d| d.get(TOKEN_KEY))
+            .is_some_and(|t| constant_time_eq(&t.0, presented.as_bytes()))
+    };
+    let mut holder = None;
     for run in runs {
-        let Ok(Some(s)) = secrets.get_opt(&token_secret_name(&run)).await else {
-            continue;
-        };
-        if let Some(t) = s.data.as_ref().and_then(|d| d.get("token"))
-            && constant_time_eq(&t.0, presented.as_bytes())
+        if let Ok(Some(s)) = secrets.get_opt(&token_secret_name(&run)).await
+            && holds(&s)
         {
-            ok = true;
+            holder = Some(s);
         }
     }
-    if !ok {
-        return Err(unauthorized());
-    }
+    let holder = holder.ok_or_else(unauthorized)?;
+    // The token is single-use: consumed (removed from the run's Secret, under its
+    // resourceVersion, so of two concurrent fetches one wins) before the archive is served.
+    write::guarded_patch(&secrets, holder, |s| {
+        if holds(s) {
+            Ok(Some(json!({"data": {TOKEN_KEY: null}})))
+        } else {
+            Err(unauthorized())
+        }
+    })
+    .await
+    .map_err(|e| match e {
+        ApiError::NotFound(_) => unauthorized(),
+        other => other,
+    })?;
     let key = cv
         .status
         .as_ref()
@@ -631,6 +627,13 @@ mod tests {
         for auth in [vec![], vec![("authorization", "Bearer wrong")]] {
             assert_eq!(h.raw("GET", &path, &auth, vec![]).await.0, 401);
         }
+        // Single-use: the same token a second time is refused.
+        assert_eq!(
+            h.raw("GET", &path, &[("authorization", "Bearer s3cret")], vec![])
+                .await
+                .0,
+            401
+        );
         assert_eq!(
             h.raw(
                 "GET",
@@ -684,5 +687,40 @@ mod tests {
             .0,
             404
         );
+    }
+
+    /// An archive the runner would refuse is refused at upload: the configuration version
+    /// errors with the reason, and no run is queued on it.
+    #[tokio::test]
+    async fn archives_the_runner_refuses_error_at_upload() {
+        let h = Mh::with_module().await;
+        let mut b = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Symlink);
+        header.set_size(0);
+        header
+            .set_link_name("../../etc/passwd")
+            .unwrap_or_else(|e| panic!("{e}"));
+        header.set_cksum();
+        b.append_data(&mut header, "escape", &[][..])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let tar = b.into_inner().unwrap_or_else(|e| panic!("{e}"));
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        std::io::Write::write_all(&mut enc, &tar).unwrap_or_else(|e| panic!("{e}"));
+        let evil = enc.finish().unwrap_or_else(|e| panic!("{e}"));
+        let (id, path) = h.cv(true).await;
+        assert_eq!(h.upload(&path, evil).await, 200);
+        let (_, doc) = h
+            .call("GET", &format!("/api/v2/configuration-versions/{id}"), None)
+            .await;
+        assert_eq!(doc["data"]["attributes"]["status"], "errored", "{doc}");
+        assert!(
+            doc["data"]["attributes"]["error-message"]
+                .as_str()
+                .is_some_and(|m| m.contains("points outside")),
+            "{doc}"
+        );
+        let (_, runs) = h.call("GET", &format!("{T}/test-runs"), None).await;
+        assert_eq!(runs["data"], json!([]));
     }
 }
