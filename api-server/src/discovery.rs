@@ -10,6 +10,8 @@ use crate::AppState;
 
 /// API version reported in `TFP-API-Version` (go-tfe reads it on ping).
 pub const TFP_API_VERSION: &str = "2.6";
+/// Requests per second announced in `X-RateLimit-Limit` (TFE's figure).
+pub const RATE_LIMIT: &str = "30";
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -50,6 +52,12 @@ async fn ping() -> impl IntoResponse {
                 HeaderName::from_static("x-tfe-version"),
                 HeaderValue::from_static(env!("CARGO_PKG_VERSION")),
             ),
+            // go-tfe limits itself to two thirds of this per second, as against TFE (the
+            // CLI polls a queued test run in a loop with no pause of its own).
+            (
+                HeaderName::from_static("x-ratelimit-limit"),
+                HeaderValue::from_static(RATE_LIMIT),
+            ),
         ],
     )
 }
@@ -89,6 +97,7 @@ mod tests {
         let (status, headers, _) = get("/api/v2/ping").await;
         assert_eq!(status, StatusCode::NO_CONTENT);
         assert_eq!(headers["tfp-api-version"], "2.6");
+        assert_eq!(headers["x-ratelimit-limit"], "30");
     }
 
     #[tokio::test]

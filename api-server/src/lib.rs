@@ -63,12 +63,15 @@ pub struct AppState {
     pub events: kube::runtime::events::Recorder,
     pub rendered: Arc<resources::workspaces::RenderCache>,
     pub metrics: Arc<metrics::Metrics>,
+    /// Signs capability URLs.
+    pub signer: Arc<capability::Signer>,
 }
 
 impl AppState {
     /// State over `client`; call [`AppState::start`] to feed the indexes.
     pub fn new(settings: Settings, client: kube::Client) -> AppState {
         let index = Arc::new(index::Index::default());
+        let signer = Arc::new(capability::Signer::new(settings.url_signing_key.as_deref()));
         AppState {
             settings: Arc::new(settings),
             auth: Arc::new(auth::Auth::new(client.clone())),
@@ -76,6 +79,7 @@ impl AppState {
             index,
             events: events::recorder(client.clone()),
             rendered: Arc::default(),
+            signer,
             client,
         }
     }

@@ -318,11 +318,17 @@ where
         let method = method_label(req.method());
         let handles = self.handles(route, method);
         let request_id = request_id(req.headers());
+        // Capability URLs carry their secret in the path: log the route template instead.
+        let path = if route.contains("{token}") {
+            route
+        } else {
+            req.uri().path()
+        };
         let span = tracing::info_span!(
             "request",
             method = %req.method(),
             route,
-            path = req.uri().path(),
+            path,
             request_id = logged_id(&request_id),
         );
         let inner = {

@@ -57,6 +57,10 @@ pub struct Settings {
     /// Where configuration archives are kept.
     #[arg(long, env = "TERRACE_BLOB_STORE", value_enum, default_value_t = BlobStoreKind::Secrets)]
     pub blob_store: BlobStoreKind,
+    /// Key that signs capability URLs (log-read URLs). Every replica needs the same one;
+    /// without it each process makes a random key (fine for one process).
+    #[arg(long, env = "TERRACE_URL_SIGNING_KEY", hide_env_values = true)]
+    pub url_signing_key: Option<String>,
 }
 
 impl Default for Settings {
@@ -70,6 +74,7 @@ impl Default for Settings {
             blob_store: BlobStoreKind::Secrets,
             metrics_addr: None,
             metrics_on_api_router: false,
+            url_signing_key: None,
         }
     }
 }

@@ -1,5 +1,7 @@
-//! The `log-read-url` of a test run: the engine's output, readable with `get` on the
-//! run's test runs. While the run is not final it is read live from the run's Pod through
+//! The `log-read-url` of a test run: the engine's output, through a capability URL that
+//! needs no Authorization header (go-tfe's log reader sends none), signed for that one
+//! run and expiring ([`log_read_path`]); the same output stays readable at
+//! `/test-runs/:id/logs` with a token and `get` on test runs. While the run is not final it is read live from the run's Pod through
 //! the Kubernetes API (`pods/log`, container `engine`); once final (or when the Pod is
 //! gone) from the archive the operator writes before releasing the Pod: ConfigMap
 //! `<pod name>-log`, binaryData `log.gz`, gzip-compressed (the operator's `testpod` log
@@ -27,12 +29,29 @@ const ARCHIVE_KEY: &str = "log.gz";
 const ARCHIVE_MAX: u64 = 8 * 1024 * 1024;
 
 pub fn router() -> Router<AppState> {
-    Router::new().route("/api/v2/test-runs/{run}/logs", get(read))
+    Router::new()
+        .route("/api/v2/test-runs/{run}/logs", get(read))
+        .route(
+            "/api/v2/test-runs/{run}/log/{token}",
+            get(read_with_capability),
+        )
 }
 
-/// The path of a run's logs.
+/// The path of a run's logs (for callers with a token and `get` on test runs).
 pub fn log_path(run_id: &str) -> String {
     format!("/api/v2/test-runs/{run_id}/logs")
+}
+
+/// Purpose of log-read tokens.
+const LOG_PURPOSE: &str = "test-run-log";
+/// How long a log-read URL works (a CLI streams one run's log through one URL).
+pub const LOG_URL_TTL: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// The `log-read-url` path of a run: a capability URL (go-tfe's log reader sends no
+/// Authorization header), bound to this run, expiring after [`LOG_URL_TTL`].
+pub fn log_read_path(state: &AppState, run_id: &str) -> String {
+    let token = state.signer.sign(LOG_PURPOSE, run_id, LOG_URL_TTL);
+    format!("/api/v2/test-runs/{run_id}/log/{token}")
 }
 
 /// Name of the log archive ConfigMap of Pod `pod` (the operator's contract).
@@ -112,14 +131,7 @@ async fn read(
     Path(run): Path<String>,
     q: QueryParams,
 ) -> Result<Response, ApiError> {
-    let not_found = || ApiError::not_found("test run not found");
-    let r = state
-        .index
-        .read()
-        .test_runs()
-        .get(&run)
-        .cloned()
-        .ok_or_else(not_found)?;
+    let r = run_with(&state, &run)?;
     let ns = r.namespace().unwrap_or_default();
     if !state
         .allowed(&caller, &Check::new("get", "testruns", &ns, None))
@@ -127,7 +139,45 @@ async fn read(
     {
         return Err(not_found());
     }
-    let (offset, limit) = (number(&q, "offset")?, number(&q, "limit")?);
+    respond(&state, &r, &q).await
+}
+
+/// The log through its capability URL: no Authorization, the token signed for this run
+/// (another run's ID, a forged or expired token: 404).
+async fn read_with_capability(
+    State(state): State<AppState>,
+    Path((run, token)): Path<(String, String)>,
+    q: QueryParams,
+) -> Result<Response, ApiError> {
+    if !state.signer.verify(LOG_PURPOSE, &run, &token) {
+        return Err(not_found());
+    }
+    let r = run_with(&state, &run)?;
+    respond(&state, &r, &q).await
+}
+
+fn not_found() -> ApiError {
+    ApiError::not_found("test run not found")
+}
+
+fn run_with(state: &AppState, id: &str) -> Result<Arc<terrace_crds::TestRun>, ApiError> {
+    state
+        .index
+        .read()
+        .test_runs()
+        .get(id)
+        .cloned()
+        .ok_or_else(not_found)
+}
+
+/// The framed `limit`/`offset` window of a run's log.
+async fn respond(
+    state: &AppState,
+    r: &terrace_crds::TestRun,
+    q: &QueryParams,
+) -> Result<Response, ApiError> {
+    let ns = r.namespace().unwrap_or_default();
+    let (offset, limit) = (number(q, "offset")?, number(q, "limit")?);
     let pod = r.status.as_ref().and_then(|s| s.pod_name.clone());
     let finished = TestRunState::of(r.status.as_ref()).is_ok_and(TestRunState::is_final);
     let client = &state.client;
@@ -284,5 +334,42 @@ mod tests {
             .await;
         assert_eq!((st, &body[..]), (200, &b"engine"[..]));
         assert_eq!(gunzip(b"not gzip"), None);
+    }
+
+    /// `log-read-url` is a capability URL: readable without a token (as go-tfe's log
+    /// reader sends none), with the same limit/offset windows; bound to its run (another
+    /// run's ID with this token: 404) and to its signature (tampered or expired: 404).
+    #[tokio::test]
+    async fn the_log_read_url_needs_no_token_and_only_works_for_its_run() {
+        let h = Mh::with_module().await;
+        let cv = h.uploaded_cv().await;
+        let (_, a) = h.run(&cv, json!({})).await;
+        let (_, b) = h.run(&cv, json!({})).await;
+        let url = a["data"]["attributes"]["log-read-url"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let path = url.trim_start_matches("http://localhost").to_owned();
+        assert!(path.starts_with("/api/v2/test-runs/"), "{url}");
+        let (st, _, body) = h
+            .raw("GET", &format!("{path}?limit=65536&offset=0"), &[], vec![])
+            .await;
+        assert_eq!((st, &body[..]), (200, &b"\x02"[..]));
+        let (st, _, body) = h
+            .raw("GET", &format!("{path}?limit=10&offset=5"), &[], vec![])
+            .await;
+        assert_eq!((st, body.len()), (200, 0), "past the end: 200 and empty");
+        let a_id = a["data"]["id"].as_str().unwrap_or_default();
+        let b_id = b["data"]["id"].as_str().unwrap_or_default();
+        let other = path.replace(a_id, b_id);
+        assert_eq!(h.raw("GET", &other, &[], vec![]).await.0, 404);
+        let (prefix, token) = path.rsplit_once('/').unwrap_or_default();
+        let (exp, mac) = token.split_once('.').unwrap_or_default();
+        let tampered = format!("{prefix}/{}.{mac}", exp.parse::<i64>().unwrap_or(0) + 10);
+        assert_eq!(h.raw("GET", &tampered, &[], vec![]).await.0, 404);
+        let expired = format!("{prefix}/1.{mac}");
+        assert_eq!(h.raw("GET", &expired, &[], vec![]).await.0, 404);
+        // The authenticated endpoint still works; without a token it does not.
+        assert_eq!(h.raw("GET", &log_path(a_id), &[], vec![]).await.0, 401);
     }
 }

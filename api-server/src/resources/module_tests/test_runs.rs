@@ -197,8 +197,8 @@ pub async fn create_run(
     Ok(created)
 }
 
-/// The JSON:API `data` of a test run.
-pub fn render(run: &TestRun, base: &str) -> Value {
+/// The JSON:API `data` of a test run; `log_path`: its log-read URL's path.
+pub fn render(run: &TestRun, base: &str, log_path: &str) -> Value {
     let st = run.status.clone().unwrap_or_default();
     let id = id_of(run);
     let state = TestRunState::of(run.status.as_ref()).map_or_else(
@@ -236,7 +236,7 @@ pub fn render(run: &TestRun, base: &str) -> Value {
             "test-directory": run.spec.test_directory,
             "filters": run.spec.filters,
             "variables": run.spec.variables.iter().map(|v| json!({"key": v.key, "value": v.value})).collect::<Vec<_>>(),
-            "log-read-url": format!("{base}{}", super::logs::log_path(&id)),
+            "log-read-url": format!("{base}{log_path}"),
             "created-at": created_at(run),
         },
         "relationships": {
@@ -251,7 +251,7 @@ pub fn render(run: &TestRun, base: &str) -> Value {
 
 /// [`render`] with the configuration version's ID filled in from the index.
 pub fn render_indexed(state: &AppState, run: &TestRun, base: &str) -> Value {
-    let mut doc = render(run, base);
+    let mut doc = render(run, base, &super::logs::log_read_path(state, &id_of(run)));
     let ns = run.namespace().unwrap_or_default();
     let cv = state
         .index
