@@ -26,8 +26,22 @@ use terrace_crds::{
 };
 use tower::ServiceExt;
 
-const WORKSPACES: usize = 100_000;
-const SAMPLES: usize = 2_000;
+/// Workspaces indexed (`TERRACE_BENCH_WORKSPACES` overrides, e.g. to profile GET alone).
+fn workspaces() -> usize {
+    env_or("TERRACE_BENCH_WORKSPACES", 100_000)
+}
+
+/// GET samples (`TERRACE_BENCH_GET_SAMPLES` overrides).
+fn samples() -> usize {
+    env_or("TERRACE_BENCH_GET_SAMPLES", 2_000)
+}
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
 
 fn rss_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
@@ -129,7 +143,7 @@ async fn main() {
     // object itself (as decoded from a watch) plus its index entries.
     let before = rss_bytes();
     let mut first_id = String::new();
-    for i in 0..WORKSPACES {
+    for i in 0..workspaces() {
         let w = workspace(i);
         if i == 0 {
             first_id = w
@@ -143,7 +157,7 @@ async fn main() {
         state.index.insert(w);
     }
     let after = rss_bytes();
-    let per_ws = after.saturating_sub(before) as f64 / WORKSPACES as f64;
+    let per_ws = after.saturating_sub(before) as f64 / workspaces() as f64;
 
     let app = router(state.clone());
 
@@ -172,8 +186,8 @@ async fn main() {
             async move { ([("content-type", "application/vnd.api+json")], b) }
         }),
     );
-    let mut base = time_requests(&bare, &uri, &token, SAMPLES).await;
-    let mut ours = time_requests(&app, &uri, &token, SAMPLES).await;
+    let mut base = time_requests(&bare, &uri, &token, samples()).await;
+    let mut ours = time_requests(&app, &uri, &token, samples()).await;
     let base_p50 = percentile(&mut base, 0.5);
     let ours_p50 = percentile(&mut ours, 0.5);
 
@@ -187,7 +201,10 @@ async fn main() {
     let mut rare = time_requests(&app, rare_uri, &token, 200).await;
     let rare_p50 = percentile(&mut rare, 0.5);
 
-    println!("terrace api benchmark ({WORKSPACES} workspaces in one organization)");
+    println!(
+        "terrace api benchmark ({} workspaces in one organization)",
+        workspaces()
+    );
     println!(
         "GET workspace         p50 {:>9.1?}  baseline (bare axum, same bytes) p50 {:>9.1?}  ratio {:.2}x  (target <= 2x)",
         ours_p50,

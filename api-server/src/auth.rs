@@ -81,6 +81,16 @@ pub fn digest<T: std::hash::Hash + ?Sized>(value: &T) -> u128 {
     (u128::from(a.finish()) << 64) | u128::from(b.finish())
 }
 
+/// A 128-bit digest of `value` under keys chosen at random when the process starts, for
+/// cache keys an outsider must not be able to make collide (they carry a bearer token).
+pub fn keyed_digest<T: std::hash::Hash + ?Sized>(value: &T) -> u128 {
+    use std::hash::{BuildHasher, RandomState};
+    static KEYS: std::sync::LazyLock<(RandomState, RandomState)> =
+        std::sync::LazyLock::new(|| (RandomState::new(), RandomState::new()));
+    let (a, b) = &*KEYS;
+    (u128::from(a.hash_one(value)) << 64) | u128::from(b.hash_one(value))
+}
+
 /// One permission question: may the caller `verb` the `resource` (in group terrace.dev,
 /// unless `group` says otherwise) named `name` in `namespace`?
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -53,15 +53,28 @@ use tower_http::limit::RequestBodyLimitLayer;
 pub use error::ApiError;
 pub use settings::{BlobStoreKind, Edition, Settings};
 
-/// Shared state of the request handlers.
+/// Shared state of the request handlers: one `Arc`, so the clone every extractor makes
+/// is one reference count (a `kube::Client` clone alone costs a tower Buffer handle).
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// What [`AppState`] shares.
+pub struct Shared {
     pub settings: Arc<Settings>,
     pub client: kube::Client,
     pub index: Arc<index::Index>,
     pub auth: Arc<auth::Auth>,
     pub events: kube::runtime::events::Recorder,
     pub rendered: Arc<resources::workspaces::RenderCache>,
+    /// Whole GET responses of single workspaces (the fast path).
+    pub responses: Arc<resources::workspaces::ResponseCache>,
     pub metrics: Arc<metrics::Metrics>,
     /// Signs capability URLs.
     pub signer: Arc<capability::Signer>,
@@ -72,16 +85,17 @@ impl AppState {
     pub fn new(settings: Settings, client: kube::Client) -> AppState {
         let index = Arc::new(index::Index::default());
         let signer = Arc::new(capability::Signer::new(settings.url_signing_key.as_deref()));
-        AppState {
+        AppState(Arc::new(Shared {
             settings: Arc::new(settings),
             auth: Arc::new(auth::Auth::new(client.clone())),
             metrics: Arc::new(metrics::Metrics::new(index.clone())),
             index,
             events: events::recorder(client.clone()),
             rendered: Arc::default(),
+            responses: Arc::default(),
             signer,
             client,
-        }
+        }))
     }
 
     /// Starts the watches and waits (bounded) for their initial lists.

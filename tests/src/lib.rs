@@ -515,3 +515,83 @@ impl Api {
         )
     }
 }
+
+/// The terraform CLI pointed at a `terrace dev`: a CLI configuration file whose host
+/// `terrace.test` serves `tfe.v2` from the instance's API (plain HTTP on loopback) with
+/// its admin token, as a user would write it (`TF_CLI_CONFIG_FILE`).
+pub struct Terraform {
+    config: PathBuf,
+}
+
+/// The hostname the CLI configuration gives `terrace dev` (it must contain a dot).
+pub const CLI_HOST: &str = "terrace.test";
+
+impl Terraform {
+    /// The CLI configuration for `dev`, written to `DIR/cli.tfrc`.
+    pub fn for_dev(dev: &Dev) -> Terraform {
+        Terraform::with_token(dev, &dev.token)
+    }
+
+    /// The CLI configuration for `dev` with another token (`DIR/cli-<hash>.tfrc`).
+    pub fn with_token(dev: &Dev, token: &str) -> Terraform {
+        let name = format!(
+            "cli-{:x}.tfrc",
+            token.len() * 31 + token.bytes().map(usize::from).sum::<usize>()
+        );
+        let config = dev.dir().join(name);
+        std::fs::write(
+            &config,
+            format!(
+                "host \"{CLI_HOST}\" {{\n  services = {{\n    \"tfe.v2\" = \"{}/api/v2/\"\n  }}\n}}\ncredentials \"{CLI_HOST}\" {{\n  token = \"{token}\"\n}}\n",
+                dev.api
+            ),
+        )
+        .expect("CLI configuration");
+        Terraform { config }
+    }
+
+    /// A `terraform` command in `dir` using this configuration (no checkpoint calls, no
+    /// colour, no prompts).
+    pub fn command(&self, dir: &Path, args: &[&str]) -> Command {
+        let mut c = Command::new("terraform");
+        c.args(args)
+            .current_dir(dir)
+            .env("TF_CLI_CONFIG_FILE", &self.config)
+            .env("CHECKPOINT_DISABLE", "1")
+            .env("TF_IN_AUTOMATION", "1")
+            .env_remove("TF_LOG")
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// Runs `terraform args` in `dir` and returns its output.
+    pub fn run(&self, dir: &Path, args: &[&str]) -> Output {
+        self.command(dir, args)
+            .output()
+            .expect("run terraform (it must be on PATH)")
+    }
+}
+
+/// The text of an output (stdout then stderr), for assertions and failure messages.
+pub fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The path of the terraform CLI on PATH (the real engine of the CLI tests); panics when
+/// there is none, so a machine without it fails loudly instead of skipping.
+pub fn terraform_path() -> String {
+    let out = Command::new("sh")
+        .args(["-c", "command -v terraform"])
+        .output()
+        .expect("sh");
+    let path = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(
+        !path.is_empty(),
+        "the terraform CLI is not on PATH: the CLI tests need terraform 1.11"
+    );
+    path
+}

@@ -506,6 +506,8 @@ pub fn unix_millis() -> i64 {
 pub struct Index {
     inner: RwLock<Inner>,
     changes: tokio::sync::watch::Sender<u64>,
+    /// Bumped on every change (what [`Index::generation`] reads without a lock).
+    generation: AtomicU64,
     synced: tokio::sync::watch::Sender<usize>,
     /// Per watched kind, in [`kinds::NAMES`] order.
     watches: Vec<(&'static str, WatchStats)>,
@@ -525,6 +527,7 @@ impl Default for Index {
         Self {
             inner: RwLock::default(),
             changes: tokio::sync::watch::Sender::new(0),
+            generation: AtomicU64::new(0),
             synced: tokio::sync::watch::Sender::new(0),
             watches: kinds::NAMES
                 .iter()
@@ -556,7 +559,14 @@ impl Index {
     }
 
     fn changed(&self) {
+        self.generation.fetch_add(1, Ordering::Release);
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// A number that changes whenever anything in the index does: equal readings mean
+    /// nothing changed in between.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     /// Inserts an object directly, as its watch would (tests and benchmarks).

@@ -14,6 +14,7 @@ use super::input::{
 use super::render::{lock_holder, workspace_id};
 use super::{INCLUDES, Ws, claims, references, respond_one};
 use crate::prelude::*;
+use axum::extract::FromRequestParts;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -41,21 +42,33 @@ pub fn router() -> Router<AppState> {
 
 type WorkspaceDocument = Document<WorkspaceAttributes, WorkspaceRelationships>;
 
+/// B4. A caller reading the same unchanged workspace again is answered from the
+/// [`super::ResponseCache`] without authentication, authorization or rendering.
 async fn show(
     State(state): State<AppState>,
-    f: Found<Workspace>,
-    q: QueryParams,
+    req: axum::extract::Request,
 ) -> Result<Response, ApiError> {
-    let includes = q.includes(INCLUDES)?;
-    respond_one(
-        &state,
-        &f.caller,
-        &f.at,
-        StatusCode::OK,
-        &includes,
-        f.by_name,
-    )
-    .await
+    let (parts, _) = req.into_parts();
+    let key = crate::auth::bearer(&parts).map(|t| super::ResponseCache::key(t, &parts.uri));
+    if let Some(bytes) = key.and_then(|k| state.responses.get(&state, k)) {
+        return Ok(crate::render::DocBytes(StatusCode::OK, bytes).into_response());
+    }
+    // The slow path boxed, so the fast path's future stays small.
+    Box::pin(show_slow(state, parts, key)).await
+}
+
+async fn show_slow(
+    state: AppState,
+    mut parts: axum::http::request::Parts,
+    key: Option<u128>,
+) -> Result<Response, ApiError> {
+    let f = Found::<Workspace>::from_request_parts(&mut parts, &state).await?;
+    let includes = QueryParams::parse(parts.uri.query()).includes(INCLUDES)?;
+    let bytes = super::one_document(&state, &f.caller, &f.at, &includes, f.by_name).await?;
+    if let Some(k) = key {
+        state.responses.put(&state, k, &f.at, bytes.clone());
+    }
+    Ok(crate::render::DocBytes(StatusCode::OK, bytes).into_response())
 }
 
 fn org_defaults(state: &AppState, org: &Organization) -> OrgDefaults {
@@ -551,5 +564,46 @@ mod tests {
             doc["data"]["attributes"]["locked-reason"],
             "Locked by Terraform"
         );
+    }
+
+    /// The response cache of GET never crosses callers and never outlives a change of
+    /// what it shows.
+    #[tokio::test]
+    async fn cached_responses_are_per_caller_and_follow_changes() {
+        let h = harness(Edition::SelfHosted).await;
+        h.workspace("ws-CachedResponse001", "cached", |_| {}).await;
+        let path = "/api/v2/workspaces/ws-CachedResponse001";
+        let reader = h
+            .token_with_role(Some(vec![rule(&["get", "list"], &["workspaces"])]))
+            .await;
+        for _ in 0..2 {
+            let (_, admin) = h.call("GET", path, None).await;
+            assert_eq!(
+                admin["data"]["attributes"]["permissions"]["can-update"],
+                true
+            );
+            let (_, read) = h.call_as(&reader, "GET", path, None).await;
+            assert_eq!(
+                read["data"]["attributes"]["permissions"]["can-update"],
+                false
+            );
+        }
+        let (st, _) = h
+            .call("PATCH", path, ws_body(json!({"description": "changed"})))
+            .await;
+        assert_eq!(st, 200);
+        let (_, read) = h.call_as(&reader, "GET", path, None).await;
+        assert_eq!(read["data"]["attributes"]["description"], "changed");
+        let (_, read) = h
+            .call_as(
+                &reader,
+                "GET",
+                &format!("{path}?include=organization"),
+                None,
+            )
+            .await;
+        assert_eq!(read["included"][0]["type"], "organizations");
+        let nobody = h.token_with_role(None).await;
+        assert_eq!(h.call_as(&nobody, "GET", path, None).await.0, 404);
     }
 }

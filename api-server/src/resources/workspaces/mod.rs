@@ -189,6 +189,138 @@ pub fn with_included_linkage(
         .map_err(|e| ApiError::internal("rendering a workspace", e))
 }
 
+/// Whole responses to `GET` of one workspace, keyed by the bearer token and the request's
+/// path and query: the fast path that skips authentication, authorization and rendering
+/// when the same caller reads the same unchanged workspace again. An entry holds the very
+/// objects (the index's `Arc`s) it was made from and serves only while the index still
+/// holds those (any write replaces them) and for [`crate::auth::CACHE_TTL`], as long as
+/// the token and permission decisions it stands on are reused anyway.
+#[derive(Default)]
+pub struct ResponseCache {
+    entries: std::sync::Mutex<
+        std::collections::HashMap<u128, CachedResponse, std::hash::BuildHasherDefault<KeyHasher>>,
+    >,
+}
+
+/// The keys are already keyed digests: their low bits are the hash.
+#[derive(Default)]
+pub struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 << 8) | u64::from(*b);
+        }
+    }
+    fn write_u128(&mut self, n: u128) {
+        self.0 = n as u64;
+    }
+}
+
+struct CachedResponse {
+    at: std::time::Instant,
+    /// The index generation it was last found valid at.
+    generation: u64,
+    ws: Arc<Workspace>,
+    org: Arc<Organization>,
+    project: Option<Arc<terrace_crds::Project>>,
+    bytes: Bytes,
+}
+
+impl ResponseCache {
+    const MAX: usize = 20_000;
+
+    /// The key of a request: its token and URI.
+    pub fn key(token: &str, uri: &axum::http::Uri) -> u128 {
+        crate::auth::keyed_digest(&(token, uri.path(), uri.query()))
+    }
+
+    /// The cached response, if the objects it shows are still the indexed ones.
+    pub fn get(&self, state: &AppState, key: u128) -> Option<Bytes> {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let c = entries.get_mut(&key)?;
+        if c.at.elapsed() >= crate::auth::CACHE_TTL {
+            return None;
+        }
+        // Nothing changed in the index since it was valid: still valid.
+        let generation = state.index.generation();
+        if c.generation == generation {
+            return Some(c.bytes.clone());
+        }
+        let idx = state.index.read();
+        let uid = c.ws.metadata.uid.as_deref()?;
+        let same = idx
+            .workspace_by_uid(uid)
+            .is_some_and(|w| Arc::ptr_eq(w, &c.ws))
+            && idx
+                .organization_of_namespace(c.org.target_namespace())
+                .is_some_and(|o| Arc::ptr_eq(o, &c.org))
+            && match (idx.project_of(&c.ws), &c.project) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            };
+        if same {
+            c.generation = generation;
+        }
+        same.then(|| c.bytes.clone())
+    }
+
+    /// Keeps `bytes` as the response of `key` for workspace `l` (not for one whose SSH key
+    /// is named by object name: that representation also depends on the key object).
+    pub fn put(&self, state: &AppState, key: u128, l: &Ws, bytes: Bytes) {
+        let by_name_key =
+            l.obj.spec.ssh_key.as_ref().is_some_and(|k| {
+                !terrace_crds::ids::is_valid_id(terrace_crds::ids::IdKind::SshKey, k)
+            });
+        if by_name_key {
+            return;
+        }
+        // Read before the objects are checked below, so a change racing with this put
+        // makes the entry re-validate instead of trusting it.
+        let generation = state.index.generation();
+        let project = {
+            let idx = state.index.read();
+            let current = l
+                .obj
+                .metadata
+                .uid
+                .as_deref()
+                .and_then(|u| idx.workspace_by_uid(u))
+                .is_some_and(|w| Arc::ptr_eq(w, &l.obj))
+                && idx
+                    .organization_of_namespace(l.org.target_namespace())
+                    .is_some_and(|o| Arc::ptr_eq(o, &l.org));
+            if !current {
+                // Rendered from objects the index has replaced since: not worth keeping.
+                return;
+            }
+            idx.project_of(&l.obj).cloned()
+        };
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if entries.len() >= Self::MAX {
+            entries.retain(|_, c| c.at.elapsed() < crate::auth::CACHE_TTL);
+            if entries.len() >= Self::MAX {
+                entries.clear();
+            }
+        }
+        entries.insert(
+            key,
+            CachedResponse {
+                at: std::time::Instant::now(),
+                generation,
+                ws: l.obj.clone(),
+                org: l.org.clone(),
+                project,
+                bytes,
+            },
+        );
+    }
+}
+
 /// Rendered single-workspace documents, keyed by everything they depend on (the
 /// workspace's, organization's and project's resourceVersions, the caller, the edition)
 /// and kept as long as the permission decisions they embed ([`crate::auth::CACHE_TTL`]).
@@ -288,12 +420,24 @@ async fn respond_one(
     includes: &[String],
     by_name: bool,
 ) -> Result<Response, ApiError> {
+    let bytes = one_document(state, caller, l, includes, by_name).await?;
+    Ok(crate::render::DocBytes(status, bytes).into_response())
+}
+
+/// The document of one workspace for this caller.
+async fn one_document(
+    state: &AppState,
+    caller: &Caller,
+    l: &Ws,
+    includes: &[String],
+    by_name: bool,
+) -> Result<Bytes, ApiError> {
     // The whole single-workspace document is cached too when nothing is included.
     let doc_key = includes
         .is_empty()
         .then(|| crate::auth::digest(&(render_key(state, caller, l, by_name), "doc")));
     if let Some(bytes) = doc_key.and_then(|k| state.rendered.get(k)) {
-        return Ok(crate::render::DocBytes(status, bytes).into_response());
+        return Ok(bytes);
     }
     let data = with_included_linkage(
         state,
@@ -315,7 +459,7 @@ async fn respond_one(
     if let Some(k) = doc_key {
         state.rendered.put(k, bytes.clone());
     }
-    Ok(crate::render::DocBytes(status, bytes).into_response())
+    Ok(bytes)
 }
 
 /// Waits (bounded) until the index has seen `ws` and answers it located.
