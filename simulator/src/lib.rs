@@ -1,11 +1,12 @@
-//! A local, Kubernetes-API-compatible cluster simulator.
+//! terrace's Kubernetes-API-compatible cluster simulator.
 //!
-//! It exists so terrace's test suite and `terrace dev` can run the real operator, the real
-//! API server, `kubectl` and `kube::Client` without a kube-apiserver. It serves the
-//! Kubernetes REST protocol over HTTPS on loopback (see [`tls`]) and in-process (as a tower Service for
-//! `kube::Client::new`), keeps objects in an embedded store persisted under a data
-//! directory, and copies the API server behaviours terrace and kubectl depend on. See
-//! README.md beside this crate for what it copies and what it does not.
+//! A product component: `terrace dev` runs the real operator, the real API server,
+//! `kubectl` and `kube::Client` on it without a kube-apiserver, and terrace's test suite
+//! uses it the same way. It serves the Kubernetes REST protocol over HTTPS (see [`tls`]),
+//! plain HTTP and in-process (as a tower Service for `kube::Client::new`), keeps objects
+//! in an embedded store persisted under a data directory, and copies the API server
+//! behaviours terrace and kubectl depend on. See README.md beside this crate for what it
+//! copies and what it does not.
 #![forbid(unsafe_code)]
 
 pub mod access;
