@@ -19,6 +19,7 @@ pub mod schema;
 pub mod table;
 
 pub mod gc;
+pub mod kinds;
 pub mod kubelet;
 pub mod meta;
 pub mod patch;
@@ -212,7 +213,7 @@ impl Simulator {
                 (store::new_token(), auth::TokenSigner::generate_key()),
             ),
         };
-        st.register_stored_crds();
+        kinds::crd::register_stored(&mut st);
         // Processes do not survive the simulator: Pods it ran before are lost.
         kubelet::node_restarted(&mut st);
         let pods_dir = match &config.data_dir {
@@ -234,33 +235,9 @@ impl Simulator {
             flush_lock: tokio::sync::Mutex::new(()),
             tasks: Mutex::new(Vec::new()),
         });
-        shared.write(|st| -> Result<(), SimError> {
-            let ns_info = st
-                .registry
-                .get("", "v1", "namespaces")
-                .ok_or_else(|| SimError::Bootstrap("namespaces not registered".into()))?;
-            for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
-                if st
-                    .get(&rest::res_key(&ns_info), &(String::new(), ns.into()))
-                    .is_none()
-                {
-                    let opts = rest::WriteOpts {
-                        field_manager: "kube-apiserver".into(),
-                        ..Default::default()
-                    };
-                    rest::create(
-                        st,
-                        &ns_info,
-                        None,
-                        serde_json::json!({"metadata": {"name": ns}}),
-                        &opts,
-                        "Update",
-                    )
-                    .map_err(|e| SimError::Bootstrap(e.message))?;
-                }
-            }
-            Ok(())
-        })?;
+        shared
+            .write(kinds::namespace::create_defaults)
+            .map_err(SimError::Bootstrap)?;
         access::bootstrap(&shared).map_err(SimError::Bootstrap)?;
         let tls = Arc::new(open_tls(sim_tls_dir(&shared.config)).await?);
         let sim = Simulator { shared, tls };

@@ -323,17 +323,19 @@ async fn dispatch_inner(shared: Arc<Shared>, req: Request) -> ApiResult<Response
         subresource: rest.get(2).map(|s| s.to_string()),
         info,
     };
-    let pod_log = target.info.group.is_empty()
-        && target.info.plural == "pods"
-        && target.subresource.as_deref() == Some("log");
+    let kind = crate::kinds::of(&target.info);
+    let read_sub = target
+        .subresource
+        .as_deref()
+        .filter(|s| kind.read_subresources().contains(s));
     if let Some(sub) = &target.subresource
         && !(sub == "status" && target.info.status_subresource)
-        && !pod_log
+        && read_sub.is_none()
     {
         return Err(ApiError::page_not_found());
     }
     let query = query_map(&parts.uri)?;
-    if pod_log {
+    if let Some(sub) = read_sub {
         if parts.method != Method::GET {
             return Err(ApiError::method_not_allowed(
                 "the server does not allow this method on the requested resource",
@@ -341,9 +343,9 @@ async fn dispatch_inner(shared: Arc<Shared>, req: Request) -> ApiResult<Response
             .with_details(json!({})));
         }
         let name = target.name.as_deref().unwrap_or("");
-        let pod =
+        let obj =
             shared.read(|st| rest::get(st, &target.info, target.namespace.as_deref(), name))?;
-        return crate::kubelet::logs::serve(&shared, pod, &query);
+        return kind.get_subresource(&shared, sub, obj, &query);
     }
     let body = axum::body::to_bytes(body, 64 * 1024 * 1024)
         .await
@@ -548,7 +550,7 @@ async fn resource_request(
             let kind = PatchType::from_content_type(ct).ok_or_else(|| {
                 ApiError::unsupported_media_type(format!(
                     "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml{}",
-                    if info.custom { "" } else { ", application/strategic-merge-patch+json" }
+                    if crate::kinds::of(&info).strategic_merge() { ", application/strategic-merge-patch+json" } else { "" }
                 ))
             })?;
             let opts = write_opts(&headers, &q)?;
@@ -759,18 +761,18 @@ fn resource_list(shared: &Shared, group: &str, version: &str) -> Option<Value> {
                 r["categories"] = json!(i.categories);
             }
             resources.push(r);
-            if i.group.is_empty() && i.plural == "pods" {
+            for sub in crate::kinds::of(i).read_subresources() {
                 resources.push(json!({
-                    "name": "pods/log",
+                    "name": format!("{}/{sub}", i.plural),
                     "singularName": "",
-                    "namespaced": true,
-                    "kind": "Pod",
+                    "namespaced": i.namespaced,
+                    "kind": i.kind,
                     "verbs": ["get"],
                 }));
             }
-            for sub in st.registry.subresources(i) {
+            if i.status_subresource {
                 resources.push(json!({
-                    "name": format!("{}/{sub}", i.plural),
+                    "name": format!("{}/status", i.plural),
                     "singularName": "",
                     "namespaced": i.namespaced,
                     "kind": i.kind,

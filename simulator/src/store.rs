@@ -9,7 +9,7 @@
 //! directory; the log is appended by a background flusher and on shutdown, and compacted
 //! into the snapshot on open.
 
-use crate::registry::{Registry, crd_to_infos};
+use crate::registry::Registry;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::io::{BufRead, Write};
@@ -290,23 +290,6 @@ impl State {
             .range((lower, Bound::Unbounded))
             .take_while(move |(k, _)| namespace.is_none_or(|ns| k.0 == ns));
         Box::new(it)
-    }
-
-    /// Rebuilds the registry entries of every stored CRD (after loading from disk).
-    pub fn register_stored_crds(&mut self) {
-        let crds: Vec<Arc<Value>> = self
-            .data
-            .get(&(
-                "apiextensions.k8s.io".to_string(),
-                "customresourcedefinitions".to_string(),
-            ))
-            .map(|rd| rd.objects.values().cloned().collect())
-            .unwrap_or_default();
-        for crd in crds {
-            if let Ok(infos) = crd_to_infos(&crd) {
-                self.registry.register_crd(infos);
-            }
-        }
     }
 }
 
