@@ -271,7 +271,7 @@ async fn dispatch_inner(shared: Arc<Shared>, req: Request) -> ApiResult<Response
                 (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain")], "ok").into_response(),
             );
         }
-        ["openapi", ..] => return openapi(&shared, &segs[1..]),
+        ["openapi", ..] => return openapi(&shared, &segs[1..], &parts.headers),
         ["api"] => {
             return Ok(json_response(
                 StatusCode::OK,
@@ -789,7 +789,17 @@ fn resource_list(shared: &Shared, group: &str, version: &str) -> Option<Value> {
     })
 }
 
-fn openapi(shared: &Shared, rest: &[&str]) -> ApiResult<Response> {
+/// `/openapi/v2` and `/openapi/v3/...`, in the media type the Accept header picks
+/// ([`crate::openapi::negotiate`]): JSON, or the v2 document as protobuf; 406 (empty, as
+/// kube-openapi answers) when none is acceptable, 404 for a group version not served.
+fn openapi(shared: &Shared, rest: &[&str], headers: &HeaderMap) -> ApiResult<Response> {
+    use crate::openapi::{V2_MEDIA_TYPES, V3_MEDIA_TYPES, negotiate, v2proto};
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let offers = if rest.first() == Some(&"v2") {
+        V2_MEDIA_TYPES
+    } else {
+        V3_MEDIA_TYPES
+    };
     let all = shared.read(|st| st.registry.all());
     let doc = match rest {
         ["v2"] => Some(crate::openapi::v2_document(&all)),
@@ -798,8 +808,25 @@ fn openapi(shared: &Shared, rest: &[&str]) -> ApiResult<Response> {
         ["v3", "apis", g, v] => crate::openapi::v3_group_version(g, v, &all),
         _ => None,
     };
-    match doc {
-        Some(d) => Ok(json_response(StatusCode::OK, &d, &[])),
-        None => Err(ApiError::page_not_found()),
+    let Some(doc) = doc else {
+        return Err(ApiError::page_not_found());
+    };
+    match negotiate(accept, offers) {
+        Some("application/json") => {
+            let mut r = json_response(StatusCode::OK, &doc, &[]);
+            r.headers_mut()
+                .insert(header::VARY, HeaderValue::from_static("Accept"));
+            Ok(r)
+        }
+        Some(_) => Ok((
+            StatusCode::OK,
+            [
+                (header::CONTENT_TYPE, v2proto::MEDIA_TYPE_DOTTED),
+                (header::VARY, "Accept"),
+            ],
+            v2proto::encode(&doc),
+        )
+            .into_response()),
+        None => Ok((StatusCode::NOT_ACCEPTABLE, [(header::VARY, "Accept")]).into_response()),
     }
 }

@@ -1,10 +1,12 @@
-//! The simulator's OpenAPI documents and Table output as the real kubectl (1.32) consumes
+//! The simulator's OpenAPI documents and Table output as the real kubectl (1.32+) consumes
 //! them: `kubectl explain` of a custom kind, `kubectl apply --validate=strict` with an
-//! unknown field, `kubectl get` printer columns. Skipped (passing) when kubectl is not
-//! installed.
+//! unknown field, `kubectl get` printer columns, a manifest of a kind the cluster does
+//! not know, `kind: List` files; and the media types `/openapi/*` answers in. The
+//! kubectl tests are skipped (passing) when kubectl is not installed.
 
 use std::process::Command;
 use terrace_simulator::{SimConfig, Simulator};
+use tower::ServiceExt as _;
 
 const CRD: &str = r#"
 apiVersion: apiextensions.k8s.io/v1
@@ -146,4 +148,145 @@ async fn kubectl_explain_apply_get() -> anyhow::Result<()> {
     sim.shutdown().await;
     server.abort();
     result
+}
+
+fn kubectl_installed() -> bool {
+    let found = Command::new("kubectl")
+        .arg("version")
+        .arg("--client")
+        .output()
+        .is_ok();
+    if !found {
+        eprintln!("kubectl not installed; skipping");
+    }
+    found
+}
+
+/// A simulator served over HTTPS with a kubeconfig for kubectl; the CRD above installed.
+async fn served() -> anyhow::Result<(Simulator, tempfile::TempDir, std::path::PathBuf)> {
+    let sim = Simulator::open(SimConfig::default()).await?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn({
+        let sim = sim.clone();
+        async move { sim.serve(listener).await }
+    });
+    let dir = tempfile::tempdir()?;
+    let kc = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kc,
+        sim.kubeconfig(&format!("https://{addr}"), &sim.admin_token()),
+    )?;
+    Ok((sim, dir, kc))
+}
+
+const ARGO_APPLICATION: &str = "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata: {name: terrace-acme, namespace: default}\nspec: {project: default}\n";
+
+/// Copies what kubectl sees from kube-apiserver for a kind the cluster does not serve:
+/// its group version is not in the OpenAPI v3 index, so kubectl falls back to
+/// `/openapi/v2` as protobuf, finds no schema for it, skips client-side validation and
+/// reports the REST mapper's error (before the fix: `error validating … proto: cannot
+/// parse invalid wire-format data`, from a JSON body where protobuf was asked for).
+/// `kind: List` files, which kubectl validates item by item against the v2 document,
+/// apply with validation on, and an unknown field in an item is still caught.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_unknown_kind_and_lists() -> anyhow::Result<()> {
+    if !kubectl_installed() {
+        return Ok(());
+    }
+    let (sim, _dir, kc) = served().await?;
+    let result = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        let kc = kc.as_path();
+        let (ok, out, err) = kubectl(kc, &["apply", "-f", "-"], Some(CRD));
+        anyhow::ensure!(ok, "create CRD: {out}{err}");
+
+        let (ok, out, err) = kubectl(kc, &["apply", "-f", "-"], Some(ARGO_APPLICATION));
+        anyhow::ensure!(!ok, "an unknown kind applied: {out}");
+        anyhow::ensure!(
+            err.contains(r#"no matches for kind "Application" in version "argoproj.io/v1alpha1""#)
+                && err.contains("ensure CRDs are installed first")
+                && !err.contains("proto:"),
+            "unknown kind: {err}"
+        );
+
+        let list = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: listed, namespace: default}\n  data: {a: b}\n- apiVersion: terrace.dev/v1alpha1\n  kind: Gadget\n  metadata: {name: listed, namespace: default}\n  spec: {name: abc}\n";
+        let (ok, out, err) = kubectl(kc, &["apply", "-f", "-"], Some(list));
+        anyhow::ensure!(ok, "apply a List: {out}{err}");
+        anyhow::ensure!(
+            out.contains("configmap/listed created") && out.contains("gadget.terrace.dev/listed created"),
+            "apply a List: {out}"
+        );
+
+        let bad = list.replace("spec: {name: abc}", "spec: {name: abc, colour: red}");
+        let (ok, out, err) = kubectl(kc, &["apply", "--validate=strict", "-f", "-"], Some(&bad));
+        anyhow::ensure!(!ok, "a List item with an unknown field applied: {out}");
+        anyhow::ensure!(
+            err.contains(r#"unknown field "colour""#),
+            "a List item with an unknown field: {err}"
+        );
+        Ok(())
+    })
+    .await?;
+    sim.shutdown().await;
+    result
+}
+
+/// Copies kube-openapi's handlers: `/openapi/v2` in JSON or, for gnostic's protobuf
+/// media type (what client-go's `OpenAPISchema()` asks for), as `openapi.v2.Document`;
+/// an Accept header nothing matches is 406; a group version nobody serves is 404.
+#[tokio::test]
+async fn openapi_media_types() -> anyhow::Result<()> {
+    let sim = Simulator::open(SimConfig::default()).await?;
+    let get = |path: &str, accept: &str| -> anyhow::Result<http::Request<axum::body::Body>> {
+        Ok(http::Request::get(path)
+            .header("authorization", format!("Bearer {}", sim.admin_token()))
+            .header("accept", accept)
+            .body(axum::body::Body::empty())?)
+    };
+    let call = |req: http::Request<axum::body::Body>| async {
+        let resp = sim.router().oneshot(req).await?;
+        let status = resp.status().as_u16();
+        let ct = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        let body = axum::body::to_bytes(resp.into_body(), usize::MAX).await?;
+        anyhow::Ok((status, ct, body))
+    };
+
+    let proto = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
+    let (status, ct, body) = call(get("/openapi/v2", proto)?).await?;
+    assert_eq!(status, 200);
+    assert_eq!(
+        ct,
+        "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+    );
+    // Field 1 (swagger), length 3: "2.0".
+    assert!(
+        body.starts_with(b"\x0a\x032.0"),
+        "{:?}",
+        &body[..body.len().min(16)]
+    );
+
+    let (status, ct, body) = call(get("/openapi/v2", "application/json, */*")?).await?;
+    assert_eq!((status, ct.as_str()), (200, "application/json"));
+    let doc: serde_json::Value = serde_json::from_slice(&body)?;
+    assert_eq!(doc["swagger"], "2.0");
+
+    let (status, _, _) = call(get("/openapi/v2", "application/xml")?).await?;
+    assert_eq!(status, 406);
+    let (status, _, _) = call(get("/openapi/v3/api/v1", proto)?).await?;
+    assert_eq!(status, 406);
+    let (status, _, body) = call(get(
+        "/openapi/v3/apis/argoproj.io/v1alpha1",
+        "application/json",
+    )?)
+    .await?;
+    assert_eq!(status, 404);
+    let st: serde_json::Value = serde_json::from_slice(&body)?;
+    assert_eq!(st["reason"], "NotFound");
+    sim.shutdown().await;
+    Ok(())
 }
