@@ -43,7 +43,9 @@ use tokio::sync::{Notify, watch as tokio_watch};
 /// How a [`Simulator`] is opened.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
-    /// Where objects and the admin token persist; `None` keeps everything in memory.
+    /// Where objects and the admin token persist (a directory readable by its owner
+    /// only; a write is answered once it is on disk there); `None` keeps everything in
+    /// memory.
     pub data_dir: Option<PathBuf>,
     /// Events kept per resource for watch resumption (the watch cache size).
     pub watch_history: usize,
@@ -93,6 +95,11 @@ pub enum SimError {
     Tls(#[from] tls::TlsError),
 }
 
+/// How long a writer waits for its log record to reach the disk before it is answered
+/// 504 (kube-apiserver's answer when etcd does not commit in time). The write is applied
+/// in memory either way and reaches the disk with a later batch.
+const DURABLE_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// State shared by the HTTP handlers, watches and background tasks.
 pub struct Shared {
     state: Mutex<State>,
@@ -105,6 +112,10 @@ pub struct Shared {
     /// Authenticator and cached RBAC snapshot.
     pub access: access::Access,
     files: Option<Files>,
+    /// How many log records are on disk ([`State::log_seq`] of the last synced batch).
+    durable: tokio_watch::Sender<u64>,
+    /// Wakes the flusher: a writer waits for its records.
+    flush_wake: Notify,
     /// Where the simulated node keeps each Pod's volumes, logs and termination
     /// messages: `DATA_DIR/pods/<uid>`, or a fresh temporary folder.
     pub pods_dir: PathBuf,
@@ -125,20 +136,31 @@ impl Shared {
     }
 
     /// Changes the store under its lock, then wakes watches and the garbage collector.
+    /// The change reaches the disk with the flusher's next batch, within about 100 ms;
+    /// a change a client is answered for goes through [`Shared::write_durably`].
     pub fn write<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
-        self.write_inner(f, true)
+        self.write_inner(f, true).0
     }
 
-    fn write_inner<R>(&self, f: impl FnOnce(&mut State) -> R, wake_gc: bool) -> R {
-        let (r, rv_before, rv, gc) = {
+    /// A write by a background controller: wakes watches but not the controllers.
+    pub fn write_from_controller<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        self.write_inner(f, false).0
+    }
+
+    /// Returns `f`'s result and the log position the write reached, when it queued
+    /// records.
+    fn write_inner<R>(&self, f: impl FnOnce(&mut State) -> R, wake_gc: bool) -> (R, Option<u64>) {
+        let (r, rv_before, rv, gc, seq) = {
             let mut st = self.lock();
             let before = st.rv;
+            let seq_before = st.log_seq;
             let r = f(&mut st);
             (
                 r,
                 before,
                 st.rv,
                 !st.gc_queue.is_empty() || !st.terminating.is_empty(),
+                (st.log_seq != seq_before).then_some(st.log_seq),
             )
         };
         if rv != rv_before {
@@ -147,29 +169,87 @@ impl Shared {
         if gc && wake_gc {
             self.gc_wake.notify_one();
         }
+        (r, seq)
+    }
+
+    /// A write a client is answered for (group commit): changes the store like
+    /// [`Shared::write`], then waits until the batch holding its log records is on disk
+    /// (`fdatasync`), so a write that was answered survives `kill -9` and power loss.
+    /// Writers arriving while a batch is being synced go together in the next one. In
+    /// memory (no data directory) there is nothing to wait for. Answers 504 when the
+    /// disk does not take the batch within a minute.
+    pub async fn write_durably<T>(
+        &self,
+        f: impl FnOnce(&mut State) -> status::ApiResult<T>,
+    ) -> status::ApiResult<T> {
+        let (r, seq) = self.write_inner(f, true);
+        if let Some(seq) = seq {
+            self.wait_durable(seq).await?;
+        }
         r
     }
 
-    /// A write by a background controller: wakes watches but not the controllers.
-    pub fn write_from_controller<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
-        self.write_inner(f, false)
+    async fn wait_durable(&self, seq: u64) -> status::ApiResult<()> {
+        if self.files.is_none() {
+            return Ok(());
+        }
+        self.flush_wake.notify_one();
+        let mut durable = self.durable.subscribe();
+        let mut shutdown = self.shutdown.subscribe();
+        tokio::select! {
+            ok = async { durable.wait_for(|d| *d >= seq).await.is_ok() } => {
+                if ok {
+                    return Ok(());
+                }
+            }
+            // The flusher is gone: flush here (the final flush may have run before this
+            // write).
+            () = async { let _ = shutdown.wait_for(|s| *s).await; } => {
+                self.flush().await;
+                if *self.durable.borrow() >= seq {
+                    return Ok(());
+                }
+            }
+            () = tokio::time::sleep(DURABLE_TIMEOUT) => {}
+        }
+        Err(status::ApiError::new(
+            504,
+            "Timeout",
+            "Timeout: the write was applied but its log record did not reach the disk in time",
+        ))
     }
 
-    /// Appends pending log records to disk.
-    async fn flush(&self, sync: bool) {
+    /// Appends the pending log records to disk and syncs them, then tells the writers
+    /// waiting for them. On failure the records stay queued (in order) for the next
+    /// flush.
+    async fn flush(&self) {
         let Some(files) = &self.files else { return };
         let _guard = self.flush_lock.lock().await;
-        let lines = std::mem::take(&mut self.lock().pending_log);
-        let dir = files.dir.clone();
+        let (lines, seq) = {
+            let mut st = self.lock();
+            (std::mem::take(&mut st.pending_log), st.log_seq)
+        };
+        if lines.is_empty() {
+            return;
+        }
+        let files = files.clone();
         let result = tokio::task::spawn_blocking(move || {
-            let f = Files { dir };
-            f.append(&lines)?;
-            if sync { f.sync() } else { Ok(()) }
+            let r = files.append(&lines, true);
+            (r, lines)
         })
         .await;
         match result {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::error!(error = %e, "simulator: writing the store log failed"),
+            Ok((Ok(()), _)) => {
+                self.durable.send_if_modified(|d| {
+                    let newer = seq > *d;
+                    *d = (*d).max(seq);
+                    newer
+                });
+            }
+            Ok((Err(e), lines)) => {
+                tracing::error!(error = %e, "simulator: writing the store log failed; retrying");
+                self.lock().pending_log.splice(0..0, lines);
+            }
             Err(e) => tracing::error!(error = %e, "simulator: store flush task failed"),
         }
     }
@@ -189,7 +269,7 @@ impl Simulator {
         let mut st = State::new(config.watch_history, config.data_dir.is_some());
         let (files, (admin_token, signing_key)) = match &config.data_dir {
             Some(dir) => {
-                let files = Files { dir: dir.clone() };
+                let files = Files::new(dir.clone());
                 let io = |source| SimError::Io {
                     path: dir.clone(),
                     source,
@@ -221,6 +301,7 @@ impl Simulator {
             None => std::env::temp_dir().join(format!("terrace-sim-{}", uuid::Uuid::new_v4())),
         };
         let (changes, _) = tokio_watch::channel(st.rv);
+        let (durable, _) = tokio_watch::channel(st.log_seq);
         let (shutdown, _) = tokio_watch::channel(false);
         let shared = Arc::new(Shared {
             state: Mutex::new(st),
@@ -230,6 +311,8 @@ impl Simulator {
             access: access::Access::new(signing_key, &admin_token),
             admin_token,
             files,
+            durable,
+            flush_wake: Notify::new(),
             pods_dir,
             shutdown,
             flush_lock: tokio::sync::Mutex::new(()),
@@ -250,9 +333,16 @@ impl Simulator {
                 // `changed()` for this receiver.
                 while !*shutdown.borrow_and_update() {
                     tokio::select! {
-                        _ = tokio::time::sleep(Duration::from_millis(100)) => shared.flush(false).await,
+                        // A writer waits: sync now (while a batch syncs, the next gathers).
+                        _ = shared.flush_wake.notified() => {}
+                        // Background writes (controllers, the kubelet) nobody waits for.
+                        _ = tokio::time::sleep(Duration::from_millis(100)) => {}
                         _ = shutdown.changed() => return,
                     }
+                    // Writers woken by the previous batch are runnable now: let them
+                    // queue their next records, so they share this batch's sync.
+                    tokio::task::yield_now().await;
+                    shared.flush().await;
                 }
             })
         };
@@ -379,7 +469,7 @@ impl Simulator {
         for t in tasks {
             let _ = t.await;
         }
-        self.shared.flush(true).await;
+        self.shared.flush().await;
     }
 }
 

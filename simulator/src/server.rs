@@ -534,13 +534,17 @@ async fn resource_request(
         (&Method::POST, None) => {
             let opts = write_opts(&headers, &q)?;
             let obj = parse_body(&headers, &body)?;
-            let r = shared.write(|st| rest::create(st, &info, ns, obj, &opts, "Update"))?;
+            let r = shared
+                .write_durably(|st| rest::create(st, &info, ns, obj, &opts, "Update"))
+                .await?;
             Ok(write_response(&info, r, fmt))
         }
         (&Method::PUT, Some(name)) => {
             let opts = write_opts(&headers, &q)?;
             let obj = parse_body(&headers, &body)?;
-            let r = shared.write(|st| rest::update(st, &info, ns, name, obj, &opts, sub))?;
+            let r = shared
+                .write_durably(|st| rest::update(st, &info, ns, name, obj, &opts, sub))
+                .await?;
             Ok(write_response(&info, r, fmt))
         }
         (&Method::PATCH, Some(name)) => {
@@ -559,18 +563,24 @@ async fn resource_request(
                     "force: Forbidden: may not be specified for non-apply patch",
                 ));
             }
-            let r = shared.write(|st| rest::patch(st, &info, ns, name, kind, &body, &opts, sub))?;
+            let r = shared
+                .write_durably(|st| rest::patch(st, &info, ns, name, kind, &body, &opts, sub))
+                .await?;
             Ok(write_response(&info, r, fmt))
         }
         (&Method::DELETE, Some(name)) if sub.is_none() => {
             let opts = delete_opts(&q, &body)?;
-            let obj = shared.write(|st| rest::delete(st, &info, ns, name, &opts))?;
+            let obj = shared
+                .write_durably(|st| rest::delete(st, &info, ns, name, &opts))
+                .await?;
             Ok(json_response(StatusCode::OK, &obj, &[]))
         }
         (&Method::DELETE, None) => {
             let lo = list_opts(&q)?;
             let opts = delete_opts(&q, &body)?;
-            let items = shared.write(|st| rest::delete_collection(st, &info, ns, &lo, &opts))?;
+            let items = shared
+                .write_durably(|st| rest::delete_collection(st, &info, ns, &lo, &opts))
+                .await?;
             let rv = shared.read(|st| st.rv.to_string());
             Ok(json_response(
                 StatusCode::OK,
