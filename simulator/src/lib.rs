@@ -21,6 +21,7 @@ pub mod table;
 pub mod gc;
 pub mod kinds;
 pub mod kubelet;
+pub mod listener;
 pub mod meta;
 pub mod patch;
 pub mod registry;
@@ -64,6 +65,9 @@ pub struct SimConfig {
     /// `PATH` as a link to the program, so processes it starts find it too (`terrace
     /// dev --engine` maps `tofu` here).
     pub command_overrides: Vec<(String, PathBuf)>,
+    /// Timeouts and connection cap of [`Simulator::serve`] and
+    /// [`Simulator::serve_plain`] ([`listener`]).
+    pub limits: listener::ConnectionLimits,
 }
 
 impl Default for SimConfig {
@@ -75,6 +79,7 @@ impl Default for SimConfig {
             run_pods: true,
             image_overrides: Vec::new(),
             command_overrides: Vec::new(),
+            limits: listener::ConnectionLimits::default(),
         }
     }
 }
@@ -388,44 +393,45 @@ impl Simulator {
     }
 
     /// Serves HTTPS (HTTP/1.1 over TLS, the certificate from [`Simulator::ca_pem`]'s CA)
-    /// on `listener` until [`Simulator::shutdown`]. Every request is authenticated by its
-    /// bearer token; one without is `system:anonymous`, as on kube-apiserver's secure port.
+    /// on `listener` until [`Simulator::shutdown`], under [`SimConfig::limits`]. Every
+    /// request is authenticated by its bearer token; one without is `system:anonymous`,
+    /// as on kube-apiserver's secure port.
     pub async fn serve(&self, listener: tokio::net::TcpListener) -> Result<(), SimError> {
-        let mut shutdown = self.shared.shutdown.subscribe();
-        if *shutdown.borrow() {
-            return Ok(());
-        }
-        let listener =
-            tls::TlsListener::new(listener, self.tls.server_config()).map_err(SimError::Serve)?;
-        let app = server::router(self.shared.clone(), false).into_make_service();
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = shutdown.wait_for(|s| *s).await;
-            })
-            .await
-            .map_err(SimError::Serve)
+        let tls = tokio_rustls::TlsAcceptor::from(self.tls.server_config());
+        self.serve_with(listener, Some(tls), false).await
     }
 
-    /// Serves plain HTTP/1.1 on `listener` until [`Simulator::shutdown`], for clients that
-    /// cannot do TLS.
+    /// Serves plain HTTP/1.1 on `listener` until [`Simulator::shutdown`], under
+    /// [`SimConfig::limits`], for clients that cannot do TLS.
     ///
     /// kubectl (client-go) does not send bearer tokens over plain HTTP, so here, as on
     /// the old kube-apiserver insecure port, loopback requests without an Authorization
     /// header act as the admin user; requests with a token are authenticated by it.
     /// Prefer [`Simulator::serve`], where RBAC applies to kubectl too.
     pub async fn serve_plain(&self, listener: tokio::net::TcpListener) -> Result<(), SimError> {
-        let mut shutdown = self.shared.shutdown.subscribe();
+        self.serve_with(listener, None, true).await
+    }
+
+    async fn serve_with(
+        &self,
+        listener: tokio::net::TcpListener,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+        loopback_admin: bool,
+    ) -> Result<(), SimError> {
+        let shutdown = self.shared.shutdown.subscribe();
         if *shutdown.borrow() {
             return Ok(());
         }
-        let app = server::router(self.shared.clone(), true)
-            .into_make_service_with_connect_info::<std::net::SocketAddr>();
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = shutdown.wait_for(|s| *s).await;
-            })
-            .await
-            .map_err(SimError::Serve)
+        let app = server::router(self.shared.clone(), loopback_admin);
+        listener::serve(
+            app,
+            listener,
+            tls,
+            self.shared.config.limits.clone(),
+            shutdown,
+        )
+        .await
+        .map_err(SimError::Serve)
     }
 
     /// The CA certificate (PEM) that signed the certificate [`Simulator::serve`] presents.
