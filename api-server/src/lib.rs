@@ -16,7 +16,9 @@
 //!   import each other.
 //!
 //! Everything the server does not serve answers a JSON:API 404, so clients see the error
-//! format they expect from TFE rather than axum's plain text.
+//! format they expect from TFE rather than axum's plain text. [`listener`] serves it with
+//! header, body and idle timeouts and a connection cap, and makes the errors no handler
+//! answers (405, 413 by Content-Length, 414, 431) JSON:API documents too.
 //!
 //! Each request gets a request ID and a log span, and is counted per route template
 //! ([`metrics`]); `/metrics` is served on a separate listener (`--metrics-addr`) so the
@@ -34,6 +36,7 @@ pub mod documents;
 pub mod error;
 pub mod events;
 pub mod index;
+pub mod listener;
 pub mod metrics;
 pub mod prelude;
 pub mod query;
@@ -190,7 +193,6 @@ pub async fn serve_state(
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    let limits = state.settings.limits.clone();
+    listener::serve(router(state), listener, limits, shutdown).await
 }

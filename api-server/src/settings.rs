@@ -1,5 +1,7 @@
 //! Configuration of the API server (flags and environment variables).
 
+use std::time::Duration;
+
 use clap::{Args, ValueEnum};
 
 /// Which edition of the service terrace behaves as (SPEC.md: some endpoints exist only on
@@ -61,6 +63,58 @@ pub struct Settings {
     /// without it each process makes a random key (fine for one process).
     #[arg(long, env = "TERRACE_URL_SIGNING_KEY", hide_env_values = true)]
     pub url_signing_key: Option<String>,
+    #[command(flatten)]
+    pub limits: ConnectionLimits,
+}
+
+/// What one client may hold of the API listener (see the `listener` module): timeouts
+/// that close connections a slow, idle or hostile client does not use, and a cap on how
+/// many are open. The defaults let a real client on a slow link through.
+#[derive(Clone, Debug, Args)]
+pub struct ConnectionLimits {
+    /// Longest a client may take to send a request's headers, from their first byte
+    /// (e.g. 30s, 1m).
+    #[arg(long, env = "TERRACE_API_HEADER_READ_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub header_read_timeout: Duration,
+    /// Longest a request body may take from the end of the headers, extended by one
+    /// second for every --body-min-rate bytes received (a large upload on a slow link
+    /// passes, a trickle does not). Late: 408.
+    #[arg(long, env = "TERRACE_API_BODY_READ_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub body_read_timeout: Duration,
+    /// Bytes per second of request body that earn one more second of --body-read-timeout.
+    #[arg(long, env = "TERRACE_API_BODY_MIN_RATE", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
+    pub body_min_rate: u64,
+    /// Longest a kept-alive connection may wait for its next request, and a response
+    /// for the client to read it, before the connection is closed.
+    #[arg(long, env = "TERRACE_API_IDLE_TIMEOUT", default_value = "90s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+    /// Most connections open at once; more wait in the kernel's backlog until one closes.
+    #[arg(long, env = "TERRACE_API_MAX_CONNECTIONS", default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: Duration::from_secs(30),
+            body_read_timeout: Duration::from_secs(60),
+            body_min_rate: 1024,
+            idle_timeout: Duration::from_secs(90),
+            max_connections: 4096,
+        }
+    }
+}
+
+/// A positive duration such as `30s`, `1m30s` or `500ms`.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d: jiff::SignedDuration = s
+        .trim()
+        .parse()
+        .map_err(|e| format!("{s:?} is not a duration such as 30s or 2m: {e}"))?;
+    Duration::try_from(d)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("{s:?}: the duration must be positive"))
 }
 
 impl Default for Settings {
@@ -75,6 +129,7 @@ impl Default for Settings {
             metrics_addr: None,
             metrics_on_api_router: false,
             url_signing_key: None,
+            limits: ConnectionLimits::default(),
         }
     }
 }
@@ -104,5 +159,48 @@ mod tests {
             Cli::try_parse_from(["api-server", "--metrics-addr", "127.0.0.1:9191"]).expect("parse");
         assert_eq!(cli.settings.metrics_addr.map(|a| a.port()), Some(9191));
         assert_eq!(Settings::default().metrics_addr, None);
+    }
+
+    /// The connection limits' flags parse durations, and their defaults are
+    /// `ConnectionLimits::default()`.
+    #[test]
+    fn connection_limits() {
+        let cli = Cli::try_parse_from(["api-server"]).expect("parse");
+        let d = ConnectionLimits::default();
+        let l = &cli.settings.limits;
+        assert_eq!(
+            (l.header_read_timeout, l.body_read_timeout, l.body_min_rate),
+            (d.header_read_timeout, d.body_read_timeout, d.body_min_rate)
+        );
+        assert_eq!(
+            (l.idle_timeout, l.max_connections),
+            (d.idle_timeout, d.max_connections)
+        );
+        let cli = Cli::try_parse_from([
+            "api-server",
+            "--header-read-timeout",
+            "1m30s",
+            "--idle-timeout",
+            "500ms",
+            "--max-connections",
+            "10",
+        ])
+        .expect("parse");
+        assert_eq!(
+            cli.settings.limits.header_read_timeout,
+            Duration::from_secs(90)
+        );
+        assert_eq!(cli.settings.limits.idle_timeout, Duration::from_millis(500));
+        assert_eq!(cli.settings.limits.max_connections, 10);
+        for bad in [
+            ["--idle-timeout", "0s"],
+            ["--idle-timeout", "soon"],
+            ["--max-connections", "0"],
+        ] {
+            assert!(
+                Cli::try_parse_from(["api-server", bad[0], bad[1]]).is_err(),
+                "{bad:?}"
+            );
+        }
     }
 }

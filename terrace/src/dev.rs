@@ -53,6 +53,9 @@ pub struct DevArgs {
     /// made from DIR/kubeconfig (e.g. with a ServiceAccount token, to try RBAC).
     #[arg(long)]
     pub cluster_only: bool,
+    /// Timeouts and connection cap of the JSON:API listener (as `terrace api-server`'s).
+    #[command(flatten, next_help_heading = "JSON:API listener")]
+    pub api_limits: terrace_api_server::settings::ConnectionLimits,
 }
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
@@ -129,6 +132,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         edition: args.edition,
         // No extra port in dev: `/metrics` (the API's and the operator's) is on the API.
         metrics_on_api_router: true,
+        limits: args.api_limits.clone(),
         ..Default::default()
     };
     let (index_tasks, api_task) = if args.cluster_only {

@@ -524,6 +524,11 @@ def test_api_server_environment():
     assert env["TERRACE_EDITION"]["value"] == "self-hosted"
     assert env["TERRACE_DEFAULT_TERRAFORM_VERSION"]["value"] == "1.9.8"
     assert env["TERRACE_MAX_BODY_BYTES"]["value"] == "1048576"
+    assert env["TERRACE_API_HEADER_READ_TIMEOUT"]["value"] == "30s"
+    assert env["TERRACE_API_BODY_READ_TIMEOUT"]["value"] == "60s"
+    assert env["TERRACE_API_BODY_MIN_RATE"]["value"] == "1024"
+    assert env["TERRACE_API_IDLE_TIMEOUT"]["value"] == "90s"
+    assert env["TERRACE_API_MAX_CONNECTIONS"]["value"] == "4096"
     assert env["TERRACE_BLOB_STORE"]["value"] == "secrets"
     assert env["TERRACE_LOG_FORMAT"]["value"] == "json"
     assert "TERRACE_BASE_URL" not in env
@@ -534,6 +539,11 @@ def test_api_server_environment():
     assert env["TERRACE_BASE_URL"]["value"] == "https://tfe.example.com"
     assert env["TERRACE_MAX_BODY_BYTES"]["value"] == "4194304"
     assert env["TERRACE_DEFAULT_TERRAFORM_VERSION"]["value"] == "1.10.0"
+    assert env["TERRACE_API_HEADER_READ_TIMEOUT"]["value"] == "45s"
+    assert env["TERRACE_API_BODY_READ_TIMEOUT"]["value"] == "2m"
+    assert env["TERRACE_API_BODY_MIN_RATE"]["value"] == "4096"
+    assert env["TERRACE_API_IDLE_TIMEOUT"]["value"] == "1m30s"
+    assert env["TERRACE_API_MAX_CONNECTIONS"]["value"] == "1000"
 
 
 # --------------------------------------------------------------------------- optional objects
@@ -618,6 +628,9 @@ def test_notes_explain_first_steps():
         ["--set", "testRuns.podTemplate.nodeName=x"],
         ["--set", "testRuns.apiInternalUrl=terrace-api:8080"],
         ["--set-string", "apiServer.maxBodyBytes=1MiB"],
+        ["--set-string", "apiServer.idleTimeout=soon"],
+        ["--set-string", "apiServer.headerReadTimeout=0s"],
+        ["--set", "apiServer.maxConnections=0"],
         ["--set", "serviceMonitor.interval=soon"],
     ],
     ids=lambda a: a[1],
@@ -636,6 +649,7 @@ def test_schema_rejects_bad_values(bad):
         ["--set", "apiServer.podDisruptionBudget.maxUnavailable=25%"],
         ["--set", "image.digest=sha256:" + "a" * 64],
         ["--set", "global.foo=bar"],
+        ["--set-string", "apiServer.bodyReadTimeout=1m30s"],
     ],
     ids=lambda a: a[1],
 )

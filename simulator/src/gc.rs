@@ -1,13 +1,14 @@
 //! Background controllers that kube-controller-manager runs against a real cluster:
 //! the garbage collector (dependents whose owners are all gone are deleted) and the
-//! namespace finalizer (a terminating namespace's content is deleted, then the namespace).
+//! namespace finalizer (a terminating namespace's content is deleted, then the namespace:
+//! [`crate::kinds::namespace::finalize`]).
 //!
 //! The store queues candidates as it writes (an object with ownerReferences is written;
 //! an owner is removed) and the task wakes on that, so dependents go promptly after
 //! their owner; a one-second tick retries namespaces still waiting on finalizers.
 
 use crate::Shared;
-use crate::store::{ObjKey, ResKey, State};
+use crate::store::State;
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,50 +45,8 @@ pub fn pass(st: &mut State) {
     }
     let namespaces: Vec<String> = st.terminating.iter().cloned().collect();
     for ns in namespaces {
-        finalize_namespace(st, &ns);
+        crate::kinds::namespace::finalize(st, &ns);
     }
-}
-
-fn finalize_namespace(st: &mut State, ns: &str) {
-    let mut remaining = 0usize;
-    let resources: Vec<ResKey> = st.data.keys().cloned().collect();
-    for res in resources {
-        let keys: Vec<(ObjKey, bool)> = st
-            .range(&res, Some(ns), None)
-            .map(|(k, o)| {
-                (
-                    k.clone(),
-                    o.pointer("/metadata/deletionTimestamp").is_some(),
-                )
-            })
-            .collect();
-        for (key, deleting) in keys {
-            if !deleting {
-                crate::rest::controller_delete(st, &res, &key);
-            }
-            if st.get(&res, &key).is_some() {
-                remaining += 1;
-            }
-        }
-    }
-    if remaining > 0 {
-        return;
-    }
-    let nres: ResKey = (String::new(), "namespaces".into());
-    let nkey: ObjKey = (String::new(), ns.to_string());
-    st.terminating.remove(ns);
-    let Some(obj) = st.get(&nres, &nkey) else {
-        return;
-    };
-    let has_finalizers = obj
-        .pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .is_some_and(|a| !a.is_empty());
-    if has_finalizers {
-        // Whoever owns those finalizers removes them; the update path then deletes it.
-        return;
-    }
-    st.remove(&nres, &nkey);
 }
 
 /// Runs until shutdown.

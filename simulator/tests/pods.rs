@@ -365,6 +365,8 @@ async fn graceful_delete_sends_sigterm() -> R {
         phase(p) == "Running" && status(p)["containerStatuses"][0]["state"]["running"].is_object()
     })
     .await?;
+    // Running is reported at spawn; the trap is set once the shell has printed "ready".
+    read_line(sim.pods_dir().join(uid(&created)).join("logs/c.log")).await?;
     let deleted = pods.delete("graceful", &DeleteParams::default()).await?;
     let deleting = deleted
         .left()

@@ -5,11 +5,12 @@
 //! options, and either changes the store or answers an [`ApiError`]. The rules are
 //! kube-apiserver's generic registry and its strategies: system metadata (`uid`,
 //! `creationTimestamp`, `generation`, `resourceVersion`) belongs to the server; status
-//! subresource separation; finalizers and `deletionTimestamp`; custom resource schema
-//! defaulting, pruning and validation; CRDs registering their kinds as they are written.
+//! subresource separation; finalizers and `deletionTimestamp`; `fieldValidation`. Where a
+//! kind differs (Pods, Namespaces, CRDs, custom resources' schemas, RBAC names) the verbs
+//! ask its [`KindBehaviour`](crate::kinds::KindBehaviour) ([`crate::kinds`]); they name no kind themselves.
 
+use crate::kinds;
 use crate::meta;
-use crate::registry::{crd_status, crd_to_infos};
 use crate::resource::ResourceInfo;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::{ApiError, ApiResult, Qualified};
@@ -81,7 +82,7 @@ pub fn in_version(obj: &Value, info: &ResourceInfo) -> Value {
     o
 }
 
-fn meta_of(obj: &Value) -> Option<&Map<String, Value>> {
+pub(crate) fn meta_of(obj: &Value) -> Option<&Map<String, Value>> {
     obj.get("metadata").and_then(Value::as_object)
 }
 
@@ -89,7 +90,7 @@ fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
     meta_of(obj)?.get(field)?.as_str()
 }
 
-fn meta_mut(obj: &mut Value) -> ApiResult<&mut Map<String, Value>> {
+pub(crate) fn meta_mut(obj: &mut Value) -> ApiResult<&mut Map<String, Value>> {
     let m = obj
         .as_object_mut()
         .ok_or_else(|| ApiError::bad_request("the object must be a JSON object"))?;
@@ -101,7 +102,7 @@ fn meta_mut(obj: &mut Value) -> ApiResult<&mut Map<String, Value>> {
         .ok_or_else(|| ApiError::bad_request("metadata must be a JSON object"))
 }
 
-fn finalizers(obj: &Value) -> Vec<String> {
+pub(crate) fn finalizers(obj: &Value) -> Vec<String> {
     meta_of(obj)
         .and_then(|m| m.get("finalizers"))
         .and_then(Value::as_array)
@@ -141,32 +142,6 @@ fn check_type(body: &mut Value, info: &ResourceInfo) -> ApiResult<()> {
     Ok(())
 }
 
-/// Custom resource schema handling: defaults → prune → validate. Returns the pruned
-/// field paths (for fieldValidation) or a 422.
-fn custom_schema(
-    info: &ResourceInfo,
-    obj: &mut Value,
-    old: Option<&Value>,
-    name: &str,
-) -> ApiResult<Vec<String>> {
-    let Some(schema) = &info.schema else {
-        return Ok(Vec::new());
-    };
-    let structural = crate::schema::Structural::from_crd_schema(schema)
-        .map_err(|e| ApiError::internal(format!("invalid schema for {}: {e}", info.kind)))?;
-    structural.apply_defaults(obj);
-    let pruned = structural.prune(obj);
-    let errors = structural.validate(obj, old);
-    if !errors.is_empty() {
-        let causes: Vec<(String, String, String)> = errors
-            .into_iter()
-            .map(|e| (e.field, e.reason.to_string(), e.message))
-            .collect();
-        return Err(ApiError::invalid(&qualified(info), name, &causes));
-    }
-    Ok(pruned)
-}
-
 fn field_validation(opts: &WriteOpts, pruned: Vec<String>) -> ApiResult<Vec<String>> {
     if pruned.is_empty() {
         return Ok(Vec::new());
@@ -198,91 +173,6 @@ fn invalid1(info: &ResourceInfo, name: &str, field: &str, reason: &str, msg: Str
     )
 }
 
-/// CRD writes: validate, register the served versions, and set the status the CRD
-/// controllers would set.
-fn crd_hook(st: &mut State, obj: &mut Value, info: &ResourceInfo, name: &str) -> ApiResult<()> {
-    if info.plural != "customresourcedefinitions" || info.group != "apiextensions.k8s.io" {
-        return Ok(());
-    }
-    let infos = crd_to_infos(obj).map_err(|errs| {
-        let causes: Vec<(String, String, String)> = errs
-            .into_iter()
-            .map(|(f, m)| {
-                (
-                    f.clone(),
-                    "FieldValueInvalid".to_string(),
-                    format!("{f}: {m}"),
-                )
-            })
-            .collect();
-        ApiError::invalid(&qualified(info), name, &causes)
-    })?;
-    if let Some(first) = infos.first() {
-        for existing in st.registry.all() {
-            if existing.group == first.group && existing.plural == first.plural && !existing.custom
-            {
-                return Err(invalid1(
-                    info,
-                    name,
-                    "spec.names.plural",
-                    "FieldValueInvalid",
-                    format!(
-                        "spec.names.plural: Invalid value: \"{}\": is served by a built-in resource",
-                        first.plural
-                    ),
-                ));
-            }
-        }
-    }
-    let status = crd_status(obj, &meta::now_rfc3339());
-    if let Some(m) = obj.as_object_mut() {
-        let keep_times = m.get("status").cloned();
-        let mut status = status;
-        // Keep the first transition times so a no-op write stays a no-op.
-        if let (Some(old), Some(conds)) = (
-            keep_times
-                .as_ref()
-                .and_then(|s| s.get("conditions"))
-                .and_then(Value::as_array),
-            status.get_mut("conditions").and_then(Value::as_array_mut),
-        ) {
-            for c in conds.iter_mut() {
-                if let Some(prev) = old.iter().find(|o| o.get("type") == c.get("type"))
-                    && let Some(t) = prev.get("lastTransitionTime")
-                {
-                    c["lastTransitionTime"] = t.clone();
-                }
-            }
-        }
-        m.insert("status".into(), status);
-    }
-    st.registry.register_crd(infos);
-    Ok(())
-}
-
-fn namespace_check(st: &State, info: &ResourceInfo, ns: &str, name: &str) -> ApiResult<()> {
-    if !info.namespaced {
-        return Ok(());
-    }
-    let nsq = Qualified {
-        group: String::new(),
-        plural: "namespaces".into(),
-        kind: "Namespace".into(),
-    };
-    match st.get(&(String::new(), "namespaces".into()), &(String::new(), ns.into())) {
-        None => Err(ApiError::not_found(&nsq, ns)),
-        Some(n) if n.pointer("/metadata/deletionTimestamp").is_some() => Err(ApiError::forbidden(
-            format!(
-                "{} \"{}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
-                qualified(info).resource(),
-                name,
-            ),
-        )
-        .with_details(json!({"causes": [{"reason": "NamespaceTerminating", "message": format!("namespace {ns} is being terminated"), "field": "metadata.namespace"}]}))),
-        Some(_) => Ok(()),
-    }
-}
-
 /// POST: create an object.
 pub fn create(
     st: &mut State,
@@ -293,6 +183,7 @@ pub fn create(
     operation: &str,
 ) -> ApiResult<WriteResult> {
     check_type(&mut body, info)?;
+    let kind = kinds::of(info);
     let now = meta::now_rfc3339();
     let ns = if info.namespaced {
         let body_ns = meta_str(&body, "namespace").unwrap_or("").to_string();
@@ -340,7 +231,7 @@ pub fn create(
             }
         }
     }
-    if let Some(msg) = meta::validate_name(info, &name) {
+    if let Some(msg) = kind.validate_name(&name) {
         return Err(invalid1(
             info,
             &name,
@@ -350,7 +241,7 @@ pub fn create(
         ));
     }
     if let Some(ns) = &ns {
-        namespace_check(st, info, ns, &name)?;
+        kinds::namespace::check_open(st, info, ns, &name)?;
     }
     {
         let m = meta_mut(&mut body)?;
@@ -374,38 +265,14 @@ pub fn create(
         ] {
             m.remove(f);
         }
-        if meta::tracks_generation(info) {
+        if kind.tracks_generation() {
             m.insert("generation".into(), json!(1));
         } else {
             m.remove("generation");
         }
     }
-    let obj = body
-        .as_object_mut()
-        .ok_or_else(|| ApiError::bad_request("the object must be a JSON object"))?;
-    if info.custom && info.status_subresource {
-        obj.remove("status");
-    }
-    if info.group.is_empty() && info.plural == "pods" {
-        obj.insert(
-            "status".into(),
-            json!({"phase": "Pending", "qosClass": "BestEffort"}),
-        );
-    }
-    if info.group.is_empty() && info.plural == "namespaces" {
-        obj.insert("spec".into(), json!({"finalizers": ["kubernetes"]}));
-        obj.insert("status".into(), json!({"phase": "Active"}));
-        let m = meta_mut(&mut body)?;
-        let labels = m.entry("labels").or_insert_with(|| json!({}));
-        if let Some(l) = labels.as_object_mut() {
-            l.insert("kubernetes.io/metadata.name".into(), json!(name));
-        }
-    }
-    let pruned = if info.custom {
-        custom_schema(info, &mut body, None, &name)?
-    } else {
-        Vec::new()
-    };
+    kind.prepare_for_create(info, &mut body, &name)?;
+    let pruned = kind.validate(info, &mut body, None, &name)?;
     let warnings = field_validation(opts, pruned)?;
     let key: ObjKey = (ns.clone().unwrap_or_default(), name.clone());
     if st.get(&res, &key).is_some() {
@@ -426,7 +293,7 @@ pub fn create(
             warnings,
         });
     }
-    crd_hook(st, &mut body, info, &name)?;
+    kind.before_store(st, info, &mut body, &name)?;
     let stored = st.put(&res, body);
     Ok(WriteResult {
         object: in_version(&stored, info),
@@ -515,6 +382,7 @@ fn finish_update(
     operation: &str,
     subresource: Option<&str>,
 ) -> ApiResult<WriteResult> {
+    let kind = kinds::of(info);
     let name = meta_str(old, "name").unwrap_or("").to_string();
     let mut new = merge_for_update(info, old, new, subresource == Some("status"))?;
     check_type(&mut new, info)?;
@@ -541,13 +409,9 @@ fn finish_update(
             ));
         }
     }
-    let pruned = if info.custom {
-        custom_schema(info, &mut new, Some(old), &name)?
-    } else {
-        Vec::new()
-    };
+    let pruned = kind.validate(info, &mut new, Some(old), &name)?;
     let warnings = field_validation(opts, pruned)?;
-    if meta::tracks_generation(info)
+    if kind.tracks_generation()
         && meta::spec_part(old, info.status_subresource)
             != meta::spec_part(&new, info.status_subresource)
     {
@@ -557,11 +421,8 @@ fn finish_update(
             .unwrap_or(0);
         meta_mut(&mut new)?.insert("generation".into(), json!(g + 1));
     }
-    if info.plural == "customresourcedefinitions"
-        && info.group == "apiextensions.k8s.io"
-        && !opts.dry_run
-    {
-        crd_hook(st, &mut new, info, &name)?;
+    if !opts.dry_run {
+        kind.before_store(st, info, &mut new, &name)?;
     }
     if strip_rv(&new) == strip_rv(old) {
         // A no-op write does not touch storage (no new resourceVersion, no event).
@@ -661,7 +522,7 @@ pub fn update(
     let old = get(st, info, ns, name)?;
     let rv = meta_str(&body, "resourceVersion").unwrap_or("").to_string();
     if rv.is_empty() {
-        if info.custom {
+        if !kinds::of(info).allows_unconditional_update() {
             return Err(invalid1(
                 info,
                 name,
@@ -691,7 +552,7 @@ pub fn patch(
     subresource: Option<&str>,
 ) -> ApiResult<WriteResult> {
     use crate::patch::PatchType;
-    if kind == PatchType::Strategic && info.custom {
+    if kind == PatchType::Strategic && !kinds::of(info).strategic_merge() {
         return Err(ApiError::unsupported_media_type(
             "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
         ));
@@ -754,11 +615,12 @@ pub struct DeleteOpts {
 }
 
 /// Deletes an object as the generic registry does: finalizers keep it (with a
-/// deletionTimestamp) until they are removed; otherwise it is gone at once. A Pod that
-/// the simulated node runs is deleted gracefully: it gets `deletionTimestamp` and
-/// `deletionGracePeriodSeconds` ([`pod_grace_period`]) and stays until the kubelet
-/// ([`crate::kubelet`]) has stopped its containers and deletes it with grace 0; a later
-/// delete may only shorten the grace period.
+/// deletionTimestamp) until they are removed; otherwise it is gone at once. Kinds differ
+/// through their [`KindBehaviour`](crate::kinds::KindBehaviour): a grace period above 0 keeps the object (with
+/// `deletionTimestamp` and `deletionGracePeriodSeconds`) until whoever runs it removes it
+/// (a Pod: [`crate::kinds::pod`]), a delete of an object already being deleted may
+/// change that deletion, a kind may delete in its own way (a Namespace), and a removal
+/// may take more along (a CRD's objects).
 pub fn delete(
     st: &mut State,
     info: &ResourceInfo,
@@ -805,67 +667,31 @@ pub fn delete(
     }
     let res = res_key(info);
     let key = crate::store::obj_key(&old);
-    let is_pod = info.group.is_empty() && info.plural == "pods";
-    if let Some(m) = meta_of(&old).filter(|m| m.contains_key("deletionTimestamp")) {
-        // Only a Pod's pending graceful deletion can change: a shorter grace period
-        // moves it forward, and one at zero without finalizers completes it.
-        let current = m
-            .get("deletionGracePeriodSeconds")
-            .and_then(Value::as_i64)
-            .unwrap_or(0);
-        if !is_pod || opts.dry_run {
+    let kind = kinds::of(info);
+    if meta_of(&old).is_some_and(|m| m.contains_key("deletionTimestamp")) {
+        if opts.dry_run {
             return Ok(in_version(&old, info));
         }
-        let period = match opts.grace_period {
-            Some(p) if current > 0 && p.max(0) < current => p.max(0),
-            _ if current == 0 && finalizers(&old).is_empty() => {
-                let last = st
-                    .remove(&res, &key)
-                    .ok_or_else(|| ApiError::not_found(&q, name))?;
-                return Ok(in_version(&last, info));
-            }
-            _ => return Ok(in_version(&old, info)),
-        };
-        if period == 0 && finalizers(&old).is_empty() {
-            let last = st
-                .remove(&res, &key)
-                .ok_or_else(|| ApiError::not_found(&q, name))?;
-            return Ok(in_version(&last, info));
-        }
-        let mut o = (*old).clone();
-        let m = meta_mut(&mut o)?;
-        m.insert("deletionTimestamp".into(), json!(meta::rfc3339_in(period)));
-        m.insert("deletionGracePeriodSeconds".into(), json!(period));
-        let stored = st.put(&res, o);
-        return Ok(in_version(&stored, info));
+        return kind
+            .delete_again(st, info, &old, opts)
+            .unwrap_or_else(|| Ok(in_version(&old, info)));
     }
     if opts.dry_run {
         return Ok(in_version(&old, info));
     }
-    if info.group.is_empty() && info.plural == "namespaces" {
-        let mut o = (*old).clone();
-        let m = meta_mut(&mut o)?;
-        m.insert("deletionTimestamp".into(), json!(meta::now_rfc3339()));
-        m.insert("deletionGracePeriodSeconds".into(), json!(0));
-        o["status"] = json!({"phase": "Terminating"});
-        let stored = st.put(&res, o);
-        st.terminating.insert(name.to_string());
-        return Ok(in_version(&stored, info));
+    if let Some(done) = kind.delete(st, info, &old, opts) {
+        return done;
     }
     if opts.propagation.as_deref() == Some("Orphan") {
         orphan_dependents(st, &old);
     }
-    let period = if is_pod {
-        pod_grace_period(&old, opts)
-    } else {
-        0
-    };
+    let period = kind.grace_period(&old, opts);
     if period > 0 || !finalizers(&old).is_empty() {
         let mut o = (*old).clone();
         let m = meta_mut(&mut o)?;
         m.insert("deletionTimestamp".into(), json!(meta::rfc3339_in(period)));
         m.insert("deletionGracePeriodSeconds".into(), json!(period));
-        if meta::tracks_generation(info) {
+        if kind.tracks_generation() {
             let g = m.get("generation").and_then(Value::as_i64).unwrap_or(0);
             m.insert("generation".into(), json!(g + 1));
         }
@@ -875,34 +701,8 @@ pub fn delete(
     let last = st
         .remove(&res, &key)
         .ok_or_else(|| ApiError::not_found(&q, name))?;
-    if info.plural == "customresourcedefinitions" && info.group == "apiextensions.k8s.io" {
-        drop_crd_kind(st, &last);
-    }
+    kind.after_remove(st, &last);
     Ok(in_version(&last, info))
-}
-
-/// The grace period of a Pod's deletion, as the Pod strategy's `CheckGracefulDelete`
-/// decides it: the request's `gracePeriodSeconds`, else the Pod's
-/// `terminationGracePeriodSeconds` (defaulted to 30); 0 for a Pod that no node runs
-/// (`spec.nodeName` empty) or that has finished (`Succeeded`/`Failed`); 1 for a negative one.
-pub fn pod_grace_period(pod: &Value, opts: &DeleteOpts) -> i64 {
-    let scheduled = pod
-        .pointer("/spec/nodeName")
-        .and_then(Value::as_str)
-        .is_some_and(|n| !n.is_empty());
-    let finished = matches!(
-        pod.pointer("/status/phase").and_then(Value::as_str),
-        Some("Succeeded" | "Failed")
-    );
-    if !scheduled || finished {
-        return 0;
-    }
-    let period = opts.grace_period.unwrap_or_else(|| {
-        pod.pointer("/spec/terminationGracePeriodSeconds")
-            .and_then(Value::as_i64)
-            .unwrap_or(30)
-    });
-    if period < 0 { 1 } else { period }
 }
 
 /// Removes the ownerReferences pointing at `owner` from its dependents (Orphan).
@@ -928,26 +728,6 @@ fn orphan_dependents(st: &mut State, owner: &Value) {
         }
         st.put(&res, d);
     }
-}
-
-/// A deleted CRD takes its kind and every object of it along.
-fn drop_crd_kind(st: &mut State, crd: &Value) {
-    let group = crd
-        .pointer("/spec/group")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    let plural = crd
-        .pointer("/spec/names/plural")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    let res: ResKey = (group.clone(), plural.clone());
-    let keys: Vec<ObjKey> = st.range(&res, None, None).map(|(k, _)| k.clone()).collect();
-    for k in keys {
-        st.remove(&res, &k);
-    }
-    st.registry.remove_custom(&group, &plural);
 }
 
 /// list parameters.

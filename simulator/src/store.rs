@@ -6,10 +6,12 @@
 //! log record. Watchers read the history by resourceVersion (no per-watcher buffers), so
 //! a slow watcher costs nothing until it falls out of the window and gets 410 Expired.
 //! Persistence is a snapshot plus an append-only JSON-lines log, both under the data
-//! directory; the log is appended by a background flusher and on shutdown, and compacted
+//! directory (mode 0700, files 0600: they hold every Secret); the log is appended and
+//! synced by the flusher in batches (group commit: a writer is answered once the batch
+//! holding its records is on disk, see [`crate::Shared::write_durably`]), and compacted
 //! into the snapshot on open.
 
-use crate::registry::{Registry, crd_to_infos};
+use crate::registry::Registry;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::io::{BufRead, Write};
@@ -77,6 +79,9 @@ pub struct State {
     pub terminating: BTreeSet<String>,
     /// Log records not yet appended to disk.
     pub pending_log: Vec<String>,
+    /// How many log records were ever queued: a writer waits until the flusher has
+    /// made this many durable ([`crate::Shared::write_durably`]).
+    pub log_seq: u64,
     pub persistent: bool,
     /// Bumped by every write to an RBAC object (Role, ClusterRole and their bindings), so
     /// the authorizer rebuilds its snapshot only when one changed.
@@ -125,6 +130,7 @@ impl State {
             gc_queue: Vec::new(),
             terminating: BTreeSet::new(),
             pending_log: Vec::new(),
+            log_seq: 0,
             persistent,
             rbac_revision: 0,
         }
@@ -227,6 +233,7 @@ impl State {
         if self.persistent {
             self.pending_log
                 .push(json!({"rv": rv, "g": res.0, "r": res.1, "o": &*obj}).to_string());
+            self.log_seq += 1;
         }
         obj
     }
@@ -264,6 +271,7 @@ impl State {
             self.pending_log.push(
                 json!({"rv": rv, "g": res.0, "r": res.1, "ns": key.0, "n": key.1}).to_string(),
             );
+            self.log_seq += 1;
         }
         Some(last)
     }
@@ -291,31 +299,24 @@ impl State {
             .take_while(move |(k, _)| namespace.is_none_or(|ns| k.0 == ns));
         Box::new(it)
     }
-
-    /// Rebuilds the registry entries of every stored CRD (after loading from disk).
-    pub fn register_stored_crds(&mut self) {
-        let crds: Vec<Arc<Value>> = self
-            .data
-            .get(&(
-                "apiextensions.k8s.io".to_string(),
-                "customresourcedefinitions".to_string(),
-            ))
-            .map(|rd| rd.objects.values().cloned().collect())
-            .unwrap_or_default();
-        for crd in crds {
-            if let Ok(infos) = crd_to_infos(&crd) {
-                self.registry.register_crd(infos);
-            }
-        }
-    }
 }
 
-/// The files of a data directory.
+/// The files of a data directory: the snapshot and the log hold every object (Secrets
+/// included), so they, like the directory, are readable by their owner only.
+#[derive(Clone)]
 pub struct Files {
     pub dir: PathBuf,
+    /// The log, open for appending once the first batch is written.
+    log_file: Arc<std::sync::Mutex<Option<std::fs::File>>>,
 }
 
 impl Files {
+    pub fn new(dir: PathBuf) -> Files {
+        Files {
+            dir,
+            log_file: Arc::default(),
+        }
+    }
     fn snapshot(&self) -> PathBuf {
         self.dir.join("snapshot.jsonl")
     }
@@ -331,9 +332,10 @@ impl Files {
     }
 
     /// Loads the snapshot and the log into `st` (without events), then compacts them into
-    /// a fresh snapshot.
+    /// a fresh snapshot. Creates the directory (mode 0700) when missing and takes group
+    /// and other access away from one made by an earlier version.
     pub fn load(&self, st: &mut State) -> std::io::Result<()> {
-        std::fs::create_dir_all(&self.dir)?;
+        create_private_dir(&self.dir)?;
         let mut objects: HashMap<ResKey, BTreeMap<ObjKey, Value>> = HashMap::new();
         let mut rv = 0u64;
         for path in [self.snapshot(), self.log()] {
@@ -380,11 +382,13 @@ impl Files {
         self.compact(st)
     }
 
-    /// Writes every object as a new snapshot (atomically) and empties the log.
+    /// Writes every object as a new snapshot (atomically, synced with its directory
+    /// entry) and empties the log. A crash between the two leaves a log whose replay
+    /// over the new snapshot ends in the same state.
     pub fn compact(&self, st: &State) -> std::io::Result<()> {
         let tmp = self.dir.join("snapshot.jsonl.tmp");
         {
-            let mut w = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
+            let mut w = std::io::BufWriter::new(open_private(&tmp, true)?);
             writeln!(w, "{}", json!({"rv": st.rv}))?;
             for (res, rd) in &st.data {
                 for obj in rd.objects.values() {
@@ -399,34 +403,84 @@ impl Files {
             w.get_ref().sync_all()?;
         }
         std::fs::rename(&tmp, self.snapshot())?;
-        std::fs::write(self.log(), b"")?;
+        sync_dir(&self.dir)?;
+        let log = open_private(&self.log(), true)?;
+        log.sync_all()?;
+        *self.log_file.lock().unwrap_or_else(|e| e.into_inner()) = None;
         Ok(())
     }
 
-    /// Appends log records.
-    pub fn append(&self, lines: &[String]) -> std::io::Result<()> {
+    /// Appends log records in one write and, with `sync`, waits until they are on disk
+    /// (`fdatasync`). After a failure the file is reopened by the next call; the caller
+    /// appends the same records again (replaying a record twice ends in the same state,
+    /// and a torn line is skipped on load).
+    pub fn append(&self, lines: &[String], sync: bool) -> std::io::Result<()> {
         if lines.is_empty() {
             return Ok(());
         }
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.log())?;
-        let mut w = std::io::BufWriter::new(f);
+        let mut buf = Vec::with_capacity(lines.iter().map(|l| l.len() + 1).sum());
         for l in lines {
-            w.write_all(l.as_bytes())?;
-            w.write_all(b"\n")?;
+            buf.extend_from_slice(l.as_bytes());
+            buf.push(b'\n');
         }
-        w.flush()?;
-        Ok(())
+        let mut guard = self.log_file.lock().unwrap_or_else(|e| e.into_inner());
+        let file = match guard.as_mut() {
+            Some(f) => f,
+            None => guard.insert(open_private(&self.log(), false)?),
+        };
+        let written = file
+            .write_all(&buf)
+            .and_then(|()| if sync { file.sync_data() } else { Ok(()) });
+        if written.is_err() {
+            *guard = None;
+        }
+        written
     }
+}
 
-    pub fn sync(&self) -> std::io::Result<()> {
-        match std::fs::File::open(self.log()) {
-            Ok(f) => f.sync_all(),
-            Err(_) => Ok(()),
+/// Creates `dir` (and its parents) and makes it readable by its owner only.
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir)?.permissions().mode();
+        if mode & 0o077 != 0 {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode & 0o700))?;
         }
     }
+    Ok(())
+}
+
+/// Opens a file of the data directory for writing, mode 0600 (also when it already
+/// existed with another mode): truncated, or for appending.
+fn open_private(path: &Path, truncate: bool) -> std::io::Result<std::fs::File> {
+    let mut opts = std::fs::OpenOptions::new();
+    opts.create(true);
+    if truncate {
+        opts.write(true).truncate(true);
+    } else {
+        opts.append(true);
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        opts.mode(0o600);
+        let f = opts.open(path)?;
+        f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        Ok(f)
+    }
+    #[cfg(not(unix))]
+    opts.open(path)
+}
+
+/// Makes a rename in `dir` durable.
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    std::fs::File::open(dir)?.sync_all()?;
+    #[cfg(not(unix))]
+    let _ = dir;
+    Ok(())
 }
 
 /// Reads or creates the admin token file.
@@ -471,14 +525,7 @@ pub fn load_or_create_signing_key(path: &Path) -> std::io::Result<[u8; 32]> {
 
 /// Writes a file readable by its owner only.
 fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        opts.mode(0o600);
-    }
-    opts.open(path)?.write_all(text.as_bytes())
+    open_private(path, true)?.write_all(text.as_bytes())
 }
 
 pub fn new_token() -> String {
@@ -535,7 +582,7 @@ mod tests {
     #[test]
     fn snapshot_and_log_reload() {
         let dir = std::env::temp_dir().join(format!("sim-store-{}", new_token()));
-        let files = Files { dir: dir.clone() };
+        let files = Files::new(dir.clone());
         let res: ResKey = ("".into(), "configmaps".into());
         let mut st = State::new(10, true);
         assert!(files.load(&mut st).is_ok());
@@ -543,7 +590,7 @@ mod tests {
         st.put(&res, obj("a", "y"));
         st.remove(&res, &("a".into(), "x".into()));
         let lines = std::mem::take(&mut st.pending_log);
-        assert!(files.append(&lines).is_ok());
+        assert!(files.append(&lines, true).is_ok());
         let mut st2 = State::new(10, true);
         assert!(files.load(&mut st2).is_ok());
         assert_eq!(st2.rv, 3);

@@ -1,7 +1,7 @@
-//! Object metadata rules shared by every write path: name validation, generated names,
-//! timestamps, `managedFields` entries and the comparisons that decide `generation` bumps.
+//! Object metadata rules shared by every write path: the name rules kinds choose from
+//! ([`crate::kinds::KindBehaviour::validate_name`]), generated names, timestamps,
+//! `managedFields` entries and the comparison that decides `generation` bumps.
 
-use crate::resource::ResourceInfo;
 use rand::Rng;
 use serde_json::{Map, Value, json};
 
@@ -46,36 +46,8 @@ pub fn is_dns1123_subdomain(s: &str) -> bool {
     s.len() <= 253 && s.split('.').all(is_label)
 }
 
-/// Validates `metadata.name` as kube-apiserver does for the kind; returns the field
-/// error message (`metadata.name: Invalid value: ...`) on failure.
-pub fn validate_name(info: &ResourceInfo, name: &str) -> Option<String> {
-    if info.group == "rbac.authorization.k8s.io" {
-        // RBAC objects use path-segment names (`system:controller:foo` is valid).
-        if name == "." || name == ".." {
-            return Some(format!(
-                "metadata.name: Invalid value: \"{name}\": may not be '{name}'"
-            ));
-        }
-        for bad in ["/", "%"] {
-            if name.contains(bad) {
-                return Some(format!(
-                    "metadata.name: Invalid value: \"{name}\": may not contain '{bad}'"
-                ));
-            }
-        }
-        return None;
-    }
-    if info.plural == "namespaces" && info.group.is_empty() {
-        if !is_label(name) {
-            let extra = if name.len() > 63 {
-                "must be no more than 63 characters".to_string()
-            } else {
-                DNS1123_LABEL_MSG.to_string()
-            };
-            return Some(format!("metadata.name: Invalid value: \"{name}\": {extra}"));
-        }
-        return None;
-    }
+/// `metadata.name` as a DNS-1123 subdomain (most kinds); the field error on failure.
+pub fn validate_subdomain_name(name: &str) -> Option<String> {
     if !is_dns1123_subdomain(name) {
         let extra = if name.len() > 253 {
             "must be no more than 253 characters"
@@ -87,12 +59,35 @@ pub fn validate_name(info: &ResourceInfo, name: &str) -> Option<String> {
     None
 }
 
-/// Whether writes to the kind maintain `metadata.generation` (custom resources, Pods and
-/// CRDs do; ConfigMaps, Secrets, Namespaces, RBAC objects ... do not).
-pub fn tracks_generation(info: &ResourceInfo) -> bool {
-    info.custom
-        || (info.group.is_empty() && info.plural == "pods")
-        || info.plural == "customresourcedefinitions"
+/// `metadata.name` as a DNS-1123 label (Namespaces); the field error on failure.
+pub fn validate_label_name(name: &str) -> Option<String> {
+    if !is_label(name) {
+        let extra = if name.len() > 63 {
+            "must be no more than 63 characters".to_string()
+        } else {
+            DNS1123_LABEL_MSG.to_string()
+        };
+        return Some(format!("metadata.name: Invalid value: \"{name}\": {extra}"));
+    }
+    None
+}
+
+/// `metadata.name` as a path segment (RBAC objects: `system:controller:foo` is valid);
+/// the field error on failure.
+pub fn validate_path_segment_name(name: &str) -> Option<String> {
+    if name == "." || name == ".." {
+        return Some(format!(
+            "metadata.name: Invalid value: \"{name}\": may not be '{name}'"
+        ));
+    }
+    for bad in ["/", "%"] {
+        if name.contains(bad) {
+            return Some(format!(
+                "metadata.name: Invalid value: \"{name}\": may not contain '{bad}'"
+            ));
+        }
+    }
+    None
 }
 
 /// The part of an object that a generation bump looks at: everything but `metadata`,

@@ -271,7 +271,7 @@ async fn dispatch_inner(shared: Arc<Shared>, req: Request) -> ApiResult<Response
                 (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain")], "ok").into_response(),
             );
         }
-        ["openapi", ..] => return openapi(&shared, &segs[1..]),
+        ["openapi", ..] => return openapi(&shared, &segs[1..], &parts.headers),
         ["api"] => {
             return Ok(json_response(
                 StatusCode::OK,
@@ -323,17 +323,19 @@ async fn dispatch_inner(shared: Arc<Shared>, req: Request) -> ApiResult<Response
         subresource: rest.get(2).map(|s| s.to_string()),
         info,
     };
-    let pod_log = target.info.group.is_empty()
-        && target.info.plural == "pods"
-        && target.subresource.as_deref() == Some("log");
+    let kind = crate::kinds::of(&target.info);
+    let read_sub = target
+        .subresource
+        .as_deref()
+        .filter(|s| kind.read_subresources().contains(s));
     if let Some(sub) = &target.subresource
         && !(sub == "status" && target.info.status_subresource)
-        && !pod_log
+        && read_sub.is_none()
     {
         return Err(ApiError::page_not_found());
     }
     let query = query_map(&parts.uri)?;
-    if pod_log {
+    if let Some(sub) = read_sub {
         if parts.method != Method::GET {
             return Err(ApiError::method_not_allowed(
                 "the server does not allow this method on the requested resource",
@@ -341,9 +343,9 @@ async fn dispatch_inner(shared: Arc<Shared>, req: Request) -> ApiResult<Response
             .with_details(json!({})));
         }
         let name = target.name.as_deref().unwrap_or("");
-        let pod =
+        let obj =
             shared.read(|st| rest::get(st, &target.info, target.namespace.as_deref(), name))?;
-        return crate::kubelet::logs::serve(&shared, pod, &query);
+        return kind.get_subresource(&shared, sub, obj, &query);
     }
     let body = axum::body::to_bytes(body, 64 * 1024 * 1024)
         .await
@@ -532,13 +534,17 @@ async fn resource_request(
         (&Method::POST, None) => {
             let opts = write_opts(&headers, &q)?;
             let obj = parse_body(&headers, &body)?;
-            let r = shared.write(|st| rest::create(st, &info, ns, obj, &opts, "Update"))?;
+            let r = shared
+                .write_durably(|st| rest::create(st, &info, ns, obj, &opts, "Update"))
+                .await?;
             Ok(write_response(&info, r, fmt))
         }
         (&Method::PUT, Some(name)) => {
             let opts = write_opts(&headers, &q)?;
             let obj = parse_body(&headers, &body)?;
-            let r = shared.write(|st| rest::update(st, &info, ns, name, obj, &opts, sub))?;
+            let r = shared
+                .write_durably(|st| rest::update(st, &info, ns, name, obj, &opts, sub))
+                .await?;
             Ok(write_response(&info, r, fmt))
         }
         (&Method::PATCH, Some(name)) => {
@@ -548,7 +554,7 @@ async fn resource_request(
             let kind = PatchType::from_content_type(ct).ok_or_else(|| {
                 ApiError::unsupported_media_type(format!(
                     "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml{}",
-                    if info.custom { "" } else { ", application/strategic-merge-patch+json" }
+                    if crate::kinds::of(&info).strategic_merge() { ", application/strategic-merge-patch+json" } else { "" }
                 ))
             })?;
             let opts = write_opts(&headers, &q)?;
@@ -557,18 +563,24 @@ async fn resource_request(
                     "force: Forbidden: may not be specified for non-apply patch",
                 ));
             }
-            let r = shared.write(|st| rest::patch(st, &info, ns, name, kind, &body, &opts, sub))?;
+            let r = shared
+                .write_durably(|st| rest::patch(st, &info, ns, name, kind, &body, &opts, sub))
+                .await?;
             Ok(write_response(&info, r, fmt))
         }
         (&Method::DELETE, Some(name)) if sub.is_none() => {
             let opts = delete_opts(&q, &body)?;
-            let obj = shared.write(|st| rest::delete(st, &info, ns, name, &opts))?;
+            let obj = shared
+                .write_durably(|st| rest::delete(st, &info, ns, name, &opts))
+                .await?;
             Ok(json_response(StatusCode::OK, &obj, &[]))
         }
         (&Method::DELETE, None) => {
             let lo = list_opts(&q)?;
             let opts = delete_opts(&q, &body)?;
-            let items = shared.write(|st| rest::delete_collection(st, &info, ns, &lo, &opts))?;
+            let items = shared
+                .write_durably(|st| rest::delete_collection(st, &info, ns, &lo, &opts))
+                .await?;
             let rv = shared.read(|st| st.rv.to_string());
             Ok(json_response(
                 StatusCode::OK,
@@ -759,18 +771,18 @@ fn resource_list(shared: &Shared, group: &str, version: &str) -> Option<Value> {
                 r["categories"] = json!(i.categories);
             }
             resources.push(r);
-            if i.group.is_empty() && i.plural == "pods" {
+            for sub in crate::kinds::of(i).read_subresources() {
                 resources.push(json!({
-                    "name": "pods/log",
+                    "name": format!("{}/{sub}", i.plural),
                     "singularName": "",
-                    "namespaced": true,
-                    "kind": "Pod",
+                    "namespaced": i.namespaced,
+                    "kind": i.kind,
                     "verbs": ["get"],
                 }));
             }
-            for sub in st.registry.subresources(i) {
+            if i.status_subresource {
                 resources.push(json!({
-                    "name": format!("{}/{sub}", i.plural),
+                    "name": format!("{}/status", i.plural),
                     "singularName": "",
                     "namespaced": i.namespaced,
                     "kind": i.kind,
@@ -787,7 +799,17 @@ fn resource_list(shared: &Shared, group: &str, version: &str) -> Option<Value> {
     })
 }
 
-fn openapi(shared: &Shared, rest: &[&str]) -> ApiResult<Response> {
+/// `/openapi/v2` and `/openapi/v3/...`, in the media type the Accept header picks
+/// ([`crate::openapi::negotiate`]): JSON, or the v2 document as protobuf; 406 (empty, as
+/// kube-openapi answers) when none is acceptable, 404 for a group version not served.
+fn openapi(shared: &Shared, rest: &[&str], headers: &HeaderMap) -> ApiResult<Response> {
+    use crate::openapi::{V2_MEDIA_TYPES, V3_MEDIA_TYPES, negotiate, v2proto};
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let offers = if rest.first() == Some(&"v2") {
+        V2_MEDIA_TYPES
+    } else {
+        V3_MEDIA_TYPES
+    };
     let all = shared.read(|st| st.registry.all());
     let doc = match rest {
         ["v2"] => Some(crate::openapi::v2_document(&all)),
@@ -796,8 +818,25 @@ fn openapi(shared: &Shared, rest: &[&str]) -> ApiResult<Response> {
         ["v3", "apis", g, v] => crate::openapi::v3_group_version(g, v, &all),
         _ => None,
     };
-    match doc {
-        Some(d) => Ok(json_response(StatusCode::OK, &d, &[])),
-        None => Err(ApiError::page_not_found()),
+    let Some(doc) = doc else {
+        return Err(ApiError::page_not_found());
+    };
+    match negotiate(accept, offers) {
+        Some("application/json") => {
+            let mut r = json_response(StatusCode::OK, &doc, &[]);
+            r.headers_mut()
+                .insert(header::VARY, HeaderValue::from_static("Accept"));
+            Ok(r)
+        }
+        Some(_) => Ok((
+            StatusCode::OK,
+            [
+                (header::CONTENT_TYPE, v2proto::MEDIA_TYPE_DOTTED),
+                (header::VARY, "Accept"),
+            ],
+            v2proto::encode(&doc),
+        )
+            .into_response()),
+        None => Ok((StatusCode::NOT_ACCEPTABLE, [(header::VARY, "Accept")]).into_response()),
     }
 }

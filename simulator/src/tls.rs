@@ -1,5 +1,5 @@
-//! HTTPS for the simulator: a self-signed CA, a serving certificate for the loopback
-//! names, and a TLS listener for `axum::serve`.
+//! HTTPS for the simulator: a self-signed CA and a serving certificate for the loopback
+//! names, for the TLS handshakes of [`crate::listener`].
 //!
 //! kubectl (client-go) sends a kubeconfig's bearer token only over TLS, so the simulator
 //! is served over HTTPS and the kubeconfig carries the CA (`certificate-authority-data`).
@@ -7,16 +7,12 @@
 //! with rcgen once and kept under `DATA_DIR/tls/` (in memory without a data directory),
 //! so kubeconfigs written earlier keep verifying after a restart. The CA's private key is
 //! not kept: nothing is signed after the serving certificate. Connections flow: TCP
-//! accept → TLS handshake in its own task (a slow client blocks no one) → a channel →
-//! [`TlsListener::accept`] → axum/hyper (HTTP/1.1, negotiated by ALPN).
+//! accept → TLS handshake in the connection's own task (a slow client blocks no one;
+//! [`HANDSHAKE_TIMEOUT`]) → hyper (HTTP/1.1, negotiated by ALPN), see [`crate::listener`].
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
-use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -24,7 +20,8 @@ use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 /// Names the serving certificate is valid for.
 pub const SERVING_NAMES: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
 
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest a TLS handshake may take.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -200,85 +197,4 @@ fn write_file(path: &Path, contents: &str, private: bool) -> std::io::Result<()>
     #[cfg(not(unix))]
     let _ = private;
     std::fs::rename(&tmp, path)
-}
-
-/// A TCP listener that hands out TLS streams whose handshake has completed.
-pub struct TlsListener {
-    rx: mpsc::Receiver<(tokio_rustls::server::TlsStream<TcpStream>, SocketAddr)>,
-    local: SocketAddr,
-    acceptor: tokio::task::JoinHandle<()>,
-}
-
-impl TlsListener {
-    /// Starts accepting on `listener` (must be called inside a tokio runtime).
-    pub fn new(
-        listener: TcpListener,
-        config: Arc<rustls::ServerConfig>,
-    ) -> std::io::Result<TlsListener> {
-        let local = listener.local_addr()?;
-        let tls = TlsAcceptor::from(config);
-        let (tx, rx) = mpsc::channel(64);
-        let acceptor = tokio::spawn(async move {
-            loop {
-                let (tcp, peer) = match listener.accept().await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        // Like axum's own loop: per-connection errors are retried at once,
-                        // others (e.g. too many open files) after a pause.
-                        if !matches!(
-                            e.kind(),
-                            std::io::ErrorKind::ConnectionAborted
-                                | std::io::ErrorKind::ConnectionReset
-                                | std::io::ErrorKind::ConnectionRefused
-                        ) {
-                            tracing::warn!(error = %e, "simulator: accept failed");
-                            tokio::time::sleep(Duration::from_secs(1)).await;
-                        }
-                        continue;
-                    }
-                };
-                let _ = tcp.set_nodelay(true);
-                let (tls, tx) = (tls.clone(), tx.clone());
-                tokio::spawn(async move {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(tcp)).await {
-                        Ok(Ok(stream)) => {
-                            let _ = tx.send((stream, peer)).await;
-                        }
-                        Ok(Err(e)) => {
-                            tracing::debug!(%peer, error = %e, "simulator: TLS handshake failed")
-                        }
-                        Err(_) => tracing::debug!(%peer, "simulator: TLS handshake timed out"),
-                    }
-                });
-            }
-        });
-        Ok(TlsListener {
-            rx,
-            local,
-            acceptor,
-        })
-    }
-}
-
-impl Drop for TlsListener {
-    fn drop(&mut self) {
-        self.acceptor.abort();
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = tokio_rustls::server::TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.rx.recv().await {
-            Some(conn) => conn,
-            // The accept task only ends when aborted by drop; never hand out a stream.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local)
-    }
 }

@@ -11,7 +11,12 @@
 //!   with one schema per kind (named like kube-apiserver's, e.g.
 //!   `dev.terrace.v1alpha1.Workspace`) carrying `x-kubernetes-group-version-kind`, plus the
 //!   list kind and ObjectMeta/ListMeta with their descriptions.
-//! - `GET /openapi/v2` → [`v2_document`]: the same in swagger 2.0 form.
+//! - `GET /openapi/v2` → [`v2_document`]: the same in swagger 2.0 form, as JSON or, for
+//!   the protobuf media type client-go asks for, as gnostic's `openapi.v2.Document`
+//!   ([`v2proto`]).
+//!
+//! Each answers in the media types kube-openapi's handlers offer, chosen from the Accept
+//! header ([`negotiate`]); none acceptable is 406.
 //!
 //! Custom resources get their CRD schema with `apiVersion`, `kind` and `metadata` merged
 //! in. Built-in kinds (which the simulator stores without schema) get a permissive schema
@@ -127,11 +132,20 @@ fn metadata_property(flavor: Flavor, list: bool) -> Value {
     }
 }
 
-/// Removes what swagger 2.0 cannot express (kube-apiserver strips these from CRD schemas
-/// in the v2 document too).
+/// Removes what swagger 2.0 cannot express, as kube-apiserver's `ToStructuralOpenAPIV2`
+/// does for CRD schemas in the v2 document: the combinators, CEL rules and `nullable`;
+/// and a nullable or `x-kubernetes-preserve-unknown-fields` node loses `type`, `items`
+/// and `properties`, since kubectl's v2 validation would reject values or fields they
+/// do not list.
 fn strip_for_v2(v: &mut Value) {
     match v {
         Value::Object(m) => {
+            let open = |k: &str| m.get(k).and_then(Value::as_bool) == Some(true);
+            if open("nullable") || open("x-kubernetes-preserve-unknown-fields") {
+                for k in ["type", "items", "properties"] {
+                    m.remove(k);
+                }
+            }
             for k in [
                 "nullable",
                 "anyOf",
@@ -151,11 +165,24 @@ fn strip_for_v2(v: &mut Value) {
 
 /// The kind's schema: the CRD schema (or a permissive one for built-in kinds) with
 /// apiVersion, kind and metadata merged in.
+///
+/// In the v2 document a schema that keeps unknown fields at its root (every built-in
+/// kind's) is just `type: object`, without even `apiVersion`, `kind` and `metadata`,
+/// as kube-apiserver publishes such CRDs there: kubectl's v2 validation takes listed
+/// properties for all there may be.
 fn kind_schema(info: &ResourceInfo, flavor: Flavor) -> Value {
     let mut schema = match &info.schema {
         Some(s) if s.is_object() => s.clone(),
         _ => json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
     };
+    if flavor == Flavor::V2
+        && schema.get("x-kubernetes-preserve-unknown-fields") == Some(&json!(true))
+    {
+        return json!({
+            "type": "object",
+            "x-kubernetes-group-version-kind": [gvk(info, &info.kind)],
+        });
+    }
     if flavor == Flavor::V2 {
         strip_for_v2(&mut schema);
     }
@@ -686,6 +713,50 @@ pub fn v2_document(resources: &[ResourceInfo]) -> Value {
         "security": [{"BearerToken": []}],
     })
 }
+
+/// The media types kube-openapi serves `/openapi/v2` in, in its order of preference.
+pub const V2_MEDIA_TYPES: &[&str] = &[
+    "application/json",
+    v2proto::MEDIA_TYPE,
+    v2proto::MEDIA_TYPE_DOTTED,
+];
+/// The media types of the v3 documents the simulator serves (not their protobuf form).
+pub const V3_MEDIA_TYPES: &[&str] = &["application/json"];
+
+/// The offer an Accept header picks, as kube-openapi's handlers pick it (goautoneg):
+/// clauses by descending `q` (more specific first among equals, `q=0` never), each
+/// against the offers in order, `*` matching any type or subtype. An absent or empty
+/// header accepts anything. `None`: 406 Not Acceptable.
+pub fn negotiate<'a>(accept: Option<&str>, offers: &[&'a str]) -> Option<&'a str> {
+    let accept = accept
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .unwrap_or("*/*");
+    let mut clauses: Vec<(f32, u8, &str, &str)> = accept
+        .split(',')
+        .filter_map(|clause| {
+            let mut parts = clause.split(';');
+            let media = parts.next()?.trim();
+            let (ty, sub) = media.split_once('/').unwrap_or((media, "*"));
+            let q = parts
+                .filter_map(|p| p.trim().strip_prefix("q="))
+                .find_map(|q| q.trim().parse::<f32>().ok())
+                .unwrap_or(1.0);
+            let specificity = u8::from(ty != "*") + u8::from(sub != "*");
+            Some((q, specificity, ty, sub))
+        })
+        .filter(|(q, ..)| *q > 0.0)
+        .collect();
+    clauses.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
+    clauses.iter().find_map(|(_, _, ty, sub)| {
+        offers.iter().copied().find(|offer| {
+            let (oty, osub) = offer.split_once('/').unwrap_or((offer, ""));
+            (*ty == "*" || *ty == oty) && (*sub == "*" || *sub == osub)
+        })
+    })
+}
+
+pub mod v2proto;
 
 #[cfg(test)]
 mod tests;

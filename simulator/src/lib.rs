@@ -1,11 +1,12 @@
-//! A local, Kubernetes-API-compatible cluster simulator.
+//! terrace's Kubernetes-API-compatible cluster simulator.
 //!
-//! It exists so terrace's test suite and `terrace dev` can run the real operator, the real
-//! API server, `kubectl` and `kube::Client` without a kube-apiserver. It serves the
-//! Kubernetes REST protocol over HTTPS on loopback (see [`tls`]) and in-process (as a tower Service for
-//! `kube::Client::new`), keeps objects in an embedded store persisted under a data
-//! directory, and copies the API server behaviours terrace and kubectl depend on. See
-//! README.md beside this crate for what it copies and what it does not.
+//! A product component: `terrace dev` runs the real operator, the real API server,
+//! `kubectl` and `kube::Client` on it without a kube-apiserver, and terrace's test suite
+//! uses it the same way. It serves the Kubernetes REST protocol over HTTPS (see [`tls`]),
+//! plain HTTP and in-process (as a tower Service for `kube::Client::new`), keeps objects
+//! in an embedded store persisted under a data directory, and copies the API server
+//! behaviours terrace and kubectl depend on. See README.md beside this crate for what it
+//! copies and what it does not.
 #![forbid(unsafe_code)]
 
 pub mod access;
@@ -18,7 +19,9 @@ pub mod schema;
 pub mod table;
 
 pub mod gc;
+pub mod kinds;
 pub mod kubelet;
+pub mod listener;
 pub mod meta;
 pub mod patch;
 pub mod registry;
@@ -41,7 +44,9 @@ use tokio::sync::{Notify, watch as tokio_watch};
 /// How a [`Simulator`] is opened.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
-    /// Where objects and the admin token persist; `None` keeps everything in memory.
+    /// Where objects and the admin token persist (a directory readable by its owner
+    /// only; a write is answered once it is on disk there); `None` keeps everything in
+    /// memory.
     pub data_dir: Option<PathBuf>,
     /// Events kept per resource for watch resumption (the watch cache size).
     pub watch_history: usize,
@@ -60,6 +65,9 @@ pub struct SimConfig {
     /// `PATH` as a link to the program, so processes it starts find it too (`terrace
     /// dev --engine` maps `tofu` here).
     pub command_overrides: Vec<(String, PathBuf)>,
+    /// Timeouts and connection cap of [`Simulator::serve`] and
+    /// [`Simulator::serve_plain`] ([`listener`]).
+    pub limits: listener::ConnectionLimits,
 }
 
 impl Default for SimConfig {
@@ -71,6 +79,7 @@ impl Default for SimConfig {
             run_pods: true,
             image_overrides: Vec::new(),
             command_overrides: Vec::new(),
+            limits: listener::ConnectionLimits::default(),
         }
     }
 }
@@ -91,6 +100,11 @@ pub enum SimError {
     Tls(#[from] tls::TlsError),
 }
 
+/// How long a writer waits for its log record to reach the disk before it is answered
+/// 504 (kube-apiserver's answer when etcd does not commit in time). The write is applied
+/// in memory either way and reaches the disk with a later batch.
+const DURABLE_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// State shared by the HTTP handlers, watches and background tasks.
 pub struct Shared {
     state: Mutex<State>,
@@ -103,6 +117,10 @@ pub struct Shared {
     /// Authenticator and cached RBAC snapshot.
     pub access: access::Access,
     files: Option<Files>,
+    /// How many log records are on disk ([`State::log_seq`] of the last synced batch).
+    durable: tokio_watch::Sender<u64>,
+    /// Wakes the flusher: a writer waits for its records.
+    flush_wake: Notify,
     /// Where the simulated node keeps each Pod's volumes, logs and termination
     /// messages: `DATA_DIR/pods/<uid>`, or a fresh temporary folder.
     pub pods_dir: PathBuf,
@@ -123,20 +141,31 @@ impl Shared {
     }
 
     /// Changes the store under its lock, then wakes watches and the garbage collector.
+    /// The change reaches the disk with the flusher's next batch, within about 100 ms;
+    /// a change a client is answered for goes through [`Shared::write_durably`].
     pub fn write<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
-        self.write_inner(f, true)
+        self.write_inner(f, true).0
     }
 
-    fn write_inner<R>(&self, f: impl FnOnce(&mut State) -> R, wake_gc: bool) -> R {
-        let (r, rv_before, rv, gc) = {
+    /// A write by a background controller: wakes watches but not the controllers.
+    pub fn write_from_controller<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        self.write_inner(f, false).0
+    }
+
+    /// Returns `f`'s result and the log position the write reached, when it queued
+    /// records.
+    fn write_inner<R>(&self, f: impl FnOnce(&mut State) -> R, wake_gc: bool) -> (R, Option<u64>) {
+        let (r, rv_before, rv, gc, seq) = {
             let mut st = self.lock();
             let before = st.rv;
+            let seq_before = st.log_seq;
             let r = f(&mut st);
             (
                 r,
                 before,
                 st.rv,
                 !st.gc_queue.is_empty() || !st.terminating.is_empty(),
+                (st.log_seq != seq_before).then_some(st.log_seq),
             )
         };
         if rv != rv_before {
@@ -145,29 +174,87 @@ impl Shared {
         if gc && wake_gc {
             self.gc_wake.notify_one();
         }
+        (r, seq)
+    }
+
+    /// A write a client is answered for (group commit): changes the store like
+    /// [`Shared::write`], then waits until the batch holding its log records is on disk
+    /// (`fdatasync`), so a write that was answered survives `kill -9` and power loss.
+    /// Writers arriving while a batch is being synced go together in the next one. In
+    /// memory (no data directory) there is nothing to wait for. Answers 504 when the
+    /// disk does not take the batch within a minute.
+    pub async fn write_durably<T>(
+        &self,
+        f: impl FnOnce(&mut State) -> status::ApiResult<T>,
+    ) -> status::ApiResult<T> {
+        let (r, seq) = self.write_inner(f, true);
+        if let Some(seq) = seq {
+            self.wait_durable(seq).await?;
+        }
         r
     }
 
-    /// A write by a background controller: wakes watches but not the controllers.
-    pub fn write_from_controller<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
-        self.write_inner(f, false)
+    async fn wait_durable(&self, seq: u64) -> status::ApiResult<()> {
+        if self.files.is_none() {
+            return Ok(());
+        }
+        self.flush_wake.notify_one();
+        let mut durable = self.durable.subscribe();
+        let mut shutdown = self.shutdown.subscribe();
+        tokio::select! {
+            ok = async { durable.wait_for(|d| *d >= seq).await.is_ok() } => {
+                if ok {
+                    return Ok(());
+                }
+            }
+            // The flusher is gone: flush here (the final flush may have run before this
+            // write).
+            () = async { let _ = shutdown.wait_for(|s| *s).await; } => {
+                self.flush().await;
+                if *self.durable.borrow() >= seq {
+                    return Ok(());
+                }
+            }
+            () = tokio::time::sleep(DURABLE_TIMEOUT) => {}
+        }
+        Err(status::ApiError::new(
+            504,
+            "Timeout",
+            "Timeout: the write was applied but its log record did not reach the disk in time",
+        ))
     }
 
-    /// Appends pending log records to disk.
-    async fn flush(&self, sync: bool) {
+    /// Appends the pending log records to disk and syncs them, then tells the writers
+    /// waiting for them. On failure the records stay queued (in order) for the next
+    /// flush.
+    async fn flush(&self) {
         let Some(files) = &self.files else { return };
         let _guard = self.flush_lock.lock().await;
-        let lines = std::mem::take(&mut self.lock().pending_log);
-        let dir = files.dir.clone();
+        let (lines, seq) = {
+            let mut st = self.lock();
+            (std::mem::take(&mut st.pending_log), st.log_seq)
+        };
+        if lines.is_empty() {
+            return;
+        }
+        let files = files.clone();
         let result = tokio::task::spawn_blocking(move || {
-            let f = Files { dir };
-            f.append(&lines)?;
-            if sync { f.sync() } else { Ok(()) }
+            let r = files.append(&lines, true);
+            (r, lines)
         })
         .await;
         match result {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::error!(error = %e, "simulator: writing the store log failed"),
+            Ok((Ok(()), _)) => {
+                self.durable.send_if_modified(|d| {
+                    let newer = seq > *d;
+                    *d = (*d).max(seq);
+                    newer
+                });
+            }
+            Ok((Err(e), lines)) => {
+                tracing::error!(error = %e, "simulator: writing the store log failed; retrying");
+                self.lock().pending_log.splice(0..0, lines);
+            }
             Err(e) => tracing::error!(error = %e, "simulator: store flush task failed"),
         }
     }
@@ -187,7 +274,7 @@ impl Simulator {
         let mut st = State::new(config.watch_history, config.data_dir.is_some());
         let (files, (admin_token, signing_key)) = match &config.data_dir {
             Some(dir) => {
-                let files = Files { dir: dir.clone() };
+                let files = Files::new(dir.clone());
                 let io = |source| SimError::Io {
                     path: dir.clone(),
                     source,
@@ -211,7 +298,7 @@ impl Simulator {
                 (store::new_token(), auth::TokenSigner::generate_key()),
             ),
         };
-        st.register_stored_crds();
+        kinds::crd::register_stored(&mut st);
         // Processes do not survive the simulator: Pods it ran before are lost.
         kubelet::node_restarted(&mut st);
         let pods_dir = match &config.data_dir {
@@ -219,6 +306,7 @@ impl Simulator {
             None => std::env::temp_dir().join(format!("terrace-sim-{}", uuid::Uuid::new_v4())),
         };
         let (changes, _) = tokio_watch::channel(st.rv);
+        let (durable, _) = tokio_watch::channel(st.log_seq);
         let (shutdown, _) = tokio_watch::channel(false);
         let shared = Arc::new(Shared {
             state: Mutex::new(st),
@@ -228,38 +316,16 @@ impl Simulator {
             access: access::Access::new(signing_key, &admin_token),
             admin_token,
             files,
+            durable,
+            flush_wake: Notify::new(),
             pods_dir,
             shutdown,
             flush_lock: tokio::sync::Mutex::new(()),
             tasks: Mutex::new(Vec::new()),
         });
-        shared.write(|st| -> Result<(), SimError> {
-            let ns_info = st
-                .registry
-                .get("", "v1", "namespaces")
-                .ok_or_else(|| SimError::Bootstrap("namespaces not registered".into()))?;
-            for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
-                if st
-                    .get(&rest::res_key(&ns_info), &(String::new(), ns.into()))
-                    .is_none()
-                {
-                    let opts = rest::WriteOpts {
-                        field_manager: "kube-apiserver".into(),
-                        ..Default::default()
-                    };
-                    rest::create(
-                        st,
-                        &ns_info,
-                        None,
-                        serde_json::json!({"metadata": {"name": ns}}),
-                        &opts,
-                        "Update",
-                    )
-                    .map_err(|e| SimError::Bootstrap(e.message))?;
-                }
-            }
-            Ok(())
-        })?;
+        shared
+            .write(kinds::namespace::create_defaults)
+            .map_err(SimError::Bootstrap)?;
         access::bootstrap(&shared).map_err(SimError::Bootstrap)?;
         let tls = Arc::new(open_tls(sim_tls_dir(&shared.config)).await?);
         let sim = Simulator { shared, tls };
@@ -272,9 +338,16 @@ impl Simulator {
                 // `changed()` for this receiver.
                 while !*shutdown.borrow_and_update() {
                     tokio::select! {
-                        _ = tokio::time::sleep(Duration::from_millis(100)) => shared.flush(false).await,
+                        // A writer waits: sync now (while a batch syncs, the next gathers).
+                        _ = shared.flush_wake.notified() => {}
+                        // Background writes (controllers, the kubelet) nobody waits for.
+                        _ = tokio::time::sleep(Duration::from_millis(100)) => {}
                         _ = shutdown.changed() => return,
                     }
+                    // Writers woken by the previous batch are runnable now: let them
+                    // queue their next records, so they share this batch's sync.
+                    tokio::task::yield_now().await;
+                    shared.flush().await;
                 }
             })
         };
@@ -320,44 +393,45 @@ impl Simulator {
     }
 
     /// Serves HTTPS (HTTP/1.1 over TLS, the certificate from [`Simulator::ca_pem`]'s CA)
-    /// on `listener` until [`Simulator::shutdown`]. Every request is authenticated by its
-    /// bearer token; one without is `system:anonymous`, as on kube-apiserver's secure port.
+    /// on `listener` until [`Simulator::shutdown`], under [`SimConfig::limits`]. Every
+    /// request is authenticated by its bearer token; one without is `system:anonymous`,
+    /// as on kube-apiserver's secure port.
     pub async fn serve(&self, listener: tokio::net::TcpListener) -> Result<(), SimError> {
-        let mut shutdown = self.shared.shutdown.subscribe();
-        if *shutdown.borrow() {
-            return Ok(());
-        }
-        let listener =
-            tls::TlsListener::new(listener, self.tls.server_config()).map_err(SimError::Serve)?;
-        let app = server::router(self.shared.clone(), false).into_make_service();
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = shutdown.wait_for(|s| *s).await;
-            })
-            .await
-            .map_err(SimError::Serve)
+        let tls = tokio_rustls::TlsAcceptor::from(self.tls.server_config());
+        self.serve_with(listener, Some(tls), false).await
     }
 
-    /// Serves plain HTTP/1.1 on `listener` until [`Simulator::shutdown`], for clients that
-    /// cannot do TLS.
+    /// Serves plain HTTP/1.1 on `listener` until [`Simulator::shutdown`], under
+    /// [`SimConfig::limits`], for clients that cannot do TLS.
     ///
     /// kubectl (client-go) does not send bearer tokens over plain HTTP, so here, as on
     /// the old kube-apiserver insecure port, loopback requests without an Authorization
     /// header act as the admin user; requests with a token are authenticated by it.
     /// Prefer [`Simulator::serve`], where RBAC applies to kubectl too.
     pub async fn serve_plain(&self, listener: tokio::net::TcpListener) -> Result<(), SimError> {
-        let mut shutdown = self.shared.shutdown.subscribe();
+        self.serve_with(listener, None, true).await
+    }
+
+    async fn serve_with(
+        &self,
+        listener: tokio::net::TcpListener,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+        loopback_admin: bool,
+    ) -> Result<(), SimError> {
+        let shutdown = self.shared.shutdown.subscribe();
         if *shutdown.borrow() {
             return Ok(());
         }
-        let app = server::router(self.shared.clone(), true)
-            .into_make_service_with_connect_info::<std::net::SocketAddr>();
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = shutdown.wait_for(|s| *s).await;
-            })
-            .await
-            .map_err(SimError::Serve)
+        let app = server::router(self.shared.clone(), loopback_admin);
+        listener::serve(
+            app,
+            listener,
+            tls,
+            self.shared.config.limits.clone(),
+            shutdown,
+        )
+        .await
+        .map_err(SimError::Serve)
     }
 
     /// The CA certificate (PEM) that signed the certificate [`Simulator::serve`] presents.
@@ -401,7 +475,7 @@ impl Simulator {
         for t in tasks {
             let _ = t.await;
         }
-        self.shared.flush(true).await;
+        self.shared.flush().await;
     }
 }
 

@@ -819,6 +819,10 @@ fn write_shims(dir: &Path, overrides: &[(String, PathBuf)]) {
 
 async fn worker(shared: Arc<Shared>, pod: Arc<Value>, mut life: watch::Receiver<Life>) {
     let uid = uid_of(&pod);
+    // Pods' folders hold Secret volumes and logs: owner only, as the data directory.
+    if let Err(e) = crate::store::create_private_dir(&shared.pods_dir) {
+        tracing::warn!(error = %e, "simulator: creating the Pods' folder");
+    }
     let dir = pod_dir(&shared.pods_dir, &uid);
     let (exits_tx, mut exits) = mpsc::unbounded_channel();
     let mut ctrs = Vec::new();
