@@ -665,7 +665,7 @@ mod tests {
             header_read_timeout: Duration::from_millis(300),
             body_read_timeout: Duration::from_millis(400),
             body_min_rate: 1000,
-            idle_timeout: Duration::from_millis(800),
+            idle_timeout: Duration::from_millis(2000),
             max_connections: 64,
         }
     }
@@ -762,15 +762,15 @@ mod tests {
         assert!(closed, "partial headers kept open");
         let after = started.elapsed();
         assert!(
-            after >= Duration::from_millis(250) && after < Duration::from_millis(750),
+            after >= Duration::from_millis(250) && after < Duration::from_millis(1500),
             "{after:?}"
         );
-        let (_, closed) = until_closed(&mut idle, Duration::from_secs(3)).await;
+        let (_, closed) = until_closed(&mut idle, Duration::from_secs(5)).await;
         assert!(closed, "idle connection kept open");
         let after = started.elapsed();
         assert!(
-            after >= Duration::from_millis(750),
-            "idle closed at the header deadline: {after:?}"
+            after >= Duration::from_millis(1900),
+            "idle closed before its deadline: {after:?}"
         );
     }
 
@@ -788,7 +788,7 @@ mod tests {
             assert!(r.starts_with("HTTP/1.1 200"), "{r}");
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        let (_, closed) = until_closed(&mut s, Duration::from_secs(2)).await;
+        let (_, closed) = until_closed(&mut s, Duration::from_secs(4)).await;
         assert!(closed);
     }
 

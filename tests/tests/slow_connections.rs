@@ -17,20 +17,20 @@ const LIMITS: &[&str] = &[
     "--body-read-timeout",
     "2s",
     "--idle-timeout",
-    "2s",
+    "4s",
 ];
 
 fn addr(dev: &Dev) -> String {
     dev.api.trim_start_matches("http://").to_owned()
 }
 
-/// Sends `request` and reads until the server closes (or 10 s pass): the answer and how
+/// Sends `request` and reads until the server closes (or 15 s pass): the answer and how
 /// long the server took to close.
 fn exchange(dev: &Dev, request: &[u8]) -> (String, Option<Duration>) {
     let mut s = TcpStream::connect(addr(dev)).expect("connect");
     let started = Instant::now();
     s.write_all(request).expect("write");
-    s.set_read_timeout(Some(Duration::from_secs(10)))
+    s.set_read_timeout(Some(Duration::from_secs(15)))
         .expect("timeout");
     let mut out = Vec::new();
     let mut buf = [0u8; 8192];
@@ -134,7 +134,7 @@ fn slow_and_idle_clients_are_closed_at_their_deadlines() {
     let at = closed.expect("closed");
     assert!(answer.is_empty(), "{answer}");
     assert!(
-        at >= Duration::from_millis(1800) && at < Duration::from_secs(5),
+        at >= Duration::from_millis(3800) && at < Duration::from_secs(9),
         "{at:?}"
     );
 }
