@@ -14,6 +14,7 @@ pub mod ids;
 pub mod lock;
 pub mod resources;
 pub mod rules;
+pub mod state;
 pub mod testoutput;
 pub mod testrun;
 

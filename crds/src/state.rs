@@ -1,0 +1,400 @@
+//! The rules of workspace state (DESIGN.md §3 "State and runs", issue: state versions),
+//! beside the lock state machine they go with:
+//!
+//! - only the holder of the workspace's lock may write a state version;
+//! - a new version's serial is greater than the current one's and its lineage the same,
+//!   unless the write is forced;
+//! - the bytes must be what the client said (MD5) and a state file (JSON, format version
+//!   4, whose serial and lineage are the version's);
+//! - a state has a size limit.
+//!
+//! [`summarize`] reads what the API shows of a state without keeping it: resources (names,
+//! types, counts), outputs (names, sensitivity, types) and the engine version. Values
+//! stay in the state, which only the blob store holds.
+
+use serde_json::Value;
+
+use crate::lock::LockHolder;
+
+/// The life of a state version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StateVersionState {
+    /// Created; its bytes have not arrived yet.
+    Pending,
+    /// Its bytes are stored: it can be the current state.
+    Finalized,
+    /// Given up (never finalized).
+    Discarded,
+    /// Its bytes were removed by the data retention policy.
+    BackingDataSoftDeleted,
+}
+
+impl StateVersionState {
+    pub const ALL: [StateVersionState; 4] = [
+        StateVersionState::Pending,
+        StateVersionState::Finalized,
+        StateVersionState::Discarded,
+        StateVersionState::BackingDataSoftDeleted,
+    ];
+
+    /// TFE's word for it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            StateVersionState::Pending => "pending",
+            StateVersionState::Finalized => "finalized",
+            StateVersionState::Discarded => "discarded",
+            StateVersionState::BackingDataSoftDeleted => "backing_data_soft_deleted",
+        }
+    }
+
+    /// The state of a status string (absent: pending).
+    pub fn parse(s: Option<&str>) -> Option<StateVersionState> {
+        match s {
+            None => Some(StateVersionState::Pending),
+            Some(s) => StateVersionState::ALL.into_iter().find(|v| v.as_str() == s),
+        }
+    }
+}
+
+/// Why a state version cannot be written.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    /// 409: the workspace is not locked by the writer.
+    #[error("{0}")]
+    NotLockHolder(String),
+    /// 409: the serial does not follow the current one.
+    #[error("serial {given} must be greater than the current state's serial {current}")]
+    SerialNotGreater { given: i64, current: i64 },
+    /// 409: another lineage.
+    #[error(
+        "lineage {given:?} does not match the current state's lineage {current:?} (force the write to replace the state)"
+    )]
+    LineageMismatch { given: String, current: String },
+    /// 422: the bytes are not the ones described.
+    #[error("md5 {given:?} does not match the uploaded state (md5 {actual:?})")]
+    Md5Mismatch { given: String, actual: String },
+    /// 422: not a state file.
+    #[error("the state is not a valid state file: {0}")]
+    Invalid(String),
+    /// 413.
+    #[error("the state is {size} bytes, more than the limit of {limit} bytes")]
+    TooLarge { size: u64, limit: u64 },
+}
+
+impl StateError {
+    /// The HTTP status the API answers with.
+    pub fn status(&self) -> u16 {
+        match self {
+            StateError::NotLockHolder(_)
+            | StateError::SerialNotGreater { .. }
+            | StateError::LineageMismatch { .. } => 409,
+            StateError::Md5Mismatch { .. } | StateError::Invalid(_) => 422,
+            StateError::TooLarge { .. } => 413,
+        }
+    }
+}
+
+/// Only the holder of the workspace's lock writes its state.
+pub fn check_lock(holder: Option<&LockHolder>, writer: &LockHolder) -> Result<(), StateError> {
+    match holder {
+        Some(h) if h == writer => Ok(()),
+        Some(h) => Err(StateError::NotLockHolder(format!(
+            "the workspace is locked by {h}: only the lock holder may write its state"
+        ))),
+        None => Err(StateError::NotLockHolder(
+            "the workspace is not locked: lock it before writing its state".into(),
+        )),
+    }
+}
+
+/// The serial and lineage of a workspace's current state version.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Current<'a> {
+    pub serial: i64,
+    pub lineage: &'a str,
+}
+
+/// A new version's serial follows the current one and its lineage is the same, unless
+/// `force` (the first version of a workspace can be anything).
+pub fn check_succession(
+    current: Option<Current<'_>>,
+    serial: i64,
+    lineage: &str,
+    force: bool,
+) -> Result<(), StateError> {
+    let Some(cur) = current.filter(|_| !force) else {
+        return Ok(());
+    };
+    if !cur.lineage.is_empty() && !lineage.is_empty() && cur.lineage != lineage {
+        return Err(StateError::LineageMismatch {
+            given: lineage.to_owned(),
+            current: cur.lineage.to_owned(),
+        });
+    }
+    if serial <= cur.serial {
+        return Err(StateError::SerialNotGreater {
+            given: serial,
+            current: cur.serial,
+        });
+    }
+    Ok(())
+}
+
+/// Hex MD5 of `bytes`.
+pub fn md5_hex(bytes: &[u8]) -> String {
+    use md5::{Digest, Md5};
+    Md5::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The size limit.
+pub fn check_size(size: u64, limit: u64) -> Result<(), StateError> {
+    if size > limit {
+        Err(StateError::TooLarge { size, limit })
+    } else {
+        Ok(())
+    }
+}
+
+/// What the API shows of a state.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StateSummary {
+    pub serial: i64,
+    pub lineage: String,
+    pub terraform_version: Option<String>,
+    /// Managed resource instances.
+    pub resource_count: i64,
+    pub resources: Vec<crate::resources::ResourceSummary>,
+    pub outputs: Vec<crate::resources::OutputSummary>,
+    pub providers: Vec<String>,
+}
+
+/// Checks that `bytes` are a state file with `md5` (when given), and the `serial` and
+/// `lineage` it is stored as; answers its summary.
+pub fn check_state(
+    bytes: &[u8],
+    md5: Option<&str>,
+    serial: i64,
+    lineage: &str,
+) -> Result<StateSummary, StateError> {
+    if let Some(given) = md5.filter(|m| !m.is_empty()) {
+        let actual = md5_hex(bytes);
+        if !given.eq_ignore_ascii_case(&actual) {
+            return Err(StateError::Md5Mismatch {
+                given: given.to_owned(),
+                actual,
+            });
+        }
+    }
+    let summary = summarize(bytes)?;
+    if summary.serial != serial {
+        return Err(StateError::Invalid(format!(
+            "its serial is {}, the state version's is {serial}",
+            summary.serial
+        )));
+    }
+    if !lineage.is_empty() && summary.lineage != lineage {
+        return Err(StateError::Invalid(format!(
+            "its lineage is {:?}, the state version's is {lineage:?}",
+            summary.lineage
+        )));
+    }
+    Ok(summary)
+}
+
+/// The summary of a state file (format version 4).
+pub fn summarize(bytes: &[u8]) -> Result<StateSummary, StateError> {
+    let v: Value = serde_json::from_slice(bytes)
+        .map_err(|e| StateError::Invalid(format!("not JSON: {e}")))?;
+    let obj = v
+        .as_object()
+        .ok_or_else(|| StateError::Invalid("not a JSON object".into()))?;
+    match obj.get("version").and_then(Value::as_i64) {
+        Some(4) => {}
+        Some(n) => {
+            return Err(StateError::Invalid(format!(
+                "format version {n} is not supported (4 is)"
+            )));
+        }
+        None => return Err(StateError::Invalid("no format version".into())),
+    }
+    let serial = obj
+        .get("serial")
+        .and_then(Value::as_i64)
+        .ok_or_else(|| StateError::Invalid("no serial".into()))?;
+    let lineage = obj
+        .get("lineage")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let mut out = StateSummary {
+        serial,
+        lineage,
+        terraform_version: obj
+            .get("terraform_version")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        ..Default::default()
+    };
+    if let Some(resources) = obj.get("resources") {
+        let list = resources
+            .as_array()
+            .ok_or_else(|| StateError::Invalid("resources is not a list".into()))?;
+        for r in list {
+            let field = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or_default();
+            let count = r
+                .get("instances")
+                .and_then(Value::as_array)
+                .map_or(0, |i| i64::try_from(i.len()).unwrap_or(i64::MAX));
+            let provider = field("provider").to_owned();
+            if !provider.is_empty() && !out.providers.contains(&provider) {
+                out.providers.push(provider.clone());
+            }
+            if field("mode") != "managed" {
+                continue;
+            }
+            out.resource_count += count;
+            out.resources.push(crate::resources::ResourceSummary {
+                name: field("name").to_owned(),
+                type_: field("type").to_owned(),
+                count,
+                module: Some(field("module"))
+                    .filter(|m| !m.is_empty())
+                    .unwrap_or("root")
+                    .to_owned(),
+                provider,
+            });
+        }
+    }
+    if let Some(outputs) = obj.get("outputs") {
+        let map = outputs
+            .as_object()
+            .ok_or_else(|| StateError::Invalid("outputs is not an object".into()))?;
+        for (name, o) in map {
+            out.outputs.push(crate::resources::OutputSummary {
+                name: name.clone(),
+                sensitive: o.get("sensitive").and_then(Value::as_bool).unwrap_or(false),
+                type_json: o.get("type").map(Value::to_string),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The value of output `name` of a state file (None when absent or not a state).
+pub fn output_value(bytes: &[u8], name: &str) -> Option<Value> {
+    let v: Value = serde_json::from_slice(bytes).ok()?;
+    v.get("outputs")?.get(name)?.get("value").cloned()
+}
+
+/// Every output of a state file: name, value.
+pub fn output_values(bytes: &[u8]) -> Vec<(String, Value)> {
+    let Ok(v) = serde_json::from_slice::<Value>(bytes) else {
+        return Vec::new();
+    };
+    v.get("outputs")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, o)| (k.clone(), o.get("value").cloned().unwrap_or(Value::Null)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(serial: i64, lineage: &str) -> Vec<u8> {
+        serde_json::json!({
+            "version": 4,
+            "terraform_version": "1.11.4",
+            "serial": serial,
+            "lineage": lineage,
+            "outputs": {
+                "greeting": {"value": "hello", "type": "string"},
+                "secret": {"value": "s3cret", "type": "string", "sensitive": true},
+            },
+            "resources": [
+                {"mode": "managed", "type": "terraform_data", "name": "a",
+                 "provider": "provider[\"terraform.io/builtin/terraform\"]",
+                 "instances": [{"attributes": {}}, {"attributes": {}}]},
+                {"mode": "data", "type": "terraform_remote_state", "name": "r",
+                 "provider": "provider[\"terraform.io/builtin/terraform\"]",
+                 "instances": [{}]},
+                {"module": "module.m", "mode": "managed", "type": "terraform_data", "name": "b",
+                 "provider": "provider[\"terraform.io/builtin/terraform\"]",
+                 "instances": [{}]},
+            ],
+        })
+        .to_string()
+        .into_bytes()
+    }
+
+    #[test]
+    fn only_the_lock_holder_writes() {
+        let me = LockHolder::User("alice".into());
+        assert!(check_lock(Some(&me), &me).is_ok());
+        let other = LockHolder::User("bob".into());
+        let e = check_lock(Some(&other), &me).err();
+        assert_eq!(e.as_ref().map(StateError::status), Some(409));
+        assert!(e.is_some_and(|e| e.to_string().contains("locked by User bob")));
+        assert_eq!(check_lock(None, &me).err().map(|e| e.status()), Some(409));
+    }
+
+    #[test]
+    fn succession_rows() {
+        let cur = || Some(Current { serial: 3, lineage: "L" });
+        assert!(check_succession(None, 1, "X", false).is_ok(), "first version");
+        assert!(check_succession(cur(), 4, "L", false).is_ok());
+        assert!(matches!(
+            check_succession(cur(), 3, "L", false),
+            Err(StateError::SerialNotGreater { .. })
+        ));
+        assert!(matches!(
+            check_succession(cur(), 9, "M", false),
+            Err(StateError::LineageMismatch { .. })
+        ));
+        assert!(check_succession(cur(), 1, "M", true).is_ok(), "force waives both");
+    }
+
+    #[test]
+    fn state_files_are_checked_and_summarized() {
+        let bytes = state(4, "L");
+        let md5 = md5_hex(&bytes);
+        let s = check_state(&bytes, Some(&md5), 4, "L").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.resource_count, 3, "managed instances only");
+        assert_eq!(s.resources.len(), 2);
+        assert_eq!(s.resources[1].module, "module.m");
+        assert_eq!(s.outputs.len(), 2);
+        assert!(s.outputs.iter().any(|o| o.name == "secret" && o.sensitive));
+        assert_eq!(s.outputs[0].type_json.as_deref(), Some("\"string\""));
+        assert_eq!(s.terraform_version.as_deref(), Some("1.11.4"));
+        assert_eq!(s.providers.len(), 1);
+        let e = check_state(&bytes, Some("00"), 4, "L").err();
+        assert_eq!(e.map(|e| e.status()), Some(422));
+        assert!(matches!(check_state(&bytes, None, 5, "L"), Err(StateError::Invalid(_))));
+        assert!(matches!(check_state(&bytes, None, 4, "M"), Err(StateError::Invalid(_))));
+        assert!(matches!(summarize(b"{}"), Err(StateError::Invalid(_))));
+        assert!(matches!(summarize(b"nope"), Err(StateError::Invalid(_))));
+        assert!(matches!(
+            summarize(br#"{"version": 3, "serial": 1}"#),
+            Err(StateError::Invalid(_))
+        ));
+        assert_eq!(output_value(&bytes, "secret"), Some(serde_json::json!("s3cret")));
+        assert_eq!(output_values(&bytes).len(), 2);
+        assert_eq!(check_size(10, 5).err().map(|e| e.status()), Some(413));
+    }
+
+    #[test]
+    fn states_round_trip() {
+        for s in StateVersionState::ALL {
+            assert_eq!(StateVersionState::parse(Some(s.as_str())), Some(s));
+        }
+        assert_eq!(StateVersionState::parse(None), Some(StateVersionState::Pending));
+        assert_eq!(StateVersionState::parse(Some("weird")), None);
+    }
+}
