@@ -140,6 +140,36 @@ pub fn check_succession(
     Ok(())
 }
 
+/// A state version as the unlock rule sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WrittenVersion {
+    /// Creation time (whole seconds, as Kubernetes keeps it).
+    pub created: jiff::Timestamp,
+    pub serial: i64,
+    pub state: StateVersionState,
+    /// Its upload URLs expired before the state arrived: it will never be finalized.
+    pub abandoned: bool,
+}
+
+/// Whether the latest state version written under the current lock (created at or after
+/// `locked_at`, compared in whole seconds) is still pending: SPEC B8's unlock 503, so the
+/// lock is not given up before the state it protects is stored. An abandoned version does
+/// not hold the unlock back (force-unlock never waits).
+pub fn latest_pending_since(
+    locked_at: Option<jiff::Timestamp>,
+    versions: impl IntoIterator<Item = WrittenVersion>,
+) -> bool {
+    let Some(locked_at) = locked_at else {
+        return false;
+    };
+    let since = jiff::Timestamp::from_second(locked_at.as_second()).unwrap_or(locked_at);
+    versions
+        .into_iter()
+        .filter(|v| v.created >= since)
+        .max_by_key(|v| (v.created, v.serial))
+        .is_some_and(|v| v.state == StateVersionState::Pending && !v.abandoned)
+}
+
 /// Hex MD5 of `bytes`.
 pub fn md5_hex(bytes: &[u8]) -> String {
     use md5::{Digest, Md5};
@@ -206,8 +236,8 @@ pub fn check_state(
 
 /// The summary of a state file (format version 4).
 pub fn summarize(bytes: &[u8]) -> Result<StateSummary, StateError> {
-    let v: Value = serde_json::from_slice(bytes)
-        .map_err(|e| StateError::Invalid(format!("not JSON: {e}")))?;
+    let v: Value =
+        serde_json::from_slice(bytes).map_err(|e| StateError::Invalid(format!("not JSON: {e}")))?;
     let obj = v
         .as_object()
         .ok_or_else(|| StateError::Invalid("not a JSON object".into()))?;
@@ -274,6 +304,7 @@ pub fn summarize(bytes: &[u8]) -> Result<StateSummary, StateError> {
             .ok_or_else(|| StateError::Invalid("outputs is not an object".into()))?;
         for (name, o) in map {
             out.outputs.push(crate::resources::OutputSummary {
+                id: crate::ids::new_id(crate::ids::IdKind::StateVersionOutput),
                 name: name.clone(),
                 sensitive: o.get("sensitive").and_then(Value::as_bool).unwrap_or(false),
                 type_json: o.get("type").map(Value::to_string),
@@ -347,8 +378,16 @@ mod tests {
 
     #[test]
     fn succession_rows() {
-        let cur = || Some(Current { serial: 3, lineage: "L" });
-        assert!(check_succession(None, 1, "X", false).is_ok(), "first version");
+        let cur = || {
+            Some(Current {
+                serial: 3,
+                lineage: "L",
+            })
+        };
+        assert!(
+            check_succession(None, 1, "X", false).is_ok(),
+            "first version"
+        );
         assert!(check_succession(cur(), 4, "L", false).is_ok());
         assert!(matches!(
             check_succession(cur(), 3, "L", false),
@@ -358,7 +397,10 @@ mod tests {
             check_succession(cur(), 9, "M", false),
             Err(StateError::LineageMismatch { .. })
         ));
-        assert!(check_succession(cur(), 1, "M", true).is_ok(), "force waives both");
+        assert!(
+            check_succession(cur(), 1, "M", true).is_ok(),
+            "force waives both"
+        );
     }
 
     #[test]
@@ -376,15 +418,24 @@ mod tests {
         assert_eq!(s.providers.len(), 1);
         let e = check_state(&bytes, Some("00"), 4, "L").err();
         assert_eq!(e.map(|e| e.status()), Some(422));
-        assert!(matches!(check_state(&bytes, None, 5, "L"), Err(StateError::Invalid(_))));
-        assert!(matches!(check_state(&bytes, None, 4, "M"), Err(StateError::Invalid(_))));
+        assert!(matches!(
+            check_state(&bytes, None, 5, "L"),
+            Err(StateError::Invalid(_))
+        ));
+        assert!(matches!(
+            check_state(&bytes, None, 4, "M"),
+            Err(StateError::Invalid(_))
+        ));
         assert!(matches!(summarize(b"{}"), Err(StateError::Invalid(_))));
         assert!(matches!(summarize(b"nope"), Err(StateError::Invalid(_))));
         assert!(matches!(
             summarize(br#"{"version": 3, "serial": 1}"#),
             Err(StateError::Invalid(_))
         ));
-        assert_eq!(output_value(&bytes, "secret"), Some(serde_json::json!("s3cret")));
+        assert_eq!(
+            output_value(&bytes, "secret"),
+            Some(serde_json::json!("s3cret"))
+        );
         assert_eq!(output_values(&bytes).len(), 2);
         assert_eq!(check_size(10, 5).err().map(|e| e.status()), Some(413));
     }
@@ -394,7 +445,49 @@ mod tests {
         for s in StateVersionState::ALL {
             assert_eq!(StateVersionState::parse(Some(s.as_str())), Some(s));
         }
-        assert_eq!(StateVersionState::parse(None), Some(StateVersionState::Pending));
+        assert_eq!(
+            StateVersionState::parse(None),
+            Some(StateVersionState::Pending)
+        );
         assert_eq!(StateVersionState::parse(Some("weird")), None);
+    }
+
+    fn written(at: i64, serial: i64, state: StateVersionState) -> WrittenVersion {
+        WrittenVersion {
+            created: jiff::Timestamp::from_second(at).unwrap(),
+            serial,
+            state,
+            abandoned: false,
+        }
+    }
+
+    #[test]
+    fn unlock_waits_only_for_the_latest_version_written_under_the_lock() {
+        use StateVersionState::*;
+        let lock = Some(jiff::Timestamp::from_second(1000).unwrap());
+        // Nothing written under the lock, or not locked: no wait.
+        assert!(!latest_pending_since(lock, []));
+        assert!(!latest_pending_since(None, [written(1001, 1, Pending)]));
+        // The latest under the lock is pending: wait.
+        assert!(latest_pending_since(lock, [written(1001, 1, Pending)]));
+        assert!(latest_pending_since(
+            lock,
+            [written(1001, 1, Finalized), written(1002, 2, Pending)]
+        ));
+        // The latest is finalized (an earlier one stayed pending): no wait.
+        assert!(!latest_pending_since(
+            lock,
+            [written(1001, 1, Pending), written(1002, 2, Finalized)]
+        ));
+        // Pending from before the lock: not this lock's.
+        assert!(!latest_pending_since(lock, [written(999, 1, Pending)]));
+        // Same second as the lock (creation times are whole seconds): this lock's.
+        let lock_ms = Some(jiff::Timestamp::from_millisecond(1_000_700).unwrap());
+        assert!(latest_pending_since(lock_ms, [written(1000, 1, Pending)]));
+        // Discarded, or abandoned (its upload URLs expired): no wait.
+        assert!(!latest_pending_since(lock, [written(1001, 1, Discarded)]));
+        let mut abandoned = written(1001, 1, Pending);
+        abandoned.abandoned = true;
+        assert!(!latest_pending_since(lock, [abandoned]));
     }
 }

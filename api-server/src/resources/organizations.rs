@@ -355,6 +355,10 @@ async fn remove(State(state): State<AppState>, o: VisibleOrg) -> Result<Response
     Ok(no_content())
 }
 
+/// The organization's entitlements. `operations` is false: terrace does not run plans and
+/// applies yet, so the terraform CLI runs them locally whatever a workspace's execution
+/// mode says (its `cloud` backend reads only this attribute to decide), storing state
+/// here; module test runs do not depend on it.
 async fn entitlements(State(state): State<AppState>, o: VisibleOrg) -> Doc {
     let hosted = state.hosted();
     let name = o.org.tfe_name();
@@ -369,7 +373,7 @@ async fn entitlements(State(state): State<AppState>, o: VisibleOrg) -> Doc {
             "cost-estimation": false,
             "global-run-tasks": false,
             "module-tests-generation": false,
-            "operations": true,
+            "operations": false,
             "private-module-registry": true,
             "policy-enforcement": false,
             "run-tasks": false,

@@ -82,6 +82,9 @@ pub struct ResourceSummary {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OutputSummary {
+    /// The output's ID in this version (`wsout-…`).
+    #[serde(default)]
+    pub id: String,
     /// Output name.
     pub name: String,
     /// Whether the value is sensitive.
