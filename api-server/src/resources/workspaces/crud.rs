@@ -554,8 +554,9 @@ mod tests {
         let h = harness(Edition::SelfHosted).await;
         h.workspace("ws-LockBodies0000001", "l", |_| {}).await;
         let path = "/api/v2/workspaces/ws-LockBodies0000001/actions/lock";
-        let (st, _) = h.call("POST", path, Some(json!([null, null]))).await;
-        assert_eq!(st, 422);
+        let (st, err) = h.call("POST", path, Some(json!([null, null]))).await;
+        assert_eq!(st, 400, "{err}");
+        assert!(err.to_string().contains("must be a JSON object"), "{err}");
         let (st, doc) = h
             .call(
                 "POST",
