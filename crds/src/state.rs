@@ -234,14 +234,58 @@ pub fn check_state(
     Ok(summary)
 }
 
+/// What [`summarize`] reads of a state file; everything else (resource attributes, which
+/// are most of a state) is skipped without being built.
+#[derive(serde::Deserialize)]
+struct StateFile {
+    version: Option<i64>,
+    serial: Option<i64>,
+    #[serde(default)]
+    lineage: Option<String>,
+    #[serde(default)]
+    terraform_version: Option<String>,
+    #[serde(default)]
+    outputs: Option<std::collections::BTreeMap<String, OutputEntry>>,
+    #[serde(default)]
+    resources: Option<Vec<ResourceEntry>>,
+}
+
+#[derive(serde::Deserialize)]
+struct OutputEntry {
+    #[serde(default)]
+    sensitive: Option<bool>,
+    #[serde(default, rename = "type")]
+    type_: Option<Value>,
+    #[serde(default, rename = "value")]
+    _value: serde::de::IgnoredAny,
+}
+
+#[derive(serde::Deserialize)]
+struct ResourceEntry {
+    #[serde(default)]
+    mode: Option<String>,
+    #[serde(default, rename = "type")]
+    type_: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    provider: Option<String>,
+    #[serde(default)]
+    module: Option<String>,
+    #[serde(default)]
+    instances: Option<Vec<serde::de::IgnoredAny>>,
+}
+
 /// The summary of a state file (format version 4).
 pub fn summarize(bytes: &[u8]) -> Result<StateSummary, StateError> {
-    let v: Value =
-        serde_json::from_slice(bytes).map_err(|e| StateError::Invalid(format!("not JSON: {e}")))?;
-    let obj = v
-        .as_object()
-        .ok_or_else(|| StateError::Invalid("not a JSON object".into()))?;
-    match obj.get("version").and_then(Value::as_i64) {
+    let file: StateFile = serde_json::from_slice(bytes).map_err(|e| {
+        StateError::Invalid(if e.is_data() {
+            format!("not a state file: {e}")
+        } else {
+            format!("not JSON: {e}")
+        })
+    })?;
+    match file.version {
         Some(4) => {}
         Some(n) => {
             return Err(StateError::Invalid(format!(
@@ -250,66 +294,46 @@ pub fn summarize(bytes: &[u8]) -> Result<StateSummary, StateError> {
         }
         None => return Err(StateError::Invalid("no format version".into())),
     }
-    let serial = obj
-        .get("serial")
-        .and_then(Value::as_i64)
+    let serial = file
+        .serial
         .ok_or_else(|| StateError::Invalid("no serial".into()))?;
-    let lineage = obj
-        .get("lineage")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
     let mut out = StateSummary {
         serial,
-        lineage,
-        terraform_version: obj
-            .get("terraform_version")
-            .and_then(Value::as_str)
-            .map(str::to_owned),
+        lineage: file.lineage.unwrap_or_default(),
+        terraform_version: file.terraform_version,
         ..Default::default()
     };
-    if let Some(resources) = obj.get("resources") {
-        let list = resources
-            .as_array()
-            .ok_or_else(|| StateError::Invalid("resources is not a list".into()))?;
-        for r in list {
-            let field = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or_default();
-            let count = r
-                .get("instances")
-                .and_then(Value::as_array)
-                .map_or(0, |i| i64::try_from(i.len()).unwrap_or(i64::MAX));
-            let provider = field("provider").to_owned();
-            if !provider.is_empty() && !out.providers.contains(&provider) {
-                out.providers.push(provider.clone());
-            }
-            if field("mode") != "managed" {
-                continue;
-            }
-            out.resource_count += count;
-            out.resources.push(crate::resources::ResourceSummary {
-                name: field("name").to_owned(),
-                type_: field("type").to_owned(),
-                count,
-                module: Some(field("module"))
-                    .filter(|m| !m.is_empty())
-                    .unwrap_or("root")
-                    .to_owned(),
-                provider,
-            });
+    for r in file.resources.unwrap_or_default() {
+        let count = r
+            .instances
+            .as_ref()
+            .map_or(0, |i| i64::try_from(i.len()).unwrap_or(i64::MAX));
+        let provider = r.provider.unwrap_or_default();
+        if !provider.is_empty() && !out.providers.contains(&provider) {
+            out.providers.push(provider.clone());
         }
+        if r.mode.as_deref() != Some("managed") {
+            continue;
+        }
+        out.resource_count += count;
+        out.resources.push(crate::resources::ResourceSummary {
+            name: r.name.unwrap_or_default(),
+            type_: r.type_.unwrap_or_default(),
+            count,
+            module: r
+                .module
+                .filter(|m| !m.is_empty())
+                .unwrap_or_else(|| "root".to_owned()),
+            provider,
+        });
     }
-    if let Some(outputs) = obj.get("outputs") {
-        let map = outputs
-            .as_object()
-            .ok_or_else(|| StateError::Invalid("outputs is not an object".into()))?;
-        for (name, o) in map {
-            out.outputs.push(crate::resources::OutputSummary {
-                id: crate::ids::new_id(crate::ids::IdKind::StateVersionOutput),
-                name: name.clone(),
-                sensitive: o.get("sensitive").and_then(Value::as_bool).unwrap_or(false),
-                type_json: o.get("type").map(Value::to_string),
-            });
-        }
+    for (name, o) in file.outputs.unwrap_or_default() {
+        out.outputs.push(crate::resources::OutputSummary {
+            id: crate::ids::new_id(crate::ids::IdKind::StateVersionOutput),
+            name,
+            sensitive: o.sensitive.unwrap_or(false),
+            type_json: o.type_.map(|t| t.to_string()),
+        });
     }
     Ok(out)
 }
