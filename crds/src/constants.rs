@@ -29,6 +29,14 @@ pub const ANNOTATION_LOCK_REASON: &str = "terrace.dev/lock-reason";
 /// Annotation with the RFC 3339 time the workspace was locked.
 pub const ANNOTATION_LOCKED_AT: &str = "terrace.dev/locked-at";
 
+/// Annotation a namespace's owner sets to let the Organization it names use the existing
+/// namespace (value: the Organization's `metadata.name`); see `crate::namespaces`.
+pub const ANNOTATION_ADOPT: &str = "terrace.dev/adopt";
+/// Annotation the Organization controller sets on a namespace it creates (value: the
+/// Organization's `metadata.name`): terrace created it, so deleting the Organization
+/// deletes it.
+pub const ANNOTATION_CREATED_FOR: &str = "terrace.dev/created-for";
+
 /// kstatus condition: the object is reconciled and usable.
 pub const CONDITION_READY: &str = "Ready";
 /// kstatus condition: the controller is working towards the desired state.
