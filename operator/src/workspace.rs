@@ -5,22 +5,25 @@
 //! (`OrganizationNotFound`, `DuplicateName`, `ProjectNotFound`) when only a change by
 //! someone else can help.
 //!
-//! Inputs: the Workspace itself, the Project it names (or the namespace's default
-//! project), the other Workspaces of its namespace (from the controller's cache) and the
-//! Organization index. Besides Workspace events it reacts to Project changes (a project's
-//! tag bindings flow into its workspaces), Organization changes (a namespace gaining its
-//! organization) and changes of same-named Workspaces (a deleted name holder frees the
-//! name). Status is written with server-side apply under the operator's field manager,
-//! and only when it differs from what is stored.
+//! Inputs, all from caches: the Workspace itself, the Project it names (or the
+//! namespace's default project, from the catalog's Project cache), the other Workspaces
+//! of its namespace (from the controller's cache) and the Organization index. Besides
+//! Workspace events it reacts to Project changes (a project's tag bindings flow into its
+//! workspaces), Organization changes (a namespace gaining its organization) and changes
+//! of same-named Workspaces (a deleted name holder frees the name), each through the feed
+//! that fills the cache it reads, so it never reads a cache older than its trigger.
+//!
+//! Status is written with server-side apply under the operator's field manager, and
+//! only when it differs from what is stored.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{EventType, Recorder};
+use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
@@ -32,22 +35,28 @@ use terrace_crds::constants::{
 use terrace_crds::ids::{IdKind, is_valid_id};
 use terrace_crds::{Organization, Project, Workspace};
 
-use crate::conditions::{Outcome, StallTransition, kstatus_conditions, stall_transition};
-use crate::ids::{IdTarget, Identity, Organizations, ensure_identity};
+use crate::catalog::{Catalog, CatalogStores, typed};
+use crate::conditions::{
+    Outcome, REASON_DUPLICATE_NAME, REASON_ORGANIZATION_NOT_FOUND, REASON_PROJECT_NOT_FOUND,
+    REASON_WAITING_FOR_PROJECT, kstatus_conditions,
+};
+use crate::events::record_stall_transition;
+use crate::identity::{IdTarget, Identity, Organizations, ensure_identity};
 use crate::rules::{self, NameClaim};
-use crate::{Context, Error, metrics, publish_event};
+use crate::watch::Feed;
+use crate::{Context, Error, metrics};
 
-/// Stalled reason: `spec.project` names a Project that does not exist.
-pub const REASON_PROJECT_NOT_FOUND: &str = "ProjectNotFound";
-/// Stalled reason: an older Workspace of the namespace has the same TFE name.
-pub const REASON_DUPLICATE_NAME: &str = "DuplicateName";
-/// Stalled reason: no Organization owns the workspace's namespace.
-pub const REASON_ORGANIZATION_NOT_FOUND: &str = "OrganizationNotFound";
-/// Reconciling reason: the project (or the default project) has no ID yet or does not
-/// exist yet (the Organization controller creates the default project).
-pub const REASON_WAITING_FOR_PROJECT: &str = "WaitingForProject";
-/// Event reason when a workspace stops being stalled.
-pub const REASON_RECOVERED: &str = "Recovered";
+/// How often a Ready workspace is looked at again.
+const READY_RECHECK: Duration = Duration::from_secs(600);
+/// How often a workspace waiting for its project's ID (or the default project) is looked
+/// at again.
+const PROGRESS_RECHECK: Duration = Duration::from_secs(5);
+/// How often a workspace stalled on a duplicate name is looked at again: a holder renamed
+/// away does not reach it through the same-name watch (only its new name does).
+const DUPLICATE_RECHECK: Duration = Duration::from_secs(60);
+/// How often another stalled workspace is looked at again (the safety net; the events
+/// that resolve it trigger a reconcile at once).
+const STALLED_RECHECK: Duration = Duration::from_secs(300);
 
 /// What the workspace's project turned out to be.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -241,38 +250,46 @@ struct WsContext {
     orgs: Organizations,
     recorder: Recorder,
     workspaces: Store<Workspace>,
+    projects: CatalogStores,
 }
 
-/// Runs the controller until `shutdown` resolves.
-pub async fn run<S>(ctx: Arc<Context>, orgs: Organizations, shutdown: S)
+/// The controller, run until `shutdown` resolves. It subscribes to `organizations` and to
+/// the catalog's Projects, so call it before those feeds run.
+pub fn controller<S>(
+    ctx: Arc<Context>,
+    orgs: Organizations,
+    organizations: &mut Feed<Organization>,
+    catalog: &mut Catalog,
+    shutdown: S,
+) -> impl std::future::Future<Output = ()> + Send + 'static + use<S>
 where
     S: std::future::Future<Output = ()> + Send + Sync + 'static,
 {
     let client = ctx.client.clone();
-    let workspaces: Api<Workspace> = Api::all(client.clone());
-    let controller = Controller::new(workspaces.clone(), watcher::Config::default());
-    let store = controller.store();
+    let mut workspaces = Feed::<Workspace>::new(&client, (), watcher::Config::default());
+    let store = workspaces.store();
+    let same_name = workspaces.subscribe();
     let (by_project, by_org, by_name) = (store.clone(), store.clone(), store.clone());
     let wctx = Arc::new(WsContext {
-        recorder: crate::new_recorder(&client),
+        recorder: crate::events::new_recorder(&client),
         base: ctx,
         orgs,
-        workspaces: store,
+        workspaces: store.clone(),
+        projects: catalog.stores(),
     });
-    controller
-        .watches(
-            Api::<Project>::all(client.clone()),
-            watcher::Config::default(),
-            move |p| workspaces_of_project(&by_project.state(), &p),
+    Controller::for_stream(workspaces.into_stream(), store)
+        .watches_stream_with(
+            catalog.subscribe(IdKind::Project),
+            move |p: DynamicObject| match typed::<Project>(&p) {
+                Some(p) => workspaces_of_project(&by_project.state(), &p),
+                None => Vec::new(),
+            },
+            ApiResource::erase::<Project>(&()),
         )
-        .watches(
-            Api::<Organization>::all(client.clone()),
-            watcher::Config::default(),
-            move |o| workspaces_in_namespace(&by_org.state(), rules::organization_namespace(&o)),
-        )
-        .watches(workspaces, watcher::Config::default(), move |w| {
-            same_name_siblings(&by_name.state(), &w)
+        .watches_stream(organizations.subscribe(), move |o| {
+            workspaces_in_namespace(&by_org.state(), rules::organization_namespace(&o))
         })
+        .watches_stream(same_name, move |w| same_name_siblings(&by_name.state(), &w))
         .graceful_shutdown_on(shutdown)
         .run(
             |ws, ctx| {
@@ -290,7 +307,6 @@ where
                 tracing::debug!(error = %e, "workspace reconcile");
             }
         })
-        .await;
 }
 
 async fn reconcile(ws: Arc<Workspace>, ctx: Arc<WsContext>) -> Result<Action, Error> {
@@ -312,7 +328,8 @@ async fn reconcile(ws: Arc<Workspace>, ctx: Arc<WsContext>) -> Result<Action, Er
         &regarding,
     )
     .await?;
-    let project = lookup_project(client, &ns, ws.spec.project.as_deref()).await?;
+    ctx.projects.synced(IdKind::Project).await?;
+    let project = lookup_project(&ctx.projects, &ns, ws.spec.project.as_deref());
     let siblings = ctx.workspaces.state();
     let claims: Vec<NameClaim<'_>> = siblings
         .iter()
@@ -335,42 +352,24 @@ async fn reconcile(ws: Arc<Workspace>, ctx: Arc<WsContext>) -> Result<Action, Er
         let body = status_patch(&derived, &conditions, generation);
         api.patch_status(&ws.name_any(), &pp, &Patch::Apply(&body))
             .await?;
-        match stall_transition(previous, &conditions) {
-            Some(StallTransition::Stalled { reason, message }) => {
-                publish_event(
-                    &ctx.recorder,
-                    &regarding,
-                    EventType::Warning,
-                    &reason,
-                    "Reconcile",
-                    message,
-                )
-                .await;
-            }
-            Some(StallTransition::Recovered { previous_reason }) => {
-                let note = format!("no longer stalled ({previous_reason} resolved)");
-                publish_event(
-                    &ctx.recorder,
-                    &regarding,
-                    EventType::Normal,
-                    REASON_RECOVERED,
-                    "Reconcile",
-                    note,
-                )
-                .await;
-            }
-            None => {}
-        }
+        record_stall_transition(&ctx.recorder, &regarding, previous, &conditions).await;
     }
-    Ok(match &derived.outcome {
-        Outcome::Ready { .. } => Action::requeue(Duration::from_secs(600)),
-        Outcome::Progressing { .. } => Action::requeue(Duration::from_secs(5)),
-        // A holder renamed away does not reach us through the same-name watch.
-        Outcome::Stalled { reason, .. } if reason == REASON_DUPLICATE_NAME => {
-            Action::requeue(Duration::from_secs(60))
-        }
-        Outcome::Stalled { .. } => Action::requeue(Duration::from_secs(300)),
+    Ok(match recheck_after(&derived.outcome) {
+        Some(after) => Action::requeue(after),
+        None => Action::await_change(),
     })
+}
+
+/// When to look at a workspace again after `outcome` (None: on its next change).
+pub fn recheck_after(outcome: &Outcome) -> Option<Duration> {
+    match outcome {
+        Outcome::Ready { .. } => Some(READY_RECHECK),
+        Outcome::Progressing { .. } => Some(PROGRESS_RECHECK),
+        Outcome::Stalled { reason, .. } if reason == REASON_DUPLICATE_NAME => {
+            Some(DUPLICATE_RECHECK)
+        }
+        Outcome::Stalled { .. } => Some(STALLED_RECHECK),
+    }
 }
 
 fn claim(w: &Workspace) -> NameClaim<'_> {
@@ -381,33 +380,40 @@ fn claim(w: &Workspace) -> NameClaim<'_> {
     }
 }
 
-/// Reads the workspace's project: the Project named `project`, or the namespace's
-/// default project (label `terrace.dev/default-project=true`) when `project` is empty.
-async fn lookup_project(
-    client: &kube::Client,
-    ns: &str,
-    project: Option<&str>,
-) -> Result<ProjectLookup, Error> {
-    let api: Api<Project> = Api::namespaced(client.clone(), ns);
-    let found = |p: &Project| ProjectLookup::Found {
+/// The workspace's project, from the catalog's Project cache: the Project named
+/// `project`, or the namespace's default project (label `terrace.dev/default-project=true`)
+/// when `project` is empty.
+fn lookup_project(projects: &CatalogStores, ns: &str, project: Option<&str>) -> ProjectLookup {
+    let found = |p: &DynamicObject| ProjectLookup::Found {
         object: p.name_any(),
         id: p
             .labels()
             .get(LABEL_ID)
             .filter(|id| is_valid_id(IdKind::Project, id))
             .cloned(),
-        tag_bindings: p.spec.tag_bindings.clone(),
+        tag_bindings: p
+            .data
+            .pointer("/spec/tagBindings")
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+            .unwrap_or_default(),
     };
     match project.filter(|p| !p.is_empty()) {
-        Some(name) => Ok(match api.get_opt(name).await? {
+        Some(name) => match projects.get(IdKind::Project, ns, name) {
             Some(p) => found(&p),
             None => ProjectLookup::Missing {
                 object: name.to_owned(),
             },
-        }),
+        },
         None => {
-            let lp = ListParams::default().labels(&format!("{LABEL_DEFAULT_PROJECT}=true"));
-            let mut defaults = api.list(&lp).await?.items;
+            let mut defaults: Vec<_> = projects
+                .in_namespace(IdKind::Project, ns)
+                .into_iter()
+                .filter(|p| {
+                    p.labels()
+                        .get(LABEL_DEFAULT_PROJECT)
+                        .is_some_and(|v| v == "true")
+                })
+                .collect();
             // Several projects carrying the label is a misconfiguration; prefer the one
             // the Organization controller manages.
             defaults.sort_by_key(|p| {
@@ -416,7 +422,9 @@ async fn lookup_project(
                     p.name_any(),
                 )
             });
-            Ok(defaults.first().map_or(ProjectLookup::NoDefault, found))
+            defaults
+                .first()
+                .map_or(ProjectLookup::NoDefault, |p| found(p))
         }
     }
 }
@@ -677,6 +685,27 @@ mod tests {
             ["b", "c", "d"]
         );
         assert_eq!(names(workspaces_in_namespace(&all, "other")), ["x"]);
+    }
+
+    /// Ready workspaces are re-checked slowly, waits quickly, stalls in between.
+    #[test]
+    fn rechecks_follow_the_outcome() {
+        assert_eq!(
+            recheck_after(&Outcome::Ready { message: "".into() }),
+            Some(READY_RECHECK)
+        );
+        assert_eq!(
+            recheck_after(&Outcome::progressing(REASON_WAITING_FOR_PROJECT, "")),
+            Some(PROGRESS_RECHECK)
+        );
+        assert_eq!(
+            recheck_after(&Outcome::stalled(REASON_DUPLICATE_NAME, "")),
+            Some(DUPLICATE_RECHECK)
+        );
+        assert_eq!(
+            recheck_after(&Outcome::stalled(REASON_PROJECT_NOT_FOUND, "")),
+            Some(STALLED_RECHECK)
+        );
     }
 
     /// A workspace change reaches the other workspaces with the same name, whatever its
