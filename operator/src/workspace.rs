@@ -13,8 +13,11 @@
 //! of same-named Workspaces (a deleted name holder frees the name), each through the feed
 //! that fills the cache it reads, so it never reads a cache older than its trigger.
 //!
-//! Status is written with server-side apply under the operator's field manager, and
-//! only when it differs from what is stored.
+//! Steady state costs nothing: a workspace whose stored status already shows what it
+//! derives is neither written nor requeued (nothing in its status depends on time);
+//! waits that resolve by themselves are looked at again, and relists after a broken
+//! watch cover missed events. Status is written with server-side apply under the
+//! operator's field manager, and only when it differs from what is stored.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,8 +49,6 @@ use crate::rules::{self, NameClaim};
 use crate::watch::Feed;
 use crate::{Context, Error, metrics};
 
-/// How often a Ready workspace is looked at again.
-const READY_RECHECK: Duration = Duration::from_secs(600);
 /// How often a workspace waiting for its project's ID (or the default project) is looked
 /// at again.
 const PROGRESS_RECHECK: Duration = Duration::from_secs(5);
@@ -360,10 +361,11 @@ async fn reconcile(ws: Arc<Workspace>, ctx: Arc<WsContext>) -> Result<Action, Er
     })
 }
 
-/// When to look at a workspace again after `outcome` (None: on its next change).
+/// When to look at a workspace again after `outcome` (None: on its next change). Nothing
+/// in a Ready workspace's status depends on time, so it waits for a change.
 pub fn recheck_after(outcome: &Outcome) -> Option<Duration> {
     match outcome {
-        Outcome::Ready { .. } => Some(READY_RECHECK),
+        Outcome::Ready { .. } => None,
         Outcome::Progressing { .. } => Some(PROGRESS_RECHECK),
         Outcome::Stalled { reason, .. } if reason == REASON_DUPLICATE_NAME => {
             Some(DUPLICATE_RECHECK)
@@ -687,13 +689,12 @@ mod tests {
         assert_eq!(names(workspaces_in_namespace(&all, "other")), ["x"]);
     }
 
-    /// Ready workspaces are re-checked slowly, waits quickly, stalls in between.
+    /// Copies issue 17's idle budget: a Ready workspace is never requeued (nothing in
+    /// its status depends on time); waits that resolve by themselves and stalls are
+    /// looked at again.
     #[test]
-    fn rechecks_follow_the_outcome() {
-        assert_eq!(
-            recheck_after(&Outcome::Ready { message: "".into() }),
-            Some(READY_RECHECK)
-        );
+    fn only_waits_and_stalls_are_rechecked() {
+        assert_eq!(recheck_after(&Outcome::Ready { message: "".into() }), None);
         assert_eq!(
             recheck_after(&Outcome::progressing(REASON_WAITING_FOR_PROJECT, "")),
             Some(PROGRESS_RECHECK)

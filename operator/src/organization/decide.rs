@@ -28,8 +28,6 @@ use crate::conditions::{
 };
 use crate::rules::organization_namespace;
 
-/// Recheck interval of a Ready organization (namespace and default project re-checked).
-pub const READY_RECHECK: Duration = Duration::from_secs(600);
 /// Recheck interval while a left-over namespace terminates.
 pub const TERMINATING_RECHECK: Duration = Duration::from_secs(5);
 /// Recheck interval of a namespace conflict, a namespace controlled elsewhere or a
@@ -173,10 +171,10 @@ pub fn refusal(err: &Error) -> Option<String> {
 
 /// When to reconcile an organization again after `outcome` (None: on its next change,
 /// or one of its namespace, its default project or an organization naming the same
-/// namespace).
+/// namespace; a Ready organization costs nothing while nothing changes).
 pub fn recheck_after(outcome: &Outcome) -> Option<Duration> {
     match outcome {
-        Outcome::Ready { .. } => Some(READY_RECHECK),
+        Outcome::Ready { .. } => None,
         Outcome::Progressing { .. } => Some(TERMINATING_RECHECK),
         Outcome::Stalled { reason, .. }
             if reason == REASON_NAMESPACE_FAILED || reason == REASON_DEFAULT_PROJECT_FAILED =>
@@ -505,12 +503,13 @@ mod tests {
         assert!(same_namespace_claimants(&orgs, &orgs[2]).is_empty());
     }
 
-    /// Ready organizations are re-checked slowly, terminating namespaces quickly,
+    /// Ready organizations are not re-checked (their namespace, default project and
+    /// same-namespace organizations wake them), terrace's own creations quickly,
     /// conflicts sooner than API refusals, reserved names never.
     #[test]
     fn rechecks_follow_the_outcome() {
         let ready = Outcome::Ready { message: "".into() };
-        assert_eq!(recheck_after(&ready), Some(READY_RECHECK));
+        assert_eq!(recheck_after(&ready), None);
         assert_eq!(
             recheck_after(&Outcome::progressing(REASON_NAMESPACE_TERMINATING, "")),
             Some(TERMINATING_RECHECK)

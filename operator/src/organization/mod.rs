@@ -27,7 +27,8 @@
 //! stalled and recovering.
 //!
 //! Besides its own kind the controller follows namespaces (by name) and default projects
-//! (a deleted one is created again).
+//! (a deleted one is created again), so a Ready organization is never requeued: it costs
+//! nothing while nothing changes, and relists after a broken watch cover missed events.
 
 pub mod decide;
 
