@@ -15,7 +15,7 @@ use terrace_crds::constants::{
     ANNOTATION_ADOPT, ANNOTATION_CREATED_FOR, CONDITION_READY, CONDITION_STALLED,
     LABEL_DEFAULT_PROJECT, LABEL_ORGANIZATION,
 };
-use terrace_crds::{Organization, OrganizationSpec, Project};
+use terrace_crds::{Organization, OrganizationSpec, Project, Workspace, WorkspaceSpec};
 use tokio::sync::oneshot;
 
 mod common;
@@ -167,8 +167,8 @@ async fn untouched(client: &Client, name: &str) -> Result<Namespace, E> {
 /// A namespace someone else created (here `foreign`, holding a ConfigMap) is not adopted
 /// by the Organization of the same name: the Organization is Stalled (`ForeignNamespace`,
 /// saying how to opt in) with a Warning Event, the namespace gets no ownerReference and
-/// no organization label, no default project appears in it, and deleting the
-/// Organization leaves the namespace and its ConfigMap. A reserved name (`kube-public`)
+/// no organization label, no default project appears in it, a workspace put there finds
+/// no organization, and deleting the Organization leaves the namespace and its ConfigMap. A reserved name (`kube-public`)
 /// is never used either (`NamespaceReserved`).
 #[tokio::test]
 async fn foreign_and_reserved_namespaces_are_not_taken() -> R {
@@ -204,6 +204,34 @@ async fn foreign_and_reserved_namespaces_are_not_taken() -> R {
         .list(&ListParams::default())
         .await?;
     assert!(projects.items.is_empty(), "a default project was created");
+
+    // The organization owns nothing in the namespace it may not use.
+    let workspaces: Api<Workspace> = Api::namespaced(client.clone(), "foreign");
+    let ws = Workspace {
+        metadata: ObjectMeta {
+            name: Some("w".into()),
+            ..Default::default()
+        },
+        spec: WorkspaceSpec {
+            name: "w".into(),
+            ..WorkspaceSpec::default_for_create()
+        },
+        status: None,
+    };
+    workspaces.create(&PostParams::default(), &ws).await?;
+    eventually("the workspace stalled without an organization", || async {
+        let ws = workspaces.get("w").await.ok()?;
+        ws.status?
+            .conditions
+            .iter()
+            .any(|c| {
+                c.type_ == CONDITION_STALLED
+                    && c.status == "True"
+                    && c.reason == "OrganizationNotFound"
+            })
+            .then_some(())
+    })
+    .await?;
 
     create_org(&client, "kube-public").await?;
     let message = wait_condition(
