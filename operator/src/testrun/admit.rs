@@ -26,7 +26,7 @@ use terrace_crds::ids::IdKind;
 use terrace_crds::testrun::{CancelRequest, TestRunState, Transition, transition};
 use terrace_crds::{ConfigurationVersionState, TestRun, TestVariable};
 
-use super::RunContext;
+use super::context::RunContext;
 use super::slots::{SLOT_RECHECK, has_slot, slot_for, wait_message};
 use super::status::{fail_pending, next_status, record_event, wait_status, write_status};
 use crate::Error;

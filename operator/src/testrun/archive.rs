@@ -13,7 +13,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 use terrace_crds::TestRun;
 
-use super::RunContext;
+use super::context::RunContext;
 use crate::Error;
 use crate::testpod::{self, ENGINE_CONTAINER, FINALIZER};
 

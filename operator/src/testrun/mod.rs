@@ -30,7 +30,10 @@
 
 pub mod admit;
 pub mod archive;
+mod context;
 pub mod decide;
+#[cfg(test)]
+pub(crate) mod fixtures;
 pub mod janitor;
 pub mod observe;
 pub mod slots;
@@ -46,45 +49,27 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DeleteParams, DynamicObject};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{EventType, Recorder};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use terrace_crds::ids::IdKind;
 use terrace_crds::testrun::{CancelRequest, TestRunState, transition};
 use terrace_crds::{ConfigurationVersion, RegistryModule, TestRun};
 
-use crate::catalog::{Catalog, CatalogStores};
+use crate::catalog::Catalog;
 use crate::events::publish_event;
 use crate::identity::Organizations;
 use crate::testpod::{self, LABEL_TEST_RUN};
 use crate::watch::Feed;
 use crate::{Context, Error};
 use archive::{archive_with_retries, release};
+use context::RunContext;
 use decide::decide;
 use observe::observe_pod;
 use status::{next_status, record_event, write_status};
 
 pub use decide::{CANCEL_GRACE_SECONDS, MSG_POD_DELETED};
-
-/// State of the TestRun controller.
-struct RunContext {
-    base: Arc<Context>,
-    orgs: Organizations,
-    /// The catalog's caches: configuration versions, modules, test variables.
-    catalog: CatalogStores,
-    recorder: Recorder,
-    runs: Store<TestRun>,
-    /// Serialises admission; holds runs admitted by this process whose queued status the
-    /// cache may not show yet.
-    admitted: tokio::sync::Mutex<HashSet<ObjectRef<TestRun>>>,
-    /// Failed log archive attempts per TestRun uid.
-    archive_failures: std::sync::Mutex<HashMap<String, u32>>,
-    /// Signalled when a run holding a slot ends (see [`slots::wake_waiting`]).
-    slot_freed: tokio::sync::Notify,
-    /// Runs the waker wants reconciled now.
-    wake: futures::channel::mpsc::UnboundedSender<ObjectRef<TestRun>>,
-}
 
 /// The TestRun controller and the test Pod janitor, run until `shutdown` resolves. It
 /// subscribes to the catalog's configuration versions and modules, so call it before the
@@ -288,42 +273,4 @@ async fn reconcile(run: Arc<TestRun>, ctx: Arc<RunContext>) -> Result<Action, Er
     } else {
         Action::requeue(Duration::from_secs(60))
     })
-}
-
-/// Fixtures the step modules' tests share: runner reports and Pod observations.
-#[cfg(test)]
-pub(crate) mod fixtures {
-    use super::observe::{EngineObs, PodObs, PodState};
-
-    pub(crate) const PASS: &str = r#"{"status":"pass","passed":2,"failed":0,"errored":0,"skipped":1,"exitCode":0,"interrupted":false}"#;
-    pub(crate) const FAIL: &str = r#"{"status":"fail","passed":1,"failed":1,"errored":0,"skipped":0,"exitCode":1,"interrupted":false}"#;
-    pub(crate) const NO_SUMMARY: &str = r#"{"error":"engine exited without a test summary","message":"Invalid block","exitCode":1,"interrupted":false}"#;
-    pub(crate) const INTERRUPTED: &str = r#"{"status":"pass","passed":1,"failed":0,"errored":0,"skipped":0,"exitCode":0,"interrupted":true}"#;
-
-    pub(crate) fn present(engine: Option<EngineObs>) -> PodObs {
-        PodObs::Present(PodState {
-            finalizer: true,
-            phase: Some("Running".into()),
-            engine,
-            ..Default::default()
-        })
-    }
-
-    pub(crate) fn terminated(message: &str) -> Option<EngineObs> {
-        Some(EngineObs::Terminated {
-            exit_code: 0,
-            reason: Some("Completed".into()),
-            message: Some(message.into()),
-        })
-    }
-
-    pub(crate) fn with(obs: PodObs, f: impl FnOnce(&mut PodState)) -> PodObs {
-        match obs {
-            PodObs::Present(mut p) => {
-                f(&mut p);
-                PodObs::Present(p)
-            }
-            o => o,
-        }
-    }
 }

@@ -18,7 +18,7 @@ use kube::{Resource, ResourceExt};
 use terrace_crds::TestRun;
 use terrace_crds::testrun::TestRunState;
 
-use super::RunContext;
+use super::context::RunContext;
 use crate::conditions::REASON_WAITING_FOR_SLOT;
 
 /// How often a run waiting for a concurrency slot is looked at again without being woken.

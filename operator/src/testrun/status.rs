@@ -15,7 +15,7 @@ use terrace_crds::testrun::{
 };
 use terrace_crds::{TestRun, TestRunStatus};
 
-use super::RunContext;
+use super::context::RunContext;
 use crate::Error;
 use crate::conditions::{Outcome, REASON_WAITING_FOR_SLOT, kstatus_conditions};
 use crate::events::publish_event;
