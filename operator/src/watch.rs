@@ -11,10 +11,12 @@
 //! built by [`Watched::tombstone`]). The controllers carry on with every other object;
 //! once the object is fixed its next event brings it back.
 //!
-//! Objects are trimmed before they reach a cache or a mapper ([`trim`]): `managedFields`
-//! and kubectl's last-applied-configuration annotation, which no controller reads and
-//! which make up most of a kubectl-applied object's size. Nothing in the operator writes
-//! a cached object back whole, so the trimmed fields are never lost on the server.
+//! Objects are trimmed before they reach a cache or a mapper ([`Watched::trim`]):
+//! `managedFields` and kubectl's last-applied-configuration annotation ([`trim`]), which
+//! no controller reads and which make up most of a kubectl-applied object's size, and for
+//! the kind kept in the largest numbers, Workspace, every spec and status field its
+//! controller does not read. Nothing in the operator writes a cached object back whole,
+//! so the trimmed fields are never lost on the server.
 //!
 //! A kind several controllers need is watched once, through a [`Feed`]: one guarded watch
 //! fills one cache, drives the kind's own controller, and hands every object it saw to
@@ -40,7 +42,7 @@ use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 use terrace_crds::{
     AgentPool, ConfigurationVersion, OAuthToken, Organization, Project, RegistryModule, SshKey,
-    TestRun, TestVariable, Workspace,
+    TestRun, TestVariable, Workspace, WorkspaceSpec, WorkspaceStatus,
 };
 
 use crate::events::{new_recorder, publish_event};
@@ -67,6 +69,12 @@ pub trait Watched:
     /// An object of the kind with only `meta`, enough for a cache to remove the object
     /// of that name (what a malformed object becomes).
     fn tombstone(meta: ObjectMeta, dt: &Self::DynamicType) -> Self;
+
+    /// Drops what no controller reads before the object is cached (by default the
+    /// metadata [`trim`] drops).
+    fn trim(&mut self) {
+        trim(self);
+    }
 }
 
 macro_rules! watched_crds {
@@ -81,7 +89,6 @@ macro_rules! watched_crds {
 
 watched_crds!(
     Organization,
-    Workspace,
     Project,
     TestRun,
     ConfigurationVersion,
@@ -91,6 +98,42 @@ watched_crds!(
     AgentPool,
     OAuthToken,
 );
+
+impl Watched for Workspace {
+    fn tombstone(meta: ObjectMeta, _: &()) -> Self {
+        Self {
+            metadata: meta,
+            spec: Default::default(),
+            status: None,
+        }
+    }
+
+    /// Keeps only what the Workspace controller reads: the spec fields its status derives
+    /// from and the status fields it owns (see `crate::workspace`). Whoever reads another
+    /// field from the Workspace cache must keep it here.
+    fn trim(&mut self) {
+        trim(self);
+        let spec = std::mem::take(&mut self.spec);
+        self.spec = WorkspaceSpec {
+            name: spec.name,
+            project: spec.project,
+            tags: spec.tags,
+            tag_bindings: spec.tag_bindings,
+            remote_state_consumers: spec.remote_state_consumers,
+            ..WorkspaceSpec::default()
+        };
+        self.status = self.status.take().map(|s| WorkspaceStatus {
+            id: s.id,
+            project_id: s.project_id,
+            tag_names: s.tag_names,
+            effective_tag_bindings: s.effective_tag_bindings,
+            remote_state_consumer_count: s.remote_state_consumer_count,
+            observed_generation: s.observed_generation,
+            conditions: s.conditions,
+            ..WorkspaceStatus::default()
+        });
+    }
+}
 
 impl Watched for Pod {
     fn tombstone(meta: ObjectMeta, _: &()) -> Self {
@@ -214,7 +257,7 @@ fn unguard<K: Watched>(
     client: &kube::Client,
 ) -> Option<Event<K>> {
     let ok = |mut k: K| {
-        trim(&mut k);
+        k.trim();
         k
     };
     Some(match ev {

@@ -602,6 +602,48 @@ mod tests {
         assert!(!status_is_current(&w, &other, &conds, Some(2)));
     }
 
+    /// The Workspace cache keeps only what this controller reads (see
+    /// `crate::watch`): a trimmed workspace derives the same status, and the same "already
+    /// current" verdict, as the whole object; what it does not read is gone.
+    #[test]
+    fn trimmed_workspaces_derive_the_same() {
+        use crate::watch::Watched;
+        let mut w = ws("w", "web", Some("infra"));
+        w.spec.description = Some("described".into());
+        w.spec.terraform_version = Some("1.9.0".into());
+        w.spec.trigger_patterns = vec!["/modules/**".into()];
+        let d = derive(&w, &identity(true), &found(Some(PRJ_ID)), None);
+        let conds = kstatus_conditions(&[], &d.outcome, Some(2), Timestamp::UNIX_EPOCH);
+        w.status = Some(WorkspaceStatus {
+            id: Some(d.id.clone()),
+            project_id: d.project_id.clone(),
+            resource_count: 7,
+            latest_change_at: Some("2026-01-01T00:00:00Z".into()),
+            tag_names: d.tag_names.clone(),
+            effective_tag_bindings: d.effective_tag_bindings.clone(),
+            remote_state_consumer_count: Some(d.remote_state_consumer_count),
+            data_retention_policy_id: Some("drp-x".into()),
+            observed_generation: Some(2),
+            conditions: conds.clone(),
+            ..Default::default()
+        });
+        let mut trimmed = w.clone();
+        trimmed.trim();
+        assert_eq!(
+            derive(&trimmed, &identity(true), &found(Some(PRJ_ID)), None),
+            d
+        );
+        assert!(status_is_current(&w, &d, &conds, Some(2)));
+        assert!(status_is_current(&trimmed, &d, &conds, Some(2)));
+        assert_eq!(trimmed.spec.project.as_deref(), Some("infra"));
+        assert_eq!(trimmed.spec.description, None);
+        assert_eq!(trimmed.spec.terraform_version, None);
+        assert!(trimmed.spec.trigger_patterns.is_empty());
+        let st = trimmed.status.unwrap_or_default();
+        assert_eq!((st.resource_count, st.latest_change_at), (0, None));
+        assert_eq!(st.data_retention_policy_id, None);
+    }
+
     /// The apply body names only the owned fields (server-side apply would otherwise
     /// take ownership of resourceCount, metrics, …) and omits projectId when unresolved.
     #[test]
