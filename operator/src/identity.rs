@@ -74,8 +74,8 @@ impl Organizations {
     pub async fn owner(&self, ns: &str) -> Result<Option<Arc<Organization>>, Error> {
         synced(&self.store, "organization").await?;
         let all = self.store.state();
-        let uid = owning_organization(all.iter().map(Arc::as_ref), ns).and_then(|o| o.uid());
-        Ok(uid.and_then(|uid| all.iter().find(|o| o.uid() == Some(uid.clone())).cloned()))
+        let owner = owning_organization(all.iter().map(Arc::as_ref), ns);
+        Ok(owner.and_then(|o| all.iter().find(|a| std::ptr::eq(a.as_ref(), o)).cloned()))
     }
 
     /// The name of the Organization owning namespace `ns`, once the first list arrived.

@@ -1,4 +1,4 @@
-//! Admit: whether a pending run without a Pod starts now, and the concurrency slots.
+//! Admit: whether a pending run without a Pod starts now.
 //!
 //! [`admission`] decides, purely, from what the caches show: the Organization owning the
 //! namespace, the run's ID, a free slot, the configuration version (uploaded, with an
