@@ -200,7 +200,11 @@ pub struct Feed<K: Watched> {
     config: watcher::Config,
     writer: Writer<K>,
     subscribers: Vec<UnboundedSender<K>>,
+    observers: Vec<Observer<K>>,
 }
+
+/// A hook following every event of a feed (see [`Feed::observe`]).
+type Observer<K> = Box<dyn FnMut(&Event<K>) + Send>;
 
 impl<K: Watched> Feed<K> {
     /// A feed of the objects of `K` (every namespace) selected by `config`; it watches
@@ -212,6 +216,7 @@ impl<K: Watched> Feed<K> {
             dt,
             config,
             subscribers: Vec::new(),
+            observers: Vec::new(),
         }
     }
 
@@ -230,15 +235,26 @@ impl<K: Watched> Feed<K> {
         rx.map(Ok)
     }
 
+    /// Calls `observer` with every event the watch applies to the cache, right after the
+    /// cache and before the subscribers: for an index of its own kept in step with it.
+    pub fn observe(&mut self, observer: impl FnMut(&Event<K>) + Send + 'static) {
+        self.observers.push(Box::new(observer));
+    }
+
     /// The stream that runs the watch and fills the cache: the objects applied, for the
     /// kind's own controller (`Controller::for_stream`).
     pub fn into_stream(self) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static {
-        let subscribers = self.subscribers;
+        let (subscribers, mut observers) = (self.subscribers, self.observers);
         reflector::reflector(
             self.writer,
             guarded::<K>(&self.client, self.dt, self.config),
         )
         .inspect(move |ev| {
+            if let Ok(ev) = ev {
+                for o in &mut observers {
+                    o(ev);
+                }
+            }
             if let Ok(Event::Apply(k) | Event::InitApply(k) | Event::Delete(k)) = ev {
                 for s in &subscribers {
                     // A subscriber that stopped (shutdown) no longer listens.

@@ -6,8 +6,10 @@
 //! someone else can help.
 //!
 //! Inputs, all from caches: the Workspace itself, the Project it names (or the
-//! namespace's default project, from the catalog's Project cache), the other Workspaces
-//! of its namespace (from the controller's cache) and the Organization index. Besides
+//! namespace's default project, from the catalog's Project cache), the Workspaces of its
+//! namespace with the same TFE name (from the controller's cache, found through the name
+//! index of [`names`], so no reconcile or event scans every workspace of the cluster) and
+//! the Organization index. Besides
 //! Workspace events it reacts to Project changes (a project's tag bindings flow into its
 //! workspaces), Organization changes (a namespace gaining its organization) and changes
 //! of same-named Workspaces (a deleted name holder frees the name), each through the feed
@@ -21,6 +23,8 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+
+pub mod names;
 
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
@@ -48,6 +52,7 @@ use crate::identity::{IdTarget, Identity, Organizations, ensure_identity};
 use crate::rules::{self, NameClaim};
 use crate::watch::Feed;
 use crate::{Context, Error, metrics};
+use names::NameIndex;
 
 /// How often a workspace waiting for its project's ID (or the default project) is looked
 /// at again.
@@ -251,6 +256,8 @@ struct WsContext {
     orgs: Organizations,
     recorder: Recorder,
     workspaces: Store<Workspace>,
+    /// TFE names of the cached workspaces, kept by the feed with the cache.
+    names: NameIndex,
     projects: CatalogStores,
 }
 
@@ -269,13 +276,18 @@ where
     let client = ctx.client.clone();
     let mut workspaces = Feed::<Workspace>::new(&client, (), watcher::Config::default());
     let store = workspaces.store();
+    let names = NameIndex::default();
+    let index = names.clone();
+    workspaces.observe(move |ev| index.observe(ev));
     let same_name = workspaces.subscribe();
     let (by_project, by_org, by_name) = (store.clone(), store.clone(), store.clone());
+    let names_of = names.clone();
     let wctx = Arc::new(WsContext {
         recorder: crate::events::new_recorder(&client),
         base: ctx,
         orgs,
         workspaces: store.clone(),
+        names,
         projects: catalog.stores(),
     });
     Controller::for_stream(workspaces.into_stream(), store)
@@ -290,7 +302,10 @@ where
         .watches_stream(organizations.subscribe(), move |o| {
             workspaces_in_namespace(&by_org.state(), rules::organization_namespace(&o))
         })
-        .watches_stream(same_name, move |w| same_name_siblings(&by_name.state(), &w))
+        .watches_stream(same_name, move |w| {
+            let candidates = same_named(&by_name, &names_of, &w);
+            same_name_siblings(&candidates, &w)
+        })
         .graceful_shutdown_on(shutdown)
         .run(
             |ws, ctx| {
@@ -331,7 +346,7 @@ async fn reconcile(ws: Arc<Workspace>, ctx: Arc<WsContext>) -> Result<Action, Er
     .await?;
     ctx.projects.synced(IdKind::Project).await?;
     let project = lookup_project(&ctx.projects, &ns, ws.spec.project.as_deref());
-    let siblings = ctx.workspaces.state();
+    let siblings = same_named(&ctx.workspaces, &ctx.names, &ws);
     let claims: Vec<NameClaim<'_>> = siblings
         .iter()
         .filter(|w| w.metadata.namespace.as_deref() == Some(ns.as_str()))
@@ -372,6 +387,20 @@ pub fn recheck_after(outcome: &Outcome) -> Option<Duration> {
         }
         Outcome::Stalled { .. } => Some(STALLED_RECHECK),
     }
+}
+
+/// The cached workspaces of `ws`'s namespace with its TFE name (case-insensitively, `ws`
+/// itself included), from the name index: the only ones its DuplicateName verdict
+/// depends on.
+fn same_named(store: &Store<Workspace>, names: &NameIndex, ws: &Workspace) -> Vec<Arc<Workspace>> {
+    let Some(ns) = ws.metadata.namespace.as_deref() else {
+        return Vec::new();
+    };
+    names
+        .holders(ns, &ws.spec.name)
+        .iter()
+        .filter_map(|object| store.get(&ObjectRef::new(object).within(ns)))
+        .collect()
 }
 
 fn claim(w: &Workspace) -> NameClaim<'_> {
