@@ -33,6 +33,14 @@ pub const ANNOTATION_LOCKED_AT: &str = "terrace.dev/locked-at";
 /// Annotation on a pending StateVersion: when its upload URLs stop working (RFC 3339).
 pub const ANNOTATION_STATE_UPLOAD_EXPIRES: &str = "terrace.dev/state-upload-expires-at";
 
+/// Annotation a namespace's owner sets to let the Organization it names use the existing
+/// namespace (value: the Organization's `metadata.name`); see `crate::namespaces`.
+pub const ANNOTATION_ADOPT: &str = "terrace.dev/adopt";
+/// Annotation the Organization controller sets on a namespace it creates (value: the
+/// Organization's `metadata.name`): terrace created it, so deleting the Organization
+/// deletes it.
+pub const ANNOTATION_CREATED_FOR: &str = "terrace.dev/created-for";
+
 /// kstatus condition: the object is reconciled and usable.
 pub const CONDITION_READY: &str = "Ready";
 /// kstatus condition: the controller is working towards the desired state.

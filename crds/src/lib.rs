@@ -12,6 +12,7 @@ pub mod constants;
 pub mod crdgen;
 pub mod ids;
 pub mod lock;
+pub mod namespaces;
 pub mod resources;
 pub mod rules;
 pub mod state;

@@ -78,6 +78,10 @@ pub struct Settings {
     /// from the downward API), else the host name plus a random suffix.
     #[arg(long, env = "POD_NAME")]
     pub leader_election_identity: Option<String>,
+    /// The namespace terrace is installed in (default: the Pod's namespace,
+    /// `POD_NAMESPACE`): no Organization may use it (see `terrace_crds::namespaces`).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub release_namespace: Option<String>,
 }
 
 /// Parses [`Settings::test_pod_template`].
@@ -100,6 +104,7 @@ impl Default for Settings {
             leader_election: false,
             leader_election_namespace: None,
             leader_election_identity: None,
+            release_namespace: None,
         }
     }
 }
