@@ -45,6 +45,11 @@ pub struct DevArgs {
     /// Most test runs queued or running at once (0: no limit).
     #[arg(long, env = "TERRACE_TEST_RUN_CONCURRENCY", default_value_t = terrace_operator::Settings::default().test_run_concurrency)]
     pub test_run_concurrency: u32,
+    /// Grace period between an upload and its automatic test run; an explicit test run
+    /// created within it (the terraform CLI creates one right after uploading) replaces
+    /// the automatic one (as `terrace operator --auto-test-run-delay`).
+    #[arg(long, env = "TERRACE_AUTO_TEST_RUN_DELAY", default_value = terrace_crds::constants::DEFAULT_AUTO_TEST_RUN_DELAY, value_parser = terrace_operator::settings::parse_delay)]
+    pub auto_test_run_delay: Duration,
     /// Do not run Pods: they stay Pending, as in a cluster without nodes (to measure the
     /// operator alone, e.g. in the test-run benchmark).
     #[arg(long)]
@@ -136,6 +141,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             .to_string(),
         api_internal_url: api_url.clone(),
         test_run_concurrency: args.test_run_concurrency,
+        auto_test_run_delay: args.auto_test_run_delay,
         ..Default::default()
     };
     let operator_task = (!args.cluster_only).then(|| {

@@ -74,6 +74,15 @@ pub fn decide(state: TestRunState, cancel: CancelRequest, pod: &PodObs) -> Plan 
         return plan;
     }
     let p = match pod {
+        // Canceled before it started: it ends without a Pod.
+        PodObs::Missing | PodObs::Foreign
+            if state == TestRunState::Pending && cancel != CancelRequest::None =>
+        {
+            plan.transition = Some(Transition::Canceled {
+                forced: cancel == CancelRequest::ForceRequested,
+            });
+            return plan;
+        }
         PodObs::Missing | PodObs::Foreign if state == TestRunState::Pending => {
             plan.create_pod = pod == &PodObs::Missing;
             return plan;
@@ -336,6 +345,33 @@ mod tests {
         );
         assert_eq!(p.delete_pod, Some(CANCEL_GRACE_SECONDS));
         assert!(p.release);
+    }
+
+    /// A run canceled before its engine started: pending without a Pod ends canceled
+    /// without one; queued (Pod not started) gets its Pod deleted like a running one and
+    /// ends canceled once it is gone.
+    #[test]
+    fn cancel_before_the_engine_started() {
+        let p = decide(S::Pending, C::Requested, &PodObs::Missing);
+        assert!(!p.create_pod);
+        assert_eq!(p.transition, Some(Transition::Canceled { forced: false }));
+        assert_eq!(p.delete_pod, None);
+        let p = decide(S::Pending, C::ForceRequested, &PodObs::Foreign);
+        assert_eq!(p.transition, Some(Transition::Canceled { forced: true }));
+        let p = decide(
+            S::Queued,
+            C::Requested,
+            &present(Some(EngineObs::NotStarted)),
+        );
+        assert_eq!(p.delete_pod, Some(CANCEL_GRACE_SECONDS));
+        assert_eq!(p.transition, None);
+        let p = decide(S::Queued, C::Requested, &PodObs::Missing);
+        assert_eq!(p.transition, Some(Transition::Canceled { forced: false }));
+        // A Pod admitted just before the cancel (an operator restart in between) is
+        // recorded and deleted.
+        let p = decide(S::Pending, C::Requested, &present(None));
+        assert_eq!(p.delete_pod, Some(CANCEL_GRACE_SECONDS));
+        assert_eq!(p.transition, Some(Transition::PodCreated));
     }
 
     /// Final runs only let go of their Pod (and end one that still lingers).
