@@ -71,7 +71,7 @@ use crate::{Context, Error};
 use archive::{archive_with_retries, release};
 use context::RunContext;
 use decide::decide;
-use observe::observe_pod;
+use observe::{PodObs, observe_pod};
 use status::{next_status, record_event, write_status};
 
 pub use decide::{CANCEL_GRACE_SECONDS, MSG_POD_DELETED};
@@ -206,7 +206,7 @@ async fn reconcile(run: Arc<TestRun>, ctx: Arc<RunContext>) -> Result<Action, Er
     } else {
         pods.get_opt(&pod_name).await?
     };
-    let obs = observe_pod(pod.as_ref(), &uid);
+    let obs = observe_pod(pod.as_ref(), &uid, Timestamp::now());
     let plan = decide(state, cancel, &obs);
 
     if plan.create_pod {
@@ -286,9 +286,13 @@ async fn reconcile(run: Arc<TestRun>, ctx: Arc<RunContext>) -> Result<Action, Er
         }
         release(&pods, p).await?;
     }
-    Ok(if state.is_final() && !plan.release {
-        Action::await_change()
-    } else {
-        Action::requeue(Duration::from_secs(60))
+    Ok(match (&obs, plan.release) {
+        // Waiting for the engine to end before archiving its log: its Pod's status
+        // changing wakes the run, this is the safety net of an overdue deletion.
+        (PodObs::Present(p), false) if p.finalizer && (final_now || p.deleting) => {
+            Action::requeue(Duration::from_secs(15))
+        }
+        _ if state.is_final() && !plan.release => Action::await_change(),
+        _ => Action::requeue(Duration::from_secs(60)),
     })
 }
