@@ -14,6 +14,7 @@
 
 use serde_json::Value;
 
+use crate::common::DataRetentionPolicy;
 use crate::lock::LockHolder;
 
 /// The life of a state version.
@@ -168,6 +169,56 @@ pub fn latest_pending_since(
         .filter(|v| v.created >= since)
         .max_by_key(|v| (v.created, v.serial))
         .is_some_and(|v| v.state == StateVersionState::Pending && !v.abandoned)
+}
+
+/// What the data retention policy decides for the data of a state version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retention {
+    /// Kept, with nothing to look at again by time (no policy, or a policy that keeps
+    /// everything, or the workspace's current state, or no data).
+    Keep,
+    /// Kept until then.
+    KeepUntil(jiff::Timestamp),
+    /// Its data goes (the version stays, `backing_data_soft_deleted`).
+    Expire,
+}
+
+/// The policy in force for a workspace: its own, else its organization's default.
+pub fn effective_policy<'a>(
+    workspace: Option<&'a DataRetentionPolicy>,
+    organization: Option<&'a DataRetentionPolicy>,
+) -> Option<&'a DataRetentionPolicy> {
+    workspace.or(organization)
+}
+
+/// SPEC B20–B22 applied to state: the data of a finalized version older than
+/// `delete-older-than-n-days` goes, unless it is the workspace's current state (never
+/// deleted) or the policy says `dont-delete`. `written`: when the data arrived.
+pub fn retention(
+    policy: Option<&DataRetentionPolicy>,
+    state: StateVersionState,
+    written: Option<jiff::Timestamp>,
+    current: bool,
+    now: jiff::Timestamp,
+) -> Retention {
+    let days = match policy {
+        Some(p) if p.dont_delete != Some(true) => p.delete_older_than_n_days,
+        _ => None,
+    };
+    let (Some(days), Some(written)) = (days.filter(|d| *d >= 1), written) else {
+        return Retention::Keep;
+    };
+    if state != StateVersionState::Finalized || current {
+        return Retention::Keep;
+    }
+    let due = written
+        .checked_add(jiff::SignedDuration::from_hours(i64::from(days) * 24))
+        .unwrap_or(jiff::Timestamp::MAX);
+    if now >= due {
+        Retention::Expire
+    } else {
+        Retention::KeepUntil(due)
+    }
 }
 
 /// Hex MD5 of `bytes`.
@@ -513,5 +564,58 @@ mod tests {
         let mut abandoned = written(1001, 1, Pending);
         abandoned.abandoned = true;
         assert!(!latest_pending_since(lock, [abandoned]));
+    }
+
+    #[test]
+    fn retention_of_state_data() {
+        use StateVersionState::*;
+        let day = |d: i64| jiff::Timestamp::from_second(d * 86_400).unwrap();
+        let keep = |n: i32| DataRetentionPolicy {
+            delete_older_than_n_days: Some(n),
+            dont_delete: None,
+        };
+        let never = DataRetentionPolicy {
+            delete_older_than_n_days: None,
+            dont_delete: Some(true),
+        };
+        let now = day(10);
+        // No policy, dont-delete: kept, nothing to look at again.
+        assert_eq!(
+            retention(None, Finalized, Some(day(1)), false, now),
+            Retention::Keep
+        );
+        assert_eq!(
+            retention(Some(&never), Finalized, Some(day(1)), false, now),
+            Retention::Keep
+        );
+        // Older than the policy: goes; younger: kept until it is due.
+        assert_eq!(
+            retention(Some(&keep(3)), Finalized, Some(day(1)), false, now),
+            Retention::Expire
+        );
+        assert_eq!(
+            retention(Some(&keep(3)), Finalized, Some(day(8)), false, now),
+            Retention::KeepUntil(day(11))
+        );
+        // Due exactly now: goes.
+        assert_eq!(
+            retention(Some(&keep(3)), Finalized, Some(day(7)), false, now),
+            Retention::Expire
+        );
+        // The current state never goes; nor data not finalized (none, or already gone).
+        assert_eq!(
+            retention(Some(&keep(3)), Finalized, Some(day(1)), true, now),
+            Retention::Keep
+        );
+        for s in [Pending, Discarded, BackingDataSoftDeleted] {
+            assert_eq!(
+                retention(Some(&keep(3)), s, Some(day(1)), false, now),
+                Retention::Keep
+            );
+        }
+        // The workspace's own policy wins over the organization's default.
+        assert_eq!(effective_policy(Some(&never), Some(&keep(1))), Some(&never));
+        assert_eq!(effective_policy(None, Some(&keep(1))), Some(&keep(1)));
+        assert_eq!(effective_policy(None, None), None);
     }
 }

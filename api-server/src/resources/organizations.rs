@@ -291,7 +291,13 @@ async fn check_namespace(state: &AppState, ns: &str, org: &str) -> Result<(), Ap
     }
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(state.client.clone());
     let existing = namespaces.get_opt(ns).await?;
-    match namespace_use(ns, existing.as_ref().map(|n| &n.metadata), org, None, release) {
+    match namespace_use(
+        ns,
+        existing.as_ref().map(|n| &n.metadata),
+        org,
+        None,
+        release,
+    ) {
         u if u.usable() => Ok(()),
         NamespaceUse::Terminating => refuse(format!(
             "organization {org:?} cannot be created yet: its namespace {ns} is still being deleted; retry shortly"
@@ -585,7 +591,10 @@ mod tests {
         for reserved in ["kube-system", "kube-public", "default"] {
             let (st, err) = create(reserved).await;
             assert_eq!(st, 422, "{reserved}: {err}");
-            assert_eq!(err["errors"][0]["source"]["pointer"], "/data/attributes/name");
+            assert_eq!(
+                err["errors"][0]["source"]["pointer"],
+                "/data/attributes/name"
+            );
         }
         let nss: Api<Namespace> = Api::all(h.state.client.clone());
         for (name, adopt) in [("monitoring", None), ("shared", Some("shared"))] {
@@ -594,7 +603,11 @@ mod tests {
                 ..Default::default()
             };
             ns.metadata.annotations = adopt.map(|o| {
-                [(terrace_crds::constants::ANNOTATION_ADOPT.to_owned(), o.to_owned())].into()
+                [(
+                    terrace_crds::constants::ANNOTATION_ADOPT.to_owned(),
+                    o.to_owned(),
+                )]
+                .into()
             });
             nss.create(&PostParams::default(), &ns)
                 .await
@@ -609,7 +622,15 @@ mod tests {
         let untouched = nss.get("monitoring").await.unwrap_or_default();
         assert!(untouched.metadata.owner_references.is_none());
         // Opted in: usable (the create itself would then wait for the operator).
-        assert!(super::check_namespace(&h.state, "shared", "shared").await.is_ok());
-        assert!(super::check_namespace(&h.state, "shared", "other").await.is_err());
+        assert!(
+            super::check_namespace(&h.state, "shared", "shared")
+                .await
+                .is_ok()
+        );
+        assert!(
+            super::check_namespace(&h.state, "shared", "other")
+                .await
+                .is_err()
+        );
     }
 }

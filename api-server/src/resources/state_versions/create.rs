@@ -238,7 +238,7 @@ async fn store_and_finalize(
     bytes: Bytes,
     summary: state::StateSummary,
 ) -> Result<StateVersion, ApiError> {
-    let key = format!("state-versions/{}/state", id_of(v));
+    let key = terrace_crds::blobs::state_key(&id_of(v));
     store_of(state, v)
         .put(&key, bytes.clone())
         .await
@@ -275,7 +275,7 @@ async fn store_json(
     v: &StateVersion,
     bytes: Bytes,
 ) -> Result<StateVersion, ApiError> {
-    let key = format!("state-versions/{}/json-state", id_of(v));
+    let key = terrace_crds::blobs::json_state_key(&id_of(v));
     store_of(state, v)
         .put(&key, bytes.clone())
         .await
