@@ -91,20 +91,32 @@ pub async fn state_bytes(
     state: &AppState,
     v: &StateVersion,
 ) -> Result<axum::body::Bytes, ApiError> {
+    blob_bytes(state, v, |s| s.state.as_ref(), "state").await
+}
+
+/// One blob of a finalized version (`which` picks it from the status; `what` names it
+/// in errors): 404 when the version has none (pending, discarded, expired).
+pub async fn blob_bytes(
+    state: &AppState,
+    v: &StateVersion,
+    which: fn(&terrace_crds::StateVersionStatus) -> Option<&terrace_crds::StateBlob>,
+    what: &str,
+) -> Result<axum::body::Bytes, ApiError> {
+    let none = || ApiError::not_found(format!("this state version has no {what} data"));
     if state_of(v) != StateVersionState::Finalized {
-        return Err(ApiError::not_found("this state version has no state data"));
+        return Err(none());
     }
     let key = v
         .status
         .as_ref()
-        .and_then(|s| s.state.as_ref())
+        .and_then(which)
         .map(|b| b.key.clone())
-        .ok_or_else(|| ApiError::not_found("this state version has no state data"))?;
+        .ok_or_else(none)?;
     store_of(state, v).get(&key).await.map_err(|e| match e {
         crate::blobs::BlobError::NotFound(_) => {
-            ApiError::not_found("the state data of this version is gone")
+            ApiError::not_found(format!("the {what} data of this version is gone"))
         }
-        other => ApiError::internal("reading a state", other),
+        other => ApiError::internal("reading state data", other),
     })
 }
 

@@ -231,6 +231,28 @@ pub async fn create(
     Ok(Doc::created(data).into_response())
 }
 
+/// Stores `bytes` under `key` in the version's blob store; answers where they are.
+async fn store_blob(
+    state: &AppState,
+    v: &StateVersion,
+    key: String,
+    bytes: Bytes,
+    what: &str,
+) -> Result<StateBlob, ApiError> {
+    store_of(state, v)
+        .put(&key, bytes.clone())
+        .await
+        .map_err(|e| {
+            tracing::warn!(error = %e, what, "storing state data failed");
+            ApiError::Unavailable(format!("the {what} could not be stored right now; retry").into())
+        })?;
+    Ok(StateBlob {
+        key,
+        size: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
+        sha256: sha256_hex(&bytes),
+    })
+}
+
 /// Stores the state bytes and marks the version finalized with its summary.
 async fn store_and_finalize(
     state: &AppState,
@@ -239,18 +261,7 @@ async fn store_and_finalize(
     summary: state::StateSummary,
 ) -> Result<StateVersion, ApiError> {
     let key = terrace_crds::blobs::state_key(&id_of(v));
-    store_of(state, v)
-        .put(&key, bytes.clone())
-        .await
-        .map_err(|e| {
-            tracing::warn!(error = %e, "storing a state failed");
-            ApiError::Unavailable("the state could not be stored right now; retry".into())
-        })?;
-    let blob = StateBlob {
-        key,
-        size: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
-        sha256: sha256_hex(&bytes),
-    };
+    let blob = store_blob(state, v, key, bytes, "state").await?;
     let api = write::api::<StateVersion>(state, &v.namespace().unwrap_or_default());
     write::patch_status(
         &api,
@@ -276,18 +287,7 @@ async fn store_json(
     bytes: Bytes,
 ) -> Result<StateVersion, ApiError> {
     let key = terrace_crds::blobs::json_state_key(&id_of(v));
-    store_of(state, v)
-        .put(&key, bytes.clone())
-        .await
-        .map_err(|e| {
-            tracing::warn!(error = %e, "storing a JSON state failed");
-            ApiError::Unavailable("the JSON state could not be stored right now; retry".into())
-        })?;
-    let blob = StateBlob {
-        key,
-        size: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
-        sha256: sha256_hex(&bytes),
-    };
+    let blob = store_blob(state, v, key, bytes, "JSON state").await?;
     let api = write::api::<StateVersion>(state, &v.namespace().unwrap_or_default());
     write::patch_status(&api, &v.name_any(), json!({"jsonState": blob})).await
 }

@@ -142,12 +142,12 @@ pub async fn current(
     require_verb(&state, &f.caller, &f.at, READ_OUTPUTS).await?;
     let cur = state.index.read().current_state_version(&f.at.obj).cloned();
     let v = cur.ok_or_else(|| ApiError::not_found("this workspace has no state version yet"))?;
-    Ok(Doc::ok(render(
-        &v,
-        &f.at.id(),
-        &base_url(&state, &headers),
-        None,
-    )))
+    Ok(one(&state, &v, &f.at, &headers))
+}
+
+/// The document of one version.
+fn one(state: &AppState, v: &StateVersion, ws: &Located<Workspace>, headers: &HeaderMap) -> Doc {
+    Doc::ok(render(v, &ws.id(), &base_url(state, headers), None))
 }
 
 /// `GET /state-versions/:id`.
@@ -158,12 +158,7 @@ pub async fn show(
     headers: HeaderMap,
 ) -> Result<Doc, ApiError> {
     let (v, ws) = readable(&state, &caller, &id, READ_OUTPUTS).await?;
-    Ok(Doc::ok(render(
-        &v,
-        &ws.id(),
-        &base_url(&state, &headers),
-        None,
-    )))
+    Ok(one(&state, &v, &ws, &headers))
 }
 
 /// A download: the bytes, never cached by intermediaries.
@@ -196,26 +191,9 @@ pub async fn json_download(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    use crate::blobs::BlobStore;
     let (v, _) = readable(&state, &caller, &id, READ_STATE).await?;
-    let key = (state_of(&v) == StateVersionState::Finalized)
-        .then(|| {
-            v.status
-                .as_ref()?
-                .json_state
-                .as_ref()
-                .map(|b| b.key.clone())
-        })
-        .flatten()
-        .ok_or_else(|| ApiError::not_found("this state version has no JSON state"))?;
-    let bytes = super::store_of(&state, &v)
-        .get(&key)
-        .await
-        .map_err(|e| match e {
-            crate::blobs::BlobError::NotFound(_) => {
-                ApiError::not_found("the JSON state of this version is gone")
-            }
-            other => ApiError::internal("reading a JSON state", other),
-        })?;
+    let bytes =
+        crate::documents::state::blob_bytes(&state, &v, |s| s.json_state.as_ref(), "JSON state")
+            .await?;
     Ok(download_response(bytes))
 }
