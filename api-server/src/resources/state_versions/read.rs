@@ -33,8 +33,43 @@ fn versions_of(state: &AppState, ws: &Located<Workspace>) -> Vec<Arc<StateVersio
     all
 }
 
+/// What state version reads can include (go-tfe's options); only `outputs` has documents
+/// here (runs and users are not terrace objects yet), the others include nothing.
+const INCLUDES: &[&str] = &[
+    "created_by",
+    "outputs",
+    "run",
+    "run.configuration_version",
+    "run.created_by",
+];
+
+/// The `included` documents of `versions` for the `include` of `q`: their outputs
+/// (sensitive values null).
+async fn included(
+    state: &AppState,
+    q: &QueryParams,
+    versions: &[Arc<StateVersion>],
+) -> Result<Option<Vec<Value>>, ApiError> {
+    if !q.includes(INCLUDES)?.iter().any(|i| i == "outputs") {
+        return Ok(None);
+    }
+    let mut out = Vec::new();
+    for v in versions {
+        out.extend(
+            crate::documents::state::rendered_outputs(
+                state,
+                v,
+                crate::documents::state::OUTPUT_TYPE,
+                false,
+            )
+            .await?,
+        );
+    }
+    Ok(Some(out))
+}
+
 /// A page of `versions` of `ws` at `self_url`.
-fn page_of(
+async fn page_of(
     state: &AppState,
     headers: &HeaderMap,
     q: &QueryParams,
@@ -44,15 +79,17 @@ fn page_of(
 ) -> Result<Doc, ApiError> {
     let page = q.page()?;
     let base = base_url(state, headers);
-    let data: Vec<Value> = page_slice(versions, page)
+    let shown = page_slice(versions, page);
+    let data: Vec<Value> = shown
         .iter()
         .map(|v| render(v, &ws.id(), &base, None))
         .collect();
     let (meta, links) = pagination(self_url, page, versions.len());
-    Ok(Doc(
-        StatusCode::OK,
-        json!({"data": data, "meta": meta, "links": links}),
-    ))
+    let mut doc = json!({"data": data, "meta": meta, "links": links});
+    if let Some(inc) = included(state, q, shown).await? {
+        doc["included"] = json!(inc);
+    }
+    Ok(Doc(StatusCode::OK, doc))
 }
 
 /// Keeps the versions in `filter[status]` when given (400 on an unknown status).
@@ -89,7 +126,7 @@ pub async fn list_of_workspace(
     let mut versions = versions_of(&state, &f.at);
     status_filter(&q, &mut versions)?;
     let self_url = format!("/api/v2/workspaces/{}/state-versions", f.at.id());
-    page_of(&state, &headers, &q, &f.at, &versions, &self_url)
+    page_of(&state, &headers, &q, &f.at, &versions, &self_url).await
 }
 
 /// `GET /state-versions?filter[workspace][name]=…&filter[organization][name]=…`: both
@@ -129,7 +166,7 @@ pub async fn list(
         enc(org),
         enc(name)
     );
-    page_of(&state, &headers, &q, &ws, &versions, &self_url)
+    page_of(&state, &headers, &q, &ws, &versions, &self_url).await
 }
 
 /// `GET /workspaces/:id/current-state-version`: the latest finalized version (404 when
@@ -138,16 +175,27 @@ pub async fn current(
     State(state): State<AppState>,
     f: Found<Workspace>,
     headers: HeaderMap,
+    q: QueryParams,
 ) -> Result<Doc, ApiError> {
     require_verb(&state, &f.caller, &f.at, READ_OUTPUTS).await?;
     let cur = state.index.read().current_state_version(&f.at.obj).cloned();
     let v = cur.ok_or_else(|| ApiError::not_found("this workspace has no state version yet"))?;
-    Ok(one(&state, &v, &f.at, &headers))
+    one(&state, &v, &f.at, &headers, &q).await
 }
 
-/// The document of one version.
-fn one(state: &AppState, v: &StateVersion, ws: &Located<Workspace>, headers: &HeaderMap) -> Doc {
-    Doc::ok(render(v, &ws.id(), &base_url(state, headers), None))
+/// The document of one version, with what `q` includes.
+async fn one(
+    state: &AppState,
+    v: &Arc<StateVersion>,
+    ws: &Located<Workspace>,
+    headers: &HeaderMap,
+    q: &QueryParams,
+) -> Result<Doc, ApiError> {
+    let mut doc = json!({"data": render(v, &ws.id(), &base_url(state, headers), None)});
+    if let Some(inc) = included(state, q, std::slice::from_ref(v)).await? {
+        doc["included"] = json!(inc);
+    }
+    Ok(Doc(StatusCode::OK, doc))
 }
 
 /// `GET /state-versions/:id`.
@@ -156,9 +204,10 @@ pub async fn show(
     caller: Caller,
     Path(id): Path<String>,
     headers: HeaderMap,
+    q: QueryParams,
 ) -> Result<Doc, ApiError> {
     let (v, ws) = readable(&state, &caller, &id, READ_OUTPUTS).await?;
-    Ok(one(&state, &v, &ws, &headers))
+    one(&state, &v, &ws, &headers, &q).await
 }
 
 /// A download: the bytes, never cached by intermediaries.

@@ -241,6 +241,26 @@ async fn the_cli_flow_create_upload_read_download_outputs() {
         (st, one["data"]["attributes"]["value"].clone()),
         (200, json!("t0ps3cret"))
     );
+    // go-tfe's include options: outputs are included (sensitive values null), the
+    // others accepted; anything else is 400.
+    let (st, with) = h
+        .call(
+            "GET",
+            &format!("/api/v2/state-versions/{id}?include=outputs,created_by"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{with}");
+    assert_eq!(with["included"].as_array().map(Vec::len), Some(3), "{with}");
+    assert!(!with.to_string().contains("t0ps3cret"));
+    let (st, _) = h
+        .call(
+            "GET",
+            &format!("/api/v2/state-versions/{id}?include=nonsense"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 400);
     let (_, per_version) = h
         .call("GET", &format!("/api/v2/state-versions/{id}/outputs"), None)
         .await;
