@@ -143,18 +143,24 @@ pub fn render_output(o: &OutputSummary, value: Value, kind: &str) -> Value {
         .as_deref()
         .and_then(|t| serde_json::from_str(t).ok())
         .unwrap_or(Value::Null);
-    json!({
+    let simple = simple_type(&detailed);
+    let mut doc = json!({
         "id": o.id,
         "type": kind,
         "attributes": {
             "name": o.name,
             "sensitive": o.sensitive,
-            "type": simple_type(&detailed),
+            "type": simple,
             "detailed-type": detailed,
             "value": value,
         },
         "links": {"self": format!("/api/v2/state-version-outputs/{}", o.id)},
-    })
+    });
+    // A workspace's outputs name the type `output-type` (go-tfe's WorkspaceOutputs).
+    if kind == WORKSPACE_OUTPUT_TYPE {
+        doc["attributes"]["output-type"] = simple;
+    }
+    doc
 }
 
 /// The output values of a version's state by name (empty when it has none to read).
