@@ -43,16 +43,19 @@ const INCLUDES: &[&str] = &[
     "run.created_by",
 ];
 
-/// The `included` documents of `versions` for the `include` of `q`: their outputs
-/// (sensitive values null).
+/// The `included` documents of `versions` of `ws` for the `include` of `q`: their
+/// outputs (sensitive values for callers with `read-state`, as the version's output list).
 async fn included(
     state: &AppState,
+    caller: &Caller,
+    ws: &Located<Workspace>,
     q: &QueryParams,
     versions: &[Arc<StateVersion>],
 ) -> Result<Option<Vec<Value>>, ApiError> {
     if !q.includes(INCLUDES)?.iter().any(|i| i == "outputs") {
         return Ok(None);
     }
+    let show_sensitive = state.allowed(caller, &ws.check(READ_STATE)).await?;
     let mut out = Vec::new();
     for v in versions {
         out.extend(
@@ -60,7 +63,7 @@ async fn included(
                 state,
                 v,
                 crate::documents::state::OUTPUT_TYPE,
-                false,
+                show_sensitive,
             )
             .await?,
         );
@@ -71,6 +74,7 @@ async fn included(
 /// A page of `versions` of `ws` at `self_url`.
 async fn page_of(
     state: &AppState,
+    caller: &Caller,
     headers: &HeaderMap,
     q: &QueryParams,
     ws: &Located<Workspace>,
@@ -86,7 +90,7 @@ async fn page_of(
         .collect();
     let (meta, links) = pagination(self_url, page, versions.len());
     let mut doc = json!({"data": data, "meta": meta, "links": links});
-    if let Some(inc) = included(state, q, shown).await? {
+    if let Some(inc) = included(state, caller, ws, q, shown).await? {
         doc["included"] = json!(inc);
     }
     Ok(Doc(StatusCode::OK, doc))
@@ -126,7 +130,7 @@ pub async fn list_of_workspace(
     let mut versions = versions_of(&state, &f.at);
     status_filter(&q, &mut versions)?;
     let self_url = format!("/api/v2/workspaces/{}/state-versions", f.at.id());
-    page_of(&state, &headers, &q, &f.at, &versions, &self_url).await
+    page_of(&state, &f.caller, &headers, &q, &f.at, &versions, &self_url).await
 }
 
 /// `GET /state-versions?filter[workspace][name]=…&filter[organization][name]=…`: both
@@ -166,7 +170,7 @@ pub async fn list(
         enc(org),
         enc(name)
     );
-    page_of(&state, &headers, &q, &ws, &versions, &self_url).await
+    page_of(&state, &caller, &headers, &q, &ws, &versions, &self_url).await
 }
 
 /// `GET /workspaces/:id/current-state-version`: the latest finalized version (404 when
@@ -180,19 +184,20 @@ pub async fn current(
     require_verb(&state, &f.caller, &f.at, READ_OUTPUTS).await?;
     let cur = state.index.read().current_state_version(&f.at.obj).cloned();
     let v = cur.ok_or_else(|| ApiError::not_found("this workspace has no state version yet"))?;
-    one(&state, &v, &f.at, &headers, &q).await
+    one(&state, &f.caller, &v, &f.at, &headers, &q).await
 }
 
 /// The document of one version, with what `q` includes.
 async fn one(
     state: &AppState,
+    caller: &Caller,
     v: &Arc<StateVersion>,
     ws: &Located<Workspace>,
     headers: &HeaderMap,
     q: &QueryParams,
 ) -> Result<Doc, ApiError> {
     let mut doc = json!({"data": render(v, &ws.id(), &base_url(state, headers), None)});
-    if let Some(inc) = included(state, q, std::slice::from_ref(v)).await? {
+    if let Some(inc) = included(state, caller, ws, q, std::slice::from_ref(v)).await? {
         doc["included"] = json!(inc);
     }
     Ok(Doc(StatusCode::OK, doc))
@@ -207,7 +212,7 @@ pub async fn show(
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
     let (v, ws) = readable(&state, &caller, &id, READ_OUTPUTS).await?;
-    one(&state, &v, &ws, &headers, &q).await
+    one(&state, &caller, &v, &ws, &headers, &q).await
 }
 
 /// A download: the bytes, never cached by intermediaries.
