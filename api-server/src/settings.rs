@@ -70,6 +70,10 @@ pub struct Settings {
     /// without it each process makes a random key (fine for one process).
     #[arg(long, env = "TERRACE_URL_SIGNING_KEY", hide_env_values = true)]
     pub url_signing_key: Option<String>,
+    /// Namespace terrace runs in (the chart sets `POD_NAMESPACE`): no organization may
+    /// use it (see `terrace_crds::namespaces`).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub release_namespace: Option<String>,
     #[command(flatten)]
     pub limits: ConnectionLimits,
 }
@@ -137,6 +141,7 @@ impl Default for Settings {
             metrics_addr: None,
             metrics_on_api_router: false,
             url_signing_key: None,
+            release_namespace: None,
             limits: ConnectionLimits::default(),
         }
     }

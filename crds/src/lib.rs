@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod archive;
+pub mod blobs;
 pub mod common;
 pub mod constants;
 pub mod crdgen;

@@ -14,6 +14,7 @@
 
 use serde_json::Value;
 
+use crate::common::DataRetentionPolicy;
 use crate::lock::LockHolder;
 
 /// The life of a state version.
@@ -65,6 +66,11 @@ pub enum StateError {
     /// 409: the serial does not follow the current one.
     #[error("serial {given} must be greater than the current state's serial {current}")]
     SerialNotGreater { given: i64, current: i64 },
+    /// 409: the current serial again, with another state.
+    #[error(
+        "The MD5 hash of the state provided does not match what is currently known for the same serial number ({serial}): give the state a greater serial"
+    )]
+    SameSerialOtherState { serial: i64 },
     /// 409: another lineage.
     #[error(
         "lineage {given:?} does not match the current state's lineage {current:?} (force the write to replace the state)"
@@ -87,6 +93,7 @@ impl StateError {
         match self {
             StateError::NotLockHolder(_)
             | StateError::SerialNotGreater { .. }
+            | StateError::SameSerialOtherState { .. }
             | StateError::LineageMismatch { .. } => 409,
             StateError::Md5Mismatch { .. } | StateError::Invalid(_) => 422,
             StateError::TooLarge { .. } => 413,
@@ -107,19 +114,23 @@ pub fn check_lock(holder: Option<&LockHolder>, writer: &LockHolder) -> Result<()
     }
 }
 
-/// The serial and lineage of a workspace's current state version.
+/// The serial, lineage and MD5 of a workspace's current state version.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Current<'a> {
     pub serial: i64,
     pub lineage: &'a str,
+    pub md5: &'a str,
 }
 
 /// A new version's serial follows the current one and its lineage is the same, unless
-/// `force` (the first version of a workspace can be anything).
+/// `force` (the first version of a workspace can be anything). As in TFE, writing the
+/// current serial again is accepted when it is the same state (same MD5: a client
+/// retrying), refused otherwise; a lineage is only compared when both sides have one.
 pub fn check_succession(
     current: Option<Current<'_>>,
     serial: i64,
     lineage: &str,
+    md5: &str,
     force: bool,
 ) -> Result<(), StateError> {
     let Some(cur) = current.filter(|_| !force) else {
@@ -131,7 +142,13 @@ pub fn check_succession(
             current: cur.lineage.to_owned(),
         });
     }
-    if serial <= cur.serial {
+    if serial == cur.serial && !md5.is_empty() && md5.eq_ignore_ascii_case(cur.md5) {
+        return Ok(());
+    }
+    if serial == cur.serial {
+        return Err(StateError::SameSerialOtherState { serial });
+    }
+    if serial < cur.serial {
         return Err(StateError::SerialNotGreater {
             given: serial,
             current: cur.serial,
@@ -170,6 +187,56 @@ pub fn latest_pending_since(
         .is_some_and(|v| v.state == StateVersionState::Pending && !v.abandoned)
 }
 
+/// What the data retention policy decides for the data of a state version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retention {
+    /// Kept, with nothing to look at again by time (no policy, or a policy that keeps
+    /// everything, or the workspace's current state, or no data).
+    Keep,
+    /// Kept until then.
+    KeepUntil(jiff::Timestamp),
+    /// Its data goes (the version stays, `backing_data_soft_deleted`).
+    Expire,
+}
+
+/// The policy in force for a workspace: its own, else its organization's default.
+pub fn effective_policy<'a>(
+    workspace: Option<&'a DataRetentionPolicy>,
+    organization: Option<&'a DataRetentionPolicy>,
+) -> Option<&'a DataRetentionPolicy> {
+    workspace.or(organization)
+}
+
+/// SPEC B20–B22 applied to state: the data of a finalized version older than
+/// `delete-older-than-n-days` goes, unless it is the workspace's current state (never
+/// deleted) or the policy says `dont-delete`. `written`: when the data arrived.
+pub fn retention(
+    policy: Option<&DataRetentionPolicy>,
+    state: StateVersionState,
+    written: Option<jiff::Timestamp>,
+    current: bool,
+    now: jiff::Timestamp,
+) -> Retention {
+    let days = match policy {
+        Some(p) if p.dont_delete != Some(true) => p.delete_older_than_n_days,
+        _ => None,
+    };
+    let (Some(days), Some(written)) = (days.filter(|d| *d >= 1), written) else {
+        return Retention::Keep;
+    };
+    if state != StateVersionState::Finalized || current {
+        return Retention::Keep;
+    }
+    let due = written
+        .checked_add(jiff::SignedDuration::from_hours(i64::from(days) * 24))
+        .unwrap_or(jiff::Timestamp::MAX);
+    if now >= due {
+        Retention::Expire
+    } else {
+        Retention::KeepUntil(due)
+    }
+}
+
 /// Hex MD5 of `bytes`.
 pub fn md5_hex(bytes: &[u8]) -> String {
     use md5::{Digest, Md5};
@@ -201,14 +268,11 @@ pub struct StateSummary {
     pub providers: Vec<String>,
 }
 
-/// Checks that `bytes` are a state file with `md5` (when given), and the `serial` and
-/// `lineage` it is stored as; answers its summary.
-pub fn check_state(
-    bytes: &[u8],
-    md5: Option<&str>,
-    serial: i64,
-    lineage: &str,
-) -> Result<StateSummary, StateError> {
+/// Checks that `bytes` are a state file (format version 4) with `md5` (when given);
+/// answers its summary. The file's own serial and lineage are not compared with the
+/// version's: TFE does not, and clients (go-tfe) rely on it; the version's serial and
+/// lineage are what the succession rules apply to.
+pub fn check_state(bytes: &[u8], md5: Option<&str>) -> Result<StateSummary, StateError> {
     if let Some(given) = md5.filter(|m| !m.is_empty()) {
         let actual = md5_hex(bytes);
         if !given.eq_ignore_ascii_case(&actual) {
@@ -218,20 +282,121 @@ pub fn check_state(
             });
         }
     }
-    let summary = summarize(bytes)?;
-    if summary.serial != serial {
-        return Err(StateError::Invalid(format!(
-            "its serial is {}, the state version's is {serial}",
-            summary.serial
-        )));
+    summarize(bytes)
+}
+
+/// One managed resource instance of a state, as TFE's workspace resources list shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourceInstance {
+    /// `[module.]type.name[index]`, the module by its name without `module.` prefixes
+    /// (TFE's form: `media_bucket.aws_s3_bucket.this[0]`).
+    pub address: String,
+    pub name: String,
+    /// Module path without `module.` prefixes (`a.b`), `root` for the root module.
+    pub module: String,
+    /// Provider source without its registry host (`hashicorp/aws`).
+    pub provider: String,
+    /// Resource type (`aws_s3_bucket`).
+    pub provider_type: String,
+    /// The instance key (`0`, `"blue"` as `blue`), None for a single instance.
+    pub name_index: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+struct InstancesFile {
+    #[serde(default)]
+    resources: Option<Vec<InstancesResource>>,
+}
+
+#[derive(serde::Deserialize)]
+struct InstancesResource {
+    #[serde(default)]
+    mode: Option<String>,
+    #[serde(default, rename = "type")]
+    type_: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    provider: Option<String>,
+    #[serde(default)]
+    module: Option<String>,
+    #[serde(default)]
+    instances: Option<Vec<InstanceKey>>,
+}
+
+#[derive(serde::Deserialize)]
+struct InstanceKey {
+    #[serde(default)]
+    index_key: Option<Value>,
+}
+
+/// `module.a.module.b` → `a.b`; empty → `root`.
+fn module_name(module: &str) -> String {
+    if module.is_empty() {
+        return "root".into();
     }
-    if !lineage.is_empty() && summary.lineage != lineage {
-        return Err(StateError::Invalid(format!(
-            "its lineage is {:?}, the state version's is {lineage:?}",
-            summary.lineage
-        )));
+    module
+        .split('.')
+        .collect::<Vec<_>>()
+        .chunks(2)
+        .map(|pair| pair.last().copied().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+/// `provider["registry.terraform.io/hashicorp/aws"]` (or with an alias) → `hashicorp/aws`.
+fn provider_source(provider: &str) -> String {
+    let inner = provider
+        .split_once("[\"")
+        .and_then(|(_, rest)| rest.split_once("\"]"))
+        .map_or(provider, |(source, _)| source);
+    let parts: Vec<&str> = inner.split('/').collect();
+    match parts.len() {
+        n if n >= 2 => parts[n - 2..].join("/"),
+        _ => inner.to_owned(),
     }
-    Ok(summary)
+}
+
+/// The managed resource instances of a state file, in file order.
+pub fn resource_instances(bytes: &[u8]) -> Result<Vec<ResourceInstance>, StateError> {
+    let file: InstancesFile = serde_json::from_slice(bytes)
+        .map_err(|e| StateError::Invalid(format!("not a state file: {e}")))?;
+    let mut out = Vec::new();
+    for r in file.resources.unwrap_or_default() {
+        if r.mode.as_deref() != Some("managed") {
+            continue;
+        }
+        let (name, type_) = (r.name.unwrap_or_default(), r.type_.unwrap_or_default());
+        let module = module_name(r.module.as_deref().unwrap_or_default());
+        let provider = provider_source(r.provider.as_deref().unwrap_or_default());
+        for i in r.instances.unwrap_or_default() {
+            let keyed_by_string = matches!(i.index_key, Some(Value::String(_)));
+            let name_index = match i.index_key {
+                None | Some(Value::Null) => None,
+                Some(Value::String(k)) => Some(k),
+                Some(other) => Some(other.to_string()),
+            };
+            let prefix = if module == "root" {
+                String::new()
+            } else {
+                format!("{module}.")
+            };
+            let suffix = match &name_index {
+                None => String::new(),
+                Some(k) if keyed_by_string => format!("[\"{k}\"]"),
+                Some(k) => format!("[{k}]"),
+            };
+            out.push(ResourceInstance {
+                address: format!("{prefix}{type_}.{name}{suffix}"),
+                name: name.clone(),
+                module: module.clone(),
+                provider: provider.clone(),
+                provider_type: type_.clone(),
+                name_index,
+            });
+        }
+    }
+    Ok(out)
 }
 
 /// What [`summarize`] reads of a state file; everything else (resource attributes, which
@@ -406,23 +571,38 @@ mod tests {
             Some(Current {
                 serial: 3,
                 lineage: "L",
+                md5: "abc",
             })
         };
         assert!(
-            check_succession(None, 1, "X", false).is_ok(),
+            check_succession(None, 1, "X", "m", false).is_ok(),
             "first version"
         );
-        assert!(check_succession(cur(), 4, "L", false).is_ok());
+        assert!(check_succession(cur(), 4, "L", "m", false).is_ok());
         assert!(matches!(
-            check_succession(cur(), 3, "L", false),
+            check_succession(cur(), 2, "L", "m", false),
             Err(StateError::SerialNotGreater { .. })
         ));
+        // The current serial again: the same state is a retry, another state a conflict.
+        assert!(check_succession(cur(), 3, "L", "ABC", false).is_ok());
         assert!(matches!(
-            check_succession(cur(), 9, "M", false),
+            check_succession(cur(), 3, "L", "other", false),
+            Err(StateError::SameSerialOtherState { .. })
+        ));
+        assert!(matches!(
+            check_succession(cur(), 9, "M", "m", false),
             Err(StateError::LineageMismatch { .. })
         ));
+        // A lineage is only compared when both sides have one.
+        assert!(check_succession(cur(), 4, "", "m", false).is_ok());
+        let unnamed = Some(Current {
+            serial: 3,
+            lineage: "",
+            md5: "abc",
+        });
+        assert!(check_succession(unnamed, 4, "M", "m", false).is_ok());
         assert!(
-            check_succession(cur(), 1, "M", true).is_ok(),
+            check_succession(cur(), 1, "M", "m", true).is_ok(),
             "force waives both"
         );
     }
@@ -431,7 +611,7 @@ mod tests {
     fn state_files_are_checked_and_summarized() {
         let bytes = state(4, "L");
         let md5 = md5_hex(&bytes);
-        let s = check_state(&bytes, Some(&md5), 4, "L").unwrap_or_else(|e| panic!("{e}"));
+        let s = check_state(&bytes, Some(&md5)).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(s.resource_count, 3, "managed instances only");
         assert_eq!(s.resources.len(), 2);
         assert_eq!(s.resources[1].module, "module.m");
@@ -440,16 +620,10 @@ mod tests {
         assert_eq!(s.outputs[0].type_json.as_deref(), Some("\"string\""));
         assert_eq!(s.terraform_version.as_deref(), Some("1.11.4"));
         assert_eq!(s.providers.len(), 1);
-        let e = check_state(&bytes, Some("00"), 4, "L").err();
+        let e = check_state(&bytes, Some("00")).err();
         assert_eq!(e.map(|e| e.status()), Some(422));
-        assert!(matches!(
-            check_state(&bytes, None, 5, "L"),
-            Err(StateError::Invalid(_))
-        ));
-        assert!(matches!(
-            check_state(&bytes, None, 4, "M"),
-            Err(StateError::Invalid(_))
-        ));
+        // The file's own serial and lineage are not the version's business.
+        assert_eq!(check_state(&bytes, None).map(|s| s.serial), Ok(4));
         assert!(matches!(summarize(b"{}"), Err(StateError::Invalid(_))));
         assert!(matches!(summarize(b"nope"), Err(StateError::Invalid(_))));
         assert!(matches!(
@@ -513,5 +687,87 @@ mod tests {
         let mut abandoned = written(1001, 1, Pending);
         abandoned.abandoned = true;
         assert!(!latest_pending_since(lock, [abandoned]));
+    }
+
+    #[test]
+    fn retention_of_state_data() {
+        use StateVersionState::*;
+        let day = |d: i64| jiff::Timestamp::from_second(d * 86_400).unwrap();
+        let keep = |n: i32| DataRetentionPolicy {
+            delete_older_than_n_days: Some(n),
+            dont_delete: None,
+        };
+        let never = DataRetentionPolicy {
+            delete_older_than_n_days: None,
+            dont_delete: Some(true),
+        };
+        let now = day(10);
+        // No policy, dont-delete: kept, nothing to look at again.
+        assert_eq!(
+            retention(None, Finalized, Some(day(1)), false, now),
+            Retention::Keep
+        );
+        assert_eq!(
+            retention(Some(&never), Finalized, Some(day(1)), false, now),
+            Retention::Keep
+        );
+        // Older than the policy: goes; younger: kept until it is due.
+        assert_eq!(
+            retention(Some(&keep(3)), Finalized, Some(day(1)), false, now),
+            Retention::Expire
+        );
+        assert_eq!(
+            retention(Some(&keep(3)), Finalized, Some(day(8)), false, now),
+            Retention::KeepUntil(day(11))
+        );
+        // Due exactly now: goes.
+        assert_eq!(
+            retention(Some(&keep(3)), Finalized, Some(day(7)), false, now),
+            Retention::Expire
+        );
+        // The current state never goes; nor data not finalized (none, or already gone).
+        assert_eq!(
+            retention(Some(&keep(3)), Finalized, Some(day(1)), true, now),
+            Retention::Keep
+        );
+        for s in [Pending, Discarded, BackingDataSoftDeleted] {
+            assert_eq!(
+                retention(Some(&keep(3)), s, Some(day(1)), false, now),
+                Retention::Keep
+            );
+        }
+        // The workspace's own policy wins over the organization's default.
+        assert_eq!(effective_policy(Some(&never), Some(&keep(1))), Some(&never));
+        assert_eq!(effective_policy(None, Some(&keep(1))), Some(&keep(1)));
+        assert_eq!(effective_policy(None, None), None);
+    }
+
+    #[test]
+    fn resource_instances_as_tfe_lists_them() {
+        let bytes = br#"{"version": 4, "serial": 1, "resources": [
+            {"module": "module.media_bucket", "mode": "managed", "type": "aws_s3_bucket_public_access_block",
+             "name": "this", "provider": "provider[\"registry.terraform.io/hashicorp/aws\"]",
+             "instances": [{"index_key": 0, "attributes": {}}]},
+            {"mode": "managed", "type": "terraform_data", "name": "one",
+             "provider": "provider[\"terraform.io/builtin/terraform\"]", "instances": [{"attributes": {}}]},
+            {"mode": "managed", "type": "terraform_data", "name": "each",
+             "provider": "provider[\"terraform.io/builtin/terraform\"]", "instances": [{"index_key": "blue"}]},
+            {"mode": "data", "type": "terraform_remote_state", "name": "x", "provider": "p", "instances": [{}]}
+        ]}"#;
+        let r = resource_instances(bytes).unwrap_or_default();
+        assert_eq!(r.len(), 3, "managed instances only");
+        assert_eq!(
+            r[0].address,
+            "media_bucket.aws_s3_bucket_public_access_block.this[0]"
+        );
+        assert_eq!(r[0].module, "media_bucket");
+        assert_eq!(r[0].provider, "hashicorp/aws");
+        assert_eq!(r[0].name_index.as_deref(), Some("0"));
+        assert_eq!(r[1].address, "terraform_data.one");
+        assert_eq!(r[1].module, "root");
+        assert_eq!(r[1].provider, "builtin/terraform");
+        assert_eq!(r[1].name_index, None);
+        assert_eq!(r[2].address, "terraform_data.each[\"blue\"]");
+        assert_eq!(module_name("module.a.module.b"), "a.b");
     }
 }

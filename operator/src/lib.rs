@@ -4,7 +4,8 @@
 //! runs the Organization controller (namespace, default project, status), the catalog
 //! controllers (every other namespaced kind gets its `terrace.dev/id` and organization
 //! labels and its conditions, see [`catalog`]), the Workspace controller (derived status)
-//! and the TestRun controller (one Pod per module test run, see [`testrun`]),
+//! the TestRun controller (one Pod per module test run, see [`testrun`]) and the state
+//! retention controller (data retention policies on state versions, see [`retention`]),
 //! concurrently, all sharing one [`Context`] and one shutdown signal.
 //!
 //! Every watch is guarded and trimmed ([`watch`]), and each kind several controllers need
@@ -22,10 +23,12 @@ pub mod catalog;
 pub mod conditions;
 pub mod error;
 pub mod events;
+pub mod group_index;
 pub mod identity;
 pub mod leader;
 pub mod metrics;
 pub mod organization;
+pub mod retention;
 pub mod rules;
 pub mod runner;
 pub mod settings;
@@ -38,8 +41,8 @@ use std::sync::Arc;
 
 use futures::FutureExt;
 use kube::runtime::watcher;
-use terrace_crds::Organization;
 use terrace_crds::ids::IdKind;
+use terrace_crds::{Organization, Workspace};
 
 pub use error::Error;
 pub use settings::Settings;
@@ -170,9 +173,20 @@ async fn run_controllers(
         watch::Feed::<Organization>::new(&ctx.client, (), watcher::Config::default());
     let orgs = identity::Organizations::new(organizations.store());
     let mut catalog = catalog::Catalog::new(&ctx.client);
+    let mut workspace_feed =
+        watch::Feed::<Workspace>::new(&ctx.client, (), watcher::Config::default());
+    let state_retention = retention::controller(
+        ctx.clone(),
+        orgs.clone(),
+        workspace_feed.store(),
+        workspace_feed.subscribe(),
+        organizations.subscribe(),
+        shutdown.clone(),
+    );
     let workspaces = workspace::controller(
         ctx.clone(),
         orgs.clone(),
+        workspace_feed,
         &mut organizations,
         &mut catalog,
         shutdown.clone(),
@@ -181,5 +195,11 @@ async fn run_controllers(
     let default_projects = catalog.subscribe(IdKind::Project);
     let catalog = catalog.controllers(ctx.clone(), orgs, &mut organizations, shutdown.clone());
     let organizations = organization::controller(ctx, organizations, default_projects, shutdown);
-    tokio::join!(organizations, catalog, workspaces, test_runs);
+    tokio::join!(
+        organizations,
+        catalog,
+        workspaces,
+        test_runs,
+        state_retention
+    );
 }

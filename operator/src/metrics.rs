@@ -59,6 +59,8 @@ pub const CONTROLLER_WORKSPACE: &str = "workspace";
 pub const CONTROLLER_CATALOG: &str = "ids";
 /// Controller label of the TestRun controller.
 pub const CONTROLLER_TEST_RUN: &str = "testrun";
+/// Controller label of the state retention controller ([`crate::retention`]).
+pub const CONTROLLER_STATE_RETENTION: &str = "state-retention";
 
 /// Content type of the OpenMetrics text exposition.
 pub const OPENMETRICS_CONTENT_TYPE: &str =

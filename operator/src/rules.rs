@@ -7,7 +7,7 @@
 //! [`crate::conditions`]), so it could move to `terrace-crds` with them (the API server
 //! computes the same effective tag bindings).
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::HashSet;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use terrace_crds::Organization;
@@ -113,16 +113,7 @@ where
         })
 }
 
-/// Flat tag names as TFE reports them: lowercased, without empty entries, sorted and
-/// deduplicated.
-pub fn tag_names(tags: &[String]) -> Vec<String> {
-    tags.iter()
-        .map(|t| t.trim().to_lowercase())
-        .filter(|t| !t.is_empty())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect()
-}
+pub use terrace_crds::rules::tag_names;
 
 /// A workspace's effective tag bindings: its own bindings first, in their given order,
 /// then the project's bindings whose key the workspace does not bind itself, marked as
@@ -360,14 +351,6 @@ mod tests {
         }
         let orgs = [stalled(REASON_NAMESPACE_CONFLICT)];
         assert!(owning_organization(&orgs, "kube-system").is_some());
-    }
-
-    /// Copies TFE: tag names are lowercase and listed once each, sorted.
-    #[test]
-    fn tag_names_are_lowercased_sorted_and_deduplicated() {
-        let tags = ["Prod", "app:web", "prod", " ", "APP:web", "beta"].map(String::from);
-        assert_eq!(tag_names(&tags), ["app:web", "beta", "prod"]);
-        assert!(tag_names(&[]).is_empty());
     }
 
     /// Copies TFE's effective-tag-bindings: direct bindings in order, then the

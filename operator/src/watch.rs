@@ -42,7 +42,7 @@ use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 use terrace_crds::{
     AgentPool, ConfigurationVersion, OAuthToken, Organization, Project, RegistryModule, SshKey,
-    TestRun, TestVariable, Workspace, WorkspaceSpec, WorkspaceStatus,
+    StateVersion, TestRun, TestVariable, Workspace, WorkspaceSpec, WorkspaceStatus,
 };
 
 use crate::events::{new_recorder, publish_event};
@@ -120,6 +120,8 @@ impl Watched for Workspace {
             tags: spec.tags,
             tag_bindings: spec.tag_bindings,
             remote_state_consumers: spec.remote_state_consumers,
+            // The state retention controller reads the policy.
+            data_retention_policy: spec.data_retention_policy,
             ..WorkspaceSpec::default()
         };
         self.status = self.status.take().map(|s| WorkspaceStatus {
@@ -132,6 +134,28 @@ impl Watched for Workspace {
             conditions: s.conditions,
             ..WorkspaceStatus::default()
         });
+    }
+}
+
+impl Watched for StateVersion {
+    fn tombstone(meta: ObjectMeta, _: &()) -> Self {
+        Self {
+            metadata: meta,
+            spec: Default::default(),
+            status: None,
+        }
+    }
+
+    /// Keeps what the state retention controller reads: not the resource and output
+    /// summaries.
+    fn trim(&mut self) {
+        trim(self);
+        if let Some(s) = self.status.as_mut() {
+            s.resources = Vec::new();
+            s.outputs = Vec::new();
+            s.providers = Vec::new();
+            s.conditions = Vec::new();
+        }
     }
 }
 

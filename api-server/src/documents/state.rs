@@ -63,7 +63,8 @@ pub fn render(v: &StateVersion, ws_id: &str, base: &str, uploads: Option<(&str, 
             "intermediate": false,
             "vcs-commit-sha": Value::Null,
             "vcs-commit-url": Value::Null,
-            "billable-rum-count": Value::Null,
+            // Resources under management: the managed resource instances of the state.
+            "billable-rum-count": finalized.then_some(st.resource_count),
             "hosted-state-download-url": download,
             "hosted-json-state-download-url": json_download,
             "hosted-state-upload-url": uploads.map(|u| u.0),
@@ -91,20 +92,32 @@ pub async fn state_bytes(
     state: &AppState,
     v: &StateVersion,
 ) -> Result<axum::body::Bytes, ApiError> {
+    blob_bytes(state, v, |s| s.state.as_ref(), "state").await
+}
+
+/// One blob of a finalized version (`which` picks it from the status; `what` names it
+/// in errors): 404 when the version has none (pending, discarded, expired).
+pub async fn blob_bytes(
+    state: &AppState,
+    v: &StateVersion,
+    which: fn(&terrace_crds::StateVersionStatus) -> Option<&terrace_crds::StateBlob>,
+    what: &str,
+) -> Result<axum::body::Bytes, ApiError> {
+    let none = || ApiError::not_found(format!("this state version has no {what} data"));
     if state_of(v) != StateVersionState::Finalized {
-        return Err(ApiError::not_found("this state version has no state data"));
+        return Err(none());
     }
     let key = v
         .status
         .as_ref()
-        .and_then(|s| s.state.as_ref())
+        .and_then(which)
         .map(|b| b.key.clone())
-        .ok_or_else(|| ApiError::not_found("this state version has no state data"))?;
+        .ok_or_else(none)?;
     store_of(state, v).get(&key).await.map_err(|e| match e {
         crate::blobs::BlobError::NotFound(_) => {
-            ApiError::not_found("the state data of this version is gone")
+            ApiError::not_found(format!("the {what} data of this version is gone"))
         }
-        other => ApiError::internal("reading a state", other),
+        other => ApiError::internal("reading state data", other),
     })
 }
 
@@ -131,18 +144,24 @@ pub fn render_output(o: &OutputSummary, value: Value, kind: &str) -> Value {
         .as_deref()
         .and_then(|t| serde_json::from_str(t).ok())
         .unwrap_or(Value::Null);
-    json!({
+    let simple = simple_type(&detailed);
+    let mut doc = json!({
         "id": o.id,
         "type": kind,
         "attributes": {
             "name": o.name,
             "sensitive": o.sensitive,
-            "type": simple_type(&detailed),
+            "type": simple,
             "detailed-type": detailed,
             "value": value,
         },
         "links": {"self": format!("/api/v2/state-version-outputs/{}", o.id)},
-    })
+    });
+    // A workspace's outputs name the type `output-type` (go-tfe's WorkspaceOutputs).
+    if kind == WORKSPACE_OUTPUT_TYPE {
+        doc["attributes"]["output-type"] = simple;
+    }
+    doc
 }
 
 /// The output values of a version's state by name (empty when it has none to read).

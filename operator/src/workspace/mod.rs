@@ -8,7 +8,7 @@
 //! Inputs, all from caches: the Workspace itself, the Project it names (or the
 //! namespace's default project, from the catalog's Project cache), the Workspaces of its
 //! namespace with the same TFE name (from the controller's cache, found through the name
-//! index of [`names`], so no reconcile or event scans every workspace of the cluster) and
+//! index of [`GroupIndex`], so no reconcile or event scans every workspace of the cluster) and
 //! the Organization index. Besides
 //! Workspace events it reacts to Project changes (a project's tag bindings flow into its
 //! workspaces), Organization changes (a namespace gaining its organization) and changes
@@ -24,15 +24,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-pub mod names;
-
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Map, Value, json};
 use terrace_crds::common::{Condition, EffectiveTagBinding, TagBinding};
@@ -48,11 +45,14 @@ use crate::conditions::{
     REASON_WAITING_FOR_PROJECT, kstatus_conditions,
 };
 use crate::events::record_stall_transition;
+use crate::group_index::GroupIndex;
 use crate::identity::{IdTarget, Identity, Organizations, ensure_identity};
 use crate::rules::{self, NameClaim};
 use crate::watch::Feed;
 use crate::{Context, Error, metrics};
-use names::NameIndex;
+
+/// Workspaces by lowercase TFE name.
+type NameIndex = GroupIndex<Workspace>;
 
 /// How often a workspace waiting for its project's ID (or the default project) is looked
 /// at again.
@@ -266,6 +266,7 @@ struct WsContext {
 pub fn controller<S>(
     ctx: Arc<Context>,
     orgs: Organizations,
+    mut workspaces: Feed<Workspace>,
     organizations: &mut Feed<Organization>,
     catalog: &mut Catalog,
     shutdown: S,
@@ -274,9 +275,8 @@ where
     S: std::future::Future<Output = ()> + Send + Sync + 'static,
 {
     let client = ctx.client.clone();
-    let mut workspaces = Feed::<Workspace>::new(&client, (), watcher::Config::default());
     let store = workspaces.store();
-    let names = NameIndex::default();
+    let names = NameIndex::new(|w| Some(w.spec.name.to_lowercase()));
     let index = names.clone();
     workspaces.observe(move |ev| index.observe(ev));
     let same_name = workspaces.subscribe();
@@ -397,7 +397,7 @@ fn same_named(store: &Store<Workspace>, names: &NameIndex, ws: &Workspace) -> Ve
         return Vec::new();
     };
     names
-        .holders(ns, &ws.spec.name)
+        .members(ns, &ws.spec.name.to_lowercase())
         .iter()
         .filter_map(|object| store.get(&ObjectRef::new(object).within(ns)))
         .collect()

@@ -78,13 +78,13 @@ fn decode(attr: &str, b64: &str) -> Result<Vec<u8>, ApiError> {
         .map_err(|e| ApiError::invalid_attribute(attr, format!("{attr} is not base64: {e}")))
 }
 
-/// The current state version's serial and lineage.
-fn current(state: &AppState, ws: &Workspace) -> Option<(i64, String)> {
+/// The current state version's serial, lineage and MD5.
+fn current(state: &AppState, ws: &Workspace) -> Option<(i64, String, String)> {
     state
         .index
         .read()
         .current_state_version(ws)
-        .map(|v| (v.spec.serial, v.spec.lineage.clone()))
+        .map(|v| (v.spec.serial, v.spec.lineage.clone(), v.spec.md5.clone()))
 }
 
 /// `POST /workspaces/:id/state-versions`.
@@ -111,12 +111,14 @@ pub async fn create(
     state::check_lock(terrace_crds::lock::holder_of(&ws.obj).as_ref(), &me).map_err(state_error)?;
     let cur = current(&state, &ws.obj);
     state::check_succession(
-        cur.as_ref().map(|(s, l)| Current {
+        cur.as_ref().map(|(s, l, m)| Current {
             serial: *s,
             lineage: l,
+            md5: m,
         }),
         serial,
         &lineage,
+        &md5,
         force,
     )
     .map_err(state_error)?;
@@ -126,8 +128,7 @@ pub async fn create(
         Some(b64) => {
             let bytes = decode("state", b64)?;
             state::check_size(bytes.len() as u64, limit).map_err(state_error)?;
-            let summary =
-                state::check_state(&bytes, Some(&md5), serial, &lineage).map_err(state_error)?;
+            let summary = state::check_state(&bytes, Some(&md5)).map_err(state_error)?;
             let json = match a.json_state.as_deref().filter(|s| !s.is_empty()) {
                 Some(j) => Some(decode("json-state", j)?),
                 None => None,
@@ -231,6 +232,28 @@ pub async fn create(
     Ok(Doc::created(data).into_response())
 }
 
+/// Stores `bytes` under `key` in the version's blob store; answers where they are.
+async fn store_blob(
+    state: &AppState,
+    v: &StateVersion,
+    key: String,
+    bytes: Bytes,
+    what: &str,
+) -> Result<StateBlob, ApiError> {
+    store_of(state, v)
+        .put(&key, bytes.clone())
+        .await
+        .map_err(|e| {
+            tracing::warn!(error = %e, what, "storing state data failed");
+            ApiError::Unavailable(format!("the {what} could not be stored right now; retry").into())
+        })?;
+    Ok(StateBlob {
+        key,
+        size: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
+        sha256: sha256_hex(&bytes),
+    })
+}
+
 /// Stores the state bytes and marks the version finalized with its summary.
 async fn store_and_finalize(
     state: &AppState,
@@ -238,19 +261,8 @@ async fn store_and_finalize(
     bytes: Bytes,
     summary: state::StateSummary,
 ) -> Result<StateVersion, ApiError> {
-    let key = format!("state-versions/{}/state", id_of(v));
-    store_of(state, v)
-        .put(&key, bytes.clone())
-        .await
-        .map_err(|e| {
-            tracing::warn!(error = %e, "storing a state failed");
-            ApiError::Unavailable("the state could not be stored right now; retry".into())
-        })?;
-    let blob = StateBlob {
-        key,
-        size: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
-        sha256: sha256_hex(&bytes),
-    };
+    let key = terrace_crds::blobs::state_key(&id_of(v));
+    let blob = store_blob(state, v, key, bytes, "state").await?;
     let api = write::api::<StateVersion>(state, &v.namespace().unwrap_or_default());
     write::patch_status(
         &api,
@@ -275,19 +287,8 @@ async fn store_json(
     v: &StateVersion,
     bytes: Bytes,
 ) -> Result<StateVersion, ApiError> {
-    let key = format!("state-versions/{}/json-state", id_of(v));
-    store_of(state, v)
-        .put(&key, bytes.clone())
-        .await
-        .map_err(|e| {
-            tracing::warn!(error = %e, "storing a JSON state failed");
-            ApiError::Unavailable("the JSON state could not be stored right now; retry".into())
-        })?;
-    let blob = StateBlob {
-        key,
-        size: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
-        sha256: sha256_hex(&bytes),
-    };
+    let key = terrace_crds::blobs::json_state_key(&id_of(v));
+    let blob = store_blob(state, v, key, bytes, "JSON state").await?;
     let api = write::api::<StateVersion>(state, &v.namespace().unwrap_or_default());
     write::patch_status(&api, &v.name_any(), json!({"jsonState": blob})).await
 }
@@ -370,9 +371,8 @@ pub async fn upload_state(
             return Err(body_error(e, limit));
         }
     };
-    let checked = state::check_size(bytes.len() as u64, limit as u64).and_then(|()| {
-        state::check_state(&bytes, Some(&v.spec.md5), v.spec.serial, &v.spec.lineage)
-    });
+    let checked = state::check_size(bytes.len() as u64, limit as u64)
+        .and_then(|()| state::check_state(&bytes, Some(&v.spec.md5)));
     let summary = match checked {
         Ok(s) => s,
         Err(e) => {

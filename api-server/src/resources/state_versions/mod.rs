@@ -19,6 +19,7 @@
 mod create;
 mod outputs;
 mod read;
+mod resources;
 #[cfg(test)]
 mod tests;
 
@@ -68,6 +69,10 @@ pub fn router() -> Router<AppState> {
             get(outputs::current),
         )
         .route("/api/v2/state-version-outputs/{out}", get(outputs::show))
+        .route(
+            "/api/v2/workspaces/{id}/resources",
+            get(resources::list_resources),
+        )
 }
 
 /// The upload routes, with the state size limit instead of the global body limit.

@@ -1,10 +1,11 @@
 //! State version outputs: per version, the current ones of a workspace, and one by ID.
 //!
 //! Names, types and sensitivity are in the StateVersion's summary; values are read from
-//! the state in the blob store for each answer (the object never holds them). A sensitive
-//! value is `null` in lists; `GET /state-version-outputs/:id` shows it to callers with
-//! `read-state` (the terraform CLI reads sensitive outputs that way) and `null` to
-//! callers who may only read outputs.
+//! the state in the blob store for each answer (the object never holds them). As in TFE,
+//! a sensitive value is always `null` in a workspace's current outputs (what
+//! `terraform output` and remote state readers list); `GET /state-version-outputs/:id`
+//! and a version's own output list (`GET /state-versions/:id/outputs`, `include=outputs`)
+//! show it to callers with `read-state` and `null` to callers who may only read outputs.
 
 use terrace_crds::Workspace;
 
@@ -37,8 +38,10 @@ pub async fn of_version(
     Path(id): Path<String>,
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
-    let (v, _) = readable(&state, &caller, &id, READ_OUTPUTS).await?;
-    let data = rendered_outputs(&state, &v, OUTPUT_TYPE, false).await?;
+    let (v, ws) = readable(&state, &caller, &id, READ_OUTPUTS).await?;
+    // As TFE: a version's outputs show sensitive values to who may read its state.
+    let show_sensitive = state.allowed(&caller, &ws.check(READ_STATE)).await?;
+    let data = rendered_outputs(&state, &v, OUTPUT_TYPE, show_sensitive).await?;
     paged(&q, data, &format!("/api/v2/state-versions/{id}/outputs"))
 }
 

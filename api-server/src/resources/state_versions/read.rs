@@ -33,9 +33,48 @@ fn versions_of(state: &AppState, ws: &Located<Workspace>) -> Vec<Arc<StateVersio
     all
 }
 
-/// A page of `versions` of `ws` at `self_url`.
-fn page_of(
+/// What state version reads can include (go-tfe's options); only `outputs` has documents
+/// here (runs and users are not terrace objects yet), the others include nothing.
+const INCLUDES: &[&str] = &[
+    "created_by",
+    "outputs",
+    "run",
+    "run.configuration_version",
+    "run.created_by",
+];
+
+/// The `included` documents of `versions` of `ws` for the `include` of `q`: their
+/// outputs (sensitive values for callers with `read-state`, as the version's output list).
+async fn included(
     state: &AppState,
+    caller: &Caller,
+    ws: &Located<Workspace>,
+    q: &QueryParams,
+    versions: &[Arc<StateVersion>],
+) -> Result<Option<Vec<Value>>, ApiError> {
+    if !q.includes(INCLUDES)?.iter().any(|i| i == "outputs") {
+        return Ok(None);
+    }
+    let show_sensitive = state.allowed(caller, &ws.check(READ_STATE)).await?;
+    let mut out = Vec::new();
+    for v in versions {
+        out.extend(
+            crate::documents::state::rendered_outputs(
+                state,
+                v,
+                crate::documents::state::OUTPUT_TYPE,
+                show_sensitive,
+            )
+            .await?,
+        );
+    }
+    Ok(Some(out))
+}
+
+/// A page of `versions` of `ws` at `self_url`.
+async fn page_of(
+    state: &AppState,
+    caller: &Caller,
     headers: &HeaderMap,
     q: &QueryParams,
     ws: &Located<Workspace>,
@@ -44,15 +83,17 @@ fn page_of(
 ) -> Result<Doc, ApiError> {
     let page = q.page()?;
     let base = base_url(state, headers);
-    let data: Vec<Value> = page_slice(versions, page)
+    let shown = page_slice(versions, page);
+    let data: Vec<Value> = shown
         .iter()
         .map(|v| render(v, &ws.id(), &base, None))
         .collect();
     let (meta, links) = pagination(self_url, page, versions.len());
-    Ok(Doc(
-        StatusCode::OK,
-        json!({"data": data, "meta": meta, "links": links}),
-    ))
+    let mut doc = json!({"data": data, "meta": meta, "links": links});
+    if let Some(inc) = included(state, caller, ws, q, shown).await? {
+        doc["included"] = json!(inc);
+    }
+    Ok(Doc(StatusCode::OK, doc))
 }
 
 /// Keeps the versions in `filter[status]` when given (400 on an unknown status).
@@ -89,7 +130,7 @@ pub async fn list_of_workspace(
     let mut versions = versions_of(&state, &f.at);
     status_filter(&q, &mut versions)?;
     let self_url = format!("/api/v2/workspaces/{}/state-versions", f.at.id());
-    page_of(&state, &headers, &q, &f.at, &versions, &self_url)
+    page_of(&state, &f.caller, &headers, &q, &f.at, &versions, &self_url).await
 }
 
 /// `GET /state-versions?filter[workspace][name]=…&filter[organization][name]=…`: both
@@ -129,7 +170,7 @@ pub async fn list(
         enc(org),
         enc(name)
     );
-    page_of(&state, &headers, &q, &ws, &versions, &self_url)
+    page_of(&state, &caller, &headers, &q, &ws, &versions, &self_url).await
 }
 
 /// `GET /workspaces/:id/current-state-version`: the latest finalized version (404 when
@@ -138,16 +179,28 @@ pub async fn current(
     State(state): State<AppState>,
     f: Found<Workspace>,
     headers: HeaderMap,
+    q: QueryParams,
 ) -> Result<Doc, ApiError> {
     require_verb(&state, &f.caller, &f.at, READ_OUTPUTS).await?;
     let cur = state.index.read().current_state_version(&f.at.obj).cloned();
     let v = cur.ok_or_else(|| ApiError::not_found("this workspace has no state version yet"))?;
-    Ok(Doc::ok(render(
-        &v,
-        &f.at.id(),
-        &base_url(&state, &headers),
-        None,
-    )))
+    one(&state, &f.caller, &v, &f.at, &headers, &q).await
+}
+
+/// The document of one version, with what `q` includes.
+async fn one(
+    state: &AppState,
+    caller: &Caller,
+    v: &Arc<StateVersion>,
+    ws: &Located<Workspace>,
+    headers: &HeaderMap,
+    q: &QueryParams,
+) -> Result<Doc, ApiError> {
+    let mut doc = json!({"data": render(v, &ws.id(), &base_url(state, headers), None)});
+    if let Some(inc) = included(state, caller, ws, q, std::slice::from_ref(v)).await? {
+        doc["included"] = json!(inc);
+    }
+    Ok(Doc(StatusCode::OK, doc))
 }
 
 /// `GET /state-versions/:id`.
@@ -156,14 +209,10 @@ pub async fn show(
     caller: Caller,
     Path(id): Path<String>,
     headers: HeaderMap,
+    q: QueryParams,
 ) -> Result<Doc, ApiError> {
     let (v, ws) = readable(&state, &caller, &id, READ_OUTPUTS).await?;
-    Ok(Doc::ok(render(
-        &v,
-        &ws.id(),
-        &base_url(&state, &headers),
-        None,
-    )))
+    one(&state, &caller, &v, &ws, &headers, &q).await
 }
 
 /// A download: the bytes, never cached by intermediaries.
@@ -196,26 +245,9 @@ pub async fn json_download(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    use crate::blobs::BlobStore;
     let (v, _) = readable(&state, &caller, &id, READ_STATE).await?;
-    let key = (state_of(&v) == StateVersionState::Finalized)
-        .then(|| {
-            v.status
-                .as_ref()?
-                .json_state
-                .as_ref()
-                .map(|b| b.key.clone())
-        })
-        .flatten()
-        .ok_or_else(|| ApiError::not_found("this state version has no JSON state"))?;
-    let bytes = super::store_of(&state, &v)
-        .get(&key)
-        .await
-        .map_err(|e| match e {
-            crate::blobs::BlobError::NotFound(_) => {
-                ApiError::not_found("the JSON state of this version is gone")
-            }
-            other => ApiError::internal("reading a JSON state", other),
-        })?;
+    let bytes =
+        crate::documents::state::blob_bytes(&state, &v, |s| s.json_state.as_ref(), "JSON state")
+            .await?;
     Ok(download_response(bytes))
 }

@@ -14,7 +14,7 @@ const WS_PATH: &str = "/api/v2/workspaces/ws-StateVersions0001";
 
 fn state_file(serial: i64, lineage: &str, resources: usize) -> Vec<u8> {
     let instances: Vec<Value> = (0..resources)
-        .map(|i| json!({"schema_version": 0, "attributes": {"id": format!("r{i}"), "input": "secret-input"}}))
+        .map(|i| json!({"index_key": i, "schema_version": 0, "attributes": {"id": format!("r{i}"), "input": "secret-input"}}))
         .collect();
     let mut resources_json = Vec::new();
     if resources > 0 {
@@ -241,10 +241,34 @@ async fn the_cli_flow_create_upload_read_download_outputs() {
         (st, one["data"]["attributes"]["value"].clone()),
         (200, json!("t0ps3cret"))
     );
+    // go-tfe's include options: outputs are included (sensitive values to read-state
+    // callers, as the version's output list), the others accepted; anything else is 400.
+    let (st, with) = h
+        .call(
+            "GET",
+            &format!("/api/v2/state-versions/{id}?include=outputs,created_by"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{with}");
+    assert_eq!(with["included"].as_array().map(Vec::len), Some(3), "{with}");
+    assert!(with.to_string().contains("t0ps3cret"));
+    let (st, _) = h
+        .call(
+            "GET",
+            &format!("/api/v2/state-versions/{id}?include=nonsense"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 400);
     let (_, per_version) = h
         .call("GET", &format!("/api/v2/state-versions/{id}/outputs"), None)
         .await;
     assert_eq!(per_version["data"].as_array().map(Vec::len), Some(3));
+    assert!(
+        per_version.to_string().contains("t0ps3cret"),
+        "read-state sees it"
+    );
 
     // The workspace shows its state.
     let (_, ws) = h
@@ -280,6 +304,47 @@ async fn the_cli_flow_create_upload_read_download_outputs() {
     );
     assert!(!ws.to_string().contains("t0ps3cret"));
 
+    // Its resources, TFE's way.
+    let (st, res) = h.call("GET", &format!("{WS_PATH}/resources"), None).await;
+    assert_eq!(st, 200, "{res}");
+    assert_eq!(res["meta"]["pagination"]["total-count"], 2);
+    assert_eq!(res["data"][0]["type"], "resources");
+    assert_eq!(
+        res["data"][0]["attributes"]["address"],
+        "terraform_data.r[0]"
+    );
+    assert_eq!(
+        res["data"][0]["attributes"]["provider"],
+        "builtin/terraform"
+    );
+    assert_eq!(res["data"][1]["attributes"]["name-index"], "1");
+    let (_, sorted) = h
+        .call(
+            "GET",
+            &format!("{WS_PATH}/resources?sort=nameIndex:desc&q=r%5B"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        sorted["data"][0]["attributes"]["address"],
+        "terraform_data.r[1]"
+    );
+    assert_eq!(
+        h.call("GET", &format!("{WS_PATH}/resources?sort=size"), None)
+            .await
+            .0,
+        400
+    );
+    let (_, past) = h
+        .call(
+            "GET",
+            &format!("{WS_PATH}/resources?page%5Bnumber%5D=999&page%5Bsize%5D=100"),
+            None,
+        )
+        .await;
+    assert_eq!(past["data"], json!([]));
+    assert_eq!(past["meta"]["pagination"]["current-page"], 999);
+    assert_eq!(past["meta"]["pagination"]["total-count"], 2);
     // The state is written: unlock works; safe delete refuses while it has resources.
     assert_eq!(
         h.call("POST", &format!("{WS_PATH}/actions/unlock"), None)
@@ -359,11 +424,7 @@ async fn the_rules_of_writing_state() {
     assert_eq!(st, 422);
     // A wrong MD5 or a non-state is refused at upload (422) and the version discarded:
     // it does not hold the unlock back.
-    for bad in [
-        state_file(1, "lin-1", 2),
-        b"not json".to_vec(),
-        state_file(5, "lin-1", 1),
-    ] {
+    for bad in [state_file(1, "lin-1", 2), b"not json".to_vec()] {
         let (st, doc) = create(create_body(1, "lin-1", &bytes)).await;
         assert_eq!(st, 201, "{doc}");
         let upload = path_of(&doc["data"]["attributes"]["hosted-state-upload-url"]);
@@ -391,10 +452,16 @@ async fn the_rules_of_writing_state() {
     let mut body = create_body(2, "lin-1", &bytes);
     body["data"]["attributes"]["state"] = json!("%%%");
     assert_eq!(create(body).await.0, 422);
-    // Serial must grow, lineage stay, unless forced.
-    let (st, err) = create(create_body(1, "lin-1", &bytes)).await;
+    // Serial must grow, lineage stay, unless forced; the current serial again is only
+    // accepted for the same state (a client's retry).
+    let (st, err) = create(create_body(0, "lin-1", &bytes)).await;
     assert_eq!(st, 409, "{err}");
     assert!(err.to_string().contains("greater"), "{err}");
+    let (st, err) = create(create_body(1, "lin-1", &state_file(1, "lin-1", 2))).await;
+    assert_eq!(st, 409, "{err}");
+    assert!(err.to_string().contains("MD5"), "{err}");
+    let (st, retry) = create(create_body(1, "lin-1", &bytes)).await;
+    assert_eq!(st, 201, "the same state again: {retry}");
     let (st, err) = create(create_body(2, "other", &bytes)).await;
     assert_eq!(st, 409, "{err}");
     assert!(err.to_string().contains("lineage"), "{err}");
@@ -476,6 +543,16 @@ async fn rights_read_outputs_read_state_write_state() {
             rule(&["read-outputs"], &["workspaces"]),
         ]))
         .await;
+    let (_, listed) = h
+        .call_as(
+            &reader,
+            "GET",
+            &format!("/api/v2/state-versions/{id}/outputs"),
+            None,
+        )
+        .await;
+    assert_eq!(listed["data"].as_array().map(Vec::len), Some(3), "{listed}");
+    assert!(!listed.to_string().contains("t0ps3cret"), "{listed}");
     let (st, one) = h.call_as(&reader, "GET", &secret_path, None).await;
     assert_eq!(
         (st, one["data"]["attributes"]["value"].clone()),

@@ -290,15 +290,7 @@ pub fn workspace(ws: &Workspace, ctx: &RenderContext<'_>) -> Value {
 }
 
 fn status_tag_names(ws: &Workspace) -> Vec<String> {
-    let mut names: Vec<String> = ws
-        .spec
-        .tags
-        .iter()
-        .map(|t| t.to_ascii_lowercase())
-        .collect();
-    names.sort();
-    names.dedup();
-    names
+    terrace_crds::rules::tag_names(&ws.spec.tags)
 }
 
 #[cfg(test)]

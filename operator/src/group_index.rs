@@ -1,40 +1,42 @@
-//! The Workspace controller's index of TFE names: which workspaces of a namespace carry a
-//! name (compared case-insensitively, as name conflicts are), kept current from the
-//! Workspace feed's events. Finding a workspace's same-named siblings is then a lookup,
-//! not a scan of every workspace in the cluster on every event and reconcile (issue 17:
-//! the per-create cost grew with the number of workspaces in the cluster).
+//! An index of the objects of a kind by group within their namespace, kept current from
+//! a feed's events (see [`crate::watch::Feed::observe`]): the Workspace controller finds a
+//! workspace's same-named siblings by TFE name (compared case-insensitively, as name
+//! conflicts are), the state retention controller a workspace's state versions. A lookup,
+//! not a scan of every object in the cluster on every event and reconcile (issue 17: the
+//! per-create cost grew with the number of workspaces in the cluster).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use kube::Resource;
 use kube::runtime::watcher::Event;
-use terrace_crds::Workspace;
 
-/// A workspace as the index files it: (namespace, object name, lowercase TFE name).
+/// An object as the index files it: (namespace, object name, group).
 type Entry = (String, String, String);
 
-/// Shared handle on the index; [`NameIndex::observe`] is the feed's hook.
-#[derive(Clone, Default)]
-pub struct NameIndex {
+/// Shared handle on the index; [`GroupIndex::observe`] is the feed's hook.
+pub struct GroupIndex<K> {
     inner: Arc<Mutex<Names>>,
+    group: fn(&K) -> Option<String>,
+}
+
+impl<K> Clone for GroupIndex<K> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            group: self.group,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
 struct Names {
-    /// (namespace, lowercase TFE name) → object names.
+    /// (namespace, group) → object names.
     holders: HashMap<(String, String), BTreeSet<String>>,
-    /// (namespace, object name) → lowercase TFE name.
+    /// (namespace, object name) → group.
     names: HashMap<(String, String), String>,
     /// The objects of a (re)list in progress; they replace the index once it is done.
     relist: Option<Vec<Entry>>,
-}
-
-fn entry(w: &Workspace) -> Option<Entry> {
-    Some((
-        w.metadata.namespace.clone()?,
-        w.metadata.name.clone()?,
-        w.spec.name.to_lowercase(),
-    ))
 }
 
 impl Names {
@@ -61,9 +63,26 @@ impl Names {
     }
 }
 
-impl NameIndex {
-    /// Follows one event of the Workspace watch (after the cache applied it).
-    pub fn observe(&self, ev: &Event<Workspace>) {
+impl<K: Resource> GroupIndex<K> {
+    /// An empty index filing each object under `group(object)` (not at all when None).
+    pub fn new(group: fn(&K) -> Option<String>) -> Self {
+        Self {
+            inner: Arc::default(),
+            group,
+        }
+    }
+
+    fn entry(&self, o: &K) -> Option<Entry> {
+        Some((
+            o.meta().namespace.clone()?,
+            o.meta().name.clone()?,
+            (self.group)(o)?,
+        ))
+    }
+
+    /// Follows one event of the watch (after the cache applied it).
+    pub fn observe(&self, ev: &Event<K>) {
+        let entry = |o: &K| self.entry(o);
         let mut names = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         match ev {
             Event::Init => names.relist = Some(Vec::new()),
@@ -86,20 +105,19 @@ impl NameIndex {
                 }
             }
             Event::Delete(w) => {
-                if let Some((ns, object, _)) = entry(w) {
-                    names.remove(&ns, &object);
+                if let (Some(ns), Some(object)) = (&w.meta().namespace, &w.meta().name) {
+                    names.remove(ns, object);
                 }
             }
         }
     }
 
-    /// The object names of the workspaces of `ns` whose TFE name is `tfe_name`,
-    /// case-insensitively.
-    pub fn holders(&self, ns: &str, tfe_name: &str) -> Vec<String> {
+    /// The object names of the objects of `ns` filed under `group`.
+    pub fn members(&self, ns: &str, group: &str) -> Vec<String> {
         let names = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         names
             .holders
-            .get(&(ns.to_owned(), tfe_name.to_lowercase()))
+            .get(&(ns.to_owned(), group.to_owned()))
             .map(|s| s.iter().cloned().collect())
             .unwrap_or_default()
     }
@@ -109,7 +127,7 @@ impl NameIndex {
 mod tests {
     use super::*;
     use kube::api::ObjectMeta;
-    use terrace_crds::WorkspaceSpec;
+    use terrace_crds::{Workspace, WorkspaceSpec};
 
     fn ws(ns: &str, object: &str, name: &str) -> Workspace {
         Workspace {
@@ -131,25 +149,22 @@ mod tests {
     /// deletions remove it; names match case-insensitively within a namespace.
     #[test]
     fn the_index_follows_the_watch() {
-        let index = NameIndex::default();
+        let index = GroupIndex::new(|w: &Workspace| Some(w.spec.name.to_lowercase()));
+        let holders = |ns: &str, name: &str| index.members(ns, &name.to_lowercase());
         index.observe(&Event::Apply(ws("acme", "stale", "web")));
         index.observe(&Event::Init);
         index.observe(&Event::InitApply(ws("acme", "a", "Web")));
         index.observe(&Event::InitApply(ws("acme", "b", "web")));
         index.observe(&Event::InitApply(ws("globex", "c", "web")));
-        assert_eq!(
-            index.holders("acme", "web"),
-            ["stale"],
-            "before the list is done"
-        );
+        assert_eq!(holders("acme", "web"), ["stale"], "before the list is done");
         index.observe(&Event::InitDone);
-        assert_eq!(index.holders("acme", "WEB"), ["a", "b"]);
-        assert_eq!(index.holders("globex", "web"), ["c"]);
+        assert_eq!(holders("acme", "WEB"), ["a", "b"]);
+        assert_eq!(holders("globex", "web"), ["c"]);
         index.observe(&Event::Apply(ws("acme", "b", "api")));
-        assert_eq!(index.holders("acme", "web"), ["a"]);
-        assert_eq!(index.holders("acme", "api"), ["b"]);
+        assert_eq!(holders("acme", "web"), ["a"]);
+        assert_eq!(holders("acme", "api"), ["b"]);
         index.observe(&Event::Delete(ws("acme", "a", "web")));
-        assert!(index.holders("acme", "web").is_empty());
-        assert!(index.holders("other", "web").is_empty());
+        assert!(holders("acme", "web").is_empty());
+        assert!(holders("other", "web").is_empty());
     }
 }
