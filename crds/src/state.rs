@@ -26,16 +26,20 @@ pub enum StateVersionState {
     Finalized,
     /// Given up (never finalized).
     Discarded,
-    /// Its bytes were removed by the data retention policy.
+    /// Its bytes are hidden (downloads answer 404) and kept for a grace period, during
+    /// which they can be restored: by the data retention policy or on request.
     BackingDataSoftDeleted,
+    /// Its bytes are gone for good.
+    BackingDataPermanentlyDeleted,
 }
 
 impl StateVersionState {
-    pub const ALL: [StateVersionState; 4] = [
+    pub const ALL: [StateVersionState; 5] = [
         StateVersionState::Pending,
         StateVersionState::Finalized,
         StateVersionState::Discarded,
         StateVersionState::BackingDataSoftDeleted,
+        StateVersionState::BackingDataPermanentlyDeleted,
     ];
 
     /// TFE's word for it.
@@ -45,6 +49,7 @@ impl StateVersionState {
             StateVersionState::Finalized => "finalized",
             StateVersionState::Discarded => "discarded",
             StateVersionState::BackingDataSoftDeleted => "backing_data_soft_deleted",
+            StateVersionState::BackingDataPermanentlyDeleted => "backing_data_permanently_deleted",
         }
     }
 
@@ -85,6 +90,9 @@ pub enum StateError {
     /// 413.
     #[error("the state is {size} bytes, more than the limit of {limit} bytes")]
     TooLarge { size: u64, limit: u64 },
+    /// 409: a backing data action the version's state does not allow.
+    #[error("{0}")]
+    Transition(String),
 }
 
 impl StateError {
@@ -94,7 +102,8 @@ impl StateError {
             StateError::NotLockHolder(_)
             | StateError::SerialNotGreater { .. }
             | StateError::SameSerialOtherState { .. }
-            | StateError::LineageMismatch { .. } => 409,
+            | StateError::LineageMismatch { .. }
+            | StateError::Transition(_) => 409,
             StateError::Md5Mismatch { .. } | StateError::Invalid(_) => 422,
             StateError::TooLarge { .. } => 413,
         }
@@ -193,10 +202,12 @@ pub enum Retention {
     /// Kept, with nothing to look at again by time (no policy, or a policy that keeps
     /// everything, or the workspace's current state, or no data).
     Keep,
-    /// Kept until then.
+    /// Kept as it is until then.
     KeepUntil(jiff::Timestamp),
-    /// Its data goes (the version stays, `backing_data_soft_deleted`).
-    Expire,
+    /// Its data is hidden now (soft delete), restorable during the grace period.
+    SoftDelete,
+    /// Its data goes for good (a soft delete older than the grace period).
+    PermanentlyDelete,
 }
 
 /// The policy in force for a workspace: its own, else its organization's default.
@@ -207,33 +218,97 @@ pub fn effective_policy<'a>(
     workspace.or(organization)
 }
 
+/// When a version's data changed state, for [`retention`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Times {
+    /// When the data arrived.
+    pub written: Option<jiff::Timestamp>,
+    /// When it was soft-deleted.
+    pub soft_deleted: Option<jiff::Timestamp>,
+}
+
+fn plus(t: jiff::Timestamp, d: jiff::SignedDuration) -> jiff::Timestamp {
+    t.checked_add(d).unwrap_or(jiff::Timestamp::MAX)
+}
+
 /// SPEC B20–B22 applied to state: the data of a finalized version older than
-/// `delete-older-than-n-days` goes, unless it is the workspace's current state (never
-/// deleted) or the policy says `dont-delete`. `written`: when the data arrived.
+/// `delete-older-than-n-days` is soft-deleted, unless it is the workspace's current state
+/// (never) or the policy says `dont-delete`; soft-deleted data (by the policy or on
+/// request) goes for good once `grace` has passed since.
 pub fn retention(
     policy: Option<&DataRetentionPolicy>,
     state: StateVersionState,
-    written: Option<jiff::Timestamp>,
+    times: Times,
     current: bool,
+    grace: jiff::SignedDuration,
     now: jiff::Timestamp,
 ) -> Retention {
+    if state == StateVersionState::BackingDataSoftDeleted {
+        let Some(at) = times.soft_deleted else {
+            return Retention::Keep;
+        };
+        let due = plus(at, grace);
+        return if now >= due {
+            Retention::PermanentlyDelete
+        } else {
+            Retention::KeepUntil(due)
+        };
+    }
     let days = match policy {
         Some(p) if p.dont_delete != Some(true) => p.delete_older_than_n_days,
         _ => None,
     };
-    let (Some(days), Some(written)) = (days.filter(|d| *d >= 1), written) else {
+    let (Some(days), Some(written)) = (days.filter(|d| *d >= 1), times.written) else {
         return Retention::Keep;
     };
     if state != StateVersionState::Finalized || current {
         return Retention::Keep;
     }
-    let due = written
-        .checked_add(jiff::SignedDuration::from_hours(i64::from(days) * 24))
-        .unwrap_or(jiff::Timestamp::MAX);
+    let due = plus(
+        written,
+        jiff::SignedDuration::from_hours(i64::from(days) * 24),
+    );
     if now >= due {
-        Retention::Expire
+        Retention::SoftDelete
     } else {
         Retention::KeepUntil(due)
+    }
+}
+
+/// What can be done to a version's data on request (TFE's backing data actions).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackingDataAction {
+    SoftDelete,
+    Restore,
+    PermanentlyDelete,
+}
+
+/// The state a backing data action leads to: soft delete of finalized data (not the
+/// workspace's current state), restore of soft-deleted data, permanent deletion of
+/// either. Anything else: 409 "transition not allowed".
+pub fn backing_data_transition(
+    state: StateVersionState,
+    action: BackingDataAction,
+    current: bool,
+) -> Result<StateVersionState, StateError> {
+    use StateVersionState::*;
+    match (state, action) {
+        (Finalized, BackingDataAction::SoftDelete | BackingDataAction::PermanentlyDelete)
+            if current =>
+        {
+            Err(StateError::Transition(
+                "the current state version's data cannot be deleted".into(),
+            ))
+        }
+        (Finalized, BackingDataAction::SoftDelete) => Ok(BackingDataSoftDeleted),
+        (BackingDataSoftDeleted, BackingDataAction::Restore) => Ok(Finalized),
+        (Finalized | BackingDataSoftDeleted, BackingDataAction::PermanentlyDelete) => {
+            Ok(BackingDataPermanentlyDeleted)
+        }
+        (from, _) => Err(StateError::Transition(format!(
+            "transition not allowed from {}",
+            from.as_str()
+        ))),
     }
 }
 
@@ -701,45 +776,88 @@ mod tests {
             delete_older_than_n_days: None,
             dont_delete: Some(true),
         };
+        let grace = jiff::SignedDuration::from_hours(48);
         let now = day(10);
+        let written = |d: i64| Times {
+            written: Some(day(d)),
+            soft_deleted: None,
+        };
+        let r = |p: Option<&DataRetentionPolicy>, s, t, current| {
+            retention(p, s, t, current, grace, now)
+        };
         // No policy, dont-delete: kept, nothing to look at again.
+        assert_eq!(r(None, Finalized, written(1), false), Retention::Keep);
         assert_eq!(
-            retention(None, Finalized, Some(day(1)), false, now),
+            r(Some(&never), Finalized, written(1), false),
             Retention::Keep
         );
+        // Older than the policy: soft-deleted; younger: kept until it is due.
         assert_eq!(
-            retention(Some(&never), Finalized, Some(day(1)), false, now),
-            Retention::Keep
-        );
-        // Older than the policy: goes; younger: kept until it is due.
-        assert_eq!(
-            retention(Some(&keep(3)), Finalized, Some(day(1)), false, now),
-            Retention::Expire
+            r(Some(&keep(3)), Finalized, written(1), false),
+            Retention::SoftDelete
         );
         assert_eq!(
-            retention(Some(&keep(3)), Finalized, Some(day(8)), false, now),
+            r(Some(&keep(3)), Finalized, written(8), false),
             Retention::KeepUntil(day(11))
         );
         // Due exactly now: goes.
         assert_eq!(
-            retention(Some(&keep(3)), Finalized, Some(day(7)), false, now),
-            Retention::Expire
+            r(Some(&keep(3)), Finalized, written(7), false),
+            Retention::SoftDelete
         );
-        // The current state never goes; nor data not finalized (none, or already gone).
+        // The current state never goes; nor data not finalized.
         assert_eq!(
-            retention(Some(&keep(3)), Finalized, Some(day(1)), true, now),
+            r(Some(&keep(3)), Finalized, written(1), true),
             Retention::Keep
         );
-        for s in [Pending, Discarded, BackingDataSoftDeleted] {
-            assert_eq!(
-                retention(Some(&keep(3)), s, Some(day(1)), false, now),
-                Retention::Keep
-            );
+        for s in [Pending, Discarded, BackingDataPermanentlyDeleted] {
+            assert_eq!(r(Some(&keep(3)), s, written(1), false), Retention::Keep);
         }
+        // Soft-deleted data goes for good after the grace period, whatever the policy.
+        let soft = |d: i64| Times {
+            written: Some(day(1)),
+            soft_deleted: Some(day(d)),
+        };
+        assert_eq!(
+            r(None, BackingDataSoftDeleted, soft(9), false),
+            Retention::KeepUntil(day(11))
+        );
+        assert_eq!(
+            r(None, BackingDataSoftDeleted, soft(8), false),
+            Retention::PermanentlyDelete
+        );
+        assert_eq!(
+            r(None, BackingDataSoftDeleted, soft(6), false),
+            Retention::PermanentlyDelete
+        );
         // The workspace's own policy wins over the organization's default.
         assert_eq!(effective_policy(Some(&never), Some(&keep(1))), Some(&never));
         assert_eq!(effective_policy(None, Some(&keep(1))), Some(&keep(1)));
         assert_eq!(effective_policy(None, None), None);
+    }
+
+    #[test]
+    fn backing_data_transitions() {
+        use BackingDataAction::*;
+        use StateVersionState::*;
+        let t = |s, a, c| backing_data_transition(s, a, c).map_err(|e| e.status());
+        assert_eq!(t(Finalized, SoftDelete, false), Ok(BackingDataSoftDeleted));
+        assert_eq!(t(BackingDataSoftDeleted, Restore, false), Ok(Finalized));
+        assert_eq!(
+            t(BackingDataSoftDeleted, PermanentlyDelete, false),
+            Ok(BackingDataPermanentlyDeleted)
+        );
+        assert_eq!(
+            t(Finalized, PermanentlyDelete, false),
+            Ok(BackingDataPermanentlyDeleted)
+        );
+        // Not the current state; not back from permanent deletion; nothing for pending.
+        assert_eq!(t(Finalized, SoftDelete, true), Err(409));
+        assert_eq!(t(Finalized, PermanentlyDelete, true), Err(409));
+        let e = backing_data_transition(BackingDataPermanentlyDeleted, Restore, false).err();
+        assert!(e.is_some_and(|e| e.to_string().contains("transition not allowed")));
+        assert_eq!(t(Finalized, Restore, false), Err(409));
+        assert_eq!(t(Pending, SoftDelete, false), Err(409));
     }
 
     #[test]

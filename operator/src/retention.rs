@@ -1,8 +1,10 @@
 //! The state retention controller: applies data retention policies (SPEC B20–B22) to
 //! state versions. The data of a finalized version older than the policy's
-//! `delete-older-than-n-days` is deleted from the blob store, never the workspace's
-//! current state; the StateVersion stays, with status `backing_data_soft_deleted` and
-//! the time, and its download answers 404 from then on.
+//! `delete-older-than-n-days` is soft-deleted (status `backing_data_soft_deleted`: its
+//! download answers 404, it can be restored), never the workspace's current state; soft-
+//! deleted data (by the policy or through the API) is deleted from the blob store for
+//! good after `--state-soft-delete-grace-hours` (`backing_data_permanently_deleted`).
+//! The StateVersion itself stays.
 //!
 //! One reconcile per StateVersion, in steps: observe (the version, its workspace's policy
 //! or the organization's default, whether it is the current state) → decide
@@ -27,7 +29,7 @@ use kube::runtime::{WatchStreamExt, predicates, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use terrace_crds::constants::{FIELD_MANAGER_OPERATOR, LABEL_ID};
-use terrace_crds::state::{Retention, StateVersionState, effective_policy, retention};
+use terrace_crds::state::{Retention, StateVersionState, Times, effective_policy, retention};
 use terrace_crds::{Organization, StateVersion, Workspace};
 
 use crate::group_index::GroupIndex;
@@ -55,7 +57,7 @@ struct Observed {
     policy: Option<terrace_crds::common::DataRetentionPolicy>,
     current: bool,
     state: StateVersionState,
-    written: Option<k8s_openapi::jiff::Timestamp>,
+    times: Times,
 }
 
 /// The controller. `workspaces`: a subscription to the Workspace feed (whose cache is
@@ -183,14 +185,24 @@ async fn observe(ctx: &RetentionContext, v: &StateVersion) -> Result<Observed, E
         policy,
         current: is_current(ctx, v),
         state: state_of(v),
-        written: written(v),
+        times: Times {
+            written: written(v),
+            soft_deleted: v
+                .status
+                .as_ref()
+                .and_then(|s| s.backing_data_deleted_at.as_deref())
+                .and_then(|t| t.parse().ok()),
+        },
     })
 }
 
 async fn reconcile(v: Arc<StateVersion>, ctx: Arc<RetentionContext>) -> Result<Action, Error> {
     let o = observe(&ctx, &v).await?;
     let now = k8s_openapi::jiff::Timestamp::now();
-    match retention(o.policy.as_ref(), o.state, o.written, o.current, now) {
+    let grace = k8s_openapi::jiff::SignedDuration::from_hours(i64::from(
+        ctx.base.settings.state_soft_delete_grace_hours,
+    ));
+    match retention(o.policy.as_ref(), o.state, o.times, o.current, grace, now) {
         Retention::Keep => Ok(Action::await_change()),
         Retention::KeepUntil(due) => {
             let wait = Duration::try_from(due.duration_since(now)).unwrap_or_default();
@@ -198,49 +210,59 @@ async fn reconcile(v: Arc<StateVersion>, ctx: Arc<RetentionContext>) -> Result<A
                 wait.min(MAX_WAIT).max(Duration::from_secs(1)),
             ))
         }
-        Retention::Expire => {
-            expire(&ctx.base, &v).await?;
+        Retention::SoftDelete => {
+            mark(&ctx.base, &v, StateVersionState::BackingDataSoftDeleted).await?;
+            Ok(Action::await_change())
+        }
+        Retention::PermanentlyDelete => {
+            delete_data(&ctx.base, &v).await?;
+            mark(
+                &ctx.base,
+                &v,
+                StateVersionState::BackingDataPermanentlyDeleted,
+            )
+            .await?;
             Ok(Action::await_change())
         }
     }
 }
 
-/// Deletes the version's data (its state and JSON state chunk Secrets, chunk 0 last so a
-/// reader never sees a shorter blob as whole), then marks the version.
-async fn expire(ctx: &Context, v: &StateVersion) -> Result<(), Error> {
+/// Deletes the version's data: its state and JSON state chunk Secrets.
+async fn delete_data(ctx: &Context, v: &StateVersion) -> Result<(), Error> {
     let ns = v.namespace().unwrap_or_default();
-    let id = v
-        .status
-        .as_ref()
-        .and_then(|s| s.id.clone())
-        .or_else(|| v.labels().get(LABEL_ID).cloned())
-        .unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+    let status = v.status.as_ref();
     let keys = [
-        v.status
-            .as_ref()
-            .and_then(|s| s.state.as_ref())
-            .map(|b| b.key.clone()),
-        v.status
-            .as_ref()
+        status.and_then(|s| s.state.as_ref()).map(|b| b.key.clone()),
+        status
             .and_then(|s| s.json_state.as_ref())
             .map(|b| b.key.clone()),
     ];
     for key in keys.into_iter().flatten() {
         delete_blob(&secrets, &key).await?;
     }
+    Ok(())
+}
+
+/// Marks the version soft- or permanently deleted, with the time.
+async fn mark(ctx: &Context, v: &StateVersion, to: StateVersionState) -> Result<(), Error> {
+    let ns = v.namespace().unwrap_or_default();
+    let at = k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S%.3fZ")
+        .to_string();
+    let field = match to {
+        StateVersionState::BackingDataPermanentlyDeleted => "backingDataPermanentlyDeletedAt",
+        _ => "backingDataDeletedAt",
+    };
     let api: Api<StateVersion> = Api::namespaced(ctx.client.clone(), &ns);
-    let patch = json!({"status": {
-        "status": StateVersionState::BackingDataSoftDeleted.as_str(),
-        "backingDataDeletedAt": k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
-    }});
     api.patch_status(
         &v.name_any(),
         &PatchParams::apply(FIELD_MANAGER_OPERATOR),
-        &Patch::Merge(&patch),
+        &Patch::Merge(&json!({"status": {"status": to.as_str(), field: at}})),
     )
     .await?;
-    tracing::info!(namespace = %ns, state_version = %id, "state data expired by the data retention policy");
+    let id = v.labels().get(LABEL_ID).cloned().unwrap_or_default();
+    tracing::info!(namespace = %ns, state_version = %id, to = to.as_str(), "state data retention");
     Ok(())
 }
 

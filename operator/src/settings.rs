@@ -91,6 +91,14 @@ pub struct Settings {
     /// `POD_NAMESPACE`): no Organization may use it (see `terrace_crds::namespaces`).
     #[arg(long, env = "POD_NAMESPACE")]
     pub release_namespace: Option<String>,
+    /// Hours soft-deleted state data (by a data retention policy or on request) stays
+    /// restorable before it is deleted for good.
+    #[arg(
+        long,
+        env = "TERRACE_STATE_SOFT_DELETE_GRACE_HOURS",
+        default_value_t = DEFAULT_STATE_SOFT_DELETE_GRACE_HOURS
+    )]
+    pub state_soft_delete_grace_hours: u32,
 }
 
 /// A duration such as `5s`, `1m` or `500ms` (zero allowed).
@@ -101,6 +109,9 @@ pub fn parse_delay(s: &str) -> Result<Duration, String> {
         .map_err(|e| format!("{s:?} is not a duration such as 5s or 500ms: {e}"))?;
     Duration::try_from(d).map_err(|_| format!("{s:?}: the duration must not be negative"))
 }
+
+/// Default of [`Settings::state_soft_delete_grace_hours`]: a week.
+pub const DEFAULT_STATE_SOFT_DELETE_GRACE_HOURS: u32 = 7 * 24;
 
 /// Parses [`Settings::test_pod_template`].
 fn parse_pod_template(s: &str) -> Result<PodTemplateOverrides, String> {
@@ -125,6 +136,7 @@ impl Default for Settings {
             leader_election_namespace: None,
             leader_election_identity: None,
             release_namespace: None,
+            state_soft_delete_grace_hours: DEFAULT_STATE_SOFT_DELETE_GRACE_HOURS,
         }
     }
 }

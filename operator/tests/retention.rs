@@ -1,8 +1,9 @@
 //! Data retention of state versions (issue 14, SPEC B20–B22), against the cluster
-//! simulator: the data of a finalized version older than the policy goes (its chunk
-//! Secrets deleted, the version marked `backing_data_soft_deleted`), never the current
-//! state's; a policy set later reaches versions already stored; `dont-delete` and no
-//! policy keep everything.
+//! simulator: the data of a finalized version older than the policy is soft-deleted (the
+//! version marked `backing_data_soft_deleted`, its chunk Secrets kept for the grace
+//! period), never the current state's; soft-deleted data older than the grace period is
+//! deleted for good (chunks deleted, `backing_data_permanently_deleted`); a policy set
+//! later reaches versions already stored; `dont-delete` and no policy keep everything.
 
 use std::collections::BTreeMap;
 
@@ -193,7 +194,11 @@ async fn old_state_data_expires_except_the_current_state() -> Result<(), E> {
                 .then_some(())
         })
         .await?;
-        assert_eq!(chunks(&client, id).await, 0, "{id}: its data is gone");
+        assert_eq!(
+            chunks(&client, id).await,
+            2,
+            "{id}: kept for the grace period"
+        );
     }
     // The current state stays, with its data.
     assert_eq!(
@@ -211,6 +216,29 @@ async fn old_state_data_expires_except_the_current_state() -> Result<(), E> {
     })
     .await?;
     assert_eq!(chunks(&client, "sv-App0000000000004").await, 2);
+
+    // Soft-deleted longer ago than the grace period (a week by default): gone for good.
+    let eight_days_ago = jiff::Timestamp::now()
+        .checked_sub(jiff::SignedDuration::from_hours(8 * 24))?
+        .strftime("%Y-%m-%dT%H:%M:%S%.3fZ")
+        .to_string();
+    let versions: Api<StateVersion> = Api::namespaced(client.clone(), NS);
+    versions
+        .patch_status(
+            &"sv-App0000000000001".to_ascii_lowercase(),
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": {"backingDataDeletedAt": eight_days_ago}})),
+        )
+        .await?;
+    eventually("data soft-deleted 8 days ago deleted for good", || async {
+        (status_of(&client, "sv-App0000000000001").await.as_deref()
+            == Some("backing_data_permanently_deleted"))
+        .then_some(())
+    })
+    .await?;
+    assert_eq!(chunks(&client, "sv-App0000000000001").await, 0);
+    // Soft-deleted within the grace period: still there.
+    assert_eq!(chunks(&client, "sv-App0000000000002").await, 2);
 
     // dont-delete on "kept", and no policy at all before: everything stays.
     set_policy(

@@ -103,10 +103,11 @@ pub struct StateVersionStatus {
     /// The version's ID (`sv-…`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
-    /// pending (its bytes not uploaded yet), finalized, discarded, or
-    /// backing_data_soft_deleted (the data retention policy removed its bytes).
+    /// pending (its bytes not uploaded yet), finalized, discarded,
+    /// backing_data_soft_deleted (its bytes hidden, restorable during a grace period:
+    /// by the data retention policy or on request) or backing_data_permanently_deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("enum" = ["pending", "finalized", "discarded", "backing_data_soft_deleted"]))]
+    #[schemars(extend("enum" = ["pending", "finalized", "discarded", "backing_data_soft_deleted", "backing_data_permanently_deleted"]))]
     pub status: Option<String>,
     /// The state file in the blob store.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -133,9 +134,12 @@ pub struct StateVersionStatus {
     /// Time the bytes arrived (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finalized_at: Option<String>,
-    /// Time the bytes were removed by the data retention policy (RFC 3339).
+    /// Time the bytes were soft-deleted (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backing_data_deleted_at: Option<String>,
+    /// Time the bytes were deleted for good (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backing_data_permanently_deleted_at: Option<String>,
     /// kstatus conditions: Ready, Reconciling, Stalled.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,

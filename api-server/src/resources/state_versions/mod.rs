@@ -1,5 +1,5 @@
 //! State versions (the terraform `cloud` backend's state): create, upload, read, list,
-//! download, outputs.
+//! download, outputs, backing data actions.
 //!
 //! A state version is a StateVersion object in the organization's namespace, owned by its
 //! Workspace; the state file (which holds secrets) is in the blob store, owned by the
@@ -16,6 +16,7 @@
 //! lineage must follow the current state's unless forced). A caller who may not read the
 //! workspace gets 404 on all of it.
 
+mod backing_data;
 mod create;
 mod outputs;
 mod read;
@@ -56,6 +57,10 @@ pub fn router() -> Router<AppState> {
         .route("/api/v2/state-versions", get(read::list))
         .route("/api/v2/state-versions/{sv}", get(read::show))
         .route("/api/v2/state-versions/{sv}/download", get(read::download))
+        .route(
+            "/api/v2/state-versions/{sv}/actions/{action}",
+            post(backing_data::act),
+        )
         .route(
             "/api/v2/state-versions/{sv}/json-download",
             get(read::json_download),

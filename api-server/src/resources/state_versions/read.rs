@@ -108,7 +108,7 @@ fn status_filter(q: &QueryParams, versions: &mut Vec<Arc<StateVersion>>) -> Resu
                 ApiError::bad_parameter(
                     "filter[status]",
                     format!(
-                        "unknown state version status {s:?}; one of: pending, finalized, discarded, backing_data_soft_deleted"
+                        "unknown state version status {s:?}; one of: pending, finalized, discarded, backing_data_soft_deleted, backing_data_permanently_deleted"
                     ),
                 )
             })

@@ -650,3 +650,98 @@ async fn rights_read_outputs_read_state_write_state() {
         );
     }
 }
+
+/// TFE's backing data actions, as go-tfe's `ManageBackingData` test drives them: soft
+/// delete hides the data (404), restore brings it back under the same URL, permanent
+/// deletion cannot be undone ("transition not allowed"); never the current state; admins
+/// only.
+#[tokio::test]
+async fn backing_data_soft_delete_restore_permanently_delete() {
+    let h = setup().await;
+    lock(&h).await;
+    let bytes = state_file(1, "lin-1", 1);
+    let first = write_state(&h, 1, "lin-1", &bytes).await;
+    let second = write_state(&h, 2, "lin-1", &state_file(2, "lin-1", 1)).await;
+    let act = |id: &str, a: &str| format!("/api/v2/state-versions/{id}/actions/{a}");
+    let download = format!("/api/v2/state-versions/{first}/download");
+    let status = |doc: &Value| doc["data"]["attributes"]["status"].clone();
+
+    // The current state's data cannot go.
+    let (st, doc) = h
+        .call("POST", &act(&second, "soft_delete_backing_data"), None)
+        .await;
+    assert_eq!(st, 409, "{doc}");
+    // An unknown action is 404.
+    assert_eq!(h.call("POST", &act(&first, "shred"), None).await.0, 404);
+    // A reader who may not delete the workspace: 403.
+    let reader = h
+        .token_with_role(Some(vec![
+            rule(&["get", "list"], &["workspaces"]),
+            rule(&["read-outputs", "read-state"], &["workspaces"]),
+        ]))
+        .await;
+    let (st, _) = h
+        .call_as(
+            &reader,
+            "POST",
+            &act(&first, "soft_delete_backing_data"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 403);
+
+    // Soft delete: 204, the download 404, the status says so.
+    let (st, doc) = h
+        .call("POST", &act(&first, "soft_delete_backing_data"), None)
+        .await;
+    assert_eq!(st, 204, "{doc}");
+    assert_eq!(h.call("GET", &download, None).await.0, 404);
+    let (_, shown) = h
+        .call("GET", &format!("/api/v2/state-versions/{first}"), None)
+        .await;
+    assert_eq!(status(&shown), "backing_data_soft_deleted");
+    // Restore: the same URL serves the same bytes again.
+    let (st, _) = h
+        .call("POST", &act(&first, "restore_backing_data"), None)
+        .await;
+    assert_eq!(st, 204);
+    let auth = format!("Bearer {}", h.token);
+    let (st, _, body) = h
+        .raw("GET", &download, &[("authorization", &auth)], Vec::new())
+        .await;
+    assert_eq!((st, body.to_vec()), (200, bytes.clone()));
+    // Restoring data that is not soft-deleted is not a transition.
+    let (st, doc) = h
+        .call("POST", &act(&first, "restore_backing_data"), None)
+        .await;
+    assert_eq!(st, 409, "{doc}");
+
+    // Soft delete then permanent deletion: gone for good.
+    for a in [
+        "soft_delete_backing_data",
+        "permanently_delete_backing_data",
+    ] {
+        assert_eq!(h.call("POST", &act(&first, a), None).await.0, 204, "{a}");
+    }
+    let (st, doc) = h
+        .call("POST", &act(&first, "restore_backing_data"), None)
+        .await;
+    assert_eq!(st, 409);
+    assert!(
+        doc["errors"][0]["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("transition not allowed"),
+        "{doc}"
+    );
+    assert_eq!(h.call("GET", &download, None).await.0, 404);
+    let (_, shown) = h
+        .call("GET", &format!("/api/v2/state-versions/{first}"), None)
+        .await;
+    assert_eq!(status(&shown), "backing_data_permanently_deleted");
+    // The current state is untouched.
+    let (_, cur) = h
+        .call("GET", &format!("{WS_PATH}/current-state-version"), None)
+        .await;
+    assert_eq!(cur["data"]["id"], second.as_str());
+}
