@@ -97,7 +97,7 @@ pub struct ConnectionLimits {
     pub body_min_rate: u64,
     /// Longest a kept-alive connection may wait for its next request, and a response
     /// for the client to read it, before the connection is closed.
-    #[arg(long, env = "TERRACE_API_IDLE_TIMEOUT", default_value = "90s", value_parser = parse_duration)]
+    #[arg(long, env = "TERRACE_API_IDLE_TIMEOUT", default_value = "120s", value_parser = parse_duration)]
     pub idle_timeout: Duration,
     /// Most connections open at once; more wait in the kernel's backlog until one closes.
     #[arg(long, env = "TERRACE_API_MAX_CONNECTIONS", default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
@@ -110,7 +110,7 @@ impl Default for ConnectionLimits {
             header_read_timeout: Duration::from_secs(30),
             body_read_timeout: Duration::from_secs(60),
             body_min_rate: 1024,
-            idle_timeout: Duration::from_secs(90),
+            idle_timeout: Duration::from_secs(120),
             max_connections: 4096,
         }
     }

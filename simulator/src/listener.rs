@@ -56,13 +56,15 @@ pub struct ConnectionLimits {
 
 impl Default for ConnectionLimits {
     /// What a real client on a slow link passes: 30 s for headers, 60 s (+1 s per KiB)
-    /// for a body, 90 s idle, 4096 connections.
+    /// for a body, 120 s idle (longer than the 90 s for which clients' pools — kube-rs's
+    /// hyper-util, Go's net/http — keep a connection, so a client never sends a request
+    /// on a connection the server is closing), 4096 connections.
     fn default() -> Self {
         ConnectionLimits {
             header_read_timeout: Duration::from_secs(30),
             body_read_timeout: Duration::from_secs(60),
             body_min_rate: 1024,
-            idle_timeout: Duration::from_secs(90),
+            idle_timeout: Duration::from_secs(120),
             max_connections: 4096,
         }
     }

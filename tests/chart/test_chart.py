@@ -528,7 +528,7 @@ def test_api_server_environment():
     assert env["TERRACE_API_HEADER_READ_TIMEOUT"]["value"] == "30s"
     assert env["TERRACE_API_BODY_READ_TIMEOUT"]["value"] == "60s"
     assert env["TERRACE_API_BODY_MIN_RATE"]["value"] == "1024"
-    assert env["TERRACE_API_IDLE_TIMEOUT"]["value"] == "90s"
+    assert env["TERRACE_API_IDLE_TIMEOUT"]["value"] == "120s"
     assert env["TERRACE_API_MAX_CONNECTIONS"]["value"] == "4096"
     assert env["TERRACE_BLOB_STORE"]["value"] == "secrets"
     assert env["TERRACE_LOG_FORMAT"]["value"] == "json"
