@@ -824,7 +824,7 @@ pub fn list(
             .filter(|o| matches(o, ns, &opts.label, &opts.field))
             .collect();
     } else {
-        for (k, v) in st.range(&res, ns, after.as_ref()) {
+        for (k, v) in st.range_selected(&res, ns, after.as_ref(), &opts.label) {
             if !matches(v, ns, &opts.label, &opts.field) {
                 continue;
             }

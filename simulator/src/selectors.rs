@@ -177,6 +177,17 @@ impl LabelSelector {
         self.reqs.is_empty()
     }
 
+    /// The requirements that a label have one of some values (`k=v`, `k==v`,
+    /// `k in (a,b)`): (key, allowed values). An object matching the selector carries one
+    /// of those values, which lets the store read only those objects.
+    pub fn value_requirements(&self) -> impl Iterator<Item = (&str, Vec<&str>)> {
+        self.reqs.iter().filter_map(|r| match &r.op {
+            Op::Eq(v) => Some((r.key.as_str(), vec![v.as_str()])),
+            Op::In(vs) => Some((r.key.as_str(), vs.iter().map(String::as_str).collect())),
+            _ => None,
+        })
+    }
+
     /// Whether an object's `metadata.labels` satisfy every requirement.
     pub fn matches(&self, obj: &Value) -> bool {
         let labels = obj.pointer("/metadata/labels");

@@ -116,7 +116,7 @@ async fn run(shared: Arc<Shared>, p: WatchParams, tx: mpsc::Sender<Result<Bytes,
         _ => {
             let (objs, rv) = shared.read(|st| {
                 let objs: Vec<Arc<Value>> = st
-                    .range(&res, ns.as_deref(), None)
+                    .range_selected(&res, ns.as_deref(), None, &p.label)
                     .filter(|(_, o)| matches(o, ns.as_deref(), &p.label, &p.field))
                     .map(|(_, o)| o.clone())
                     .collect();
