@@ -242,10 +242,15 @@ async fn populate(client: &kube::Client, org: &str, from: usize, to: usize) {
                     spec,
                     status: None,
                 };
-                let created = wss
-                    .create(&PostParams::default(), &ws)
-                    .await
-                    .expect("create workspace");
+                // A create the client retried after a lost answer finds its own object.
+                let created = match wss.create(&PostParams::default(), &ws).await {
+                    Ok(w) => w,
+                    Err(kube::Error::Api(s)) if s.code == 409 => wss
+                        .get(&object_name_for_id(&id))
+                        .await
+                        .expect("get workspace"),
+                    Err(e) => panic!("create workspace: {e}"),
+                };
                 let cm = ConfigMap {
                     metadata: ObjectMeta {
                         name: Some(claim_name(&created.spec.name)),
@@ -262,9 +267,11 @@ async fn populate(client: &kube::Client, org: &str, from: usize, to: usize) {
                     ])),
                     ..ConfigMap::default()
                 };
-                cms.create(&PostParams::default(), &cm)
-                    .await
-                    .expect("create claim");
+                match cms.create(&PostParams::default(), &cm).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 409 => {}
+                    Err(e) => panic!("create claim: {e}"),
+                }
             }
         })
         .buffer_unordered(KUBE_CONCURRENCY)
