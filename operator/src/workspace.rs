@@ -13,16 +13,17 @@
 //! name). Status is written with server-side apply under the operator's field manager,
 //! and only when it differs from what is stored.
 
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Map, Value, json};
 use terrace_crds::common::{Condition, EffectiveTagBinding, TagBinding};
@@ -220,20 +221,101 @@ pub fn workspaces_in_namespace(
         .collect()
 }
 
-/// The other Workspaces of `ws`'s namespace with the same TFE name (case-insensitively):
-/// their DuplicateName verdict may change when `ws` appears, changes or goes.
-pub fn same_name_siblings(
-    workspaces: &[Arc<Workspace>],
-    ws: &Workspace,
-) -> Vec<ObjectRef<Workspace>> {
-    let name = ws.spec.name.to_lowercase();
-    workspaces
-        .iter()
-        .filter(|w| w.metadata.namespace == ws.metadata.namespace)
-        .filter(|w| w.metadata.name != ws.metadata.name)
-        .filter(|w| w.spec.name.to_lowercase() == name)
-        .map(|w| ObjectRef::from_obj(w.as_ref()))
-        .collect()
+/// Workspace object names by namespace and lowercased TFE name, kept current by the
+/// same-name watch, so finding the workspaces sharing a name reads those few instead of
+/// every cached workspace of the cluster (which made each create cost more the more
+/// workspaces there were).
+#[derive(Clone, Default)]
+pub struct SameNames(Arc<std::sync::Mutex<NameIndex>>);
+
+#[derive(Default)]
+struct NameIndex {
+    /// (namespace, lowercased TFE name) → object names.
+    by_name: HashMap<(String, String), BTreeSet<String>>,
+    /// (namespace, object name) → lowercased TFE name.
+    name_of: HashMap<(String, String), String>,
+    /// The index being rebuilt by a relist (swapped in when it is complete).
+    relist: Option<Box<NameIndex>>,
+}
+
+impl NameIndex {
+    fn key(w: &Workspace) -> (String, String) {
+        (
+            w.metadata.namespace.clone().unwrap_or_default(),
+            w.metadata.name.clone().unwrap_or_default(),
+        )
+    }
+
+    fn put(&mut self, w: &Workspace) {
+        let object = Self::key(w);
+        let name = w.spec.name.to_lowercase();
+        if self.name_of.get(&object) == Some(&name) {
+            return;
+        }
+        self.remove(w);
+        self.by_name
+            .entry((object.0.clone(), name.clone()))
+            .or_default()
+            .insert(object.1.clone());
+        self.name_of.insert(object, name);
+    }
+
+    fn remove(&mut self, w: &Workspace) {
+        let object = Self::key(w);
+        if let Some(old) = self.name_of.remove(&object) {
+            let key = (object.0, old);
+            if let Some(set) = self.by_name.get_mut(&key) {
+                set.remove(&object.1);
+                if set.is_empty() {
+                    self.by_name.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+impl SameNames {
+    fn lock(&self) -> std::sync::MutexGuard<'_, NameIndex> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Follows one event of the workspace watch.
+    pub fn apply(&self, event: &watcher::Event<Workspace>) {
+        let mut idx = self.lock();
+        match event {
+            watcher::Event::Apply(w) => idx.put(w),
+            watcher::Event::Delete(w) => idx.remove(w),
+            watcher::Event::Init => idx.relist = Some(Box::default()),
+            watcher::Event::InitApply(w) => idx.relist.get_or_insert_with(Box::default).put(w),
+            watcher::Event::InitDone => {
+                if let Some(fresh) = idx.relist.take() {
+                    *idx = *fresh;
+                }
+            }
+        }
+    }
+
+    /// The object names of the workspaces of `ns` whose TFE name is `name`
+    /// (case-insensitively).
+    pub fn named(&self, ns: &str, name: &str) -> Vec<String> {
+        self.lock()
+            .by_name
+            .get(&(ns.to_owned(), name.to_lowercase()))
+            .map(|set| set.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The other Workspaces of `ws`'s namespace with the same TFE name
+    /// (case-insensitively): their DuplicateName verdict may change when `ws` appears,
+    /// changes or goes.
+    pub fn siblings(&self, ws: &Workspace) -> Vec<ObjectRef<Workspace>> {
+        let ns = ws.metadata.namespace.as_deref().unwrap_or_default();
+        self.named(ns, &ws.spec.name)
+            .into_iter()
+            .filter(|n| Some(n.as_str()) != ws.metadata.name.as_deref())
+            .map(|n| ObjectRef::new(&n).within(ns))
+            .collect()
+    }
 }
 
 struct WsContext {
@@ -241,6 +323,7 @@ struct WsContext {
     orgs: Organizations,
     recorder: Recorder,
     workspaces: Store<Workspace>,
+    names: SameNames,
 }
 
 /// Runs the controller until `shutdown` resolves.
@@ -252,12 +335,23 @@ where
     let workspaces: Api<Workspace> = Api::all(client.clone());
     let controller = Controller::new(workspaces.clone(), watcher::Config::default());
     let store = controller.store();
-    let (by_project, by_org, by_name) = (store.clone(), store.clone(), store.clone());
+    let (by_project, by_org) = (store.clone(), store.clone());
+    let names = SameNames::default();
+    let same_name = {
+        let names = names.clone();
+        watcher(workspaces.clone(), watcher::Config::default())
+            .map_ok(move |event| {
+                names.apply(&event);
+                event
+            })
+            .touched_objects()
+    };
     let wctx = Arc::new(WsContext {
         recorder: crate::new_recorder(&client),
         base: ctx,
         orgs,
         workspaces: store,
+        names: names.clone(),
     });
     controller
         .watches(
@@ -270,9 +364,7 @@ where
             watcher::Config::default(),
             move |o| workspaces_in_namespace(&by_org.state(), rules::organization_namespace(&o)),
         )
-        .watches(workspaces, watcher::Config::default(), move |w| {
-            same_name_siblings(&by_name.state(), &w)
-        })
+        .watches_stream(same_name, move |w| names.siblings(&w))
         .graceful_shutdown_on(shutdown)
         .run(
             |ws, ctx| {
@@ -313,12 +405,13 @@ async fn reconcile(ws: Arc<Workspace>, ctx: Arc<WsContext>) -> Result<Action, Er
     )
     .await?;
     let project = lookup_project(client, &ns, ws.spec.project.as_deref()).await?;
-    let siblings = ctx.workspaces.state();
-    let claims: Vec<NameClaim<'_>> = siblings
+    let siblings: Vec<Arc<Workspace>> = ctx
+        .names
+        .named(&ns, &ws.spec.name)
         .iter()
-        .filter(|w| w.metadata.namespace.as_deref() == Some(ns.as_str()))
-        .map(|w| claim(w))
+        .filter_map(|n| ctx.workspaces.get(&ObjectRef::new(n).within(&ns)))
         .collect();
+    let claims: Vec<NameClaim<'_>> = siblings.iter().map(|w| claim(w)).collect();
     let held_by = rules::name_held_by(claim(&ws), &claims);
     let derived = derive(&ws, &identity, &project, held_by);
 
@@ -679,19 +772,39 @@ mod tests {
         assert_eq!(names(workspaces_in_namespace(&all, "other")), ["x"]);
     }
 
-    /// A workspace change reaches the other workspaces with the same name, whatever its
-    /// case.
+    /// A workspace change reaches the other workspaces of its namespace with the same
+    /// name, whatever its case; the index follows renames, deletions and relists.
     #[test]
     fn same_name_siblings_are_found_case_insensitively() {
-        let all: Vec<Arc<Workspace>> = [
+        use kube::runtime::watcher::Event;
+        let mut elsewhere = ws("d", "web", None);
+        elsewhere.metadata.namespace = Some("other".into());
+        let (a, b, c) = (
             ws("a", "Web", None),
             ws("b", "web", None),
             ws("c", "api", None),
-        ]
-        .into_iter()
-        .map(Arc::new)
-        .collect();
-        assert_eq!(names(same_name_siblings(&all, &all[0])), ["b"]);
-        assert!(same_name_siblings(&all, &all[2]).is_empty());
+        );
+        let idx = SameNames::default();
+        for w in [&a, &b, &c, &elsewhere] {
+            idx.apply(&Event::Apply(w.clone()));
+        }
+        assert_eq!(names(idx.siblings(&a)), ["b"]);
+        assert!(idx.siblings(&c).is_empty());
+        // b renamed to API: now c's sibling, no longer a's.
+        let b2 = ws("b", "API", None);
+        idx.apply(&Event::Apply(b2.clone()));
+        assert!(idx.siblings(&a).is_empty());
+        assert_eq!(names(idx.siblings(&c)), ["b"]);
+        idx.apply(&Event::Delete(b2));
+        assert!(idx.siblings(&c).is_empty());
+        // A relist replaces everything, once complete.
+        idx.apply(&Event::Init);
+        idx.apply(&Event::InitApply(ws("e", "api", None)));
+        assert!(idx.siblings(&c).is_empty());
+        assert_eq!(idx.named("acme", "web"), ["a"]);
+        idx.apply(&Event::InitDone);
+        assert_eq!(names(idx.siblings(&c)), ["e"]);
+        assert_eq!(idx.named("acme", "API"), ["e"]);
+        assert!(idx.named("acme", "web").is_empty());
     }
 }
