@@ -9,7 +9,6 @@
 
 use crate::Shared;
 use crate::store::State;
-use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,22 +21,14 @@ pub fn pass(st: &mut State) {
             break;
         }
         for (res, key) in queue {
-            let Some(obj) = st.get(&res, &key) else {
+            let Some(obj) = st.get_obj(&res, &key) else {
                 continue;
             };
-            let owners: Vec<&str> = obj
-                .pointer("/metadata/ownerReferences")
-                .and_then(Value::as_array)
-                .map(|refs| {
-                    refs.iter()
-                        .filter_map(|r| r.get("uid").and_then(Value::as_str))
-                        .collect()
-                })
-                .unwrap_or_default();
-            if owners.is_empty() || owners.iter().any(|u| st.uids.contains_key(*u)) {
+            let mut owners = obj.owner_uids().peekable();
+            if owners.peek().is_none() || owners.any(|u| st.uids.contains(u)) {
                 continue;
             }
-            if obj.pointer("/metadata/deletionTimestamp").is_some() {
+            if obj.is_deleting() {
                 continue;
             }
             crate::rest::controller_delete(st, &res, &key);

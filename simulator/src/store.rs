@@ -41,62 +41,193 @@ impl EventType {
     }
 }
 
+/// A stored object: its JSON text, which gets, lists, watches and the log send as they
+/// are, and the metadata the store's indexes and selectors read. As text an object costs
+/// about its JSON size (a parsed `serde_json::Value` costs five to six times that: a
+/// B-tree node per map, an allocation per string); code that needs its fields parses it
+/// ([`Obj::value`]).
+#[derive(Debug)]
+pub struct Obj {
+    text: Box<str>,
+    uid: Option<Box<str>>,
+    /// `metadata.labels` (string values), sorted by key.
+    labels: Box<[(Box<str>, Box<str>)]>,
+    /// The uids of `metadata.ownerReferences`.
+    owners: Box<[Box<str>]>,
+}
+
+impl Obj {
+    /// Serializes `obj` for the store.
+    pub fn new(obj: &Value) -> Obj {
+        let mut labels: Vec<(Box<str>, Box<str>)> = obj
+            .pointer("/metadata/labels")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some((k.as_str().into(), v.as_str()?.into())))
+            .collect();
+        labels.sort();
+        Obj {
+            text: obj.to_string().into_boxed_str(),
+            uid: uid_of(obj).map(Into::into),
+            labels: labels.into_boxed_slice(),
+            owners: owner_uids(obj).into_iter().map(Into::into).collect(),
+        }
+    }
+
+    /// The object as JSON text.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The object, parsed.
+    pub fn value(&self) -> Value {
+        serde_json::from_str(&self.text).unwrap_or(Value::Null)
+    }
+
+    /// `metadata.uid`.
+    pub fn uid(&self) -> Option<&str> {
+        self.uid.as_deref()
+    }
+
+    /// The value of label `key`.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels
+            .binary_search_by(|(k, _)| (**k).cmp(key))
+            .ok()
+            .map(|i| &*self.labels[i].1)
+    }
+
+    /// The labels as (key, value), sorted by key.
+    pub fn labels(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.labels.iter().map(|(k, v)| (&**k, &**v))
+    }
+
+    /// Whether `metadata.deletionTimestamp` is present (parses only an object whose
+    /// text mentions it).
+    pub fn is_deleting(&self) -> bool {
+        self.text.contains("\"deletionTimestamp\"")
+            && self
+                .value()
+                .pointer("/metadata/deletionTimestamp")
+                .is_some()
+    }
+
+    /// The uids of the object's owners.
+    pub fn owner_uids(&self) -> impl Iterator<Item = &str> {
+        self.owners.iter().map(|o| &**o)
+    }
+
+    /// Whether the stored `apiVersion` is `api_version` (then the text is what a client
+    /// of that version gets, with no rewriting). Relies on the serialized keys' order:
+    /// `apiVersion` sorts before every other top-level key of a Kubernetes object.
+    pub fn has_api_version(&self, api_version: &str) -> bool {
+        self.text
+            .strip_prefix("{\"apiVersion\":\"")
+            .and_then(|rest| rest.strip_prefix(api_version))
+            .is_some_and(|rest| rest.starts_with("\","))
+    }
+}
+
 /// One change of one object, as watchers see it.
 #[derive(Debug)]
 pub struct Event {
     pub rv: u64,
     pub kind: EventType,
+    /// (namespace, name) of the object.
+    pub key: ObjKey,
     /// The object after the change (for DELETED: its last state, stamped with the
     /// deletion's resourceVersion).
-    pub object: Arc<Value>,
+    pub object: Arc<Obj>,
     /// The object before the change, so selector watches can turn a change that stops
     /// matching into DELETED.
-    pub prev: Option<Arc<Value>>,
+    pub prev: Option<Arc<Obj>>,
+}
+
+/// The objects carrying one label value: most label values (IDs, names) are carried by
+/// one object, which needs no set of its own.
+#[derive(Debug)]
+enum Posting {
+    One(ObjKey),
+    Many(BTreeSet<ObjKey>),
+}
+
+impl Posting {
+    fn insert(&mut self, key: &ObjKey) {
+        match self {
+            Posting::One(k) if k == key => {}
+            Posting::One(k) => {
+                *self = Posting::Many(BTreeSet::from([std::mem::take(k), key.clone()]));
+            }
+            Posting::Many(set) => {
+                set.insert(key.clone());
+            }
+        }
+    }
+
+    /// Removes `key`; answers whether the posting is empty now.
+    fn remove(&mut self, key: &ObjKey) -> bool {
+        match self {
+            Posting::One(k) => k == key,
+            Posting::Many(set) => {
+                set.remove(key);
+                if set.len() == 1
+                    && let Some(last) = set.pop_first()
+                {
+                    *self = Posting::One(last);
+                }
+                false
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Posting::One(_) => 1,
+            Posting::Many(set) => set.len(),
+        }
+    }
+
+    fn keys(&self) -> Box<dyn Iterator<Item = &ObjKey> + '_> {
+        match self {
+            Posting::One(k) => Box::new(std::iter::once(k)),
+            Posting::Many(set) => Box::new(set.iter()),
+        }
+    }
 }
 
 #[derive(Default)]
 pub struct ResourceData {
-    pub objects: BTreeMap<ObjKey, Arc<Value>>,
+    pub objects: BTreeMap<ObjKey, Arc<Obj>>,
     pub history: VecDeque<Arc<Event>>,
     /// Watches from a resourceVersion below this are answered 410 Expired.
     pub floor: u64,
     /// Label key → value → the objects carrying it, so a list or watch selecting on a
     /// label's value (`key=value`, `key in (…)`) reads only those objects instead of
     /// every object of the resource.
-    labels: HashMap<String, HashMap<String, BTreeSet<ObjKey>>>,
-}
-
-/// The labels of an object as (key, value) pairs.
-fn labels_of(obj: &Value) -> impl Iterator<Item = (&str, &str)> {
-    obj.pointer("/metadata/labels")
-        .and_then(Value::as_object)
-        .into_iter()
-        .flatten()
-        .filter_map(|(k, v)| Some((k.as_str(), v.as_str()?)))
+    labels: HashMap<Box<str>, HashMap<Box<str>, Posting>>,
 }
 
 impl ResourceData {
-    fn labels_add(&mut self, key: &ObjKey, obj: &Value) {
-        for (k, v) in labels_of(obj) {
-            self.labels
-                .entry(k.to_owned())
-                .or_default()
-                .entry(v.to_owned())
-                .or_default()
-                .insert(key.clone());
+    fn labels_add(&mut self, key: &ObjKey, obj: &Obj) {
+        for (k, v) in obj.labels() {
+            let values = self.labels.entry(k.into()).or_default();
+            match values.get_mut(v) {
+                Some(p) => p.insert(key),
+                None => {
+                    values.insert(v.into(), Posting::One(key.clone()));
+                }
+            }
         }
     }
 
-    fn labels_remove(&mut self, key: &ObjKey, obj: &Value) {
-        for (k, v) in labels_of(obj) {
+    fn labels_remove(&mut self, key: &ObjKey, obj: &Obj) {
+        for (k, v) in obj.labels() {
             let Some(values) = self.labels.get_mut(k) else {
                 continue;
             };
-            if let Some(keys) = values.get_mut(v) {
-                keys.remove(key);
-                if keys.is_empty() {
-                    values.remove(v);
-                }
+            if values.get_mut(v).is_some_and(|p| p.remove(key)) {
+                values.remove(v);
             }
             if values.is_empty() {
                 self.labels.remove(k);
@@ -108,18 +239,18 @@ impl ResourceData {
     /// (those carrying one of its values), in key order; `None` when it has no such
     /// requirement (every object is a candidate).
     fn candidates<'a>(&'a self, selector: &LabelSelector) -> Option<Vec<&'a ObjKey>> {
-        let mut best: Option<Vec<&BTreeSet<ObjKey>>> = None;
+        let mut best: Option<Vec<&Posting>> = None;
         for (key, values) in selector.value_requirements() {
-            let postings: Vec<&BTreeSet<ObjKey>> = values
+            let postings: Vec<&Posting> = values
                 .iter()
                 .filter_map(|v| self.labels.get(key).and_then(|p| p.get(*v)))
                 .collect();
-            let len = |p: &[&BTreeSet<ObjKey>]| p.iter().map(|s| s.len()).sum::<usize>();
+            let len = |p: &[&Posting]| p.iter().map(|s| s.len()).sum::<usize>();
             if best.as_ref().is_none_or(|b| len(&postings) < len(b)) {
                 best = Some(postings);
             }
         }
-        let mut keys: Vec<&ObjKey> = best?.into_iter().flatten().collect();
+        let mut keys: Vec<&ObjKey> = best?.into_iter().flat_map(Posting::keys).collect();
         keys.sort_unstable();
         keys.dedup();
         Some(keys)
@@ -134,10 +265,10 @@ pub struct State {
     /// resourceVersion at open: history before it is gone.
     pub open_rv: u64,
     pub history_cap: usize,
-    /// uid → where the object lives.
-    pub uids: HashMap<String, (ResKey, ObjKey)>,
+    /// The uid of every object (owners are looked up by uid).
+    pub uids: std::collections::HashSet<Box<str>>,
     /// owner uid → dependents.
-    pub dependents: HashMap<String, BTreeSet<(ResKey, ObjKey)>>,
+    pub dependents: HashMap<Box<str>, Vec<(ResKey, ObjKey)>>,
     /// Dependents whose owners should be checked by the garbage collector.
     pub gc_queue: Vec<(ResKey, ObjKey)>,
     /// Namespaces being deleted whose content the namespace finalizer must remove.
@@ -170,16 +301,25 @@ fn uid_of(obj: &Value) -> Option<&str> {
     obj.pointer("/metadata/uid").and_then(Value::as_str)
 }
 
-fn owner_uids(obj: &Value) -> Vec<String> {
+fn owner_uids(obj: &Value) -> Vec<&str> {
     obj.pointer("/metadata/ownerReferences")
         .and_then(Value::as_array)
         .map(|refs| {
             refs.iter()
                 .filter_map(|r| r.get("uid").and_then(Value::as_str))
-                .map(str::to_string)
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// A log record storing `obj` (its text, not serialized again).
+fn put_record(rv: u64, res: &ResKey, obj: &Obj) -> String {
+    format!(
+        "{{\"rv\":{rv},\"g\":{},\"r\":{},\"o\":{}}}",
+        json!(res.0),
+        json!(res.1),
+        obj.text()
+    )
 }
 
 impl State {
@@ -190,7 +330,7 @@ impl State {
             rv: 0,
             open_rv: 0,
             history_cap: history_cap.max(1),
-            uids: HashMap::new(),
+            uids: Default::default(),
             dependents: HashMap::new(),
             gc_queue: Vec::new(),
             terminating: BTreeSet::new(),
@@ -215,38 +355,51 @@ impl State {
             })
     }
 
+    /// The object, parsed (every call parses: where the text will do, use
+    /// [`State::get_obj`]).
     pub fn get(&self, res: &ResKey, key: &ObjKey) -> Option<Arc<Value>> {
+        self.get_obj(res, key).map(|o| Arc::new(o.value()))
+    }
+
+    /// The stored object.
+    pub fn get_obj(&self, res: &ResKey, key: &ObjKey) -> Option<Arc<Obj>> {
         self.data.get(res)?.objects.get(key).cloned()
     }
 
-    fn index_remove(&mut self, res: &ResKey, key: &ObjKey, obj: &Value) {
-        if let Some(uid) = uid_of(obj) {
+    /// Whether the object exists.
+    pub fn contains(&self, res: &ResKey, key: &ObjKey) -> bool {
+        self.data
+            .get(res)
+            .is_some_and(|rd| rd.objects.contains_key(key))
+    }
+
+    fn index_remove(&mut self, res: &ResKey, key: &ObjKey, obj: &Obj) {
+        if let Some(uid) = obj.uid() {
             self.uids.remove(uid);
         }
-        for owner in owner_uids(obj) {
-            if let Some(set) = self.dependents.get_mut(&owner) {
-                set.remove(&(res.clone(), key.clone()));
-                if set.is_empty() {
-                    self.dependents.remove(&owner);
+        for owner in obj.owner_uids() {
+            if let Some(deps) = self.dependents.get_mut(owner) {
+                deps.retain(|(r, k)| r != res || k != key);
+                if deps.is_empty() {
+                    self.dependents.remove(owner);
                 }
             }
         }
     }
 
-    fn index_add(&mut self, res: &ResKey, key: &ObjKey, obj: &Value) {
-        if let Some(uid) = uid_of(obj) {
-            self.uids
-                .insert(uid.to_string(), (res.clone(), key.clone()));
+    fn index_add(&mut self, res: &ResKey, key: &ObjKey, obj: &Obj) {
+        if let Some(uid) = obj.uid() {
+            self.uids.insert(uid.into());
         }
-        let owners = owner_uids(obj);
-        if !owners.is_empty() {
-            self.gc_queue.push((res.clone(), key.clone()));
+        if obj.owners.is_empty() {
+            return;
         }
-        for owner in owners {
-            self.dependents
-                .entry(owner)
-                .or_default()
-                .insert((res.clone(), key.clone()));
+        self.gc_queue.push((res.clone(), key.clone()));
+        for owner in obj.owner_uids() {
+            let deps = self.dependents.entry(owner.into()).or_default();
+            if !deps.iter().any(|(r, k)| r == res && k == key) {
+                deps.push((res.clone(), key.clone()));
+            }
         }
     }
 
@@ -261,7 +414,8 @@ impl State {
         }
     }
 
-    /// Stores `obj` (creating or replacing), stamping the next resourceVersion.
+    /// Stores `obj` (creating or replacing), stamping the next resourceVersion; returns
+    /// it as stored.
     pub fn put(&mut self, res: &ResKey, mut obj: Value) -> Arc<Value> {
         self.rv += 1;
         if res.0 == RBAC_GROUP {
@@ -272,37 +426,37 @@ impl State {
             meta.insert("resourceVersion".into(), json!(rv.to_string()));
         }
         let key = obj_key(&obj);
-        let obj = Arc::new(obj);
+        let stored = Arc::new(Obj::new(&obj));
         let rd = self.resource_mut(res);
-        let prev = rd.objects.insert(key.clone(), obj.clone());
+        let prev = rd.objects.insert(key.clone(), stored.clone());
         if let Some(p) = &prev {
             rd.labels_remove(&key, p);
         }
-        rd.labels_add(&key, &obj);
+        rd.labels_add(&key, &stored);
         if let Some(p) = &prev {
             self.index_remove(res, &key, p);
         }
-        self.index_add(res, &key, &obj);
+        self.index_add(res, &key, &stored);
         let kind = if prev.is_some() {
             EventType::Modified
         } else {
             EventType::Added
         };
+        if self.persistent {
+            self.pending_log.push(put_record(rv, res, &stored));
+            self.log_seq += 1;
+        }
         self.record(
             res,
             Event {
                 rv,
                 kind,
-                object: obj.clone(),
+                key,
+                object: stored,
                 prev,
             },
         );
-        if self.persistent {
-            self.pending_log
-                .push(json!({"rv": rv, "g": res.0, "r": res.1, "o": &*obj}).to_string());
-            self.log_seq += 1;
-        }
-        obj
+        Arc::new(obj)
     }
 
     /// Removes an object for good; returns its last state stamped with the deletion's
@@ -317,22 +471,22 @@ impl State {
         }
         let rv = self.rv;
         self.index_remove(res, key, &prev);
-        if let Some(uid) = uid_of(&prev)
+        if let Some(uid) = prev.uid()
             && let Some(deps) = self.dependents.get(uid)
         {
             self.gc_queue.extend(deps.iter().cloned());
         }
-        let mut last = (*prev).clone();
+        let mut last = prev.value();
         if let Some(meta) = last.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.insert("resourceVersion".into(), json!(rv.to_string()));
         }
-        let last = Arc::new(last);
         self.record(
             res,
             Event {
                 rv,
                 kind: EventType::Deleted,
-                object: last.clone(),
+                key: key.clone(),
+                object: Arc::new(Obj::new(&last)),
                 prev: Some(prev),
             },
         );
@@ -342,7 +496,7 @@ impl State {
             );
             self.log_seq += 1;
         }
-        Some(last)
+        Some(Arc::new(last))
     }
 
     /// Objects of a resource in key order, optionally only one namespace, starting after
@@ -352,7 +506,7 @@ impl State {
         res: &ResKey,
         namespace: Option<&'a str>,
         after: Option<&'a ObjKey>,
-    ) -> Box<dyn Iterator<Item = (&'a ObjKey, &'a Arc<Value>)> + 'a> {
+    ) -> Box<dyn Iterator<Item = (&'a ObjKey, &'a Arc<Obj>)> + 'a> {
         use std::ops::Bound;
         let Some(rd) = self.data.get(res) else {
             return Box::new(std::iter::empty());
@@ -379,7 +533,7 @@ impl State {
         namespace: Option<&'a str>,
         after: Option<&'a ObjKey>,
         selector: &LabelSelector,
-    ) -> Box<dyn Iterator<Item = (&'a ObjKey, &'a Arc<Value>)> + 'a> {
+    ) -> Box<dyn Iterator<Item = (&'a ObjKey, &'a Arc<Obj>)> + 'a> {
         let Some(rd) = self.data.get(res) else {
             return Box::new(std::iter::empty());
         };
@@ -436,7 +590,7 @@ impl Files {
     /// and other access away from one made by an earlier version.
     pub fn load(&self, st: &mut State) -> std::io::Result<()> {
         create_private_dir(&self.dir)?;
-        let mut objects: HashMap<ResKey, BTreeMap<ObjKey, Value>> = HashMap::new();
+        let mut objects: HashMap<ResKey, BTreeMap<ObjKey, Obj>> = HashMap::new();
         let mut rv = 0u64;
         for path in [self.snapshot(), self.log()] {
             let file = match std::fs::File::open(&path) {
@@ -459,7 +613,7 @@ impl Files {
                     objects
                         .entry(res)
                         .or_default()
-                        .insert(obj_key(o), o.clone());
+                        .insert(obj_key(o), Obj::new(o));
                 } else if rec.get("n").is_some()
                     && let Some(m) = objects.get_mut(&res)
                 {
@@ -494,11 +648,7 @@ impl Files {
             writeln!(w, "{}", json!({"rv": st.rv}))?;
             for (res, rd) in &st.data {
                 for obj in rd.objects.values() {
-                    writeln!(
-                        w,
-                        "{}",
-                        json!({"rv": st.rv, "g": res.0, "r": res.1, "o": &**obj})
-                    )?;
+                    writeln!(w, "{}", put_record(st.rv, res, obj))?;
                 }
             }
             w.flush()?;
@@ -716,7 +866,7 @@ mod tests {
             let mut v: Vec<(String, usize)> = rd
                 .labels
                 .iter()
-                .map(|(k, vals)| (k.clone(), vals.len()))
+                .map(|(k, vals)| (k.to_string(), vals.len()))
                 .collect();
             v.sort();
             v
