@@ -5,7 +5,8 @@
 //!
 //! The store queues candidates as it writes (an object with ownerReferences is written;
 //! an owner is removed) and the task wakes on that, so dependents go promptly after
-//! their owner; a one-second tick retries namespaces still waiting on finalizers.
+//! their owner; a one-second tick retries namespaces still waiting on finalizers and
+//! drops watch history older than [`crate::SimConfig::watch_history_age`].
 
 use crate::Shared;
 use crate::store::State;
@@ -43,8 +44,14 @@ pub fn pass(st: &mut State) {
 /// Runs until shutdown.
 pub async fn run(shared: Arc<Shared>) {
     let mut shutdown = shared.shutdown.subscribe();
+    let age = shared.config.watch_history_age;
     loop {
-        shared.write_from_controller(pass);
+        shared.write_from_controller(|st| {
+            pass(st);
+            if let Some(cutoff) = std::time::Instant::now().checked_sub(age) {
+                st.trim_history(cutoff);
+            }
+        });
         let waiting = shared.read(|st| !st.terminating.is_empty());
         let tick = if waiting {
             Duration::from_millis(200)

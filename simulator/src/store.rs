@@ -133,6 +133,8 @@ impl Obj {
 #[derive(Debug)]
 pub struct Event {
     pub rv: u64,
+    /// When it happened (events older than the history's age limit are dropped).
+    pub at: std::time::Instant,
     pub kind: EventType,
     /// (namespace, name) of the object.
     pub key: ObjKey,
@@ -196,7 +198,6 @@ impl Posting {
     }
 }
 
-#[derive(Default)]
 pub struct ResourceData {
     pub objects: BTreeMap<ObjKey, Arc<Obj>>,
     pub history: VecDeque<Arc<Event>>,
@@ -206,6 +207,21 @@ pub struct ResourceData {
     /// label's value (`key=value`, `key in (…)`) reads only those objects instead of
     /// every object of the resource.
     labels: HashMap<Box<str>, HashMap<Box<str>, Posting>>,
+    /// The resourceVersion of the resource's latest event: its watches wait on it, so a
+    /// write wakes only the watches of its own resource.
+    notify: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for ResourceData {
+    fn default() -> Self {
+        ResourceData {
+            objects: BTreeMap::new(),
+            history: VecDeque::new(),
+            floor: 0,
+            labels: HashMap::new(),
+            notify: tokio::sync::watch::Sender::new(0),
+        }
+    }
 }
 
 impl ResourceData {
@@ -406,12 +422,31 @@ impl State {
     fn record(&mut self, res: &ResKey, ev: Event) {
         let cap = self.history_cap;
         let rd = self.resource_mut(res);
+        let rv = ev.rv;
         rd.history.push_back(Arc::new(ev));
         while rd.history.len() > cap {
             if let Some(old) = rd.history.pop_front() {
                 rd.floor = old.rv;
             }
         }
+        rd.notify.send_replace(rv);
+    }
+
+    /// Drops the history events from before `cutoff`; watches from before them get 410
+    /// Expired.
+    pub fn trim_history(&mut self, cutoff: std::time::Instant) {
+        for rd in self.data.values_mut() {
+            while rd.history.front().is_some_and(|e| e.at < cutoff) {
+                if let Some(old) = rd.history.pop_front() {
+                    rd.floor = old.rv;
+                }
+            }
+        }
+    }
+
+    /// Changes with every event of the resource (its latest resourceVersion).
+    pub fn subscribe(&mut self, res: &ResKey) -> tokio::sync::watch::Receiver<u64> {
+        self.resource_mut(res).notify.subscribe()
     }
 
     /// Stores `obj` (creating or replacing), stamping the next resourceVersion; returns
@@ -450,6 +485,7 @@ impl State {
             res,
             Event {
                 rv,
+                at: std::time::Instant::now(),
                 kind,
                 key,
                 object: stored,
@@ -484,6 +520,7 @@ impl State {
             res,
             Event {
                 rv,
+                at: std::time::Instant::now(),
                 kind: EventType::Deleted,
                 key: key.clone(),
                 object: Arc::new(Obj::new(&last)),
@@ -828,6 +865,26 @@ mod tests {
             .map(|(k, _)| k.1.clone())
             .collect();
         assert_eq!(names, ["x", "y"]);
+    }
+
+    /// Copies the watch cache's freshness bound: events older than the cutoff leave the
+    /// history and move its floor (watches from before it get 410).
+    #[test]
+    fn history_is_trimmed_by_age() {
+        let mut st = State::new(10, false);
+        let res: ResKey = ("".into(), "configmaps".into());
+        st.put(&res, obj("a", "o0"));
+        st.put(&res, obj("a", "o1"));
+        let cutoff = std::time::Instant::now();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        st.put(&res, obj("a", "o2"));
+        st.trim_history(cutoff);
+        let rd = st.resource(&res).map(|r| (r.history.len(), r.floor));
+        assert_eq!(rd, Some((1, 2)));
+        st.trim_history(std::time::Instant::now());
+        let rd = st.resource(&res).map(|r| (r.history.len(), r.floor));
+        assert_eq!(rd, Some((0, 3)));
+        assert_eq!(st.range(&res, None, None).count(), 3, "objects stay");
     }
 
     /// A label selector on a value reads the label index: only objects carrying the

@@ -127,7 +127,8 @@ enum Step {
 async fn run(shared: Arc<Shared>, p: WatchParams, tx: mpsc::Sender<Result<Bytes, Infallible>>) {
     let res = crate::rest::res_key(&p.info);
     let deadline = Instant::now() + p.timeout;
-    let mut changes = shared.changes.subscribe();
+    // Woken by the events of this resource only.
+    let mut changes = shared.write_from_controller(|st| st.subscribe(&res));
     let mut shutdown = shared.shutdown.subscribe();
     if *shutdown.borrow() {
         return;

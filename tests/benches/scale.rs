@@ -34,7 +34,8 @@
 //! `cargo build --release -p terrace && TERRACE_BIN=target/release/terrace cargo bench
 //! -p terrace-tests --bench scale`. Quick run:
 //! `TERRACE_SCALE_SIZES=500,2000 TERRACE_SCALE_CREATES=50 TERRACE_SCALE_IDLE_SECS=10
-//! TERRACE_SCALE_SEARCH=1000,10000`; `TERRACE_SCALE_PHASES=procs,dev,search` picks phases.
+//! TERRACE_SCALE_SEARCH=1000,10000`; `TERRACE_SCALE_PHASES=procs,dev,search` picks phases;
+//! `TERRACE_SCALE_SAVE_DIR` keeps the data directories saved at each size.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -805,10 +806,16 @@ fn main() {
         "issue 17 scale benchmark: sizes {sizes:?}, {creates} API creates per point ({API_THREADS} clients), binary {}",
         terrace_tests::terrace_bin().display()
     );
+    // The data directories saved at each size (kept with TERRACE_SCALE_SAVE_DIR, e.g.
+    // to profile `terrace dev` on one of them).
     let saves = tempfile::tempdir().expect("tempdir");
+    let save_dir = std::env::var_os("TERRACE_SCALE_SAVE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| saves.path().to_path_buf());
+    std::fs::create_dir_all(&save_dir).expect("save dir");
     let mut saved = Vec::new();
     if phases.contains("procs") {
-        saved = procs_phase(&sizes, creates, idle_secs, saves.path());
+        saved = procs_phase(&sizes, creates, idle_secs, &save_dir);
     }
     if phases.contains("dev") && !saved.is_empty() {
         dev_phase(&saved, idle_secs);

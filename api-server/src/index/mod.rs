@@ -4,7 +4,8 @@
 //! organization and name, by tag, by project). Writes go to the Kubernetes API; afterwards
 //! the handler waits, bounded, until the index has seen the written resourceVersion, so a
 //! create followed by a read never answers 404. Managed fields and the kubectl
-//! last-applied annotation are dropped before indexing to keep memory per object small;
+//! last-applied annotation (and a workspace's status conditions, which no answer shows)
+//! are dropped before indexing to keep memory per object small;
 //! that is why a handler never writes an indexed copy back to the cluster (a replace would
 //! delete them) but patches only what it changes ([`crate::write`]).
 //!
@@ -304,7 +305,13 @@ impl Inner {
         }
     }
 
-    fn put_workspace(&mut self, w: Workspace) {
+    fn put_workspace(&mut self, mut w: Workspace) {
+        // No answer shows a workspace's kstatus conditions (the operator's Ready,
+        // Reconciling and Stalled with their messages), and they are a third of an
+        // indexed workspace's memory.
+        if let Some(status) = w.status.as_mut() {
+            status.conditions = Vec::new();
+        }
         let key = uid(&w);
         self.remove_workspace(&key);
         let ns = w.namespace().unwrap_or_default();

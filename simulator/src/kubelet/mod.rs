@@ -122,7 +122,7 @@ fn changes_since(st: &State, last: u64) -> (u64, bool, Vec<Seen>) {
 /// Runs the node until shutdown: one worker per Pod that is neither finished nor being
 /// deleted when the node first sees it.
 pub async fn run(shared: Arc<Shared>) {
-    let mut changes = shared.changes.subscribe();
+    let mut changes = shared.write_from_controller(|st| st.subscribe(&pods_res()));
     let mut shutdown = shared.shutdown.subscribe();
     let mut workers: HashMap<String, watch::Sender<Life>> = HashMap::new();
     let mut tasks = tokio::task::JoinSet::new();
