@@ -18,14 +18,9 @@ use kube::Api;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams};
 use terrace_crds::constants::FIELD_MANAGER_API;
 
-/// Largest chunk stored in one Secret.
-pub const CHUNK_BYTES: usize = 512 * 1024;
-/// Label on every chunk Secret: the hash naming the blob.
-pub const LABEL_BLOB: &str = "terrace.dev/blob";
-const ANNOTATION_CHUNKS: &str = "terrace.dev/blob-chunks";
-const ANNOTATION_ENCODING: &str = "terrace.dev/blob-encoding";
-const ANNOTATION_KEY: &str = "terrace.dev/blob-key";
-const SECRET_TYPE: &str = "terrace.dev/blob";
+pub use terrace_crds::blobs::{
+    ANNOTATION_CHUNKS, ANNOTATION_ENCODING, ANNOTATION_KEY, CHUNK_BYTES, LABEL_BLOB, SECRET_TYPE,
+};
 
 /// A failure of a blob store.
 #[derive(Debug, thiserror::Error)]
@@ -92,13 +87,12 @@ impl SecretBlobStore {
         }
     }
 
-    /// The label value naming a key's chunks (a hash: keys may hold any character).
     fn blob_name(key: &str) -> String {
-        crate::capability::sha256_hex(key.as_bytes())[..24].to_owned()
+        terrace_crds::blobs::blob_name(key)
     }
 
     fn chunk_name(key: &str, i: usize) -> String {
-        format!("blob-{}-{i}", Self::blob_name(key))
+        terrace_crds::blobs::chunk_name(key, i)
     }
 
     async fn apply_chunk(

@@ -49,6 +49,16 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     // Syntax first (no allocation), so a malformed document is 400 whatever its shape.
     serde_json::from_slice::<serde::de::IgnoredAny>(bytes)
         .map_err(|e| ApiError::bad_body(format!("malformed JSON body: {e}")))?;
+    // Every body of this API is a document: an object (or nothing). A list or a scalar is
+    // not one (serde would read a list as a struct's fields in order).
+    match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') | Some(b'n') | None => {}
+        Some(_) => {
+            return Err(ApiError::bad_body(
+                "the body must be a JSON object: a JSON:API document such as {\"data\": {…}}",
+            ));
+        }
+    }
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let inner = e.inner();

@@ -134,7 +134,7 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(RequestBodyLimitLayer::new(body_limit))
         // Uploads have their own, larger limit: merged after the global one.
-        .merge(resources::upload_router())
+        .merge(resources::upload_router(&state.settings))
         .merge(scrape.unwrap_or_default())
         // Request ID, span, logs and metrics; one layer (axum boxes each layer per route).
         .layer(metrics::RequestLayer::new(metrics))

@@ -104,6 +104,19 @@ pub fn list<T>(base_url: &str, page: Page, items: &[T], render: impl FnMut(&T) -
     )
 }
 
+/// `s` percent-encoded for a query string value (RFC 3986 unreserved characters kept).
+pub fn query_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// RFC 3339 UTC with milliseconds, as TFE prints timestamps.
 pub fn timestamp(t: &jiff::Timestamp) -> String {
     t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()

@@ -22,6 +22,9 @@ pub enum BlobStoreKind {
     Secrets,
 }
 
+/// Default of `--max-state-bytes`: 32 MiB.
+pub const DEFAULT_MAX_STATE_BYTES: usize = 32 * 1024 * 1024;
+
 /// Settings of `terrace api-server`.
 #[derive(Clone, Debug, Args)]
 pub struct Settings {
@@ -47,6 +50,10 @@ pub struct Settings {
     /// Largest request body accepted, in bytes (larger: 413).
     #[arg(long, env = "TERRACE_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
     pub max_body_bytes: usize,
+    /// Largest state file accepted, in bytes (larger: 413). In the cluster blob store a
+    /// state is kept compressed in Secrets of at most 512 KiB each.
+    #[arg(long, env = "TERRACE_MAX_STATE_BYTES", default_value_t = DEFAULT_MAX_STATE_BYTES)]
+    pub max_state_bytes: usize,
     /// Address of `/metrics` (and `/healthz`, `/readyz`), a listener apart from the API
     /// so the public Ingress does not expose it. In-process servers (`terrace dev`,
     /// tests) have none unless they set it.
@@ -63,6 +70,10 @@ pub struct Settings {
     /// without it each process makes a random key (fine for one process).
     #[arg(long, env = "TERRACE_URL_SIGNING_KEY", hide_env_values = true)]
     pub url_signing_key: Option<String>,
+    /// Namespace terrace runs in (the chart sets `POD_NAMESPACE`): no organization may
+    /// use it (see `terrace_crds::namespaces`).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub release_namespace: Option<String>,
     #[command(flatten)]
     pub limits: ConnectionLimits,
 }
@@ -125,10 +136,12 @@ impl Default for Settings {
             edition: Edition::SelfHosted,
             default_terraform_version: "1.9.8".into(),
             max_body_bytes: 1024 * 1024,
+            max_state_bytes: DEFAULT_MAX_STATE_BYTES,
             blob_store: BlobStoreKind::Secrets,
             metrics_addr: None,
             metrics_on_api_router: false,
             url_signing_key: None,
+            release_namespace: None,
             limits: ConnectionLimits::default(),
         }
     }

@@ -297,6 +297,40 @@ impl Harness {
         tr.status.map(|s| s.token).unwrap_or_default()
     }
 
+    /// One request with arbitrary headers and a raw body; answers status, headers, body.
+    pub async fn raw(
+        &self,
+        method: &str,
+        uri: &str,
+        headers: &[(&str, &str)],
+        body: Vec<u8>,
+    ) -> (u16, BTreeMap<String, String>, Bytes) {
+        let mut req = Request::builder().method(method).uri(uri);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let req = req
+            .body(Body::from(body))
+            .unwrap_or_else(|e| panic!("request: {e}"));
+        let resp = crate::router(self.state.clone())
+            .oneshot(req)
+            .await
+            .unwrap_or_else(|e| match e {});
+        let status = resp.status().as_u16();
+        let hdrs = resp
+            .headers()
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or_default().to_owned()))
+            .collect();
+        let bytes = resp
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        (status, hdrs, bytes)
+    }
+
     /// The indexed workspace `id`.
     pub fn ws(&self, id: &str) -> Workspace {
         self.state
@@ -365,40 +399,6 @@ impl Mh {
             .await;
         assert_eq!(st, 201, "{doc}");
         doc["data"]["id"].as_str().unwrap_or_default().to_owned()
-    }
-
-    /// One request with arbitrary headers and a raw body; answers status, headers, body.
-    pub async fn raw(
-        &self,
-        method: &str,
-        uri: &str,
-        headers: &[(&str, &str)],
-        body: Vec<u8>,
-    ) -> (u16, BTreeMap<String, String>, Bytes) {
-        let mut req = Request::builder().method(method).uri(uri);
-        for (k, v) in headers {
-            req = req.header(*k, *v);
-        }
-        let req = req
-            .body(Body::from(body))
-            .unwrap_or_else(|e| panic!("request: {e}"));
-        let resp = crate::router(self.state.clone())
-            .oneshot(req)
-            .await
-            .unwrap_or_else(|e| match e {});
-        let status = resp.status().as_u16();
-        let hdrs = resp
-            .headers()
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or_default().to_owned()))
-            .collect();
-        let bytes = resp
-            .into_body()
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .unwrap_or_default();
-        (status, hdrs, bytes)
     }
 
     /// Creates a configuration version of `vpc/aws`; answers its ID and upload path.

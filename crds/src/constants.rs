@@ -15,6 +15,8 @@ pub const CATEGORY: &str = "terrace";
 pub const LABEL_ID: &str = "terrace.dev/id";
 /// Label naming the organization an object belongs to.
 pub const LABEL_ORGANIZATION: &str = "terrace.dev/organization";
+/// Label naming the ID (`ws-…`) of the workspace an object belongs to (state versions).
+pub const LABEL_WORKSPACE_ID: &str = "terrace.dev/workspace-id";
 /// Label on an organization's default project.
 pub const LABEL_DEFAULT_PROJECT: &str = "terrace.dev/default-project";
 /// Label on Namespaces created for organizations.
@@ -28,6 +30,16 @@ pub const ANNOTATION_LOCKED_BY: &str = "terrace.dev/locked-by";
 pub const ANNOTATION_LOCK_REASON: &str = "terrace.dev/lock-reason";
 /// Annotation with the RFC 3339 time the workspace was locked.
 pub const ANNOTATION_LOCKED_AT: &str = "terrace.dev/locked-at";
+/// Annotation on a pending StateVersion: when its upload URLs stop working (RFC 3339).
+pub const ANNOTATION_STATE_UPLOAD_EXPIRES: &str = "terrace.dev/state-upload-expires-at";
+
+/// Annotation a namespace's owner sets to let the Organization it names use the existing
+/// namespace (value: the Organization's `metadata.name`); see `crate::namespaces`.
+pub const ANNOTATION_ADOPT: &str = "terrace.dev/adopt";
+/// Annotation the Organization controller sets on a namespace it creates (value: the
+/// Organization's `metadata.name`): terrace created it, so deleting the Organization
+/// deletes it.
+pub const ANNOTATION_CREATED_FOR: &str = "terrace.dev/created-for";
 
 /// kstatus condition: the object is reconciled and usable.
 pub const CONDITION_READY: &str = "Ready";

@@ -20,6 +20,7 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
         SshKey::crd(),
         AgentPool::crd(),
         OAuthToken::crd(),
+        StateVersion::crd(),
     ]
 }
 

@@ -23,11 +23,13 @@ pub enum IdKind {
     OAuthToken,
     Tag,
     DataRetentionPolicy,
+    StateVersion,
+    StateVersionOutput,
 }
 
 impl IdKind {
     /// Every kind, for exhaustive tests and lookups.
-    pub const ALL: [IdKind; 11] = [
+    pub const ALL: [IdKind; 13] = [
         IdKind::Project,
         IdKind::Workspace,
         IdKind::RegistryModule,
@@ -39,6 +41,8 @@ impl IdKind {
         IdKind::OAuthToken,
         IdKind::Tag,
         IdKind::DataRetentionPolicy,
+        IdKind::StateVersion,
+        IdKind::StateVersionOutput,
     ];
 
     /// The prefix, including its dash.
@@ -55,6 +59,8 @@ impl IdKind {
             IdKind::OAuthToken => "ot-",
             IdKind::Tag => "tag-",
             IdKind::DataRetentionPolicy => "drp-",
+            IdKind::StateVersion => "sv-",
+            IdKind::StateVersionOutput => "wsout-",
         }
     }
 

@@ -7,13 +7,16 @@
 #![forbid(unsafe_code)]
 
 pub mod archive;
+pub mod blobs;
 pub mod common;
 pub mod constants;
 pub mod crdgen;
 pub mod ids;
 pub mod lock;
+pub mod namespaces;
 pub mod resources;
 pub mod rules;
+pub mod state;
 pub mod testoutput;
 pub mod testrun;
 

@@ -8,6 +8,28 @@
 
 use std::fmt;
 
+use crate::Workspace;
+use crate::constants::{ANNOTATION_LOCKED_AT, ANNOTATION_LOCKED_BY};
+
+/// Who holds a workspace's lock, from its annotations.
+pub fn holder_of(ws: &Workspace) -> Option<LockHolder> {
+    ws.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_LOCKED_BY))
+        .filter(|v| !v.is_empty())
+        .map(|v| LockHolder::parse(v))
+}
+
+/// When a workspace was locked (RFC 3339), from its annotations.
+pub fn locked_at(ws: &Workspace) -> Option<&str> {
+    ws.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_LOCKED_AT))
+        .map(String::as_str)
+}
+
 /// Who holds a lock. Stored in the `terrace.dev/locked-by` annotation as `user:NAME`,
 /// `team:ID` or `run:ID`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

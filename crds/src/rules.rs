@@ -524,6 +524,17 @@ pub fn parse_page(number: Option<&str>, size: Option<&str>) -> Result<Page, Rule
     Ok(Page { number, size })
 }
 
+/// Flat tag names as TFE reports them: lowercased, without empty entries, sorted and
+/// deduplicated.
+pub fn tag_names(tags: &[String]) -> Vec<String> {
+    tags.iter()
+        .map(|t| t.trim().to_lowercase())
+        .filter(|t| !t.is_empty())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -914,5 +925,13 @@ mod tests {
             assert!(parse_page(Some(bad), None).is_err(), "{bad:?}");
             assert!(parse_page(None, Some(bad)).is_err(), "{bad:?}");
         }
+    }
+
+    /// Copies TFE: tag names are lowercase and listed once each, sorted.
+    #[test]
+    fn tag_names_are_lowercased_sorted_and_deduplicated() {
+        let tags = ["Prod", "app:web", "prod", " ", "APP:web", "beta"].map(String::from);
+        assert_eq!(tag_names(&tags), ["app:web", "beta", "prod"]);
+        assert!(tag_names(&[]).is_empty());
     }
 }

@@ -4,7 +4,9 @@
 //! `lastTransitionTime` moves only when its status changes.
 //!
 //! Controllers compute an [`Outcome`], pass the previous conditions and get the new list;
-//! [`stall_transition`] tells them when to record an Event. Pure: no I/O.
+//! [`stall_transition`] tells them when to record an Event (which
+//! [`crate::events::record_stall_transition`] does). Every condition reason of every
+//! controller is defined here, once. Pure: no I/O.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -36,6 +38,26 @@ pub const REASON_NAMESPACE_OWNED_ELSEWHERE: &str = "NamespaceOwnedElsewhere";
 pub const REASON_NAMESPACE_FAILED: &str = "NamespaceFailed";
 /// Stalled reason: the Kubernetes API refused the default project (invalid, forbidden).
 pub const REASON_DEFAULT_PROJECT_FAILED: &str = "DefaultProjectFailed";
+/// Stalled reason: the Organization's namespace is a reserved name (`kube-*`, `default`,
+/// terrace's own namespace…, see `terrace_crds::namespaces`).
+pub const REASON_NAMESPACE_RESERVED: &str = "NamespaceReserved";
+/// Stalled reason: the namespace exists, terrace did not create it, and its owner did not
+/// opt in with the `terrace.dev/adopt` annotation naming the Organization.
+pub const REASON_FOREIGN_NAMESPACE: &str = "ForeignNamespace";
+/// Stalled reason: no Organization owns the object's namespace.
+pub const REASON_ORGANIZATION_NOT_FOUND: &str = "OrganizationNotFound";
+/// Stalled reason: a Workspace's `spec.project` names a Project that does not exist.
+pub const REASON_PROJECT_NOT_FOUND: &str = "ProjectNotFound";
+/// Stalled reason: an older Workspace of the namespace has the same TFE name.
+pub const REASON_DUPLICATE_NAME: &str = "DuplicateName";
+/// Reconciling reason: a Workspace's project (or the default project) has no ID yet or
+/// does not exist yet (the Organization controller creates the default project).
+pub const REASON_WAITING_FOR_PROJECT: &str = "WaitingForProject";
+/// Reconciling reason of a pending test run waiting for a concurrency slot.
+pub const REASON_WAITING_FOR_SLOT: &str = "WaitingForSlot";
+/// Reconciling reason of a pending test run waiting for its ID, module or configuration
+/// upload.
+pub const REASON_WAITING_FOR_INPUTS: &str = "WaitingForInputs";
 /// Event reason when an object stops being stalled.
 pub const REASON_RECOVERED: &str = "Recovered";
 

@@ -1,11 +1,17 @@
 //! terrace's controllers and the in-Pod test runner.
 //!
 //! The operator watches terrace objects through kube-runtime and owns their status. It
-//! runs the Organization controller (namespace, default project, status), the ID
-//! controllers (every namespaced kind gets its `terrace.dev/id` and organization labels)
-//! the Workspace controller (derived status) and the TestRun controller (one Pod per module
-//! test run, see [`testrun`]), concurrently, all sharing one
-//! [`Context`] and one shutdown signal.
+//! runs the Organization controller (namespace, default project, status), the catalog
+//! controllers (every other namespaced kind gets its `terrace.dev/id` and organization
+//! labels and its conditions, see [`catalog`]), the Workspace controller (derived status)
+//! the TestRun controller (one Pod per module test run, see [`testrun`]) and the state
+//! retention controller (data retention policies on state versions, see [`retention`]),
+//! concurrently, all sharing one [`Context`] and one shutdown signal.
+//!
+//! Every watch is guarded and trimmed ([`watch`]), and each kind several controllers need
+//! is watched once: the Organization controller's cache answers "who owns this
+//! namespace" for everyone ([`identity::Organizations`]), the catalog's caches serve
+//! projects, modules, configuration versions and test variables ([`catalog`]).
 //!
 //! `terrace operator` enters through [`serve`]: metrics and health on `--metrics-addr`
 //! ([`metrics`]), then the controllers, only while this replica holds the leader Lease
@@ -13,25 +19,30 @@
 //! (`terrace dev`, tests) call [`run`].
 #![forbid(unsafe_code)]
 
+pub mod catalog;
 pub mod conditions;
 pub mod error;
-pub mod ids;
+pub mod events;
+pub mod group_index;
+pub mod identity;
 pub mod leader;
 pub mod metrics;
 pub mod organization;
+pub mod retention;
 pub mod rules;
 pub mod runner;
 pub mod settings;
 pub mod testpod;
 pub mod testrun;
+pub mod watch;
 pub mod workspace;
 
 use std::sync::Arc;
 
-use futures::{FutureExt, StreamExt};
-use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use terrace_crds::constants::FIELD_MANAGER_OPERATOR;
+use futures::FutureExt;
+use kube::runtime::watcher;
+use terrace_crds::ids::IdKind;
+use terrace_crds::{Organization, Workspace};
 
 pub use error::Error;
 pub use settings::Settings;
@@ -149,56 +160,46 @@ pub async fn run_elected_with(
     stopped
 }
 
-/// Runs every controller until `shutdown` resolves.
+/// Runs every controller until `shutdown` resolves. The feeds shared between
+/// controllers are created first and subscribed to before the controllers that drive
+/// them are built (see [`watch::Feed`]).
 async fn run_controllers(
     client: kube::Client,
     settings: Settings,
     shutdown: futures::future::Shared<futures::future::BoxFuture<'static, ()>>,
 ) {
     let ctx = Arc::new(Context { client, settings });
-    let (orgs, orgs_driver) = ids::Organizations::new(ctx.client.clone());
-    let orgs_driver = futures::stream::once(orgs_driver)
-        .take_until(shutdown.clone())
-        .for_each(|()| async {});
-    tokio::join!(
-        organization::run(ctx.clone(), shutdown.clone()),
-        ids::run(ctx.clone(), orgs.clone(), shutdown.clone()),
-        workspace::run(ctx.clone(), orgs.clone(), shutdown.clone()),
-        testrun::run(ctx, orgs, shutdown),
-        orgs_driver,
+    let mut organizations =
+        watch::Feed::<Organization>::new(&ctx.client, (), watcher::Config::default());
+    let orgs = identity::Organizations::new(organizations.store());
+    let mut catalog = catalog::Catalog::new(&ctx.client);
+    let mut workspace_feed =
+        watch::Feed::<Workspace>::new(&ctx.client, (), watcher::Config::default());
+    let state_retention = retention::controller(
+        ctx.clone(),
+        orgs.clone(),
+        workspace_feed.store(),
+        workspace_feed.subscribe(),
+        organizations.subscribe(),
+        shutdown.clone(),
     );
-}
-
-/// The Event recorder of the operator's controllers. The reporting instance is the Pod
-/// name when the Deployment passes it in `POD_NAME`, else the controller name.
-pub(crate) fn new_recorder(client: &kube::Client) -> Recorder {
-    Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: FIELD_MANAGER_OPERATOR.to_owned(),
-            instance: std::env::var("POD_NAME").ok(),
-        },
-    )
-}
-
-/// Records an Event about `regarding`. A failed Event is logged: it must not fail the
-/// reconcile that produced it.
-pub(crate) async fn publish_event(
-    recorder: &Recorder,
-    regarding: &ObjectReference,
-    type_: EventType,
-    reason: &str,
-    action: &str,
-    note: String,
-) {
-    let ev = Event {
-        type_,
-        reason: reason.to_owned(),
-        note: Some(note),
-        action: action.to_owned(),
-        secondary: None,
-    };
-    if let Err(e) = recorder.publish(&ev, regarding).await {
-        tracing::debug!(error = %e, reason, "recording event");
-    }
+    let workspaces = workspace::controller(
+        ctx.clone(),
+        orgs.clone(),
+        workspace_feed,
+        &mut organizations,
+        &mut catalog,
+        shutdown.clone(),
+    );
+    let test_runs = testrun::controller(ctx.clone(), orgs.clone(), &mut catalog, shutdown.clone());
+    let default_projects = catalog.subscribe(IdKind::Project);
+    let catalog = catalog.controllers(ctx.clone(), orgs, &mut organizations, shutdown.clone());
+    let organizations = organization::controller(ctx, organizations, default_projects, shutdown);
+    tokio::join!(
+        organizations,
+        catalog,
+        workspaces,
+        test_runs,
+        state_retention
+    );
 }

@@ -21,7 +21,9 @@
 //!   user waited, queueing included);
 //! - `terrace_leader` — 1 while this replica holds the `terrace-operator` Lease (always 1
 //!   with `--leader-election=false`), else 0;
-//! - `terrace_leader_transitions_total` — times this replica started leading.
+//! - `terrace_leader_transitions_total` — times this replica started leading;
+//! - `terrace_watch_malformed_objects_total{kind}` — watched objects (each version once)
+//!   that do not deserialize and are skipped (see [`crate::watch`]).
 
 use std::future::Future;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -51,10 +53,14 @@ use crate::Error;
 pub const CONTROLLER_ORGANIZATION: &str = "organization";
 /// Controller label of the Workspace controller.
 pub const CONTROLLER_WORKSPACE: &str = "workspace";
-/// Controller label of the ID controllers (every kind but Workspace).
-pub const CONTROLLER_IDS: &str = "ids";
+/// Controller label of the catalog controllers ([`crate::catalog`]: IDs and conditions
+/// of every kind without a controller of its own). The value stays `ids`, the name
+/// dashboards and alerts already use.
+pub const CONTROLLER_CATALOG: &str = "ids";
 /// Controller label of the TestRun controller.
 pub const CONTROLLER_TEST_RUN: &str = "testrun";
+/// Controller label of the state retention controller ([`crate::retention`]).
+pub const CONTROLLER_STATE_RETENTION: &str = "state-retention";
 
 /// Content type of the OpenMetrics text exposition.
 pub const OPENMETRICS_CONTENT_TYPE: &str =
@@ -69,6 +75,11 @@ struct ControllerLabels {
 struct ErrorLabels {
     controller: &'static str,
     error: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -130,6 +141,7 @@ struct Metrics {
     test_run_duration: Family<OutcomeLabels, Histogram>,
     leader: Gauge,
     leader_transitions: Counter,
+    malformed_objects: Family<KindLabels, Counter>,
     test_runs: Arc<TestRunCollector>,
 }
 
@@ -157,6 +169,7 @@ impl Metrics {
         );
         let leader = Gauge::default();
         let leader_transitions = Counter::default();
+        let malformed_objects = Family::<KindLabels, Counter>::default();
         let test_runs = Arc::new(TestRunCollector::default());
         registry.register(
             "reconciles",
@@ -193,6 +206,11 @@ impl Metrics {
             "Times this replica started leading",
             leader_transitions.clone(),
         );
+        registry.register(
+            "watch_malformed_objects",
+            "Watched objects that do not deserialize and are skipped, per kind",
+            malformed_objects.clone(),
+        );
         registry.register_collector(Box::new(test_runs.clone()));
         // Outcome series exist from the start, so rate() and absent() behave.
         for o in TestRunOutcome::ALL {
@@ -210,6 +228,7 @@ impl Metrics {
             test_run_duration,
             leader,
             leader_transitions,
+            malformed_objects,
             test_runs,
         }
     }
@@ -259,6 +278,14 @@ pub fn reconcile_finished(controller: &'static str, elapsed: Duration, error: Op
         };
         METRICS.reconcile_errors.get_or_create(&labels).inc();
     }
+}
+
+/// Records a watched object of `kind` that does not deserialize (see [`crate::watch`]).
+pub fn malformed_object(kind: &str) {
+    let labels = KindLabels {
+        kind: kind.to_owned(),
+    };
+    METRICS.malformed_objects.get_or_create(&labels).inc();
 }
 
 /// A short random ID telling one reconcile's log lines from the next one's.

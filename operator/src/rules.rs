@@ -3,15 +3,19 @@
 //!
 //! Controllers feed these functions what they read from the cluster and write back what
 //! they return; nothing here performs I/O, so every rule is unit-tested without a cluster.
-//! None of it depends on kube's client or runtime, so it could move to `terrace-crds`
-//! unchanged (the API server computes the same effective tag bindings).
+//! None of it depends on kube's client or runtime (only on two condition reasons of
+//! [`crate::conditions`]), so it could move to `terrace-crds` with them (the API server
+//! computes the same effective tag bindings).
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::HashSet;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use terrace_crds::Organization;
 use terrace_crds::common::{EffectiveTagBinding, TagBinding};
+use terrace_crds::constants::CONDITION_STALLED;
 use terrace_crds::ids::{IdKind, is_valid_id};
+
+use crate::conditions::{REASON_FOREIGN_NAMESPACE, REASON_NAMESPACE_RESERVED};
 
 /// What to do with an object's `terrace.dev/id` label.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,15 +80,31 @@ pub fn organization_namespace(org: &Organization) -> &str {
         .unwrap_or_else(|| org.target_namespace())
 }
 
+/// Whether the Organization controller found that `org` may not use its namespace at all
+/// (Stalled `ForeignNamespace` or `NamespaceReserved`): such an organization owns nothing
+/// there, so objects someone puts into, say, `kube-system` are not labelled with it.
+pub fn barred_from_namespace(org: &Organization) -> bool {
+    org.status.as_ref().is_some_and(|s| {
+        s.conditions.iter().any(|c| {
+            c.type_ == CONDITION_STALLED
+                && c.status == "True"
+                && (c.reason == REASON_FOREIGN_NAMESPACE || c.reason == REASON_NAMESPACE_RESERVED)
+        })
+    })
+}
+
 /// The Organization owning namespace `ns`. Organizations being deleted still own their
-/// namespace until they are gone. When two Organizations claim the same namespace (a
-/// misconfiguration the API server prevents), the older one wins, then the smaller name.
+/// namespace until they are gone; organizations barred from it
+/// ([`barred_from_namespace`]) never do. When two Organizations claim the same namespace
+/// (a misconfiguration the API server prevents), the older one wins, then the smaller
+/// name.
 pub fn owning_organization<'a, I>(orgs: I, ns: &str) -> Option<&'a Organization>
 where
     I: IntoIterator<Item = &'a Organization>,
 {
     orgs.into_iter()
         .filter(|o| !ns.is_empty() && organization_namespace(o) == ns)
+        .filter(|o| !barred_from_namespace(o))
         .min_by(|a, b| {
             age_key(&a.metadata.creation_timestamp, a.metadata.name.as_deref()).cmp(&age_key(
                 &b.metadata.creation_timestamp,
@@ -93,16 +113,7 @@ where
         })
 }
 
-/// Flat tag names as TFE reports them: lowercased, without empty entries, sorted and
-/// deduplicated.
-pub fn tag_names(tags: &[String]) -> Vec<String> {
-    tags.iter()
-        .map(|t| t.trim().to_lowercase())
-        .filter(|t| !t.is_empty())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect()
-}
+pub use terrace_crds::rules::tag_names;
 
 /// A workspace's effective tag bindings: its own bindings first, in their given order,
 /// then the project's bindings whose key the workspace does not bind itself, marked as
@@ -312,12 +323,34 @@ mod tests {
         assert_eq!(name(""), None);
     }
 
-    /// Copies TFE: tag names are lowercase and listed once each, sorted.
+    /// An organization stalled because it may not use its namespace (foreign or
+    /// reserved) owns nothing there; stalled for another reason, it still does.
     #[test]
-    fn tag_names_are_lowercased_sorted_and_deduplicated() {
-        let tags = ["Prod", "app:web", "prod", " ", "APP:web", "beta"].map(String::from);
-        assert_eq!(tag_names(&tags), ["app:web", "beta", "prod"]);
-        assert!(tag_names(&[]).is_empty());
+    fn organizations_barred_from_their_namespace_own_nothing() {
+        use crate::conditions::{Outcome, REASON_NAMESPACE_CONFLICT, kstatus_conditions};
+        let stalled = |reason: &str| {
+            let mut o = org("kube-system", None, None, 1);
+            o.status = Some(OrganizationStatus {
+                conditions: kstatus_conditions(
+                    &[],
+                    &Outcome::stalled(reason, "x"),
+                    None,
+                    Timestamp::UNIX_EPOCH,
+                ),
+                ..Default::default()
+            });
+            o
+        };
+        for reason in [REASON_FOREIGN_NAMESPACE, REASON_NAMESPACE_RESERVED] {
+            let orgs = [stalled(reason)];
+            assert!(barred_from_namespace(&orgs[0]));
+            assert!(
+                owning_organization(&orgs, "kube-system").is_none(),
+                "{reason}"
+            );
+        }
+        let orgs = [stalled(REASON_NAMESPACE_CONFLICT)];
+        assert!(owning_organization(&orgs, "kube-system").is_some());
     }
 
     /// Copies TFE's effective-tag-bindings: direct bindings in order, then the

@@ -78,7 +78,22 @@ pub struct Settings {
     /// from the downward API), else the host name plus a random suffix.
     #[arg(long, env = "POD_NAME")]
     pub leader_election_identity: Option<String>,
+    /// The namespace terrace is installed in (default: the Pod's namespace,
+    /// `POD_NAMESPACE`): no Organization may use it (see `terrace_crds::namespaces`).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub release_namespace: Option<String>,
+    /// Hours soft-deleted state data (by a data retention policy or on request) stays
+    /// restorable before it is deleted for good.
+    #[arg(
+        long,
+        env = "TERRACE_STATE_SOFT_DELETE_GRACE_HOURS",
+        default_value_t = DEFAULT_STATE_SOFT_DELETE_GRACE_HOURS
+    )]
+    pub state_soft_delete_grace_hours: u32,
 }
+
+/// Default of [`Settings::state_soft_delete_grace_hours`]: a week.
+pub const DEFAULT_STATE_SOFT_DELETE_GRACE_HOURS: u32 = 7 * 24;
 
 /// Parses [`Settings::test_pod_template`].
 fn parse_pod_template(s: &str) -> Result<PodTemplateOverrides, String> {
@@ -100,6 +115,8 @@ impl Default for Settings {
             leader_election: false,
             leader_election_namespace: None,
             leader_election_identity: None,
+            release_namespace: None,
+            state_soft_delete_grace_hours: DEFAULT_STATE_SOFT_DELETE_GRACE_HOURS,
         }
     }
 }

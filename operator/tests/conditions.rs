@@ -345,9 +345,11 @@ async fn stalled_objects_say_why_and_recover() -> R {
         1
     );
 
-    // A namespace no Organization owns.
+    // A namespace no Organization owns (its owner lets Organization globex adopt it).
     let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
-    let orphan: Namespace = serde_json::from_value(json!({"metadata": {"name": "orphan"}}))?;
+    let orphan: Namespace = serde_json::from_value(
+        json!({"metadata": {"name": "orphan", "annotations": {"terrace.dev/adopt": "globex"}}}),
+    )?;
     namespaces.create(&PostParams::default(), &orphan).await?;
     let orphan_ns = Some("orphan");
     cluster

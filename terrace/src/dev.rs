@@ -34,7 +34,8 @@ pub struct DevArgs {
     /// Address of the simulated Kubernetes API (port 0 picks a free port).
     #[arg(long, env = "TERRACE_DEV_KUBE_ADDR", default_value = "127.0.0.1:6443")]
     pub kube_addr: SocketAddr,
-    /// Program run in place of the engine image's `tofu` in test Pods.
+    /// Program run as the engine (`tofu`/`terraform`) in test Pods. Default: `tofu`, else
+    /// `terraform`, from PATH.
     #[arg(long, env = "TERRACE_DEV_ENGINE")]
     pub engine: Option<PathBuf>,
     /// Edition the JSON:API behaves as: self-hosted (data retention endpoints) or hosted
@@ -58,12 +59,31 @@ pub struct DevArgs {
     pub api_limits: terrace_api_server::settings::ConnectionLimits,
 }
 
+/// The first of `tofu` and `terraform` found on PATH.
+fn engine_on_path() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    ["tofu", "terraform"].into_iter().find_map(|name| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(name))
+            .find(|p| p.is_file())
+    })
+}
+
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let dir = &args.data_dir;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    // Test Pods run as local processes: `tofu` (and `terraform`) in them is `--engine`.
-    let command_overrides = args
-        .engine
+    // Test Pods run as local processes: `tofu` (and `terraform`) in them is the engine.
+    let engine = match &args.engine {
+        Some(e) => Some(e.clone()),
+        None => engine_on_path(),
+    };
+    match &engine {
+        Some(e) => tracing::info!(engine = %e.display(), "test Pods run this engine"),
+        None => tracing::warn!(
+            "neither tofu nor terraform is on PATH: test runs will error until one is (or --engine names one)"
+        ),
+    }
+    let command_overrides = engine
         .iter()
         .flat_map(|e| {
             [
@@ -170,6 +190,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         "  Kubernetes  {kube_url}    kubectl --kubeconfig {dir_shown}/kubeconfig get workspaces -A"
     );
     println!("  Metrics     {api_url}/metrics");
+    match &engine {
+        Some(e) => println!("  Engine      {} (test Pods)", e.display()),
+        None => println!("  Engine      none: neither tofu nor terraform is on PATH (--engine)"),
+    }
 
     crate::signal::shutdown().await;
     let _ = stop_tx.send(true);

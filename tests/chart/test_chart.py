@@ -217,6 +217,7 @@ TERRACE_KINDS = [
     "sshkeys",
     "agentpools",
     "oauthtokens",
+    "stateversions",
 ]
 
 
@@ -233,7 +234,7 @@ def test_crd_plurals_match_rbac_kinds():
 # templates/rbac-*.yaml for where).
 OPERATOR_NEEDS = [
     *[("terrace.dev", k, v) for k in TERRACE_KINDS for v in ("get", "list", "watch")],
-    *[("terrace.dev", k, "patch") for k in TERRACE_KINDS if k != "organizations"],
+    *[("terrace.dev", k, "patch") for k in TERRACE_KINDS if k not in ("organizations", "stateversions")],
     *[("terrace.dev", f"{k}/status", "patch") for k in TERRACE_KINDS],
     ("terrace.dev", "projects", "create"),
     ("terrace.dev", "testruns/finalizers", "update"),
@@ -254,10 +255,10 @@ API_SERVER_NEEDS = [
     ("authorization.k8s.io", "subjectaccessreviews", "create"),
     *[("terrace.dev", k, v) for k in TERRACE_KINDS for v in ("get", "list", "watch")],
     *[("terrace.dev", k, "create") for k in TERRACE_KINDS if k not in ("agentpools", "oauthtokens")],
-    *[("terrace.dev", k, "patch") for k in ("organizations", "projects", "workspaces", "sshkeys", "testvariables", "configurationversions")],
-    *[("terrace.dev", k, "delete") for k in ("organizations", "projects", "workspaces", "sshkeys", "testvariables")],
+    *[("terrace.dev", k, "patch") for k in ("organizations", "projects", "workspaces", "sshkeys", "testvariables", "configurationversions", "stateversions")],
+    *[("terrace.dev", k, "delete") for k in ("organizations", "projects", "workspaces", "sshkeys", "testvariables", "stateversions")],
     ("terrace.dev", "workspaces", "update"),
-    *[("terrace.dev", f"{k}/status", "patch") for k in ("configurationversions", "testruns", "testvariables")],
+    *[("terrace.dev", f"{k}/status", "patch") for k in ("configurationversions", "testruns", "testvariables", "stateversions")],
     *[("", "secrets", v) for v in ("get", "create", "patch", "delete")],
     *[("", "configmaps", v) for v in ("get", "create", "patch", "delete")],
     ("", "pods/log", "get"),

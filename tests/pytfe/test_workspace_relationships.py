@@ -369,10 +369,19 @@ def test_ssh_key_of_another_organization_is_422(tfe, raw, org):
     with pytest.raises(TFEError) as err:
         tfe.workspaces.assign_ssh_key(ws.id, WorkspaceAssignSSHKeyOptions(ssh_key_id=foreign.id))
     assert err.value.status == 422
+    # Issue 11 (docs/api.md): any non-empty value is stored, as TFE does, and never
+    # returned; an empty one is 422 on the value.
+    odd = raw.request(
+        "POST",
+        f"/api/v2/organizations/{org}/ssh-keys",
+        body={"data": {"type": "ssh-keys", "attributes": {"name": "k2", "value": "not a key"}}},
+    )
+    assert odd.status == 201
+    assert "not a key" not in str(odd.json)
     bad = raw.request(
         "POST",
         f"/api/v2/organizations/{org}/ssh-keys",
-        body={"data": {"type": "ssh-keys", "attributes": {"name": "k", "value": "not a key"}}},
+        body={"data": {"type": "ssh-keys", "attributes": {"name": "k3", "value": ""}}},
     )
     assert bad.status == 422
     assert bad.json["errors"][0]["source"]["pointer"] == "/data/attributes/value"

@@ -517,7 +517,8 @@ impl Api {
 }
 
 /// The terraform CLI pointed at a `terrace dev`: a CLI configuration file whose host
-/// `terrace.test` serves `tfe.v2` from the instance's API (plain HTTP on loopback) with
+/// `terrace.test` serves `tfe.v2` (the `cloud` block) and `tfe.v2.1` (the `remote` backend
+/// and `terraform_remote_state`) from the instance's API (plain HTTP on loopback) with
 /// its admin token, as a user would write it (`TF_CLI_CONFIG_FILE`).
 pub struct Terraform {
     config: PathBuf,
@@ -534,16 +535,16 @@ impl Terraform {
 
     /// The CLI configuration for `dev` with another token (`DIR/cli-<hash>.tfrc`).
     pub fn with_token(dev: &Dev, token: &str) -> Terraform {
-        let name = format!(
-            "cli-{:x}.tfrc",
-            token.len() * 31 + token.bytes().map(usize::from).sum::<usize>()
-        );
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        token.hash(&mut h);
+        let name = format!("cli-{:x}.tfrc", h.finish());
         let config = dev.dir().join(name);
         std::fs::write(
             &config,
             format!(
-                "host \"{CLI_HOST}\" {{\n  services = {{\n    \"tfe.v2\" = \"{}/api/v2/\"\n  }}\n}}\ncredentials \"{CLI_HOST}\" {{\n  token = \"{token}\"\n}}\n",
-                dev.api
+                "host \"{CLI_HOST}\" {{\n  services = {{\n    \"tfe.v2\" = \"{api}/api/v2/\"\n    \"tfe.v2.1\" = \"{api}/api/v2/\"\n  }}\n}}\ncredentials \"{CLI_HOST}\" {{\n  token = \"{token}\"\n}}\n",
+                api = dev.api
             ),
         )
         .expect("CLI configuration");

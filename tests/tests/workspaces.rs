@@ -371,7 +371,7 @@ fn api_writes_keep_kubectl_applied_metadata() {
     }
     let dev = Dev::start();
     let api = Api::admin(&dev);
-    let org_manifest = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: acme\n---\napiVersion: terrace.dev/v1alpha1\nkind: Organization\nmetadata:\n  name: acme\n  labels:\n    example.com/team: platform\n  annotations:\n    example.com/owner: alice\nspec:\n  name: acme\n  email: platform@acme.example\n";
+    let org_manifest = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: acme\n  annotations:\n    terrace.dev/adopt: acme\n---\napiVersion: terrace.dev/v1alpha1\nkind: Organization\nmetadata:\n  name: acme\n  labels:\n    example.com/team: platform\n  annotations:\n    example.com/owner: alice\nspec:\n  name: acme\n  email: platform@acme.example\n";
     dev.kubectl_stdin(&["apply", "-f", "-"], org_manifest);
     let ready = dev.eventually(Duration::from_secs(20), || {
         (api.get("/api/v2/organizations/acme").status == 200).then_some(())

@@ -9,7 +9,7 @@ use kube::Resource;
 use kube::api::ObjectMeta;
 use terrace_crds::{
     AgentPool, ConfigurationVersion, OAuthToken, Organization, Project, RegistryModule, SshKey,
-    TestRun, TestVariable, Workspace,
+    StateVersion, TestRun, TestVariable, Workspace,
 };
 
 use super::{Index, Inner, feed};
@@ -53,7 +53,7 @@ pub trait Indexed:
 }
 
 /// Every indexed kind's name, in the order of [`spawn_all`].
-pub const NAMES: [&str; 10] = [
+pub const NAMES: [&str; 11] = [
     Organization::NAME,
     Project::NAME,
     Workspace::NAME,
@@ -64,6 +64,7 @@ pub const NAMES: [&str; 10] = [
     ConfigurationVersion::NAME,
     TestRun::NAME,
     TestVariable::NAME,
+    StateVersion::NAME,
 ];
 
 /// Starts one watch per kind.
@@ -82,6 +83,7 @@ pub fn spawn_all(index: &Arc<Index>, client: &kube::Client) -> Vec<tokio::task::
         spawn::<ConfigurationVersion>(index, client),
         spawn::<TestRun>(index, client),
         spawn::<TestVariable>(index, client),
+        spawn::<StateVersion>(index, client),
     ]
 }
 
@@ -101,6 +103,7 @@ pub fn counts(inner: &Inner) -> Vec<(&'static str, usize)> {
         ),
         (TestRun::NAME, TestRun::count(inner)),
         (TestVariable::NAME, TestVariable::count(inner)),
+        (StateVersion::NAME, StateVersion::count(inner)),
     ]
 }
 
@@ -245,3 +248,36 @@ keyed!(RegistryModule, registry_modules);
 keyed!(ConfigurationVersion, configuration_versions);
 keyed!(TestRun, test_runs);
 keyed!(TestVariable, test_variables);
+
+impl Indexed for StateVersion {
+    const NAME: &'static str = "StateVersion";
+    fn put(inner: &mut Inner, o: Self) {
+        inner.put_state_version(o);
+    }
+    fn remove_key(inner: &mut Inner, key: &str) {
+        inner.remove_state_version(key);
+    }
+    fn clear(inner: &mut Inner) {
+        inner.state_versions.clear();
+        inner.sv_by_workspace.clear();
+        inner.sv_by_output.clear();
+        inner.sv_current.clear();
+    }
+    fn by_id<'a>(inner: &'a Inner, id: &str) -> Option<&'a Arc<Self>> {
+        inner.state_versions.get(id)
+    }
+    fn by_key<'a>(inner: &'a Inner, key: &str) -> Option<&'a Arc<Self>> {
+        inner.state_versions.by_uid(key)
+    }
+    fn count(inner: &Inner) -> usize {
+        inner.state_versions.by_uid.len()
+    }
+    fn in_namespace(inner: &Inner, ns: &str) -> Vec<Arc<Self>> {
+        inner
+            .state_versions
+            .in_namespace(ns)
+            .filter(|o| super::id_label(o.as_ref()).is_some())
+            .cloned()
+            .collect()
+    }
+}

@@ -36,7 +36,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use terrace_crds::constants::LABEL_ID;
 use terrace_crds::{
     AgentPool, ConfigurationVersion, OAuthToken, Organization, Project, RegistryModule, SshKey,
-    TestRun, TestVariable, Workspace,
+    StateVersion, TestRun, TestVariable, Workspace,
 };
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -65,6 +65,13 @@ pub struct Inner {
     configuration_versions: Keyed<ConfigurationVersion>,
     test_runs: Keyed<TestRun>,
     test_variables: Keyed<TestVariable>,
+    state_versions: Keyed<StateVersion>,
+    /// (namespace, Workspace object name) → uids of its state versions.
+    sv_by_workspace: HashMap<(String, String), Vec<String>>,
+    /// State version output ID → uid of its state version.
+    sv_by_output: HashMap<String, String>,
+    /// (namespace, Workspace object name) → uid of its current state version.
+    sv_current: HashMap<(String, String), String>,
 }
 
 /// Objects of one reference kind (SshKey, AgentPool, OAuthToken) by uid, with an ID
@@ -511,6 +518,102 @@ impl Inner {
     /// Module test variables.
     pub fn test_variables(&self) -> &Keyed<TestVariable> {
         &self.test_variables
+    }
+
+    /// State versions.
+    pub fn state_versions(&self) -> &Keyed<StateVersion> {
+        &self.state_versions
+    }
+
+    /// The state versions of workspace object `ws` of namespace `ns` (any order).
+    pub fn state_versions_of<'a>(
+        &'a self,
+        ns: &str,
+        ws: &str,
+    ) -> impl Iterator<Item = &'a Arc<StateVersion>> + 'a {
+        self.sv_by_workspace
+            .get(&(ns.to_owned(), ws.to_owned()))
+            .into_iter()
+            .flatten()
+            .filter_map(|uid| self.state_versions.by_uid(uid))
+    }
+
+    /// The state version holding output `id`.
+    pub fn state_version_of_output(&self, id: &str) -> Option<&Arc<StateVersion>> {
+        self.sv_by_output
+            .get(id)
+            .and_then(|k| self.state_versions.by_uid(k))
+    }
+
+    /// The current state version of a workspace: its latest finalized one.
+    pub fn current_state_version(&self, ws: &Workspace) -> Option<&Arc<StateVersion>> {
+        let key = (ws.namespace().unwrap_or_default(), ws.name_any());
+        self.sv_current
+            .get(&key)
+            .and_then(|uid| self.state_versions.by_uid(uid))
+    }
+
+    /// Recomputes the current state version of workspace `wk` (latest finalized: by
+    /// finalizedAt, which has milliseconds, then serial).
+    fn refresh_current(&mut self, wk: &(String, String)) {
+        let finalized = terrace_crds::state::StateVersionState::Finalized.as_str();
+        let at = |v: &StateVersion| {
+            v.status
+                .as_ref()
+                .and_then(|s| s.finalized_at.clone())
+                .unwrap_or_default()
+        };
+        let current = self
+            .state_versions_of(&wk.0, &wk.1)
+            .filter(|v| v.status.as_ref().and_then(|s| s.status.as_deref()) == Some(finalized))
+            .max_by(|a, b| (at(a), a.spec.serial).cmp(&(at(b), b.spec.serial)))
+            .map(|v| uid(v.as_ref()));
+        match current {
+            Some(u) => {
+                self.sv_current.insert(wk.clone(), u);
+            }
+            None => {
+                self.sv_current.remove(wk);
+            }
+        }
+    }
+
+    fn put_state_version(&mut self, v: StateVersion) {
+        let key = uid(&v);
+        self.remove_state_version(&key);
+        let wk = (v.namespace().unwrap_or_default(), v.spec.workspace.clone());
+        self.sv_by_workspace
+            .entry(wk.clone())
+            .or_default()
+            .push(key.clone());
+        for o in v.status.iter().flat_map(|s| &s.outputs) {
+            self.sv_by_output.insert(o.id.clone(), key.clone());
+        }
+        self.state_versions.put(v);
+        self.refresh_current(&wk);
+    }
+
+    fn remove_state_version(&mut self, key: &str) {
+        let Some(old) = self.state_versions.by_uid(key).cloned() else {
+            return;
+        };
+        let wk = (
+            old.namespace().unwrap_or_default(),
+            old.spec.workspace.clone(),
+        );
+        if let Some(list) = self.sv_by_workspace.get_mut(&wk) {
+            list.retain(|u| u != key);
+            if list.is_empty() {
+                self.sv_by_workspace.remove(&wk);
+            }
+        }
+        for o in old.status.iter().flat_map(|s| &s.outputs) {
+            if self.sv_by_output.get(&o.id).is_some_and(|k| k == key) {
+                self.sv_by_output.remove(&o.id);
+            }
+        }
+        self.state_versions.remove(key);
+        self.refresh_current(&wk);
     }
 
     /// Number of indexed objects per kind.

@@ -10,6 +10,7 @@ pub mod organizations;
 pub mod projects;
 pub mod retention;
 pub mod ssh_keys;
+pub mod state_versions;
 pub mod tag_bindings;
 pub mod tags;
 pub mod workspaces;
@@ -31,9 +32,10 @@ pub fn router() -> Router<AppState> {
         .merge(agent_pools::router())
         .merge(oauth_tokens::router())
         .merge(module_tests::router())
+        .merge(state_versions::router())
 }
 
 /// Routes with their own, larger body limit (uploads), merged outside the global one.
-pub fn upload_router() -> Router<AppState> {
-    module_tests::upload_router()
+pub fn upload_router(settings: &crate::Settings) -> Router<AppState> {
+    module_tests::upload_router().merge(state_versions::upload_router(settings.max_state_bytes))
 }

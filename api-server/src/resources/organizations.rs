@@ -230,6 +230,7 @@ async fn create(
             base
         }
     };
+    check_namespace(&state, &obj_name, &name).await?;
     let mut spec = OrganizationSpec {
         name: Some(name.clone()),
         namespace: Some(obj_name.clone()),
@@ -274,6 +275,42 @@ async fn create(
         .cloned()
         .unwrap_or_else(|| Arc::new(created));
     Ok(Doc::created(documents::organization(&org, state.hosted())))
+}
+
+/// 422 unless the new organization `org` may keep its objects in namespace `ns`: never a
+/// reserved one (`kube-*`, `default`, terrace's own), never an existing namespace terrace
+/// did not create unless its owner opted in (`terrace.dev/adopt: ORG` on the namespace).
+async fn check_namespace(state: &AppState, ns: &str, org: &str) -> Result<(), ApiError> {
+    use terrace_crds::namespaces::{NamespaceUse, namespace_use};
+    let release = state.settings.release_namespace.as_deref();
+    let refuse = |detail: String| Err(ApiError::invalid_attribute("name", detail));
+    if let Some(reason) = terrace_crds::namespaces::reserved_organization_name(ns, release) {
+        return refuse(format!(
+            "organization {org:?} cannot be created: its namespace {ns} {reason}"
+        ));
+    }
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(state.client.clone());
+    let existing = namespaces.get_opt(ns).await?;
+    match namespace_use(
+        ns,
+        existing.as_ref().map(|n| &n.metadata),
+        org,
+        None,
+        release,
+    ) {
+        u if u.usable() => Ok(()),
+        NamespaceUse::Terminating => refuse(format!(
+            "organization {org:?} cannot be created yet: its namespace {ns} is still being deleted; retry shortly"
+        )),
+        NamespaceUse::ControlledBy { kind, name } => refuse(format!(
+            "organization {org:?} cannot be created: namespace {ns} exists and belongs to {kind} {name}"
+        )),
+        _ => refuse(format!(
+            "organization {org:?} cannot be created: namespace {ns} exists and terrace did not create it; \
+             to let the organization use it, annotate it: kubectl annotate namespace {ns} {}={org}",
+            terrace_crds::constants::ANNOTATION_ADOPT
+        )),
+    }
 }
 
 /// The rules on an organization's name: the workspace name rule, not taken by another
@@ -355,6 +392,10 @@ async fn remove(State(state): State<AppState>, o: VisibleOrg) -> Result<Response
     Ok(no_content())
 }
 
+/// The organization's entitlements. `operations` is false: terrace does not run plans and
+/// applies yet, so the terraform CLI runs them locally whatever a workspace's execution
+/// mode says (its `cloud` backend reads only this attribute to decide), storing state
+/// here; module test runs do not depend on it.
 async fn entitlements(State(state): State<AppState>, o: VisibleOrg) -> Doc {
     let hosted = state.hosted();
     let name = o.org.tfe_name();
@@ -369,7 +410,7 @@ async fn entitlements(State(state): State<AppState>, o: VisibleOrg) -> Doc {
             "cost-estimation": false,
             "global-run-tasks": false,
             "module-tests-generation": false,
-            "operations": true,
+            "operations": false,
             "private-module-registry": true,
             "policy-enforcement": false,
             "run-tasks": false,
@@ -531,6 +572,65 @@ mod tests {
                 .organization("acme-renamed")
                 .map(|o| o.target_namespace().to_owned()),
             Some(ORG.to_owned())
+        );
+    }
+
+    /// An organization never takes over a namespace terrace did not create: reserved
+    /// names and existing foreign namespaces are 422 with what to do; a namespace whose
+    /// owner opted in is used.
+    #[tokio::test]
+    async fn organizations_never_take_over_namespaces() {
+        use k8s_openapi::api::core::v1::Namespace;
+        use kube::api::{Api, PostParams};
+        let h = harness(Edition::SelfHosted).await;
+        let create = |name: &str| {
+            let h = &h;
+            let b = body(json!({"name": name, "email": "ops@example.com"}));
+            async move { h.call("POST", "/api/v2/organizations", b).await }
+        };
+        for reserved in ["kube-system", "kube-public", "default"] {
+            let (st, err) = create(reserved).await;
+            assert_eq!(st, 422, "{reserved}: {err}");
+            assert_eq!(
+                err["errors"][0]["source"]["pointer"],
+                "/data/attributes/name"
+            );
+        }
+        let nss: Api<Namespace> = Api::all(h.state.client.clone());
+        for (name, adopt) in [("monitoring", None), ("shared", Some("shared"))] {
+            let mut ns = Namespace {
+                metadata: meta(name, None, &[]),
+                ..Default::default()
+            };
+            ns.metadata.annotations = adopt.map(|o| {
+                [(
+                    terrace_crds::constants::ANNOTATION_ADOPT.to_owned(),
+                    o.to_owned(),
+                )]
+                .into()
+            });
+            nss.create(&PostParams::default(), &ns)
+                .await
+                .unwrap_or_else(|e| panic!("namespace: {e}"));
+        }
+        let (st, err) = create("monitoring").await;
+        assert_eq!(st, 422, "{err}");
+        assert!(
+            err.to_string().contains("terrace.dev/adopt=monitoring"),
+            "the detail says how to opt in: {err}"
+        );
+        let untouched = nss.get("monitoring").await.unwrap_or_default();
+        assert!(untouched.metadata.owner_references.is_none());
+        // Opted in: usable (the create itself would then wait for the operator).
+        assert!(
+            super::check_namespace(&h.state, "shared", "shared")
+                .await
+                .is_ok()
+        );
+        assert!(
+            super::check_namespace(&h.state, "shared", "other")
+                .await
+                .is_err()
         );
     }
 }

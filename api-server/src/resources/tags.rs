@@ -224,15 +224,7 @@ async fn add_tag_to_workspaces(
 async fn list_ws_tags(f: Found<Workspace>, q: QueryParams) -> Result<Doc, ApiError> {
     let l = f.at;
     let page = q.page()?;
-    let mut names: Vec<String> = l
-        .obj
-        .spec
-        .tags
-        .iter()
-        .map(|t| t.to_ascii_lowercase())
-        .collect();
-    names.sort();
-    names.dedup();
+    let names = terrace_crds::rules::tag_names(&l.obj.spec.tags);
     let base = format!("/api/v2/workspaces/{}/relationships/tags", l.id());
     Ok(list(&base, page, &names, |n| render_tag(&l.org, n, None)))
 }

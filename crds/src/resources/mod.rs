@@ -5,12 +5,14 @@ mod module;
 mod organization;
 mod project;
 mod references;
+mod state;
 mod workspace;
 
 pub use module::*;
 pub use organization::*;
 pub use project::*;
 pub use references::*;
+pub use state::*;
 pub use workspace::*;
 
 pub(crate) fn default_true() -> bool {

@@ -1,9 +1,13 @@
+use std::fmt;
+use std::str::FromStr;
+
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::default_true;
 use crate::common::{Condition, SecretKeyRef};
+use crate::testrun::UnknownValue;
 
 /// A private registry module of the organization (namespace = the organization's name).
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -141,6 +145,93 @@ pub struct ConfigurationVersionStatus {
     /// kstatus conditions: Ready, Reconciling, Stalled.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// `status.status` of a configuration version: where its archive upload stands (TFE's
+/// configuration version states as terrace serves them). The wire values are the CRD
+/// schema's enum of `status.status`; a status not written yet counts as `pending`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConfigurationVersionState {
+    /// Created, waiting for its archive (the upload URL is open).
+    #[default]
+    Pending,
+    /// The archive was uploaded and accepted: test runs can use it.
+    Uploaded,
+    /// The upload was rejected (`status.errorMessage` says why); final.
+    Errored,
+    /// The archive is gone (retention); final.
+    Archived,
+}
+
+impl ConfigurationVersionState {
+    pub const ALL: [ConfigurationVersionState; 4] = [
+        ConfigurationVersionState::Pending,
+        ConfigurationVersionState::Uploaded,
+        ConfigurationVersionState::Errored,
+        ConfigurationVersionState::Archived,
+    ];
+
+    /// The wire value (`pending`, `uploaded`, `errored`, `archived`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConfigurationVersionState::Pending => "pending",
+            ConfigurationVersionState::Uploaded => "uploaded",
+            ConfigurationVersionState::Errored => "errored",
+            ConfigurationVersionState::Archived => "archived",
+        }
+    }
+
+    /// Whether the configuration will never become usable (errored or archived).
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            ConfigurationVersionState::Errored | ConfigurationVersionState::Archived
+        )
+    }
+
+    /// The state a stored `status.status` names: none yet is `pending`; an unknown value
+    /// (hand-edited object) is an error, not a guess.
+    pub fn of(status: Option<&str>) -> Result<Self, UnknownValue> {
+        status.map_or(Ok(ConfigurationVersionState::Pending), str::parse)
+    }
+}
+
+impl fmt::Display for ConfigurationVersionState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ConfigurationVersionState {
+    type Err = UnknownValue;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        ConfigurationVersionState::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| UnknownValue {
+                what: "configuration version status",
+                value: s.to_owned(),
+            })
+    }
+}
+
+impl ConfigurationVersionStatus {
+    /// The upload state `status.status` records (see [`ConfigurationVersionState::of`]).
+    pub fn state(&self) -> Result<ConfigurationVersionState, UnknownValue> {
+        ConfigurationVersionState::of(self.status.as_deref())
+    }
+}
+
+impl ConfigurationVersion {
+    /// The upload state of this configuration version: `pending` until a status is
+    /// written.
+    pub fn state(&self) -> Result<ConfigurationVersionState, UnknownValue> {
+        self.status.as_ref().map_or(
+            Ok(ConfigurationVersionState::Pending),
+            ConfigurationVersionStatus::state,
+        )
+    }
 }
 
 /// A module test run: `<engine> test` of a configuration version of a registry module,
@@ -354,4 +445,63 @@ pub struct TestVariableStatus {
     /// kstatus conditions: Ready, Reconciling, Stalled.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::CustomResourceExt;
+
+    /// Copies TFE's configuration version states as terrace stores them: each wire value
+    /// parses back to its state, serde uses the same strings, no status yet is pending and
+    /// an unknown value is refused rather than guessed.
+    #[test]
+    fn configuration_version_states_round_trip() {
+        for st in ConfigurationVersionState::ALL {
+            assert_eq!(st.as_str().parse::<ConfigurationVersionState>(), Ok(st));
+            assert_eq!(st.to_string(), st.as_str());
+            assert_eq!(serde_json::to_value(st).ok(), Some(st.as_str().into()));
+        }
+        assert_eq!(
+            ConfigurationVersionState::of(None),
+            Ok(ConfigurationVersionState::Pending)
+        );
+        let err = ConfigurationVersionState::of(Some("fetching")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unknown configuration version status \"fetching\""
+        );
+        let finals: Vec<_> = ConfigurationVersionState::ALL
+            .into_iter()
+            .filter(|s| s.is_final())
+            .collect();
+        assert_eq!(
+            finals,
+            [
+                ConfigurationVersionState::Errored,
+                ConfigurationVersionState::Archived
+            ]
+        );
+        let mut cv = ConfigurationVersion::new("cv", ConfigurationVersionSpec::default());
+        assert_eq!(cv.state(), Ok(ConfigurationVersionState::Pending));
+        cv.status = Some(ConfigurationVersionStatus {
+            status: Some("uploaded".into()),
+            ..Default::default()
+        });
+        assert_eq!(cv.state(), Ok(ConfigurationVersionState::Uploaded));
+    }
+
+    /// The CRD schema's enum of `status.status` is exactly the enum's wire values, so the
+    /// cluster refuses what the controllers could not read.
+    #[test]
+    fn schema_enum_matches_the_states() {
+        let crd = serde_json::to_value(ConfigurationVersion::crd()).unwrap_or_default();
+        let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+        let values = &schema["properties"]["status"]["properties"]["status"]["enum"];
+        let wire: Vec<&str> = ConfigurationVersionState::ALL
+            .iter()
+            .map(|s| s.as_str())
+            .collect();
+        assert_eq!(values, &serde_json::json!(wire));
+    }
 }

@@ -276,7 +276,13 @@ async fn safe_delete(
             "Workspace cannot be safely deleted: it is locked by {h}"
         )));
     }
-    let count = l.obj.status.as_ref().map_or(0, |s| s.resource_count);
+    // The current state's resources (a workspace without state: what its status says).
+    let count = state
+        .index
+        .read()
+        .current_state_version(&l.obj)
+        .and_then(|v| v.status.as_ref().map(|s| s.resource_count))
+        .unwrap_or_else(|| l.obj.status.as_ref().map_or(0, |s| s.resource_count));
     if count > 0 {
         return Err(ApiError::conflict(format!(
             "Workspace cannot be safely deleted: it is managing {count} resources"
@@ -548,8 +554,9 @@ mod tests {
         let h = harness(Edition::SelfHosted).await;
         h.workspace("ws-LockBodies0000001", "l", |_| {}).await;
         let path = "/api/v2/workspaces/ws-LockBodies0000001/actions/lock";
-        let (st, _) = h.call("POST", path, Some(json!([null, null]))).await;
-        assert_eq!(st, 422);
+        let (st, err) = h.call("POST", path, Some(json!([null, null]))).await;
+        assert_eq!(st, 400, "{err}");
+        assert!(err.to_string().contains("must be a JSON object"), "{err}");
         let (st, doc) = h
             .call(
                 "POST",

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use terrace_crds::Workspace;
 use terrace_crds::rules::Page;
 
-use super::{INCLUDES, Ws, included, rendered_data, with_included_linkage};
+use super::{INCLUDES, Ws, included, rendered_data, state_included, with_included_linkage};
 use crate::index::{Inner, NameKey, NameMatch};
 use crate::prelude::*;
 use crate::query::TagFilter;
@@ -341,7 +341,8 @@ pub async fn list(
     let base = format!("/api/v2/organizations/{}/workspaces", org.tfe_name());
     let (meta, links) = pagination(&base, page, total);
     let refs: Vec<&Ws> = located.iter().collect();
-    let inc = included(&state, &refs, &includes);
+    let mut inc = included(&state, &refs, &includes);
+    inc.extend(state_included(&state, caller, &refs, &includes).await?);
     // {"data":[...cached items...],"links":…,"meta":…[,"included":…]}
     let mut body: Vec<u8> = Vec::with_capacity(located.len() * 4096);
     body.extend_from_slice(b"{\"data\":[");

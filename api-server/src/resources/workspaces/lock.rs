@@ -76,6 +76,34 @@ async fn force_unlock_ws(
     lock_action(&state, f, LockOp::ForceUnlock, "force-unlock").await
 }
 
+/// What the unlock rule needs to know of the workspace's state versions: whether the
+/// latest one written under the current lock is still pending.
+fn state_facts(state: &AppState, ns: &str, ws: &Workspace) -> StateVersions {
+    use terrace_crds::constants::ANNOTATION_STATE_UPLOAD_EXPIRES;
+    use terrace_crds::state::{StateVersionState, WrittenVersion, latest_pending_since};
+    let locked_at = lock::locked_at(ws).and_then(|t| t.parse::<jiff::Timestamp>().ok());
+    let now = jiff::Timestamp::now();
+    let idx = state.index.read();
+    let versions = idx.state_versions_of(ns, &ws.name_any()).filter_map(|v| {
+        let created = v.metadata.creation_timestamp.as_ref()?.0;
+        let state = StateVersionState::parse(v.status.as_ref().and_then(|s| s.status.as_deref()))?;
+        let abandoned = v
+            .annotations()
+            .get(ANNOTATION_STATE_UPLOAD_EXPIRES)
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            .is_some_and(|t| t < now);
+        Some(WrittenVersion {
+            created,
+            serial: v.spec.serial,
+            state,
+            abandoned,
+        })
+    });
+    StateVersions {
+        latest_intermediate_pending: latest_pending_since(locked_at, versions),
+    }
+}
+
 /// Applies `op` for the caller (who needs `verb` on the workspace; 404 otherwise).
 async fn lock_action(
     state: &AppState,
@@ -91,6 +119,7 @@ async fn lock_action(
         .await?;
     let me = LockHolder::User(caller.username.clone());
     let mut outcome = None;
+    let ns = l.ns.clone();
     let updated = write::guarded_patch(
         &write::api::<Workspace>(state, &l.ns),
         (*l.obj).clone(),
@@ -99,7 +128,7 @@ async fn lock_action(
                 lock_holder(current).as_ref(),
                 &op,
                 &me,
-                StateVersions::default(),
+                state_facts(state, &ns, current),
             )
             .map_err(|e| match e.status() {
                 503 => ApiError::Unavailable(e.to_string().into()),

@@ -61,6 +61,9 @@ pub async fn permissions(
         l.check("lock"),
         l.check("force-unlock"),
         l.check("delete"),
+        l.check("read-outputs"),
+        l.check("read-state"),
+        l.check("write-state"),
     ];
     let r = state.auth.allowed_all(caller, &checks).await?;
     Ok(Permissions {
@@ -69,6 +72,9 @@ pub async fn permissions(
         lock: r[2],
         force_unlock: r[3],
         delete: r[4],
+        read_outputs: r[5],
+        read_state: r[6],
+        write_state: r[7],
         force_delete: may_force_delete(state, caller, l).await?,
     })
 }
@@ -82,7 +88,7 @@ pub async fn render_located(
     by_name: bool,
 ) -> Result<Value, ApiError> {
     let permissions = permissions(state, caller, l).await?;
-    let (project_id, ssh_key_id, (inherited_mode, inherited_pool)) = {
+    let (project_id, ssh_key_id, (inherited_mode, inherited_pool), current_state) = {
         let idx = state.index.read();
         let project = idx.project_of(&l.obj);
         (
@@ -95,6 +101,7 @@ pub async fn render_located(
                     l.org.spec.settings.default_agent_pool_id.clone(),
                 ),
             },
+            idx.current_state_version(&l.obj).cloned(),
         )
     };
     let ctx = RenderContext {
@@ -106,6 +113,7 @@ pub async fn render_located(
         inherited_mode,
         inherited_pool,
         by_name,
+        current_state,
     };
     Ok(render::workspace(&l.obj, &ctx))
 }
@@ -119,6 +127,8 @@ pub const INCLUDES: &[&str] = &[
     "current_run.configuration_version",
     "current_run.configuration_version.ingress_attributes",
     "current_run.plan",
+    "current_state_version",
+    "current-state-version",
     "effective_tag_bindings",
     "locked_by",
     "organization",
@@ -160,6 +170,40 @@ pub fn included(state: &AppState, located: &[&Ws], includes: &[String]) -> Vec<V
         }
     }
     out
+}
+
+/// Included state documents (`outputs`: `workspace-outputs` with values, sensitive ones
+/// null; `current_state_version`) of the workspaces whose outputs the caller may read.
+pub async fn state_included(
+    state: &AppState,
+    caller: &Caller,
+    located: &[&Ws],
+    includes: &[String],
+) -> Result<Vec<Value>, ApiError> {
+    use crate::documents::state::{WORKSPACE_OUTPUT_TYPE, render, rendered_outputs};
+    let outputs = includes.iter().any(|i| i == "outputs");
+    let version = includes
+        .iter()
+        .any(|i| i == "current_state_version" || i == "current-state-version");
+    let mut out = Vec::new();
+    if !outputs && !version {
+        return Ok(out);
+    }
+    let base = state.settings.base_url.clone().unwrap_or_default();
+    for l in located {
+        let current = state.index.read().current_state_version(&l.obj).cloned();
+        let Some(v) = current else { continue };
+        if !state.allowed(caller, &l.check("read-outputs")).await? {
+            continue;
+        }
+        if version {
+            out.push(render(&v, &l.id(), base.trim_end_matches('/'), None));
+        }
+        if outputs {
+            out.extend(rendered_outputs(state, &v, WORKSPACE_OUTPUT_TYPE, false).await?);
+        }
+    }
+    Ok(out)
 }
 
 /// The `data` of a workspace with the linkage of what `includes` asks for that the
@@ -227,6 +271,7 @@ struct CachedResponse {
     ws: Arc<Workspace>,
     org: Arc<Organization>,
     project: Option<Arc<terrace_crds::Project>>,
+    current_state: Option<Arc<terrace_crds::StateVersion>>,
     bytes: Bytes,
 }
 
@@ -258,11 +303,8 @@ impl ResponseCache {
             && idx
                 .organization_of_namespace(c.org.target_namespace())
                 .is_some_and(|o| Arc::ptr_eq(o, &c.org))
-            && match (idx.project_of(&c.ws), &c.project) {
-                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-                (None, None) => true,
-                _ => false,
-            };
+            && same_arc(idx.project_of(&c.ws), c.project.as_ref())
+            && same_arc(idx.current_state_version(&c.ws), c.current_state.as_ref());
         if same {
             c.generation = generation;
         }
@@ -282,7 +324,7 @@ impl ResponseCache {
         // Read before the objects are checked below, so a change racing with this put
         // makes the entry re-validate instead of trusting it.
         let generation = state.index.generation();
-        let project = {
+        let (project, current_state) = {
             let idx = state.index.read();
             let current = l
                 .obj
@@ -298,7 +340,10 @@ impl ResponseCache {
                 // Rendered from objects the index has replaced since: not worth keeping.
                 return;
             }
-            idx.project_of(&l.obj).cloned()
+            (
+                idx.project_of(&l.obj).cloned(),
+                idx.current_state_version(&l.obj).cloned(),
+            )
         };
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         if entries.len() >= Self::MAX {
@@ -315,9 +360,19 @@ impl ResponseCache {
                 ws: l.obj.clone(),
                 org: l.org.clone(),
                 project,
+                current_state,
                 bytes,
             },
         );
+    }
+}
+
+/// Both absent, or the same object.
+fn same_arc<T>(a: Option<&Arc<T>>, b: Option<&Arc<T>>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        (None, None) => true,
+        _ => false,
     }
 }
 
@@ -378,7 +433,14 @@ fn render_key(state: &AppState, caller: &Caller, l: &Ws, by_name: bool) -> u128 
             p.metadata.resource_version.as_deref(),
         )
     });
+    let current_state = idx.current_state_version(&l.obj).map(|v| {
+        (
+            v.metadata.uid.as_deref(),
+            v.metadata.resource_version.as_deref(),
+        )
+    });
     crate::auth::digest(&(
+        current_state,
         l.obj.metadata.uid.as_deref(),
         l.obj.metadata.resource_version.as_deref(),
         l.org.metadata.uid.as_deref(),
@@ -445,7 +507,8 @@ async fn one_document(
         rendered_data(state, caller, l, by_name).await?,
         includes,
     )?;
-    let inc = included(state, &[l], includes);
+    let mut inc = included(state, &[l], includes);
+    inc.extend(state_included(state, caller, &[l], includes).await?);
     let mut body = Vec::with_capacity(data.len() + 16);
     body.extend_from_slice(b"{\"data\":");
     body.extend_from_slice(&data);

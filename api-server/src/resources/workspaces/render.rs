@@ -4,9 +4,9 @@
 //! milliseconds.
 
 use serde_json::{Value, json};
-use terrace_crds::constants::{ANNOTATION_LOCK_REASON, ANNOTATION_LOCKED_BY, LABEL_ID};
+use terrace_crds::constants::{ANNOTATION_LOCK_REASON, LABEL_ID};
 use terrace_crds::lock::LockHolder;
-use terrace_crds::{Organization, SshKey, Workspace};
+use terrace_crds::{Organization, SshKey, StateVersion, Workspace};
 
 use crate::documents::retention_relationship;
 use crate::render::timestamp;
@@ -20,6 +20,10 @@ pub struct Permissions {
     pub force_unlock: bool,
     pub delete: bool,
     pub force_delete: bool,
+    /// `read-outputs`, `read-state`, `write-state` (state version rights).
+    pub read_outputs: bool,
+    pub read_state: bool,
+    pub write_state: bool,
 }
 
 /// Everything besides the object the representation needs.
@@ -37,6 +41,8 @@ pub struct RenderContext<'a> {
     pub inherited_pool: Option<String>,
     /// The self link: by ID, or by organization and name when read so.
     pub by_name: bool,
+    /// The current state version (the latest finalized one), if any.
+    pub current_state: Option<std::sync::Arc<StateVersion>>,
 }
 
 /// The ID of the SSH key a workspace uses: `spec.sshKey` is an SSH key ID (what the API
@@ -71,12 +77,7 @@ pub fn workspace_id(ws: &Workspace) -> String {
 
 /// The current lock holder, from the annotations.
 pub fn lock_holder(ws: &Workspace) -> Option<LockHolder> {
-    ws.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(ANNOTATION_LOCKED_BY))
-        .filter(|v| !v.is_empty())
-        .map(|v| LockHolder::parse(v))
+    terrace_crds::lock::holder_of(ws)
 }
 
 /// The effective execution mode: the workspace's own unless it inherits (`inherited`:
@@ -132,10 +133,27 @@ pub fn workspace(ws: &Workspace, ctx: &RenderContext<'_>) -> Value {
     };
     let overwrites = spec.setting_overwrites.clone().unwrap_or_default();
     let created = ts(ws.metadata.creation_timestamp.as_ref());
-    let latest_change = status
-        .latest_change_at
-        .clone()
-        .map_or(created.clone(), Value::String);
+    let current = ctx.current_state.as_deref();
+    let state_status = current.and_then(|v| v.status.as_ref());
+    // The current state's count; a workspace without state versions keeps what its status says.
+    let resource_count = state_status.map_or(status.resource_count, |s| s.resource_count);
+    let latest_change = [
+        status.latest_change_at.clone(),
+        state_status.and_then(|s| s.finalized_at.clone()),
+    ]
+    .into_iter()
+    .flatten()
+    .max()
+    .map_or(created.clone(), Value::String);
+    let current_id = current.map(crate::render::id_of);
+    let output_linkage: Vec<Value> = state_status
+        .map(|s| {
+            s.outputs
+                .iter()
+                .map(|o| json!({"id": o.id, "type": "workspace-outputs"}))
+                .collect()
+        })
+        .unwrap_or_default();
     let p = ctx.permissions;
     let vcs = spec.vcs_repo.as_ref().map_or(Value::Null, |r| {
         json!({
@@ -186,7 +204,7 @@ pub fn workspace(ws: &Workspace, ctx: &RenderContext<'_>) -> Value {
         "vcs-repo-identifier": spec.vcs_repo.as_ref().map(|r| r.identifier.clone()),
         "locked": holder.is_some(),
         "locked-reason": if holder.is_some() { reason.unwrap_or_default() } else { String::new() },
-        "resource-count": status.resource_count,
+        "resource-count": resource_count,
         "apply-duration-average": metrics.apply_duration_average,
         "plan-duration-average": metrics.plan_duration_average,
         "policy-check-failures": metrics.policy_check_failures,
@@ -205,9 +223,9 @@ pub fn workspace(ws: &Workspace, ctx: &RenderContext<'_>) -> Value {
             "can-read-run": p.read,
             "can-read-variable": p.read,
             "can-update-variable": p.update,
-            "can-read-state-versions": p.read,
-            "can-read-state-outputs": p.read,
-            "can-create-state-versions": p.update,
+            "can-read-state-versions": p.read_state,
+            "can-read-state-outputs": p.read_outputs,
+            "can-create-state-versions": p.write_state,
             "can-queue-apply": p.update,
             "can-lock": p.lock,
             "can-unlock": p.lock,
@@ -221,7 +239,7 @@ pub fn workspace(ws: &Workspace, ctx: &RenderContext<'_>) -> Value {
             "can-read-assessment-results": p.read,
             "can-queue-destroy": p.update,
         },
-        "actions": { "is-destroyable": status.resource_count == 0 && holder.is_none() },
+        "actions": { "is-destroyable": resource_count == 0 && holder.is_none() },
     });
     if ctx.hosted
         && let Some(a) = attributes.as_object_mut()
@@ -249,9 +267,9 @@ pub fn workspace(ws: &Workspace, ctx: &RenderContext<'_>) -> Value {
             "locked-by": {"data": locked_by},
             "current-run": {"data": Value::Null},
             "latest-run": {"data": Value::Null},
-            "outputs": {"data": []},
+            "outputs": {"data": output_linkage},
             "remote-state-consumers": {"links": {"related": format!("{base}/relationships/remote-state-consumers")}},
-            "current-state-version": {"data": Value::Null},
+            "current-state-version": {"data": current_id.map(|i| json!({"id": i, "type": "state-versions"}))},
             "current-configuration-version": {"data": Value::Null},
             "agent-pool": {"data": agent_pool.as_ref().map(|a| json!({"id": a, "type": "agent-pools"}))},
             "readme": {"data": Value::Null},
@@ -272,15 +290,7 @@ pub fn workspace(ws: &Workspace, ctx: &RenderContext<'_>) -> Value {
 }
 
 fn status_tag_names(ws: &Workspace) -> Vec<String> {
-    let mut names: Vec<String> = ws
-        .spec
-        .tags
-        .iter()
-        .map(|t| t.to_ascii_lowercase())
-        .collect();
-    names.sort();
-    names.dedup();
-    names
+    terrace_crds::rules::tag_names(&ws.spec.tags)
 }
 
 #[cfg(test)]

@@ -5,25 +5,31 @@
 //! (`OrganizationNotFound`, `DuplicateName`, `ProjectNotFound`) when only a change by
 //! someone else can help.
 //!
-//! Inputs: the Workspace itself, the Project it names (or the namespace's default
-//! project), the other Workspaces of its namespace (from the controller's cache) and the
-//! Organization index. Besides Workspace events it reacts to Project changes (a project's
-//! tag bindings flow into its workspaces), Organization changes (a namespace gaining its
-//! organization) and changes of same-named Workspaces (a deleted name holder frees the
-//! name). Status is written with server-side apply under the operator's field manager,
-//! and only when it differs from what is stored.
+//! Inputs, all from caches: the Workspace itself, the Project it names (or the
+//! namespace's default project, from the catalog's Project cache), the Workspaces of its
+//! namespace with the same TFE name (from the controller's cache, found through the name
+//! index of [`GroupIndex`], so no reconcile or event scans every workspace of the cluster) and
+//! the Organization index. Besides
+//! Workspace events it reacts to Project changes (a project's tag bindings flow into its
+//! workspaces), Organization changes (a namespace gaining its organization) and changes
+//! of same-named Workspaces (a deleted name holder frees the name), each through the feed
+//! that fills the cache it reads, so it never reads a cache older than its trigger.
+//!
+//! Steady state costs nothing: a workspace whose stored status already shows what it
+//! derives is neither written nor requeued (nothing in its status depends on time);
+//! waits that resolve by themselves are looked at again, and relists after a broken
+//! watch cover missed events. Status is written with server-side apply under the
+//! operator's field manager, and only when it differs from what is stored.
 
-use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{EventType, Recorder};
+use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Map, Value, json};
 use terrace_crds::common::{Condition, EffectiveTagBinding, TagBinding};
@@ -33,22 +39,30 @@ use terrace_crds::constants::{
 use terrace_crds::ids::{IdKind, is_valid_id};
 use terrace_crds::{Organization, Project, Workspace};
 
-use crate::conditions::{Outcome, StallTransition, kstatus_conditions, stall_transition};
-use crate::ids::{IdTarget, Identity, Organizations, ensure_identity};
+use crate::catalog::{Catalog, CatalogStores, typed};
+use crate::conditions::{
+    Outcome, REASON_DUPLICATE_NAME, REASON_ORGANIZATION_NOT_FOUND, REASON_PROJECT_NOT_FOUND,
+    REASON_WAITING_FOR_PROJECT, kstatus_conditions,
+};
+use crate::events::record_stall_transition;
+use crate::group_index::GroupIndex;
+use crate::identity::{IdTarget, Identity, Organizations, ensure_identity};
 use crate::rules::{self, NameClaim};
-use crate::{Context, Error, metrics, publish_event};
+use crate::watch::Feed;
+use crate::{Context, Error, metrics};
 
-/// Stalled reason: `spec.project` names a Project that does not exist.
-pub const REASON_PROJECT_NOT_FOUND: &str = "ProjectNotFound";
-/// Stalled reason: an older Workspace of the namespace has the same TFE name.
-pub const REASON_DUPLICATE_NAME: &str = "DuplicateName";
-/// Stalled reason: no Organization owns the workspace's namespace.
-pub const REASON_ORGANIZATION_NOT_FOUND: &str = "OrganizationNotFound";
-/// Reconciling reason: the project (or the default project) has no ID yet or does not
-/// exist yet (the Organization controller creates the default project).
-pub const REASON_WAITING_FOR_PROJECT: &str = "WaitingForProject";
-/// Event reason when a workspace stops being stalled.
-pub const REASON_RECOVERED: &str = "Recovered";
+/// Workspaces by lowercase TFE name.
+type NameIndex = GroupIndex<Workspace>;
+
+/// How often a workspace waiting for its project's ID (or the default project) is looked
+/// at again.
+const PROGRESS_RECHECK: Duration = Duration::from_secs(5);
+/// How often a workspace stalled on a duplicate name is looked at again: a holder renamed
+/// away does not reach it through the same-name watch (only its new name does).
+const DUPLICATE_RECHECK: Duration = Duration::from_secs(60);
+/// How often another stalled workspace is looked at again (the safety net; the events
+/// that resolve it trigger a reconcile at once).
+const STALLED_RECHECK: Duration = Duration::from_secs(300);
 
 /// What the workspace's project turned out to be.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -221,101 +235,20 @@ pub fn workspaces_in_namespace(
         .collect()
 }
 
-/// Workspace object names by namespace and lowercased TFE name, kept current by the
-/// same-name watch, so finding the workspaces sharing a name reads those few instead of
-/// every cached workspace of the cluster (which made each create cost more the more
-/// workspaces there were).
-#[derive(Clone, Default)]
-pub struct SameNames(Arc<std::sync::Mutex<NameIndex>>);
-
-#[derive(Default)]
-struct NameIndex {
-    /// (namespace, lowercased TFE name) → object names.
-    by_name: HashMap<(String, String), BTreeSet<String>>,
-    /// (namespace, object name) → lowercased TFE name.
-    name_of: HashMap<(String, String), String>,
-    /// The index being rebuilt by a relist (swapped in when it is complete).
-    relist: Option<Box<NameIndex>>,
-}
-
-impl NameIndex {
-    fn key(w: &Workspace) -> (String, String) {
-        (
-            w.metadata.namespace.clone().unwrap_or_default(),
-            w.metadata.name.clone().unwrap_or_default(),
-        )
-    }
-
-    fn put(&mut self, w: &Workspace) {
-        let object = Self::key(w);
-        let name = w.spec.name.to_lowercase();
-        if self.name_of.get(&object) == Some(&name) {
-            return;
-        }
-        self.remove(w);
-        self.by_name
-            .entry((object.0.clone(), name.clone()))
-            .or_default()
-            .insert(object.1.clone());
-        self.name_of.insert(object, name);
-    }
-
-    fn remove(&mut self, w: &Workspace) {
-        let object = Self::key(w);
-        if let Some(old) = self.name_of.remove(&object) {
-            let key = (object.0, old);
-            if let Some(set) = self.by_name.get_mut(&key) {
-                set.remove(&object.1);
-                if set.is_empty() {
-                    self.by_name.remove(&key);
-                }
-            }
-        }
-    }
-}
-
-impl SameNames {
-    fn lock(&self) -> std::sync::MutexGuard<'_, NameIndex> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Follows one event of the workspace watch.
-    pub fn apply(&self, event: &watcher::Event<Workspace>) {
-        let mut idx = self.lock();
-        match event {
-            watcher::Event::Apply(w) => idx.put(w),
-            watcher::Event::Delete(w) => idx.remove(w),
-            watcher::Event::Init => idx.relist = Some(Box::default()),
-            watcher::Event::InitApply(w) => idx.relist.get_or_insert_with(Box::default).put(w),
-            watcher::Event::InitDone => {
-                if let Some(fresh) = idx.relist.take() {
-                    *idx = *fresh;
-                }
-            }
-        }
-    }
-
-    /// The object names of the workspaces of `ns` whose TFE name is `name`
-    /// (case-insensitively).
-    pub fn named(&self, ns: &str, name: &str) -> Vec<String> {
-        self.lock()
-            .by_name
-            .get(&(ns.to_owned(), name.to_lowercase()))
-            .map(|set| set.iter().cloned().collect())
-            .unwrap_or_default()
-    }
-
-    /// The other Workspaces of `ws`'s namespace with the same TFE name
-    /// (case-insensitively): their DuplicateName verdict may change when `ws` appears,
-    /// changes or goes.
-    pub fn siblings(&self, ws: &Workspace) -> Vec<ObjectRef<Workspace>> {
-        let ns = ws.metadata.namespace.as_deref().unwrap_or_default();
-        self.named(ns, &ws.spec.name)
-            .into_iter()
-            .filter(|n| Some(n.as_str()) != ws.metadata.name.as_deref())
-            .map(|n| ObjectRef::new(&n).within(ns))
-            .collect()
-    }
+/// The other Workspaces of `ws`'s namespace with the same TFE name (case-insensitively):
+/// their DuplicateName verdict may change when `ws` appears, changes or goes.
+pub fn same_name_siblings(
+    workspaces: &[Arc<Workspace>],
+    ws: &Workspace,
+) -> Vec<ObjectRef<Workspace>> {
+    let name = ws.spec.name.to_lowercase();
+    workspaces
+        .iter()
+        .filter(|w| w.metadata.namespace == ws.metadata.namespace)
+        .filter(|w| w.metadata.name != ws.metadata.name)
+        .filter(|w| w.spec.name.to_lowercase() == name)
+        .map(|w| ObjectRef::from_obj(w.as_ref()))
+        .collect()
 }
 
 struct WsContext {
@@ -323,48 +256,56 @@ struct WsContext {
     orgs: Organizations,
     recorder: Recorder,
     workspaces: Store<Workspace>,
-    names: SameNames,
+    /// TFE names of the cached workspaces, kept by the feed with the cache.
+    names: NameIndex,
+    projects: CatalogStores,
 }
 
-/// Runs the controller until `shutdown` resolves.
-pub async fn run<S>(ctx: Arc<Context>, orgs: Organizations, shutdown: S)
+/// The controller, run until `shutdown` resolves. It subscribes to `organizations` and to
+/// the catalog's Projects, so call it before those feeds run.
+pub fn controller<S>(
+    ctx: Arc<Context>,
+    orgs: Organizations,
+    mut workspaces: Feed<Workspace>,
+    organizations: &mut Feed<Organization>,
+    catalog: &mut Catalog,
+    shutdown: S,
+) -> impl std::future::Future<Output = ()> + Send + 'static + use<S>
 where
     S: std::future::Future<Output = ()> + Send + Sync + 'static,
 {
     let client = ctx.client.clone();
-    let workspaces: Api<Workspace> = Api::all(client.clone());
-    let controller = Controller::new(workspaces.clone(), watcher::Config::default());
-    let store = controller.store();
-    let (by_project, by_org) = (store.clone(), store.clone());
-    let names = SameNames::default();
-    let same_name = {
-        let names = names.clone();
-        watcher(workspaces.clone(), watcher::Config::default())
-            .map_ok(move |event| {
-                names.apply(&event);
-                event
-            })
-            .touched_objects()
-    };
+    let store = workspaces.store();
+    let names = NameIndex::new(|w| Some(w.spec.name.to_lowercase()));
+    let index = names.clone();
+    workspaces.observe(move |ev| index.observe(ev));
+    let same_name = workspaces.subscribe();
+    let (by_project, by_org, by_name) = (store.clone(), store.clone(), store.clone());
+    let names_of = names.clone();
     let wctx = Arc::new(WsContext {
-        recorder: crate::new_recorder(&client),
+        recorder: crate::events::new_recorder(&client),
         base: ctx,
         orgs,
-        workspaces: store,
-        names: names.clone(),
+        workspaces: store.clone(),
+        names,
+        projects: catalog.stores(),
     });
-    controller
-        .watches(
-            Api::<Project>::all(client.clone()),
-            watcher::Config::default(),
-            move |p| workspaces_of_project(&by_project.state(), &p),
+    Controller::for_stream(workspaces.into_stream(), store)
+        .watches_stream_with(
+            catalog.subscribe(IdKind::Project),
+            move |p: DynamicObject| match typed::<Project>(&p) {
+                Some(p) => workspaces_of_project(&by_project.state(), &p),
+                None => Vec::new(),
+            },
+            ApiResource::erase::<Project>(&()),
         )
-        .watches(
-            Api::<Organization>::all(client.clone()),
-            watcher::Config::default(),
-            move |o| workspaces_in_namespace(&by_org.state(), rules::organization_namespace(&o)),
-        )
-        .watches_stream(same_name, move |w| names.siblings(&w))
+        .watches_stream(organizations.subscribe(), move |o| {
+            workspaces_in_namespace(&by_org.state(), rules::organization_namespace(&o))
+        })
+        .watches_stream(same_name, move |w| {
+            let candidates = same_named(&by_name, &names_of, &w);
+            same_name_siblings(&candidates, &w)
+        })
         .graceful_shutdown_on(shutdown)
         .run(
             |ws, ctx| {
@@ -382,7 +323,6 @@ where
                 tracing::debug!(error = %e, "workspace reconcile");
             }
         })
-        .await;
 }
 
 async fn reconcile(ws: Arc<Workspace>, ctx: Arc<WsContext>) -> Result<Action, Error> {
@@ -404,14 +344,14 @@ async fn reconcile(ws: Arc<Workspace>, ctx: Arc<WsContext>) -> Result<Action, Er
         &regarding,
     )
     .await?;
-    let project = lookup_project(client, &ns, ws.spec.project.as_deref()).await?;
-    let siblings: Vec<Arc<Workspace>> = ctx
-        .names
-        .named(&ns, &ws.spec.name)
+    ctx.projects.synced(IdKind::Project).await?;
+    let project = lookup_project(&ctx.projects, &ns, ws.spec.project.as_deref());
+    let siblings = same_named(&ctx.workspaces, &ctx.names, &ws);
+    let claims: Vec<NameClaim<'_>> = siblings
         .iter()
-        .filter_map(|n| ctx.workspaces.get(&ObjectRef::new(n).within(&ns)))
+        .filter(|w| w.metadata.namespace.as_deref() == Some(ns.as_str()))
+        .map(|w| claim(w))
         .collect();
-    let claims: Vec<NameClaim<'_>> = siblings.iter().map(|w| claim(w)).collect();
     let held_by = rules::name_held_by(claim(&ws), &claims);
     let derived = derive(&ws, &identity, &project, held_by);
 
@@ -428,42 +368,39 @@ async fn reconcile(ws: Arc<Workspace>, ctx: Arc<WsContext>) -> Result<Action, Er
         let body = status_patch(&derived, &conditions, generation);
         api.patch_status(&ws.name_any(), &pp, &Patch::Apply(&body))
             .await?;
-        match stall_transition(previous, &conditions) {
-            Some(StallTransition::Stalled { reason, message }) => {
-                publish_event(
-                    &ctx.recorder,
-                    &regarding,
-                    EventType::Warning,
-                    &reason,
-                    "Reconcile",
-                    message,
-                )
-                .await;
-            }
-            Some(StallTransition::Recovered { previous_reason }) => {
-                let note = format!("no longer stalled ({previous_reason} resolved)");
-                publish_event(
-                    &ctx.recorder,
-                    &regarding,
-                    EventType::Normal,
-                    REASON_RECOVERED,
-                    "Reconcile",
-                    note,
-                )
-                .await;
-            }
-            None => {}
-        }
+        record_stall_transition(&ctx.recorder, &regarding, previous, &conditions).await;
     }
-    Ok(match &derived.outcome {
-        Outcome::Ready { .. } => Action::requeue(Duration::from_secs(600)),
-        Outcome::Progressing { .. } => Action::requeue(Duration::from_secs(5)),
-        // A holder renamed away does not reach us through the same-name watch.
-        Outcome::Stalled { reason, .. } if reason == REASON_DUPLICATE_NAME => {
-            Action::requeue(Duration::from_secs(60))
-        }
-        Outcome::Stalled { .. } => Action::requeue(Duration::from_secs(300)),
+    Ok(match recheck_after(&derived.outcome) {
+        Some(after) => Action::requeue(after),
+        None => Action::await_change(),
     })
+}
+
+/// When to look at a workspace again after `outcome` (None: on its next change). Nothing
+/// in a Ready workspace's status depends on time, so it waits for a change.
+pub fn recheck_after(outcome: &Outcome) -> Option<Duration> {
+    match outcome {
+        Outcome::Ready { .. } => None,
+        Outcome::Progressing { .. } => Some(PROGRESS_RECHECK),
+        Outcome::Stalled { reason, .. } if reason == REASON_DUPLICATE_NAME => {
+            Some(DUPLICATE_RECHECK)
+        }
+        Outcome::Stalled { .. } => Some(STALLED_RECHECK),
+    }
+}
+
+/// The cached workspaces of `ws`'s namespace with its TFE name (case-insensitively, `ws`
+/// itself included), from the name index: the only ones its DuplicateName verdict
+/// depends on.
+fn same_named(store: &Store<Workspace>, names: &NameIndex, ws: &Workspace) -> Vec<Arc<Workspace>> {
+    let Some(ns) = ws.metadata.namespace.as_deref() else {
+        return Vec::new();
+    };
+    names
+        .members(ns, &ws.spec.name.to_lowercase())
+        .iter()
+        .filter_map(|object| store.get(&ObjectRef::new(object).within(ns)))
+        .collect()
 }
 
 fn claim(w: &Workspace) -> NameClaim<'_> {
@@ -474,33 +411,40 @@ fn claim(w: &Workspace) -> NameClaim<'_> {
     }
 }
 
-/// Reads the workspace's project: the Project named `project`, or the namespace's
-/// default project (label `terrace.dev/default-project=true`) when `project` is empty.
-async fn lookup_project(
-    client: &kube::Client,
-    ns: &str,
-    project: Option<&str>,
-) -> Result<ProjectLookup, Error> {
-    let api: Api<Project> = Api::namespaced(client.clone(), ns);
-    let found = |p: &Project| ProjectLookup::Found {
+/// The workspace's project, from the catalog's Project cache: the Project named
+/// `project`, or the namespace's default project (label `terrace.dev/default-project=true`)
+/// when `project` is empty.
+fn lookup_project(projects: &CatalogStores, ns: &str, project: Option<&str>) -> ProjectLookup {
+    let found = |p: &DynamicObject| ProjectLookup::Found {
         object: p.name_any(),
         id: p
             .labels()
             .get(LABEL_ID)
             .filter(|id| is_valid_id(IdKind::Project, id))
             .cloned(),
-        tag_bindings: p.spec.tag_bindings.clone(),
+        tag_bindings: p
+            .data
+            .pointer("/spec/tagBindings")
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+            .unwrap_or_default(),
     };
     match project.filter(|p| !p.is_empty()) {
-        Some(name) => Ok(match api.get_opt(name).await? {
+        Some(name) => match projects.get(IdKind::Project, ns, name) {
             Some(p) => found(&p),
             None => ProjectLookup::Missing {
                 object: name.to_owned(),
             },
-        }),
+        },
         None => {
-            let lp = ListParams::default().labels(&format!("{LABEL_DEFAULT_PROJECT}=true"));
-            let mut defaults = api.list(&lp).await?.items;
+            let mut defaults: Vec<_> = projects
+                .in_namespace(IdKind::Project, ns)
+                .into_iter()
+                .filter(|p| {
+                    p.labels()
+                        .get(LABEL_DEFAULT_PROJECT)
+                        .is_some_and(|v| v == "true")
+                })
+                .collect();
             // Several projects carrying the label is a misconfiguration; prefer the one
             // the Organization controller manages.
             defaults.sort_by_key(|p| {
@@ -509,7 +453,9 @@ async fn lookup_project(
                     p.name_any(),
                 )
             });
-            Ok(defaults.first().map_or(ProjectLookup::NoDefault, found))
+            defaults
+                .first()
+                .map_or(ProjectLookup::NoDefault, |p| found(p))
         }
     }
 }
@@ -685,6 +631,48 @@ mod tests {
         assert!(!status_is_current(&w, &other, &conds, Some(2)));
     }
 
+    /// The Workspace cache keeps only what this controller reads (see
+    /// `crate::watch`): a trimmed workspace derives the same status, and the same "already
+    /// current" verdict, as the whole object; what it does not read is gone.
+    #[test]
+    fn trimmed_workspaces_derive_the_same() {
+        use crate::watch::Watched;
+        let mut w = ws("w", "web", Some("infra"));
+        w.spec.description = Some("described".into());
+        w.spec.terraform_version = Some("1.9.0".into());
+        w.spec.trigger_patterns = vec!["/modules/**".into()];
+        let d = derive(&w, &identity(true), &found(Some(PRJ_ID)), None);
+        let conds = kstatus_conditions(&[], &d.outcome, Some(2), Timestamp::UNIX_EPOCH);
+        w.status = Some(WorkspaceStatus {
+            id: Some(d.id.clone()),
+            project_id: d.project_id.clone(),
+            resource_count: 7,
+            latest_change_at: Some("2026-01-01T00:00:00Z".into()),
+            tag_names: d.tag_names.clone(),
+            effective_tag_bindings: d.effective_tag_bindings.clone(),
+            remote_state_consumer_count: Some(d.remote_state_consumer_count),
+            data_retention_policy_id: Some("drp-x".into()),
+            observed_generation: Some(2),
+            conditions: conds.clone(),
+            ..Default::default()
+        });
+        let mut trimmed = w.clone();
+        trimmed.trim();
+        assert_eq!(
+            derive(&trimmed, &identity(true), &found(Some(PRJ_ID)), None),
+            d
+        );
+        assert!(status_is_current(&w, &d, &conds, Some(2)));
+        assert!(status_is_current(&trimmed, &d, &conds, Some(2)));
+        assert_eq!(trimmed.spec.project.as_deref(), Some("infra"));
+        assert_eq!(trimmed.spec.description, None);
+        assert_eq!(trimmed.spec.terraform_version, None);
+        assert!(trimmed.spec.trigger_patterns.is_empty());
+        let st = trimmed.status.unwrap_or_default();
+        assert_eq!((st.resource_count, st.latest_change_at), (0, None));
+        assert_eq!(st.data_retention_policy_id, None);
+    }
+
     /// The apply body names only the owned fields (server-side apply would otherwise
     /// take ownership of resourceCount, metrics, …) and omits projectId when unresolved.
     #[test]
@@ -772,39 +760,39 @@ mod tests {
         assert_eq!(names(workspaces_in_namespace(&all, "other")), ["x"]);
     }
 
-    /// A workspace change reaches the other workspaces of its namespace with the same
-    /// name, whatever its case; the index follows renames, deletions and relists.
+    /// Copies issue 17's idle budget: a Ready workspace is never requeued (nothing in
+    /// its status depends on time); waits that resolve by themselves and stalls are
+    /// looked at again.
+    #[test]
+    fn only_waits_and_stalls_are_rechecked() {
+        assert_eq!(recheck_after(&Outcome::Ready { message: "".into() }), None);
+        assert_eq!(
+            recheck_after(&Outcome::progressing(REASON_WAITING_FOR_PROJECT, "")),
+            Some(PROGRESS_RECHECK)
+        );
+        assert_eq!(
+            recheck_after(&Outcome::stalled(REASON_DUPLICATE_NAME, "")),
+            Some(DUPLICATE_RECHECK)
+        );
+        assert_eq!(
+            recheck_after(&Outcome::stalled(REASON_PROJECT_NOT_FOUND, "")),
+            Some(STALLED_RECHECK)
+        );
+    }
+
+    /// A workspace change reaches the other workspaces with the same name, whatever its
+    /// case.
     #[test]
     fn same_name_siblings_are_found_case_insensitively() {
-        use kube::runtime::watcher::Event;
-        let mut elsewhere = ws("d", "web", None);
-        elsewhere.metadata.namespace = Some("other".into());
-        let (a, b, c) = (
+        let all: Vec<Arc<Workspace>> = [
             ws("a", "Web", None),
             ws("b", "web", None),
             ws("c", "api", None),
-        );
-        let idx = SameNames::default();
-        for w in [&a, &b, &c, &elsewhere] {
-            idx.apply(&Event::Apply(w.clone()));
-        }
-        assert_eq!(names(idx.siblings(&a)), ["b"]);
-        assert!(idx.siblings(&c).is_empty());
-        // b renamed to API: now c's sibling, no longer a's.
-        let b2 = ws("b", "API", None);
-        idx.apply(&Event::Apply(b2.clone()));
-        assert!(idx.siblings(&a).is_empty());
-        assert_eq!(names(idx.siblings(&c)), ["b"]);
-        idx.apply(&Event::Delete(b2));
-        assert!(idx.siblings(&c).is_empty());
-        // A relist replaces everything, once complete.
-        idx.apply(&Event::Init);
-        idx.apply(&Event::InitApply(ws("e", "api", None)));
-        assert!(idx.siblings(&c).is_empty());
-        assert_eq!(idx.named("acme", "web"), ["a"]);
-        idx.apply(&Event::InitDone);
-        assert_eq!(names(idx.siblings(&c)), ["e"]);
-        assert_eq!(idx.named("acme", "API"), ["e"]);
-        assert!(idx.named("acme", "web").is_empty());
+        ]
+        .into_iter()
+        .map(Arc::new)
+        .collect();
+        assert_eq!(names(same_name_siblings(&all, &all[0])), ["b"]);
+        assert!(same_name_siblings(&all, &all[2]).is_empty());
     }
 }

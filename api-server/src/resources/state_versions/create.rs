@@ -1,0 +1,420 @@
+//! Writing state: `POST /workspaces/:id/state-versions` and the one-time upload URLs.
+//!
+//! With `state` in the body (go-tfe's legacy form) the version is checked, stored and
+//! finalized at once. Without it (what the terraform CLI sends first) the answer carries
+//! `hosted-state-upload-url` and `hosted-json-state-upload-url`: capability URLs
+//! (`<version id>.<random>`, only their SHA-256 kept, for an hour, used once); the
+//! version stays `pending` until the state PUT arrives and checks out. A state that does
+//! not (MD5, not a state file of the version's serial and lineage, too large) is refused
+//! with the reason and the version is discarded, so it cannot hold the workspace's unlock
+//! back.
+
+use std::collections::BTreeMap;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::http::HeaderMap;
+use base64::Engine;
+use kube::api::{ObjectMeta, PostParams};
+use terrace_crds::constants::{
+    ANNOTATION_STATE_UPLOAD_EXPIRES as ANNOTATION_UPLOAD_EXPIRES, LABEL_ID, LABEL_ORGANIZATION,
+    LABEL_WORKSPACE_ID,
+};
+use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
+use terrace_crds::lock::LockHolder;
+use terrace_crds::state::{self, Current, StateError, StateVersionState};
+use terrace_crds::{StateBlob, StateVersion, StateVersionSpec, Workspace};
+
+use super::{JSON_STATE_UPLOAD_PATH, STATE_UPLOAD_PATH, WRITE_STATE, render, state_of, store_of};
+use crate::blobs::BlobStore;
+use crate::capability::{base_url, constant_time_eq, random_token, sha256_hex};
+use crate::prelude::*;
+
+/// Annotation with the SHA-256 of the pending state upload token.
+const ANNOTATION_STATE_UPLOAD: &str = "terrace.dev/state-upload-sha256";
+/// Annotation with the SHA-256 of the pending JSON state upload token.
+const ANNOTATION_JSON_UPLOAD: &str = "terrace.dev/json-state-upload-sha256";
+/// How long the upload URLs work.
+const UPLOAD_TTL: jiff::SignedDuration = jiff::SignedDuration::from_hours(1);
+
+/// The attributes of a state version create.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct CreateAttributes {
+    serial: Option<i64>,
+    md5: Option<String>,
+    #[serde(default)]
+    lineage: Option<String>,
+    #[serde(default)]
+    force: Option<bool>,
+    #[serde(default)]
+    state: Option<String>,
+    #[serde(default)]
+    json_state: Option<String>,
+}
+
+impl Typed for CreateAttributes {
+    const TYPE: &'static str = "state-versions";
+}
+
+/// The relationships of a state version create.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct CreateRelationships {
+    run: Option<ToOne>,
+}
+
+fn state_error(e: StateError) -> ApiError {
+    match e.status() {
+        409 => ApiError::conflict(e.to_string()),
+        413 => ApiError::TooLarge(e.to_string().into()),
+        _ => ApiError::invalid("/data/attributes/state", e.to_string()),
+    }
+}
+
+fn decode(attr: &str, b64: &str) -> Result<Vec<u8>, ApiError> {
+    base64::engine::general_purpose::STANDARD
+        .decode(b64.trim())
+        .map_err(|e| ApiError::invalid_attribute(attr, format!("{attr} is not base64: {e}")))
+}
+
+/// The current state version's serial, lineage and MD5.
+fn current(state: &AppState, ws: &Workspace) -> Option<(i64, String, String)> {
+    state
+        .index
+        .read()
+        .current_state_version(ws)
+        .map(|v| (v.spec.serial, v.spec.lineage.clone(), v.spec.md5.clone()))
+}
+
+/// `POST /workspaces/:id/state-versions`.
+pub async fn create(
+    State(state): State<AppState>,
+    f: Found<Workspace>,
+    headers: HeaderMap,
+    JsonApi(doc): JsonApi<Document<CreateAttributes, CreateRelationships>>,
+) -> Result<Response, ApiError> {
+    let (caller, ws) = (&f.caller, &f.at);
+    super::require_verb(&state, caller, ws, WRITE_STATE).await?;
+    let data = doc.checked()?;
+    let a = data.attributes;
+    let serial = a
+        .serial
+        .ok_or_else(|| ApiError::invalid_attribute("serial", "serial is required"))?;
+    let md5 = a
+        .md5
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| ApiError::invalid_attribute("md5", "md5 is required"))?;
+    let lineage = a.lineage.unwrap_or_default();
+    let force = a.force.unwrap_or(false);
+    let me = LockHolder::User(caller.username.clone());
+    state::check_lock(terrace_crds::lock::holder_of(&ws.obj).as_ref(), &me).map_err(state_error)?;
+    let cur = current(&state, &ws.obj);
+    state::check_succession(
+        cur.as_ref().map(|(s, l, m)| Current {
+            serial: *s,
+            lineage: l,
+            md5: m,
+        }),
+        serial,
+        &lineage,
+        &md5,
+        force,
+    )
+    .map_err(state_error)?;
+    let limit = state.settings.max_state_bytes as u64;
+    // The legacy form: the state inline.
+    let inline = match a.state.as_deref().filter(|s| !s.is_empty()) {
+        Some(b64) => {
+            let bytes = decode("state", b64)?;
+            state::check_size(bytes.len() as u64, limit).map_err(state_error)?;
+            let summary = state::check_state(&bytes, Some(&md5)).map_err(state_error)?;
+            let json = match a.json_state.as_deref().filter(|s| !s.is_empty()) {
+                Some(j) => Some(decode("json-state", j)?),
+                None => None,
+            };
+            Some((bytes, json, summary))
+        }
+        None => None,
+    };
+    let id = new_id(IdKind::StateVersion);
+    let base = base_url(&state, &headers);
+    let (state_token, json_token) = (
+        format!("{id}.{}", random_token()),
+        format!("{id}.{}", random_token()),
+    );
+    let mut annotations = BTreeMap::new();
+    if inline.is_none() {
+        let expires = jiff::Timestamp::now()
+            .checked_add(UPLOAD_TTL)
+            .map_err(|e| ApiError::internal("upload expiry", e))?;
+        annotations.insert(
+            ANNOTATION_STATE_UPLOAD.to_owned(),
+            sha256_hex(state_token.as_bytes()),
+        );
+        annotations.insert(
+            ANNOTATION_JSON_UPLOAD.to_owned(),
+            sha256_hex(json_token.as_bytes()),
+        );
+        annotations.insert(ANNOTATION_UPLOAD_EXPIRES.to_owned(), expires.to_string());
+    }
+    let run = data
+        .relationships
+        .run
+        .as_ref()
+        .and_then(|r| r.id().flatten())
+        .map(str::to_owned);
+    let sv = StateVersion {
+        metadata: ObjectMeta {
+            name: Some(object_name_for_id(&id)),
+            namespace: Some(ws.ns.clone()),
+            labels: Some(BTreeMap::from([
+                (LABEL_ID.to_owned(), id.clone()),
+                (LABEL_ORGANIZATION.to_owned(), ws.org.name_any()),
+                (LABEL_WORKSPACE_ID.to_owned(), ws.id()),
+            ])),
+            annotations: Some(annotations).filter(|a| !a.is_empty()),
+            owner_references: ws.obj.controller_owner_ref(&()).map(|o| vec![o]),
+            ..Default::default()
+        },
+        spec: StateVersionSpec {
+            workspace: ws.object_name(),
+            serial,
+            lineage,
+            md5,
+            force,
+            created_by: Some(me.annotation()),
+            run,
+        },
+        status: None,
+    };
+    let api = write::api::<StateVersion>(&state, &ws.ns);
+    let created = api.create(&PostParams::default(), &sv).await?;
+    let created = write::patch_status(
+        &api,
+        &created.name_any(),
+        json!({"id": id, "status": StateVersionState::Pending.as_str()}),
+    )
+    .await?;
+    let done = match inline {
+        Some((bytes, json, summary)) => {
+            match store_and_finalize(&state, &created, Bytes::from(bytes), summary).await {
+                // The JSON form is optional: the state stands without it.
+                Ok(v) => match json {
+                    Some(j) => match store_json(&state, &v, Bytes::from(j)).await {
+                        Ok(with_json) => with_json,
+                        Err(_) => v,
+                    },
+                    None => v,
+                },
+                Err(e) => {
+                    // Nothing half-written: the version goes with its partial data.
+                    let _ = write::delete(&state, &created).await;
+                    return Err(e);
+                }
+            }
+        }
+        None => created,
+    };
+    write::wait_seen(&state, &done).await;
+    let uploads = (state_of(&done) == StateVersionState::Pending).then(|| {
+        (
+            format!("{base}{STATE_UPLOAD_PATH}/{state_token}"),
+            format!("{base}{JSON_STATE_UPLOAD_PATH}/{json_token}"),
+        )
+    });
+    let data = render(
+        &done,
+        &ws.id(),
+        &base,
+        uploads.as_ref().map(|(s, j)| (s.as_str(), j.as_str())),
+    );
+    Ok(Doc::created(data).into_response())
+}
+
+/// Stores `bytes` under `key` in the version's blob store; answers where they are.
+async fn store_blob(
+    state: &AppState,
+    v: &StateVersion,
+    key: String,
+    bytes: Bytes,
+    what: &str,
+) -> Result<StateBlob, ApiError> {
+    store_of(state, v)
+        .put(&key, bytes.clone())
+        .await
+        .map_err(|e| {
+            tracing::warn!(error = %e, what, "storing state data failed");
+            ApiError::Unavailable(format!("the {what} could not be stored right now; retry").into())
+        })?;
+    Ok(StateBlob {
+        key,
+        size: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
+        sha256: sha256_hex(&bytes),
+    })
+}
+
+/// Stores the state bytes and marks the version finalized with its summary.
+async fn store_and_finalize(
+    state: &AppState,
+    v: &StateVersion,
+    bytes: Bytes,
+    summary: state::StateSummary,
+) -> Result<StateVersion, ApiError> {
+    let key = terrace_crds::blobs::state_key(&id_of(v));
+    let blob = store_blob(state, v, key, bytes, "state").await?;
+    let api = write::api::<StateVersion>(state, &v.namespace().unwrap_or_default());
+    write::patch_status(
+        &api,
+        &v.name_any(),
+        json!({
+            "status": StateVersionState::Finalized.as_str(),
+            "state": blob,
+            "terraformVersion": summary.terraform_version,
+            "resourceCount": summary.resource_count,
+            "resources": summary.resources,
+            "outputs": summary.outputs,
+            "providers": summary.providers,
+            "finalizedAt": crate::render::now(),
+        }),
+    )
+    .await
+}
+
+/// Stores the JSON form of the state.
+async fn store_json(
+    state: &AppState,
+    v: &StateVersion,
+    bytes: Bytes,
+) -> Result<StateVersion, ApiError> {
+    let key = terrace_crds::blobs::json_state_key(&id_of(v));
+    let blob = store_blob(state, v, key, bytes, "JSON state").await?;
+    let api = write::api::<StateVersion>(state, &v.namespace().unwrap_or_default());
+    write::patch_status(&api, &v.name_any(), json!({"jsonState": blob})).await
+}
+
+fn gone() -> ApiError {
+    ApiError::not_found("upload URL not found, expired or already used")
+}
+
+/// The version a token is for, if the token is its pending one of `annotation`; the
+/// token is consumed (its annotation removed under the resourceVersion, so of concurrent
+/// PUTs exactly one proceeds).
+async fn claim(
+    state: &AppState,
+    token: &str,
+    annotation: &'static str,
+) -> Result<StateVersion, ApiError> {
+    let id = token.split_once('.').map(|(id, _)| id).ok_or_else(gone)?;
+    let v = state
+        .index
+        .read()
+        .state_versions()
+        .get(id)
+        .cloned()
+        .ok_or_else(gone)?;
+    let sha = sha256_hex(token.as_bytes());
+    let holds = |v: &StateVersion| {
+        let expired = v
+            .annotations()
+            .get(ANNOTATION_UPLOAD_EXPIRES)
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            .is_none_or(|t| t < jiff::Timestamp::now());
+        !expired
+            && v.annotations()
+                .get(annotation)
+                .is_some_and(|h| constant_time_eq(h.as_bytes(), sha.as_bytes()))
+    };
+    let api = write::api::<StateVersion>(state, &v.namespace().unwrap_or_default());
+    write::guarded_patch(&api, (*v).clone(), |cur| {
+        if holds(cur) {
+            Ok(Some(
+                json!({"metadata": {"annotations": {annotation: null}}}),
+            ))
+        } else {
+            Err(gone())
+        }
+    })
+    .await
+    .map_err(|e| match e {
+        ApiError::NotFound(_) => gone(),
+        other => other,
+    })
+}
+
+fn body_error(e: BytesRejection, limit: usize) -> ApiError {
+    if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::TooLarge(
+            format!(
+                "the state is larger than the limit of {limit} bytes (--max-state-bytes; the cluster blob store keeps states in Secrets)"
+            )
+            .into(),
+        )
+    } else {
+        ApiError::bad_body(format!("unreadable body: {e}"))
+    }
+}
+
+/// `PUT <hosted-state-upload-url>`: the state file (no Authorization: the URL is the
+/// capability). Finalizes the version, or refuses the bytes and discards it.
+pub async fn upload_state(
+    State(state): State<AppState>,
+    Path(token): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let limit = state.settings.max_state_bytes;
+    let v = claim(&state, &token, ANNOTATION_STATE_UPLOAD).await?;
+    let bytes = match body {
+        Ok(b) => b,
+        Err(e) => {
+            discard(&state, &v).await;
+            return Err(body_error(e, limit));
+        }
+    };
+    let checked = state::check_size(bytes.len() as u64, limit as u64)
+        .and_then(|()| state::check_state(&bytes, Some(&v.spec.md5)));
+    let summary = match checked {
+        Ok(s) => s,
+        Err(e) => {
+            discard(&state, &v).await;
+            return Err(match e.status() {
+                413 => ApiError::TooLarge(e.to_string().into()),
+                _ => ApiError::invalid("/", e.to_string()),
+            });
+        }
+    };
+    let done = store_and_finalize(&state, &v, bytes, summary).await?;
+    write::wait_seen(&state, &done).await;
+    Ok(StatusCode::OK.into_response())
+}
+
+/// `PUT <hosted-json-state-upload-url>`: the `terraform show -json` form of the state.
+pub async fn upload_json_state(
+    State(state): State<AppState>,
+    Path(token): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let limit = state.settings.max_state_bytes;
+    let v = claim(&state, &token, ANNOTATION_JSON_UPLOAD).await?;
+    let bytes = body.map_err(|e| body_error(e, limit))?;
+    serde_json::from_slice::<serde::de::IgnoredAny>(&bytes)
+        .map_err(|e| ApiError::invalid("/", format!("the JSON state is not JSON: {e}")))?;
+    let done = store_json(&state, &v, bytes).await?;
+    write::wait_seen(&state, &done).await;
+    Ok(StatusCode::OK.into_response())
+}
+
+/// Marks a version whose state was refused as discarded (it will never be finalized).
+async fn discard(state: &AppState, v: &StateVersion) {
+    let api = write::api::<StateVersion>(state, &v.namespace().unwrap_or_default());
+    match write::patch_status(
+        &api,
+        &v.name_any(),
+        json!({"status": StateVersionState::Discarded.as_str()}),
+    )
+    .await
+    {
+        Ok(d) => write::wait_seen(state, &d).await,
+        Err(e) => tracing::warn!(error = %e, "could not discard a refused state version"),
+    }
+}

@@ -1,0 +1,891 @@
+//! The rules of workspace state (DESIGN.md §3 "State and runs", issue: state versions),
+//! beside the lock state machine they go with:
+//!
+//! - only the holder of the workspace's lock may write a state version;
+//! - a new version's serial is greater than the current one's and its lineage the same,
+//!   unless the write is forced;
+//! - the bytes must be what the client said (MD5) and a state file (JSON, format version
+//!   4, whose serial and lineage are the version's);
+//! - a state has a size limit.
+//!
+//! [`summarize`] reads what the API shows of a state without keeping it: resources (names,
+//! types, counts), outputs (names, sensitivity, types) and the engine version. Values
+//! stay in the state, which only the blob store holds.
+
+use serde_json::Value;
+
+use crate::common::DataRetentionPolicy;
+use crate::lock::LockHolder;
+
+/// The life of a state version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StateVersionState {
+    /// Created; its bytes have not arrived yet.
+    Pending,
+    /// Its bytes are stored: it can be the current state.
+    Finalized,
+    /// Given up (never finalized).
+    Discarded,
+    /// Its bytes are hidden (downloads answer 404) and kept for a grace period, during
+    /// which they can be restored: by the data retention policy or on request.
+    BackingDataSoftDeleted,
+    /// Its bytes are gone for good.
+    BackingDataPermanentlyDeleted,
+}
+
+impl StateVersionState {
+    pub const ALL: [StateVersionState; 5] = [
+        StateVersionState::Pending,
+        StateVersionState::Finalized,
+        StateVersionState::Discarded,
+        StateVersionState::BackingDataSoftDeleted,
+        StateVersionState::BackingDataPermanentlyDeleted,
+    ];
+
+    /// TFE's word for it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            StateVersionState::Pending => "pending",
+            StateVersionState::Finalized => "finalized",
+            StateVersionState::Discarded => "discarded",
+            StateVersionState::BackingDataSoftDeleted => "backing_data_soft_deleted",
+            StateVersionState::BackingDataPermanentlyDeleted => "backing_data_permanently_deleted",
+        }
+    }
+
+    /// The state of a status string (absent: pending).
+    pub fn parse(s: Option<&str>) -> Option<StateVersionState> {
+        match s {
+            None => Some(StateVersionState::Pending),
+            Some(s) => StateVersionState::ALL.into_iter().find(|v| v.as_str() == s),
+        }
+    }
+}
+
+/// Why a state version cannot be written.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    /// 409: the workspace is not locked by the writer.
+    #[error("{0}")]
+    NotLockHolder(String),
+    /// 409: the serial does not follow the current one.
+    #[error("serial {given} must be greater than the current state's serial {current}")]
+    SerialNotGreater { given: i64, current: i64 },
+    /// 409: the current serial again, with another state.
+    #[error(
+        "The MD5 hash of the state provided does not match what is currently known for the same serial number ({serial}): give the state a greater serial"
+    )]
+    SameSerialOtherState { serial: i64 },
+    /// 409: another lineage.
+    #[error(
+        "lineage {given:?} does not match the current state's lineage {current:?} (force the write to replace the state)"
+    )]
+    LineageMismatch { given: String, current: String },
+    /// 422: the bytes are not the ones described.
+    #[error("md5 {given:?} does not match the uploaded state (md5 {actual:?})")]
+    Md5Mismatch { given: String, actual: String },
+    /// 422: not a state file.
+    #[error("the state is not a valid state file: {0}")]
+    Invalid(String),
+    /// 413.
+    #[error("the state is {size} bytes, more than the limit of {limit} bytes")]
+    TooLarge { size: u64, limit: u64 },
+    /// 409: a backing data action the version's state does not allow.
+    #[error("{0}")]
+    Transition(String),
+}
+
+impl StateError {
+    /// The HTTP status the API answers with.
+    pub fn status(&self) -> u16 {
+        match self {
+            StateError::NotLockHolder(_)
+            | StateError::SerialNotGreater { .. }
+            | StateError::SameSerialOtherState { .. }
+            | StateError::LineageMismatch { .. }
+            | StateError::Transition(_) => 409,
+            StateError::Md5Mismatch { .. } | StateError::Invalid(_) => 422,
+            StateError::TooLarge { .. } => 413,
+        }
+    }
+}
+
+/// Only the holder of the workspace's lock writes its state.
+pub fn check_lock(holder: Option<&LockHolder>, writer: &LockHolder) -> Result<(), StateError> {
+    match holder {
+        Some(h) if h == writer => Ok(()),
+        Some(h) => Err(StateError::NotLockHolder(format!(
+            "the workspace is locked by {h}: only the lock holder may write its state"
+        ))),
+        None => Err(StateError::NotLockHolder(
+            "the workspace is not locked: lock it before writing its state".into(),
+        )),
+    }
+}
+
+/// The serial, lineage and MD5 of a workspace's current state version.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Current<'a> {
+    pub serial: i64,
+    pub lineage: &'a str,
+    pub md5: &'a str,
+}
+
+/// A new version's serial follows the current one and its lineage is the same, unless
+/// `force` (the first version of a workspace can be anything). As in TFE, writing the
+/// current serial again is accepted when it is the same state (same MD5: a client
+/// retrying), refused otherwise; a lineage is only compared when both sides have one.
+pub fn check_succession(
+    current: Option<Current<'_>>,
+    serial: i64,
+    lineage: &str,
+    md5: &str,
+    force: bool,
+) -> Result<(), StateError> {
+    let Some(cur) = current.filter(|_| !force) else {
+        return Ok(());
+    };
+    if !cur.lineage.is_empty() && !lineage.is_empty() && cur.lineage != lineage {
+        return Err(StateError::LineageMismatch {
+            given: lineage.to_owned(),
+            current: cur.lineage.to_owned(),
+        });
+    }
+    if serial == cur.serial && !md5.is_empty() && md5.eq_ignore_ascii_case(cur.md5) {
+        return Ok(());
+    }
+    if serial == cur.serial {
+        return Err(StateError::SameSerialOtherState { serial });
+    }
+    if serial < cur.serial {
+        return Err(StateError::SerialNotGreater {
+            given: serial,
+            current: cur.serial,
+        });
+    }
+    Ok(())
+}
+
+/// A state version as the unlock rule sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WrittenVersion {
+    /// Creation time (whole seconds, as Kubernetes keeps it).
+    pub created: jiff::Timestamp,
+    pub serial: i64,
+    pub state: StateVersionState,
+    /// Its upload URLs expired before the state arrived: it will never be finalized.
+    pub abandoned: bool,
+}
+
+/// Whether the latest state version written under the current lock (created at or after
+/// `locked_at`, compared in whole seconds) is still pending: SPEC B8's unlock 503, so the
+/// lock is not given up before the state it protects is stored. An abandoned version does
+/// not hold the unlock back (force-unlock never waits).
+pub fn latest_pending_since(
+    locked_at: Option<jiff::Timestamp>,
+    versions: impl IntoIterator<Item = WrittenVersion>,
+) -> bool {
+    let Some(locked_at) = locked_at else {
+        return false;
+    };
+    let since = jiff::Timestamp::from_second(locked_at.as_second()).unwrap_or(locked_at);
+    versions
+        .into_iter()
+        .filter(|v| v.created >= since)
+        .max_by_key(|v| (v.created, v.serial))
+        .is_some_and(|v| v.state == StateVersionState::Pending && !v.abandoned)
+}
+
+/// What the data retention policy decides for the data of a state version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retention {
+    /// Kept, with nothing to look at again by time (no policy, or a policy that keeps
+    /// everything, or the workspace's current state, or no data).
+    Keep,
+    /// Kept as it is until then.
+    KeepUntil(jiff::Timestamp),
+    /// Its data is hidden now (soft delete), restorable during the grace period.
+    SoftDelete,
+    /// Its data goes for good (a soft delete older than the grace period).
+    PermanentlyDelete,
+}
+
+/// The policy in force for a workspace: its own, else its organization's default.
+pub fn effective_policy<'a>(
+    workspace: Option<&'a DataRetentionPolicy>,
+    organization: Option<&'a DataRetentionPolicy>,
+) -> Option<&'a DataRetentionPolicy> {
+    workspace.or(organization)
+}
+
+/// When a version's data changed state, for [`retention`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Times {
+    /// When the data arrived.
+    pub written: Option<jiff::Timestamp>,
+    /// When it was soft-deleted.
+    pub soft_deleted: Option<jiff::Timestamp>,
+}
+
+fn plus(t: jiff::Timestamp, d: jiff::SignedDuration) -> jiff::Timestamp {
+    t.checked_add(d).unwrap_or(jiff::Timestamp::MAX)
+}
+
+/// SPEC B20–B22 applied to state: the data of a finalized version older than
+/// `delete-older-than-n-days` is soft-deleted, unless it is the workspace's current state
+/// (never) or the policy says `dont-delete`; soft-deleted data (by the policy or on
+/// request) goes for good once `grace` has passed since.
+pub fn retention(
+    policy: Option<&DataRetentionPolicy>,
+    state: StateVersionState,
+    times: Times,
+    current: bool,
+    grace: jiff::SignedDuration,
+    now: jiff::Timestamp,
+) -> Retention {
+    if state == StateVersionState::BackingDataSoftDeleted {
+        let Some(at) = times.soft_deleted else {
+            return Retention::Keep;
+        };
+        let due = plus(at, grace);
+        return if now >= due {
+            Retention::PermanentlyDelete
+        } else {
+            Retention::KeepUntil(due)
+        };
+    }
+    let days = match policy {
+        Some(p) if p.dont_delete != Some(true) => p.delete_older_than_n_days,
+        _ => None,
+    };
+    let (Some(days), Some(written)) = (days.filter(|d| *d >= 1), times.written) else {
+        return Retention::Keep;
+    };
+    if state != StateVersionState::Finalized || current {
+        return Retention::Keep;
+    }
+    let due = plus(
+        written,
+        jiff::SignedDuration::from_hours(i64::from(days) * 24),
+    );
+    if now >= due {
+        Retention::SoftDelete
+    } else {
+        Retention::KeepUntil(due)
+    }
+}
+
+/// What can be done to a version's data on request (TFE's backing data actions).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackingDataAction {
+    SoftDelete,
+    Restore,
+    PermanentlyDelete,
+}
+
+/// The state a backing data action leads to: soft delete of finalized data (not the
+/// workspace's current state), restore of soft-deleted data, permanent deletion of
+/// either. Anything else: 409 "transition not allowed".
+pub fn backing_data_transition(
+    state: StateVersionState,
+    action: BackingDataAction,
+    current: bool,
+) -> Result<StateVersionState, StateError> {
+    use StateVersionState::*;
+    match (state, action) {
+        (Finalized, BackingDataAction::SoftDelete | BackingDataAction::PermanentlyDelete)
+            if current =>
+        {
+            Err(StateError::Transition(
+                "the current state version's data cannot be deleted".into(),
+            ))
+        }
+        (Finalized, BackingDataAction::SoftDelete) => Ok(BackingDataSoftDeleted),
+        (BackingDataSoftDeleted, BackingDataAction::Restore) => Ok(Finalized),
+        (Finalized | BackingDataSoftDeleted, BackingDataAction::PermanentlyDelete) => {
+            Ok(BackingDataPermanentlyDeleted)
+        }
+        (from, _) => Err(StateError::Transition(format!(
+            "transition not allowed from {}",
+            from.as_str()
+        ))),
+    }
+}
+
+/// Hex MD5 of `bytes`.
+pub fn md5_hex(bytes: &[u8]) -> String {
+    use md5::{Digest, Md5};
+    Md5::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The size limit.
+pub fn check_size(size: u64, limit: u64) -> Result<(), StateError> {
+    if size > limit {
+        Err(StateError::TooLarge { size, limit })
+    } else {
+        Ok(())
+    }
+}
+
+/// What the API shows of a state.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StateSummary {
+    pub serial: i64,
+    pub lineage: String,
+    pub terraform_version: Option<String>,
+    /// Managed resource instances.
+    pub resource_count: i64,
+    pub resources: Vec<crate::resources::ResourceSummary>,
+    pub outputs: Vec<crate::resources::OutputSummary>,
+    pub providers: Vec<String>,
+}
+
+/// Checks that `bytes` are a state file (format version 4) with `md5` (when given);
+/// answers its summary. The file's own serial and lineage are not compared with the
+/// version's: TFE does not, and clients (go-tfe) rely on it; the version's serial and
+/// lineage are what the succession rules apply to.
+pub fn check_state(bytes: &[u8], md5: Option<&str>) -> Result<StateSummary, StateError> {
+    if let Some(given) = md5.filter(|m| !m.is_empty()) {
+        let actual = md5_hex(bytes);
+        if !given.eq_ignore_ascii_case(&actual) {
+            return Err(StateError::Md5Mismatch {
+                given: given.to_owned(),
+                actual,
+            });
+        }
+    }
+    summarize(bytes)
+}
+
+/// One managed resource instance of a state, as TFE's workspace resources list shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourceInstance {
+    /// `[module.]type.name[index]`, the module by its name without `module.` prefixes
+    /// (TFE's form: `media_bucket.aws_s3_bucket.this[0]`).
+    pub address: String,
+    pub name: String,
+    /// Module path without `module.` prefixes (`a.b`), `root` for the root module.
+    pub module: String,
+    /// Provider source without its registry host (`hashicorp/aws`).
+    pub provider: String,
+    /// Resource type (`aws_s3_bucket`).
+    pub provider_type: String,
+    /// The instance key (`0`, `"blue"` as `blue`), None for a single instance.
+    pub name_index: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+struct InstancesFile {
+    #[serde(default)]
+    resources: Option<Vec<InstancesResource>>,
+}
+
+#[derive(serde::Deserialize)]
+struct InstancesResource {
+    #[serde(default)]
+    mode: Option<String>,
+    #[serde(default, rename = "type")]
+    type_: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    provider: Option<String>,
+    #[serde(default)]
+    module: Option<String>,
+    #[serde(default)]
+    instances: Option<Vec<InstanceKey>>,
+}
+
+#[derive(serde::Deserialize)]
+struct InstanceKey {
+    #[serde(default)]
+    index_key: Option<Value>,
+}
+
+/// `module.a.module.b` → `a.b`; empty → `root`.
+fn module_name(module: &str) -> String {
+    if module.is_empty() {
+        return "root".into();
+    }
+    module
+        .split('.')
+        .collect::<Vec<_>>()
+        .chunks(2)
+        .map(|pair| pair.last().copied().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+/// `provider["registry.terraform.io/hashicorp/aws"]` (or with an alias) → `hashicorp/aws`.
+fn provider_source(provider: &str) -> String {
+    let inner = provider
+        .split_once("[\"")
+        .and_then(|(_, rest)| rest.split_once("\"]"))
+        .map_or(provider, |(source, _)| source);
+    let parts: Vec<&str> = inner.split('/').collect();
+    match parts.len() {
+        n if n >= 2 => parts[n - 2..].join("/"),
+        _ => inner.to_owned(),
+    }
+}
+
+/// The managed resource instances of a state file, in file order.
+pub fn resource_instances(bytes: &[u8]) -> Result<Vec<ResourceInstance>, StateError> {
+    let file: InstancesFile = serde_json::from_slice(bytes)
+        .map_err(|e| StateError::Invalid(format!("not a state file: {e}")))?;
+    let mut out = Vec::new();
+    for r in file.resources.unwrap_or_default() {
+        if r.mode.as_deref() != Some("managed") {
+            continue;
+        }
+        let (name, type_) = (r.name.unwrap_or_default(), r.type_.unwrap_or_default());
+        let module = module_name(r.module.as_deref().unwrap_or_default());
+        let provider = provider_source(r.provider.as_deref().unwrap_or_default());
+        for i in r.instances.unwrap_or_default() {
+            let keyed_by_string = matches!(i.index_key, Some(Value::String(_)));
+            let name_index = match i.index_key {
+                None | Some(Value::Null) => None,
+                Some(Value::String(k)) => Some(k),
+                Some(other) => Some(other.to_string()),
+            };
+            let prefix = if module == "root" {
+                String::new()
+            } else {
+                format!("{module}.")
+            };
+            let suffix = match &name_index {
+                None => String::new(),
+                Some(k) if keyed_by_string => format!("[\"{k}\"]"),
+                Some(k) => format!("[{k}]"),
+            };
+            out.push(ResourceInstance {
+                address: format!("{prefix}{type_}.{name}{suffix}"),
+                name: name.clone(),
+                module: module.clone(),
+                provider: provider.clone(),
+                provider_type: type_.clone(),
+                name_index,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// What [`summarize`] reads of a state file; everything else (resource attributes, which
+/// are most of a state) is skipped without being built.
+#[derive(serde::Deserialize)]
+struct StateFile {
+    version: Option<i64>,
+    serial: Option<i64>,
+    #[serde(default)]
+    lineage: Option<String>,
+    #[serde(default)]
+    terraform_version: Option<String>,
+    #[serde(default)]
+    outputs: Option<std::collections::BTreeMap<String, OutputEntry>>,
+    #[serde(default)]
+    resources: Option<Vec<ResourceEntry>>,
+}
+
+#[derive(serde::Deserialize)]
+struct OutputEntry {
+    #[serde(default)]
+    sensitive: Option<bool>,
+    #[serde(default, rename = "type")]
+    type_: Option<Value>,
+    #[serde(default, rename = "value")]
+    _value: serde::de::IgnoredAny,
+}
+
+#[derive(serde::Deserialize)]
+struct ResourceEntry {
+    #[serde(default)]
+    mode: Option<String>,
+    #[serde(default, rename = "type")]
+    type_: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    provider: Option<String>,
+    #[serde(default)]
+    module: Option<String>,
+    #[serde(default)]
+    instances: Option<Vec<serde::de::IgnoredAny>>,
+}
+
+/// The summary of a state file (format version 4).
+pub fn summarize(bytes: &[u8]) -> Result<StateSummary, StateError> {
+    let file: StateFile = serde_json::from_slice(bytes).map_err(|e| {
+        StateError::Invalid(if e.is_data() {
+            format!("not a state file: {e}")
+        } else {
+            format!("not JSON: {e}")
+        })
+    })?;
+    match file.version {
+        Some(4) => {}
+        Some(n) => {
+            return Err(StateError::Invalid(format!(
+                "format version {n} is not supported (4 is)"
+            )));
+        }
+        None => return Err(StateError::Invalid("no format version".into())),
+    }
+    let serial = file
+        .serial
+        .ok_or_else(|| StateError::Invalid("no serial".into()))?;
+    let mut out = StateSummary {
+        serial,
+        lineage: file.lineage.unwrap_or_default(),
+        terraform_version: file.terraform_version,
+        ..Default::default()
+    };
+    for r in file.resources.unwrap_or_default() {
+        let count = r
+            .instances
+            .as_ref()
+            .map_or(0, |i| i64::try_from(i.len()).unwrap_or(i64::MAX));
+        let provider = r.provider.unwrap_or_default();
+        if !provider.is_empty() && !out.providers.contains(&provider) {
+            out.providers.push(provider.clone());
+        }
+        if r.mode.as_deref() != Some("managed") {
+            continue;
+        }
+        out.resource_count += count;
+        out.resources.push(crate::resources::ResourceSummary {
+            name: r.name.unwrap_or_default(),
+            type_: r.type_.unwrap_or_default(),
+            count,
+            module: r
+                .module
+                .filter(|m| !m.is_empty())
+                .unwrap_or_else(|| "root".to_owned()),
+            provider,
+        });
+    }
+    for (name, o) in file.outputs.unwrap_or_default() {
+        out.outputs.push(crate::resources::OutputSummary {
+            id: crate::ids::new_id(crate::ids::IdKind::StateVersionOutput),
+            name,
+            sensitive: o.sensitive.unwrap_or(false),
+            type_json: o.type_.map(|t| t.to_string()),
+        });
+    }
+    Ok(out)
+}
+
+/// The value of output `name` of a state file (None when absent or not a state).
+pub fn output_value(bytes: &[u8], name: &str) -> Option<Value> {
+    let v: Value = serde_json::from_slice(bytes).ok()?;
+    v.get("outputs")?.get(name)?.get("value").cloned()
+}
+
+/// Every output of a state file: name, value.
+pub fn output_values(bytes: &[u8]) -> Vec<(String, Value)> {
+    let Ok(v) = serde_json::from_slice::<Value>(bytes) else {
+        return Vec::new();
+    };
+    v.get("outputs")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, o)| (k.clone(), o.get("value").cloned().unwrap_or(Value::Null)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(serial: i64, lineage: &str) -> Vec<u8> {
+        serde_json::json!({
+            "version": 4,
+            "terraform_version": "1.11.4",
+            "serial": serial,
+            "lineage": lineage,
+            "outputs": {
+                "greeting": {"value": "hello", "type": "string"},
+                "secret": {"value": "s3cret", "type": "string", "sensitive": true},
+            },
+            "resources": [
+                {"mode": "managed", "type": "terraform_data", "name": "a",
+                 "provider": "provider[\"terraform.io/builtin/terraform\"]",
+                 "instances": [{"attributes": {}}, {"attributes": {}}]},
+                {"mode": "data", "type": "terraform_remote_state", "name": "r",
+                 "provider": "provider[\"terraform.io/builtin/terraform\"]",
+                 "instances": [{}]},
+                {"module": "module.m", "mode": "managed", "type": "terraform_data", "name": "b",
+                 "provider": "provider[\"terraform.io/builtin/terraform\"]",
+                 "instances": [{}]},
+            ],
+        })
+        .to_string()
+        .into_bytes()
+    }
+
+    #[test]
+    fn only_the_lock_holder_writes() {
+        let me = LockHolder::User("alice".into());
+        assert!(check_lock(Some(&me), &me).is_ok());
+        let other = LockHolder::User("bob".into());
+        let e = check_lock(Some(&other), &me).err();
+        assert_eq!(e.as_ref().map(StateError::status), Some(409));
+        assert!(e.is_some_and(|e| e.to_string().contains("locked by User bob")));
+        assert_eq!(check_lock(None, &me).err().map(|e| e.status()), Some(409));
+    }
+
+    #[test]
+    fn succession_rows() {
+        let cur = || {
+            Some(Current {
+                serial: 3,
+                lineage: "L",
+                md5: "abc",
+            })
+        };
+        assert!(
+            check_succession(None, 1, "X", "m", false).is_ok(),
+            "first version"
+        );
+        assert!(check_succession(cur(), 4, "L", "m", false).is_ok());
+        assert!(matches!(
+            check_succession(cur(), 2, "L", "m", false),
+            Err(StateError::SerialNotGreater { .. })
+        ));
+        // The current serial again: the same state is a retry, another state a conflict.
+        assert!(check_succession(cur(), 3, "L", "ABC", false).is_ok());
+        assert!(matches!(
+            check_succession(cur(), 3, "L", "other", false),
+            Err(StateError::SameSerialOtherState { .. })
+        ));
+        assert!(matches!(
+            check_succession(cur(), 9, "M", "m", false),
+            Err(StateError::LineageMismatch { .. })
+        ));
+        // A lineage is only compared when both sides have one.
+        assert!(check_succession(cur(), 4, "", "m", false).is_ok());
+        let unnamed = Some(Current {
+            serial: 3,
+            lineage: "",
+            md5: "abc",
+        });
+        assert!(check_succession(unnamed, 4, "M", "m", false).is_ok());
+        assert!(
+            check_succession(cur(), 1, "M", "m", true).is_ok(),
+            "force waives both"
+        );
+    }
+
+    #[test]
+    fn state_files_are_checked_and_summarized() {
+        let bytes = state(4, "L");
+        let md5 = md5_hex(&bytes);
+        let s = check_state(&bytes, Some(&md5)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.resource_count, 3, "managed instances only");
+        assert_eq!(s.resources.len(), 2);
+        assert_eq!(s.resources[1].module, "module.m");
+        assert_eq!(s.outputs.len(), 2);
+        assert!(s.outputs.iter().any(|o| o.name == "secret" && o.sensitive));
+        assert_eq!(s.outputs[0].type_json.as_deref(), Some("\"string\""));
+        assert_eq!(s.terraform_version.as_deref(), Some("1.11.4"));
+        assert_eq!(s.providers.len(), 1);
+        let e = check_state(&bytes, Some("00")).err();
+        assert_eq!(e.map(|e| e.status()), Some(422));
+        // The file's own serial and lineage are not the version's business.
+        assert_eq!(check_state(&bytes, None).map(|s| s.serial), Ok(4));
+        assert!(matches!(summarize(b"{}"), Err(StateError::Invalid(_))));
+        assert!(matches!(summarize(b"nope"), Err(StateError::Invalid(_))));
+        assert!(matches!(
+            summarize(br#"{"version": 3, "serial": 1}"#),
+            Err(StateError::Invalid(_))
+        ));
+        assert_eq!(
+            output_value(&bytes, "secret"),
+            Some(serde_json::json!("s3cret"))
+        );
+        assert_eq!(output_values(&bytes).len(), 2);
+        assert_eq!(check_size(10, 5).err().map(|e| e.status()), Some(413));
+    }
+
+    #[test]
+    fn states_round_trip() {
+        for s in StateVersionState::ALL {
+            assert_eq!(StateVersionState::parse(Some(s.as_str())), Some(s));
+        }
+        assert_eq!(
+            StateVersionState::parse(None),
+            Some(StateVersionState::Pending)
+        );
+        assert_eq!(StateVersionState::parse(Some("weird")), None);
+    }
+
+    fn written(at: i64, serial: i64, state: StateVersionState) -> WrittenVersion {
+        WrittenVersion {
+            created: jiff::Timestamp::from_second(at).unwrap(),
+            serial,
+            state,
+            abandoned: false,
+        }
+    }
+
+    #[test]
+    fn unlock_waits_only_for_the_latest_version_written_under_the_lock() {
+        use StateVersionState::*;
+        let lock = Some(jiff::Timestamp::from_second(1000).unwrap());
+        // Nothing written under the lock, or not locked: no wait.
+        assert!(!latest_pending_since(lock, []));
+        assert!(!latest_pending_since(None, [written(1001, 1, Pending)]));
+        // The latest under the lock is pending: wait.
+        assert!(latest_pending_since(lock, [written(1001, 1, Pending)]));
+        assert!(latest_pending_since(
+            lock,
+            [written(1001, 1, Finalized), written(1002, 2, Pending)]
+        ));
+        // The latest is finalized (an earlier one stayed pending): no wait.
+        assert!(!latest_pending_since(
+            lock,
+            [written(1001, 1, Pending), written(1002, 2, Finalized)]
+        ));
+        // Pending from before the lock: not this lock's.
+        assert!(!latest_pending_since(lock, [written(999, 1, Pending)]));
+        // Same second as the lock (creation times are whole seconds): this lock's.
+        let lock_ms = Some(jiff::Timestamp::from_millisecond(1_000_700).unwrap());
+        assert!(latest_pending_since(lock_ms, [written(1000, 1, Pending)]));
+        // Discarded, or abandoned (its upload URLs expired): no wait.
+        assert!(!latest_pending_since(lock, [written(1001, 1, Discarded)]));
+        let mut abandoned = written(1001, 1, Pending);
+        abandoned.abandoned = true;
+        assert!(!latest_pending_since(lock, [abandoned]));
+    }
+
+    #[test]
+    fn retention_of_state_data() {
+        use StateVersionState::*;
+        let day = |d: i64| jiff::Timestamp::from_second(d * 86_400).unwrap();
+        let keep = |n: i32| DataRetentionPolicy {
+            delete_older_than_n_days: Some(n),
+            dont_delete: None,
+        };
+        let never = DataRetentionPolicy {
+            delete_older_than_n_days: None,
+            dont_delete: Some(true),
+        };
+        let grace = jiff::SignedDuration::from_hours(48);
+        let now = day(10);
+        let written = |d: i64| Times {
+            written: Some(day(d)),
+            soft_deleted: None,
+        };
+        let r = |p: Option<&DataRetentionPolicy>, s, t, current| {
+            retention(p, s, t, current, grace, now)
+        };
+        // No policy, dont-delete: kept, nothing to look at again.
+        assert_eq!(r(None, Finalized, written(1), false), Retention::Keep);
+        assert_eq!(
+            r(Some(&never), Finalized, written(1), false),
+            Retention::Keep
+        );
+        // Older than the policy: soft-deleted; younger: kept until it is due.
+        assert_eq!(
+            r(Some(&keep(3)), Finalized, written(1), false),
+            Retention::SoftDelete
+        );
+        assert_eq!(
+            r(Some(&keep(3)), Finalized, written(8), false),
+            Retention::KeepUntil(day(11))
+        );
+        // Due exactly now: goes.
+        assert_eq!(
+            r(Some(&keep(3)), Finalized, written(7), false),
+            Retention::SoftDelete
+        );
+        // The current state never goes; nor data not finalized.
+        assert_eq!(
+            r(Some(&keep(3)), Finalized, written(1), true),
+            Retention::Keep
+        );
+        for s in [Pending, Discarded, BackingDataPermanentlyDeleted] {
+            assert_eq!(r(Some(&keep(3)), s, written(1), false), Retention::Keep);
+        }
+        // Soft-deleted data goes for good after the grace period, whatever the policy.
+        let soft = |d: i64| Times {
+            written: Some(day(1)),
+            soft_deleted: Some(day(d)),
+        };
+        assert_eq!(
+            r(None, BackingDataSoftDeleted, soft(9), false),
+            Retention::KeepUntil(day(11))
+        );
+        assert_eq!(
+            r(None, BackingDataSoftDeleted, soft(8), false),
+            Retention::PermanentlyDelete
+        );
+        assert_eq!(
+            r(None, BackingDataSoftDeleted, soft(6), false),
+            Retention::PermanentlyDelete
+        );
+        // The workspace's own policy wins over the organization's default.
+        assert_eq!(effective_policy(Some(&never), Some(&keep(1))), Some(&never));
+        assert_eq!(effective_policy(None, Some(&keep(1))), Some(&keep(1)));
+        assert_eq!(effective_policy(None, None), None);
+    }
+
+    #[test]
+    fn backing_data_transitions() {
+        use BackingDataAction::*;
+        use StateVersionState::*;
+        let t = |s, a, c| backing_data_transition(s, a, c).map_err(|e| e.status());
+        assert_eq!(t(Finalized, SoftDelete, false), Ok(BackingDataSoftDeleted));
+        assert_eq!(t(BackingDataSoftDeleted, Restore, false), Ok(Finalized));
+        assert_eq!(
+            t(BackingDataSoftDeleted, PermanentlyDelete, false),
+            Ok(BackingDataPermanentlyDeleted)
+        );
+        assert_eq!(
+            t(Finalized, PermanentlyDelete, false),
+            Ok(BackingDataPermanentlyDeleted)
+        );
+        // Not the current state; not back from permanent deletion; nothing for pending.
+        assert_eq!(t(Finalized, SoftDelete, true), Err(409));
+        assert_eq!(t(Finalized, PermanentlyDelete, true), Err(409));
+        let e = backing_data_transition(BackingDataPermanentlyDeleted, Restore, false).err();
+        assert!(e.is_some_and(|e| e.to_string().contains("transition not allowed")));
+        assert_eq!(t(Finalized, Restore, false), Err(409));
+        assert_eq!(t(Pending, SoftDelete, false), Err(409));
+    }
+
+    #[test]
+    fn resource_instances_as_tfe_lists_them() {
+        let bytes = br#"{"version": 4, "serial": 1, "resources": [
+            {"module": "module.media_bucket", "mode": "managed", "type": "aws_s3_bucket_public_access_block",
+             "name": "this", "provider": "provider[\"registry.terraform.io/hashicorp/aws\"]",
+             "instances": [{"index_key": 0, "attributes": {}}]},
+            {"mode": "managed", "type": "terraform_data", "name": "one",
+             "provider": "provider[\"terraform.io/builtin/terraform\"]", "instances": [{"attributes": {}}]},
+            {"mode": "managed", "type": "terraform_data", "name": "each",
+             "provider": "provider[\"terraform.io/builtin/terraform\"]", "instances": [{"index_key": "blue"}]},
+            {"mode": "data", "type": "terraform_remote_state", "name": "x", "provider": "p", "instances": [{}]}
+        ]}"#;
+        let r = resource_instances(bytes).unwrap_or_default();
+        assert_eq!(r.len(), 3, "managed instances only");
+        assert_eq!(
+            r[0].address,
+            "media_bucket.aws_s3_bucket_public_access_block.this[0]"
+        );
+        assert_eq!(r[0].module, "media_bucket");
+        assert_eq!(r[0].provider, "hashicorp/aws");
+        assert_eq!(r[0].name_index.as_deref(), Some("0"));
+        assert_eq!(r[1].address, "terraform_data.one");
+        assert_eq!(r[1].module, "root");
+        assert_eq!(r[1].provider, "builtin/terraform");
+        assert_eq!(r[1].name_index, None);
+        assert_eq!(r[2].address, "terraform_data.each[\"blue\"]");
+        assert_eq!(module_name("module.a.module.b"), "a.b");
+    }
+}

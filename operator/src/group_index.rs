@@ -1,0 +1,170 @@
+//! An index of the objects of a kind by group within their namespace, kept current from
+//! a feed's events (see [`crate::watch::Feed::observe`]): the Workspace controller finds a
+//! workspace's same-named siblings by TFE name (compared case-insensitively, as name
+//! conflicts are), the state retention controller a workspace's state versions. A lookup,
+//! not a scan of every object in the cluster on every event and reconcile (issue 17: the
+//! per-create cost grew with the number of workspaces in the cluster).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use kube::Resource;
+use kube::runtime::watcher::Event;
+
+/// An object as the index files it: (namespace, object name, group).
+type Entry = (String, String, String);
+
+/// Shared handle on the index; [`GroupIndex::observe`] is the feed's hook.
+pub struct GroupIndex<K> {
+    inner: Arc<Mutex<Names>>,
+    group: fn(&K) -> Option<String>,
+}
+
+impl<K> Clone for GroupIndex<K> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            group: self.group,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Names {
+    /// (namespace, group) → object names.
+    holders: HashMap<(String, String), BTreeSet<String>>,
+    /// (namespace, object name) → group.
+    names: HashMap<(String, String), String>,
+    /// The objects of a (re)list in progress; they replace the index once it is done.
+    relist: Option<Vec<Entry>>,
+}
+
+impl Names {
+    fn insert(&mut self, (ns, object, name): Entry) {
+        self.remove(&ns, &object);
+        self.holders
+            .entry((ns.clone(), name.clone()))
+            .or_default()
+            .insert(object.clone());
+        self.names.insert((ns, object), name);
+    }
+
+    fn remove(&mut self, ns: &str, object: &str) {
+        let key = (ns.to_owned(), object.to_owned());
+        if let Some(name) = self.names.remove(&key) {
+            let by_name = (key.0, name);
+            if let Some(set) = self.holders.get_mut(&by_name) {
+                set.remove(object);
+                if set.is_empty() {
+                    self.holders.remove(&by_name);
+                }
+            }
+        }
+    }
+}
+
+impl<K: Resource> GroupIndex<K> {
+    /// An empty index filing each object under `group(object)` (not at all when None).
+    pub fn new(group: fn(&K) -> Option<String>) -> Self {
+        Self {
+            inner: Arc::default(),
+            group,
+        }
+    }
+
+    fn entry(&self, o: &K) -> Option<Entry> {
+        Some((
+            o.meta().namespace.clone()?,
+            o.meta().name.clone()?,
+            (self.group)(o)?,
+        ))
+    }
+
+    /// Follows one event of the watch (after the cache applied it).
+    pub fn observe(&self, ev: &Event<K>) {
+        let entry = |o: &K| self.entry(o);
+        let mut names = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        match ev {
+            Event::Init => names.relist = Some(Vec::new()),
+            Event::InitApply(w) => {
+                if let (Some(relist), Some(e)) = (names.relist.as_mut(), entry(w)) {
+                    relist.push(e);
+                }
+            }
+            Event::InitDone => {
+                let relist = names.relist.take().unwrap_or_default();
+                names.holders.clear();
+                names.names.clear();
+                for e in relist {
+                    names.insert(e);
+                }
+            }
+            Event::Apply(w) => {
+                if let Some(e) = entry(w) {
+                    names.insert(e);
+                }
+            }
+            Event::Delete(w) => {
+                if let (Some(ns), Some(object)) = (&w.meta().namespace, &w.meta().name) {
+                    names.remove(ns, object);
+                }
+            }
+        }
+    }
+
+    /// The object names of the objects of `ns` filed under `group`.
+    pub fn members(&self, ns: &str, group: &str) -> Vec<String> {
+        let names = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        names
+            .holders
+            .get(&(ns.to_owned(), group.to_owned()))
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::ObjectMeta;
+    use terrace_crds::{Workspace, WorkspaceSpec};
+
+    fn ws(ns: &str, object: &str, name: &str) -> Workspace {
+        Workspace {
+            metadata: ObjectMeta {
+                name: Some(object.into()),
+                namespace: Some(ns.into()),
+                ..Default::default()
+            },
+            spec: WorkspaceSpec {
+                name: name.into(),
+                ..Default::default()
+            },
+            status: None,
+        }
+    }
+
+    /// Follows kube-runtime's watcher events: a list fills the index (replacing what was
+    /// there), applies file an object under its current name (a rename moves it),
+    /// deletions remove it; names match case-insensitively within a namespace.
+    #[test]
+    fn the_index_follows_the_watch() {
+        let index = GroupIndex::new(|w: &Workspace| Some(w.spec.name.to_lowercase()));
+        let holders = |ns: &str, name: &str| index.members(ns, &name.to_lowercase());
+        index.observe(&Event::Apply(ws("acme", "stale", "web")));
+        index.observe(&Event::Init);
+        index.observe(&Event::InitApply(ws("acme", "a", "Web")));
+        index.observe(&Event::InitApply(ws("acme", "b", "web")));
+        index.observe(&Event::InitApply(ws("globex", "c", "web")));
+        assert_eq!(holders("acme", "web"), ["stale"], "before the list is done");
+        index.observe(&Event::InitDone);
+        assert_eq!(holders("acme", "WEB"), ["a", "b"]);
+        assert_eq!(holders("globex", "web"), ["c"]);
+        index.observe(&Event::Apply(ws("acme", "b", "api")));
+        assert_eq!(holders("acme", "web"), ["a"]);
+        assert_eq!(holders("acme", "api"), ["b"]);
+        index.observe(&Event::Delete(ws("acme", "a", "web")));
+        assert!(holders("acme", "web").is_empty());
+        assert!(holders("other", "web").is_empty());
+    }
+}

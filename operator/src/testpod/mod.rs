@@ -1,0 +1,439 @@
+//! The test Pod of a TestRun (DESIGN.md §3, "Test run Pod contract") as pure functions:
+//! the TestRun, its module's test variables, the Organization's `testRuns` settings and the
+//! operator settings go in; the Pod and the Secret holding its one-time token come out.
+//!
+//! The Pod:
+//! - is owned by the TestRun (controller reference) and carries the [`FINALIZER`], so it
+//!   stays readable until the controller has recorded the outcome;
+//! - `restartPolicy: Never`, labels [`LABEL_TEST_RUN`] (the run's ID) and the
+//!   organization, emptyDirs `workspace` (`/workspace`) and `tools` (`/terrace`);
+//! - init container `install-terrace` (the terrace image) copies the `terrace` binary
+//!   into `/terrace`;
+//! - init container `fetch` runs `terrace runner fetch` with the token file of the
+//!   Secret (key [`SECRET_KEY_TOKEN`], mounted at [`SECRET_DIR`]);
+//! - container `engine` (the engine image) runs `terrace runner exec -- <engine> test
+//!   -json …` in `/workspace`. Module variables are its environment, verbatim (their
+//!   category is `env`; a sensitive one comes from its Secret through `secretKeyRef`).
+//!   The run's `variables` are the HCL lines of the Secret's key [`SECRET_KEY_TFVARS`],
+//!   mounted alone at [`SECRET_DIR`] in this container and passed as `-var-file`; a
+//!   var-file wins over `TF_VAR_*` environment variables, so the run's values take
+//!   precedence over module variables of the same name.
+//!
+//! ## Archive URL contract (with the API server)
+//! The fetch init container downloads `{api_internal_url}/api/v2/test-archives/{cv-id}`
+//! (see [`archive_url`]) with `Authorization: Bearer <token>`. The token is 32 random
+//! bytes, base64url without padding ([`new_token`]), stored only in the run's Secret
+//! `<testrun-object-name>-run` (same namespace, owned by the TestRun) under key
+//! [`SECRET_KEY_TOKEN`]; the TestRun's status never carries it. The API server finds the
+//! Secret through its label [`LABEL_TEST_RUN`] (the run's ID) and the configuration
+//! version ID in label [`LABEL_CONFIGURATION_VERSION`], and answers the archive once.
+//!
+//! ## Log archive contract (with the API server)
+//! See [`log_archive`]: the engine log of a finished run, gzip-compressed in a ConfigMap.
+
+use std::collections::BTreeMap;
+
+use base64::Engine;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{
+    Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, KeyToPath, Pod, PodSpec, Secret,
+    SecretKeySelector, SecretVolumeSource, Volume, VolumeMount,
+};
+use kube::api::ObjectMeta;
+use kube::{Resource, ResourceExt};
+use rand::RngCore;
+use terrace_crds::constants::{LABEL_ID, LABEL_MANAGED_BY, LABEL_ORGANIZATION, MANAGED_BY};
+use terrace_crds::{RunVariable, TestRun, TestRunSettings, TestVariable};
+
+use crate::{Error, Settings};
+
+pub mod log_archive;
+
+pub use log_archive::{
+    LOG_ARCHIVE_KEY, LOG_ARCHIVE_MAX, build_log_archive, gzip, log_archive_name, log_tail,
+};
+
+/// Finalizer on test Pods: the controller removes it after recording the run's outcome.
+pub const FINALIZER: &str = "terrace.dev/test-run";
+/// Label on test Pods and Secrets: the TestRun's ID (`trun-…`).
+pub const LABEL_TEST_RUN: &str = "terrace.dev/test-run";
+/// Label on the token Secret: the ID of the configuration version the token unlocks.
+pub const LABEL_CONFIGURATION_VERSION: &str = "terrace.dev/configuration-version";
+/// Secret key of the one-time archive token.
+pub const SECRET_KEY_TOKEN: &str = "token";
+/// Secret key of the run's variables as HCL `key = value` lines.
+pub const SECRET_KEY_TFVARS: &str = "run.tfvars";
+/// Where the Secret is mounted (the token in `fetch`, the var-file in `engine`).
+pub const SECRET_DIR: &str = "/var/run/terrace";
+/// Name of the engine container (its termination message is the runner's report).
+pub const ENGINE_CONTAINER: &str = "engine";
+/// Name of the init container fetching the archive.
+pub const FETCH_CONTAINER: &str = "fetch";
+/// Name of the init container copying the terrace binary.
+pub const INSTALL_CONTAINER: &str = "install-terrace";
+/// Where the configuration is unpacked and the engine runs.
+pub const WORKSPACE_DIR: &str = "/workspace";
+/// Where the terrace binary is copied.
+pub const TOOLS_DIR: &str = "/terrace";
+/// Termination message path of the engine container.
+pub const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
+/// The runner's copy of the engine log inside the workspace.
+pub const LOG_FILE: &str = "/workspace/.terrace/test.log";
+
+/// The longest object name Kubernetes accepts (DNS subdomain).
+const MAX_NAME: usize = 253;
+const NAME_SUFFIX: &str = "-run";
+
+/// Name of the Pod (and of the token Secret) of the TestRun object `run_name`:
+/// deterministic, so a restarted controller finds the Pod instead of starting a second.
+/// Names too long for the suffix are cut (a trailing `-` or `.` is dropped so the result
+/// stays a valid DNS subdomain).
+pub fn pod_name(run_name: &str) -> String {
+    let mut base = run_name;
+    if base.len() + NAME_SUFFIX.len() > MAX_NAME {
+        let mut cut = MAX_NAME - NAME_SUFFIX.len();
+        while !base.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        base = base[..cut].trim_end_matches(['-', '.']);
+    }
+    format!("{base}{NAME_SUFFIX}")
+}
+
+/// The URL the fetch init container downloads the archive of configuration version
+/// `cv_id` from (see the module docs for the contract).
+pub fn archive_url(api_internal_url: &str, cv_id: &str) -> String {
+    format!(
+        "{}/api/v2/test-archives/{cv_id}",
+        api_internal_url.trim_end_matches('/')
+    )
+}
+
+/// A new one-time archive token: 32 random bytes, base64url without padding.
+pub fn new_token() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// The run's variables as a var-file: one `key = value` line each, values verbatim (they
+/// are literals of the configuration language). A key given twice keeps its last value,
+/// as the engine's `-var` flags do.
+pub fn run_tfvars(variables: &[RunVariable]) -> String {
+    let mut last: BTreeMap<&str, &str> = BTreeMap::new();
+    for v in variables {
+        last.insert(&v.key, &v.value);
+    }
+    let mut out = String::new();
+    for (k, v) in last {
+        out.push_str(k);
+        out.push_str(" = ");
+        out.push_str(v);
+        out.push('\n');
+    }
+    out
+}
+
+/// The engine command line: `<engine> test -json [-verbose] [-test-directory D]
+/// [-filter F]… [-var-file …]`.
+pub fn engine_command(engine: &str, run: &TestRun) -> Vec<String> {
+    let spec = &run.spec;
+    let mut cmd = vec![engine.to_owned(), "test".to_owned(), "-json".to_owned()];
+    if spec.verbose {
+        cmd.push("-verbose".to_owned());
+    }
+    if !spec.test_directory.is_empty() {
+        cmd.push("-test-directory".to_owned());
+        cmd.push(spec.test_directory.clone());
+    }
+    for f in &spec.filters {
+        cmd.push("-filter".to_owned());
+        cmd.push(f.clone());
+    }
+    if !spec.variables.is_empty() {
+        cmd.push("-var-file".to_owned());
+        cmd.push(format!("{SECRET_DIR}/{SECRET_KEY_TFVARS}"));
+    }
+    cmd
+}
+
+/// The environment of the engine container: the module's test variables (those whose
+/// `spec.module` is the run's module), sorted by key; a key defined twice keeps the
+/// variable with the smallest object name, so the choice does not depend on list order.
+/// A variable with `valueFrom` reads its Secret key through `secretKeyRef`.
+pub fn module_env(run: &TestRun, variables: &[TestVariable]) -> Vec<EnvVar> {
+    let mut chosen: BTreeMap<&str, &TestVariable> = BTreeMap::new();
+    for v in variables
+        .iter()
+        .filter(|v| v.spec.module == run.spec.module)
+    {
+        match chosen.get(v.spec.key.as_str()) {
+            Some(prev) if prev.name_any() <= v.name_any() => {}
+            _ => {
+                chosen.insert(&v.spec.key, v);
+            }
+        }
+    }
+    chosen
+        .into_values()
+        .map(|v| match &v.spec.value_from {
+            Some(from) => EnvVar {
+                name: v.spec.key.clone(),
+                value_from: Some(EnvVarSource {
+                    secret_key_ref: Some(SecretKeySelector {
+                        name: from.name.clone(),
+                        key: from.key.clone(),
+                        optional: Some(false),
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            None => EnvVar {
+                name: v.spec.key.clone(),
+                value: Some(v.spec.value.clone()),
+                ..Default::default()
+            },
+        })
+        .collect()
+}
+
+/// Everything a test Pod is built from.
+pub struct PodInputs<'a> {
+    /// The run (must have a name, namespace and uid: it owns the Pod).
+    pub run: &'a TestRun,
+    /// The run's ID (its `terrace.dev/id` label).
+    pub run_id: &'a str,
+    /// Name of the Organization owning the run's namespace.
+    pub organization: &'a str,
+    /// ID of the configuration version to test.
+    pub configuration_version_id: &'a str,
+    /// The namespace's test variables (those of other modules are ignored).
+    pub variables: &'a [TestVariable],
+    /// The Organization's `spec.settings.testRuns`.
+    pub org_settings: &'a TestRunSettings,
+    /// The operator's settings.
+    pub settings: &'a Settings,
+}
+
+fn owner_meta(
+    run: &TestRun,
+    name: String,
+    labels: BTreeMap<String, String>,
+) -> Result<ObjectMeta, Error> {
+    let owner = run
+        .controller_owner_ref(&())
+        .ok_or_else(|| Error::Invalid("the test run has no uid".into()))?;
+    Ok(ObjectMeta {
+        name: Some(name),
+        namespace: run.namespace(),
+        labels: Some(labels),
+        owner_references: Some(vec![owner]),
+        ..Default::default()
+    })
+}
+
+fn our_labels(inputs: &PodInputs<'_>) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_TEST_RUN.to_owned(), inputs.run_id.to_owned()),
+        (
+            LABEL_ORGANIZATION.to_owned(),
+            inputs.organization.to_owned(),
+        ),
+        (LABEL_MANAGED_BY.to_owned(), MANAGED_BY.to_owned()),
+    ])
+}
+
+/// The Secret of the run: the one-time `token` and the var-file `run.tfvars`.
+pub fn build_secret(inputs: &PodInputs<'_>, token: &str) -> Result<Secret, Error> {
+    let mut labels = our_labels(inputs);
+    labels.insert(
+        LABEL_CONFIGURATION_VERSION.to_owned(),
+        inputs.configuration_version_id.to_owned(),
+    );
+    Ok(Secret {
+        metadata: owner_meta(inputs.run, pod_name(&inputs.run.name_any()), labels)?,
+        data: Some(BTreeMap::from([
+            (
+                SECRET_KEY_TOKEN.to_owned(),
+                ByteString(token.as_bytes().to_vec()),
+            ),
+            (
+                SECRET_KEY_TFVARS.to_owned(),
+                ByteString(run_tfvars(&inputs.run.spec.variables).into_bytes()),
+            ),
+        ])),
+        type_: Some("Opaque".to_owned()),
+        ..Default::default()
+    })
+}
+
+fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.to_owned(),
+        mount_path: path.to_owned(),
+        read_only: read_only.then_some(true),
+        ..Default::default()
+    }
+}
+
+fn secret_volume(name: &str, secret: &str, key: &str) -> Volume {
+    Volume {
+        name: name.to_owned(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret.to_owned()),
+            items: Some(vec![KeyToPath {
+                key: key.to_owned(),
+                path: key.to_owned(),
+                mode: None,
+            }]),
+            default_mode: Some(0o400),
+            optional: Some(false),
+        }),
+        ..Default::default()
+    }
+}
+
+fn empty_dir(name: &str) -> Volume {
+    Volume {
+        name: name.to_owned(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Default::default()
+    }
+}
+
+/// The test Pod of the run (see the module docs).
+pub fn build_pod(inputs: &PodInputs<'_>) -> Result<Pod, Error> {
+    let run = inputs.run;
+    let overrides = &inputs
+        .org_settings
+        .pod_template
+        .over(&inputs.settings.test_pod_template);
+    let name = pod_name(&run.name_any());
+    // Our labels win over the organization's extra labels.
+    let mut labels = overrides.labels.clone();
+    labels.extend(our_labels(inputs));
+    let mut meta = owner_meta(run, name.clone(), labels)?;
+    meta.finalizers = Some(vec![FINALIZER.to_owned()]);
+    if !overrides.annotations.is_empty() {
+        meta.annotations = Some(overrides.annotations.clone());
+    }
+    let engine_image = inputs
+        .org_settings
+        .engine_image
+        .clone()
+        .filter(|i| !i.is_empty())
+        .unwrap_or_else(|| inputs.settings.engine_image.clone());
+    let terrace = format!("{TOOLS_DIR}/terrace");
+    let has_vars = !run.spec.variables.is_empty();
+
+    let install = Container {
+        name: INSTALL_CONTAINER.to_owned(),
+        image: Some(inputs.settings.terrace_image.clone()),
+        command: Some(vec![
+            inputs.settings.terrace_binary.clone(),
+            "runner".to_owned(),
+            "install".to_owned(),
+            terrace.clone(),
+        ]),
+        volume_mounts: Some(vec![mount("tools", TOOLS_DIR, false)]),
+        termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
+        ..Default::default()
+    };
+    let fetch = Container {
+        name: FETCH_CONTAINER.to_owned(),
+        image: Some(inputs.settings.terrace_image.clone()),
+        command: Some(vec![
+            terrace.clone(),
+            "runner".to_owned(),
+            "fetch".to_owned(),
+            "--url".to_owned(),
+            archive_url(
+                &inputs.settings.api_internal_url,
+                inputs.configuration_version_id,
+            ),
+            "--token-file".to_owned(),
+            format!("{SECRET_DIR}/{SECRET_KEY_TOKEN}"),
+            "--dest".to_owned(),
+            WORKSPACE_DIR.to_owned(),
+        ]),
+        volume_mounts: Some(vec![
+            mount("tools", TOOLS_DIR, true),
+            mount("workspace", WORKSPACE_DIR, false),
+            mount("token", SECRET_DIR, true),
+        ]),
+        termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
+        ..Default::default()
+    };
+    let mut command = vec![
+        terrace,
+        "runner".to_owned(),
+        "exec".to_owned(),
+        "--termination-message-path".to_owned(),
+        TERMINATION_MESSAGE_PATH.to_owned(),
+        "--log-file".to_owned(),
+        LOG_FILE.to_owned(),
+        "--".to_owned(),
+    ];
+    command.extend(engine_command(&inputs.settings.engine_command, run));
+    let mut engine_mounts = vec![
+        mount("tools", TOOLS_DIR, true),
+        mount("workspace", WORKSPACE_DIR, false),
+    ];
+    if has_vars {
+        engine_mounts.push(mount("run-vars", SECRET_DIR, true));
+    }
+    let env = module_env(run, inputs.variables);
+    let engine = Container {
+        name: ENGINE_CONTAINER.to_owned(),
+        image: Some(engine_image),
+        command: Some(command),
+        working_dir: Some(WORKSPACE_DIR.to_owned()),
+        env: (!env.is_empty()).then_some(env),
+        resources: overrides.resources.clone(),
+        volume_mounts: Some(engine_mounts),
+        termination_message_path: Some(TERMINATION_MESSAGE_PATH.to_owned()),
+        termination_message_policy: Some("File".to_owned()),
+        ..Default::default()
+    };
+
+    let secret = pod_name(&run.name_any());
+    let mut volumes = vec![
+        empty_dir("workspace"),
+        empty_dir("tools"),
+        secret_volume("token", &secret, SECRET_KEY_TOKEN),
+    ];
+    if has_vars {
+        volumes.push(secret_volume("run-vars", &secret, SECRET_KEY_TFVARS));
+    }
+    let service_account = overrides
+        .service_account_name
+        .clone()
+        .filter(|s| !s.is_empty());
+    Ok(Pod {
+        metadata: meta,
+        spec: Some(PodSpec {
+            restart_policy: Some("Never".to_owned()),
+            init_containers: Some(vec![install, fetch]),
+            containers: vec![engine],
+            volumes: Some(volumes),
+            // The tests need no Kubernetes API access unless the organization picked an
+            // account on purpose (e.g. for cloud workload identity).
+            automount_service_account_token: service_account.is_none().then_some(false),
+            service_account_name: service_account,
+            node_selector: (!overrides.node_selector.is_empty())
+                .then(|| overrides.node_selector.clone()),
+            tolerations: (!overrides.tolerations.is_empty()).then(|| overrides.tolerations.clone()),
+            ..Default::default()
+        }),
+        status: None,
+    })
+}
+
+/// The run's ID from its `terrace.dev/id` label (set by the ID controller).
+pub fn run_id(run: &TestRun) -> Option<&str> {
+    run.labels().get(LABEL_ID).map(String::as_str)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,327 @@
+//! Observe: a TestRun's Pod reduced to what the decision needs ([`PodObs`]). Pure.
+
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use kube::ResourceExt;
+
+use crate::testpod::{ENGINE_CONTAINER, FINALIZER};
+
+/// Waiting reasons that do not resolve by themselves: the run errors with the reason.
+const STUCK_REASONS: [&str; 7] = [
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "ErrImageNeverPull",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+];
+
+/// What the controller saw of the engine container.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EngineObs {
+    /// Not started yet (init containers running, image being pulled…).
+    NotStarted,
+    Running,
+    Terminated {
+        exit_code: i32,
+        reason: Option<String>,
+        /// The termination message (the runner's report, or a crash's last words).
+        message: Option<String>,
+    },
+}
+
+/// What the controller saw of the run's Pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PodObs {
+    Missing,
+    /// A Pod of that name not controlled by this run (left by a deleted run of the same
+    /// name, waiting for garbage collection).
+    Foreign,
+    Present(PodState),
+}
+
+/// The parts of a Pod the decision depends on.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodState {
+    /// `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+    /// `metadata.deletionGracePeriodSeconds`.
+    pub deletion_grace: Option<i64>,
+    /// The Pod still carries [`FINALIZER`].
+    pub finalizer: bool,
+    /// `status.phase`.
+    pub phase: Option<String>,
+    pub engine: Option<EngineObs>,
+    /// Why the Pod cannot make progress: a container waiting for a reason in
+    /// [`STUCK_REASONS`], a failed init container, a failed Pod (eviction).
+    pub failure: Option<String>,
+}
+
+impl PodState {
+    pub(super) fn completed(&self) -> bool {
+        matches!(self.phase.as_deref(), Some("Succeeded" | "Failed"))
+    }
+}
+
+fn waiting_failure(cs: &ContainerStatus) -> Option<String> {
+    let w = cs.state.as_ref()?.waiting.as_ref()?;
+    let reason = w.reason.as_deref()?;
+    STUCK_REASONS
+        .contains(&reason)
+        .then(|| match w.message.as_deref() {
+            Some(m) if !m.is_empty() => {
+                format!("container {} cannot start: {reason}: {m}", cs.name)
+            }
+            _ => format!("container {} cannot start: {reason}", cs.name),
+        })
+}
+
+/// Reduces the Pod to what [`decide`] needs. `run_uid` is the TestRun's uid.
+pub fn observe_pod(pod: Option<&Pod>, run_uid: &str) -> PodObs {
+    let Some(pod) = pod else {
+        return PodObs::Missing;
+    };
+    let controlled = pod
+        .owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && o.uid == run_uid);
+    if !controlled {
+        return PodObs::Foreign;
+    }
+    let status = pod.status.as_ref();
+    let mut failure = None;
+    for cs in status
+        .and_then(|s| s.init_container_statuses.as_ref())
+        .into_iter()
+        .flatten()
+    {
+        if let Some(f) = waiting_failure(cs) {
+            failure.get_or_insert(f);
+        }
+        if let Some(t) = cs.state.as_ref().and_then(|s| s.terminated.as_ref())
+            && t.exit_code != 0
+        {
+            let detail = t
+                .message
+                .as_deref()
+                .map(str::trim)
+                .filter(|m| !m.is_empty())
+                .or(t.reason.as_deref())
+                .unwrap_or("no message");
+            failure.get_or_insert(format!(
+                "init container {} failed with exit code {}: {detail}",
+                cs.name, t.exit_code
+            ));
+        }
+    }
+    let engine_status = status
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|l| l.iter().find(|c| c.name == ENGINE_CONTAINER));
+    let mut engine = None;
+    if let Some(cs) = engine_status {
+        if let Some(f) = waiting_failure(cs) {
+            failure.get_or_insert(f);
+        }
+        let state = cs.state.as_ref();
+        engine = Some(if let Some(t) = state.and_then(|s| s.terminated.as_ref()) {
+            EngineObs::Terminated {
+                exit_code: t.exit_code,
+                reason: t.reason.clone(),
+                message: t.message.clone(),
+            }
+        } else if state.is_some_and(|s| s.running.is_some()) {
+            EngineObs::Running
+        } else {
+            EngineObs::NotStarted
+        });
+    }
+    let phase = status.and_then(|s| s.phase.clone());
+    if phase.as_deref() == Some("Failed") && failure.is_none() {
+        let reason = status.and_then(|s| s.reason.as_deref()).unwrap_or("Failed");
+        let message = status.and_then(|s| s.message.as_deref()).unwrap_or("");
+        failure = Some(
+            format!("the test Pod failed: {reason} {message}")
+                .trim_end()
+                .to_owned(),
+        );
+    }
+    PodObs::Present(PodState {
+        deleting: pod.metadata.deletion_timestamp.is_some(),
+        deletion_grace: pod.metadata.deletion_grace_period_seconds,
+        finalizer: pod.finalizers().iter().any(|f| f == FINALIZER),
+        phase,
+        engine,
+        failure,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+        PodStatus,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+    use k8s_openapi::jiff::Timestamp;
+    use terrace_crds::constants::API_VERSION;
+
+    use crate::testrun::fixtures::{PASS, terminated};
+
+    fn pod_with(status: PodStatus, uid: &str) -> Pod {
+        Pod {
+            metadata: kube::api::ObjectMeta {
+                name: Some("r-run".into()),
+                finalizers: Some(vec![FINALIZER.into()]),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: API_VERSION.into(),
+                    kind: "TestRun".into(),
+                    name: "r".into(),
+                    uid: uid.into(),
+                    controller: Some(true),
+                    block_owner_deletion: Some(true),
+                }]),
+                ..Default::default()
+            },
+            spec: None,
+            status: Some(status),
+        }
+    }
+
+    fn cs(name: &str, state: ContainerState) -> ContainerStatus {
+        ContainerStatus {
+            name: name.into(),
+            state: Some(state),
+            ..Default::default()
+        }
+    }
+
+    /// Copies the kubelet's Pod status shapes: container states, waiting reasons of image
+    /// pull failures, failed init containers, terminated engine with its message.
+    #[test]
+    fn observe_pod_shapes() {
+        assert_eq!(observe_pod(None, "u"), PodObs::Missing);
+        assert_eq!(
+            observe_pod(Some(&pod_with(PodStatus::default(), "other")), "u"),
+            PodObs::Foreign
+        );
+        let PodObs::Present(p) = observe_pod(
+            Some(&pod_with(
+                PodStatus {
+                    phase: Some("Pending".into()),
+                    ..Default::default()
+                },
+                "u",
+            )),
+            "u",
+        ) else {
+            panic!()
+        };
+        assert!(p.finalizer && !p.deleting && p.engine.is_none() && p.failure.is_none());
+
+        let waiting = ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some("ImagePullBackOff".into()),
+                message: Some("Back-off pulling image \"x\"".into()),
+            }),
+            ..Default::default()
+        };
+        let st = PodStatus {
+            phase: Some("Pending".into()),
+            container_statuses: Some(vec![cs(ENGINE_CONTAINER, waiting)]),
+            ..Default::default()
+        };
+        let PodObs::Present(p) = observe_pod(Some(&pod_with(st, "u")), "u") else {
+            panic!()
+        };
+        assert_eq!(
+            p.failure.as_deref(),
+            Some("container engine cannot start: ImagePullBackOff: Back-off pulling image \"x\"")
+        );
+        assert_eq!(p.engine, Some(EngineObs::NotStarted));
+
+        let init_failed = ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: 1,
+                message: Some("downloading the configuration archive: 401\n".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let st = PodStatus {
+            phase: Some("Failed".into()),
+            init_container_statuses: Some(vec![cs("fetch", init_failed)]),
+            ..Default::default()
+        };
+        let PodObs::Present(p) = observe_pod(Some(&pod_with(st, "u")), "u") else {
+            panic!()
+        };
+        assert_eq!(
+            p.failure.as_deref(),
+            Some(
+                "init container fetch failed with exit code 1: downloading the configuration archive: 401"
+            )
+        );
+
+        let running = ContainerState {
+            running: Some(ContainerStateRunning {
+                started_at: Some(Time(Timestamp::now())),
+            }),
+            ..Default::default()
+        };
+        let st = PodStatus {
+            phase: Some("Running".into()),
+            container_statuses: Some(vec![cs(ENGINE_CONTAINER, running)]),
+            ..Default::default()
+        };
+        let PodObs::Present(p) = observe_pod(Some(&pod_with(st, "u")), "u") else {
+            panic!()
+        };
+        assert_eq!(p.engine, Some(EngineObs::Running));
+
+        let done = ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: 0,
+                reason: Some("Completed".into()),
+                message: Some(PASS.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let st = PodStatus {
+            phase: Some("Succeeded".into()),
+            container_statuses: Some(vec![cs(ENGINE_CONTAINER, done)]),
+            ..Default::default()
+        };
+        let PodObs::Present(p) = observe_pod(Some(&pod_with(st, "u")), "u") else {
+            panic!()
+        };
+        assert_eq!(
+            p.engine,
+            terminated(PASS).map(|e| match e {
+                EngineObs::Terminated { message, .. } => EngineObs::Terminated {
+                    exit_code: 0,
+                    reason: Some("Completed".into()),
+                    message
+                },
+                o => o,
+            })
+        );
+        assert!(p.failure.is_none());
+
+        // An evicted Pod.
+        let st = PodStatus {
+            phase: Some("Failed".into()),
+            reason: Some("Evicted".into()),
+            message: Some("The node was low on resource: memory.".into()),
+            ..Default::default()
+        };
+        let PodObs::Present(p) = observe_pod(Some(&pod_with(st, "u")), "u") else {
+            panic!()
+        };
+        assert_eq!(
+            p.failure.as_deref(),
+            Some("the test Pod failed: Evicted The node was low on resource: memory.")
+        );
+    }
+}
