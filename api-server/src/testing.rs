@@ -20,7 +20,8 @@ use kube::{Api, Resource};
 use serde_json::{Value, json};
 use terrace_crds::constants::{LABEL_DEFAULT_PROJECT, LABEL_ID};
 use terrace_crds::{
-    Organization, OrganizationSpec, Project, ProjectSpec, Workspace, WorkspaceSpec,
+    ConfigurationVersionState, Organization, OrganizationSpec, Project, ProjectSpec, Workspace,
+    WorkspaceSpec,
 };
 use tower::ServiceExt;
 
@@ -442,9 +443,7 @@ impl Mh {
         self.wait("the cv uploaded", |i| {
             i.configuration_versions()
                 .get(&id)
-                .and_then(|c| c.status.as_ref())
-                .and_then(|s| s.status.as_deref())
-                == Some("uploaded")
+                .is_some_and(|c| c.state() == Ok(ConfigurationVersionState::Uploaded))
         })
         .await;
         id

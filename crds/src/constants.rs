@@ -33,6 +33,23 @@ pub const ANNOTATION_LOCKED_AT: &str = "terrace.dev/locked-at";
 /// Annotation on a pending StateVersion: when its upload URLs stop working (RFC 3339).
 pub const ANNOTATION_STATE_UPLOAD_EXPIRES: &str = "terrace.dev/state-upload-expires-at";
 
+/// Annotation on a module's ConfigurationVersion: where its automatic test run stands
+/// (`due`, `superseded`, `claimed`, `created`; see `crate::testrun::automatic`). The API
+/// server sets `due` when an upload of a configuration version with `auto-queue-runs`
+/// is accepted; an explicit test run or the operator claims it, each with a
+/// resourceVersion precondition, so exactly one of them does.
+pub const ANNOTATION_AUTOMATIC_TEST_RUN: &str = "terrace.dev/automatic-test-run";
+/// Label naming the RegistryModule object of a test run, configuration version or test
+/// variable.
+pub const LABEL_MODULE: &str = "terrace.dev/module";
+/// Default grace period between an upload and its automatic test run (the operator's
+/// `--auto-test-run-delay`): an explicit test run created within it replaces the
+/// automatic one.
+pub const DEFAULT_AUTO_TEST_RUN_DELAY: &str = "5s";
+/// Request header the terraform CLI sends on every API call (`X-Terraform-Integration:
+/// cloud`): a test run it creates has the source `engine`.
+pub const HEADER_TERRAFORM_INTEGRATION: &str = "x-terraform-integration";
+
 /// Annotation a namespace's owner sets to let the Organization it names use the existing
 /// namespace (value: the Organization's `metadata.name`); see `crate::namespaces`.
 pub const ANNOTATION_ADOPT: &str = "terrace.dev/adopt";

@@ -598,6 +598,26 @@ impl RunnerReport {
     }
 }
 
+/// `@module` of the lines terrace itself adds to a run's log (only when the engine could
+/// not say anything: it never started).
+pub const RUNNER_MODULE: &str = "terrace.runner";
+
+/// A log line in the engine's own `-json` diagnostic shape (`type: diagnostic`), for the
+/// runner to say why the engine never started: the terraform CLI streaming the log renders
+/// it as "Error: SUMMARY" with DETAIL, as it renders the engine's own diagnostics.
+/// `timestamp`: RFC 3339. No trailing newline.
+pub fn diagnostic_line(summary: &str, detail: &str, timestamp: &str) -> String {
+    serde_json::json!({
+        "@level": "error",
+        "@message": format!("Error: {summary}"),
+        "@module": RUNNER_MODULE,
+        "@timestamp": timestamp,
+        "diagnostic": {"severity": "error", "summary": summary, "detail": detail},
+        "type": "diagnostic",
+    })
+    .to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -735,5 +755,27 @@ mod tests {
         );
         assert_eq!(back.summary(), None);
         assert!(RunnerReport::parse("OOMKilled").is_err());
+    }
+
+    /// The runner's own diagnostic parses as the engine's diagnostics do (the CLI
+    /// renders it; a tally records it as the last error).
+    #[test]
+    fn runner_diagnostic_line() {
+        let line = diagnostic_line(
+            "Engine not found",
+            "the command \"tofu\" was not found",
+            "2026-01-01T00:00:00Z",
+        );
+        assert!(!line.contains('\n'));
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+        assert_eq!(v["type"], "diagnostic");
+        assert_eq!(v["@message"], "Error: Engine not found");
+        assert_eq!(v["diagnostic"]["severity"], "error");
+        let mut tally = Tally::default();
+        tally.feed(&line);
+        assert_eq!(
+            tally.last_error.as_deref(),
+            Some("Engine not found: the command \"tofu\" was not found")
+        );
     }
 }

@@ -10,11 +10,16 @@
 //!   emptyDir. The archive is the module author's upload, so unpacking refuses anything that
 //!   could write outside the destination (absolute paths, `..`, links leading out, hard
 //!   links, device files) and stops at size and entry-count limits.
-//! - `exec` (engine container): runs `<engine> test -json …`, relays every output line of
-//!   the engine to stdout (the container log, which becomes the run's log) and to an
-//!   optional log file, folds the `-json` lines into a [`Tally`], and on exit writes a
-//!   [`RunnerReport`] as the container's termination message, which the TestRun controller
-//!   reads. A SIGTERM (the kubelet deleting the Pod for a cancel) becomes a SIGINT for the
+//! - `exec` (engine container): runs `<engine> test -json …`, relays every line the
+//!   engine writes to its stdout, in order and unchanged, to stdout (the container log,
+//!   which becomes the run's log the terraform CLI renders) and to an optional log file,
+//!   folds the `-json` lines into a [`Tally`], and on exit writes a [`RunnerReport`] as the
+//!   container's termination message, which the TestRun controller reads. The engine's
+//!   stderr never reaches that log (a Pod's log mixes both streams, which would put text
+//!   between the JSON lines): it goes to an optional file, and its last lines become the
+//!   report's message when the engine ends without a summary. An engine that cannot be
+//!   started (a missing command) is reported, and said in the log as one diagnostic line
+//!   in the engine's own `-json` shape, so the CLI shows why. A SIGTERM (the kubelet deleting the Pod for a cancel) becomes a SIGINT for the
 //!   engine, which then stops gracefully and destroys what it created; the runner waits for
 //!   it. Escalation is not the runner's business: the grace period ending (SIGKILL of the
 //!   whole container) does that.
@@ -31,7 +36,7 @@ use std::time::Duration;
 
 use clap::Subcommand;
 use terrace_crds::archive::{self, ArchiveError, ArchiveLimits, ArchiveStats, Capped, Checked};
-use terrace_crds::testoutput::{RunnerReport, Tally};
+use terrace_crds::testoutput::{RunnerReport, Tally, diagnostic_line};
 use tokio::io::{AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
@@ -66,6 +71,9 @@ pub enum RunnerCommand {
         /// Also append the engine's output to this file.
         #[arg(long)]
         log_file: Option<PathBuf>,
+        /// Append the engine's stderr to this file (it is never part of the log).
+        #[arg(long)]
+        stderr_file: Option<PathBuf>,
         /// The engine command line.
         #[arg(last = true, required = true)]
         command: Vec<String>,
@@ -378,6 +386,8 @@ pub struct ExecOptions {
     pub termination_message_path: Option<PathBuf>,
     /// File the engine's output is appended to as well.
     pub log_file: Option<PathBuf>,
+    /// File the engine's stderr is appended to.
+    pub stderr_file: Option<PathBuf>,
 }
 
 /// After the engine exits, how long output still held open by its leftover children
@@ -394,19 +404,100 @@ fn sigint(pid: u32) {
     }
 }
 
-async fn relay_lines<R: tokio::io::AsyncRead + Unpin>(reader: R, tx: mpsc::Sender<Vec<u8>>) {
+/// Which of the engine's streams a line came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stream {
+    Stdout,
+    Stderr,
+}
+
+async fn relay_lines<R: tokio::io::AsyncRead + Unpin>(
+    reader: R,
+    stream: Stream,
+    tx: mpsc::Sender<(Stream, Vec<u8>)>,
+) {
     let mut reader = BufReader::new(reader);
     loop {
         let mut line = Vec::new();
         match reader.read_until(b'\n', &mut line).await {
             Ok(0) | Err(_) => return,
             Ok(_) => {
-                if tx.send(line).await.is_err() {
+                if tx.send((stream, line)).await.is_err() {
                     return;
                 }
             }
         }
     }
+}
+
+/// The last lines of the engine's stderr, for the report of an engine that ended without
+/// a summary.
+#[derive(Default)]
+struct StderrTail {
+    lines: std::collections::VecDeque<String>,
+    bytes: usize,
+}
+
+impl StderrTail {
+    const MAX_BYTES: usize = 2048;
+
+    fn push(&mut self, line: &[u8]) {
+        let text = String::from_utf8_lossy(line).trim_end().to_owned();
+        if text.is_empty() {
+            return;
+        }
+        self.bytes += text.len() + 1;
+        self.lines.push_back(text);
+        while self.bytes > Self::MAX_BYTES && self.lines.len() > 1 {
+            if let Some(dropped) = self.lines.pop_front() {
+                self.bytes -= dropped.len() + 1;
+            }
+        }
+    }
+
+    fn text(&self) -> Option<String> {
+        (!self.lines.is_empty()).then(|| Vec::from(self.lines.clone()).join("\n"))
+    }
+}
+
+/// Why the engine did not start, in words naming the command.
+fn not_started(program: &str, e: &io::Error) -> (String, String) {
+    match e.kind() {
+        io::ErrorKind::NotFound => (
+            "Engine not found".to_owned(),
+            format!(
+                "The test engine command {program:?} was not found: it is not installed in the engine image (or, under terrace dev, not on PATH and not given with --engine)."
+            ),
+        ),
+        io::ErrorKind::PermissionDenied => (
+            "Engine not executable".to_owned(),
+            format!("The test engine command {program:?} cannot be executed: {e}."),
+        ),
+        _ => (
+            "Engine could not be started".to_owned(),
+            format!("Starting the test engine command {program:?} failed: {e}."),
+        ),
+    }
+}
+
+async fn open_append(path: &Path) -> Result<tokio::fs::File, RunnerError> {
+    if let Some(dir) = path.parent() {
+        tokio::fs::create_dir_all(dir)
+            .await
+            .map_err(|source| RunnerError::LogFile {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+    }
+    tokio::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .await
+        .map_err(|source| RunnerError::LogFile {
+            path: path.to_owned(),
+            source,
+        })
 }
 
 /// `terrace runner exec`: runs the engine, relays its output to `out` (and the log file),
@@ -419,26 +510,12 @@ pub async fn exec<W: AsyncWrite + Unpin>(
     out: &mut W,
 ) -> Result<RunnerReport, RunnerError> {
     let (program, args) = opts.command.split_first().ok_or(RunnerError::NoCommand)?;
-    if let Some(dir) = opts.log_file.as_deref().and_then(Path::parent) {
-        tokio::fs::create_dir_all(dir)
-            .await
-            .map_err(|source| RunnerError::LogFile {
-                path: dir.to_path_buf(),
-                source,
-            })?;
-    }
     let mut log = match &opts.log_file {
-        Some(path) => Some(
-            tokio::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .await
-                .map_err(|source| RunnerError::LogFile {
-                    path: path.clone(),
-                    source,
-                })?,
-        ),
+        Some(path) => Some(open_append(path).await?),
+        None => None,
+    };
+    let mut err_log = match &opts.stderr_file {
+        Some(path) => Some(open_append(path).await?),
         None => None,
     };
     let spawned = tokio::process::Command::new(program)
@@ -451,20 +528,33 @@ pub async fn exec<W: AsyncWrite + Unpin>(
     let mut child = match spawned {
         Ok(child) => child,
         Err(e) => {
-            let report = RunnerReport::not_started(format!("starting the engine {program}: {e}"));
+            let (summary, detail) = not_started(program, &e);
+            let mut line = diagnostic_line(
+                &summary,
+                &detail,
+                &k8s_openapi::jiff::Timestamp::now().to_string(),
+            )
+            .into_bytes();
+            line.push(b'\n');
+            let _ = out.write_all(&line).await.and(out.flush().await);
+            if let Some(f) = log.as_mut() {
+                let _ = f.write_all(&line).await;
+            }
+            let report = RunnerReport::not_started(format!("{summary}: {detail}"));
             write_report(opts, &report).await?;
             return Ok(report);
         }
     };
     let pid = child.id();
-    let (tx, mut lines) = mpsc::channel::<Vec<u8>>(256);
+    let (tx, mut lines) = mpsc::channel::<(Stream, Vec<u8>)>(256);
     if let Some(stdout) = child.stdout.take() {
-        tokio::spawn(relay_lines(stdout, tx.clone()));
+        tokio::spawn(relay_lines(stdout, Stream::Stdout, tx.clone()));
     }
     if let Some(stderr) = child.stderr.take() {
-        tokio::spawn(relay_lines(stderr, tx.clone()));
+        tokio::spawn(relay_lines(stderr, Stream::Stderr, tx.clone()));
     }
     drop(tx);
+    let mut stderr_tail = StderrTail::default();
 
     let mut tally = Tally::default();
     let mut interrupted = false;
@@ -477,7 +567,16 @@ pub async fn exec<W: AsyncWrite + Unpin>(
     loop {
         tokio::select! {
             line = lines.recv() => {
-                let Some(mut line) = line else { break };
+                let Some((stream, mut line)) = line else { break };
+                if stream == Stream::Stderr {
+                    stderr_tail.push(&line);
+                    if let Some(f) = err_log.as_mut()
+                        && f.write_all(&line).await.is_err()
+                    {
+                        err_log = None;
+                    }
+                    continue;
+                }
                 tally.feed(&String::from_utf8_lossy(&line));
                 if !line.ends_with(b"\n") {
                     line.push(b'\n');
@@ -517,10 +616,10 @@ pub async fn exec<W: AsyncWrite + Unpin>(
         Some(s) => s,
         None => child.wait().await,
     };
-    if let Some(f) = log.as_mut() {
+    for f in [log.as_mut(), err_log.as_mut()].into_iter().flatten() {
         let _ = f.flush().await;
     }
-    let report = match status {
+    let mut report = match status {
         Ok(status) => {
             use std::os::unix::process::ExitStatusExt;
             RunnerReport::from_tally(&tally, status.code(), status.signal(), interrupted)
@@ -531,6 +630,11 @@ pub async fn exec<W: AsyncWrite + Unpin>(
             r
         }
     };
+    // No summary and no error diagnostic: what the engine said on stderr (a panic, a
+    // crash) is the best explanation there is.
+    if report.error.is_some() && report.message.is_none() {
+        report.message = stderr_tail.text();
+    }
     write_report(opts, &report).await?;
     Ok(report)
 }
@@ -611,12 +715,14 @@ pub fn run(command: &RunnerCommand) -> Result<(), String> {
         RunnerCommand::Exec {
             termination_message_path,
             log_file,
+            stderr_file,
             command,
         } => {
             let opts = ExecOptions {
                 command: command.clone(),
                 termination_message_path: Some(termination_message_path.clone()),
                 log_file: log_file.clone(),
+                stderr_file: stderr_file.clone(),
             };
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()

@@ -1,7 +1,10 @@
 //! Configuration of `terrace operator` (flags and environment variables).
 
+use std::time::Duration;
+
 use clap::Args;
 use terrace_crds::PodTemplateOverrides;
+use terrace_crds::constants::DEFAULT_AUTO_TEST_RUN_DELAY;
 
 /// Default of [`Settings::terrace_image`]: the image of this very build.
 pub const DEFAULT_TERRACE_IMAGE: &str =
@@ -26,6 +29,12 @@ pub struct Settings {
     /// organization may set a lower limit in `spec.settings.testRuns.concurrency`).
     #[arg(long, env = "TERRACE_TEST_RUN_CONCURRENCY", default_value_t = 50)]
     pub test_run_concurrency: u32,
+    /// Grace period between the upload of a module's configuration version (with
+    /// `auto-queue-runs`) and its automatic test run: a test run created explicitly for
+    /// that configuration version within it (what the terraform CLI and go-tfe do right
+    /// after uploading) replaces the automatic one. `0s` creates it at once.
+    #[arg(long, env = "TERRACE_AUTO_TEST_RUN_DELAY", default_value = DEFAULT_AUTO_TEST_RUN_DELAY, value_parser = parse_delay)]
+    pub auto_test_run_delay: Duration,
     /// Image holding the `terrace` binary at `/usr/local/bin/terrace`: the first init
     /// container of a test Pod runs `terrace runner install` to put it into a shared
     /// volume (no shell needed in the image).
@@ -92,6 +101,15 @@ pub struct Settings {
     pub state_soft_delete_grace_hours: u32,
 }
 
+/// A duration such as `5s`, `1m` or `500ms` (zero allowed).
+pub fn parse_delay(s: &str) -> Result<Duration, String> {
+    let d: k8s_openapi::jiff::SignedDuration = s
+        .trim()
+        .parse()
+        .map_err(|e| format!("{s:?} is not a duration such as 5s or 500ms: {e}"))?;
+    Duration::try_from(d).map_err(|_| format!("{s:?}: the duration must not be negative"))
+}
+
 /// Default of [`Settings::state_soft_delete_grace_hours`]: a week.
 pub const DEFAULT_STATE_SOFT_DELETE_GRACE_HOURS: u32 = 7 * 24;
 
@@ -106,6 +124,8 @@ impl Default for Settings {
             engine_image: "ghcr.io/opentofu/opentofu:1.10".into(),
             engine_command: "tofu".into(),
             test_run_concurrency: 50,
+            auto_test_run_delay: parse_delay(DEFAULT_AUTO_TEST_RUN_DELAY)
+                .unwrap_or(Duration::from_secs(5)),
             terrace_image: DEFAULT_TERRACE_IMAGE.into(),
             terrace_binary: "/usr/local/bin/terrace".into(),
             api_internal_url: DEFAULT_API_INTERNAL_URL.into(),
@@ -156,5 +176,22 @@ mod tests {
             Some("terrace-system")
         );
         assert_eq!(s.leader_election_identity.as_deref(), Some("op-0"));
+    }
+
+    /// The automatic run's grace period: a few seconds by default, any duration (zero
+    /// too) from the flag.
+    #[test]
+    fn auto_test_run_delay() {
+        assert_eq!(parse(&[]).auto_test_run_delay, Duration::from_secs(5));
+        assert_eq!(
+            Settings::default().auto_test_run_delay,
+            Duration::from_secs(5)
+        );
+        let d = |v: &str| parse(&["--auto-test-run-delay", v]).auto_test_run_delay;
+        assert_eq!(d("500ms"), Duration::from_millis(500));
+        assert_eq!(d("0s"), Duration::ZERO);
+        assert_eq!(d("1m"), Duration::from_secs(60));
+        assert!(parse_delay("soon").is_err());
+        assert!(parse_delay("-1s").is_err());
     }
 }

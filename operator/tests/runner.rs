@@ -43,6 +43,7 @@ struct Ran {
     out: String,
     termination: String,
     log: String,
+    stderr: String,
 }
 
 async fn run_engine(dir: &Path, engine: &Path, signals: Option<Signals>) -> Ran {
@@ -52,6 +53,7 @@ async fn run_engine(dir: &Path, engine: &Path, signals: Option<Signals>) -> Ran 
         command: vec![engine.display().to_string(), "test".into(), "-json".into()],
         termination_message_path: Some(dir.join("termination-log")),
         log_file: Some(dir.join("engine.log")),
+        stderr_file: Some(dir.join("engine.stderr")),
     };
     let mut out = Vec::new();
     let report = tokio::time::timeout(Duration::from_secs(30), exec(&opts, rx, &mut out))
@@ -64,12 +66,14 @@ async fn run_engine(dir: &Path, engine: &Path, signals: Option<Signals>) -> Ran 
         out: String::from_utf8(out).unwrap(),
         termination: std::fs::read_to_string(dir.join("termination-log")).unwrap(),
         log: std::fs::read_to_string(dir.join("engine.log")).unwrap_or_default(),
+        stderr: std::fs::read_to_string(dir.join("engine.stderr")).unwrap_or_default(),
     }
 }
 
-/// Copies DESIGN.md §3 step 3: a passing `tofu test -json` — the output (stdout and stderr)
-/// is relayed to the container log and the log file, and the counts become the
-/// termination message.
+/// Copies DESIGN.md §3 step 3: a passing `tofu test -json` — its stdout lines are relayed,
+/// unchanged and in order, to the container log and the log file (issue 13: the stored
+/// log is exactly the engine's `-json` lines, which the CLI renders); its stderr goes to
+/// its own file, never between them; the counts become the termination message.
 #[tokio::test]
 async fn exec_pass_writes_summary() {
     let dir = tempfile::tempdir().unwrap();
@@ -88,10 +92,13 @@ async fn exec_pass_writes_summary() {
         r#"{"status":"pass","passed":2,"failed":0,"errored":0,"skipped":0,"exitCode":0,"interrupted":false}"#
     );
     assert_eq!(ran.report.status, Some(TestStatus::Pass));
-    assert!(ran.out.contains(SUMMARY_PASS), "{}", ran.out);
-    assert!(ran.out.contains("Initializing plugins...\n"), "{}", ran.out);
-    assert_eq!(ran.out.lines().count(), 4);
+    assert_eq!(
+        ran.out,
+        format!("{VERSION}\n{RUN_PASS}\n{SUMMARY_PASS}\n"),
+        "exactly the stdout lines"
+    );
     assert_eq!(ran.log, ran.out);
+    assert_eq!(ran.stderr, "Initializing plugins...\n");
 }
 
 /// A failing suite is a result, not a runner failure: status fail, the engine's exit code.
@@ -133,20 +140,51 @@ async fn exec_without_summary_is_an_error() {
     assert_eq!(report.summary(), None);
 }
 
-/// An engine that cannot be started is reported, not a panic or a hang.
+/// An engine that cannot be started is reported, not a panic or a hang: the report and
+/// the log (one diagnostic line in the engine's `-json` shape, which the CLI renders)
+/// name the missing command.
 #[tokio::test]
 async fn exec_missing_engine() {
     let dir = tempfile::tempdir().unwrap();
-    let ran = run_engine(dir.path(), &dir.path().join("no-such-tofu"), None).await;
+    let missing = dir.path().join("no-such-tofu");
+    let ran = run_engine(dir.path(), &missing, None).await;
     let report = RunnerReport::parse(&ran.termination).unwrap();
-    assert!(
-        report
-            .error
-            .as_deref()
-            .is_some_and(|e| e.starts_with("starting the engine")),
-        "{report:?}"
-    );
+    let error = report.error.clone().unwrap_or_default();
+    assert!(error.starts_with("Engine not found"), "{report:?}");
+    assert!(error.contains(&missing.display().to_string()), "{error}");
     assert_eq!(report.exit_code, None);
+    assert_eq!(ran.out.lines().count(), 1, "{}", ran.out);
+    let line: serde_json::Value = serde_json::from_str(ran.out.trim()).unwrap();
+    assert_eq!(line["type"], "diagnostic");
+    assert_eq!(line["diagnostic"]["summary"], "Engine not found");
+    assert!(
+        line["diagnostic"]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("no-such-tofu")),
+        "{line}"
+    );
+    assert_eq!(ran.log, ran.out);
+}
+
+/// An engine that crashes without a summary or an error diagnostic: its stderr (a
+/// panic) explains the errored run, and stays out of the log.
+#[tokio::test]
+async fn exec_crash_reports_the_stderr_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = script(
+        dir.path(),
+        &format!(
+            "{}echo 'panic: runtime error: index out of range' >&2\necho 'goroutine 1 [running]:' >&2\nexit 2",
+            say(VERSION)
+        ),
+    );
+    let ran = run_engine(dir.path(), &engine, None).await;
+    assert_eq!(ran.report.error.as_deref(), Some(ERROR_NO_SUMMARY));
+    assert_eq!(
+        ran.report.message.as_deref(),
+        Some("panic: runtime error: index out of range\ngoroutine 1 [running]:")
+    );
+    assert_eq!(ran.out, format!("{VERSION}\n"));
 }
 
 /// An engine that exits while a child it left behind (a provider plugin) still holds its
@@ -202,6 +240,7 @@ async fn exec_sigterm_becomes_sigint() {
         command: vec![engine.display().to_string()],
         termination_message_path: Some(dir.path().join("termination-log")),
         log_file: None,
+        stderr_file: None,
     };
     let task = tokio::spawn(async move {
         let mut out = Vec::new();
@@ -248,6 +287,7 @@ async fn exec_interrupt_without_summary() {
         command: vec![engine.display().to_string()],
         termination_message_path: None,
         log_file: None,
+        stderr_file: None,
     };
     let task = tokio::spawn(async move { exec(&opts, rx, &mut tokio::io::sink()).await });
     wait_for(&ready).await;
@@ -548,6 +588,8 @@ fn command_lines() {
         "exec",
         "--log-file",
         "/logs/engine.log",
+        "--stderr-file",
+        "/logs/engine.stderr",
         "--",
         "tofu",
         "test",
@@ -559,6 +601,7 @@ fn command_lines() {
     let RunnerCommand::Exec {
         termination_message_path,
         log_file,
+        stderr_file,
         command,
     } = cli.runner
     else {
@@ -566,6 +609,10 @@ fn command_lines() {
     };
     assert_eq!(termination_message_path, Path::new("/dev/termination-log"));
     assert_eq!(log_file.as_deref(), Some(Path::new("/logs/engine.log")));
+    assert_eq!(
+        stderr_file.as_deref(),
+        Some(Path::new("/logs/engine.stderr"))
+    );
     assert_eq!(
         command,
         ["tofu", "test", "-json", "-filter", "tests/a.tftest.hcl"]
@@ -596,6 +643,7 @@ fn run_exit_status() {
         RunnerCommand::Exec {
             termination_message_path: dir.path().join("termination-log"),
             log_file: None,
+            stderr_file: None,
             command: vec![engine.display().to_string()],
         }
     };

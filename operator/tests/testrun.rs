@@ -183,6 +183,22 @@ impl Cluster {
         self.engine_state(pod, "Succeeded", state).await
     }
 
+    /// A deleted Pod whose engine still runs (tearing down, writing its log) keeps the
+    /// finalizer: its log is archived only once the engine has ended.
+    async fn held_while_engine_runs(&self, pod: &str) -> R {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let p = self.pods().get(pod).await?;
+        assert!(
+            p.metadata.deletion_timestamp.is_some(),
+            "{pod} not deleting"
+        );
+        assert!(
+            p.finalizers().iter().any(|f| f == FINALIZER),
+            "{pod} let go of while its engine runs"
+        );
+        Ok(())
+    }
+
     async fn start_engine(&self, pod: &str) -> R {
         let state = json!({"running": {"startedAt": "2025-01-01T00:00:00Z"}});
         self.engine_state(pod, "Running", state).await
@@ -398,8 +414,8 @@ async fn cancel_deletes_the_pod() -> R {
     Ok(())
 }
 
-/// Force-cancel after cancel: the run is canceled at once (force-canceled-at set) and the
-/// Pod goes.
+/// Force-cancel after cancel: the run is canceled at once (force-canceled-at set); the
+/// Pod goes once its engine has been killed (its log archived complete).
 #[tokio::test]
 async fn force_cancel() -> R {
     let c = Cluster::start(5).await?;
@@ -420,6 +436,10 @@ async fn force_cancel() -> R {
     let s = c.status("r1", "canceled").await?;
     assert!(s["statusTimestamps"]["forceCanceledAt"].is_string());
     let pods = c.pods();
+    c.held_while_engine_runs("r1-run").await?;
+    // The kubelet kills the engine (grace period 0: SIGKILL).
+    let killed = json!({"terminated": {"exitCode": 137, "reason": "Error"}});
+    c.engine_state("r1-run", "Failed", killed).await?;
     eventually("the Pod gone", || async {
         pods.get_opt("r1-run").await.ok()?.is_none().then_some(())
     })
@@ -429,7 +449,8 @@ async fn force_cancel() -> R {
 
 /// A Pod deleted by someone else (kubectl delete pod; kube-apiserver marks it with
 /// deletionTimestamp while the finalizer holds it) errors the run with a message saying
-/// so; a Pod removed completely does the same.
+/// so; the finalizer holds the Pod until the interrupted engine has ended. A Pod removed
+/// completely does the same.
 #[tokio::test]
 async fn pod_deleted_externally() -> R {
     let c = Cluster::start(5).await?;
@@ -442,6 +463,8 @@ async fn pod_deleted_externally() -> R {
     assert_eq!(s["message"], "the test Pod was deleted");
     assert!(s["statusTimestamps"]["erroredAt"].is_string());
     let pods = c.pods();
+    c.held_while_engine_runs("r1-run").await?;
+    c.terminate_engine("r1-run", INTERRUPTED).await?;
     eventually("the Pod gone", || async {
         pods.get_opt("r1-run").await.ok()?.is_none().then_some(())
     })

@@ -45,6 +45,15 @@ pub struct DevArgs {
     /// Most test runs queued or running at once (0: no limit).
     #[arg(long, env = "TERRACE_TEST_RUN_CONCURRENCY", default_value_t = terrace_operator::Settings::default().test_run_concurrency)]
     pub test_run_concurrency: u32,
+    /// Grace period between an upload and its automatic test run; an explicit test run
+    /// created within it (the terraform CLI creates one right after uploading) replaces
+    /// the automatic one (as `terrace operator --auto-test-run-delay`).
+    #[arg(long, env = "TERRACE_AUTO_TEST_RUN_DELAY", default_value = terrace_crds::constants::DEFAULT_AUTO_TEST_RUN_DELAY, value_parser = terrace_operator::settings::parse_delay)]
+    pub auto_test_run_delay: Duration,
+    /// Key that signs capability URLs (log-read URLs); with the same key they stay valid
+    /// across restarts. Default: a random key per start.
+    #[arg(long, env = "TERRACE_URL_SIGNING_KEY", hide_env_values = true)]
+    pub url_signing_key: Option<String>,
     /// Do not run Pods: they stay Pending, as in a cluster without nodes (to measure the
     /// operator alone, e.g. in the test-run benchmark).
     #[arg(long)]
@@ -74,7 +83,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     // Test Pods run as local processes: `tofu` (and `terraform`) in them is the engine.
     let engine = match &args.engine {
-        Some(e) => Some(e.clone()),
+        // Absolute: test Pods run in their own working directory.
+        Some(e) => Some(std::path::absolute(e).unwrap_or_else(|_| e.clone())),
         None => engine_on_path(),
     };
     match &engine {
@@ -130,12 +140,18 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     // The test Pod's first init container copies this very binary into the Pod, and the
     // fetch container downloads the configuration from this API server.
     let operator_settings = terrace_operator::Settings {
+        // The engine by its path, so a missing one is named as the user gave it.
+        engine_command: engine.as_ref().map_or_else(
+            || terrace_operator::Settings::default().engine_command,
+            |e| e.display().to_string(),
+        ),
         terrace_binary: std::env::current_exe()
             .context("locating the terrace binary")?
             .display()
             .to_string(),
         api_internal_url: api_url.clone(),
         test_run_concurrency: args.test_run_concurrency,
+        auto_test_run_delay: args.auto_test_run_delay,
         ..Default::default()
     };
     let operator_task = (!args.cluster_only).then(|| {
@@ -153,6 +169,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         // No extra port in dev: `/metrics` (the API's and the operator's) is on the API.
         metrics_on_api_router: true,
         limits: args.api_limits.clone(),
+        url_signing_key: args.url_signing_key.clone(),
         ..Default::default()
     };
     let (index_tasks, api_task) = if args.cluster_only {

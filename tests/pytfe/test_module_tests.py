@@ -1,8 +1,10 @@
 """Issue 5: module tests over the wire (SPEC.md area A). pytfe has no test-run API, so
 everything goes through `_support.RawApi`: create a private registry module, a
 configuration version, upload a real tar.gz built here (no auth header: the URL is the
-credential), see the configuration version uploaded and a test run queued from it; test
-variables; cancel of a run that is not running (409); paging and `filter[source]`.
+credential), see the configuration version uploaded and a test run queued from it after
+the automatic run's grace period (none when an explicit run claims the configuration
+version first); test variables; cancel (202 until the run ends, 409 for a run that ended
+on its own); paging and `filter[source]`.
 """
 
 from __future__ import annotations
@@ -110,6 +112,7 @@ def test_upload_queues_a_run_and_the_url_works_once(raw, module):
     archive = targz(ARCHIVE)
     assert upload(raw, path, archive) == 200
     assert upload(raw, path, archive) == 404
+    # The automatic run follows the upload after a grace period (terrace dev: 5 s).
     queued = wait_for(
         "a run queued by the upload",
         lambda: [
@@ -117,11 +120,13 @@ def test_upload_queues_a_run_and_the_url_works_once(raw, module):
             if d["attributes"]["source"] == "svc-configuration-version"
         ],
     )
+    assert len(queued) == 1
     run = queued[0]
     assert run["relationships"]["configuration-version"]["data"]["id"] == cv
     a = run["attributes"]
     assert a["test-directory"] == "tests"
-    assert a["log-read-url"].endswith(f"/api/v2/test-runs/{run['id']}/logs")
+    # A capability URL of this run: readable without a token (go-tfe sends none).
+    assert f"/api/v2/test-runs/{run['id']}/log/" in a["log-read-url"]
     # An explicit run on the uploaded configuration version, shown with every attribute.
     r = create_run(raw, module, cv, {"verbose": True, "filters": ["tests/main.tftest.hcl"],
                                      "variables": [{"key": "region", "value": '"eu-west-1"'}]})
@@ -158,18 +163,68 @@ def test_bad_archive_and_bad_runs(raw, module):
     assert raw.request("GET", module.replace("/aws", "/gcp") + "/test-runs").status == 404
 
 
-def test_cancel_of_a_run_that_is_not_running_is_409(raw, module):
+def test_an_explicit_run_within_the_grace_period_replaces_the_automatic_one(raw, module):
+    """A3 with the CLI's sequence: upload (auto-queue-runs on), then an explicit run at once:
+    exactly one run, also after the automatic run's grace period."""
+    cv, path = create_cv(raw, module)
+    assert upload(raw, path, targz(ARCHIVE)) == 200
+    r = create_run(raw, module, cv)
+    assert r.status == 201, r.body
+    time.sleep(7.0)  # past terrace dev's default grace period of 5 s
+    listed = runs(raw, module)
+    assert listed["meta"]["pagination"]["total-count"] == 1, listed
+    assert listed["data"][0]["id"] == r.json["data"]["id"]
+    assert listed["data"][0]["attributes"]["source"] == "svc-api"
+
+
+def test_cancel_of_a_run_that_ended_on_its_own_is_409(raw, module):
     cv, path = create_cv(raw, module, auto_queue=False)
     assert upload(raw, path, targz(ARCHIVE)) == 200
     r = create_run(raw, module, cv)
     assert r.status == 201, r.body
     run = r.json["data"]["id"]
-    status = raw.request("GET", f"{module}/test-runs/{run}").json["data"]["attributes"]["status"]
-    if status != "running":
-        c = raw.request("POST", f"{module}/test-runs/{run}/cancel")
-        assert c.status == 409, c.body
-        assert "not running" in c.error_details
+    _wait_status(raw, module, run, {"finished"})
+    c = raw.request("POST", f"{module}/test-runs/{run}/cancel")
+    assert c.status == 409, c.body
+    assert "not running" in c.error_details
     assert raw.request("POST", f"{module}/test-runs/trun-nope/cancel").status == 404
+
+
+def test_cancel_of_a_pending_run_ends_it_without_a_pod(raw, module, terrace):
+    """A6: a run waiting for its inputs (here: a TestRun applied with kubectl naming a
+    configuration version that does not exist) is canceled at once (202), ends canceled
+    without ever having a Pod, and a second cancel (the CLI's second Ctrl-C) is 202 too."""
+    import json
+
+    from _support import kubectl
+
+    org = module.split("/")[4]
+    name = module.split("/")[-2]
+    modules = json.loads(kubectl(terrace, "get", "registrymodules", "-n", org, "-o", "json"))["items"]
+    obj = [m["metadata"]["name"] for m in modules if m["spec"]["name"] == name]
+    assert len(obj) == 1, modules
+    run_obj = unique("pending")
+    kubectl(terrace, "apply", "-f", "-", stdin=f"""apiVersion: terrace.dev/v1alpha1
+kind: TestRun
+metadata:
+  name: {run_obj}
+  namespace: {org}
+spec:
+  module: {obj[0]}
+  configurationVersion: no-such-cv
+""")
+    listed = wait_for("the kubectl run in the API", lambda: runs(raw, module)["data"])
+    run_id = listed[0]["id"]
+    assert listed[0]["attributes"]["status"] == "pending"
+    c = raw.request("POST", f"{module}/test-runs/{run_id}/cancel")
+    assert c.status == 202, c.body
+    a = _wait_status(raw, module, run_id, {"canceled", "errored", "finished"}, 30)["attributes"]
+    assert a["status"] == "canceled", a
+    assert a["status-timestamps"].get("canceled-at")
+    assert "started-at" not in a["status-timestamps"]
+    pods = kubectl(terrace, "get", "pods", "-n", org, "-l", f"terrace.dev/test-run={run_id}", "-o", "name")
+    assert pods.strip() == ""
+    assert raw.request("POST", f"{module}/test-runs/{run_id}/cancel").status == 202
 
 
 def test_paging_and_filter_source(raw, module):
@@ -277,8 +332,8 @@ def test_filters_and_variables_reach_the_engine_and_fail_is_reported(raw, module
 
 def test_cancel_interrupts_the_engine(raw, module):
     """A6: cancel while running is 202 and the engine gets an interrupt; the run ends
-    canceled. A second cancel is still accepted; force-cancel after it is 202 or 409
-    once the run is final."""
+    canceled. A second cancel, after the run ended, is still accepted (terraform's second
+    Ctrl-C cancels again and would report an error otherwise)."""
     cv = _uploaded_cv(raw, module)
     r = wait_for("run created", lambda: (lambda x: x if x.status == 201 else None)(create_run(
         raw, module, cv, {"filters": ["tests/slow.tftest.hcl"]})))
@@ -294,7 +349,7 @@ def test_cancel_interrupts_the_engine(raw, module):
     assert log.status == 200
     assert b"engine saw the interrupt" in log.body, log.body
     assert log.body.endswith(b"\x03"), log.body
-    assert raw.request("POST", f"{module}/test-runs/{run_id}/cancel").status == 409
+    assert raw.request("POST", f"{module}/test-runs/{run_id}/cancel").status == 202
 
 
 def _testrun_object(terrace, org: str, run_id: str) -> dict:

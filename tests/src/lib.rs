@@ -573,13 +573,33 @@ impl Terraform {
     }
 }
 
-/// The text of an output (stdout then stderr), for assertions and failure messages.
+/// The text of an output (stdout then stderr) without terminal colours, for assertions
+/// and failure messages.
 pub fn text(out: &Output) -> String {
-    format!(
+    strip_colours(&format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
-    )
+    ))
+}
+
+/// `s` without ANSI escape sequences (`ESC [ … letter`), as the CLI colours its output.
+pub fn strip_colours(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' && chars.peek() == Some(&'[') {
+            chars.next();
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// The path of the terraform CLI on PATH (the real engine of the CLI tests); panics when

@@ -101,6 +101,11 @@ impl CatalogStores {
             .ok_or_else(|| Error::Unavailable(format!("no cache of {kind:?}")))
     }
 
+    /// The cache of `kind` and the resource it holds.
+    pub fn store(&self, kind: IdKind) -> Result<(ApiResource, Store<DynamicObject>), Error> {
+        self.entry(kind).cloned()
+    }
+
     /// Waits (boundedly) for the first list of `kind`'s cache.
     pub async fn synced(&self, kind: IdKind) -> Result<(), Error> {
         let (ar, store) = self.entry(kind)?;

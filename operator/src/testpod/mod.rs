@@ -12,12 +12,15 @@
 //! - init container `fetch` runs `terrace runner fetch` with the token file of the
 //!   Secret (key [`SECRET_KEY_TOKEN`], mounted at [`SECRET_DIR`]);
 //! - container `engine` (the engine image) runs `terrace runner exec -- <engine> test
-//!   -json …` in `/workspace`. Module variables are its environment, verbatim (their
-//!   category is `env`; a sensitive one comes from its Secret through `secretKeyRef`).
-//!   The run's `variables` are the HCL lines of the Secret's key [`SECRET_KEY_TFVARS`],
-//!   mounted alone at [`SECRET_DIR`] in this container and passed as `-var-file`; a
-//!   var-file wins over `TF_VAR_*` environment variables, so the run's values take
-//!   precedence over module variables of the same name.
+//!   -json …` in `/workspace`, non-interactive ([`ENGINE_ENV`]: no checkpoint calls, no
+//!   input). Module variables are its environment, verbatim (their category is `env`; a
+//!   sensitive one comes from its Secret through `secretKeyRef`), except `hcl` ones named
+//!   `TF_VAR_<name>`, whose values are expressions: they go into the var-file as
+//!   `<name> = <value>`. The run's `variables` are HCL lines of that var-file too (a key
+//!   both define keeps the run's value), the Secret's key [`SECRET_KEY_TFVARS`], mounted
+//!   alone at [`SECRET_DIR`] in this container and passed as `-var-file`; a var-file wins
+//!   over `TF_VAR_*` environment variables, so the run's values take precedence over
+//!   module variables of the same name.
 //!
 //! ## Archive URL contract (with the API server)
 //! The fetch init container downloads `{api_internal_url}/api/v2/test-archives/{cv-id}`
@@ -43,7 +46,7 @@ use kube::api::ObjectMeta;
 use kube::{Resource, ResourceExt};
 use rand::RngCore;
 use terrace_crds::constants::{LABEL_ID, LABEL_MANAGED_BY, LABEL_ORGANIZATION, MANAGED_BY};
-use terrace_crds::{RunVariable, TestRun, TestRunSettings, TestVariable};
+use terrace_crds::{TestRun, TestRunSettings, TestVariable};
 
 use crate::{Error, Settings};
 
@@ -79,6 +82,17 @@ pub const TOOLS_DIR: &str = "/terrace";
 pub const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
 /// The runner's copy of the engine log inside the workspace.
 pub const LOG_FILE: &str = "/workspace/.terrace/test.log";
+/// Where the runner keeps the engine's stderr (never part of the run's log).
+pub const STDERR_FILE: &str = "/workspace/.terrace/engine.stderr";
+/// Environment of every engine: no update checks (the Pod may have no way out), no
+/// prompts, automation wording. A module test variable of the same name wins.
+pub const ENGINE_ENV: [(&str, &str); 3] = [
+    ("CHECKPOINT_DISABLE", "1"),
+    ("TF_IN_AUTOMATION", "1"),
+    ("TF_INPUT", "0"),
+];
+/// Prefix of the environment variables that set the engine's input variables.
+const TF_VAR_PREFIX: &str = "TF_VAR_";
 
 /// The longest object name Kubernetes accepts (DNS subdomain).
 const MAX_NAME: usize = 253;
@@ -116,12 +130,31 @@ pub fn new_token() -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
-/// The run's variables as a var-file: one `key = value` line each, values verbatim (they
-/// are literals of the configuration language). A key given twice keeps its last value,
-/// as the engine's `-var` flags do.
-pub fn run_tfvars(variables: &[RunVariable]) -> String {
+/// The input variable a module test variable sets through the var-file: an `hcl`,
+/// non-sensitive variable (its value in the spec) named `TF_VAR_<name>`.
+fn hcl_input(v: &TestVariable) -> Option<&str> {
+    if !v.spec.hcl || v.spec.value_from.is_some() || v.spec.sensitive {
+        return None;
+    }
+    v.spec
+        .key
+        .strip_prefix(TF_VAR_PREFIX)
+        .filter(|n| !n.is_empty())
+}
+
+/// The run's var-file: one `name = value` line each for the module's `hcl` input
+/// variables ([`hcl_input`]) and the run's variables, values verbatim (they are
+/// expressions of the configuration language), sorted by name. The run's value of a name
+/// wins over the module's; a key the run gives twice keeps its last value, as the
+/// engine's `-var` flags do.
+pub fn run_tfvars(run: &TestRun, variables: &[TestVariable]) -> String {
     let mut last: BTreeMap<&str, &str> = BTreeMap::new();
-    for v in variables {
+    for v in module_variables(run, variables) {
+        if let Some(name) = hcl_input(v) {
+            last.insert(name, &v.spec.value);
+        }
+    }
+    for v in &run.spec.variables {
         last.insert(&v.key, &v.value);
     }
     let mut out = String::new();
@@ -135,8 +168,8 @@ pub fn run_tfvars(variables: &[RunVariable]) -> String {
 }
 
 /// The engine command line: `<engine> test -json [-verbose] [-test-directory D]
-/// [-filter F]… [-var-file …]`.
-pub fn engine_command(engine: &str, run: &TestRun) -> Vec<String> {
+/// [-filter F]… [-var-file …]` (the var-file when [`run_tfvars`] has lines).
+pub fn engine_command(engine: &str, run: &TestRun, var_file: bool) -> Vec<String> {
     let spec = &run.spec;
     let mut cmd = vec![engine.to_owned(), "test".to_owned(), "-json".to_owned()];
     if spec.verbose {
@@ -150,18 +183,17 @@ pub fn engine_command(engine: &str, run: &TestRun) -> Vec<String> {
         cmd.push("-filter".to_owned());
         cmd.push(f.clone());
     }
-    if !spec.variables.is_empty() {
+    if var_file {
         cmd.push("-var-file".to_owned());
         cmd.push(format!("{SECRET_DIR}/{SECRET_KEY_TFVARS}"));
     }
     cmd
 }
 
-/// The environment of the engine container: the module's test variables (those whose
-/// `spec.module` is the run's module), sorted by key; a key defined twice keeps the
-/// variable with the smallest object name, so the choice does not depend on list order.
-/// A variable with `valueFrom` reads its Secret key through `secretKeyRef`.
-pub fn module_env(run: &TestRun, variables: &[TestVariable]) -> Vec<EnvVar> {
+/// The module's test variables (those whose `spec.module` is the run's module), sorted by
+/// key; a key defined twice keeps the variable with the smallest object name, so the
+/// choice does not depend on list order.
+fn module_variables<'a>(run: &TestRun, variables: &'a [TestVariable]) -> Vec<&'a TestVariable> {
     let mut chosen: BTreeMap<&str, &TestVariable> = BTreeMap::new();
     for v in variables
         .iter()
@@ -174,8 +206,16 @@ pub fn module_env(run: &TestRun, variables: &[TestVariable]) -> Vec<EnvVar> {
             }
         }
     }
-    chosen
-        .into_values()
+    chosen.into_values().collect()
+}
+
+/// The module's test variables as environment of the engine container (see
+/// [`module_variables`]), but the `hcl` inputs that go into the var-file. A variable
+/// with `valueFrom` reads its Secret key through `secretKeyRef`.
+pub fn module_env(run: &TestRun, variables: &[TestVariable]) -> Vec<EnvVar> {
+    module_variables(run, variables)
+        .into_iter()
+        .filter(|v| hcl_input(v).is_none())
         .map(|v| match &v.spec.value_from {
             Some(from) => EnvVar {
                 name: v.spec.key.clone(),
@@ -244,6 +284,23 @@ fn our_labels(inputs: &PodInputs<'_>) -> BTreeMap<String, String> {
     ])
 }
 
+/// The whole environment of the engine container: [`ENGINE_ENV`], then the module's
+/// variables ([`module_env`]), which win over it.
+pub fn engine_env(run: &TestRun, variables: &[TestVariable]) -> Vec<EnvVar> {
+    let module = module_env(run, variables);
+    let mut env: Vec<EnvVar> = ENGINE_ENV
+        .iter()
+        .filter(|(k, _)| !module.iter().any(|m| m.name == *k))
+        .map(|(k, v)| EnvVar {
+            name: (*k).to_owned(),
+            value: Some((*v).to_owned()),
+            ..Default::default()
+        })
+        .collect();
+    env.extend(module);
+    env
+}
+
 /// The Secret of the run: the one-time `token` and the var-file `run.tfvars`.
 pub fn build_secret(inputs: &PodInputs<'_>, token: &str) -> Result<Secret, Error> {
     let mut labels = our_labels(inputs);
@@ -260,7 +317,7 @@ pub fn build_secret(inputs: &PodInputs<'_>, token: &str) -> Result<Secret, Error
             ),
             (
                 SECRET_KEY_TFVARS.to_owned(),
-                ByteString(run_tfvars(&inputs.run.spec.variables).into_bytes()),
+                ByteString(run_tfvars(inputs.run, inputs.variables).into_bytes()),
             ),
         ])),
         type_: Some("Opaque".to_owned()),
@@ -325,7 +382,7 @@ pub fn build_pod(inputs: &PodInputs<'_>) -> Result<Pod, Error> {
         .filter(|i| !i.is_empty())
         .unwrap_or_else(|| inputs.settings.engine_image.clone());
     let terrace = format!("{TOOLS_DIR}/terrace");
-    let has_vars = !run.spec.variables.is_empty();
+    let has_vars = !run_tfvars(run, inputs.variables).is_empty();
 
     let install = Container {
         name: INSTALL_CONTAINER.to_owned(),
@@ -373,9 +430,15 @@ pub fn build_pod(inputs: &PodInputs<'_>) -> Result<Pod, Error> {
         TERMINATION_MESSAGE_PATH.to_owned(),
         "--log-file".to_owned(),
         LOG_FILE.to_owned(),
+        "--stderr-file".to_owned(),
+        STDERR_FILE.to_owned(),
         "--".to_owned(),
     ];
-    command.extend(engine_command(&inputs.settings.engine_command, run));
+    command.extend(engine_command(
+        &inputs.settings.engine_command,
+        run,
+        has_vars,
+    ));
     let mut engine_mounts = vec![
         mount("tools", TOOLS_DIR, true),
         mount("workspace", WORKSPACE_DIR, false),
@@ -383,13 +446,12 @@ pub fn build_pod(inputs: &PodInputs<'_>) -> Result<Pod, Error> {
     if has_vars {
         engine_mounts.push(mount("run-vars", SECRET_DIR, true));
     }
-    let env = module_env(run, inputs.variables);
     let engine = Container {
         name: ENGINE_CONTAINER.to_owned(),
         image: Some(engine_image),
         command: Some(command),
         working_dir: Some(WORKSPACE_DIR.to_owned()),
-        env: (!env.is_empty()).then_some(env),
+        env: Some(engine_env(run, inputs.variables)),
         resources: overrides.resources.clone(),
         volume_mounts: Some(engine_mounts),
         termination_message_path: Some(TERMINATION_MESSAGE_PATH.to_owned()),

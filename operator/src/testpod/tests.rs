@@ -4,7 +4,7 @@ use super::*;
 use k8s_openapi::api::core::v1::{ResourceRequirements, Toleration};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use terrace_crds::common::SecretKeyRef;
-use terrace_crds::{PodTemplateOverrides, TestRunSpec, TestVariableSpec};
+use terrace_crds::{PodTemplateOverrides, RunVariable, TestRunSpec, TestVariableSpec};
 
 fn run(variables: Vec<RunVariable>) -> TestRun {
     let mut r = TestRun::new(
@@ -121,7 +121,7 @@ fn tokens_are_random_base64url() {
 /// Copies the engines' `-var` semantics: the last value of a repeated key wins.
 #[test]
 fn run_tfvars_lines() {
-    let vars = vec![
+    let r = run(vec![
         RunVariable {
             key: "b".into(),
             value: "[\"x\"]".into(),
@@ -134,9 +134,77 @@ fn run_tfvars_lines() {
             key: "a".into(),
             value: "\"two\"".into(),
         },
+    ]);
+    assert_eq!(run_tfvars(&r, &[]), "a = \"two\"\nb = [\"x\"]\n");
+    assert_eq!(run_tfvars(&run(vec![]), &[]), "");
+}
+
+fn hcl(v: TestVariable) -> TestVariable {
+    let mut v = v;
+    v.spec.hcl = true;
+    v
+}
+
+/// Module test variables: `hcl` ones named `TF_VAR_<name>` are expressions and go into
+/// the var-file as `<name> = <value>` (a run variable of the same name wins); every
+/// other one (sensitive hcl ones too: their value is in a Secret) stays environment.
+#[test]
+fn hcl_test_variables_go_into_the_var_file() {
+    let r = run(vec![RunVariable {
+        key: "tags".into(),
+        value: "{ a = 1 }".into(),
+    }]);
+    let vars = [
+        hcl(var("v1", "vpc", "TF_VAR_zones", "[\"a\", \"b\"]", None)),
+        hcl(var("v2", "vpc", "TF_VAR_tags", "{ b = 2 }", None)),
+        hcl(var("v3", "vpc", "NOT_AN_INPUT", "[1]", None)),
+        hcl(var("v4", "vpc", "TF_VAR_secret", "", Some(("s", "k")))),
+        var("v5", "vpc", "TF_VAR_plain", "text", None),
+        hcl(var("v6", "other", "TF_VAR_elsewhere", "1", None)),
     ];
-    assert_eq!(run_tfvars(&vars), "a = \"two\"\nb = [\"x\"]\n");
-    assert_eq!(run_tfvars(&[]), "");
+    assert_eq!(
+        run_tfvars(&r, &vars),
+        "tags = { a = 1 }\nzones = [\"a\", \"b\"]\n"
+    );
+    let names: Vec<String> = module_env(&r, &vars).into_iter().map(|e| e.name).collect();
+    assert_eq!(names, ["NOT_AN_INPUT", "TF_VAR_plain", "TF_VAR_secret"]);
+    // A run without variables still gets the var-file when the module has hcl inputs.
+    let plain = run(vec![]);
+    let settings = Settings::default();
+    let org = TestRunSettings::default();
+    let pod = build_pod(&inputs(&plain, &vars, &org, &settings)).unwrap();
+    let cmd = container(&pod, ENGINE_CONTAINER).command.clone().unwrap();
+    assert_eq!(
+        &cmd[cmd.len() - 2..],
+        ["-var-file", "/var/run/terrace/run.tfvars"]
+    );
+}
+
+/// The engine never waits for input or calls home: CHECKPOINT_DISABLE, TF_INPUT=0 and
+/// TF_IN_AUTOMATION are set, and a module test variable of the same name wins.
+#[test]
+fn engine_env_is_non_interactive() {
+    let r = run(vec![]);
+    let env = engine_env(&r, &[]);
+    let pairs: Vec<(&str, Option<&str>)> = env
+        .iter()
+        .map(|e| (e.name.as_str(), e.value.as_deref()))
+        .collect();
+    assert_eq!(
+        pairs,
+        [
+            ("CHECKPOINT_DISABLE", Some("1")),
+            ("TF_IN_AUTOMATION", Some("1")),
+            ("TF_INPUT", Some("0"))
+        ]
+    );
+    let vars = [var("v1", "vpc", "TF_IN_AUTOMATION", "", None)];
+    let env = engine_env(&r, &vars);
+    assert_eq!(
+        env.iter().filter(|e| e.name == "TF_IN_AUTOMATION").count(),
+        1
+    );
+    assert_eq!(env.last().and_then(|e| e.value.as_deref()), Some(""));
 }
 
 /// The engine flags of SPEC.md A1: verbose, test directory, filters, and the var-file
@@ -145,7 +213,7 @@ fn run_tfvars_lines() {
 fn engine_command_flags() {
     let mut r = run(vec![]);
     assert_eq!(
-        engine_command("tofu", &r),
+        engine_command("tofu", &r, false),
         ["tofu", "test", "-json", "-test-directory", "tests"]
     );
     r.spec.verbose = true;
@@ -156,7 +224,7 @@ fn engine_command_flags() {
         value: "1".into(),
     }];
     assert_eq!(
-        engine_command("/usr/bin/terraform", &r),
+        engine_command("/usr/bin/terraform", &r, true),
         [
             "/usr/bin/terraform",
             "test",
@@ -301,6 +369,8 @@ fn pod_with_defaults() {
             "/dev/termination-log",
             "--log-file",
             "/workspace/.terrace/test.log",
+            "--stderr-file",
+            "/workspace/.terrace/engine.stderr",
             "--",
             "tofu",
             "test",
@@ -309,7 +379,11 @@ fn pod_with_defaults() {
             "tests"
         ]
     );
-    assert_eq!(engine.env, None);
+    assert_eq!(
+        engine.env.as_ref().map(Vec::len),
+        Some(ENGINE_ENV.len()),
+        "only the engine's fixed environment"
+    );
     assert_eq!(engine.resources, None);
     let mounts: Vec<&str> = engine
         .volume_mounts
@@ -415,13 +489,13 @@ fn pod_with_organization_overrides() {
     assert_eq!(engine.image.as_deref(), Some("hashicorp/terraform:1.9"));
     assert_eq!(engine.resources.as_ref(), Some(&resources));
     let cmd = engine.command.as_deref().unwrap();
-    assert_eq!(&cmd[8..11], ["terraform", "test", "-json"]);
+    assert_eq!(&cmd[10..13], ["terraform", "test", "-json"]);
     assert_eq!(
         &cmd[cmd.len() - 2..],
         ["-var-file", "/var/run/terrace/run.tfvars"]
     );
     let env = engine.env.as_ref().unwrap();
-    assert_eq!(env[0].name, "TF_VAR_size");
+    assert_eq!(env[ENGINE_ENV.len()].name, "TF_VAR_size");
     // The var-file volume holds only run.tfvars (never the token) and is mounted.
     let run_vars = spec
         .volumes

@@ -54,7 +54,10 @@ pub struct Plan {
     pub transition: Option<Transition>,
     /// The counts to record with a `finished` transition.
     pub summary: Option<TestSummary>,
-    /// Remove [`FINALIZER`](crate::testpod::FINALIZER) from the Pod (after the transition is recorded).
+    /// Archive the engine's log and remove [`FINALIZER`](crate::testpod::FINALIZER) from
+    /// the Pod (after the transition is recorded). Never while the engine may still write
+    /// to its log (`PodState::engine_may_write`): an interrupted engine's teardown
+    /// belongs in the stored log.
     pub release: bool,
 }
 
@@ -64,7 +67,7 @@ pub fn decide(state: TestRunState, cancel: CancelRequest, pod: &PodObs) -> Plan 
     let mut plan = Plan::default();
     if state.is_final() {
         if let PodObs::Present(p) = pod {
-            plan.release = p.finalizer;
+            plan.release = p.finalizer && !p.engine_may_write();
             // A Pod that can no longer do anything useful (stuck pulling an image, still
             // running after its run errored) is ended.
             if !p.deleting && !p.completed() {
@@ -74,6 +77,15 @@ pub fn decide(state: TestRunState, cancel: CancelRequest, pod: &PodObs) -> Plan 
         return plan;
     }
     let p = match pod {
+        // Canceled before it started: it ends without a Pod.
+        PodObs::Missing | PodObs::Foreign
+            if state == TestRunState::Pending && cancel != CancelRequest::None =>
+        {
+            plan.transition = Some(Transition::Canceled {
+                forced: cancel == CancelRequest::ForceRequested,
+            });
+            return plan;
+        }
         PodObs::Missing | PodObs::Foreign if state == TestRunState::Pending => {
             plan.create_pod = pod == &PodObs::Missing;
             return plan;
@@ -92,7 +104,7 @@ pub fn decide(state: TestRunState, cancel: CancelRequest, pod: &PodObs) -> Plan 
             plan.delete_pod = Some(0);
         }
         plan.transition = Some(Transition::Canceled { forced: true });
-        plan.release = true;
+        plan.release = !p.engine_may_write();
         return plan;
     }
     if let Some(EngineObs::Terminated {
@@ -121,7 +133,7 @@ pub fn decide(state: TestRunState, cancel: CancelRequest, pod: &PodObs) -> Plan 
     }
     if p.deleting && cancel == CancelRequest::None {
         plan.transition = Some(Transition::Errored(MSG_POD_DELETED.to_owned()));
-        plan.release = true;
+        plan.release = !p.engine_may_write();
         return plan;
     }
     if let Some(f) = &p.failure {
@@ -129,7 +141,7 @@ pub fn decide(state: TestRunState, cancel: CancelRequest, pod: &PodObs) -> Plan 
             CancelRequest::None => Transition::Errored(f.clone()),
             _ => Transition::on_exit(cancel, Err(f.clone())),
         });
-        plan.release = true;
+        plan.release = !p.engine_may_write();
         if !p.deleting && !p.completed() {
             plan.delete_pod = Some(CANCEL_GRACE_SECONDS);
         }
@@ -264,7 +276,8 @@ mod tests {
         assert!(p.release);
     }
 
-    /// Force-cancel: delete with grace 0 (unless already done) and record canceled at once.
+    /// Force-cancel: delete with grace 0 (unless already done) and record canceled at once;
+    /// the log is archived once the engine has ended.
     #[test]
     fn force_cancel_flow() {
         let deleting = with(present(Some(EngineObs::Running)), |p| {
@@ -274,7 +287,9 @@ mod tests {
         let p = decide(S::Running, C::ForceRequested, &deleting);
         assert_eq!(p.delete_pod, Some(0));
         assert_eq!(p.transition, Some(Transition::Canceled { forced: true }));
-        assert!(p.release);
+        assert!(!p.release, "the engine may still write");
+        let killed = with(present(terminated(INTERRUPTED)), |p| p.deleting = true);
+        assert!(decide(S::Canceled, C::ForceRequested, &killed).release);
         let gone = with(deleting, |p| p.deletion_grace = Some(0));
         assert_eq!(
             decide(S::Running, C::ForceRequested, &gone).delete_pod,
@@ -307,7 +322,12 @@ mod tests {
             p.transition,
             Some(Transition::Errored(MSG_POD_DELETED.into()))
         );
-        assert!(p.release);
+        // The interrupted engine tears down: its log is archived once it has ended (or
+        // the deletion is long overdue), so the stored log is complete.
+        assert!(!p.release);
+        assert!(!decide(S::Errored, C::None, &deleting).release);
+        let overdue = with(deleting.clone(), |p| p.deletion_overdue = true);
+        assert!(decide(S::Errored, C::None, &overdue).release);
         let ended = with(present(terminated(INTERRUPTED)), |p| p.deleting = true);
         let p = decide(S::Running, C::None, &ended);
         assert_eq!(
@@ -336,6 +356,33 @@ mod tests {
         );
         assert_eq!(p.delete_pod, Some(CANCEL_GRACE_SECONDS));
         assert!(p.release);
+    }
+
+    /// A run canceled before its engine started: pending without a Pod ends canceled
+    /// without one; queued (Pod not started) gets its Pod deleted like a running one and
+    /// ends canceled once it is gone.
+    #[test]
+    fn cancel_before_the_engine_started() {
+        let p = decide(S::Pending, C::Requested, &PodObs::Missing);
+        assert!(!p.create_pod);
+        assert_eq!(p.transition, Some(Transition::Canceled { forced: false }));
+        assert_eq!(p.delete_pod, None);
+        let p = decide(S::Pending, C::ForceRequested, &PodObs::Foreign);
+        assert_eq!(p.transition, Some(Transition::Canceled { forced: true }));
+        let p = decide(
+            S::Queued,
+            C::Requested,
+            &present(Some(EngineObs::NotStarted)),
+        );
+        assert_eq!(p.delete_pod, Some(CANCEL_GRACE_SECONDS));
+        assert_eq!(p.transition, None);
+        let p = decide(S::Queued, C::Requested, &PodObs::Missing);
+        assert_eq!(p.transition, Some(Transition::Canceled { forced: false }));
+        // A Pod admitted just before the cancel (an operator restart in between) is
+        // recorded and deleted.
+        let p = decide(S::Pending, C::Requested, &present(None));
+        assert_eq!(p.delete_pod, Some(CANCEL_GRACE_SECONDS));
+        assert_eq!(p.transition, Some(Transition::PodCreated));
     }
 
     /// Final runs only let go of their Pod (and end one that still lingers).

@@ -27,9 +27,14 @@
 //!
 //! Pods of TestRuns deleted with background propagation would keep their finalizer
 //! forever; a small [`janitor`] over test Pods removes it once the owning TestRun is gone.
+//!
+//! The automatic run of an upload is created by a controller of its own over
+//! configuration versions ([`automatic`]), after a grace period in which an explicit run
+//! may claim the configuration version instead.
 
 pub mod admit;
 pub mod archive;
+pub mod automatic;
 mod context;
 pub mod decide;
 #[cfg(test)]
@@ -44,7 +49,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DeleteParams, DynamicObject};
@@ -66,7 +71,7 @@ use crate::{Context, Error};
 use archive::{archive_with_retries, release};
 use context::RunContext;
 use decide::decide;
-use observe::observe_pod;
+use observe::{PodObs, observe_pod};
 use status::{next_status, record_event, write_status};
 
 pub use decide::{CANCEL_GRACE_SECONDS, MSG_POD_DELETED};
@@ -94,6 +99,19 @@ where
     // Secret watch would need list/watch on every Secret of the cluster.
     let (wake, woken) = futures::channel::mpsc::unbounded();
     let store = runs.store();
+    let automatic = match automatic::controller(
+        ctx.clone(),
+        orgs.clone(),
+        catalog,
+        store.clone(),
+        shutdown.clone(),
+    ) {
+        Ok(run) => run.boxed(),
+        Err(e) => {
+            tracing::error!(error = %e, "no automatic test runs: the configuration version cache is missing");
+            futures::future::ready(()).boxed()
+        }
+    };
     let (by_cv, by_module) = (store.clone(), store.clone());
     let controller = Controller::for_stream(runs.into_stream(), store.clone())
         .owns_stream(pods.subscribe())
@@ -154,7 +172,7 @@ where
         });
     let janitor = janitor::controller(ctx, store, pods, shutdown);
     async move {
-        tokio::join!(main, janitor, waker);
+        tokio::join!(main, janitor, waker, automatic);
     }
 }
 
@@ -188,7 +206,7 @@ async fn reconcile(run: Arc<TestRun>, ctx: Arc<RunContext>) -> Result<Action, Er
     } else {
         pods.get_opt(&pod_name).await?
     };
-    let obs = observe_pod(pod.as_ref(), &uid);
+    let obs = observe_pod(pod.as_ref(), &uid, Timestamp::now());
     let plan = decide(state, cancel, &obs);
 
     if plan.create_pod {
@@ -230,7 +248,7 @@ async fn reconcile(run: Arc<TestRun>, ctx: Arc<RunContext>) -> Result<Action, Er
                     run.status.as_ref(),
                     &step,
                     plan.summary.as_ref(),
-                    Some(pod_name.clone()),
+                    pod.as_ref().map(|_| pod_name.clone()),
                     run.meta().generation,
                     Timestamp::now(),
                 );
@@ -268,9 +286,13 @@ async fn reconcile(run: Arc<TestRun>, ctx: Arc<RunContext>) -> Result<Action, Er
         }
         release(&pods, p).await?;
     }
-    Ok(if state.is_final() && !plan.release {
-        Action::await_change()
-    } else {
-        Action::requeue(Duration::from_secs(60))
+    Ok(match (&obs, plan.release) {
+        // Waiting for the engine to end before archiving its log: its Pod's status
+        // changing wakes the run, this is the safety net of an overdue deletion.
+        (PodObs::Present(p), false) if p.finalizer && (final_now || p.deleting) => {
+            Action::requeue(Duration::from_secs(15))
+        }
+        _ if state.is_final() && !plan.release => Action::await_change(),
+        _ => Action::requeue(Duration::from_secs(60)),
     })
 }

@@ -1,6 +1,7 @@
 //! Observe: a TestRun's Pod reduced to what the decision needs ([`PodObs`]). Pure.
 
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 
 use crate::testpod::{ENGINE_CONTAINER, FINALIZER};
@@ -15,6 +16,11 @@ const STUCK_REASONS: [&str; 7] = [
     "CreateContainerError",
     "RunContainerError",
 ];
+
+/// How long past its deletion deadline (`metadata.deletionTimestamp`: the end of the
+/// grace period) a Pod whose engine still shows as running is let go of anyway: its node
+/// may be gone, and the finalizer must not hold the Pod forever.
+pub const DELETION_OVERDUE_AFTER: SignedDuration = SignedDuration::from_secs(30);
 
 /// What the controller saw of the engine container.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,6 +53,8 @@ pub struct PodState {
     pub deleting: bool,
     /// `metadata.deletionGracePeriodSeconds`.
     pub deletion_grace: Option<i64>,
+    /// Deleting, and more than [`DELETION_OVERDUE_AFTER`] past the deletion deadline.
+    pub deletion_overdue: bool,
     /// The Pod still carries [`FINALIZER`].
     pub finalizer: bool,
     /// `status.phase`.
@@ -60,6 +68,15 @@ pub struct PodState {
 impl PodState {
     pub(super) fn completed(&self) -> bool {
         matches!(self.phase.as_deref(), Some("Succeeded" | "Failed"))
+    }
+
+    /// Whether the engine may still write to the log: it runs, and the Pod is neither
+    /// done nor overdue in its deletion. Its log is archived (and the Pod let go of) only
+    /// after that, so an interrupted engine's teardown is in the stored log.
+    pub(super) fn engine_may_write(&self) -> bool {
+        matches!(self.engine, Some(EngineObs::Running))
+            && !self.completed()
+            && !self.deletion_overdue
     }
 }
 
@@ -76,8 +93,9 @@ fn waiting_failure(cs: &ContainerStatus) -> Option<String> {
         })
 }
 
-/// Reduces the Pod to what [`decide`] needs. `run_uid` is the TestRun's uid.
-pub fn observe_pod(pod: Option<&Pod>, run_uid: &str) -> PodObs {
+/// Reduces the Pod to what [`decide`] needs. `run_uid` is the TestRun's uid, `now` the
+/// time of the observation.
+pub fn observe_pod(pod: Option<&Pod>, run_uid: &str, now: Timestamp) -> PodObs {
     let Some(pod) = pod else {
         return PodObs::Missing;
     };
@@ -145,9 +163,15 @@ pub fn observe_pod(pod: Option<&Pod>, run_uid: &str) -> PodObs {
                 .to_owned(),
         );
     }
+    let deletion_overdue = pod
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .is_some_and(|t| t.0 + DELETION_OVERDUE_AFTER < now);
     PodObs::Present(PodState {
         deleting: pod.metadata.deletion_timestamp.is_some(),
         deletion_grace: pod.metadata.deletion_grace_period_seconds,
+        deletion_overdue,
         finalizer: pod.finalizers().iter().any(|f| f == FINALIZER),
         phase,
         engine,
@@ -200,9 +224,13 @@ mod tests {
     /// pull failures, failed init containers, terminated engine with its message.
     #[test]
     fn observe_pod_shapes() {
-        assert_eq!(observe_pod(None, "u"), PodObs::Missing);
+        assert_eq!(observe_pod(None, "u", Timestamp::now()), PodObs::Missing);
         assert_eq!(
-            observe_pod(Some(&pod_with(PodStatus::default(), "other")), "u"),
+            observe_pod(
+                Some(&pod_with(PodStatus::default(), "other")),
+                "u",
+                Timestamp::now()
+            ),
             PodObs::Foreign
         );
         let PodObs::Present(p) = observe_pod(
@@ -214,6 +242,7 @@ mod tests {
                 "u",
             )),
             "u",
+            Timestamp::now(),
         ) else {
             panic!()
         };
@@ -231,7 +260,8 @@ mod tests {
             container_statuses: Some(vec![cs(ENGINE_CONTAINER, waiting)]),
             ..Default::default()
         };
-        let PodObs::Present(p) = observe_pod(Some(&pod_with(st, "u")), "u") else {
+        let PodObs::Present(p) = observe_pod(Some(&pod_with(st, "u")), "u", Timestamp::now())
+        else {
             panic!()
         };
         assert_eq!(
@@ -253,7 +283,8 @@ mod tests {
             init_container_statuses: Some(vec![cs("fetch", init_failed)]),
             ..Default::default()
         };
-        let PodObs::Present(p) = observe_pod(Some(&pod_with(st, "u")), "u") else {
+        let PodObs::Present(p) = observe_pod(Some(&pod_with(st, "u")), "u", Timestamp::now())
+        else {
             panic!()
         };
         assert_eq!(
@@ -274,7 +305,8 @@ mod tests {
             container_statuses: Some(vec![cs(ENGINE_CONTAINER, running)]),
             ..Default::default()
         };
-        let PodObs::Present(p) = observe_pod(Some(&pod_with(st, "u")), "u") else {
+        let PodObs::Present(p) = observe_pod(Some(&pod_with(st, "u")), "u", Timestamp::now())
+        else {
             panic!()
         };
         assert_eq!(p.engine, Some(EngineObs::Running));
@@ -293,7 +325,8 @@ mod tests {
             container_statuses: Some(vec![cs(ENGINE_CONTAINER, done)]),
             ..Default::default()
         };
-        let PodObs::Present(p) = observe_pod(Some(&pod_with(st, "u")), "u") else {
+        let PodObs::Present(p) = observe_pod(Some(&pod_with(st, "u")), "u", Timestamp::now())
+        else {
             panic!()
         };
         assert_eq!(
@@ -316,12 +349,31 @@ mod tests {
             message: Some("The node was low on resource: memory.".into()),
             ..Default::default()
         };
-        let PodObs::Present(p) = observe_pod(Some(&pod_with(st, "u")), "u") else {
+        let PodObs::Present(p) = observe_pod(Some(&pod_with(st, "u")), "u", Timestamp::now())
+        else {
             panic!()
         };
         assert_eq!(
             p.failure.as_deref(),
             Some("the test Pod failed: Evicted The node was low on resource: memory.")
         );
+    }
+
+    /// Copies the API server's graceful deletion: `deletionTimestamp` is the end of the
+    /// grace period; a Pod still there well after it is overdue.
+    #[test]
+    fn deletion_overdue() {
+        let mut pod = pod_with(PodStatus::default(), "u");
+        let now = Timestamp::now();
+        pod.metadata.deletion_timestamp = Some(Time(now));
+        let PodObs::Present(p) = observe_pod(Some(&pod), "u", now) else {
+            panic!()
+        };
+        assert!(p.deleting && !p.deletion_overdue);
+        let later = now + DELETION_OVERDUE_AFTER + SignedDuration::from_secs(1);
+        let PodObs::Present(p) = observe_pod(Some(&pod), "u", later) else {
+            panic!()
+        };
+        assert!(p.deletion_overdue);
     }
 }

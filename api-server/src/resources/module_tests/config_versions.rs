@@ -10,7 +10,11 @@
 //! leaving it, no hard links or devices, bounded size), stores it through the
 //! [`BlobStore`](crate::blobs::BlobStore) owned by the ConfigurationVersion, and moves it to
 //! `uploaded` (or `errored` with a message for a bad archive, still answering 200 as TFE
-//! does). With `auto-queue-runs` an upload creates a test run (`svc-configuration-version`).
+//! does). With `auto-queue-runs` the same claiming write marks the configuration version
+//! due for an automatic test run ([`Marker::Due`]): the operator creates that run
+//! (`svc-configuration-version`) after a grace period unless an explicit test run claimed
+//! the configuration version first (see [`terrace_crds::testrun::automatic`]), so the
+//! CLI's upload-then-create makes one run, not two.
 //!
 //! Test Pods fetch the archive from `GET /api/v2/test-archives/:cv-id` with the one-time
 //! token the operator put in the Secret `<testrun-object-name>-run`; the handler compares
@@ -25,11 +29,12 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, header};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ObjectMeta, PostParams};
-use terrace_crds::ConfigurationVersion;
-use terrace_crds::constants::{LABEL_ID, LABEL_ORGANIZATION};
+use terrace_crds::constants::{ANNOTATION_AUTOMATIC_TEST_RUN, LABEL_ID, LABEL_ORGANIZATION};
 use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
 use terrace_crds::resources::{ArchiveRef, ConfigurationVersionSpec};
-use terrace_crds::testrun::TestSource;
+use terrace_crds::testrun::automatic::Marker;
+use terrace_crds::testrun::{HEADER_TERRAFORM_INTEGRATION, TestSource};
+use terrace_crds::{ConfigurationVersion, ConfigurationVersionState};
 use tower_http::limit::RequestBodyLimitLayer;
 
 use super::{LABEL_MODULE, locate};
@@ -76,12 +81,17 @@ pub fn upload_router() -> Router<AppState> {
         .layer(RequestBodyLimitLayer::new(limit))
 }
 
-/// The status of a configuration version (`pending` until written).
+/// The `status` a configuration version shows: its state (`pending` until written), or
+/// the stored value as it is when terrace does not know it (a hand-edited object).
 pub fn status_of(cv: &ConfigurationVersion) -> &str {
-    cv.status
-        .as_ref()
-        .and_then(|s| s.status.as_deref())
-        .unwrap_or("pending")
+    match cv.state() {
+        Ok(state) => state.as_str(),
+        Err(_) => cv
+            .status
+            .as_ref()
+            .and_then(|s| s.status.as_deref())
+            .unwrap_or_default(),
+    }
 }
 
 /// The JSON:API `data` of a configuration version; `upload_url` only at creation.
@@ -89,7 +99,7 @@ pub fn render(cv: &ConfigurationVersion, upload_url: Option<&str>) -> Value {
     let st = cv.status.clone().unwrap_or_default();
     let mut attrs = json!({
         "auto-queue-runs": cv.spec.auto_queue_runs,
-        "error": st.error_message.as_ref().map(|_| "errored"),
+        "error": st.error_message.as_ref().map(|_| ConfigurationVersionState::Errored.as_str()),
         "error-message": st.error_message,
         "source": cv.spec.source,
         "speculative": cv.spec.speculative,
@@ -176,7 +186,13 @@ async fn create(
             workspace: None,
             auto_queue_runs: auto_queue,
             speculative,
-            source: TestSource::SvcApi.as_str().to_owned(),
+            source: TestSource::of_api_request(
+                headers
+                    .get(HEADER_TERRAFORM_INTEGRATION)
+                    .and_then(|v| v.to_str().ok()),
+            )
+            .as_str()
+            .to_owned(),
         },
         status: None,
     };
@@ -185,7 +201,7 @@ async fn create(
     let created = write::patch_status(
         &api,
         &created.name_any(),
-        json!({"id": id, "status": "pending"}),
+        json!({"id": id, "status": ConfigurationVersionState::Pending.as_str()}),
     )
     .await?;
     write::wait_seen(&state, &created).await;
@@ -232,7 +248,7 @@ async fn upload(
         .get(ANNOTATION_UPLOAD_EXPIRES)
         .and_then(|t| t.parse::<jiff::Timestamp>().ok())
         .is_none_or(|t| t < jiff::Timestamp::now());
-    if expired || status_of(&cv) != "pending" {
+    if expired || cv.state() != Ok(ConfigurationVersionState::Pending) {
         return Err(gone());
     }
     let body = body.map_err(|e| {
@@ -256,7 +272,7 @@ async fn upload(
         let errored = write::patch_status(
             &api,
             &name,
-            json!({"status": "errored", "errorMessage": message}),
+            json!({"status": ConfigurationVersionState::Errored.as_str(), "errorMessage": message}),
         )
         .await?;
         write::wait_seen(&state, &errored).await;
@@ -275,25 +291,16 @@ async fn upload(
     let uploaded = write::patch_status(
         &api,
         &name,
-        json!({"status": "uploaded", "archive": archive, "uploadedAt": crate::render::now(), "errorMessage": null}),
+        json!({"status": ConfigurationVersionState::Uploaded.as_str(), "archive": archive, "uploadedAt": crate::render::now(), "errorMessage": null}),
     )
     .await?;
     write::wait_seen(&state, &uploaded).await;
-    if cv.spec.auto_queue_runs
-        && let Some(module) = cv.spec.module.clone()
-    {
-        let spec = super::test_runs::RunInput::default().into_spec(
-            module,
-            name,
-            TestSource::SvcConfigurationVersion,
-        );
-        super::test_runs::create_run(&state, &ns, spec, None).await?;
-    }
     Ok(StatusCode::OK.into_response())
 }
 
 /// Consumes the upload token: removes its annotations with a resourceVersion
-/// precondition, so of concurrent uploads exactly one proceeds.
+/// precondition, so of concurrent uploads exactly one proceeds. The same write marks a
+/// module's configuration version with `auto-queue-runs` due for its automatic test run.
 async fn claim(
     api: &kube::Api<ConfigurationVersion>,
     cv: &ConfigurationVersion,
@@ -305,8 +312,14 @@ async fn claim(
             return Err(gone());
         }
         claimed = true;
+        let due = (current.spec.auto_queue_runs && current.spec.module.is_some())
+            .then_some(Marker::Due.as_str());
         Ok(Some(json!({"metadata": {
-            "annotations": {ANNOTATION_UPLOAD_SHA256: null, ANNOTATION_UPLOAD_EXPIRES: null},
+            "annotations": {
+                ANNOTATION_UPLOAD_SHA256: null,
+                ANNOTATION_UPLOAD_EXPIRES: null,
+                ANNOTATION_AUTOMATIC_TEST_RUN: due,
+            },
         }})))
     })
     .await
@@ -443,9 +456,11 @@ mod tests {
     }
 
     /// Create answers a one-time upload URL; the PUT (no auth) stores the archive and
-    /// auto-queues a run; a second PUT is 404; the URL never shows again.
+    /// marks the configuration version due for its automatic run, which the API does not
+    /// create itself (the operator does, after a grace period); a second PUT is 404; the
+    /// URL never shows again.
     #[tokio::test]
-    async fn upload_once_and_auto_queue() {
+    async fn upload_once_and_mark_the_automatic_run_due() {
         let h = Mh::with_module().await;
         let (st, doc) = h
             .call(
@@ -494,17 +509,42 @@ mod tests {
             .configuration_versions()
             .get(&cv)
             .cloned();
-        let st = cvo.and_then(|c| c.status.clone()).unwrap_or_default();
-        assert_eq!(st.status.as_deref(), Some("uploaded"));
-        let a = st.archive.unwrap_or_default();
+        let cvo = cvo.unwrap_or_else(|| panic!("cv not indexed"));
+        assert_eq!(cvo.state(), Ok(ConfigurationVersionState::Uploaded));
+        assert_eq!(
+            cvo.annotations()
+                .get(ANNOTATION_AUTOMATIC_TEST_RUN)
+                .map(String::as_str),
+            Some("due")
+        );
+        let a = cvo
+            .status
+            .clone()
+            .and_then(|s| s.archive)
+            .unwrap_or_default();
         assert_eq!(a.size, archive.len() as i64);
         assert_eq!(a.sha256, sha256_hex(&archive));
-        h.wait("an auto-queued run", |i| {
-            i.test_runs()
+        assert!(
+            h.state
+                .index
+                .read()
+                .test_runs()
                 .in_namespace(ORG)
-                .any(|r| r.spec.source == "svc-configuration-version")
-        })
-        .await;
+                .next()
+                .is_none(),
+            "the API creates no run at upload"
+        );
+        // Without auto-queue-runs nothing is due.
+        let (cv2, path2) = h.cv(false).await;
+        assert_eq!(h.upload(&path2, archive).await, 200);
+        let cvo = h
+            .state
+            .index
+            .read()
+            .configuration_versions()
+            .get(&cv2)
+            .cloned();
+        assert!(cvo.is_some_and(|c| !c.annotations().contains_key(ANNOTATION_AUTOMATIC_TEST_RUN)));
     }
 
     /// A corrupt archive errors the configuration version with a message (200 to the

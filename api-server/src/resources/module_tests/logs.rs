@@ -43,7 +43,7 @@ pub fn log_path(run_id: &str) -> String {
 }
 
 /// Purpose of log-read tokens.
-const LOG_PURPOSE: &str = "test-run-log";
+pub const LOG_PURPOSE: &str = "test-run-log";
 /// How long a log-read URL works (a CLI streams one run's log through one URL).
 pub const LOG_URL_TTL: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 

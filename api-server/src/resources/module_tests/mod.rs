@@ -26,9 +26,7 @@ use crate::prelude::*;
 
 /// Annotation naming the user who created a test run (`created-by`).
 pub const ANNOTATION_CREATED_BY: &str = "terrace.dev/created-by";
-/// Label naming the RegistryModule object of a test run, configuration version or
-/// test variable.
-pub const LABEL_MODULE: &str = "terrace.dev/module";
+pub use terrace_crds::constants::LABEL_MODULE;
 
 /// Routes behind the global body limit (everything but the upload).
 pub fn router() -> Router<AppState> {

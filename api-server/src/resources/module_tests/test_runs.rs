@@ -2,7 +2,11 @@
 //! show, cancel and force-cancel.
 //!
 //! A run is a TestRun object (spec immutable); the operator's TestRun controller creates
-//! its Pod and owns its status. Cancel and force-cancel are decided by
+//! its Pod and owns its status. Creating one first claims its configuration version: an
+//! automatic run still due from the upload is superseded (a resourceVersion-guarded write
+//! of the marker of [`terrace_crds::testrun::automatic`], which the operator races for
+//! the same way), so the CLI's upload-then-create makes exactly one run. A run created by
+//! the terraform CLI has the source `engine`, any other client's `svc-api`. Cancel and force-cancel are decided by
 //! `terrace_crds::testrun::{cancel, force_cancel}` on the indexed status and recorded as
 //! `status.cancelRequestedAt` / `forceCancelRequestedAt` with a merge patch on the status
 //! subresource carrying the resourceVersion read, so a decision is never made on a stale
@@ -13,13 +17,17 @@ use std::collections::BTreeMap;
 use axum::http::HeaderMap;
 use kube::api::{ObjectMeta, PostParams};
 use serde_json::Map;
-use terrace_crds::TestRun;
-use terrace_crds::constants::{DEFAULT_TEST_DIRECTORY, LABEL_ID, LABEL_ORGANIZATION};
+use terrace_crds::constants::{
+    ANNOTATION_AUTOMATIC_TEST_RUN, DEFAULT_TEST_DIRECTORY, LABEL_ID, LABEL_ORGANIZATION,
+};
 use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
 use terrace_crds::resources::{RunVariable, TestRunSpec};
+use terrace_crds::testrun::automatic::Marker;
 use terrace_crds::testrun::{
-    self, Accepted, CancelRequest, SourceFilter, TestRunState, TestSource, TimestampKey,
+    self, Accepted, CancelRequest, HEADER_TERRAFORM_INTEGRATION, SourceFilter, TestRunState,
+    TestSource, TimestampKey,
 };
+use terrace_crds::{ConfigurationVersion, ConfigurationVersionState, TestRun};
 
 use super::{ANNOTATION_CREATED_BY, LABEL_MODULE, Module, locate};
 use crate::capability::base_url;
@@ -292,7 +300,7 @@ async fn create(
         .as_ref()
         .and_then(|r| r.id().flatten())
         .filter(|s| !s.is_empty());
-    let mut cv_name = String::new();
+    let mut cv_found = None;
     match cv_id {
         None => errs.push(FieldError::new(
             cv_ptr,
@@ -307,7 +315,7 @@ async fn create(
                     cv_ptr,
                     format!("configuration version {id:?} not found in this organization"),
                 )),
-                Some(c) if super::config_versions::status_of(&c) != "uploaded" => {
+                Some(c) if c.state() != Ok(ConfigurationVersionState::Uploaded) => {
                     errs.push(FieldError::new(
                         cv_ptr,
                         format!(
@@ -316,17 +324,61 @@ async fn create(
                         ),
                     ));
                 }
-                Some(c) => cv_name = c.name_any(),
+                Some(c) => cv_found = Some(c),
             }
         }
     }
-    if !errs.is_empty() {
-        return Err(ApiError::Invalid(errs));
-    }
-    let spec = input.into_spec(m.object_name(), cv_name, TestSource::SvcApi);
+    let cv = match cv_found {
+        Some(cv) if errs.is_empty() => cv,
+        _ => return Err(ApiError::Invalid(errs)),
+    };
+    supersede_automatic_run(&state, &m.ns, &cv).await?;
+    let source = TestSource::of_api_request(
+        headers
+            .get(HEADER_TERRAFORM_INTEGRATION)
+            .and_then(|v| v.to_str().ok()),
+    );
+    let spec = input.into_spec(m.object_name(), cv.name_any(), source);
     let run = create_run(&state, &m.ns, spec, Some(&caller.username)).await?;
     let base = base_url(&state, &headers);
     Ok(Doc::created(render_indexed(&state, &run, &base)))
+}
+
+/// Claims configuration version `cv` for an explicit run: a due automatic run becomes
+/// superseded, written with a resourceVersion precondition (re-read and decided again
+/// after a conflict), so of this claim and the operator's exactly one wins. Any other
+/// marker (none, claimed by the operator after the grace period, …) is left as it is: the
+/// explicit run is then a run of its own.
+async fn supersede_automatic_run(
+    state: &AppState,
+    ns: &str,
+    cv: &ConfigurationVersion,
+) -> Result<(), ApiError> {
+    let marker = |c: &ConfigurationVersion| {
+        Marker::claimed_by_explicit_run(
+            c.annotations()
+                .get(ANNOTATION_AUTOMATIC_TEST_RUN)
+                .map(String::as_str),
+        )
+    };
+    if marker(cv).is_none() {
+        return Ok(());
+    }
+    let api = write::api::<ConfigurationVersion>(state, ns);
+    write::guarded_patch(&api, cv.clone(), |cur| {
+        Ok(marker(cur).map(
+            |m| json!({"metadata": {"annotations": {ANNOTATION_AUTOMATIC_TEST_RUN: m.as_str()}}}),
+        ))
+    })
+    .await
+    .map_err(|e| match e {
+        ApiError::NotFound(_) => ApiError::Invalid(vec![FieldError::new(
+            "/data/relationships/configuration-version/data/id",
+            "configuration version not found in this organization",
+        )]),
+        other => other,
+    })?;
+    Ok(())
 }
 
 /// The runs of a module, newest first.
@@ -492,10 +544,10 @@ async fn request_cancel(
 
 #[cfg(test)]
 mod tests {
-    use kube::Api;
     use kube::api::{Patch, PatchParams};
+    use kube::{Api, ResourceExt};
     use serde_json::json;
-    use terrace_crds::TestRun;
+    use terrace_crds::{ConfigurationVersion, ConfigurationVersionState, TestRun};
 
     use crate::testing::*;
 
@@ -666,9 +718,7 @@ mod tests {
         h.wait("cv uploaded", |i| {
             i.configuration_versions()
                 .get(&cv)
-                .and_then(|c| c.status.as_ref())
-                .and_then(|s| s.status.as_deref())
-                == Some("uploaded")
+                .is_some_and(|c| c.state() == Ok(ConfigurationVersionState::Uploaded))
         })
         .await;
         let (st, doc) = h.run(&cv, json!({})).await;
@@ -686,8 +736,21 @@ mod tests {
         for _ in 0..3 {
             assert_eq!(h.run(&cv, json!({})).await.0, 201);
         }
-        let (_, path) = h.cv(true).await;
-        assert_eq!(h.upload(&path, targz(&[("main.tf", "")])).await, 200);
+        // The operator's automatic run of an upload (see automatic_test_runs in tests/).
+        let module = h
+            .state
+            .index
+            .read()
+            .registry_modules()
+            .in_namespace(ORG)
+            .next()
+            .map(|m| m.name_any());
+        let cv_name = cv.to_ascii_lowercase();
+        let spec =
+            terrace_crds::testrun::automatic::run_spec(&module.unwrap_or_default(), &cv_name);
+        super::create_run(&h.state, ORG, spec, None)
+            .await
+            .unwrap_or_else(|e| panic!("{e:?}"));
         let (st, doc) = h.call("GET", &format!("{T}/test-runs"), None).await;
         assert_eq!(st, 200);
         assert_eq!(doc["meta"]["pagination"]["total-count"], 4);
@@ -729,9 +792,11 @@ mod tests {
         assert_eq!(doc["errors"][0]["source"]["parameter"], "filter[source]");
     }
 
-    /// A6/A7: SPEC.md's statuses — cancel 409 unless running, 202 and recorded when
-    /// running; force-cancel 409 before a cancel, 202 after; 404 for an unknown run and a
-    /// caller without rights.
+    /// A6/A7 as `terrace_crds::testrun::{cancel, force_cancel}` decide them: force-cancel
+    /// 409 before a cancel; cancel 202 and recorded for a run that is not final (pending
+    /// too: the CLI cancels as soon as the run exists), 202 again; force-cancel 202 after
+    /// it; a repeated cancel of a canceled run 202 (the CLI's second Ctrl-C); cancel of a
+    /// run that ended on its own 409; 404 for an unknown run and a caller without rights.
     #[tokio::test]
     async fn cancel_and_force_cancel() {
         let h = Mh::with_module().await;
@@ -740,16 +805,6 @@ mod tests {
         let id = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
         let cancel = format!("{T}/test-runs/{id}/cancel");
         let force = format!("{T}/test-runs/{id}/force-cancel");
-        let (st, doc) = h.call("POST", &cancel, None).await;
-        assert_eq!(st, 409, "{doc}");
-        assert!(
-            doc["errors"][0]["detail"]
-                .as_str()
-                .unwrap_or_default()
-                .contains("not running")
-        );
-        assert_eq!(h.call("POST", &force, None).await.0, 409);
-        set_status(&h, &id, json!({"status": "running"})).await;
         let (st, doc) = h.call("POST", &force, None).await;
         assert_eq!(st, 409);
         assert!(
@@ -766,6 +821,7 @@ mod tests {
                 .and_then(|s| s.cancel_requested_at)
                 .is_some()
         );
+        set_status(&h, &id, json!({"status": "running"})).await;
         assert_eq!(h.call("POST", &cancel, None).await.0, 202);
         assert_eq!(h.call("POST", &force, None).await.0, 202);
         let run = h.state.index.read().test_runs().get(&id).cloned();
@@ -775,7 +831,27 @@ mod tests {
                 .is_some()
         );
         set_status(&h, &id, json!({"status": "canceled"})).await;
-        assert_eq!(h.call("POST", &cancel, None).await.0, 409);
+        assert_eq!(h.call("POST", &cancel, None).await.0, 202);
+        assert_eq!(h.call("POST", &force, None).await.0, 202);
+        // A run that finished on its own: 409 not running.
+        let (_, doc) = h.run(&cv, json!({})).await;
+        let done = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
+        set_status(
+            &h,
+            &done,
+            json!({"status": "finished", "testStatus": "pass"}),
+        )
+        .await;
+        let (st, doc) = h
+            .call("POST", &format!("{T}/test-runs/{done}/cancel"), None)
+            .await;
+        assert_eq!(st, 409, "{doc}");
+        assert!(
+            doc["errors"][0]["detail"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("not running")
+        );
         assert_eq!(
             h.call("POST", &format!("{T}/test-runs/trun-nope/cancel"), None)
                 .await
@@ -814,7 +890,6 @@ mod tests {
                 .0,
             404
         );
-        assert_eq!(h.call("POST", &cancel, None).await.0, 409);
         let owner = h
             .token_with_role(Some(vec![rule(&["get", "list", "create"], &["testruns"])]))
             .await;
@@ -827,5 +902,115 @@ mod tests {
                 .unwrap_or_default()
                 .starts_with("system:serviceaccount:acme:")
         );
+    }
+
+    fn marker(h: &Mh, cv: &str) -> Option<String> {
+        let cvo = h
+            .state
+            .index
+            .read()
+            .configuration_versions()
+            .get(cv)
+            .cloned();
+        cvo.and_then(|c| {
+            c.annotations()
+                .get(terrace_crds::constants::ANNOTATION_AUTOMATIC_TEST_RUN)
+                .cloned()
+        })
+    }
+
+    async fn uploaded_auto_cv(h: &Mh) -> String {
+        let (cv, path) = h.cv(true).await;
+        assert_eq!(h.upload(&path, targz(&[("main.tf", "")])).await, 200);
+        cv
+    }
+
+    /// An explicit run on a configuration version whose automatic run is due supersedes
+    /// it (the operator then creates none); the marker once superseded stays, and runs
+    /// on it are created as usual.
+    #[tokio::test]
+    async fn an_explicit_run_supersedes_the_due_automatic_run() {
+        let h = Mh::with_module().await;
+        let cv = uploaded_auto_cv(&h).await;
+        assert_eq!(marker(&h, &cv).as_deref(), Some("due"));
+        let (st, doc) = h.run(&cv, json!({})).await;
+        assert_eq!(st, 201, "{doc}");
+        assert_eq!(doc["data"]["attributes"]["source"], "svc-api");
+        h.wait("the marker superseded", |i| {
+            i.configuration_versions().get(&cv).is_some_and(|c| {
+                c.annotations()
+                    .get(terrace_crds::constants::ANNOTATION_AUTOMATIC_TEST_RUN)
+                    .map(String::as_str)
+                    == Some("superseded")
+            })
+        })
+        .await;
+        assert_eq!(h.run(&cv, json!({})).await.0, 201);
+        assert_eq!(marker(&h, &cv).as_deref(), Some("superseded"));
+        // After the operator claimed it (grace period over), an explicit run leaves the
+        // marker alone: it is a run of its own.
+        let cv2 = uploaded_auto_cv(&h).await;
+        let api: Api<ConfigurationVersion> = Api::namespaced(h.state.client.clone(), ORG);
+        let patched = api
+            .patch(
+                &cv2.to_ascii_lowercase(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {
+                    terrace_crds::constants::ANNOTATION_AUTOMATIC_TEST_RUN: "claimed"}}})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        crate::write::wait_seen(&h.state, &patched).await;
+        assert_eq!(h.run(&cv2, json!({})).await.0, 201);
+        assert_eq!(marker(&h, &cv2).as_deref(), Some("claimed"));
+    }
+
+    /// Many concurrent explicit creates on a due configuration version: every one is a
+    /// run, each claim is guarded, and the marker ends superseded.
+    #[tokio::test]
+    async fn concurrent_explicit_runs_all_claim_the_same_marker() {
+        let h = Mh::with_module().await;
+        let cv = uploaded_auto_cv(&h).await;
+        let results = futures::future::join_all((0..8).map(|_| h.run(&cv, json!({})))).await;
+        for (st, doc) in &results {
+            assert_eq!(*st, 201, "{doc}");
+        }
+        assert_eq!(marker(&h, &cv).as_deref(), Some("superseded"));
+        let (_, list) = h.call("GET", &format!("{T}/test-runs"), None).await;
+        assert_eq!(list["meta"]["pagination"]["total-count"], 8);
+    }
+
+    /// The terraform CLI's requests (X-Terraform-Integration) create `engine` runs.
+    #[tokio::test]
+    async fn runs_created_by_the_cli_come_from_the_engine() {
+        let h = Mh::with_module().await;
+        let cv = h.uploaded_cv().await;
+        let body = json!({"data": {"type": "test-runs", "attributes": {"variables": []},
+            "relationships": {"configuration-version": {"data": {"type": "configuration-versions", "id": cv}}}}});
+        let auth = format!("Bearer {}", h.token);
+        let (st, _, bytes) = h
+            .raw(
+                "POST",
+                &format!("{T}/test-runs"),
+                &[
+                    ("authorization", &auth),
+                    ("content-type", "application/vnd.api+json"),
+                    ("x-terraform-integration", "cloud"),
+                    ("terraform-version", "1.11.4"),
+                ],
+                body.to_string().into_bytes(),
+            )
+            .await;
+        let doc: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+        assert_eq!(st, 201, "{doc}");
+        assert_eq!(doc["data"]["attributes"]["source"], "engine");
+        let (_, list) = h
+            .call(
+                "GET",
+                &format!("{T}/test-runs?filter%5Bsource%5D=terraform"),
+                None,
+            )
+            .await;
+        assert_eq!(list["meta"]["pagination"]["total-count"], 1);
     }
 }

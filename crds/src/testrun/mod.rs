@@ -11,6 +11,9 @@
 use std::fmt;
 use std::str::FromStr;
 
+pub mod automatic;
+
+pub use crate::constants::HEADER_TERRAFORM_INTEGRATION;
 use crate::resources::{TestRunStatus, TestRunTimestamps};
 use crate::rules::RuleViolation;
 
@@ -182,27 +185,45 @@ impl Accepted {
     pub const HTTP_STATUS: u16 = 202;
 }
 
-/// SPEC.md A6 `cancel`: 202 while running (the engine gets an interrupt), otherwise 409
-/// "test run is not running". 404 (unknown run) is the caller's business.
+/// SPEC.md A6 `cancel`, with the CLI's needs where SPEC's words allow them (one row
+/// each in the tests):
+///
+/// | state | cancel requested before | answer |
+/// |---|---|---|
+/// | pending, queued, running | no | 202, recorded: a run without a started engine ends `canceled` without one, a running engine gets an interrupt |
+/// | pending, queued, running | yes | 202, nothing new (clients retry; the CLI cancels again on a second Ctrl-C) |
+/// | canceled | yes | 202, nothing new: the second Ctrl-C of the CLI after the run ended must not fail |
+/// | finished, errored, canceled | no | 409 "test run is not running" |
+///
+/// "Running" in SPEC's 409 row is read as "not yet final": terraform's CLI cancels a run
+/// as soon as it exists, and a 409 for a run still waiting for its Pod would make it print
+/// "Could not stop the test run". 404 (unknown run) is the caller's business.
 pub fn cancel(state: TestRunState, requested: CancelRequest) -> Result<Accepted, Conflict> {
-    if state != TestRunState::Running {
-        return Err(Conflict {
+    match (state, requested) {
+        (s, CancelRequest::None) if !s.is_final() => Ok(Accepted::Requested),
+        (s, _) if !s.is_final() => Ok(Accepted::AlreadyRequested),
+        (TestRunState::Canceled, CancelRequest::Requested | CancelRequest::ForceRequested) => {
+            Ok(Accepted::AlreadyRequested)
+        }
+        _ => Err(Conflict {
             message: MSG_NOT_RUNNING,
-        });
+        }),
     }
-    Ok(match requested {
-        CancelRequest::None => Accepted::Requested,
-        CancelRequest::Requested | CancelRequest::ForceRequested => Accepted::AlreadyRequested,
-    })
 }
 
-/// SPEC.md A7 `force-cancel`: 202 only while running and after a cancel; 409 saying which
+/// SPEC.md A7 `force-cancel`: 202 only for a run that is not final and was canceled
+/// before (or, repeated, for a run that ended after a force-cancel); 409 saying which
 /// condition failed otherwise.
 pub fn force_cancel(state: TestRunState, requested: CancelRequest) -> Result<Accepted, Conflict> {
-    if state != TestRunState::Running {
-        return Err(Conflict {
-            message: MSG_NOT_RUNNING,
-        });
+    if state.is_final() {
+        return match (state, requested) {
+            (TestRunState::Canceled, CancelRequest::ForceRequested) => {
+                Ok(Accepted::AlreadyRequested)
+            }
+            _ => Err(Conflict {
+                message: MSG_NOT_RUNNING,
+            }),
+        };
     }
     match requested {
         CancelRequest::None => Err(Conflict {
@@ -291,7 +312,8 @@ pub enum Transition {
     /// The run cannot complete (Pod deleted by someone else, image pull failure, no
     /// summary, runner crash, OOM kill…): → errored with this message.
     Errored(String),
-    /// The run ended after an accepted cancel (`forced`: after a force-cancel) → canceled.
+    /// The run ended after an accepted cancel (`forced`: after a force-cancel), or was
+    /// canceled before its engine started → canceled.
     Canceled { forced: bool },
 }
 
@@ -357,9 +379,11 @@ pub enum IllegalTransition {
 /// - pending → queued → running only moves forward; repeating the current non-final state
 ///   is an empty step (level-triggered reconciles repeat themselves), skipping one sets
 ///   the skipped state's timestamp too;
-/// - finished and canceled need a running run (an engine that ended before the controller
-///   saw it running has still started: queued counts as running, with started-at);
-///   canceled needs an accepted cancel, a forced one an accepted force-cancel;
+/// - finished needs a run with a Pod (an engine that ended before the controller saw it
+///   running has still started: queued counts as running, with started-at);
+/// - canceled needs an accepted cancel (a forced one an accepted force-cancel) and is
+///   reachable from every non-final state: a run canceled before its engine started ends
+///   without one, with only canceled-at;
 /// - errored is reachable from every non-final state.
 pub fn transition(
     from: TestRunState,
@@ -401,9 +425,6 @@ pub fn transition(
             step.test_status = Some(*result);
         }
         Transition::Canceled { forced } => {
-            if from != TestRunState::Running {
-                return Err(IllegalTransition::NotRunning(from));
-            }
             match (forced, requested) {
                 (_, CancelRequest::None) => return Err(IllegalTransition::NotCanceled),
                 (true, CancelRequest::Requested) => {
@@ -448,6 +469,16 @@ impl TestSource {
             TestSource::Engine => "engine",
             TestSource::SvcApi => "svc-api",
             TestSource::SvcConfigurationVersion => "svc-configuration-version",
+        }
+    }
+
+    /// The source of a run created through the API (A1): `engine` when the terraform CLI
+    /// asks (`terraform test -cloud-run` sends [`HEADER_TERRAFORM_INTEGRATION`] on every
+    /// call, other go-tfe clients and pytfe do not), `svc-api` for every other client.
+    pub fn of_api_request(integration_header: Option<&str>) -> Self {
+        match integration_header.map(str::trim) {
+            Some(h) if !h.is_empty() => TestSource::Engine,
+            _ => TestSource::SvcApi,
         }
     }
 
@@ -528,317 +559,4 @@ impl SourceFilter {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use CancelRequest as C;
-    use TestRunState as S;
-
-    /// Copies SPEC.md "Test run states": six values, three of them final.
-    #[test]
-    fn states_and_finality() {
-        let names: Vec<_> = S::ALL.iter().map(|s| s.as_str()).collect();
-        assert_eq!(
-            names,
-            [
-                "pending", "queued", "running", "errored", "canceled", "finished"
-            ]
-        );
-        for s in S::ALL {
-            assert_eq!(s.as_str().parse::<S>(), Ok(s));
-            assert_eq!(
-                s.is_final(),
-                matches!(s, S::Errored | S::Canceled | S::Finished),
-                "{s}"
-            );
-        }
-        assert!("Running".parse::<S>().is_err());
-        assert_eq!(S::of(None), Ok(S::Pending));
-        let status = TestRunStatus {
-            status: Some("queued".into()),
-            ..Default::default()
-        };
-        assert_eq!(S::of(Some(&status)), Ok(S::Queued));
-    }
-
-    /// Copies SPEC.md's state table row "running | cancel | test is running | 202" and the
-    /// Errors table "Cancel test 409: test not running", for every other state.
-    #[test]
-    fn cancel_is_accepted_only_while_running() {
-        for s in S::ALL {
-            let got = cancel(s, C::None);
-            if s == S::Running {
-                assert_eq!(got, Ok(Accepted::Requested));
-            } else {
-                assert_eq!(
-                    got,
-                    Err(Conflict {
-                        message: "test run is not running"
-                    }),
-                    "{s}"
-                );
-            }
-        }
-        // A repeated cancel is still 202 and records nothing new.
-        assert_eq!(
-            cancel(S::Running, C::Requested),
-            Ok(Accepted::AlreadyRequested)
-        );
-        assert_eq!(
-            cancel(S::Running, C::ForceRequested),
-            Ok(Accepted::AlreadyRequested)
-        );
-        // A canceled run (after the cancel took effect) answers 409.
-        assert!(cancel(S::Canceled, C::Requested).is_err());
-        assert_eq!(Accepted::HTTP_STATUS, 202);
-        assert_eq!(Conflict::HTTP_STATUS, 409);
-    }
-
-    /// Copies SPEC.md's row "running (after a cancel) | force-cancel | test running and cancel
-    /// already requested | 202" and the Errors table "Force-cancel 409: test not running, or
-    /// not canceled non-forcefully first", each 409 saying which.
-    #[test]
-    fn force_cancel_needs_running_and_an_earlier_cancel() {
-        assert_eq!(
-            force_cancel(S::Running, C::Requested),
-            Ok(Accepted::Requested)
-        );
-        assert_eq!(
-            force_cancel(S::Running, C::ForceRequested),
-            Ok(Accepted::AlreadyRequested)
-        );
-        assert_eq!(
-            force_cancel(S::Running, C::None),
-            Err(Conflict {
-                message: MSG_NOT_CANCELED_FIRST
-            })
-        );
-        for s in S::ALL.into_iter().filter(|s| *s != S::Running) {
-            for r in [C::None, C::Requested, C::ForceRequested] {
-                assert_eq!(
-                    force_cancel(s, r),
-                    Err(Conflict {
-                        message: MSG_NOT_RUNNING
-                    }),
-                    "{s} {r:?}"
-                );
-            }
-        }
-    }
-
-    /// Copies DESIGN.md §3 step 5: pending → queued (Pod exists) → running → finished, each
-    /// step setting its status-timestamps key.
-    #[test]
-    fn happy_path_sets_each_timestamp() {
-        let step = transition(S::Pending, C::None, &Transition::PodCreated).unwrap();
-        assert_eq!(step.to, S::Queued);
-        assert_eq!(step.timestamps, [TimestampKey::QueuedAt]);
-        let step = transition(S::Queued, C::None, &Transition::EngineStarted).unwrap();
-        assert_eq!(step.to, S::Running);
-        assert_eq!(step.timestamps, [TimestampKey::StartedAt]);
-        for r in [TestResult::Pass, TestResult::Fail] {
-            let step = transition(S::Running, C::None, &Transition::Finished(r)).unwrap();
-            assert_eq!(step.to, S::Finished);
-            assert_eq!(step.timestamps, [TimestampKey::FinishedAt]);
-            assert_eq!(step.test_status, Some(r));
-        }
-    }
-
-    /// A controller that first sees a run late (operator restart) records the states it
-    /// skipped; repeating the current state is an empty step.
-    #[test]
-    fn skipping_and_repeating_states() {
-        let step = transition(S::Pending, C::None, &Transition::EngineStarted).unwrap();
-        assert_eq!(step.to, S::Running);
-        assert_eq!(
-            step.timestamps,
-            [TimestampKey::QueuedAt, TimestampKey::StartedAt]
-        );
-        let step = transition(S::Queued, C::None, &Transition::Finished(TestResult::Pass)).unwrap();
-        assert_eq!(
-            step.timestamps,
-            [TimestampKey::StartedAt, TimestampKey::FinishedAt]
-        );
-        let step = transition(S::Running, C::None, &Transition::EngineStarted).unwrap();
-        assert_eq!((step.to, step.timestamps.len()), (S::Running, 0));
-        let step = transition(S::Queued, C::None, &Transition::PodCreated).unwrap();
-        assert_eq!((step.to, step.timestamps.len()), (S::Queued, 0));
-    }
-
-    /// Refused moves: backwards, finishing a run that never had a Pod, leaving a final state.
-    #[test]
-    fn illegal_moves_are_refused() {
-        assert_eq!(
-            transition(S::Running, C::None, &Transition::PodCreated),
-            Err(IllegalTransition::Backwards {
-                from: S::Running,
-                to: S::Queued
-            })
-        );
-        assert_eq!(
-            transition(S::Pending, C::None, &Transition::Finished(TestResult::Pass)),
-            Err(IllegalTransition::NotRunning(S::Pending))
-        );
-        let all_events = [
-            Transition::PodCreated,
-            Transition::EngineStarted,
-            Transition::Finished(TestResult::Pass),
-            Transition::Errored("x".into()),
-            Transition::Canceled { forced: false },
-            Transition::Canceled { forced: true },
-        ];
-        for s in S::ALL.into_iter().filter(|s| s.is_final()) {
-            for e in &all_events {
-                assert_eq!(
-                    transition(s, C::ForceRequested, e),
-                    Err(IllegalTransition::AlreadyFinal(s)),
-                    "{s} {e:?}"
-                );
-            }
-        }
-    }
-
-    /// Copies SPEC.md: a canceled run went through an accepted cancel while running; a
-    /// force-cancel additionally sets force-canceled-at.
-    #[test]
-    fn canceled_needs_running_and_a_request() {
-        let step = transition(
-            S::Running,
-            C::Requested,
-            &Transition::Canceled { forced: false },
-        )
-        .unwrap();
-        assert_eq!(step.to, S::Canceled);
-        assert_eq!(step.timestamps, [TimestampKey::CanceledAt]);
-        let step = transition(
-            S::Running,
-            C::ForceRequested,
-            &Transition::Canceled { forced: true },
-        )
-        .unwrap();
-        assert_eq!(
-            step.timestamps,
-            [TimestampKey::CanceledAt, TimestampKey::ForceCanceledAt]
-        );
-        assert_eq!(
-            transition(S::Running, C::None, &Transition::Canceled { forced: false }),
-            Err(IllegalTransition::NotCanceled)
-        );
-        assert_eq!(
-            transition(
-                S::Running,
-                C::Requested,
-                &Transition::Canceled { forced: true }
-            ),
-            Err(IllegalTransition::NotForceCanceled)
-        );
-        for s in [S::Pending, S::Queued] {
-            assert_eq!(
-                transition(s, C::Requested, &Transition::Canceled { forced: false }),
-                Err(IllegalTransition::NotRunning(s))
-            );
-        }
-    }
-
-    /// Copies issue 5: a deleted Pod, a pull failure, a missing summary… → errored with a
-    /// message, from every non-final state.
-    #[test]
-    fn errored_from_every_non_final_state() {
-        for s in [S::Pending, S::Queued, S::Running] {
-            let step =
-                transition(s, C::None, &Transition::Errored("image pull failed".into())).unwrap();
-            assert_eq!(step.to, S::Errored);
-            assert_eq!(step.timestamps, [TimestampKey::ErroredAt]);
-            assert_eq!(step.message.as_deref(), Some("image pull failed"));
-        }
-    }
-
-    /// After an accepted cancel the run is canceled even though the interrupted engine
-    /// printed a summary; without one the summary decides.
-    #[test]
-    fn outcome_on_exit() {
-        assert_eq!(
-            Transition::on_exit(C::Requested, Ok(TestResult::Pass)),
-            Transition::Canceled { forced: false }
-        );
-        assert_eq!(
-            Transition::on_exit(C::ForceRequested, Err("killed".into())),
-            Transition::Canceled { forced: true }
-        );
-        assert_eq!(
-            Transition::on_exit(C::None, Ok(TestResult::Fail)),
-            Transition::Finished(TestResult::Fail)
-        );
-        assert_eq!(
-            Transition::on_exit(C::None, Err("no summary".into())),
-            Transition::Errored("no summary".into())
-        );
-    }
-
-    /// status-timestamps keys use the API's spelling; the first time wins.
-    #[test]
-    fn timestamp_keys() {
-        let keys: Vec<_> = TimestampKey::ALL.iter().map(|k| k.as_str()).collect();
-        assert_eq!(
-            keys,
-            [
-                "queued-at",
-                "started-at",
-                "finished-at",
-                "canceled-at",
-                "errored-at",
-                "force-canceled-at"
-            ]
-        );
-        let mut ts = TestRunTimestamps::default();
-        for k in TimestampKey::ALL {
-            k.set(&mut ts, "2026-01-01T00:00:00Z");
-            k.set(&mut ts, "2026-01-02T00:00:00Z");
-            assert_eq!(k.get(&ts), Some("2026-01-01T00:00:00Z"), "{}", k.as_str());
-        }
-        let status = TestRunStatus {
-            cancel_requested_at: Some("t".into()),
-            ..Default::default()
-        };
-        assert_eq!(C::of(Some(&status)), C::Requested);
-        assert_eq!(C::of(None), C::None);
-    }
-
-    /// Copies SPEC.md's test source table and issue 5's vendor aliases for filter[source].
-    #[test]
-    fn sources_and_aliases() {
-        for (spec, alias, src) in [
-            ("engine", "terraform", TestSource::Engine),
-            ("svc-api", "tfe-api", TestSource::SvcApi),
-            (
-                "svc-configuration-version",
-                "tfe-configuration-version",
-                TestSource::SvcConfigurationVersion,
-            ),
-        ] {
-            assert_eq!(src.as_str(), spec);
-            assert_eq!(spec.parse::<TestSource>(), Ok(src));
-            // Stored values are SPEC.md's only.
-            assert!(alias.parse::<TestSource>().is_err());
-            assert_eq!(TestSource::from_filter_value(alias), Some(src));
-            assert_eq!(TestSource::from_filter_value(spec), Some(src));
-        }
-    }
-
-    /// Copies SPEC.md A4: filter[source] is a comma-separated list; a run is listed when its
-    /// source is one of them.
-    #[test]
-    fn source_filter() {
-        let f = SourceFilter::parse("terraform, svc-api,,engine").unwrap();
-        assert_eq!(f.sources, [TestSource::Engine, TestSource::SvcApi]);
-        assert!(f.matches("engine"));
-        assert!(f.matches("svc-api"));
-        assert!(!f.matches("svc-configuration-version"));
-        let all = SourceFilter::parse("").unwrap();
-        assert!(all.sources.is_empty());
-        assert!(all.matches("svc-configuration-version"));
-        let err = SourceFilter::parse("engine,tfe-ui").unwrap_err();
-        assert_eq!(err.attribute, "filter[source]");
-        assert!(err.message.contains("\"tfe-ui\""), "{}", err.message);
-        assert!(SourceFilter::parse("Engine").is_err());
-    }
-}
+mod tests;
