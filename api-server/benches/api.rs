@@ -6,6 +6,9 @@
 //! 2. List with a tag filter and sort, page of 20, over 100,000 workspaces of one
 //!    organization — target p50 < 2 ms (ratio printed against 2 ms).
 //! 3. Memory per indexed workspace (RSS growth while indexing 100,000) — target < 4 KiB.
+//! 4. `search[name]` and `search[wildcard-name]` (substring, prefix, suffix) over the
+//!    100,000 workspaces against the same queries over 1,000 workspaces of another
+//!    organization, each matching 10 workspaces in both (issue 17) — target ≤ 2x.
 //!
 //! Runs in-process against the cluster simulator (no network), so the figures measure
 //! terrace's own work: routing, auth cache lookups, index reads and JSON rendering.
@@ -76,10 +79,25 @@ async fn time_requests(app: &axum::Router, uri: &str, token: &str, n: usize) -> 
     out
 }
 
+/// The name of workspace `i` of `n`: `ws-NNNNNN`, except for ten spread evenly,
+/// `billing-needle-K-svc`, which every search of case 4 matches.
+fn name(i: usize, n: usize) -> String {
+    let step = (n / 10).max(1);
+    if i % step == step / 2 && i / step < 10 {
+        format!("billing-needle-{}-svc", i / step)
+    } else {
+        format!("ws-{i:06}")
+    }
+}
+
 fn workspace(i: usize) -> Workspace {
+    workspace_in("bench", i, workspaces())
+}
+
+fn workspace_in(ns: &str, i: usize, n: usize) -> Workspace {
     let id = new_id(IdKind::Workspace);
     let mut spec = WorkspaceSpec::default_for_create();
-    spec.name = format!("ws-{i:06}");
+    spec.name = name(i, n);
     spec.terraform_version = Some("1.9.8".into());
     spec.tags = match i % 100 {
         0 => vec!["rare".into(), "prod".into()],
@@ -89,8 +107,8 @@ fn workspace(i: usize) -> Workspace {
     Workspace {
         metadata: ObjectMeta {
             name: Some(id.to_ascii_lowercase()),
-            namespace: Some("bench".into()),
-            uid: Some(format!("uid-{i}")),
+            namespace: Some(ns.into()),
+            uid: Some(format!("{ns}-uid-{i}")),
             resource_version: Some("1".into()),
             labels: Some(BTreeMap::from([(LABEL_ID.to_owned(), id)])),
             ..Default::default()
@@ -100,31 +118,28 @@ fn workspace(i: usize) -> Workspace {
     }
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
-    let sim = terrace_simulator::Simulator::open(Default::default())
-        .await
-        .expect("simulator");
-    let token = sim.admin_token();
-    let state = AppState::new(Settings::default(), sim.client());
-    let org = Organization {
+/// Workspaces of the small organization of case 4.
+const SMALL: usize = 1_000;
+
+/// Indexes organization `name` (namespace `name`) and its default project.
+fn organization(state: &AppState, name: &str) {
+    state.index.insert(Organization {
         metadata: ObjectMeta {
-            name: Some("bench".into()),
-            uid: Some("org-uid".into()),
+            name: Some(name.into()),
+            uid: Some(format!("{name}-org-uid")),
             ..Default::default()
         },
         spec: OrganizationSpec {
-            name: Some("bench".into()),
+            name: Some(name.into()),
             ..Default::default()
         },
         status: None,
-    };
-    state.index.insert(org);
+    });
     state.index.insert(Project {
         metadata: ObjectMeta {
             name: Some("default".into()),
-            namespace: Some("bench".into()),
-            uid: Some("prj-uid".into()),
+            namespace: Some(name.into()),
+            uid: Some(format!("{name}-prj-uid")),
             labels: Some(BTreeMap::from([
                 (LABEL_ID.to_owned(), new_id(IdKind::Project)),
                 (LABEL_DEFAULT_PROJECT.to_owned(), "true".to_owned()),
@@ -137,6 +152,21 @@ async fn main() {
         },
         status: None,
     });
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let sim = terrace_simulator::Simulator::open(Default::default())
+        .await
+        .expect("simulator");
+    let token = sim.admin_token();
+    let state = AppState::new(Settings::default(), sim.client());
+    for org in ["bench", "small"] {
+        organization(&state, org);
+    }
+    for i in 0..SMALL {
+        state.index.insert(workspace_in("small", i, SMALL));
+    }
 
     // 3. Memory per indexed workspace.
     // Objects are built inside the measured span: what an indexed workspace costs is the
@@ -201,6 +231,33 @@ async fn main() {
     let mut rare = time_requests(&app, rare_uri, &token, 200).await;
     let rare_p50 = percentile(&mut rare, 0.5);
 
+    // 4. Name searches, 100,000 vs 1,000 workspaces, 10 matches each.
+    let mut searches = Vec::new();
+    for (label, q) in [
+        ("search[name]=needle", "search%5Bname%5D=needle"),
+        (
+            "search[wildcard-name]=*needle*",
+            "search%5Bwildcard-name%5D=*needle*",
+        ),
+        (
+            "search[wildcard-name]=billing-nee*",
+            "search%5Bwildcard-name%5D=billing-nee*",
+        ),
+        (
+            "search[wildcard-name]=*-svc",
+            "search%5Bwildcard-name%5D=*-svc",
+        ),
+    ] {
+        let mut p50 = Vec::new();
+        for org in ["small", "bench"] {
+            let uri = format!("/api/v2/organizations/{org}/workspaces?{q}");
+            let _ = time_requests(&app, &uri, &token, 20).await;
+            let mut t = time_requests(&app, &uri, &token, 200).await;
+            p50.push(percentile(&mut t, 0.5));
+        }
+        searches.push((label, p50[0], p50[1]));
+    }
+
     println!(
         "terrace api benchmark ({} workspaces in one organization)",
         workspaces()
@@ -227,4 +284,13 @@ async fn main() {
         per_ws,
         per_ws / 4096.0
     );
+    for (label, small, large) in searches {
+        println!(
+            "{label:<36} p50 {:>9.1?} over {}  baseline {:>9.1?} over {SMALL}  ratio {:.2}x  (target <= 2x)",
+            large,
+            workspaces(),
+            small,
+            large.as_secs_f64() / small.as_secs_f64()
+        );
+    }
 }

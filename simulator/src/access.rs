@@ -103,7 +103,7 @@ impl Access {
                 ]
                 .map(|plural| {
                     st.range(&res(plural), None, None)
-                        .map(|(_, o)| o.clone())
+                        .map(|(_, o)| Arc::new(o.value()))
                         .collect::<Vec<Arc<Value>>>()
                 });
                 (st.rbac_revision, objects)

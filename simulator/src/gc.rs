@@ -5,11 +5,11 @@
 //!
 //! The store queues candidates as it writes (an object with ownerReferences is written;
 //! an owner is removed) and the task wakes on that, so dependents go promptly after
-//! their owner; a one-second tick retries namespaces still waiting on finalizers.
+//! their owner; a one-second tick retries namespaces still waiting on finalizers and
+//! drops watch history older than [`crate::SimConfig::watch_history_age`].
 
 use crate::Shared;
 use crate::store::State;
-use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,22 +22,14 @@ pub fn pass(st: &mut State) {
             break;
         }
         for (res, key) in queue {
-            let Some(obj) = st.get(&res, &key) else {
+            let Some(obj) = st.get_obj(&res, &key) else {
                 continue;
             };
-            let owners: Vec<&str> = obj
-                .pointer("/metadata/ownerReferences")
-                .and_then(Value::as_array)
-                .map(|refs| {
-                    refs.iter()
-                        .filter_map(|r| r.get("uid").and_then(Value::as_str))
-                        .collect()
-                })
-                .unwrap_or_default();
-            if owners.is_empty() || owners.iter().any(|u| st.uids.contains_key(*u)) {
+            let mut owners = obj.owner_uids().peekable();
+            if owners.peek().is_none() || owners.any(|u| st.uids.contains(u)) {
                 continue;
             }
-            if obj.pointer("/metadata/deletionTimestamp").is_some() {
+            if obj.is_deleting() {
                 continue;
             }
             crate::rest::controller_delete(st, &res, &key);
@@ -52,8 +44,14 @@ pub fn pass(st: &mut State) {
 /// Runs until shutdown.
 pub async fn run(shared: Arc<Shared>) {
     let mut shutdown = shared.shutdown.subscribe();
+    let age = shared.config.watch_history_age;
     loop {
-        shared.write_from_controller(pass);
+        shared.write_from_controller(|st| {
+            pass(st);
+            if let Some(cutoff) = std::time::Instant::now().checked_sub(age) {
+                st.trim_history(cutoff);
+            }
+        });
         let waiting = shared.read(|st| !st.terminating.is_empty());
         let tick = if waiting {
             Duration::from_millis(200)

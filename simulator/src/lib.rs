@@ -50,6 +50,11 @@ pub struct SimConfig {
     pub data_dir: Option<PathBuf>,
     /// Events kept per resource for watch resumption (the watch cache size).
     pub watch_history: usize,
+    /// How long an event stays in the watch history (at most `watch_history` of them):
+    /// watches resuming from an older resourceVersion get 410 Expired and relist, as
+    /// past kube-apiserver's watch cache. Watches asking for bookmarks get one every
+    /// `bookmark_interval`, so theirs are never that old.
+    pub watch_history_age: Duration,
     /// How often watches that allow bookmarks get a BOOKMARK event.
     pub bookmark_interval: Duration,
     /// Whether the simulated node runs Pods' containers as local processes
@@ -75,6 +80,7 @@ impl Default for SimConfig {
         SimConfig {
             data_dir: None,
             watch_history: 10_000,
+            watch_history_age: Duration::from_secs(150),
             bookmark_interval: Duration::from_secs(30),
             run_pods: true,
             image_overrides: Vec::new(),
@@ -108,7 +114,8 @@ const DURABLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// State shared by the HTTP handlers, watches and background tasks.
 pub struct Shared {
     state: Mutex<State>,
-    /// The store's latest resourceVersion; watches wait on it.
+    /// The store's latest resourceVersion (each resource's watches wait on their own:
+    /// [`store::State::subscribe`]).
     pub changes: tokio_watch::Sender<u64>,
     /// Wakes the garbage collector.
     pub gc_wake: Notify,

@@ -14,7 +14,7 @@ use crate::meta;
 use crate::resource::ResourceInfo;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::{ApiError, ApiResult, Qualified};
-use crate::store::{ObjKey, ResKey, State};
+use crate::store::{Obj, ObjKey, ResKey, State};
 use base64::Engine;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
@@ -275,7 +275,7 @@ pub fn create(
     let pruned = kind.validate(info, &mut body, None, &name)?;
     let warnings = field_validation(opts, pruned)?;
     let key: ObjKey = (ns.clone().unwrap_or_default(), name.clone());
-    if st.get(&res, &key).is_some() {
+    if st.contains(&res, &key) {
         return Err(ApiError::already_exists(&qualified(info), &name));
     }
     meta::record_manager(
@@ -489,6 +489,17 @@ fn key_for(info: &ResourceInfo, ns: Option<&str>, name: &str) -> ObjKey {
 /// GET of one object.
 pub fn get(st: &State, info: &ResourceInfo, ns: Option<&str>, name: &str) -> ApiResult<Arc<Value>> {
     st.get(&res_key(info), &key_for(info, ns, name))
+        .ok_or_else(|| ApiError::not_found(&qualified(info), name))
+}
+
+/// GET as stored (the text a client gets when it asks for the stored version).
+pub fn get_stored(
+    st: &State,
+    info: &ResourceInfo,
+    ns: Option<&str>,
+    name: &str,
+) -> ApiResult<Arc<Obj>> {
+    st.get_obj(&res_key(info), &key_for(info, ns, name))
         .ok_or_else(|| ApiError::not_found(&qualified(info), name))
 }
 
@@ -713,7 +724,7 @@ fn orphan_dependents(st: &mut State, owner: &Value) {
     let deps: Vec<(ResKey, ObjKey)> = st
         .dependents
         .get(uid)
-        .map(|s| s.iter().cloned().collect())
+        .map(|s| s.to_vec())
         .unwrap_or_default();
     for (res, key) in deps {
         let Some(dep) = st.get(&res, &key) else {
@@ -741,7 +752,7 @@ pub struct ListOpts {
 
 /// A page of a list.
 pub struct ListPage {
-    pub items: Vec<Arc<Value>>,
+    pub items: Vec<(ObjKey, Arc<Obj>)>,
     pub resource_version: String,
     pub continue_token: Option<String>,
     pub remaining: Option<u64>,
@@ -782,6 +793,23 @@ pub fn matches(
     label.matches(obj) && field.matches(obj)
 }
 
+/// [`matches`] for a stored object (at `key`): parses it only for a field selector on
+/// something other than its name and namespace.
+pub fn matches_stored(
+    key: &ObjKey,
+    obj: &Obj,
+    ns: Option<&str>,
+    label: &LabelSelector,
+    field: &FieldSelector,
+) -> bool {
+    if ns.is_some_and(|ns| key.0 != ns) || !label.matches_labels(|k| obj.label(k)) {
+        return false;
+    }
+    field
+        .matches_key(key)
+        .unwrap_or_else(|| field.matches(&obj.value()))
+}
+
 /// LIST: one page of matching objects in key order.
 pub fn list(
     st: &State,
@@ -804,42 +832,36 @@ pub fn list(
     if let (Some(name), None) = (opts.field.exact_name(), &after) {
         // Single-key lookups (kubectl get x --field-selector metadata.name=..., and
         // kube-runtime's watcher on one object) need no scan.
-        let candidates: Vec<Arc<Value>> = match ns {
-            Some(n) => st
-                .get(&res, &(n.to_string(), name.to_string()))
-                .into_iter()
-                .collect(),
-            None if !info.namespaced => st
-                .get(&res, &(String::new(), name.to_string()))
-                .into_iter()
-                .collect(),
+        let one = |key: ObjKey| st.get_obj(&res, &key).map(|o| (key, o));
+        let candidates: Vec<(ObjKey, Arc<Obj>)> = match ns {
+            Some(n) => one((n.to_string(), name.to_string())).into_iter().collect(),
+            None if !info.namespaced => {
+                one((String::new(), name.to_string())).into_iter().collect()
+            }
             None => st
                 .range(&res, None, None)
                 .filter(|(k, _)| k.1 == name)
-                .map(|(_, v)| v.clone())
+                .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
         };
         items = candidates
             .into_iter()
-            .filter(|o| matches(o, ns, &opts.label, &opts.field))
+            .filter(|(k, o)| matches_stored(k, o, ns, &opts.label, &opts.field))
             .collect();
     } else {
-        for (k, v) in st.range(&res, ns, after.as_ref()) {
-            if !matches(v, ns, &opts.label, &opts.field) {
+        for (k, v) in st.range_selected(&res, ns, after.as_ref(), &opts.label) {
+            if !matches_stored(k, v, ns, &opts.label, &opts.field) {
                 continue;
             }
             if let Some(l) = limit
                 && items.len() == l
             {
                 // Only hand out a token when something follows.
-                let last = items
-                    .last()
-                    .map(|o| crate::store::obj_key(o))
-                    .unwrap_or_else(|| k.clone());
-                next = Some(encode_continue(rv, &last));
+                let last = items.last().map(|(k, _)| k).unwrap_or(k);
+                next = Some(encode_continue(rv, last));
                 break;
             }
-            items.push(v.clone());
+            items.push((k.clone(), v.clone()));
         }
     }
     Ok(ListPage {
@@ -869,8 +891,7 @@ pub fn delete_collection(
         },
     )?;
     let mut out = Vec::new();
-    for obj in page.items {
-        let (ons, name) = crate::store::obj_key(&obj);
+    for ((ons, name), _) in page.items {
         let ons = if info.namespaced {
             Some(ons.as_str())
         } else {

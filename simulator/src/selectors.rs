@@ -177,10 +177,25 @@ impl LabelSelector {
         self.reqs.is_empty()
     }
 
+    /// The requirements that a label have one of some values (`k=v`, `k==v`,
+    /// `k in (a,b)`): (key, allowed values). An object matching the selector carries one
+    /// of those values, which lets the store read only those objects.
+    pub fn value_requirements(&self) -> impl Iterator<Item = (&str, Vec<&str>)> {
+        self.reqs.iter().filter_map(|r| match &r.op {
+            Op::Eq(v) => Some((r.key.as_str(), vec![v.as_str()])),
+            Op::In(vs) => Some((r.key.as_str(), vs.iter().map(String::as_str).collect())),
+            _ => None,
+        })
+    }
+
     /// Whether an object's `metadata.labels` satisfy every requirement.
     pub fn matches(&self, obj: &Value) -> bool {
         let labels = obj.pointer("/metadata/labels");
-        let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
+        self.matches_labels(|k| labels.and_then(|l| l.get(k)).and_then(Value::as_str))
+    }
+
+    /// Whether labels (`get` answers a key's value) satisfy every requirement.
+    pub fn matches_labels<'a>(&self, get: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.reqs.iter().all(|r| match &r.op {
             Op::Eq(v) => get(&r.key) == Some(v.as_str()),
             Op::NotEq(v) => get(&r.key) != Some(v.as_str()),
@@ -238,6 +253,21 @@ impl FieldSelector {
             .iter()
             .find(|(k, eq, _)| k == "metadata.name" && *eq)
             .map(|(_, _, v)| v.as_str())
+    }
+
+    /// Whether an object at `key` (namespace, name) matches, when every requirement is
+    /// on `metadata.name` or `metadata.namespace`; `None` when one is on another field.
+    pub fn matches_key(&self, key: &(String, String)) -> Option<bool> {
+        let mut all = true;
+        for (k, eq, v) in &self.reqs {
+            let actual = match k.as_str() {
+                "metadata.namespace" => &key.0,
+                "metadata.name" => &key.1,
+                _ => return None,
+            };
+            all &= (actual == v) == *eq;
+        }
+        Some(all)
     }
 
     pub fn matches(&self, obj: &Value) -> bool {

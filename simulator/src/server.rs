@@ -523,8 +523,11 @@ async fn resource_request(
             Ok(list_response(&info, page, fmt))
         }
         (&Method::GET, Some(name)) => {
-            let obj = shared.read(|st| rest::get(st, &info, ns, name))?;
-            let obj = rest::in_version(&obj, &info);
+            let stored = shared.read(|st| rest::get_stored(st, &info, ns, name))?;
+            if matches!(fmt, Format::Json) && stored.has_api_version(&info.api_version()) {
+                return Ok(json_text(StatusCode::OK, stored.text().to_owned(), &[]));
+            }
+            let obj = rest::in_version(&stored.value(), &info);
             let body = match fmt {
                 Format::Json => obj,
                 Format::Table(inc) => table(&info, std::slice::from_ref(&obj), json!({}), inc),
@@ -608,7 +611,7 @@ fn list_response(info: &ResourceInfo, page: rest::ListPage, fmt: Format) -> Resp
             let items: Vec<Value> = page
                 .items
                 .iter()
-                .map(|o| rest::in_version(o, info))
+                .map(|(_, o)| rest::in_version(&o.value(), info))
                 .collect();
             json_response(StatusCode::OK, &table(info, &items, meta, inc), &[])
         }
@@ -622,14 +625,14 @@ fn list_response(info: &ResourceInfo, page: rest::ListPage, fmt: Format) -> Resp
                 json!(info.list_kind),
                 meta
             ));
-            for (i, o) in page.items.iter().enumerate() {
+            for (i, (_, o)) in page.items.iter().enumerate() {
                 if i > 0 {
                     out.push(',');
                 }
-                if o.get("apiVersion").and_then(Value::as_str) == Some(api_version.as_str()) {
-                    out.push_str(&o.to_string());
+                if o.has_api_version(&api_version) {
+                    out.push_str(o.text());
                 } else {
-                    out.push_str(&rest::in_version(o, info).to_string());
+                    out.push_str(&rest::in_version(&o.value(), info).to_string());
                 }
             }
             out.push_str("]}");
@@ -654,17 +657,20 @@ fn watch(
         _ => Duration::from_secs(1800),
     };
     let info = t.info.clone();
-    let render: crate::watch::Render = match fmt {
+    let output = match fmt {
         Format::Json => {
-            let info = info.clone();
-            Arc::new(move |o: &Value| rest::in_version(o, &info))
+            let info2 = info.clone();
+            crate::watch::Output::Json(
+                info.api_version(),
+                Arc::new(move |o: &Value| rest::in_version(o, &info2)),
+            )
         }
         Format::Table(inc) => {
             let info = info.clone();
-            Arc::new(move |o: &Value| {
+            crate::watch::Output::Rendered(Arc::new(move |o: &Value| {
                 let obj = rest::in_version(o, &info);
                 table(&info, std::slice::from_ref(&obj), json!({}), inc)
-            })
+            }))
         }
     };
     let p = crate::watch::WatchParams {
@@ -676,7 +682,7 @@ fn watch(
         send_initial_events: truthy(q, "sendInitialEvents"),
         bookmarks: truthy(q, "allowWatchBookmarks"),
         timeout,
-        render,
+        output,
     };
     let body: Body = crate::watch::start(shared, p);
     Ok((

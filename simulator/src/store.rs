@@ -12,6 +12,7 @@
 //! into the snapshot on open.
 
 use crate::registry::Registry;
+use crate::selectors::LabelSelector;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::io::{BufRead, Write};
@@ -40,25 +41,236 @@ impl EventType {
     }
 }
 
+/// A stored object: its JSON text, which gets, lists, watches and the log send as they
+/// are, and the metadata the store's indexes and selectors read. As text an object costs
+/// about its JSON size (a parsed `serde_json::Value` costs five to six times that: a
+/// B-tree node per map, an allocation per string); code that needs its fields parses it
+/// ([`Obj::value`]).
+#[derive(Debug)]
+pub struct Obj {
+    text: Box<str>,
+    uid: Option<Box<str>>,
+    /// `metadata.labels` (string values), sorted by key.
+    labels: Box<[(Box<str>, Box<str>)]>,
+    /// The uids of `metadata.ownerReferences`.
+    owners: Box<[Box<str>]>,
+}
+
+impl Obj {
+    /// Serializes `obj` for the store.
+    pub fn new(obj: &Value) -> Obj {
+        let mut labels: Vec<(Box<str>, Box<str>)> = obj
+            .pointer("/metadata/labels")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some((k.as_str().into(), v.as_str()?.into())))
+            .collect();
+        labels.sort();
+        Obj {
+            text: obj.to_string().into_boxed_str(),
+            uid: uid_of(obj).map(Into::into),
+            labels: labels.into_boxed_slice(),
+            owners: owner_uids(obj).into_iter().map(Into::into).collect(),
+        }
+    }
+
+    /// The object as JSON text.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The object, parsed.
+    pub fn value(&self) -> Value {
+        serde_json::from_str(&self.text).unwrap_or(Value::Null)
+    }
+
+    /// `metadata.uid`.
+    pub fn uid(&self) -> Option<&str> {
+        self.uid.as_deref()
+    }
+
+    /// The value of label `key`.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels
+            .binary_search_by(|(k, _)| (**k).cmp(key))
+            .ok()
+            .map(|i| &*self.labels[i].1)
+    }
+
+    /// The labels as (key, value), sorted by key.
+    pub fn labels(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.labels.iter().map(|(k, v)| (&**k, &**v))
+    }
+
+    /// Whether `metadata.deletionTimestamp` is present (parses only an object whose
+    /// text mentions it).
+    pub fn is_deleting(&self) -> bool {
+        self.text.contains("\"deletionTimestamp\"")
+            && self
+                .value()
+                .pointer("/metadata/deletionTimestamp")
+                .is_some()
+    }
+
+    /// The uids of the object's owners.
+    pub fn owner_uids(&self) -> impl Iterator<Item = &str> {
+        self.owners.iter().map(|o| &**o)
+    }
+
+    /// Whether the stored `apiVersion` is `api_version` (then the text is what a client
+    /// of that version gets, with no rewriting). Relies on the serialized keys' order:
+    /// `apiVersion` sorts before every other top-level key of a Kubernetes object.
+    pub fn has_api_version(&self, api_version: &str) -> bool {
+        self.text
+            .strip_prefix("{\"apiVersion\":\"")
+            .and_then(|rest| rest.strip_prefix(api_version))
+            .is_some_and(|rest| rest.starts_with("\","))
+    }
+}
+
 /// One change of one object, as watchers see it.
 #[derive(Debug)]
 pub struct Event {
     pub rv: u64,
+    /// When it happened (events older than the history's age limit are dropped).
+    pub at: std::time::Instant,
     pub kind: EventType,
+    /// (namespace, name) of the object.
+    pub key: ObjKey,
     /// The object after the change (for DELETED: its last state, stamped with the
     /// deletion's resourceVersion).
-    pub object: Arc<Value>,
+    pub object: Arc<Obj>,
     /// The object before the change, so selector watches can turn a change that stops
     /// matching into DELETED.
-    pub prev: Option<Arc<Value>>,
+    pub prev: Option<Arc<Obj>>,
 }
 
-#[derive(Default)]
+/// The objects carrying one label value: most label values (IDs, names) are carried by
+/// one object, which needs no set of its own.
+#[derive(Debug)]
+enum Posting {
+    One(ObjKey),
+    Many(BTreeSet<ObjKey>),
+}
+
+impl Posting {
+    fn insert(&mut self, key: &ObjKey) {
+        match self {
+            Posting::One(k) if k == key => {}
+            Posting::One(k) => {
+                *self = Posting::Many(BTreeSet::from([std::mem::take(k), key.clone()]));
+            }
+            Posting::Many(set) => {
+                set.insert(key.clone());
+            }
+        }
+    }
+
+    /// Removes `key`; answers whether the posting is empty now.
+    fn remove(&mut self, key: &ObjKey) -> bool {
+        match self {
+            Posting::One(k) => k == key,
+            Posting::Many(set) => {
+                set.remove(key);
+                if set.len() == 1
+                    && let Some(last) = set.pop_first()
+                {
+                    *self = Posting::One(last);
+                }
+                false
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Posting::One(_) => 1,
+            Posting::Many(set) => set.len(),
+        }
+    }
+
+    fn keys(&self) -> Box<dyn Iterator<Item = &ObjKey> + '_> {
+        match self {
+            Posting::One(k) => Box::new(std::iter::once(k)),
+            Posting::Many(set) => Box::new(set.iter()),
+        }
+    }
+}
+
 pub struct ResourceData {
-    pub objects: BTreeMap<ObjKey, Arc<Value>>,
+    pub objects: BTreeMap<ObjKey, Arc<Obj>>,
     pub history: VecDeque<Arc<Event>>,
     /// Watches from a resourceVersion below this are answered 410 Expired.
     pub floor: u64,
+    /// Label key → value → the objects carrying it, so a list or watch selecting on a
+    /// label's value (`key=value`, `key in (…)`) reads only those objects instead of
+    /// every object of the resource.
+    labels: HashMap<Box<str>, HashMap<Box<str>, Posting>>,
+    /// The resourceVersion of the resource's latest event: its watches wait on it, so a
+    /// write wakes only the watches of its own resource.
+    notify: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for ResourceData {
+    fn default() -> Self {
+        ResourceData {
+            objects: BTreeMap::new(),
+            history: VecDeque::new(),
+            floor: 0,
+            labels: HashMap::new(),
+            notify: tokio::sync::watch::Sender::new(0),
+        }
+    }
+}
+
+impl ResourceData {
+    fn labels_add(&mut self, key: &ObjKey, obj: &Obj) {
+        for (k, v) in obj.labels() {
+            let values = self.labels.entry(k.into()).or_default();
+            match values.get_mut(v) {
+                Some(p) => p.insert(key),
+                None => {
+                    values.insert(v.into(), Posting::One(key.clone()));
+                }
+            }
+        }
+    }
+
+    fn labels_remove(&mut self, key: &ObjKey, obj: &Obj) {
+        for (k, v) in obj.labels() {
+            let Some(values) = self.labels.get_mut(k) else {
+                continue;
+            };
+            if values.get_mut(v).is_some_and(|p| p.remove(key)) {
+                values.remove(v);
+            }
+            if values.is_empty() {
+                self.labels.remove(k);
+            }
+        }
+    }
+
+    /// The keys of the objects a selector's most selective value requirement allows
+    /// (those carrying one of its values), in key order; `None` when it has no such
+    /// requirement (every object is a candidate).
+    fn candidates<'a>(&'a self, selector: &LabelSelector) -> Option<Vec<&'a ObjKey>> {
+        let mut best: Option<Vec<&Posting>> = None;
+        for (key, values) in selector.value_requirements() {
+            let postings: Vec<&Posting> = values
+                .iter()
+                .filter_map(|v| self.labels.get(key).and_then(|p| p.get(*v)))
+                .collect();
+            let len = |p: &[&Posting]| p.iter().map(|s| s.len()).sum::<usize>();
+            if best.as_ref().is_none_or(|b| len(&postings) < len(b)) {
+                best = Some(postings);
+            }
+        }
+        let mut keys: Vec<&ObjKey> = best?.into_iter().flat_map(Posting::keys).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        Some(keys)
+    }
 }
 
 /// Everything behind the store's one lock.
@@ -69,10 +281,10 @@ pub struct State {
     /// resourceVersion at open: history before it is gone.
     pub open_rv: u64,
     pub history_cap: usize,
-    /// uid → where the object lives.
-    pub uids: HashMap<String, (ResKey, ObjKey)>,
+    /// The uid of every object (owners are looked up by uid).
+    pub uids: std::collections::HashSet<Box<str>>,
     /// owner uid → dependents.
-    pub dependents: HashMap<String, BTreeSet<(ResKey, ObjKey)>>,
+    pub dependents: HashMap<Box<str>, Vec<(ResKey, ObjKey)>>,
     /// Dependents whose owners should be checked by the garbage collector.
     pub gc_queue: Vec<(ResKey, ObjKey)>,
     /// Namespaces being deleted whose content the namespace finalizer must remove.
@@ -105,16 +317,25 @@ fn uid_of(obj: &Value) -> Option<&str> {
     obj.pointer("/metadata/uid").and_then(Value::as_str)
 }
 
-fn owner_uids(obj: &Value) -> Vec<String> {
+fn owner_uids(obj: &Value) -> Vec<&str> {
     obj.pointer("/metadata/ownerReferences")
         .and_then(Value::as_array)
         .map(|refs| {
             refs.iter()
                 .filter_map(|r| r.get("uid").and_then(Value::as_str))
-                .map(str::to_string)
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// A log record storing `obj` (its text, not serialized again).
+fn put_record(rv: u64, res: &ResKey, obj: &Obj) -> String {
+    format!(
+        "{{\"rv\":{rv},\"g\":{},\"r\":{},\"o\":{}}}",
+        json!(res.0),
+        json!(res.1),
+        obj.text()
+    )
 }
 
 impl State {
@@ -125,7 +346,7 @@ impl State {
             rv: 0,
             open_rv: 0,
             history_cap: history_cap.max(1),
-            uids: HashMap::new(),
+            uids: Default::default(),
             dependents: HashMap::new(),
             gc_queue: Vec::new(),
             terminating: BTreeSet::new(),
@@ -150,53 +371,86 @@ impl State {
             })
     }
 
+    /// The object, parsed (every call parses: where the text will do, use
+    /// [`State::get_obj`]).
     pub fn get(&self, res: &ResKey, key: &ObjKey) -> Option<Arc<Value>> {
+        self.get_obj(res, key).map(|o| Arc::new(o.value()))
+    }
+
+    /// The stored object.
+    pub fn get_obj(&self, res: &ResKey, key: &ObjKey) -> Option<Arc<Obj>> {
         self.data.get(res)?.objects.get(key).cloned()
     }
 
-    fn index_remove(&mut self, res: &ResKey, key: &ObjKey, obj: &Value) {
-        if let Some(uid) = uid_of(obj) {
+    /// Whether the object exists.
+    pub fn contains(&self, res: &ResKey, key: &ObjKey) -> bool {
+        self.data
+            .get(res)
+            .is_some_and(|rd| rd.objects.contains_key(key))
+    }
+
+    fn index_remove(&mut self, res: &ResKey, key: &ObjKey, obj: &Obj) {
+        if let Some(uid) = obj.uid() {
             self.uids.remove(uid);
         }
-        for owner in owner_uids(obj) {
-            if let Some(set) = self.dependents.get_mut(&owner) {
-                set.remove(&(res.clone(), key.clone()));
-                if set.is_empty() {
-                    self.dependents.remove(&owner);
+        for owner in obj.owner_uids() {
+            if let Some(deps) = self.dependents.get_mut(owner) {
+                deps.retain(|(r, k)| r != res || k != key);
+                if deps.is_empty() {
+                    self.dependents.remove(owner);
                 }
             }
         }
     }
 
-    fn index_add(&mut self, res: &ResKey, key: &ObjKey, obj: &Value) {
-        if let Some(uid) = uid_of(obj) {
-            self.uids
-                .insert(uid.to_string(), (res.clone(), key.clone()));
+    fn index_add(&mut self, res: &ResKey, key: &ObjKey, obj: &Obj) {
+        if let Some(uid) = obj.uid() {
+            self.uids.insert(uid.into());
         }
-        let owners = owner_uids(obj);
-        if !owners.is_empty() {
-            self.gc_queue.push((res.clone(), key.clone()));
+        if obj.owners.is_empty() {
+            return;
         }
-        for owner in owners {
-            self.dependents
-                .entry(owner)
-                .or_default()
-                .insert((res.clone(), key.clone()));
+        self.gc_queue.push((res.clone(), key.clone()));
+        for owner in obj.owner_uids() {
+            let deps = self.dependents.entry(owner.into()).or_default();
+            if !deps.iter().any(|(r, k)| r == res && k == key) {
+                deps.push((res.clone(), key.clone()));
+            }
         }
     }
 
     fn record(&mut self, res: &ResKey, ev: Event) {
         let cap = self.history_cap;
         let rd = self.resource_mut(res);
+        let rv = ev.rv;
         rd.history.push_back(Arc::new(ev));
         while rd.history.len() > cap {
             if let Some(old) = rd.history.pop_front() {
                 rd.floor = old.rv;
             }
         }
+        rd.notify.send_replace(rv);
     }
 
-    /// Stores `obj` (creating or replacing), stamping the next resourceVersion.
+    /// Drops the history events from before `cutoff`; watches from before them get 410
+    /// Expired.
+    pub fn trim_history(&mut self, cutoff: std::time::Instant) {
+        for rd in self.data.values_mut() {
+            while rd.history.front().is_some_and(|e| e.at < cutoff) {
+                if let Some(old) = rd.history.pop_front() {
+                    rd.floor = old.rv;
+                }
+            }
+        }
+    }
+
+    /// Changes with every event of the resource (its latest resourceVersion).
+    pub fn subscribe(&mut self, res: &ResKey) -> tokio::sync::watch::Receiver<u64> {
+        self.resource_mut(res).notify.subscribe()
+    }
+
+    /// Stores `obj` (creating or replacing), stamping the next resourceVersion; returns
+    /// it as stored.
     pub fn put(&mut self, res: &ResKey, mut obj: Value) -> Arc<Value> {
         self.rv += 1;
         if res.0 == RBAC_GROUP {
@@ -207,63 +461,69 @@ impl State {
             meta.insert("resourceVersion".into(), json!(rv.to_string()));
         }
         let key = obj_key(&obj);
-        let obj = Arc::new(obj);
-        let prev = self
-            .resource_mut(res)
-            .objects
-            .insert(key.clone(), obj.clone());
+        let stored = Arc::new(Obj::new(&obj));
+        let rd = self.resource_mut(res);
+        let prev = rd.objects.insert(key.clone(), stored.clone());
+        if let Some(p) = &prev {
+            rd.labels_remove(&key, p);
+        }
+        rd.labels_add(&key, &stored);
         if let Some(p) = &prev {
             self.index_remove(res, &key, p);
         }
-        self.index_add(res, &key, &obj);
+        self.index_add(res, &key, &stored);
         let kind = if prev.is_some() {
             EventType::Modified
         } else {
             EventType::Added
         };
+        if self.persistent {
+            self.pending_log.push(put_record(rv, res, &stored));
+            self.log_seq += 1;
+        }
         self.record(
             res,
             Event {
                 rv,
+                at: std::time::Instant::now(),
                 kind,
-                object: obj.clone(),
+                key,
+                object: stored,
                 prev,
             },
         );
-        if self.persistent {
-            self.pending_log
-                .push(json!({"rv": rv, "g": res.0, "r": res.1, "o": &*obj}).to_string());
-            self.log_seq += 1;
-        }
-        obj
+        Arc::new(obj)
     }
 
     /// Removes an object for good; returns its last state stamped with the deletion's
     /// resourceVersion.
     pub fn remove(&mut self, res: &ResKey, key: &ObjKey) -> Option<Arc<Value>> {
-        let prev = self.data.get_mut(res)?.objects.remove(key)?;
+        let rd = self.data.get_mut(res)?;
+        let prev = rd.objects.remove(key)?;
+        rd.labels_remove(key, &prev);
         self.rv += 1;
         if res.0 == RBAC_GROUP {
             self.rbac_revision += 1;
         }
         let rv = self.rv;
         self.index_remove(res, key, &prev);
-        if let Some(uid) = uid_of(&prev)
+        if let Some(uid) = prev.uid()
             && let Some(deps) = self.dependents.get(uid)
         {
             self.gc_queue.extend(deps.iter().cloned());
         }
-        let mut last = (*prev).clone();
+        let mut last = prev.value();
         if let Some(meta) = last.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.insert("resourceVersion".into(), json!(rv.to_string()));
         }
-        let last = Arc::new(last);
         self.record(
             res,
             Event {
                 rv,
+                at: std::time::Instant::now(),
                 kind: EventType::Deleted,
-                object: last.clone(),
+                key: key.clone(),
+                object: Arc::new(Obj::new(&last)),
                 prev: Some(prev),
             },
         );
@@ -273,7 +533,7 @@ impl State {
             );
             self.log_seq += 1;
         }
-        Some(last)
+        Some(Arc::new(last))
     }
 
     /// Objects of a resource in key order, optionally only one namespace, starting after
@@ -283,7 +543,7 @@ impl State {
         res: &ResKey,
         namespace: Option<&'a str>,
         after: Option<&'a ObjKey>,
-    ) -> Box<dyn Iterator<Item = (&'a ObjKey, &'a Arc<Value>)> + 'a> {
+    ) -> Box<dyn Iterator<Item = (&'a ObjKey, &'a Arc<Obj>)> + 'a> {
         use std::ops::Bound;
         let Some(rd) = self.data.get(res) else {
             return Box::new(std::iter::empty());
@@ -297,6 +557,37 @@ impl State {
             .objects
             .range((lower, Bound::Unbounded))
             .take_while(move |(k, _)| namespace.is_none_or(|ns| k.0 == ns));
+        Box::new(it)
+    }
+
+    /// As [`State::range`], but only objects that may match `selector`: when it
+    /// requires a label's value, only the objects carrying it are read (from the label
+    /// index), so selecting a few objects of many costs what those few cost. Callers
+    /// still check every object against the whole selector.
+    pub fn range_selected<'a>(
+        &'a self,
+        res: &ResKey,
+        namespace: Option<&'a str>,
+        after: Option<&'a ObjKey>,
+        selector: &LabelSelector,
+    ) -> Box<dyn Iterator<Item = (&'a ObjKey, &'a Arc<Obj>)> + 'a> {
+        let Some(rd) = self.data.get(res) else {
+            return Box::new(std::iter::empty());
+        };
+        let Some(keys) = rd.candidates(selector) else {
+            return self.range(res, namespace, after);
+        };
+        // The first candidate after `after`, else the first of `namespace`.
+        let start = match (after, namespace) {
+            (Some(a), _) => keys.partition_point(|k| *k <= a),
+            (None, Some(ns)) => keys.partition_point(|k| k.0.as_str() < ns),
+            (None, None) => 0,
+        };
+        let it = keys
+            .into_iter()
+            .skip(start)
+            .take_while(move |k| namespace.is_none_or(|ns| k.0 == ns))
+            .filter_map(|k| rd.objects.get_key_value(k));
         Box::new(it)
     }
 }
@@ -336,7 +627,7 @@ impl Files {
     /// and other access away from one made by an earlier version.
     pub fn load(&self, st: &mut State) -> std::io::Result<()> {
         create_private_dir(&self.dir)?;
-        let mut objects: HashMap<ResKey, BTreeMap<ObjKey, Value>> = HashMap::new();
+        let mut objects: HashMap<ResKey, BTreeMap<ObjKey, Obj>> = HashMap::new();
         let mut rv = 0u64;
         for path in [self.snapshot(), self.log()] {
             let file = match std::fs::File::open(&path) {
@@ -359,7 +650,7 @@ impl Files {
                     objects
                         .entry(res)
                         .or_default()
-                        .insert(obj_key(o), o.clone());
+                        .insert(obj_key(o), Obj::new(o));
                 } else if rec.get("n").is_some()
                     && let Some(m) = objects.get_mut(&res)
                 {
@@ -371,7 +662,9 @@ impl Files {
             for (key, obj) in objs {
                 let obj = Arc::new(obj);
                 st.index_add(&res, &key, &obj);
-                st.resource_mut(&res).objects.insert(key, obj);
+                let rd = st.resource_mut(&res);
+                rd.labels_add(&key, &obj);
+                rd.objects.insert(key, obj);
             }
         }
         st.rv = rv;
@@ -392,11 +685,7 @@ impl Files {
             writeln!(w, "{}", json!({"rv": st.rv}))?;
             for (res, rd) in &st.data {
                 for obj in rd.objects.values() {
-                    writeln!(
-                        w,
-                        "{}",
-                        json!({"rv": st.rv, "g": res.0, "r": res.1, "o": &**obj})
-                    )?;
+                    writeln!(w, "{}", put_record(st.rv, res, obj))?;
                 }
             }
             w.flush()?;
@@ -576,6 +865,70 @@ mod tests {
             .map(|(k, _)| k.1.clone())
             .collect();
         assert_eq!(names, ["x", "y"]);
+    }
+
+    /// Copies the watch cache's freshness bound: events older than the cutoff leave the
+    /// history and move its floor (watches from before it get 410).
+    #[test]
+    fn history_is_trimmed_by_age() {
+        let mut st = State::new(10, false);
+        let res: ResKey = ("".into(), "configmaps".into());
+        st.put(&res, obj("a", "o0"));
+        st.put(&res, obj("a", "o1"));
+        let cutoff = std::time::Instant::now();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        st.put(&res, obj("a", "o2"));
+        st.trim_history(cutoff);
+        let rd = st.resource(&res).map(|r| (r.history.len(), r.floor));
+        assert_eq!(rd, Some((1, 2)));
+        st.trim_history(std::time::Instant::now());
+        let rd = st.resource(&res).map(|r| (r.history.len(), r.floor));
+        assert_eq!(rd, Some((0, 3)));
+        assert_eq!(st.range(&res, None, None).count(), 3, "objects stay");
+    }
+
+    /// A label selector on a value reads the label index: only objects carrying the
+    /// value, in key order, from `after` and within the namespace, kept current as labels
+    /// change and objects go. Selectors without a value requirement read every object.
+    #[test]
+    fn range_selected_reads_the_label_index() {
+        let mut st = State::new(10, false);
+        let res: ResKey = ("".into(), "configmaps".into());
+        let labelled = |ns: &str, name: &str, labels: Value| json!({"metadata": {"namespace": ns, "name": name, "labels": labels}});
+        st.put(&res, labelled("b", "y", json!({"id": "1", "org": "o"})));
+        st.put(&res, labelled("a", "x", json!({"id": "1"})));
+        st.put(&res, labelled("b", "x", json!({"id": "2", "org": "o"})));
+        st.put(&res, labelled("c", "z", json!({"id": "1"})));
+        fn keys(st: &State, ns: Option<&str>, after: Option<&ObjKey>, s: &str) -> Vec<String> {
+            let res: ResKey = ("".into(), "configmaps".into());
+            let sel = LabelSelector::parse(s).unwrap_or_default();
+            st.range_selected(&res, ns, after, &sel)
+                .map(|(k, _)| format!("{}/{}", k.0, k.1))
+                .collect()
+        }
+        assert_eq!(keys(&st, None, None, "id=1"), ["a/x", "b/y", "c/z"]);
+        assert_eq!(keys(&st, Some("b"), None, "id=1"), ["b/y"]);
+        assert_eq!(keys(&st, None, None, "id in (2, 1),org=o"), ["b/x", "b/y"]);
+        let after = ("a".to_string(), "x".to_string());
+        assert_eq!(keys(&st, None, Some(&after), "id=1"), ["b/y", "c/z"]);
+        assert!(keys(&st, None, None, "id=3").is_empty());
+        assert_eq!(keys(&st, Some("b"), None, "org").len(), 2);
+        // A relabelled object moves; a removed one leaves; empty postings go.
+        st.put(&res, labelled("b", "y", json!({"id": "3"})));
+        st.remove(&res, &("c".to_string(), "z".to_string()));
+        st.remove(&res, &("b".to_string(), "x".to_string()));
+        assert_eq!(keys(&st, None, None, "id=1"), ["a/x"]);
+        assert_eq!(keys(&st, None, None, "id=3"), ["b/y"]);
+        let index = st.resource(&res).map(|rd| {
+            let mut v: Vec<(String, usize)> = rd
+                .labels
+                .iter()
+                .map(|(k, vals)| (k.to_string(), vals.len()))
+                .collect();
+            v.sort();
+            v
+        });
+        assert_eq!(index, Some(vec![("id".to_string(), 2)]));
     }
 
     /// Persistence: objects and the counter survive a reload.

@@ -10,10 +10,10 @@
 
 use crate::Shared;
 use crate::resource::ResourceInfo;
-use crate::rest::matches;
+use crate::rest::matches_stored;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
-use crate::store::{Event, EventType};
+use crate::store::{Event, EventType, Obj};
 use bytes::Bytes;
 use serde_json::{Value, json};
 use std::convert::Infallible;
@@ -25,6 +25,15 @@ use tokio::time::Instant;
 /// Renders one object for the wire (plain JSON in the requested version, or a Table).
 pub type Render = Arc<dyn Fn(&Value) -> Value + Send + Sync>;
 
+/// How events' objects go on the wire.
+pub enum Output {
+    /// Plain JSON of this apiVersion: a stored object of that version is sent as its
+    /// stored text; others are rewritten by the renderer.
+    Json(String, Render),
+    /// Anything else (Tables): every object goes through the renderer.
+    Rendered(Render),
+}
+
 pub struct WatchParams {
     pub info: Arc<ResourceInfo>,
     pub namespace: Option<String>,
@@ -35,7 +44,7 @@ pub struct WatchParams {
     pub send_initial_events: bool,
     pub bookmarks: bool,
     pub timeout: Duration,
-    pub render: Render,
+    pub output: Output,
 }
 
 /// Parses the `resourceVersion` of a watch request.
@@ -62,6 +71,23 @@ fn line(kind: &str, object: Value) -> Bytes {
     Bytes::from(s)
 }
 
+/// The event line of a stored object.
+fn object_line(kind: &str, obj: &Obj, output: &Output) -> Bytes {
+    match output {
+        Output::Json(api_version, _) if obj.has_api_version(api_version) => {
+            let text = obj.text();
+            let mut s = String::with_capacity(text.len() + 32);
+            s.push_str("{\"type\":\"");
+            s.push_str(kind);
+            s.push_str("\",\"object\":");
+            s.push_str(text);
+            s.push_str("}\n");
+            Bytes::from(s)
+        }
+        Output::Json(_, render) | Output::Rendered(render) => line(kind, render(&obj.value())),
+    }
+}
+
 fn bookmark(info: &ResourceInfo, rv: u64, initial_end: bool) -> Bytes {
     let mut meta = json!({"resourceVersion": rv.to_string()});
     if initial_end {
@@ -74,13 +100,13 @@ fn bookmark(info: &ResourceInfo, rv: u64, initial_end: bool) -> Bytes {
 }
 
 /// What an event means to this watcher, given its filter.
-fn translate(ev: &Event, p: &WatchParams) -> Option<(&'static str, Arc<Value>)> {
+fn translate(ev: &Event, p: &WatchParams) -> Option<(&'static str, Arc<Obj>)> {
     let ns = p.namespace.as_deref();
-    let now = matches(&ev.object, ns, &p.label, &p.field);
+    let now = matches_stored(&ev.key, &ev.object, ns, &p.label, &p.field);
     let before = ev
         .prev
         .as_ref()
-        .is_some_and(|o| matches(o, ns, &p.label, &p.field));
+        .is_some_and(|o| matches_stored(&ev.key, o, ns, &p.label, &p.field));
     match ev.kind {
         EventType::Added => now.then(|| ("ADDED", ev.object.clone())),
         EventType::Modified => match (before, now) {
@@ -101,7 +127,8 @@ enum Step {
 async fn run(shared: Arc<Shared>, p: WatchParams, tx: mpsc::Sender<Result<Bytes, Infallible>>) {
     let res = crate::rest::res_key(&p.info);
     let deadline = Instant::now() + p.timeout;
-    let mut changes = shared.changes.subscribe();
+    // Woken by the events of this resource only.
+    let mut changes = shared.write_from_controller(|st| st.subscribe(&res));
     let mut shutdown = shared.shutdown.subscribe();
     if *shutdown.borrow() {
         return;
@@ -115,15 +142,19 @@ async fn run(shared: Arc<Shared>, p: WatchParams, tx: mpsc::Sender<Result<Bytes,
         Some(rv) if !p.send_initial_events => rv,
         _ => {
             let (objs, rv) = shared.read(|st| {
-                let objs: Vec<Arc<Value>> = st
-                    .range(&res, ns.as_deref(), None)
-                    .filter(|(_, o)| matches(o, ns.as_deref(), &p.label, &p.field))
+                let objs: Vec<Arc<Obj>> = st
+                    .range_selected(&res, ns.as_deref(), None, &p.label)
+                    .filter(|(k, o)| matches_stored(k, o, ns.as_deref(), &p.label, &p.field))
                     .map(|(_, o)| o.clone())
                     .collect();
                 (objs, st.rv)
             });
             for o in objs {
-                if tx.send(Ok(line("ADDED", (p.render)(&o)))).await.is_err() {
+                if tx
+                    .send(Ok(object_line("ADDED", &o, &p.output)))
+                    .await
+                    .is_err()
+                {
                     return;
                 }
             }
@@ -165,7 +196,10 @@ async fn run(shared: Arc<Shared>, p: WatchParams, tx: mpsc::Sender<Result<Bytes,
         if !events.is_empty() {
             for ev in &events {
                 if let Some((kind, obj)) = translate(ev, &p)
-                    && tx.send(Ok(line(kind, (p.render)(&obj)))).await.is_err()
+                    && tx
+                        .send(Ok(object_line(kind, &obj, &p.output)))
+                        .await
+                        .is_err()
                 {
                     return;
                 }

@@ -4,7 +4,8 @@
 //! organization and name, by tag, by project). Writes go to the Kubernetes API; afterwards
 //! the handler waits, bounded, until the index has seen the written resourceVersion, so a
 //! create followed by a read never answers 404. Managed fields and the kubectl
-//! last-applied annotation are dropped before indexing to keep memory per object small;
+//! last-applied annotation (and a workspace's status conditions, which no answer shows)
+//! are dropped before indexing to keep memory per object small;
 //! that is why a handler never writes an indexed copy back to the cluster (a replace would
 //! delete them) but patches only what it changes ([`crate::write`]).
 //!
@@ -15,8 +16,10 @@
 //! instead of failing the whole list and leaving its kind unsynced.
 
 mod kinds;
+mod names;
 
 pub use kinds::Indexed;
+pub use names::NameMatch;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -142,6 +145,8 @@ pub struct NamespaceWorkspaces {
     /// lowercased flat tag → (lowercased TFE name, uid) of the workspaces carrying it, in
     /// name order, so a tag-filtered, name-sorted page is read without sorting.
     by_tag: HashMap<String, BTreeSet<(String, String)>>,
+    /// Trigrams and reversed names, for name searches.
+    names: names::NameIndex,
 }
 
 /// One entry of the name-ordered indexes: (lowercased TFE name, uid).
@@ -171,6 +176,27 @@ impl NamespaceWorkspaces {
     /// Every flat tag (lowercased) with the number of workspaces carrying it.
     pub fn tags(&self) -> impl Iterator<Item = (&str, usize)> {
         self.by_tag.iter().map(|(t, uids)| (t.as_str(), uids.len()))
+    }
+    /// The entries whose lowercased name satisfies `m` (given lowercased), in name
+    /// order, read from the name indexes; `None` when they cannot narrow it down (an
+    /// empty string, or a substring shorter than three bytes): every entry may match.
+    pub fn matching(&self, m: NameMatch<'_>) -> Option<Vec<&NameKey>> {
+        let from = |s: &str| (s.to_owned(), String::new());
+        match m {
+            NameMatch::Prefix(s) if !s.is_empty() => Some(
+                self.by_name
+                    .range(from(s)..)
+                    .take_while(|(n, _)| n.starts_with(s))
+                    .collect(),
+            ),
+            NameMatch::Exact(s) => Some(
+                self.by_name
+                    .range(from(s)..)
+                    .take_while(|(n, _)| n == s)
+                    .collect(),
+            ),
+            other => self.names.matching(other),
+        }
     }
 }
 
@@ -286,7 +312,13 @@ impl Inner {
         }
     }
 
-    fn put_workspace(&mut self, w: Workspace) {
+    fn put_workspace(&mut self, mut w: Workspace) {
+        // No answer shows a workspace's kstatus conditions (the operator's Ready,
+        // Reconciling and Stalled with their messages), and they are a third of an
+        // indexed workspace's memory.
+        if let Some(status) = w.status.as_mut() {
+            status.conditions = Vec::new();
+        }
         let key = uid(&w);
         self.remove_workspace(&key);
         let ns = w.namespace().unwrap_or_default();
@@ -295,7 +327,9 @@ impl Inner {
         if let Some(id) = id_label(&w) {
             let idx = self.ws_by_namespace.entry(ns).or_default();
             let name = w.spec.name.to_ascii_lowercase();
-            idx.by_name.insert((name.clone(), key.clone()));
+            let entry = (name.clone(), key.clone());
+            idx.names.insert(&entry);
+            idx.by_name.insert(entry);
             for t in &w.spec.tags {
                 idx.by_tag
                     .entry(t.to_ascii_lowercase())
@@ -328,6 +362,7 @@ impl Inner {
         if let Some(idx) = self.ws_by_namespace.get_mut(&ns) {
             let entry = (old.spec.name.to_ascii_lowercase(), key.to_owned());
             idx.by_name.remove(&entry);
+            idx.names.remove(key);
             for t in &old.spec.tags {
                 let t = t.to_ascii_lowercase();
                 if let Some(set) = idx.by_tag.get_mut(&t) {

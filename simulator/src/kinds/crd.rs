@@ -118,7 +118,7 @@ pub fn register_stored(st: &mut State) {
     let crds: Vec<Arc<Value>> = st
         .data
         .get(&(GROUP.to_string(), PLURAL.to_string()))
-        .map(|rd| rd.objects.values().cloned().collect())
+        .map(|rd| rd.objects.values().map(|o| Arc::new(o.value())).collect())
         .unwrap_or_default();
     for crd in crds {
         if let Ok(infos) = crd_to_infos(&crd) {

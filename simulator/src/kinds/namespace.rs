@@ -84,9 +84,9 @@ pub fn check_open(st: &State, info: &ResourceInfo, ns: &str, name: &str) -> ApiR
         plural: "namespaces".into(),
         kind: "Namespace".into(),
     };
-    match st.get(&res(), &(String::new(), ns.into())) {
+    match st.get_obj(&res(), &(String::new(), ns.into())) {
         None => Err(ApiError::not_found(&nsq, ns)),
-        Some(n) if n.pointer("/metadata/deletionTimestamp").is_some() => Err(ApiError::forbidden(
+        Some(n) if n.is_deleting() => Err(ApiError::forbidden(
             format!(
                 "{} \"{}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
                 qualified(info).resource(),
@@ -106,7 +106,7 @@ pub fn create_defaults(st: &mut State) -> Result<(), String> {
         .get("", "v1", "namespaces")
         .ok_or_else(|| "namespaces not registered".to_string())?;
     for ns in DEFAULTS {
-        if st.get(&res(), &(String::new(), ns.into())).is_none() {
+        if !st.contains(&res(), &(String::new(), ns.into())) {
             let opts = WriteOpts {
                 field_manager: "kube-apiserver".into(),
                 ..Default::default()
@@ -135,18 +135,13 @@ pub fn finalize(st: &mut State, ns: &str) {
     for r in resources {
         let keys: Vec<(ObjKey, bool)> = st
             .range(&r, Some(ns), None)
-            .map(|(k, o)| {
-                (
-                    k.clone(),
-                    o.pointer("/metadata/deletionTimestamp").is_some(),
-                )
-            })
+            .map(|(k, o)| (k.clone(), o.is_deleting()))
             .collect();
         for (key, deleting) in keys {
             if !deleting {
                 crate::rest::controller_delete(st, &r, &key);
             }
-            if st.get(&r, &key).is_some() {
+            if st.contains(&r, &key) {
                 remaining += 1;
             }
         }

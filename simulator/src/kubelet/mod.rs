@@ -98,7 +98,11 @@ fn changes_since(st: &State, last: u64) -> (u64, bool, Vec<Seen>) {
         return (st.rv, false, Vec::new());
     };
     if rd.floor > last {
-        let all = rd.objects.values().map(|o| Seen::Live(o.clone())).collect();
+        let all = rd
+            .objects
+            .values()
+            .map(|o| Seen::Live(Arc::new(o.value())))
+            .collect();
         return (st.rv, true, all);
     }
     let mut seen: Vec<Seen> = rd
@@ -107,8 +111,8 @@ fn changes_since(st: &State, last: u64) -> (u64, bool, Vec<Seen>) {
         .rev()
         .take_while(|e| e.rv > last)
         .map(|e| match e.kind {
-            EventType::Deleted => Seen::Gone(uid_of(&e.object)),
-            _ => Seen::Live(e.object.clone()),
+            EventType::Deleted => Seen::Gone(e.object.uid().unwrap_or_default().to_owned()),
+            _ => Seen::Live(Arc::new(e.object.value())),
         })
         .collect();
     seen.reverse();
@@ -118,7 +122,7 @@ fn changes_since(st: &State, last: u64) -> (u64, bool, Vec<Seen>) {
 /// Runs the node until shutdown: one worker per Pod that is neither finished nor being
 /// deleted when the node first sees it.
 pub async fn run(shared: Arc<Shared>) {
-    let mut changes = shared.changes.subscribe();
+    let mut changes = shared.write_from_controller(|st| st.subscribe(&pods_res()));
     let mut shutdown = shared.shutdown.subscribe();
     let mut workers: HashMap<String, watch::Sender<Life>> = HashMap::new();
     let mut tasks = tokio::task::JoinSet::new();
@@ -178,7 +182,7 @@ pub async fn run(shared: Arc<Shared>) {
 pub fn node_restarted(st: &mut State) {
     let pods: Vec<Arc<Value>> = st
         .range(&pods_res(), None, None)
-        .map(|(_, o)| o.clone())
+        .map(|(_, o)| Arc::new(o.value()))
         .collect();
     let now = crate::meta::now_rfc3339();
     for pod in pods {

@@ -8,7 +8,7 @@ use terrace_crds::Workspace;
 use terrace_crds::rules::Page;
 
 use super::{INCLUDES, Ws, included, rendered_data, state_included, with_included_linkage};
-use crate::index::{Inner, NameKey};
+use crate::index::{Inner, NameKey, NameMatch};
 use crate::prelude::*;
 use crate::query::TagFilter;
 use crate::render::pagination;
@@ -93,16 +93,43 @@ impl ListFilter {
     }
 }
 
-/// `*x` (suffix), `x*` (prefix), `*x*` (contains), `x` (exact), case-insensitive.
-pub fn wildcard_match(pattern: &str, name: &str) -> bool {
+/// `*x` (suffix), `x*` (prefix), `*x*` (contains), `x` (exact).
+pub fn wildcard(pattern: &str) -> NameMatch<'_> {
     let starts = pattern.starts_with('*');
     let ends = pattern.ends_with('*') && pattern.len() > 1;
     let core = pattern.trim_matches('*');
     match (starts, ends) {
-        (true, true) => name.contains(core),
-        (true, false) => name.ends_with(core),
-        (false, true) => name.starts_with(core),
-        (false, false) => name == core,
+        (true, true) => NameMatch::Contains(core),
+        (true, false) => NameMatch::Suffix(core),
+        (false, true) => NameMatch::Prefix(core),
+        (false, false) => NameMatch::Exact(core),
+    }
+}
+
+/// Whether a (lowercased) name matches a (lowercased) wildcard pattern.
+pub fn wildcard_match(pattern: &str, name: &str) -> bool {
+    wildcard(pattern).matches(name)
+}
+
+/// Where a list's candidates come from: a name-ordered set of the index, or the matches
+/// of a name search (in name order).
+enum Candidates<'a> {
+    Set(&'a BTreeSet<NameKey>),
+    Named(Vec<&'a NameKey>),
+}
+
+impl<'a> Candidates<'a> {
+    fn len(&self) -> usize {
+        match self {
+            Candidates::Set(s) => s.len(),
+            Candidates::Named(v) => v.len(),
+        }
+    }
+    fn iter(&self) -> Box<dyn DoubleEndedIterator<Item = &'a NameKey> + '_> {
+        match self {
+            Candidates::Set(s) => Box::new(s.iter()),
+            Candidates::Named(v) => Box::new(v.iter().copied()),
+        }
     }
 }
 
@@ -131,10 +158,23 @@ pub fn select(idx: &Inner, ns: &str, f: &ListFilter, page: Page) -> (usize, Vec<
         return (0, Vec::new());
     };
     tag_sets.sort_by_key(|s| s.len());
-    let (candidates, rest): (&BTreeSet<NameKey>, &[&BTreeSet<NameKey>]) =
-        match tag_sets.split_first() {
-            Some((first, rest)) => (first, rest),
-            None => (nsidx.entries(), &[]),
+    // A name search narrower than the rarest tag (or than all) supplies the candidates
+    // from the name indexes; then every tag is checked per candidate.
+    let smallest_set = tag_sets.first().map_or(nsidx.len(), |s| s.len());
+    let named = [
+        f.search_name.as_deref().map(NameMatch::Contains),
+        f.wildcard.as_deref().map(wildcard),
+    ]
+    .into_iter()
+    .flatten()
+    .filter_map(|m| nsidx.matching(m))
+    .min_by_key(Vec::len)
+    .filter(|v| v.len() < smallest_set);
+    let (candidates, rest): (Candidates<'_>, &[&BTreeSet<NameKey>]) =
+        match (named, tag_sets.split_first()) {
+            (Some(named), _) => (Candidates::Named(named), &tag_sets),
+            (None, Some((first, rest))) => (Candidates::Set(first), rest),
+            (None, None) => (Candidates::Set(nsidx.entries()), &[]),
         };
     let exclude: Vec<&BTreeSet<NameKey>> = f
         .exclude_tags
@@ -340,6 +380,102 @@ mod tests {
         assert!(wildcard_match("*prod*", "a-prod-b"));
         assert!(wildcard_match("exact", "exact"));
         assert!(!wildcard_match("exact", "exactly"));
+    }
+
+    /// Name searches read the name indexes: every combination of a search, a wildcard,
+    /// a tag and a sort direction selects exactly what a scan of every workspace would,
+    /// in the same order, with the same total.
+    #[test]
+    fn name_searches_select_what_a_scan_selects() {
+        use kube::api::ObjectMeta;
+        use std::collections::BTreeMap;
+        use terrace_crds::WorkspaceSpec;
+        use terrace_crds::constants::LABEL_ID;
+
+        let index = crate::index::Index::default();
+        let words = ["net", "web", "prod", "Prod-db", "a_b", "x"];
+        let mut all = Vec::new();
+        for i in 0..300usize {
+            let name = format!(
+                "{}-{}{}",
+                words[i % 6],
+                words[(i / 6) % 6],
+                if i % 7 == 0 {
+                    String::new()
+                } else {
+                    i.to_string()
+                }
+            );
+            let mut spec = WorkspaceSpec::default_for_create();
+            spec.name = name.clone();
+            spec.tags = if i % 3 == 0 { vec!["t".into()] } else { vec![] };
+            index.insert(Workspace {
+                metadata: ObjectMeta {
+                    name: Some(format!("w{i}")),
+                    namespace: Some("ns".into()),
+                    uid: Some(format!("uid-{i:03}")),
+                    labels: Some(BTreeMap::from([(
+                        LABEL_ID.to_owned(),
+                        format!("ws-{i:016}"),
+                    )])),
+                    ..Default::default()
+                },
+                spec,
+                status: None,
+            });
+            all.push((name.to_ascii_lowercase(), format!("uid-{i:03}"), i % 3 == 0));
+        }
+        all.sort();
+        let idx = index.read();
+        let searches = [None, Some("prod"), Some("rod-d"), Some("b1"), Some("zzz")];
+        let wildcards = [
+            None,
+            Some("*prod*"),
+            Some("web*"),
+            Some("*db"),
+            Some("*1"),
+            Some("x-x"),
+            Some("*"),
+        ];
+        for search in searches {
+            for wc in wildcards {
+                for tagged in [false, true] {
+                    for desc in [false, true] {
+                        let f = ListFilter {
+                            search_name: search.map(str::to_owned),
+                            wildcard: wc.map(str::to_owned),
+                            tags: if tagged { vec!["t".into()] } else { vec![] },
+                            sort: Some((Sort::Name, desc)),
+                            ..Default::default()
+                        };
+                        let mut expected: Vec<&str> = all
+                            .iter()
+                            .filter(|(n, _, t)| {
+                                search.is_none_or(|s| n.contains(s))
+                                    && wc.is_none_or(|p| wildcard_match(p, n))
+                                    && (!tagged || *t)
+                            })
+                            .map(|(_, uid, _)| uid.as_str())
+                            .collect();
+                        if desc {
+                            expected.reverse();
+                        }
+                        let page = Page { number: 2, size: 7 };
+                        let (total, got) = select(&idx, "ns", &f, page);
+                        let got: Vec<&str> = got
+                            .iter()
+                            .filter_map(|w| w.metadata.uid.as_deref())
+                            .collect();
+                        let want: Vec<&str> = expected.iter().skip(7).take(7).copied().collect();
+                        assert_eq!(
+                            (total, got),
+                            (expected.len(), want),
+                            "{search:?} {wc:?} tagged={tagged} desc={desc}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]
