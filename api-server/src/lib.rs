@@ -136,9 +136,25 @@ pub fn router(state: AppState) -> Router {
         // Uploads have their own, larger limit: merged after the global one.
         .merge(resources::upload_router(&state.settings))
         .merge(scrape.unwrap_or_default())
+        // A handler that panics answers 500 (logged, counted) instead of dropping the
+        // connection without an answer.
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(panicked))
         // Request ID, span, logs and metrics; one layer (axum boxes each layer per route).
         .layer(metrics::RequestLayer::new(metrics))
         .with_state(state)
+}
+
+/// The answer to a request whose handler panicked: a 500 JSON:API document (the panic's
+/// message goes to the log, not to the client).
+fn panicked(payload: Box<dyn std::any::Any + Send + 'static>) -> axum::response::Response {
+    let message = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a handler panicked".to_owned());
+    axum::response::IntoResponse::into_response(ApiError::bug(format!(
+        "handler panicked: {message}"
+    )))
 }
 
 /// Starts the indexes and serves the API on `listener` until `shutdown` resolves, and
@@ -195,4 +211,50 @@ pub async fn serve_state(
 ) -> std::io::Result<()> {
     let limits = state.settings.limits.clone();
     listener::serve(router(state), listener, limits, shutdown).await
+}
+
+#[cfg(test)]
+mod panic_tests {
+    use axum::body::Body;
+    use axum::http::Request;
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    /// A panicking handler answers a 500 JSON:API document without the panic's words,
+    /// and the connection is not dropped unanswered.
+    #[tokio::test]
+    async fn a_panicking_handler_answers_500() {
+        let app = axum::Router::new()
+            .route(
+                "/boom",
+                axum::routing::get(|| async {
+                    let v: Vec<u8> = Vec::new();
+                    if v.is_empty() {
+                        panic!("secret-detail");
+                    }
+                    "unreachable"
+                }),
+            )
+            .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+                super::panicked,
+            ));
+        let resp = app
+            .oneshot(
+                Request::get("/boom")
+                    .body(Body::empty())
+                    .unwrap_or_default(),
+            )
+            .await
+            .unwrap_or_else(|e| match e {});
+        assert_eq!(resp.status().as_u16(), 500);
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let text = String::from_utf8_lossy(&body);
+        assert!(text.contains("internal server error"), "{text}");
+        assert!(!text.contains("secret-detail"), "{text}");
+    }
 }
