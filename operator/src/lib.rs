@@ -51,6 +51,9 @@ pub use settings::Settings;
 pub struct Context {
     pub client: kube::Client,
     pub settings: Settings,
+    /// The bucket blobs live in (`None`: chunk Secrets in the cluster), or why the S3
+    /// settings make no client.
+    pub blobs: Result<Option<terrace_blobstore::s3::S3Store>, String>,
 }
 
 /// Why the controllers stopped.
@@ -168,7 +171,15 @@ async fn run_controllers(
     settings: Settings,
     shutdown: futures::future::Shared<futures::future::BoxFuture<'static, ()>>,
 ) {
-    let ctx = Arc::new(Context { client, settings });
+    let blobs = terrace_blobstore::s3::S3Store::from_settings(&settings.blobs).map_err(|e| {
+        tracing::error!(error = %e, "the S3 blob store is misconfigured: blobs cannot be deleted");
+        e.to_string()
+    });
+    let ctx = Arc::new(Context {
+        client,
+        settings,
+        blobs,
+    });
     let mut organizations =
         watch::Feed::<Organization>::new(&ctx.client, (), watcher::Config::default());
     let orgs = identity::Organizations::new(organizations.store());

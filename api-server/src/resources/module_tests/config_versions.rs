@@ -266,7 +266,7 @@ async fn upload(
     crate::blobs::store(&state, &ns, cv.controller_owner_ref(&()))
         .put(&key, body.clone())
         .await
-        .map_err(|e| ApiError::internal("storing an archive", e))?;
+        .map_err(|e| crate::blobs::api_error("the archive", e))?;
     let archive = ArchiveRef {
         key,
         size: i64::try_from(body.len()).unwrap_or(i64::MAX),
@@ -399,7 +399,7 @@ async fn archive(
         .await
         .map_err(|e| match e {
             BlobError::NotFound(_) => ApiError::not_found("archive not found"),
-            other => ApiError::internal("reading an archive", other),
+            other => crate::blobs::api_error("the archive", other),
         })?;
     Ok(([(header::CONTENT_TYPE, "application/gzip")], bytes).into_response())
 }
