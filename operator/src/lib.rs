@@ -19,6 +19,7 @@
 //! (`terrace dev`, tests) call [`run`].
 #![forbid(unsafe_code)]
 
+pub mod blob_finalizer;
 pub mod catalog;
 pub mod conditions;
 pub mod error;
@@ -205,12 +206,26 @@ async fn run_controllers(
     let test_runs = testrun::controller(ctx.clone(), orgs.clone(), &mut catalog, shutdown.clone());
     let default_projects = catalog.subscribe(IdKind::Project);
     let catalog = catalog.controllers(ctx.clone(), orgs, &mut organizations, shutdown.clone());
+    let archives = match &ctx.blobs {
+        Ok(Some(s3)) => Some(blob_finalizer::controller(
+            ctx.clone(),
+            s3.clone(),
+            shutdown.clone(),
+        )),
+        _ => None,
+    };
+    let archives = async move {
+        if let Some(c) = archives {
+            c.await;
+        }
+    };
     let organizations = organization::controller(ctx, organizations, default_projects, shutdown);
     tokio::join!(
         organizations,
         catalog,
         workspaces,
         test_runs,
-        state_retention
+        state_retention,
+        archives
     );
 }

@@ -205,7 +205,7 @@ async fn reconcile(v: Arc<StateVersion>, ctx: Arc<RetentionContext>) -> Result<A
     if v.metadata.deletion_timestamp.is_some() {
         if v.finalizers().iter().any(|f| f == FINALIZER) {
             delete_data(&ctx.base, &v).await?;
-            release(&ctx.base, &v).await?;
+            crate::blob_finalizer::release(&ctx.base.client, v.as_ref()).await?;
         }
         return Ok(Action::await_change());
     }
@@ -236,28 +236,6 @@ async fn reconcile(v: Arc<StateVersion>, ctx: Arc<RetentionContext>) -> Result<A
             .await?;
             Ok(Action::await_change())
         }
-    }
-}
-
-/// Removes [`FINALIZER`] from a deleted version whose blobs are gone (under its
-/// resourceVersion, so a concurrent change of the finalizers is not overwritten).
-async fn release(ctx: &Context, v: &StateVersion) -> Result<(), Error> {
-    let ns = v.namespace().unwrap_or_default();
-    let rest: Vec<&String> = v.finalizers().iter().filter(|f| *f != FINALIZER).collect();
-    let api: Api<StateVersion> = Api::namespaced(ctx.client.clone(), &ns);
-    let patch = json!({"metadata": {"resourceVersion": v.resource_version(), "finalizers": rest}});
-    match api
-        .patch(
-            &v.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Err(Error::Conflict(s.message)),
-        Err(e) => Err(Error::Kube(e)),
     }
 }
 

@@ -169,6 +169,11 @@ async fn create(
                 (ANNOTATION_UPLOAD_EXPIRES.to_owned(), expires.to_string()),
             ])),
             owner_references: m.module.controller_owner_ref(&()).map(|o| vec![o]),
+            // An archive in a bucket is deleted by the operator before the version goes.
+            finalizers: state
+                .blobs
+                .is_external()
+                .then(|| vec![terrace_crds::blobs::FINALIZER.to_owned()]),
             ..Default::default()
         },
         spec: ConfigurationVersionSpec {
