@@ -139,6 +139,8 @@ pub struct Dev {
     _tmp: Option<tempfile::TempDir>,
     /// The extra flags it was started with (kept by [`Dev::restart`]).
     extra: Vec<String>,
+    /// Extra environment variables it was started with (kept by [`Dev::restart`]).
+    env: Vec<(String, String)>,
     pub api: String,
     pub kube: String,
     pub token: String,
@@ -152,19 +154,29 @@ impl Dev {
 
     /// Starts `terrace dev` with extra flags in a new temporary data directory.
     pub fn start_with(extra: &[&str]) -> Dev {
+        Dev::start_with_env(extra, &[])
+    }
+
+    /// Starts `terrace dev` with extra flags and environment variables in a new temporary
+    /// data directory.
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Dev {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dir = tmp.path().to_path_buf();
-        let mut dev = Dev::launch(&dir, extra);
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let mut dev = Dev::launch(&dir, extra, &env);
         dev._tmp = Some(tmp);
         dev
     }
 
     /// Starts `terrace dev` on an existing data directory (restart).
     pub fn start_in(dir: &Path) -> Dev {
-        Dev::launch(dir, &[])
+        Dev::launch(dir, &[], &[])
     }
 
-    fn launch(dir: &Path, extra: &[&str]) -> Dev {
+    fn launch(dir: &Path, extra: &[&str], env: &[(String, String)]) -> Dev {
         let _ = std::fs::remove_file(dir.join("endpoints.json"));
         std::fs::create_dir_all(dir).expect("data dir");
         let log = std::fs::File::create(dir.join("dev.log")).expect("log file");
@@ -174,6 +186,7 @@ impl Dev {
             .args(["--api-addr", "127.0.0.1:0", "--kube-addr", "127.0.0.1:0"])
             .args(extra)
             .env("RUST_LOG", "info")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -198,6 +211,7 @@ impl Dev {
             dir: dir.to_path_buf(),
             _tmp: None,
             extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+            env: env.to_vec(),
             api: endpoints["api"].as_str().unwrap_or_default().to_owned(),
             kube: endpoints["kube"].as_str().unwrap_or_default().to_owned(),
             token: token.trim().to_owned(),
@@ -322,7 +336,8 @@ impl Dev {
         let tmp = self._tmp.take();
         let extra = std::mem::take(&mut self.extra);
         let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-        let mut dev = Dev::launch(&self.dir.clone(), &extra);
+        let env = std::mem::take(&mut self.env);
+        let mut dev = Dev::launch(&self.dir.clone(), &extra, &env);
         dev._tmp = tmp;
         dev
     }
@@ -402,6 +417,25 @@ impl Api {
             .expect("request");
         let res = self.agent.run(req).expect("HTTP round trip");
         res.status().as_u16()
+    }
+
+    /// PUTs raw bytes to `path` with no Authorization header; answers the status and
+    /// the parsed body (JSON:API errors).
+    pub fn put_raw(&self, path: &str, bytes: Vec<u8>) -> ApiResponse {
+        let url = format!("{}{}", self.base, path);
+        let req = ureq::http::Request::builder()
+            .method("PUT")
+            .uri(&url)
+            .header("Content-Type", "application/octet-stream")
+            .body(bytes)
+            .expect("request");
+        let mut res = self.agent.run(req).expect("HTTP round trip");
+        let status = res.status().as_u16();
+        let raw = res.body_mut().read_to_string().unwrap_or_default();
+        ApiResponse {
+            status,
+            body: serde_json::from_str(&raw).unwrap_or(serde_json::Value::Null),
+        }
     }
 
     /// GETs `path` and answers the status and the body as text (logs).
@@ -595,4 +629,146 @@ pub fn terraform_path() -> String {
         "the terraform CLI is not on PATH: the CLI tests need terraform 1.11"
     );
     path
+}
+
+/// `moto_server` (PyPI `moto[server]`, installed by scripts/test from
+/// tests/pytfe/requirements.txt): an S3-compatible server on a loopback port, in memory;
+/// killed when dropped.
+pub struct Moto {
+    child: Option<Child>,
+    program: PathBuf,
+    pub port: u16,
+    log: tempfile::NamedTempFile,
+}
+
+impl Moto {
+    /// Starts `moto_server` on a free port; `None` (with the reason on stderr) when it is
+    /// not on PATH.
+    pub fn start() -> Option<Moto> {
+        let out = Command::new("sh")
+            .args(["-c", "command -v moto_server"])
+            .output()
+            .ok()?;
+        let program = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        if program.is_empty() {
+            eprintln!(
+                "SKIPPED: moto_server is not on PATH (pip install -r tests/pytfe/requirements.txt installs it)"
+            );
+            return None;
+        }
+        let mut moto = Moto {
+            child: None,
+            program: PathBuf::from(program),
+            port: free_port(),
+            log: tempfile::NamedTempFile::new().expect("moto log"),
+        };
+        moto.launch();
+        Some(moto)
+    }
+
+    fn launch(&mut self) {
+        let log = self.log.reopen().expect("moto log");
+        let child = Command::new(&self.program)
+            .args(["-H", "127.0.0.1", "-p", &self.port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn moto_server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < deadline, "moto_server did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The endpoint URL.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the server (its buckets are lost: it keeps them in memory).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Starts the server again on the same port (empty).
+    pub fn restart(&mut self) {
+        self.stop();
+        self.launch();
+    }
+
+    fn agent() -> ureq::Agent {
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(30)))
+            .build()
+            .into()
+    }
+
+    fn request(&self, method: &str, path: &str) -> (u16, String) {
+        // moto does not check signatures: plain requests are enough for the test's view.
+        let req = ureq::http::Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.url()))
+            .body(())
+            .expect("request");
+        let mut res = Moto::agent().run(req).expect("S3 round trip");
+        let status = res.status().as_u16();
+        (status, res.body_mut().read_to_string().unwrap_or_default())
+    }
+
+    /// Creates bucket `name`.
+    pub fn create_bucket(&self, name: &str) {
+        let (status, body) = self.request("PUT", &format!("/{name}"));
+        assert_eq!(status, 200, "create bucket: {body}");
+    }
+
+    /// The keys of `bucket` under `prefix`.
+    pub fn keys(&self, bucket: &str, prefix: &str) -> Vec<String> {
+        let (status, body) = self.request("GET", &format!("/{bucket}?list-type=2&prefix={prefix}"));
+        assert_eq!(status, 200, "list objects: {body}");
+        body.split("<Key>")
+            .skip(1)
+            .filter_map(|s| s.split_once("</Key>").map(|(k, _)| k.to_owned()))
+            .collect()
+    }
+
+    /// Deletes object `key` behind terrace's back (with boto3, which moto[server]
+    /// brings: moto refuses unsigned deletes).
+    pub fn delete_object(&self, bucket: &str, key: &str) {
+        let script = "import sys, boto3\n\
+            s3 = boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1',\n\
+                aws_access_key_id='test', aws_secret_access_key='test')\n\
+            s3.delete_object(Bucket=sys.argv[2], Key=sys.argv[3])\n";
+        let out = Command::new("python3")
+            .args(["-c", script, &self.url(), bucket, key])
+            .output()
+            .expect("python3");
+        assert!(
+            out.status.success(),
+            "delete object {key}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log.path()).unwrap_or_default()
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        self.stop();
+    }
 }

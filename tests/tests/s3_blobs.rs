@@ -1,0 +1,387 @@
+//! The S3-compatible blob store end to end: `terrace dev --blob-store s3://…` against a
+//! real S3-compatible server on loopback (`moto_server`, from PyPI `moto[server]`, which
+//! scripts/test installs). The terraform CLI's apply through a `cloud` block keeps its
+//! state in the bucket and reads it back; module test archives land there too; a blob
+//! deleted behind terrace's back is a 404 with the cause; the server stopped is a clear
+//! 503 with nothing half-recorded, and once it is back the next upload works; deleting
+//! a state version deletes its blobs (the finalizer).
+//!
+//! Without `moto_server` on PATH each test says so and returns (CI installs it).
+
+use std::path::Path;
+use std::process::Output;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use terrace_tests::{Api, CLI_HOST, Dev, Moto, PASS_ENGINE, Terraform, text, write_engine};
+
+const ORG: &str = "s3org";
+const BUCKET: &str = "terrace-blobs";
+const PREFIX: &str = "e2e";
+
+/// moto on a free port with a bucket, and `terrace dev` storing blobs in it.
+fn start() -> Option<(Moto, Dev, Api)> {
+    start_with(&[])
+}
+
+/// [`start`] with more `terrace dev` flags.
+fn start_with(extra: &[&str]) -> Option<(Moto, Dev, Api)> {
+    let moto = Moto::start()?;
+    moto.create_bucket(BUCKET);
+    let store = format!("s3://{BUCKET}/{PREFIX}");
+    let url = moto.url();
+    let mut flags = vec![
+        "--blob-store",
+        &store,
+        "--s3-endpoint",
+        &url,
+        "--s3-path-style",
+        "--s3-region",
+        "us-east-1",
+    ];
+    flags.extend_from_slice(extra);
+    let dev = Dev::start_with_env(
+        &flags,
+        &[
+            ("AWS_ACCESS_KEY_ID", "test"),
+            ("AWS_SECRET_ACCESS_KEY", "test"),
+        ],
+    );
+    let api = Api::admin(&dev);
+    let (status, body) = api.get_text("/readyz");
+    assert_eq!(status, 200, "not ready: {body}\n{}", dev.log());
+    api.create_org(ORG);
+    Some((moto, dev, api))
+}
+
+fn config(dir: &Path, n: usize) {
+    std::fs::create_dir_all(dir).expect("config dir");
+    std::fs::write(
+        dir.join("main.tf"),
+        format!(
+            r#"
+terraform {{
+  cloud {{
+    hostname     = "{CLI_HOST}"
+    organization = "{ORG}"
+    workspaces {{
+      name = "app"
+    }}
+  }}
+}}
+
+resource "terraform_data" "item" {{
+  count = {n}
+  input = "item-${{count.index}}"
+}}
+
+output "items" {{
+  value = [for i in terraform_data.item : i.output]
+}}
+"#
+        ),
+    )
+    .expect("main.tf");
+}
+
+fn ok(out: Output, what: &str) -> String {
+    let shown = text(&out);
+    assert!(out.status.success(), "terraform {what} failed:\n{shown}");
+    shown
+}
+
+/// The keys of the organization's state blobs in the bucket.
+fn state_keys(moto: &Moto) -> Vec<String> {
+    moto.keys(BUCKET, &format!("{PREFIX}/{ORG}/state-versions/"))
+}
+
+fn chunk_secrets(dev: &Dev) -> usize {
+    dev.kubectl_ok(&[
+        "get",
+        "secrets",
+        "-n",
+        ORG,
+        "-l",
+        "terrace.dev/blob",
+        "--no-headers",
+    ])
+    .lines()
+    .count()
+}
+
+fn current_state_id(api: &Api) -> String {
+    let ws = api.get(&format!("/api/v2/organizations/{ORG}/workspaces/app"));
+    assert_eq!(ws.status, 200, "{:?}", ws.body);
+    let id = ws.body["data"]["id"].as_str().unwrap_or_default();
+    let r = api.get(&format!("/api/v2/workspaces/{id}/current-state-version"));
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    r.body["data"]["id"].as_str().unwrap_or_default().to_owned()
+}
+
+fn detail(body: &Value) -> String {
+    body["errors"][0]["detail"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// apply through the `cloud` block stores the state in the bucket under
+/// PREFIX/ORG/state-versions/ID/state (no chunk Secrets); state pull and a second plan
+/// read it back; deleting an older StateVersion deletes its blobs; a blob deleted behind
+/// terrace's back answers 404 with the cause, every time.
+#[test]
+fn the_cloud_block_keeps_state_in_the_bucket() {
+    let Some((moto, dev, api)) = start() else {
+        return;
+    };
+    let tf = Terraform::for_dev(&dev);
+    let dir = tempfile::tempdir().expect("work dir");
+    let d = dir.path().join("app");
+    config(&d, 2);
+    ok(tf.run(&d, &["init", "-input=false"]), "init");
+    let shown = ok(
+        tf.run(&d, &["apply", "-auto-approve", "-input=false"]),
+        "apply",
+    );
+    assert!(shown.contains("Resources: 2 added"), "{shown}");
+    let first = current_state_id(&api);
+    let keys = state_keys(&moto);
+    let key = format!("{PREFIX}/{ORG}/state-versions/{first}/state");
+    assert!(keys.contains(&key), "{key} not in {keys:?}");
+    assert_eq!(chunk_secrets(&dev), 0, "state went to Secrets too");
+    // The version carries the finalizer that deletes its blobs.
+    let finalizers = dev.kubectl_ok(&[
+        "get",
+        "stateversions",
+        "-n",
+        ORG,
+        "-o",
+        "jsonpath={.items[*].metadata.finalizers}",
+    ]);
+    assert!(finalizers.contains("terrace.dev/blobs"), "{finalizers}");
+
+    // Read back: the state as pulled, and a plan with no changes.
+    let pulled = ok(tf.run(&d, &["state", "pull"]), "state pull");
+    assert!(pulled.contains("item-1"), "{pulled}");
+    let plan = tf.run(&d, &["plan", "-detailed-exitcode", "-input=false"]);
+    assert_eq!(plan.status.code(), Some(0), "{}", text(&plan));
+
+    // A second apply: a second version in the bucket.
+    config(&d, 3);
+    ok(
+        tf.run(&d, &["apply", "-auto-approve", "-input=false"]),
+        "apply 2",
+    );
+    let second = current_state_id(&api);
+    assert_ne!(first, second);
+    let pulled = ok(tf.run(&d, &["state", "pull"]), "state pull 2");
+    assert!(pulled.contains("item-2"), "{pulled}");
+
+    // Deleting the first StateVersion deletes its blobs, then the object goes.
+    let first_name = dev
+        .kubectl_ok(&[
+            "get",
+            "stateversions",
+            "-n",
+            ORG,
+            "-l",
+            &format!("terrace.dev/id={first}"),
+            "-o",
+            "jsonpath={.items[0].metadata.name}",
+        ])
+        .trim()
+        .to_owned();
+    assert!(!first_name.is_empty());
+    dev.kubectl_ok(&[
+        "delete",
+        "stateversion",
+        &first_name,
+        "-n",
+        ORG,
+        "--wait=false",
+    ]);
+    let gone = dev.eventually(Duration::from_secs(30), || {
+        let left = state_keys(&moto);
+        let listed = dev.kubectl_ok(&["get", "stateversions", "-n", ORG, "--no-headers"]);
+        (!left.iter().any(|k| k.contains(&first)) && !listed.contains(&first_name)).then_some(())
+    });
+    assert!(
+        gone.is_some(),
+        "blobs of {first}: {:?}\n{}",
+        state_keys(&moto),
+        dev.log()
+    );
+    assert!(
+        state_keys(&moto).iter().any(|k| k.contains(&second)),
+        "the current version's blobs went too"
+    );
+
+    // Deleted behind terrace's back: 404 naming the cause, not a 500, every time.
+    moto.delete_object(
+        BUCKET,
+        &format!("{PREFIX}/{ORG}/state-versions/{second}/state"),
+    );
+    for _ in 0..2 {
+        let r = api.get(&format!("/api/v2/state-versions/{second}/download"));
+        assert_eq!(r.status, 404, "{:?}", r.body);
+        assert!(detail(&r.body).contains("gone"), "{:?}", r.body);
+    }
+}
+
+/// The S3 server stopped: uploading a state is a 503 that says the blob store is
+/// unavailable, and the version is discarded (never current); the server back (with its
+/// bucket), the next upload works and reads back. A module test archive lands in the
+/// bucket too.
+#[test]
+fn an_unreachable_bucket_is_a_clear_503_and_recovers() {
+    let Some((mut moto, dev, api)) = start() else {
+        return;
+    };
+    // A module test archive: uploaded into the bucket.
+    let t = api.create_module(ORG, "net", "aws");
+    let cv = api.uploaded_cv(&t);
+    let archives = moto.keys(BUCKET, &format!("{PREFIX}/{ORG}/configuration-versions/"));
+    assert!(
+        archives.iter().any(|k| k.ends_with(&cv)),
+        "{cv} not in {archives:?}"
+    );
+
+    let ws_id = api.create_workspace(ORG, json!({"name": "raw"}));
+    let lock = format!("/api/v2/workspaces/{ws_id}/actions/lock");
+    assert_eq!(api.post(&lock, &json!({})).status, 200);
+    let state = |serial: i64| {
+        serde_json::to_vec(&json!({"version": 4, "serial": serial, "lineage": "l-1", "terraform_version": "1.11.4", "outputs": {}, "resources": []}))
+            .unwrap_or_default()
+    };
+    let create = |bytes: &[u8], serial: i64| {
+        let r = api.post(
+            &format!("/api/v2/workspaces/{ws_id}/state-versions"),
+            &json!({"data": {"type": "state-versions", "attributes": {"serial": serial, "lineage": "l-1", "md5": terrace_crds::state::md5_hex(bytes)}}}),
+        );
+        assert_eq!(r.status, 201, "{:?}", r.body);
+        let id = r.body["data"]["id"].as_str().unwrap_or_default().to_owned();
+        let url = r.body["data"]["attributes"]["hosted-state-upload-url"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let path = url
+            .find("/api/v2/")
+            .map(|i| url[i..].to_owned())
+            .unwrap_or_default();
+        (id, path)
+    };
+    let (_, upload) = create(&state(1), 1);
+    assert_eq!(api.put_raw(&upload, state(1)).status, 200);
+
+    moto.stop();
+    let (down_id, upload) = create(&state(2), 2);
+    let started = std::time::Instant::now();
+    let r = api.put_raw(&upload, state(2));
+    assert_eq!(r.status, 503, "{:?}", r.body);
+    assert!(
+        detail(&r.body).contains("blob store is unavailable"),
+        "{:?}",
+        r.body
+    );
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let r = api.get(&format!("/api/v2/state-versions/{down_id}"));
+    assert_eq!(
+        r.body["data"]["attributes"]["status"], "discarded",
+        "{:?}",
+        r.body
+    );
+    let r = api.get(&format!("/api/v2/workspaces/{ws_id}/current-state-version"));
+    assert_eq!(r.body["data"]["attributes"]["serial"], 1, "{:?}", r.body);
+
+    // Back (moto keeps buckets in memory: the bucket is made again).
+    moto.restart();
+    moto.create_bucket(BUCKET);
+    let (up_id, upload) = create(&state(3), 3);
+    assert_eq!(api.put_raw(&upload, state(3)).status, 200, "{}", moto.log());
+    let (status, body) = api.get_text(&format!("/api/v2/state-versions/{up_id}/download"));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).ok(),
+        serde_json::from_slice::<Value>(&state(3)).ok()
+    );
+    assert_eq!(chunk_secrets(&dev), 0);
+}
+
+/// A module test run's Pod fetches its configuration archive from the API, which reads
+/// it from the bucket: the run finishes. Deleting the configuration version deletes
+/// the archive.
+#[test]
+fn a_module_test_run_reads_its_archive_from_the_bucket() {
+    let tools = tempfile::tempdir().expect("tempdir");
+    let engine = write_engine(tools.path(), PASS_ENGINE);
+    let Some((moto, dev, api)) = start_with(&["--engine", &engine]) else {
+        return;
+    };
+    let t = api.create_module(ORG, "vpc", "aws");
+    let cv = api.uploaded_cv(&t);
+    let archives = moto.keys(BUCKET, &format!("{PREFIX}/{ORG}/configuration-versions/"));
+    assert!(archives.iter().any(|k| k.ends_with(&cv)), "{archives:?}");
+    let created = dev
+        .eventually(Duration::from_secs(20), || {
+            let r = api.create_test_run(&t, &cv);
+            (r.status == 201).then_some(r)
+        })
+        .expect("a run on the uploaded configuration version");
+    let id = created.body["data"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let done = dev
+        .eventually(Duration::from_secs(60), || {
+            let r = api.get(&format!("{t}/test-runs/{id}"));
+            let a = r.body["data"]["attributes"].clone();
+            matches!(
+                a["status"].as_str(),
+                Some("finished" | "errored" | "canceled")
+            )
+            .then_some(a)
+        })
+        .unwrap_or_else(|| panic!("run never final: {}", dev.log()));
+    assert_eq!(done["status"], "finished", "{done}\n{}", dev.log());
+    assert_eq!(chunk_secrets(&dev), 0);
+
+    // Deleting the configuration version deletes its archive from the bucket (the
+    // finalizer), then the object goes.
+    let name = dev
+        .kubectl_ok(&[
+            "get",
+            "configurationversions",
+            "-n",
+            ORG,
+            "-l",
+            &format!("terrace.dev/id={cv}"),
+            "-o",
+            "jsonpath={.items[0].metadata.name}",
+        ])
+        .trim()
+        .to_owned();
+    let finalizers = dev.kubectl_ok(&[
+        "get",
+        "configurationversion",
+        &name,
+        "-n",
+        ORG,
+        "-o",
+        "jsonpath={.metadata.finalizers}",
+    ]);
+    assert!(finalizers.contains("terrace.dev/blobs"), "{finalizers}");
+    dev.kubectl_ok(&[
+        "delete",
+        "configurationversion",
+        &name,
+        "-n",
+        ORG,
+        "--wait=false",
+    ]);
+    let gone = dev.eventually(Duration::from_secs(30), || {
+        let left = moto.keys(BUCKET, &format!("{PREFIX}/{ORG}/configuration-versions/"));
+        let listed = dev.kubectl_ok(&["get", "configurationversions", "-n", ORG, "--no-headers"]);
+        (!left.iter().any(|k| k.ends_with(&cv)) && !listed.contains(&name)).then_some(())
+    });
+    assert!(gone.is_some(), "archive of {cv} still there: {}", dev.log());
+}
