@@ -326,6 +326,24 @@ impl Dev {
         }
     }
 
+    /// Stops and starts again on the same data directory (new ports) with other flags and
+    /// environment variables.
+    pub fn restart_with(mut self, extra: &[&str], env: &[(&str, &str)]) -> Dev {
+        assert!(
+            self.stop(),
+            "terrace dev did not shut down cleanly: {}",
+            self.log()
+        );
+        let tmp = self._tmp.take();
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let mut dev = Dev::launch(&self.dir.clone(), extra, &env);
+        dev._tmp = tmp;
+        dev
+    }
+
     /// Stops and starts again on the same data directory (new ports) with the same flags.
     pub fn restart(mut self) -> Dev {
         assert!(

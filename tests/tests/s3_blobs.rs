@@ -6,6 +6,9 @@
 //! 503 with nothing half-recorded, and once it is back the next upload works; deleting
 //! a state version deletes its blobs (the finalizer).
 //!
+//! `terrace blobs migrate` moves the blobs of a running installation from the cluster
+//! store to the bucket and back, resumably.
+//!
 //! Without `moto_server` on PATH each test says so and returns (CI installs it).
 
 use std::path::Path;
@@ -24,29 +27,35 @@ fn start() -> Option<(Moto, Dev, Api)> {
     start_with(&[])
 }
 
+/// The S3 credentials moto takes.
+const AWS_ENV: &[(&str, &str)] = &[
+    ("AWS_ACCESS_KEY_ID", "test"),
+    ("AWS_SECRET_ACCESS_KEY", "test"),
+];
+
+/// The blob store flags for `moto`.
+fn s3_flags(moto: &Moto) -> Vec<String> {
+    [
+        "--blob-store",
+        &format!("s3://{BUCKET}/{PREFIX}"),
+        "--s3-endpoint",
+        &moto.url(),
+        "--s3-path-style",
+        "--s3-region",
+        "us-east-1",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
 /// [`start`] with more `terrace dev` flags.
 fn start_with(extra: &[&str]) -> Option<(Moto, Dev, Api)> {
     let moto = Moto::start()?;
     moto.create_bucket(BUCKET);
-    let store = format!("s3://{BUCKET}/{PREFIX}");
-    let url = moto.url();
-    let mut flags = vec![
-        "--blob-store",
-        &store,
-        "--s3-endpoint",
-        &url,
-        "--s3-path-style",
-        "--s3-region",
-        "us-east-1",
-    ];
-    flags.extend_from_slice(extra);
-    let dev = Dev::start_with_env(
-        &flags,
-        &[
-            ("AWS_ACCESS_KEY_ID", "test"),
-            ("AWS_SECRET_ACCESS_KEY", "test"),
-        ],
-    );
+    let mut flags = s3_flags(&moto);
+    flags.extend(extra.iter().map(|s| (*s).to_owned()));
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let dev = Dev::start_with_env(&flags, AWS_ENV);
     let api = Api::admin(&dev);
     let (status, body) = api.get_text("/readyz");
     assert_eq!(status, 200, "not ready: {body}\n{}", dev.log());
@@ -384,4 +393,102 @@ fn a_module_test_run_reads_its_archive_from_the_bucket() {
         (!left.iter().any(|k| k.ends_with(&cv)) && !listed.contains(&name)).then_some(())
     });
     assert!(gone.is_some(), "archive of {cv} still there: {}", dev.log());
+}
+
+/// Runs `terrace blobs migrate --from FROM --to TO` against `dev`'s cluster.
+fn migrate(dev: &Dev, moto: &Moto, from: &str, to: &str) -> String {
+    let out = std::process::Command::new(terrace_tests::terrace_bin())
+        .args(["blobs", "migrate", "--from", from, "--to", to])
+        .args([
+            "--s3-endpoint",
+            &moto.url(),
+            "--s3-path-style",
+            "--s3-region",
+            "us-east-1",
+        ])
+        .env("KUBECONFIG", dev.kubeconfig())
+        .envs(AWS_ENV.iter().copied())
+        .output()
+        .expect("terrace blobs migrate");
+    let shown = text(&out);
+    assert!(out.status.success(), "migrate {from} -> {to}:\n{shown}");
+    shown
+}
+
+/// An installation on the cluster store (a state applied by the CLI, a module archive)
+/// moves to the bucket: every blob copied and verified, finalizers set; run again it
+/// copies nothing (resumable); with the Secrets gone and `--blob-store s3://…` the CLI
+/// reads its state from the bucket. And back to the cluster store, the same way.
+#[test]
+fn blobs_migrate_from_the_cluster_to_the_bucket_and_back() {
+    let Some(moto) = Moto::start() else {
+        return;
+    };
+    moto.create_bucket(BUCKET);
+    let dev = Dev::start();
+    let api = Api::admin(&dev);
+    api.create_org(ORG);
+    let dir = tempfile::tempdir().expect("work dir");
+    let d = dir.path().join("app");
+    config(&d, 2);
+    let tf = Terraform::for_dev(&dev);
+    ok(tf.run(&d, &["init", "-input=false"]), "init");
+    ok(
+        tf.run(&d, &["apply", "-auto-approve", "-input=false"]),
+        "apply",
+    );
+    let sv = current_state_id(&api);
+    let t = api.create_module(ORG, "net", "aws");
+    let cv = api.uploaded_cv(&t);
+    assert!(chunk_secrets(&dev) >= 2);
+    let target = format!("s3://{BUCKET}/{PREFIX}");
+
+    let shown = migrate(&dev, &moto, "cluster", &target);
+    assert!(shown.contains("copied"), "{shown}");
+    assert!(
+        state_keys(&moto).contains(&format!("{PREFIX}/{ORG}/state-versions/{sv}/state")),
+        "{:?}",
+        state_keys(&moto)
+    );
+    let archives = moto.keys(BUCKET, &format!("{PREFIX}/{ORG}/configuration-versions/"));
+    assert!(archives.iter().any(|k| k.ends_with(&cv)), "{archives:?}");
+    let finalizers = dev.kubectl_ok(&[
+        "get",
+        "stateversions",
+        "-n",
+        ORG,
+        "-o",
+        "jsonpath={.items[*].metadata.finalizers}",
+    ]);
+    assert!(finalizers.contains("terrace.dev/blobs"), "{finalizers}");
+    // Resumable: a second run finds everything in place.
+    let shown = migrate(&dev, &moto, "cluster", &target);
+    assert!(shown.contains(" 0 copied"), "{shown}");
+
+    // The Secrets gone, the S3 store serves the state.
+    dev.kubectl_ok(&["delete", "secrets", "-n", ORG, "-l", "terrace.dev/blob"]);
+    let flags = s3_flags(&moto);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let dev = dev.restart_with(&flags, AWS_ENV);
+    let tf = Terraform::for_dev(&dev);
+    let pulled = ok(tf.run(&d, &["state", "pull"]), "state pull from the bucket");
+    assert!(pulled.contains("item-1"), "{pulled}");
+
+    // And back.
+    let shown = migrate(&dev, &moto, &target, "cluster");
+    assert!(shown.contains("copied"), "{shown}");
+    let dev = dev.restart_with(&[], &[]);
+    let finalizers = dev.kubectl_ok(&[
+        "get",
+        "stateversions",
+        "-n",
+        ORG,
+        "-o",
+        "jsonpath={.items[*].metadata.finalizers}",
+    ]);
+    assert!(!finalizers.contains("terrace.dev/blobs"), "{finalizers}");
+    assert!(chunk_secrets(&dev) >= 2);
+    let tf = Terraform::for_dev(&dev);
+    let plan = tf.run(&d, &["plan", "-detailed-exitcode", "-input=false"]);
+    assert_eq!(plan.status.code(), Some(0), "{}", text(&plan));
 }
