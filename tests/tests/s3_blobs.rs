@@ -136,8 +136,9 @@ fn detail(body: &Value) -> String {
 
 /// apply through the `cloud` block stores the state in the bucket under
 /// PREFIX/ORG/state-versions/ID/state (no chunk Secrets); state pull and a second plan
-/// read it back; deleting an older StateVersion deletes its blobs; a blob deleted behind
-/// terrace's back answers 404 with the cause, every time.
+/// read it back; permanently deleting a version's data and deleting an older
+/// StateVersion delete their blobs; a blob deleted behind terrace's back answers 404
+/// with the cause, every time.
 #[test]
 fn the_cloud_block_keeps_state_in_the_bucket() {
     let Some((moto, dev, api)) = start() else {
@@ -186,7 +187,30 @@ fn the_cloud_block_keeps_state_in_the_bucket() {
     let pulled = ok(tf.run(&d, &["state", "pull"]), "state pull 2");
     assert!(pulled.contains("item-2"), "{pulled}");
 
-    // Deleting the first StateVersion deletes its blobs, then the object goes.
+    // Permanently deleting the first version's data (TFE's backing data action) deletes
+    // its blob from the bucket.
+    let r = api.post(
+        &format!("/api/v2/state-versions/{first}/actions/permanently_delete_backing_data"),
+        &json!({}),
+    );
+    assert_eq!(r.status, 204, "{:?}", r.body);
+    assert!(
+        !state_keys(&moto)
+            .iter()
+            .any(|k| k.ends_with(&format!("{first}/state"))),
+        "{:?}",
+        state_keys(&moto)
+    );
+
+    // A third apply; deleting the second StateVersion deletes its blobs, then the
+    // object goes.
+    config(&d, 4);
+    ok(
+        tf.run(&d, &["apply", "-auto-approve", "-input=false"]),
+        "apply 3",
+    );
+    let (first, second) = (second, current_state_id(&api));
+    assert!(state_keys(&moto).iter().any(|k| k.contains(&first)));
     let first_name = dev
         .kubectl_ok(&[
             "get",
