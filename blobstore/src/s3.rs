@@ -253,6 +253,82 @@ impl S3Store {
     }
 }
 
+/// An object of the bucket under the store's prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listed {
+    /// The full object key (with the prefix).
+    pub key: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// What terrace blob it is, when its key follows the layout.
+    pub owner: Option<BlobOwner>,
+}
+
+/// The object a blob belongs to, read from its key
+/// (`NAMESPACE/state-versions/ID/…` or `NAMESPACE/configuration-versions/ID`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct BlobOwner {
+    pub namespace: String,
+    /// `state-versions` or `configuration-versions`.
+    pub kind: String,
+    /// The object's ID (`sv-…`, `cv-…`).
+    pub id: String,
+}
+
+/// Kinds of objects that own blobs, as they appear in keys.
+pub const OWNER_KINDS: [&str; 2] = ["state-versions", "configuration-versions"];
+
+/// The owner of the blob at `rest` (a key with the prefix removed), if `rest` follows
+/// the layout (the probe's objects and anything else do not).
+pub fn owner_of(rest: &str) -> Option<BlobOwner> {
+    let mut parts = rest.split('/');
+    let (namespace, kind, id) = (parts.next()?, parts.next()?, parts.next()?);
+    (namespace != PROBE_FOLDER && OWNER_KINDS.contains(&kind) && !id.is_empty()).then(|| {
+        BlobOwner {
+            namespace: namespace.to_owned(),
+            kind: kind.to_owned(),
+            id: id.to_owned(),
+        }
+    })
+}
+
+impl S3Store {
+    /// Every object under the prefix, with the owner its key names.
+    pub async fn list(&self) -> Result<Vec<Listed>, BlobError> {
+        use futures::TryStreamExt;
+        let prefix = (!self.prefix.is_empty()).then(|| Path::from(self.prefix.as_str()));
+        let metas: Vec<object_store::ObjectMeta> = self
+            .store
+            .list(prefix.as_ref())
+            .try_collect()
+            .await
+            .map_err(|e| backend("listing the bucket", &e))?;
+        Ok(metas
+            .into_iter()
+            .map(|m| {
+                let key = m.location.to_string();
+                let rest = if self.prefix.is_empty() {
+                    key.as_str()
+                } else {
+                    key.strip_prefix(&format!("{}/", self.prefix))
+                        .unwrap_or(key.as_str())
+                };
+                Listed {
+                    owner: owner_of(rest),
+                    size: m.size,
+                    key: key.clone(),
+                }
+            })
+            .collect())
+    }
+
+    /// Deletes the object of full key `key` (as [`S3Store::list`] answers it).
+    pub async fn delete_listed(&self, key: &str) -> Result<(), BlobError> {
+        let path = Path::parse(key).map_err(|e| BlobError::Backend(format!("{key:?}: {e}")))?;
+        self.delete_at(&path, key).await
+    }
+}
+
 /// Checks `bytes` against the SHA-256 recorded when they were written.
 pub fn verify(key: &str, want: Option<&str>, bytes: &[u8]) -> Result<(), BlobError> {
     let corrupt = |detail: String| BlobError::Corrupt {
@@ -364,6 +440,46 @@ mod tests {
             Err(BlobError::NotFound(_))
         ));
         s.probe().await.expect("probe");
+    }
+
+    /// Keys name their owners; the probe's and foreign objects name none; a listing
+    /// shows both with their full keys.
+    #[tokio::test]
+    async fn owners_of_keys() {
+        assert_eq!(
+            owner_of("acme/state-versions/sv-1/state"),
+            Some(BlobOwner {
+                namespace: "acme".into(),
+                kind: "state-versions".into(),
+                id: "sv-1".into()
+            })
+        );
+        assert_eq!(
+            owner_of("acme/configuration-versions/cv-1").map(|o| o.id),
+            Some("cv-1".to_owned())
+        );
+        for other in [
+            ".terrace-probe/x/y",
+            "acme/other/x",
+            "acme",
+            "acme/state-versions",
+        ] {
+            assert_eq!(owner_of(other), None, "{other}");
+        }
+        let (_, s) = memory();
+        s.scoped("acme")
+            .put("configuration-versions/cv-9", Bytes::from_static(b"x"))
+            .await
+            .expect("put");
+        let listed = s.list().await.expect("list");
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].key, "pre/fix/acme/configuration-versions/cv-9");
+        assert_eq!(
+            listed[0].owner.as_ref().map(|o| o.id.as_str()),
+            Some("cv-9")
+        );
+        s.delete_listed(&listed[0].key).await.expect("delete");
+        assert!(s.list().await.expect("list").is_empty());
     }
 
     /// Bytes changed (or written without a checksum) behind terrace's back read as

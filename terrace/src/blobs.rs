@@ -7,16 +7,24 @@
 //! `--blob-store` switches the references. Resumable: a blob already in the target with
 //! the recorded checksum is not copied again, so an interrupted run is simply run again.
 //! The source blobs are left in place (delete them once the switch is done).
+//!
+//! `terrace blobs sweep`: lists the objects of an S3 blob store whose owner (the
+//! StateVersion or ConfigurationVersion their key names) no longer exists, and with
+//! `--delete` removes them. The bucket is listed before the objects, so a blob written
+//! meanwhile has an owner that the object listing sees.
 
 use anyhow::Context as _;
 use clap::Args;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
+use std::collections::HashSet;
 use terrace_api_server::blobs::{AnyBlobStore, BlobError, BlobStore, SecretBlobStore};
-use terrace_blobstore::s3::S3Store;
+
+use terrace_blobstore::s3::{BlobOwner, S3Store};
 use terrace_blobstore::{BlobStoreSettings, Location, sha256_hex};
 use terrace_crds::blobs::FINALIZER;
+use terrace_crds::constants::LABEL_ID;
 use terrace_crds::{ConfigurationVersion, StateVersion};
 
 /// Flags of `terrace blobs migrate`.
@@ -214,5 +222,82 @@ where
     )
     .await
     .with_context(|| format!("setting the finalizer of {}", obj.name_any()))?;
+    Ok(())
+}
+
+/// Flags of `terrace blobs sweep`.
+#[derive(Clone, Debug, Args)]
+pub struct SweepArgs {
+    /// The S3 blob store (the same flags and variables as `terrace api-server`'s).
+    #[command(flatten)]
+    pub blobs: BlobStoreSettings,
+    /// Delete the orphaned objects (without it they are only listed).
+    #[arg(long)]
+    pub delete: bool,
+}
+
+pub async fn sweep(args: SweepArgs) -> anyhow::Result<()> {
+    let s3 = S3Store::from_settings(&args.blobs)?.context(
+        "the sweep is for an S3 blob store (--blob-store s3://…); the cluster store's chunk \
+         Secrets are removed with their owners by garbage collection",
+    )?;
+    let listed = s3.list().await?;
+    let client = kube::Client::try_default().await?;
+    let mut live: HashSet<BlobOwner> = HashSet::new();
+    let owner = |kind: &str, obj: &dyn Fn() -> (String, Option<String>)| {
+        let (namespace, id) = obj();
+        id.map(|id| BlobOwner {
+            namespace,
+            kind: kind.to_owned(),
+            id,
+        })
+    };
+    for v in Api::<StateVersion>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+    {
+        live.extend(owner("state-versions", &|| {
+            (
+                v.namespace().unwrap_or_default(),
+                v.labels().get(LABEL_ID).cloned(),
+            )
+        }));
+    }
+    for cv in Api::<ConfigurationVersion>::all(client)
+        .list(&ListParams::default())
+        .await?
+        .items
+    {
+        live.extend(owner("configuration-versions", &|| {
+            (
+                cv.namespace().unwrap_or_default(),
+                cv.labels().get(LABEL_ID).cloned(),
+            )
+        }));
+    }
+    let orphans: Vec<_> = listed
+        .iter()
+        .filter(|l| l.owner.as_ref().is_some_and(|o| !live.contains(o)))
+        .collect();
+    let mut bytes = 0;
+    for o in &orphans {
+        println!("orphan {} ({} bytes)", o.key, o.size);
+        bytes += o.size;
+        if args.delete {
+            s3.delete_listed(&o.key).await?;
+        }
+    }
+    println!(
+        "{} objects in {}, {} orphaned ({bytes} bytes){}",
+        listed.len(),
+        s3.name(),
+        orphans.len(),
+        match (args.delete, orphans.is_empty()) {
+            (_, true) => "",
+            (true, false) => ", deleted",
+            (false, false) => "; run with --delete to remove them",
+        }
+    );
     Ok(())
 }

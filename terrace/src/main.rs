@@ -62,6 +62,9 @@ enum BlobsCommand {
     /// verify it and switch the finalizers; resumable (run it again after an
     /// interruption). Credentials from the AWS environment.
     Migrate(blobs::MigrateArgs),
+    /// List (and with --delete remove) the objects of an S3 blob store whose owner is
+    /// gone.
+    Sweep(blobs::SweepArgs),
 }
 
 fn init_tracing(format: LogFormat) {
@@ -91,6 +94,9 @@ fn main() -> ExitCode {
         Command::Dev(args) => runtime().and_then(|rt| rt.block_on(dev::run(args))),
         Command::Blobs(BlobsCommand::Migrate(args)) => {
             runtime().and_then(|rt| rt.block_on(blobs::migrate(args)))
+        }
+        Command::Blobs(BlobsCommand::Sweep(args)) => {
+            runtime().and_then(|rt| rt.block_on(blobs::sweep(args)))
         }
         Command::Operator(settings) => runtime().and_then(|rt| rt.block_on(operator(*settings))),
         Command::ApiServer(settings) => runtime().and_then(|rt| rt.block_on(api_server(settings))),

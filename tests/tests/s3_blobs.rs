@@ -7,7 +7,8 @@
 //! a state version deletes its blobs (the finalizer).
 //!
 //! `terrace blobs migrate` moves the blobs of a running installation from the cluster
-//! store to the bucket and back, resumably.
+//! store to the bucket and back, resumably; `terrace blobs sweep` finds and removes
+//! objects whose owner is gone.
 //!
 //! Without `moto_server` on PATH each test says so and returns (CI installs it).
 
@@ -515,4 +516,78 @@ fn blobs_migrate_from_the_cluster_to_the_bucket_and_back() {
     let tf = Terraform::for_dev(&dev);
     let plan = tf.run(&d, &["plan", "-detailed-exitcode", "-input=false"]);
     assert_eq!(plan.status.code(), Some(0), "{}", text(&plan));
+}
+
+/// An archive whose ConfigurationVersion went without its finalizer (removed by hand) is
+/// an orphan: `terrace blobs sweep` lists it, `--delete` removes it, live blobs stay.
+#[test]
+fn the_orphan_sweep_finds_and_removes_blobs_whose_owner_is_gone() {
+    let Some((moto, dev, api)) = start() else {
+        return;
+    };
+    let t = api.create_module(ORG, "net", "aws");
+    let (kept, lost) = (api.uploaded_cv(&t), api.uploaded_cv(&t));
+    let name_of = |id: &str| {
+        dev.kubectl_ok(&[
+            "get",
+            "configurationversions",
+            "-n",
+            ORG,
+            "-l",
+            &format!("terrace.dev/id={id}"),
+            "-o",
+            "jsonpath={.items[0].metadata.name}",
+        ])
+        .trim()
+        .to_owned()
+    };
+    let lost_name = name_of(&lost);
+    dev.kubectl_ok(&[
+        "patch",
+        "configurationversion",
+        &lost_name,
+        "-n",
+        ORG,
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"finalizers":null}}"#,
+    ]);
+    dev.kubectl_ok(&["delete", "configurationversion", &lost_name, "-n", ORG]);
+    let archives = || moto.keys(BUCKET, &format!("{PREFIX}/{ORG}/configuration-versions/"));
+    assert!(
+        archives().iter().any(|k| k.ends_with(&lost)),
+        "{:?}",
+        archives()
+    );
+
+    let sweep = |delete: bool| {
+        let store = format!("s3://{BUCKET}/{PREFIX}");
+        let mut cmd = std::process::Command::new(terrace_tests::terrace_bin());
+        cmd.args(["blobs", "sweep", "--blob-store", &store])
+            .args(["--s3-endpoint", &moto.url(), "--s3-path-style"])
+            .args(["--s3-region", "us-east-1"])
+            .env("KUBECONFIG", dev.kubeconfig())
+            .envs(AWS_ENV.iter().copied());
+        if delete {
+            cmd.arg("--delete");
+        }
+        let out = cmd.output().expect("terrace blobs sweep");
+        let shown = text(&out);
+        assert!(out.status.success(), "sweep:\n{shown}");
+        shown
+    };
+    let shown = sweep(false);
+    assert!(
+        shown.contains(&format!("configuration-versions/{lost}")),
+        "{shown}"
+    );
+    assert!(!shown.contains(&kept), "{shown}");
+    assert!(shown.contains("1 orphaned"), "{shown}");
+    assert!(archives().iter().any(|k| k.ends_with(&lost)));
+    let shown = sweep(true);
+    assert!(shown.contains("deleted"), "{shown}");
+    let left = archives();
+    assert!(!left.iter().any(|k| k.ends_with(&lost)), "{left:?}");
+    assert!(left.iter().any(|k| k.ends_with(&kept)), "{left:?}");
+    assert!(sweep(false).contains("0 orphaned"));
 }
