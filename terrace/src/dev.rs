@@ -57,6 +57,10 @@ pub struct DevArgs {
     /// Timeouts and connection cap of the JSON:API listener (as `terrace api-server`'s).
     #[command(flatten, next_help_heading = "JSON:API listener")]
     pub api_limits: terrace_api_server::settings::ConnectionLimits,
+    /// Largest state file accepted, in bytes (as `terrace api-server`'s; the cluster
+    /// blob store takes no blob over 32 MiB, an S3 store any size).
+    #[arg(long, env = "TERRACE_MAX_STATE_BYTES", default_value_t = terrace_api_server::settings::DEFAULT_MAX_STATE_BYTES)]
+    pub max_state_bytes: usize,
     /// Where blobs are kept (as `terrace api-server`'s and `terrace operator`'s flags).
     #[command(flatten, next_help_heading = "Blob store")]
     pub blobs: terrace_blobstore::BlobStoreSettings,
@@ -158,6 +162,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         metrics_on_api_router: true,
         limits: args.api_limits.clone(),
         blobs: args.blobs.clone(),
+        max_state_bytes: args.max_state_bytes,
         ..Default::default()
     };
     let (index_tasks, api_task) = if args.cluster_only {
