@@ -790,3 +790,108 @@ impl Drop for Moto {
         self.stop();
     }
 }
+
+/// A TCP proxy on a loopback port in front of `target` that can cut the line: once armed
+/// with a byte budget, it forwards that many more client bytes, then closes every
+/// connection and refuses new ones until healed (a server dying in the middle of an
+/// upload, at a byte the test chooses).
+pub struct FaultProxy {
+    pub port: u16,
+    state: std::sync::Arc<ProxyState>,
+}
+
+#[derive(Default)]
+struct ProxyState {
+    /// Bytes the client may still send once armed.
+    budget: std::sync::atomic::AtomicI64,
+    armed: std::sync::atomic::AtomicBool,
+    cut: std::sync::atomic::AtomicBool,
+}
+
+impl FaultProxy {
+    /// Starts forwarding to `127.0.0.1:target`.
+    pub fn start(target: u16) -> FaultProxy {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("proxy bind");
+        let port = listener.local_addr().expect("addr").port();
+        let state = std::sync::Arc::new(ProxyState::default());
+        let shared = state.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                if shared.cut.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
+                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", target)) else {
+                    continue;
+                };
+                let (c2, s2) = (
+                    client.try_clone().expect("clone"),
+                    server.try_clone().expect("clone"),
+                );
+                let up = shared.clone();
+                std::thread::spawn(move || pump(client, server, Some(up)));
+                std::thread::spawn(move || pump(s2, c2, None));
+            }
+        });
+        FaultProxy { port, state }
+    }
+
+    /// The endpoint URL.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Cuts the line after `bytes` more bytes from clients.
+    pub fn arm(&self, bytes: i64) {
+        use std::sync::atomic::Ordering;
+        self.state.budget.store(bytes, Ordering::SeqCst);
+        self.state.armed.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the line was cut.
+    pub fn was_cut(&self) -> bool {
+        self.state.cut.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Forwards again (new connections).
+    pub fn heal(&self) {
+        use std::sync::atomic::Ordering;
+        self.state.armed.store(false, Ordering::SeqCst);
+        self.state.cut.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Copies `from` to `to`; on the client side (`budget`), stops and closes both once the
+/// armed budget is spent or the line is cut.
+fn pump(
+    mut from: std::net::TcpStream,
+    mut to: std::net::TcpStream,
+    budget: Option<std::sync::Arc<ProxyState>>,
+) {
+    use std::io::{Read, Write};
+    use std::sync::atomic::Ordering;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if let Some(s) = &budget {
+            if s.cut.load(Ordering::SeqCst) {
+                break;
+            }
+            if s.armed.load(Ordering::SeqCst)
+                && s.budget.fetch_sub(n as i64, Ordering::SeqCst) <= n as i64
+            {
+                s.cut.store(true, Ordering::SeqCst);
+                break;
+            }
+        }
+        if to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = from.shutdown(std::net::Shutdown::Both);
+    let _ = to.shutdown(std::net::Shutdown::Both);
+}

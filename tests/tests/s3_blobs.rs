@@ -4,7 +4,8 @@
 //! state in the bucket and reads it back; module test archives land there too; a blob
 //! deleted behind terrace's back is a 404 with the cause; the server stopped is a clear
 //! 503 with nothing half-recorded, and once it is back the next upload works; deleting
-//! a state version deletes its blobs (the finalizer).
+//! a state version deletes its blobs (the finalizer); the line to the server cut in the
+//! middle of a multipart upload is a 503 with nothing half-recorded.
 //!
 //! `terrace blobs migrate` moves the blobs of a running installation from the cluster
 //! store to the bucket and back, resumably; `terrace blobs sweep` finds and removes
@@ -17,7 +18,9 @@ use std::process::Output;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use terrace_tests::{Api, CLI_HOST, Dev, Moto, PASS_ENGINE, Terraform, text, write_engine};
+use terrace_tests::{
+    Api, CLI_HOST, Dev, FaultProxy, Moto, PASS_ENGINE, Terraform, text, write_engine,
+};
 
 const ORG: &str = "s3org";
 const BUCKET: &str = "terrace-blobs";
@@ -590,4 +593,102 @@ fn the_orphan_sweep_finds_and_removes_blobs_whose_owner_is_gone() {
     assert!(!left.iter().any(|k| k.ends_with(&lost)), "{left:?}");
     assert!(left.iter().any(|k| k.ends_with(&kept)), "{left:?}");
     assert!(sweep(false).contains("0 orphaned"));
+}
+
+/// The line to the S3 server cut in the middle of a multipart upload (a proxy drops it
+/// after 12 MiB of a 24 MiB state): 503 saying the blob store is unavailable, the
+/// version discarded, no object in the bucket, the current state unchanged; the line
+/// back, the same upload works and reads back whole.
+#[test]
+fn an_upload_cut_off_midway_is_a_503_and_nothing_half_recorded() {
+    let Some(moto) = Moto::start() else {
+        return;
+    };
+    moto.create_bucket(BUCKET);
+    let proxy = FaultProxy::start(moto.port);
+    let store = format!("s3://{BUCKET}/{PREFIX}");
+    let url = proxy.url();
+    let dev = Dev::start_with_env(
+        &[
+            "--blob-store",
+            &store,
+            "--s3-endpoint",
+            &url,
+            "--s3-path-style",
+            "--s3-region",
+            "us-east-1",
+            "--max-state-bytes",
+            "67108864",
+        ],
+        AWS_ENV,
+    );
+    let api = Api::admin(&dev);
+    api.create_org(ORG);
+    let ws_id = api.create_workspace(ORG, json!({"name": "big"}));
+    let lock = format!("/api/v2/workspaces/{ws_id}/actions/lock");
+    assert_eq!(api.post(&lock, &json!({})).status, 200);
+    let state = |serial: i64, size: usize| {
+        serde_json::to_vec(&json!({"version": 4, "serial": serial, "lineage": "l-1",
+            "terraform_version": "1.11.4", "resources": [],
+            "outputs": {"blob": {"value": "x".repeat(size), "type": "string"}}}))
+        .unwrap_or_default()
+    };
+    let create = |bytes: &[u8], serial: i64| {
+        let r = api.post(
+            &format!("/api/v2/workspaces/{ws_id}/state-versions"),
+            &json!({"data": {"type": "state-versions", "attributes": {"serial": serial, "lineage": "l-1", "md5": terrace_crds::state::md5_hex(bytes)}}}),
+        );
+        assert_eq!(r.status, 201, "{:?}", r.body);
+        let id = r.body["data"]["id"].as_str().unwrap_or_default().to_owned();
+        let url = r.body["data"]["attributes"]["hosted-state-upload-url"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        (id, url[url.find("/api/v2/").unwrap_or(0)..].to_owned())
+    };
+    let (_, upload) = create(&state(1, 10), 1);
+    assert_eq!(api.put_raw(&upload, state(1, 10)).status, 200);
+
+    let big = state(2, 24 << 20);
+    let (cut_id, upload) = create(&big, 2);
+    proxy.arm(12 << 20);
+    let r = api.put_raw(&upload, big.clone());
+    assert!(proxy.was_cut(), "the line was not cut");
+    assert_eq!(r.status, 503, "{:?}\n{}", r.body, dev.log());
+    assert!(
+        detail(&r.body).contains("blob store is unavailable"),
+        "{:?}",
+        r.body
+    );
+    let r = api.get(&format!("/api/v2/state-versions/{cut_id}"));
+    assert_eq!(
+        r.body["data"]["attributes"]["status"], "discarded",
+        "{:?}",
+        r.body
+    );
+    let r = api.get(&format!("/api/v2/workspaces/{ws_id}/current-state-version"));
+    assert_eq!(r.body["data"]["attributes"]["serial"], 1, "{:?}", r.body);
+    assert!(
+        !state_keys(&moto).iter().any(|k| k.contains(&cut_id)),
+        "{:?}",
+        state_keys(&moto)
+    );
+
+    proxy.heal();
+    let (id, upload) = create(&big, 3);
+    let r = api.put_raw(&upload, big.clone());
+    assert_eq!(r.status, 200, "{:?}\n{}", r.body, dev.log());
+    assert!(
+        state_keys(&moto).contains(&format!("{PREFIX}/{ORG}/state-versions/{id}/state")),
+        "{:?}",
+        state_keys(&moto)
+    );
+    let r = api.get(&format!("/api/v2/workspaces/{ws_id}/current-state-version"));
+    assert_eq!(r.body["data"]["attributes"]["serial"], 3, "{:?}", r.body);
+    assert_eq!(
+        r.body["data"]["attributes"]["size"],
+        big.len(),
+        "{:?}",
+        r.body
+    );
 }
