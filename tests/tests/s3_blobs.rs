@@ -11,7 +11,10 @@
 //! store to the bucket and back, resumably; `terrace blobs sweep` finds and removes
 //! objects whose owner is gone.
 //!
-//! Without `moto_server` on PATH each test says so and returns (CI installs it).
+//! The cluster store's per-blob limit is a 413 naming the S3 option (no S3 server needed).
+//!
+//! Without `moto_server` on PATH each test that needs it says so and returns (CI
+//! installs it).
 
 use std::path::Path;
 use std::process::Output;
@@ -691,4 +694,44 @@ fn an_upload_cut_off_midway_is_a_503_and_nothing_half_recorded() {
         "{:?}",
         r.body
     );
+}
+
+/// The cluster store takes no blob over 32 MiB: a larger state (allowed by
+/// `--max-state-bytes`) is a 413 that names the S3 option, and its version is discarded.
+#[test]
+fn the_cluster_store_refuses_a_blob_over_its_limit_naming_the_s3_option() {
+    let dev = Dev::start_with(&["--max-state-bytes", "67108864"]);
+    let api = Api::admin(&dev);
+    api.create_org(ORG);
+    let ws_id = api.create_workspace(ORG, json!({"name": "big"}));
+    let lock = format!("/api/v2/workspaces/{ws_id}/actions/lock");
+    assert_eq!(api.post(&lock, &json!({})).status, 200);
+    let bytes = serde_json::to_vec(&json!({"version": 4, "serial": 1, "lineage": "l-1",
+        "terraform_version": "1.11.4", "resources": [],
+        "outputs": {"blob": {"value": "x".repeat(33 << 20), "type": "string"}}}))
+    .unwrap_or_default();
+    let r = api.post(
+        &format!("/api/v2/workspaces/{ws_id}/state-versions"),
+        &json!({"data": {"type": "state-versions", "attributes": {"serial": 1, "lineage": "l-1", "md5": terrace_crds::state::md5_hex(&bytes)}}}),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let id = r.body["data"]["id"].as_str().unwrap_or_default().to_owned();
+    let url = r.body["data"]["attributes"]["hosted-state-upload-url"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let r = api.put_raw(&url[url.find("/api/v2/").unwrap_or(0)..], bytes);
+    assert_eq!(r.status, 413, "{:?}", r.body);
+    assert!(
+        detail(&r.body).contains("--blob-store s3://"),
+        "{:?}",
+        r.body
+    );
+    let r = api.get(&format!("/api/v2/state-versions/{id}"));
+    assert_eq!(
+        r.body["data"]["attributes"]["status"], "discarded",
+        "{:?}",
+        r.body
+    );
+    assert_eq!(chunk_secrets(&dev), 0);
 }
