@@ -735,3 +735,63 @@ fn the_cluster_store_refuses_a_blob_over_its_limit_naming_the_s3_option() {
     );
     assert_eq!(chunk_secrets(&dev), 0);
 }
+
+/// `terrace blobs migrate` interrupted (the line to the bucket cut after the first of two
+/// 1 MiB states) fails saying why; run again it copies only what is missing.
+#[test]
+fn blobs_migrate_resumes_after_an_interruption() {
+    let Some(moto) = Moto::start() else {
+        return;
+    };
+    moto.create_bucket(BUCKET);
+    let proxy = FaultProxy::start(moto.port);
+    let dev = Dev::start();
+    let api = Api::admin(&dev);
+    api.create_org(ORG);
+    for name in ["one", "two"] {
+        let ws_id = api.create_workspace(ORG, json!({"name": name}));
+        let lock = format!("/api/v2/workspaces/{ws_id}/actions/lock");
+        assert_eq!(api.post(&lock, &json!({})).status, 200);
+        // Not compressible much: distinct digits.
+        let value: String = (0..(1 << 20) / 8).map(|i| format!("{i:08}")).collect();
+        let bytes = serde_json::to_vec(&json!({"version": 4, "serial": 1, "lineage": name,
+            "terraform_version": "1.11.4", "resources": [],
+            "outputs": {"blob": {"value": value, "type": "string"}}}))
+        .unwrap_or_default();
+        let r = api.post(
+            &format!("/api/v2/workspaces/{ws_id}/state-versions"),
+            &json!({"data": {"type": "state-versions", "attributes": {"serial": 1, "lineage": name, "md5": terrace_crds::state::md5_hex(&bytes)}}}),
+        );
+        assert_eq!(r.status, 201, "{:?}", r.body);
+        let url = r.body["data"]["attributes"]["hosted-state-upload-url"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let r = api.put_raw(&url[url.find("/api/v2/").unwrap_or(0)..], bytes);
+        assert_eq!(r.status, 200, "{:?}", r.body);
+    }
+    let run = || {
+        let out = std::process::Command::new(terrace_tests::terrace_bin())
+            .args(["blobs", "migrate", "--from", "cluster", "--to"])
+            .arg(format!("s3://{BUCKET}/{PREFIX}"))
+            .args(["--s3-endpoint", &proxy.url(), "--s3-path-style"])
+            .args(["--s3-region", "us-east-1"])
+            .env("KUBECONFIG", dev.kubeconfig())
+            .envs(AWS_ENV.iter().copied())
+            .output()
+            .expect("terrace blobs migrate");
+        (out.status.success(), text(&out))
+    };
+    // The probe and the first state pass, the second is cut off.
+    proxy.arm(3 << 19);
+    let (ok, shown) = run();
+    assert!(proxy.was_cut(), "not cut: {shown}");
+    assert!(!ok, "{shown}");
+    assert!(shown.contains("writing"), "{shown}");
+    assert_eq!(state_keys(&moto).len(), 1, "{:?}", state_keys(&moto));
+    proxy.heal();
+    let (ok, shown) = run();
+    assert!(ok, "{shown}");
+    assert!(shown.contains("1 copied, 1 already there"), "{shown}");
+    assert_eq!(state_keys(&moto).len(), 2, "{:?}", state_keys(&moto));
+}
