@@ -655,28 +655,43 @@ pub fn terraform_path() -> String {
 pub struct Moto {
     child: Option<Child>,
     program: PathBuf,
+    /// Arguments before the server's own (`-m moto.server`).
+    prefix: Vec<String>,
     pub port: u16,
     log: tempfile::NamedTempFile,
 }
 
 impl Moto {
-    /// Starts `moto_server` on a free port; `None` (with the reason on stderr) when it is
-    /// not on PATH.
+    /// Starts `moto_server` on a free port (the script on PATH, else `python3 -m
+    /// moto.server`, since a fresh pip install may not have put the script on PATH);
+    /// `None` (with the reason on stderr) when moto is not installed.
     pub fn start() -> Option<Moto> {
         let out = Command::new("sh")
             .args(["-c", "command -v moto_server"])
             .output()
             .ok()?;
-        let program = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-        if program.is_empty() {
+        let script = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        let (program, prefix) = if !script.is_empty() {
+            (PathBuf::from(script), Vec::new())
+        } else if Command::new("python3")
+            .args(["-c", "import moto.server"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
+            (
+                PathBuf::from("python3"),
+                vec!["-m".to_owned(), "moto.server".to_owned()],
+            )
+        } else {
             eprintln!(
-                "SKIPPED: moto_server is not on PATH (pip install -r tests/pytfe/requirements.txt installs it)"
+                "SKIPPED: moto_server is not installed (pip install -r tests/pytfe/requirements.txt installs it)"
             );
             return None;
-        }
+        };
         let mut moto = Moto {
             child: None,
-            program: PathBuf::from(program),
+            program,
+            prefix,
             port: free_port(),
             log: tempfile::NamedTempFile::new().expect("moto log"),
         };
@@ -687,6 +702,7 @@ impl Moto {
     fn launch(&mut self) {
         let log = self.log.reopen().expect("moto log");
         let child = Command::new(&self.program)
+            .args(&self.prefix)
             .args(["-H", "127.0.0.1", "-p", &self.port.to_string()])
             .stdout(Stdio::null())
             .stderr(log)
