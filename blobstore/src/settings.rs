@@ -77,7 +77,8 @@ pub struct BlobStoreSettings {
     )]
     pub location: Location,
     /// URL of the S3-compatible server (MinIO, Ceph RGW, a gateway); `http://` is allowed.
-    /// Default: AWS S3 of --s3-region.
+    /// Default: AWS S3 of --s3-region. Without --s3-path-style the URL must be the
+    /// bucket's own host (`https://BUCKET.HOST`).
     #[arg(long, env = "TERRACE_S3_ENDPOINT")]
     pub s3_endpoint: Option<String>,
     /// Region of the bucket (default: AWS_DEFAULT_REGION, else us-east-1).
