@@ -5,9 +5,11 @@
 //! collection removes them with it. The first chunk is written last and carries the chunk
 //! count, so a reader never sees a half-written blob as complete.
 //! [`MemoryBlobStore`] keeps blobs in memory (tests, and a template for other stores).
+//! With `--blob-store s3://…` blobs go to a bucket instead (`terrace_blobstore::s3`);
+//! [`store`] picks the configured one, [`Readiness`] says whether it answers, and
+//! [`api_error`] turns a store's failure into the API's answer.
 
 use std::collections::{BTreeMap, HashMap};
-use std::future::Future;
 use std::sync::Mutex;
 
 use axum::body::Bytes;
@@ -19,29 +21,12 @@ use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams};
 use terrace_crds::constants::FIELD_MANAGER_API;
 
 pub use terrace_crds::blobs::{
-    ANNOTATION_CHUNKS, ANNOTATION_ENCODING, ANNOTATION_KEY, CHUNK_BYTES, LABEL_BLOB, SECRET_TYPE,
+    ANNOTATION_CHUNKS, ANNOTATION_ENCODING, ANNOTATION_KEY, CHUNK_BYTES, LABEL_BLOB,
+    MAX_CLUSTER_BLOB_BYTES, SECRET_TYPE,
 };
 
-/// A failure of a blob store.
-#[derive(Debug, thiserror::Error)]
-pub enum BlobError {
-    #[error("blob {0:?} not found")]
-    NotFound(String),
-    #[error("blob {key:?} is damaged: {detail}")]
-    Corrupt { key: String, detail: String },
-    #[error("blob store: {0}")]
-    Backend(String),
-}
-
-/// Stores opaque byte blobs under string keys.
-pub trait BlobStore: Send + Sync {
-    /// Stores `bytes` under `key`, replacing any earlier blob of that key.
-    fn put(&self, key: &str, bytes: Bytes) -> impl Future<Output = Result<(), BlobError>> + Send;
-    /// The blob stored under `key`.
-    fn get(&self, key: &str) -> impl Future<Output = Result<Bytes, BlobError>> + Send;
-    /// Removes the blob of `key`; removing an absent blob succeeds.
-    fn delete(&self, key: &str) -> impl Future<Output = Result<(), BlobError>> + Send;
-}
+use terrace_blobstore::s3::{S3BlobStore, S3Store};
+pub use terrace_blobstore::{BlobError, BlobStore};
 
 /// Blobs in memory.
 #[derive(Default)]
@@ -168,20 +153,174 @@ fn chunk_data(key: &str, s: &Secret) -> Result<Vec<u8>, BlobError> {
         })
 }
 
-/// Whether `bytes` start with the gzip magic number.
 /// The store the server is configured with, for blobs of namespace `ns` whose new parts
-/// are owned by `owner` (so deleting the owner removes them).
-pub fn store(
-    state: &crate::AppState,
-    ns: &str,
-    owner: Option<OwnerReference>,
-) -> impl BlobStore + use<> {
-    match state.settings.blob_store {
-        crate::settings::BlobStoreKind::Secrets => {
-            SecretBlobStore::new(state.client.clone(), ns, owner)
+/// are owned by `owner` (so deleting the owner removes them; a bucket's blobs are
+/// removed by the operator instead, see `terrace_crds::blobs::FINALIZER`).
+pub fn store(state: &crate::AppState, ns: &str, owner: Option<OwnerReference>) -> AnyBlobStore {
+    match &state.blobs {
+        BlobBackend::Cluster => AnyBlobStore::Secrets(Box::new(SecretBlobStore::new(
+            state.client.clone(),
+            ns,
+            owner,
+        ))),
+        BlobBackend::S3(s3) => AnyBlobStore::S3(s3.scoped(ns)),
+        BlobBackend::Misconfigured(why) => AnyBlobStore::Broken(why.clone()),
+    }
+}
+
+/// The blob store chosen at start from `--blob-store`.
+#[derive(Clone, Debug)]
+pub enum BlobBackend {
+    /// Chunked Secrets.
+    Cluster,
+    /// A bucket.
+    S3(S3Store),
+    /// The S3 settings do not make a client (the reason): every blob operation fails.
+    Misconfigured(String),
+}
+
+impl BlobBackend {
+    /// The backend of `settings`.
+    pub fn from_settings(settings: &terrace_blobstore::BlobStoreSettings) -> BlobBackend {
+        match S3Store::from_settings(settings) {
+            Ok(None) => BlobBackend::Cluster,
+            Ok(Some(s3)) => BlobBackend::S3(s3),
+            Err(e) => BlobBackend::Misconfigured(e.to_string()),
+        }
+    }
+
+    /// Whether blobs live outside the cluster (so owner references do not reach them).
+    pub fn is_external(&self) -> bool {
+        !matches!(self, BlobBackend::Cluster)
+    }
+}
+
+/// One of the stores, as [`store`] answers.
+pub enum AnyBlobStore {
+    Secrets(Box<SecretBlobStore>),
+    S3(S3BlobStore),
+    Broken(String),
+}
+
+impl BlobStore for AnyBlobStore {
+    async fn put(&self, key: &str, bytes: Bytes) -> Result<(), BlobError> {
+        match self {
+            AnyBlobStore::Secrets(s) => s.put(key, bytes).await,
+            AnyBlobStore::S3(s) => s.put(key, bytes).await,
+            AnyBlobStore::Broken(why) => Err(BlobError::Backend(why.clone())),
+        }
+    }
+    async fn get(&self, key: &str) -> Result<Bytes, BlobError> {
+        match self {
+            AnyBlobStore::Secrets(s) => s.get(key).await,
+            AnyBlobStore::S3(s) => s.get(key).await,
+            AnyBlobStore::Broken(why) => Err(BlobError::Backend(why.clone())),
+        }
+    }
+    async fn delete(&self, key: &str) -> Result<(), BlobError> {
+        match self {
+            AnyBlobStore::Secrets(s) => s.delete(key).await,
+            AnyBlobStore::S3(s) => s.delete(key).await,
+            AnyBlobStore::Broken(why) => Err(BlobError::Backend(why.clone())),
         }
     }
 }
+
+/// The API's answer to a failed blob operation on `what` (e.g. "the state"): 404 when
+/// the blob is gone, 413 over the store's limit (naming the S3 option), 503 when the
+/// store cannot be reached (the cause is logged), 500 when the blob is damaged.
+pub fn api_error(what: &str, e: BlobError) -> crate::ApiError {
+    use crate::ApiError;
+    match e {
+        BlobError::NotFound(_) => {
+            ApiError::not_found(format!("{what} is missing from the blob store ({e})"))
+        }
+        BlobError::TooLarge { size, limit, store } => ApiError::TooLarge(
+            format!(
+                "{what} is {size} bytes, over the {store} blob store's limit of {limit} bytes; \
+                 large blobs need an S3-compatible store (--blob-store s3://BUCKET[/PREFIX], \
+                 chart value blobStore.type=s3)"
+            )
+            .into(),
+        ),
+        BlobError::Backend(ref cause) => {
+            tracing::warn!(what, cause = %cause, "blob store unavailable");
+            ApiError::Unavailable(
+                format!("the blob store is unavailable, so {what} cannot be read or stored right now; retry shortly")
+                    .into(),
+            )
+        }
+        BlobError::Corrupt { .. } => ApiError::internal(format!("reading {what}"), e),
+    }
+}
+
+/// Whether the blob store answers: `/readyz` fails (with the reason) until it does.
+#[derive(Default, Debug)]
+pub struct Readiness {
+    blocker: std::sync::RwLock<Option<String>>,
+}
+
+impl Readiness {
+    /// Not ready, because of `why`.
+    pub fn block(&self, why: impl Into<String>) {
+        *self.blocker.write().unwrap_or_else(|e| e.into_inner()) = Some(why.into());
+    }
+    /// Ready.
+    pub fn clear(&self) {
+        *self.blocker.write().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+    /// Why the server is not ready, if it is not.
+    pub fn blocker(&self) -> Option<String> {
+        self.blocker
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+    /// The `/readyz` answer: 200 `ok`, or 503 with the reason.
+    pub fn answer(&self) -> (http::StatusCode, String) {
+        match self.blocker() {
+            None => (http::StatusCode::OK, "ok".into()),
+            Some(why) => (
+                http::StatusCode::SERVICE_UNAVAILABLE,
+                format!("not ready: {why}\n"),
+            ),
+        }
+    }
+}
+
+/// Probes the bucket until a write, read and delete succeed, keeping `readiness`
+/// blocked (and logging why) meanwhile. Returns at once for the cluster store.
+pub async fn probe_until_ready(backend: BlobBackend, readiness: std::sync::Arc<Readiness>) {
+    let s3 = match backend {
+        BlobBackend::Cluster => return,
+        BlobBackend::Misconfigured(why) => {
+            let why = format!("the S3 blob store is misconfigured: {why}");
+            tracing::error!("{why}");
+            readiness.block(why);
+            return;
+        }
+        BlobBackend::S3(s3) => s3,
+    };
+    readiness.block(format!("probing the blob store {}", s3.name()));
+    loop {
+        match s3.probe().await {
+            Ok(()) => {
+                tracing::info!(store = %s3.name(), "blob store probe passed (write, read, delete)");
+                readiness.clear();
+                return;
+            }
+            Err(e) => {
+                let why = format!("the blob store {} failed its probe: {e}", s3.name());
+                tracing::error!("{why}; retrying in {:?}", PROBE_RETRY);
+                readiness.block(why);
+            }
+        }
+        tokio::time::sleep(PROBE_RETRY).await;
+    }
+}
+
+/// Wait between two failed probes of the blob store.
+pub const PROBE_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 
 pub use terrace_crds::archive::is_gzip;
 
@@ -207,6 +346,13 @@ fn gunzip(key: &str, bytes: &[u8]) -> Result<Vec<u8>, BlobError> {
 
 impl BlobStore for SecretBlobStore {
     async fn put(&self, key: &str, bytes: Bytes) -> Result<(), BlobError> {
+        if bytes.len() > MAX_CLUSTER_BLOB_BYTES {
+            return Err(BlobError::TooLarge {
+                size: bytes.len(),
+                limit: MAX_CLUSTER_BLOB_BYTES,
+                store: "cluster",
+            });
+        }
         let (stored, encoding) = if is_gzip(&bytes) {
             (bytes.to_vec(), "identity")
         } else {
@@ -301,6 +447,68 @@ mod tests {
         store.delete("a").await.unwrap_or_else(|e| panic!("{e}"));
         store.delete("a").await.unwrap_or_else(|e| panic!("{e}"));
         assert!(matches!(store.get("a").await, Err(BlobError::NotFound(_))));
+    }
+
+    /// A store's failures as the API answers them: gone 404, over the cluster limit 413
+    /// naming the S3 option, unreachable 503 (cause logged, not returned), damaged 500.
+    #[test]
+    fn blob_errors_as_api_answers() {
+        use http::StatusCode;
+        let e = api_error("the state", BlobError::NotFound("k".into()));
+        assert_eq!(e.status(), StatusCode::NOT_FOUND);
+        let e = api_error(
+            "the state",
+            BlobError::TooLarge {
+                size: 40 << 20,
+                limit: MAX_CLUSTER_BLOB_BYTES,
+                store: "cluster",
+            },
+        );
+        assert_eq!(e.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        assert!(e.to_string().contains("--blob-store s3://"), "{e}");
+        let e = api_error(
+            "the state",
+            BlobError::Backend("connect refused 10.0.0.1".into()),
+        );
+        assert_eq!(e.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(e.to_string().contains("blob store is unavailable"), "{e}");
+        assert!(!e.to_string().contains("10.0.0.1"), "{e}");
+        let e = api_error(
+            "the state",
+            BlobError::Corrupt {
+                key: "k".into(),
+                detail: "x".into(),
+            },
+        );
+        assert_eq!(e.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    }
+
+    /// `/readyz` is 503 with the reason while blocked.
+    #[test]
+    fn readiness_answers() {
+        let r = Readiness::default();
+        assert_eq!(r.answer().0, http::StatusCode::OK);
+        r.block("the blob store s3://b failed its probe: refused");
+        let (status, body) = r.answer();
+        assert_eq!(status, http::StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body.contains("failed its probe"), "{body}");
+        r.clear();
+        assert_eq!(r.answer().0, http::StatusCode::OK);
+    }
+
+    /// The cluster store refuses a blob over its limit before writing anything.
+    #[tokio::test]
+    async fn cluster_store_has_a_size_limit() {
+        let sim = terrace_simulator::Simulator::open(Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("simulator: {e}"));
+        let store = SecretBlobStore::new(sim.client(), "default", None);
+        let big = Bytes::from(vec![0u8; MAX_CLUSTER_BLOB_BYTES + 1]);
+        assert!(matches!(
+            store.put("big", big).await,
+            Err(BlobError::TooLarge { .. })
+        ));
+        assert!(store.chunk("big", 0).await.ok().flatten().is_none());
     }
 
     /// The store contract (put replaces, get returns, delete is idempotent).

@@ -18,7 +18,14 @@ pub fn router() -> Router<AppState> {
         .route("/.well-known/terraform.json", get(well_known))
         .route("/api/v2/ping", get(ping))
         .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(
+                |axum::extract::State(state): axum::extract::State<AppState>| async move {
+                    state.readiness.answer()
+                },
+            ),
+        )
 }
 
 async fn well_known() -> impl IntoResponse {

@@ -54,7 +54,7 @@ use axum::Router;
 use tower_http::limit::RequestBodyLimitLayer;
 
 pub use error::ApiError;
-pub use settings::{BlobStoreKind, Edition, Settings};
+pub use settings::{Edition, Settings};
 
 /// Shared state of the request handlers: one `Arc`, so the clone every extractor makes
 /// is one reference count (a `kube::Client` clone alone costs a tower Buffer handle).
@@ -81,6 +81,11 @@ pub struct Shared {
     pub metrics: Arc<metrics::Metrics>,
     /// Signs capability URLs.
     pub signer: Arc<capability::Signer>,
+    /// Where blobs live (`--blob-store`).
+    pub blobs: blobs::BlobBackend,
+    /// Whether the server may take traffic (`/readyz`): not while the blob store fails
+    /// its probe.
+    pub readiness: Arc<blobs::Readiness>,
 }
 
 impl AppState {
@@ -88,7 +93,14 @@ impl AppState {
     pub fn new(settings: Settings, client: kube::Client) -> AppState {
         let index = Arc::new(index::Index::default());
         let signer = Arc::new(capability::Signer::new(settings.url_signing_key.as_deref()));
+        let blobs = blobs::BlobBackend::from_settings(&settings.blobs);
+        let readiness = Arc::new(blobs::Readiness::default());
+        if let blobs::BlobBackend::Misconfigured(why) = &blobs {
+            readiness.block(format!("the S3 blob store is misconfigured: {why}"));
+        }
         AppState(Arc::new(Shared {
+            blobs,
+            readiness,
             settings: Arc::new(settings),
             auth: Arc::new(auth::Auth::new(client.clone())),
             metrics: Arc::new(metrics::Metrics::new(index.clone())),
@@ -101,9 +113,16 @@ impl AppState {
         }))
     }
 
-    /// Starts the watches and waits (bounded) for their initial lists.
+    /// Starts the watches and waits (bounded) for their initial lists, and the probe of
+    /// an S3 blob store (the server is not ready until it passes).
     pub async fn start(&self) -> Vec<tokio::task::JoinHandle<()>> {
-        let tasks = self.index.spawn_watches(self.client.clone());
+        let mut tasks = self.index.spawn_watches(self.client.clone());
+        if self.blobs.is_external() {
+            let (backend, readiness) = (self.blobs.clone(), self.readiness.clone());
+            // Blocked before the first probe answers.
+            readiness.block("probing the blob store");
+            tasks.push(tokio::spawn(blobs::probe_until_ready(backend, readiness)));
+        }
         if !self.index.wait_synced(Duration::from_secs(30)).await {
             tracing::warn!("indexes not synced after 30s; serving anyway");
         }
@@ -176,8 +195,14 @@ pub async fn serve(
     };
     let shutdown = shutdown.boxed().shared();
     let state = AppState::new(settings, client);
-    let metrics_task = metrics_listener
-        .map(|l| tokio::spawn(serve_metrics(state.metrics.clone(), l, shutdown.clone())));
+    let metrics_task = metrics_listener.map(|l| {
+        tokio::spawn(serve_metrics(
+            state.metrics.clone(),
+            state.readiness.clone(),
+            l,
+            shutdown.clone(),
+        ))
+    });
     let tasks = state.start().await;
     let result = serve_state(state, listener, shutdown).await;
     for t in tasks {
@@ -195,10 +220,11 @@ pub async fn serve(
 /// Serves `/metrics`, `/healthz` and `/readyz` on `listener` until `shutdown` resolves.
 pub async fn serve_metrics(
     metrics: Arc<metrics::Metrics>,
+    readiness: Arc<blobs::Readiness>,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, metrics::router(metrics))
+    axum::serve(listener, metrics::router(metrics, readiness))
         .with_graceful_shutdown(shutdown)
         .await
 }

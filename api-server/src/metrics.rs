@@ -165,11 +165,11 @@ impl Metrics {
 }
 
 /// `/metrics` (plus `/healthz` and `/readyz`) for the separate metrics listener.
-pub fn router(metrics: Arc<Metrics>) -> Router {
+pub fn router(metrics: Arc<Metrics>, readiness: Arc<crate::blobs::Readiness>) -> Router {
     Router::new()
         .route("/metrics", get(move || async move { scrape(&metrics) }))
         .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(|| async { "ok" }))
+        .route("/readyz", get(move || async move { readiness.answer() }))
 }
 
 /// The `/metrics` response.

@@ -13,15 +13,6 @@ pub enum Edition {
     Hosted,
 }
 
-/// Where configuration archives are kept (DESIGN.md §2, the BlobStore).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
-pub enum BlobStoreKind {
-    /// Compressed, chunked Secrets in the organization's namespace, owned by the
-    /// ConfigurationVersion (deleted with it). The only store so far.
-    #[default]
-    Secrets,
-}
-
 /// Default of `--max-state-bytes`: 32 MiB.
 pub const DEFAULT_MAX_STATE_BYTES: usize = 32 * 1024 * 1024;
 
@@ -51,7 +42,8 @@ pub struct Settings {
     #[arg(long, env = "TERRACE_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
     pub max_body_bytes: usize,
     /// Largest state file accepted, in bytes (larger: 413). In the cluster blob store a
-    /// state is kept compressed in Secrets of at most 512 KiB each.
+    /// state is kept compressed in Secrets of at most 512 KiB each, and no blob may be
+    /// larger than 32 MiB there; raise this with `--blob-store s3://…`.
     #[arg(long, env = "TERRACE_MAX_STATE_BYTES", default_value_t = DEFAULT_MAX_STATE_BYTES)]
     pub max_state_bytes: usize,
     /// Address of `/metrics` (and `/healthz`, `/readyz`), a listener apart from the API
@@ -63,9 +55,10 @@ pub struct Settings {
     /// port). Not a flag: in a cluster the API port is public.
     #[arg(skip)]
     pub metrics_on_api_router: bool,
-    /// Where configuration archives are kept.
-    #[arg(long, env = "TERRACE_BLOB_STORE", value_enum, default_value_t = BlobStoreKind::Secrets)]
-    pub blob_store: BlobStoreKind,
+    /// Where configuration archives and state files are kept (the same flags on
+    /// `terrace operator` and `terrace dev`).
+    #[command(flatten, next_help_heading = "Blob store")]
+    pub blobs: terrace_blobstore::BlobStoreSettings,
     /// Key that signs capability URLs (log-read URLs). Every replica needs the same one;
     /// without it each process makes a random key (fine for one process).
     #[arg(long, env = "TERRACE_URL_SIGNING_KEY", hide_env_values = true)]
@@ -137,7 +130,7 @@ impl Default for Settings {
             default_terraform_version: "1.9.8".into(),
             max_body_bytes: 1024 * 1024,
             max_state_bytes: DEFAULT_MAX_STATE_BYTES,
-            blob_store: BlobStoreKind::Secrets,
+            blobs: Default::default(),
             metrics_addr: None,
             metrics_on_api_router: false,
             url_signing_key: None,

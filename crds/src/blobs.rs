@@ -6,6 +6,13 @@
 //! last and carries the chunk count, so a reader never takes a half-written blob for a
 //! whole one.
 
+/// Largest blob (before compression) the cluster store takes: etcd is sized for small
+/// objects; larger blobs need the S3-compatible store (`--blob-store s3://…`).
+pub const MAX_CLUSTER_BLOB_BYTES: usize = 32 * 1024 * 1024;
+/// Finalizer on an object whose blobs are in a bucket (`--blob-store s3://…`): owner
+/// references do not reach outside the cluster, so the operator deletes the blobs, then
+/// removes it.
+pub const FINALIZER: &str = "terrace.dev/blobs";
 /// Largest chunk stored in one Secret (Kubernetes caps an object at about 1 MiB).
 pub const CHUNK_BYTES: usize = 512 * 1024;
 /// Label on every chunk Secret: the hash naming the blob.

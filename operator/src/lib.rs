@@ -19,6 +19,7 @@
 //! (`terrace dev`, tests) call [`run`].
 #![forbid(unsafe_code)]
 
+pub mod blob_finalizer;
 pub mod catalog;
 pub mod conditions;
 pub mod error;
@@ -51,6 +52,9 @@ pub use settings::Settings;
 pub struct Context {
     pub client: kube::Client,
     pub settings: Settings,
+    /// The bucket blobs live in (`None`: chunk Secrets in the cluster), or why the S3
+    /// settings make no client.
+    pub blobs: Result<Option<terrace_blobstore::s3::S3Store>, String>,
 }
 
 /// Why the controllers stopped.
@@ -168,7 +172,15 @@ async fn run_controllers(
     settings: Settings,
     shutdown: futures::future::Shared<futures::future::BoxFuture<'static, ()>>,
 ) {
-    let ctx = Arc::new(Context { client, settings });
+    let blobs = terrace_blobstore::s3::S3Store::from_settings(&settings.blobs).map_err(|e| {
+        tracing::error!(error = %e, "the S3 blob store is misconfigured: blobs cannot be deleted");
+        e.to_string()
+    });
+    let ctx = Arc::new(Context {
+        client,
+        settings,
+        blobs,
+    });
     let mut organizations =
         watch::Feed::<Organization>::new(&ctx.client, (), watcher::Config::default());
     let orgs = identity::Organizations::new(organizations.store());
@@ -194,12 +206,26 @@ async fn run_controllers(
     let test_runs = testrun::controller(ctx.clone(), orgs.clone(), &mut catalog, shutdown.clone());
     let default_projects = catalog.subscribe(IdKind::Project);
     let catalog = catalog.controllers(ctx.clone(), orgs, &mut organizations, shutdown.clone());
+    let archives = match &ctx.blobs {
+        Ok(Some(s3)) => Some(blob_finalizer::controller(
+            ctx.clone(),
+            s3.clone(),
+            shutdown.clone(),
+        )),
+        _ => None,
+    };
+    let archives = async move {
+        if let Some(c) = archives {
+            c.await;
+        }
+    };
     let organizations = organization::controller(ctx, organizations, default_projects, shutdown);
     tokio::join!(
         organizations,
         catalog,
         workspaces,
         test_runs,
-        state_retention
+        state_retention,
+        archives
     );
 }

@@ -61,6 +61,9 @@ pub const CONTROLLER_CATALOG: &str = "ids";
 pub const CONTROLLER_TEST_RUN: &str = "testrun";
 /// Controller label of the state retention controller ([`crate::retention`]).
 pub const CONTROLLER_STATE_RETENTION: &str = "state-retention";
+/// Controller label of the blob finalizer of ConfigurationVersions
+/// ([`crate::blob_finalizer`]; runs only with an S3 blob store).
+pub const CONTROLLER_BLOB_FINALIZER: &str = "blob-finalizer";
 
 /// Content type of the OpenMetrics text exposition.
 pub const OPENMETRICS_CONTENT_TYPE: &str =

@@ -6,6 +6,10 @@
 //! good after `--state-soft-delete-grace-hours` (`backing_data_permanently_deleted`).
 //! The StateVersion itself stays.
 //!
+//! With an S3 blob store the data is in a bucket, which owner references do not reach:
+//! the API server puts [`FINALIZER`] on every StateVersion it creates, and this
+//! controller deletes a deleted version's blobs before removing it.
+//!
 //! One reconcile per StateVersion, in steps: observe (the version, its workspace's policy
 //! or the organization's default, whether it is the current state) → decide
 //! ([`terrace_crds::state::retention`], pure) → act (delete the chunk Secrets, then mark
@@ -28,6 +32,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, predicates, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::json;
+use terrace_crds::blobs::FINALIZER;
 use terrace_crds::constants::{FIELD_MANAGER_OPERATOR, LABEL_ID};
 use terrace_crds::state::{Retention, StateVersionState, Times, effective_policy, retention};
 use terrace_crds::{Organization, StateVersion, Workspace};
@@ -197,6 +202,13 @@ async fn observe(ctx: &RetentionContext, v: &StateVersion) -> Result<Observed, E
 }
 
 async fn reconcile(v: Arc<StateVersion>, ctx: Arc<RetentionContext>) -> Result<Action, Error> {
+    if v.metadata.deletion_timestamp.is_some() {
+        if v.finalizers().iter().any(|f| f == FINALIZER) {
+            delete_data(&ctx.base, &v).await?;
+            crate::blob_finalizer::release(&ctx.base.client, v.as_ref()).await?;
+        }
+        return Ok(Action::await_change());
+    }
     let o = observe(&ctx, &v).await?;
     let now = k8s_openapi::jiff::Timestamp::now();
     let grace = k8s_openapi::jiff::SignedDuration::from_hours(i64::from(
@@ -227,10 +239,16 @@ async fn reconcile(v: Arc<StateVersion>, ctx: Arc<RetentionContext>) -> Result<A
     }
 }
 
-/// Deletes the version's data: its state and JSON state chunk Secrets.
+/// Deletes the version's data: its state and JSON state, from the bucket or as chunk
+/// Secrets.
 async fn delete_data(ctx: &Context, v: &StateVersion) -> Result<(), Error> {
+    use terrace_blobstore::BlobStore;
     let ns = v.namespace().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+    let bucket = match &ctx.blobs {
+        Ok(b) => b.as_ref().map(|s| s.scoped(&ns)),
+        Err(why) => return Err(Error::Unavailable(format!("blob store: {why}"))),
+    };
     let status = v.status.as_ref();
     let keys = [
         status.and_then(|s| s.state.as_ref()).map(|b| b.key.clone()),
@@ -239,7 +257,13 @@ async fn delete_data(ctx: &Context, v: &StateVersion) -> Result<(), Error> {
             .map(|b| b.key.clone()),
     ];
     for key in keys.into_iter().flatten() {
-        delete_blob(&secrets, &key).await?;
+        match &bucket {
+            Some(b) => b
+                .delete(&key)
+                .await
+                .map_err(|e| Error::Unavailable(format!("blob store: {e}")))?,
+            None => delete_blob(&secrets, &key).await?,
+        }
     }
     Ok(())
 }

@@ -99,6 +99,10 @@ pub struct Settings {
         default_value_t = DEFAULT_STATE_SOFT_DELETE_GRACE_HOURS
     )]
     pub state_soft_delete_grace_hours: u32,
+    /// Where blobs are kept: the operator deletes them (retention, deleted state
+    /// versions). The same flags as `terrace api-server`'s.
+    #[command(flatten, next_help_heading = "Blob store")]
+    pub blobs: terrace_blobstore::BlobStoreSettings,
 }
 
 /// A duration such as `5s`, `1m` or `500ms` (zero allowed).
@@ -137,6 +141,7 @@ impl Default for Settings {
             leader_election_identity: None,
             release_namespace: None,
             state_soft_delete_grace_hours: DEFAULT_STATE_SOFT_DELETE_GRACE_HOURS,
+            blobs: Default::default(),
         }
     }
 }

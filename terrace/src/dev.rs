@@ -66,6 +66,13 @@ pub struct DevArgs {
     /// Timeouts and connection cap of the JSON:API listener (as `terrace api-server`'s).
     #[command(flatten, next_help_heading = "JSON:API listener")]
     pub api_limits: terrace_api_server::settings::ConnectionLimits,
+    /// Largest state file accepted, in bytes (as `terrace api-server`'s; the cluster
+    /// blob store takes no blob over 32 MiB, an S3 store any size).
+    #[arg(long, env = "TERRACE_MAX_STATE_BYTES", default_value_t = terrace_api_server::settings::DEFAULT_MAX_STATE_BYTES)]
+    pub max_state_bytes: usize,
+    /// Where blobs are kept (as `terrace api-server`'s and `terrace operator`'s flags).
+    #[command(flatten, next_help_heading = "Blob store")]
+    pub blobs: terrace_blobstore::BlobStoreSettings,
 }
 
 /// The first of `tofu` and `terraform` found on PATH.
@@ -152,6 +159,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         api_internal_url: api_url.clone(),
         test_run_concurrency: args.test_run_concurrency,
         auto_test_run_delay: args.auto_test_run_delay,
+        blobs: args.blobs.clone(),
         ..Default::default()
     };
     let operator_task = (!args.cluster_only).then(|| {
@@ -170,6 +178,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         metrics_on_api_router: true,
         limits: args.api_limits.clone(),
         url_signing_key: args.url_signing_key.clone(),
+        blobs: args.blobs.clone(),
+        max_state_bytes: args.max_state_bytes,
         ..Default::default()
     };
     let (index_tasks, api_task) = if args.cluster_only {
@@ -181,6 +191,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             .metrics
             .also_expose(terrace_operator::metrics::encode_into);
         let index_tasks = state.start().await;
+        // With an S3 blob store, announce readiness only once its probe passed.
+        wait_ready(&state.readiness).await;
         let api_task = tokio::spawn(terrace_api_server::serve_state(
             state,
             api_listener,
@@ -235,6 +247,23 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let _ = tokio::time::timeout(Duration::from_secs(5), sim_task).await;
     Ok(())
 }
+
+/// Waits (bounded by [`READY_WAIT`]) until the API server is ready (the blob store
+/// answers its probe); says why when it is not.
+async fn wait_ready(readiness: &terrace_api_server::blobs::Readiness) {
+    let deadline = tokio::time::Instant::now() + READY_WAIT;
+    while let Some(why) = readiness.blocker() {
+        if tokio::time::Instant::now() >= deadline {
+            tracing::error!("the JSON:API is not ready: {why}");
+            eprintln!("terrace dev: the JSON:API is not ready: {why}");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Longest `terrace dev` waits for the blob store before it announces the endpoints.
+const READY_WAIT: Duration = Duration::from_secs(30);
 
 /// Applies every terrace CRD (server-side apply, so a restart updates them in place).
 async fn install_crds(client: &kube::Client) -> anyhow::Result<()> {

@@ -1,8 +1,10 @@
 //! `terrace`: one binary, one container image. The subcommands pick the component:
 //! `operator`, `api-server`, `runner` (inside test Pods), `crds` (prints the CRD YAML) and
-//! `dev` (simulator + operator + API server in one process, see `dev.rs`).
+//! `dev` (simulator + operator + API server in one process, see `dev.rs`) and `blobs
+//! migrate` (moves blobs between the cluster store and a bucket, see `blobs.rs`).
 #![forbid(unsafe_code)]
 
+mod blobs;
 mod dev;
 mod signal;
 
@@ -43,12 +45,26 @@ enum Command {
     /// Commands that run inside test Pods.
     #[command(subcommand)]
     Runner(terrace_operator::runner::RunnerCommand),
+    /// Blob store maintenance.
+    #[command(subcommand)]
+    Blobs(BlobsCommand),
     /// Print the CustomResourceDefinitions as YAML (or write one file per CRD).
     Crds {
         /// Write `<crd-name>.yaml` files into this directory instead of printing.
         #[arg(long)]
         out_dir: Option<PathBuf>,
     },
+}
+
+#[derive(Subcommand)]
+enum BlobsCommand {
+    /// Copy every referenced blob from one store to the other (`cluster` ↔ `s3://…`),
+    /// verify it and switch the finalizers; resumable (run it again after an
+    /// interruption). Credentials from the AWS environment.
+    Migrate(blobs::MigrateArgs),
+    /// List (and with --delete remove) the objects of an S3 blob store whose owner is
+    /// gone.
+    Sweep(blobs::SweepArgs),
 }
 
 fn init_tracing(format: LogFormat) {
@@ -76,6 +92,12 @@ fn main() -> ExitCode {
         Command::Crds { out_dir } => crds(out_dir),
         Command::Runner(cmd) => terrace_operator::runner::run(&cmd).map_err(anyhow::Error::msg),
         Command::Dev(args) => runtime().and_then(|rt| rt.block_on(dev::run(args))),
+        Command::Blobs(BlobsCommand::Migrate(args)) => {
+            runtime().and_then(|rt| rt.block_on(blobs::migrate(args)))
+        }
+        Command::Blobs(BlobsCommand::Sweep(args)) => {
+            runtime().and_then(|rt| rt.block_on(blobs::sweep(args)))
+        }
         Command::Operator(settings) => runtime().and_then(|rt| rt.block_on(operator(*settings))),
         Command::ApiServer(settings) => runtime().and_then(|rt| rt.block_on(api_server(settings))),
     };

@@ -234,7 +234,7 @@ def test_crd_plurals_match_rbac_kinds():
 # templates/rbac-*.yaml for where).
 OPERATOR_NEEDS = [
     *[("terrace.dev", k, v) for k in TERRACE_KINDS for v in ("get", "list", "watch")],
-    *[("terrace.dev", k, "patch") for k in TERRACE_KINDS if k not in ("organizations", "stateversions")],
+    *[("terrace.dev", k, "patch") for k in TERRACE_KINDS if k != "organizations"],
     *[("terrace.dev", f"{k}/status", "patch") for k in TERRACE_KINDS],
     ("terrace.dev", "projects", "create"),
     ("terrace.dev", "testruns/finalizers", "update"),
@@ -518,6 +518,39 @@ def test_operator_environment_nondefault():
     assert pod["topologySpreadConstraints"][0]["topologyKey"] == "kubernetes.io/hostname"
 
 
+S3_VALUES = [
+    "--set", "blobStore.type=s3",
+    "--set", "blobStore.s3.bucket=terrace-blobs",
+    "--set", "blobStore.s3.prefix=/prod/",
+    "--set", "blobStore.s3.endpoint=http://minio.storage.svc:9000",
+    "--set", "blobStore.s3.region=eu-west-1",
+    "--set", "blobStore.s3.pathStyle=true",
+    "--set", "blobStore.s3.credentialsSecret=terrace-s3",
+]
+
+
+@pytest.mark.parametrize("comp", ["api-server", "operator"])
+def test_s3_blob_store_environment(comp):
+    """Both components get the same S3 settings, the credentials from the Secret."""
+    docs = render(None, *S3_VALUES)
+    env = env_of(component(docs, "Deployment", comp)["spec"]["template"]["spec"]["containers"][0])
+    assert env["TERRACE_BLOB_STORE"]["value"] == "s3://terrace-blobs/prod"
+    assert env["TERRACE_S3_ENDPOINT"]["value"] == "http://minio.storage.svc:9000"
+    assert env["TERRACE_S3_REGION"]["value"] == "eu-west-1"
+    assert env["TERRACE_S3_PATH_STYLE"]["value"] == "true"
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        assert env[key]["valueFrom"]["secretKeyRef"] == {"name": "terrace-s3", "key": key}
+    # Minimal: no endpoint, region, path style or Secret (workload identity).
+    docs = render(None, "--set", "blobStore.type=s3", "--set", "blobStore.s3.bucket=b-1")
+    env = env_of(component(docs, "Deployment", comp)["spec"]["template"]["spec"]["containers"][0])
+    assert env["TERRACE_BLOB_STORE"]["value"] == "s3://b-1"
+    for absent in ("TERRACE_S3_ENDPOINT", "TERRACE_S3_REGION", "TERRACE_S3_PATH_STYLE", "AWS_ACCESS_KEY_ID"):
+        assert absent not in env
+    # The default: the cluster store on both.
+    env = env_of(component(rendered("default"), "Deployment", comp)["spec"]["template"]["spec"]["containers"][0])
+    assert env["TERRACE_BLOB_STORE"]["value"] == "cluster"
+
+
 def test_api_server_environment():
     env = env_of(component(rendered("default"), "Deployment", "api-server")["spec"]["template"]["spec"]["containers"][0])
     assert env["TERRACE_API_ADDR"]["value"] == "0.0.0.0:8080"
@@ -530,7 +563,7 @@ def test_api_server_environment():
     assert env["TERRACE_API_BODY_MIN_RATE"]["value"] == "1024"
     assert env["TERRACE_API_IDLE_TIMEOUT"]["value"] == "120s"
     assert env["TERRACE_API_MAX_CONNECTIONS"]["value"] == "4096"
-    assert env["TERRACE_BLOB_STORE"]["value"] == "secrets"
+    assert env["TERRACE_BLOB_STORE"]["value"] == "cluster"
     assert env["TERRACE_LOG_FORMAT"]["value"] == "json"
     assert "TERRACE_BASE_URL" not in env
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
@@ -624,6 +657,9 @@ def test_notes_explain_first_steps():
         ["--set", "apiServer.ingress.enabeld=true"],
         ["--set", "logging.format=xml"],
         ["--set", "blobStore.type=s3"],
+        ["--set", "blobStore.type=gcs"],
+        ["--set", "blobStore.s3.bucket=Not_A_Bucket"],
+        ["--set", "blobStore.s3.endpoint=minio:9000"],
         ["--set", "image.pullPolicy=Sometimes"],
         ["--set", "testRuns.concurrency=0"],
         ["--set", "testRuns.podTemplate.nodeName=x"],

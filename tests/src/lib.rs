@@ -139,6 +139,8 @@ pub struct Dev {
     _tmp: Option<tempfile::TempDir>,
     /// The extra flags it was started with (kept by [`Dev::restart`]).
     extra: Vec<String>,
+    /// Extra environment variables it was started with (kept by [`Dev::restart`]).
+    env: Vec<(String, String)>,
     pub api: String,
     pub kube: String,
     pub token: String,
@@ -152,19 +154,29 @@ impl Dev {
 
     /// Starts `terrace dev` with extra flags in a new temporary data directory.
     pub fn start_with(extra: &[&str]) -> Dev {
+        Dev::start_with_env(extra, &[])
+    }
+
+    /// Starts `terrace dev` with extra flags and environment variables in a new temporary
+    /// data directory.
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Dev {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dir = tmp.path().to_path_buf();
-        let mut dev = Dev::launch(&dir, extra);
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let mut dev = Dev::launch(&dir, extra, &env);
         dev._tmp = Some(tmp);
         dev
     }
 
     /// Starts `terrace dev` on an existing data directory (restart).
     pub fn start_in(dir: &Path) -> Dev {
-        Dev::launch(dir, &[])
+        Dev::launch(dir, &[], &[])
     }
 
-    fn launch(dir: &Path, extra: &[&str]) -> Dev {
+    fn launch(dir: &Path, extra: &[&str], env: &[(String, String)]) -> Dev {
         let _ = std::fs::remove_file(dir.join("endpoints.json"));
         std::fs::create_dir_all(dir).expect("data dir");
         let log = std::fs::File::create(dir.join("dev.log")).expect("log file");
@@ -174,6 +186,7 @@ impl Dev {
             .args(["--api-addr", "127.0.0.1:0", "--kube-addr", "127.0.0.1:0"])
             .args(extra)
             .env("RUST_LOG", "info")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -198,6 +211,7 @@ impl Dev {
             dir: dir.to_path_buf(),
             _tmp: None,
             extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+            env: env.to_vec(),
             api: endpoints["api"].as_str().unwrap_or_default().to_owned(),
             kube: endpoints["kube"].as_str().unwrap_or_default().to_owned(),
             token: token.trim().to_owned(),
@@ -312,6 +326,24 @@ impl Dev {
         }
     }
 
+    /// Stops and starts again on the same data directory (new ports) with other flags and
+    /// environment variables.
+    pub fn restart_with(mut self, extra: &[&str], env: &[(&str, &str)]) -> Dev {
+        assert!(
+            self.stop(),
+            "terrace dev did not shut down cleanly: {}",
+            self.log()
+        );
+        let tmp = self._tmp.take();
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let mut dev = Dev::launch(&self.dir.clone(), extra, &env);
+        dev._tmp = tmp;
+        dev
+    }
+
     /// Stops and starts again on the same data directory (new ports) with the same flags.
     pub fn restart(mut self) -> Dev {
         assert!(
@@ -322,7 +354,8 @@ impl Dev {
         let tmp = self._tmp.take();
         let extra = std::mem::take(&mut self.extra);
         let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-        let mut dev = Dev::launch(&self.dir.clone(), &extra);
+        let env = std::mem::take(&mut self.env);
+        let mut dev = Dev::launch(&self.dir.clone(), &extra, &env);
         dev._tmp = tmp;
         dev
     }
@@ -402,6 +435,25 @@ impl Api {
             .expect("request");
         let res = self.agent.run(req).expect("HTTP round trip");
         res.status().as_u16()
+    }
+
+    /// PUTs raw bytes to `path` with no Authorization header; answers the status and
+    /// the parsed body (JSON:API errors).
+    pub fn put_raw(&self, path: &str, bytes: Vec<u8>) -> ApiResponse {
+        let url = format!("{}{}", self.base, path);
+        let req = ureq::http::Request::builder()
+            .method("PUT")
+            .uri(&url)
+            .header("Content-Type", "application/octet-stream")
+            .body(bytes)
+            .expect("request");
+        let mut res = self.agent.run(req).expect("HTTP round trip");
+        let status = res.status().as_u16();
+        let raw = res.body_mut().read_to_string().unwrap_or_default();
+        ApiResponse {
+            status,
+            body: serde_json::from_str(&raw).unwrap_or(serde_json::Value::Null),
+        }
     }
 
     /// GETs `path` and answers the status and the body as text (logs).
@@ -615,4 +667,267 @@ pub fn terraform_path() -> String {
         "the terraform CLI is not on PATH: the CLI tests need terraform 1.11"
     );
     path
+}
+
+/// `moto_server` (PyPI `moto[server]`, installed by scripts/test from
+/// tests/pytfe/requirements.txt): an S3-compatible server on a loopback port, in memory;
+/// killed when dropped.
+pub struct Moto {
+    child: Option<Child>,
+    program: PathBuf,
+    /// Arguments before the server's own (`-m moto.server`).
+    prefix: Vec<String>,
+    pub port: u16,
+    log: tempfile::NamedTempFile,
+}
+
+impl Moto {
+    /// Starts `moto_server` on a free port (the script on PATH, else `python3 -m
+    /// moto.server`, since a fresh pip install may not have put the script on PATH);
+    /// `None` (with the reason on stderr) when moto is not installed.
+    pub fn start() -> Option<Moto> {
+        let out = Command::new("sh")
+            .args(["-c", "command -v moto_server"])
+            .output()
+            .ok()?;
+        let script = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        let (program, prefix) = if !script.is_empty() {
+            (PathBuf::from(script), Vec::new())
+        } else if Command::new("python3")
+            .args(["-c", "import moto.server"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
+            (
+                PathBuf::from("python3"),
+                vec!["-m".to_owned(), "moto.server".to_owned()],
+            )
+        } else {
+            eprintln!(
+                "SKIPPED: moto_server is not installed (pip install -r tests/pytfe/requirements.txt installs it)"
+            );
+            return None;
+        };
+        let mut moto = Moto {
+            child: None,
+            program,
+            prefix,
+            port: free_port(),
+            log: tempfile::NamedTempFile::new().expect("moto log"),
+        };
+        moto.launch();
+        Some(moto)
+    }
+
+    fn launch(&mut self) {
+        let log = self.log.reopen().expect("moto log");
+        let child = Command::new(&self.program)
+            .args(&self.prefix)
+            .args(["-H", "127.0.0.1", "-p", &self.port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn moto_server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < deadline, "moto_server did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The endpoint URL.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the server (its buckets are lost: it keeps them in memory).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Starts the server again on the same port (empty).
+    pub fn restart(&mut self) {
+        self.stop();
+        self.launch();
+    }
+
+    fn agent() -> ureq::Agent {
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(30)))
+            .build()
+            .into()
+    }
+
+    fn request(&self, method: &str, path: &str) -> (u16, String) {
+        // moto does not check signatures: plain requests are enough for the test's view.
+        let req = ureq::http::Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.url()))
+            .body(())
+            .expect("request");
+        let mut res = Moto::agent().run(req).expect("S3 round trip");
+        let status = res.status().as_u16();
+        (status, res.body_mut().read_to_string().unwrap_or_default())
+    }
+
+    /// Creates bucket `name`.
+    pub fn create_bucket(&self, name: &str) {
+        let (status, body) = self.request("PUT", &format!("/{name}"));
+        assert_eq!(status, 200, "create bucket: {body}");
+    }
+
+    /// The keys of `bucket` under `prefix`.
+    pub fn keys(&self, bucket: &str, prefix: &str) -> Vec<String> {
+        let (status, body) = self.request("GET", &format!("/{bucket}?list-type=2&prefix={prefix}"));
+        assert_eq!(status, 200, "list objects: {body}");
+        body.split("<Key>")
+            .skip(1)
+            .filter_map(|s| s.split_once("</Key>").map(|(k, _)| k.to_owned()))
+            .collect()
+    }
+
+    /// Deletes object `key` behind terrace's back (with boto3, which moto[server]
+    /// brings: moto refuses unsigned deletes).
+    pub fn delete_object(&self, bucket: &str, key: &str) {
+        let script = "import sys, boto3\n\
+            s3 = boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1',\n\
+                aws_access_key_id='test', aws_secret_access_key='test')\n\
+            s3.delete_object(Bucket=sys.argv[2], Key=sys.argv[3])\n";
+        let out = Command::new("python3")
+            .args(["-c", script, &self.url(), bucket, key])
+            .output()
+            .expect("python3");
+        assert!(
+            out.status.success(),
+            "delete object {key}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log.path()).unwrap_or_default()
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A TCP proxy on a loopback port in front of `target` that can cut the line: once armed
+/// with a byte budget, it forwards that many more client bytes, then closes every
+/// connection and refuses new ones until healed (a server dying in the middle of an
+/// upload, at a byte the test chooses).
+pub struct FaultProxy {
+    pub port: u16,
+    state: std::sync::Arc<ProxyState>,
+}
+
+#[derive(Default)]
+struct ProxyState {
+    /// Bytes the client may still send once armed.
+    budget: std::sync::atomic::AtomicI64,
+    armed: std::sync::atomic::AtomicBool,
+    cut: std::sync::atomic::AtomicBool,
+}
+
+impl FaultProxy {
+    /// Starts forwarding to `127.0.0.1:target`.
+    pub fn start(target: u16) -> FaultProxy {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("proxy bind");
+        let port = listener.local_addr().expect("addr").port();
+        let state = std::sync::Arc::new(ProxyState::default());
+        let shared = state.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                if shared.cut.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
+                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", target)) else {
+                    continue;
+                };
+                let (c2, s2) = (
+                    client.try_clone().expect("clone"),
+                    server.try_clone().expect("clone"),
+                );
+                let up = shared.clone();
+                std::thread::spawn(move || pump(client, server, Some(up)));
+                std::thread::spawn(move || pump(s2, c2, None));
+            }
+        });
+        FaultProxy { port, state }
+    }
+
+    /// The endpoint URL.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Cuts the line after `bytes` more bytes from clients.
+    pub fn arm(&self, bytes: i64) {
+        use std::sync::atomic::Ordering;
+        self.state.budget.store(bytes, Ordering::SeqCst);
+        self.state.armed.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the line was cut.
+    pub fn was_cut(&self) -> bool {
+        self.state.cut.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Forwards again (new connections).
+    pub fn heal(&self) {
+        use std::sync::atomic::Ordering;
+        self.state.armed.store(false, Ordering::SeqCst);
+        self.state.cut.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Copies `from` to `to`; on the client side (`budget`), stops and closes both once the
+/// armed budget is spent or the line is cut.
+fn pump(
+    mut from: std::net::TcpStream,
+    mut to: std::net::TcpStream,
+    budget: Option<std::sync::Arc<ProxyState>>,
+) {
+    use std::io::{Read, Write};
+    use std::sync::atomic::Ordering;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if let Some(s) = &budget {
+            if s.cut.load(Ordering::SeqCst) {
+                break;
+            }
+            if s.armed.load(Ordering::SeqCst)
+                && s.budget.fetch_sub(n as i64, Ordering::SeqCst) <= n as i64
+            {
+                s.cut.store(true, Ordering::SeqCst);
+                break;
+            }
+        }
+        if to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = from.shutdown(std::net::Shutdown::Both);
+    let _ = to.shutdown(std::net::Shutdown::Both);
 }

@@ -117,7 +117,7 @@ pub async fn blob_bytes(
         crate::blobs::BlobError::NotFound(_) => {
             ApiError::not_found(format!("the {what} data of this version is gone"))
         }
-        other => ApiError::internal("reading state data", other),
+        other => crate::blobs::api_error(&format!("the {what} data of this version"), other),
     })
 }
 

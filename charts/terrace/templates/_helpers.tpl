@@ -153,3 +153,42 @@ httpGet:
   port: {{ .port }}
 {{ toYaml .probe }}
 {{- end }}
+
+{{/* The blob store settings, the same on the operator and the API server (the operator
+deletes blobs: retention, deleted state versions). */}}
+{{- define "terrace.blobStoreEnv" -}}
+{{- $b := .Values.blobStore -}}
+{{- if eq $b.type "s3" -}}
+{{- if not $b.s3.bucket }}{{ fail "blobStore.s3.bucket is required with blobStore.type=s3" }}{{ end -}}
+{{- $prefix := trimAll "/" $b.s3.prefix -}}
+- name: TERRACE_BLOB_STORE
+  value: {{ ternary (printf "s3://%s/%s" $b.s3.bucket $prefix) (printf "s3://%s" $b.s3.bucket) (ne $prefix "") | quote }}
+{{- with $b.s3.endpoint }}
+- name: TERRACE_S3_ENDPOINT
+  value: {{ . | quote }}
+{{- end }}
+{{- with $b.s3.region }}
+- name: TERRACE_S3_REGION
+  value: {{ . | quote }}
+{{- end }}
+{{- if $b.s3.pathStyle }}
+- name: TERRACE_S3_PATH_STYLE
+  value: "true"
+{{- end }}
+{{- with $b.s3.credentialsSecret }}
+- name: AWS_ACCESS_KEY_ID
+  valueFrom:
+    secretKeyRef:
+      name: {{ . | quote }}
+      key: AWS_ACCESS_KEY_ID
+- name: AWS_SECRET_ACCESS_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ . | quote }}
+      key: AWS_SECRET_ACCESS_KEY
+{{- end }}
+{{- else -}}
+- name: TERRACE_BLOB_STORE
+  value: "cluster"
+{{- end }}
+{{- end }}

@@ -179,6 +179,11 @@ async fn create(
                 (ANNOTATION_UPLOAD_EXPIRES.to_owned(), expires.to_string()),
             ])),
             owner_references: m.module.controller_owner_ref(&()).map(|o| vec![o]),
+            // An archive in a bucket is deleted by the operator before the version goes.
+            finalizers: state
+                .blobs
+                .is_external()
+                .then(|| vec![terrace_crds::blobs::FINALIZER.to_owned()]),
             ..Default::default()
         },
         spec: ConfigurationVersionSpec {
@@ -282,7 +287,7 @@ async fn upload(
     crate::blobs::store(&state, &ns, cv.controller_owner_ref(&()))
         .put(&key, body.clone())
         .await
-        .map_err(|e| ApiError::internal("storing an archive", e))?;
+        .map_err(|e| crate::blobs::api_error("the archive", e))?;
     let archive = ArchiveRef {
         key,
         size: i64::try_from(body.len()).unwrap_or(i64::MAX),
@@ -412,7 +417,7 @@ async fn archive(
         .await
         .map_err(|e| match e {
             BlobError::NotFound(_) => ApiError::not_found("archive not found"),
-            other => ApiError::internal("reading an archive", other),
+            other => crate::blobs::api_error("the archive", other),
         })?;
     Ok(([(header::CONTENT_TYPE, "application/gzip")], bytes).into_response())
 }

@@ -85,7 +85,7 @@ async fn delete_data(state: &AppState, v: &StateVersion) -> Result<(), ApiError>
     for blob in keys.into_iter().flatten() {
         match store.delete(&blob.key).await {
             Ok(()) | Err(crate::blobs::BlobError::NotFound(_)) => {}
-            Err(e) => return Err(ApiError::internal("deleting state data", e)),
+            Err(e) => return Err(crate::blobs::api_error("the state data", e)),
         }
     }
     Ok(())

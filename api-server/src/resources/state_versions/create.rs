@@ -175,6 +175,11 @@ pub async fn create(
             ])),
             annotations: Some(annotations).filter(|a| !a.is_empty()),
             owner_references: ws.obj.controller_owner_ref(&()).map(|o| vec![o]),
+            // Blobs in a bucket are deleted by the operator before the version goes.
+            finalizers: state
+                .blobs
+                .is_external()
+                .then(|| vec![terrace_crds::blobs::FINALIZER.to_owned()]),
             ..Default::default()
         },
         spec: StateVersionSpec {
@@ -245,7 +250,7 @@ async fn store_blob(
         .await
         .map_err(|e| {
             tracing::warn!(error = %e, what, "storing state data failed");
-            ApiError::Unavailable(format!("the {what} could not be stored right now; retry").into())
+            crate::blobs::api_error(&format!("the {what}"), e)
         })?;
     Ok(StateBlob {
         key,
@@ -346,7 +351,8 @@ fn body_error(e: BytesRejection, limit: usize) -> ApiError {
     if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
         ApiError::TooLarge(
             format!(
-                "the state is larger than the limit of {limit} bytes (--max-state-bytes; the cluster blob store keeps states in Secrets)"
+                "the state is larger than the limit of {limit} bytes (--max-state-bytes; the cluster blob store takes blobs of up to {} bytes, larger states need an S3-compatible store: --blob-store s3://BUCKET[/PREFIX])",
+                crate::blobs::MAX_CLUSTER_BLOB_BYTES
             )
             .into(),
         )
@@ -383,7 +389,15 @@ pub async fn upload_state(
             });
         }
     };
-    let done = store_and_finalize(&state, &v, bytes, summary).await?;
+    let done = match store_and_finalize(&state, &v, bytes, summary).await {
+        Ok(done) => done,
+        Err(e) => {
+            // Nothing half-recorded: the version never becomes current; the client
+            // creates a new one (terraform: `state push errored.tfstate`).
+            discard(&state, &v).await;
+            return Err(e);
+        }
+    };
     write::wait_seen(&state, &done).await;
     Ok(StatusCode::OK.into_response())
 }

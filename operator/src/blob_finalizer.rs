@@ -1,0 +1,119 @@
+//! The blob finalizer of ConfigurationVersions: with an S3 blob store the API server puts
+//! [`FINALIZER`] on every ConfigurationVersion it creates (owner references do not reach
+//! a bucket), and this controller, once such a version is being deleted (itself, or with
+//! its registry module), deletes its archive from the bucket and then removes the
+//! finalizer. It runs only when the store is S3. StateVersions get the same treatment
+//! from the retention controller ([`crate::retention`]), which already watches them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+use terrace_blobstore::BlobStore;
+use terrace_blobstore::s3::S3Store;
+use terrace_crds::ConfigurationVersion;
+use terrace_crds::blobs::FINALIZER;
+
+use crate::{Context, Error, metrics};
+
+/// The controller, for the bucket `s3`.
+pub fn controller(
+    ctx: Arc<Context>,
+    s3: S3Store,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let api: Api<ConfigurationVersion> = Api::all(ctx.client.clone());
+    let client = ctx.client.clone();
+    Controller::new(api, watcher::Config::default())
+        .graceful_shutdown_on(shutdown)
+        .run(
+            move |cv, s3| {
+                let client = client.clone();
+                metrics::instrument(
+                    metrics::CONTROLLER_BLOB_FINALIZER,
+                    cv.as_ref(),
+                    reconcile(cv.clone(), client, s3),
+                )
+            },
+            error_policy,
+            Arc::new(s3),
+        )
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "blob finalizer reconcile");
+            }
+        })
+}
+
+async fn reconcile(
+    cv: Arc<ConfigurationVersion>,
+    client: kube::Client,
+    s3: Arc<S3Store>,
+) -> Result<Action, Error> {
+    if cv.metadata.deletion_timestamp.is_none() || !cv.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let ns = cv.namespace().unwrap_or_default();
+    let key = cv
+        .status
+        .as_ref()
+        .and_then(|s| s.archive.as_ref())
+        .map(|a| a.key.clone());
+    if let Some(key) = key {
+        s3.scoped(&ns)
+            .delete(&key)
+            .await
+            .map_err(|e| Error::Unavailable(format!("blob store: {e}")))?;
+        tracing::info!(namespace = %ns, key, "deleted the archive of a deleted configuration version");
+    }
+    release(&client, cv.as_ref()).await?;
+    Ok(Action::await_change())
+}
+
+/// Removes [`FINALIZER`] from `obj` (under its resourceVersion, so a concurrent change of
+/// the finalizers is not overwritten; gone already is fine).
+pub async fn release<K>(client: &kube::Client, obj: &K) -> Result<(), Error>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let ns = obj.namespace().unwrap_or_default();
+    let rest: Vec<&String> = obj
+        .finalizers()
+        .iter()
+        .filter(|f| *f != FINALIZER)
+        .collect();
+    let api: Api<K> = Api::namespaced(client.clone(), &ns);
+    let patch =
+        json!({"metadata": {"resourceVersion": obj.resource_version(), "finalizers": rest}});
+    match api
+        .patch(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Err(Error::Conflict(s.message)),
+        Err(e) => Err(Error::Kube(e)),
+    }
+}
+
+fn error_policy(cv: Arc<ConfigurationVersion>, err: &Error, _s3: Arc<S3Store>) -> Action {
+    tracing::warn!(error = %err, name = %cv.name_any(), "blob finalizer reconcile failed");
+    if err.is_transient() {
+        Action::requeue(Duration::from_secs(10))
+    } else {
+        Action::await_change()
+    }
+}

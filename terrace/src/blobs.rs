@@ -1,0 +1,303 @@
+//! `terrace blobs migrate`: copies every blob the cluster's objects reference (state
+//! versions' state and JSON state, configuration versions' archives) from one blob store
+//! to the other (`cluster` ↔ `s3://BUCKET[/PREFIX]`), verifies each copy against the
+//! SHA-256 recorded in the object's status, and switches the object's finalizer
+//! (`terrace.dev/blobs` on with S3, off with the cluster store). The keys stay the same,
+//! so once it has run, restarting the API server and the operator with the new
+//! `--blob-store` switches the references. Resumable: a blob already in the target with
+//! the recorded checksum is not copied again, so an interrupted run is simply run again.
+//! The source blobs are left in place (delete them once the switch is done).
+//!
+//! `terrace blobs sweep`: lists the objects of an S3 blob store whose owner (the
+//! StateVersion or ConfigurationVersion their key names) no longer exists, and with
+//! `--delete` removes them. The bucket is listed before the objects, so a blob written
+//! meanwhile has an owner that the object listing sees.
+
+use anyhow::Context as _;
+use clap::Args;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::{Api, Resource, ResourceExt};
+use std::collections::HashSet;
+use terrace_api_server::blobs::{AnyBlobStore, BlobError, BlobStore, SecretBlobStore};
+
+use terrace_blobstore::s3::{BlobOwner, S3Store};
+use terrace_blobstore::{BlobStoreSettings, Location, sha256_hex};
+use terrace_crds::blobs::FINALIZER;
+use terrace_crds::constants::LABEL_ID;
+use terrace_crds::{ConfigurationVersion, StateVersion};
+
+/// Flags of `terrace blobs migrate`.
+#[derive(Clone, Debug, Args)]
+pub struct MigrateArgs {
+    /// The store the blobs are in now: `cluster` or `s3://BUCKET[/PREFIX]`.
+    #[arg(long, value_parser = Location::parse)]
+    pub from: Location,
+    /// The store to copy them to: `cluster` or `s3://BUCKET[/PREFIX]`.
+    #[arg(long, value_parser = Location::parse)]
+    pub to: Location,
+    /// URL of the S3-compatible server (as `--s3-endpoint` of `terrace api-server`).
+    #[arg(long, env = "TERRACE_S3_ENDPOINT")]
+    pub s3_endpoint: Option<String>,
+    /// Region of the bucket.
+    #[arg(long, env = "TERRACE_S3_REGION")]
+    pub s3_region: Option<String>,
+    /// Address the bucket in the URL path.
+    #[arg(long, env = "TERRACE_S3_PATH_STYLE")]
+    pub s3_path_style: bool,
+}
+
+/// What a run did.
+#[derive(Debug, Default)]
+struct Tally {
+    copied: usize,
+    already: usize,
+    missing: usize,
+}
+
+/// One side of the migration.
+#[derive(Clone)]
+enum Side {
+    Cluster(kube::Client),
+    S3(S3Store),
+}
+
+impl Side {
+    fn store(&self, ns: &str, owner: Option<OwnerReference>) -> AnyBlobStore {
+        match self {
+            Side::Cluster(c) => {
+                AnyBlobStore::Secrets(Box::new(SecretBlobStore::new(c.clone(), ns, owner)))
+            }
+            Side::S3(s) => AnyBlobStore::S3(s.scoped(ns)),
+        }
+    }
+}
+
+pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
+    let s3_location = match (&args.from, &args.to) {
+        (Location::Cluster, s @ Location::S3 { .. })
+        | (s @ Location::S3 { .. }, Location::Cluster) => s.clone(),
+        _ => anyhow::bail!("one of --from and --to must be `cluster`, the other `s3://…`"),
+    };
+    let s3 = S3Store::from_settings(&BlobStoreSettings {
+        location: s3_location,
+        s3_endpoint: args.s3_endpoint.clone(),
+        s3_region: args.s3_region.clone(),
+        s3_path_style: args.s3_path_style,
+    })?
+    .context("no S3 store")?;
+    s3.probe()
+        .await
+        .with_context(|| format!("the bucket {} failed its probe", s3.name()))?;
+    let client = kube::Client::try_default().await?;
+    let to_s3 = matches!(args.to, Location::S3 { .. });
+    let (src, dst) = if to_s3 {
+        (Side::Cluster(client.clone()), Side::S3(s3))
+    } else {
+        (Side::S3(s3), Side::Cluster(client.clone()))
+    };
+    let mut tally = Tally::default();
+
+    let versions: Api<StateVersion> = Api::all(client.clone());
+    for v in versions.list(&ListParams::default()).await?.items {
+        let status = v.status.as_ref();
+        let blobs: Vec<(String, String)> = [
+            status.and_then(|s| s.state.as_ref()),
+            status.and_then(|s| s.json_state.as_ref()),
+        ]
+        .into_iter()
+        .flatten()
+        .map(|b| (b.key.clone(), b.sha256.clone()))
+        .collect();
+        migrate_object(&client, &v, &blobs, &src, &dst, to_s3, &mut tally).await?;
+    }
+    let cvs: Api<ConfigurationVersion> = Api::all(client.clone());
+    for cv in cvs.list(&ListParams::default()).await?.items {
+        let blobs: Vec<(String, String)> = cv
+            .status
+            .as_ref()
+            .and_then(|s| s.archive.as_ref())
+            .map(|a| (a.key.clone(), a.sha256.clone()))
+            .into_iter()
+            .collect();
+        migrate_object(&client, &cv, &blobs, &src, &dst, to_s3, &mut tally).await?;
+    }
+    println!(
+        "migrated from {} to {}: {} copied, {} already there, {} missing in the source (deleted data)",
+        args.from, args.to, tally.copied, tally.already, tally.missing
+    );
+    println!(
+        "now restart the API server and the operator with --blob-store {}",
+        args.to
+    );
+    Ok(())
+}
+
+/// Copies the blobs of one object (keys with their recorded SHA-256), then sets its
+/// finalizer for the target store.
+async fn migrate_object<K>(
+    client: &kube::Client,
+    obj: &K,
+    blobs: &[(String, String)],
+    src: &Side,
+    dst: &Side,
+    to_s3: bool,
+    tally: &mut Tally,
+) -> anyhow::Result<()>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    if obj.meta().deletion_timestamp.is_some() {
+        return Ok(());
+    }
+    let ns = obj.namespace().unwrap_or_default();
+    let owner = obj.controller_owner_ref(&());
+    let (from, to) = (src.store(&ns, owner.clone()), dst.store(&ns, owner));
+    for (key, sha) in blobs {
+        let what = format!("{ns}/{} {key}", obj.name_any());
+        if let Ok(bytes) = to.get(key).await
+            && sha256_hex(&bytes) == *sha
+        {
+            tally.already += 1;
+            continue;
+        }
+        let bytes = match from.get(key).await {
+            Ok(b) => b,
+            Err(BlobError::NotFound(_)) => {
+                tally.missing += 1;
+                continue;
+            }
+            Err(e) => return Err(e).with_context(|| format!("reading {what}")),
+        };
+        anyhow::ensure!(
+            sha256_hex(&bytes) == *sha,
+            "{what}: the source bytes do not match the recorded SHA-256"
+        );
+        to.put(key, bytes)
+            .await
+            .with_context(|| format!("writing {what}"))?;
+        let back = to
+            .get(key)
+            .await
+            .with_context(|| format!("reading back {what}"))?;
+        anyhow::ensure!(
+            sha256_hex(&back) == *sha,
+            "{what}: the copy read back differs"
+        );
+        tally.copied += 1;
+    }
+    set_finalizer(client, obj, to_s3).await
+}
+
+/// Puts [`FINALIZER`] on `obj` (`on`) or takes it off, under its resourceVersion.
+async fn set_finalizer<K>(client: &kube::Client, obj: &K, on: bool) -> anyhow::Result<()>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let has = obj.finalizers().iter().any(|f| f == FINALIZER);
+    if has == on {
+        return Ok(());
+    }
+    let mut list: Vec<String> = obj
+        .finalizers()
+        .iter()
+        .filter(|f| *f != FINALIZER)
+        .cloned()
+        .collect();
+    if on {
+        list.push(FINALIZER.to_owned());
+    }
+    let api: Api<K> = Api::namespaced(client.clone(), &obj.namespace().unwrap_or_default());
+    let patch = serde_json::json!({"metadata": {"resourceVersion": obj.resource_version(), "finalizers": list}});
+    api.patch(
+        &obj.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .with_context(|| format!("setting the finalizer of {}", obj.name_any()))?;
+    Ok(())
+}
+
+/// Flags of `terrace blobs sweep`.
+#[derive(Clone, Debug, Args)]
+pub struct SweepArgs {
+    /// The S3 blob store (the same flags and variables as `terrace api-server`'s).
+    #[command(flatten)]
+    pub blobs: BlobStoreSettings,
+    /// Delete the orphaned objects (without it they are only listed).
+    #[arg(long)]
+    pub delete: bool,
+}
+
+pub async fn sweep(args: SweepArgs) -> anyhow::Result<()> {
+    let s3 = S3Store::from_settings(&args.blobs)?.context(
+        "the sweep is for an S3 blob store (--blob-store s3://…); the cluster store's chunk \
+         Secrets are removed with their owners by garbage collection",
+    )?;
+    let listed = s3.list().await?;
+    let client = kube::Client::try_default().await?;
+    let mut live: HashSet<BlobOwner> = HashSet::new();
+    let owner = |kind: &str, obj: &dyn Fn() -> (String, Option<String>)| {
+        let (namespace, id) = obj();
+        id.map(|id| BlobOwner {
+            namespace,
+            kind: kind.to_owned(),
+            id,
+        })
+    };
+    for v in Api::<StateVersion>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+    {
+        live.extend(owner("state-versions", &|| {
+            (
+                v.namespace().unwrap_or_default(),
+                v.labels().get(LABEL_ID).cloned(),
+            )
+        }));
+    }
+    for cv in Api::<ConfigurationVersion>::all(client)
+        .list(&ListParams::default())
+        .await?
+        .items
+    {
+        live.extend(owner("configuration-versions", &|| {
+            (
+                cv.namespace().unwrap_or_default(),
+                cv.labels().get(LABEL_ID).cloned(),
+            )
+        }));
+    }
+    let orphans: Vec<_> = listed
+        .iter()
+        .filter(|l| l.owner.as_ref().is_some_and(|o| !live.contains(o)))
+        .collect();
+    let mut bytes = 0;
+    for o in &orphans {
+        println!("orphan {} ({} bytes)", o.key, o.size);
+        bytes += o.size;
+        if args.delete {
+            s3.delete_listed(&o.key).await?;
+        }
+    }
+    println!(
+        "{} objects in {}, {} orphaned ({bytes} bytes){}",
+        listed.len(),
+        s3.name(),
+        orphans.len(),
+        match (args.delete, orphans.is_empty()) {
+            (_, true) => "",
+            (true, false) => ", deleted",
+            (false, false) => "; run with --delete to remove them",
+        }
+    );
+    Ok(())
+}
