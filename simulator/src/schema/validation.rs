@@ -382,20 +382,7 @@ pub(super) fn validate_array(
         }
     }
     let size = list.len() as i64;
-    if let Some(min) = s.min_items
-        && size < min
-    {
-        errs.push(FieldError::invalid(
-            path,
-            &size.to_string(),
-            &format!("{} should have at least {min} items", in_body(path)),
-        ));
-    }
-    if let Some(max) = s.max_items
-        && size > max
-    {
-        errs.push(FieldError::too_many(path, size, max));
-    }
+    validate_size(path, size, (s.min_items, s.max_items), "items", errs);
     if s.unique_items {
         let mut seen = std::collections::HashSet::new();
         if list.iter().any(|v| !seen.insert(canonical_json(v))) {
@@ -405,6 +392,31 @@ pub(super) fn validate_array(
                 &format!("{} shouldn't contain duplicates", in_body(path)),
             ));
         }
+    }
+}
+
+/// `minItems`/`maxItems` or `minProperties`/`maxProperties`: a collection of `n` `what`
+/// ("items", "properties") against its `(min, max)`.
+fn validate_size(
+    path: &str,
+    n: i64,
+    (min, max): (Option<i64>, Option<i64>),
+    what: &str,
+    errs: &mut Vec<FieldError>,
+) {
+    if let Some(min) = min
+        && n < min
+    {
+        errs.push(FieldError::invalid(
+            path,
+            &n.to_string(),
+            &format!("{} should have at least {min} {what}", in_body(path)),
+        ));
+    }
+    if let Some(max) = max
+        && n > max
+    {
+        errs.push(FieldError::too_many(path, n, max));
     }
 }
 
@@ -457,20 +469,13 @@ pub(super) fn validate_object(
     errs: &mut Vec<FieldError>,
 ) {
     let n = m.len() as i64;
-    if let Some(min) = s.min_properties
-        && n < min
-    {
-        errs.push(FieldError::invalid(
-            path,
-            &n.to_string(),
-            &format!("{} should have at least {min} properties", in_body(path)),
-        ));
-    }
-    if let Some(max) = s.max_properties
-        && n > max
-    {
-        errs.push(FieldError::too_many(path, n, max));
-    }
+    validate_size(
+        path,
+        n,
+        (s.min_properties, s.max_properties),
+        "properties",
+        errs,
+    );
     let old_map = old.and_then(Value::as_object);
     let mut keys: Vec<&String> = m.keys().collect();
     keys.sort();
