@@ -154,12 +154,19 @@ impl Index {
         self: &Arc<Self>,
         client: kube::Client,
     ) -> Vec<tokio::task::JoinHandle<()>> {
-        kinds::spawn_all(self, &client)
+        struct Spawn<'a>(&'a Arc<Index>, &'a kube::Client);
+        impl kinds::PerKind for Spawn<'_> {
+            type Out = tokio::task::JoinHandle<()>;
+            fn kind<K: Indexed>(&mut self) -> Self::Out {
+                tokio::spawn(feed::<K>(self.0.clone(), self.1.clone()))
+            }
+        }
+        kinds::each(&mut Spawn(self, &client))
     }
 }
 
 /// Feeds kind `K` into the index from a guarded watch.
-pub(super) async fn feed<K: Indexed>(index: Arc<Index>, client: kube::Client) {
+async fn feed<K: Indexed>(index: Arc<Index>, client: kube::Client) {
     let api: Api<DeserializeGuard<K>> = Api::all(client);
     let mut buffer: Vec<K> = Vec::new();
     let mut first = true;
@@ -223,10 +230,7 @@ pub(super) async fn feed<K: Indexed>(index: Arc<Index>, client: kube::Client) {
 }
 
 /// Reports an object of kind `K` that does not deserialize (log and metric).
-pub(super) fn skipped<K: Indexed>(
-    stats: &WatchStats,
-    invalid: &kube::core::error_boundary::InvalidObject,
-) {
+fn skipped<K: Indexed>(stats: &WatchStats, invalid: &kube::core::error_boundary::InvalidObject) {
     stats.invalid.fetch_add(1, Ordering::Relaxed);
     tracing::warn!(
         kind = K::NAME,

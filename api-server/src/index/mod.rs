@@ -43,7 +43,6 @@ mod live;
 pub use live::Index;
 pub use live::WatchStats;
 pub use live::unix_millis;
-use live::*;
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
