@@ -17,10 +17,8 @@ use std::collections::BTreeMap;
 use axum::http::HeaderMap;
 use kube::api::{ObjectMeta, PostParams};
 use serde_json::Map;
-use terrace_crds::constants::{
-    ANNOTATION_AUTOMATIC_TEST_RUN, DEFAULT_TEST_DIRECTORY, LABEL_ID, LABEL_ORGANIZATION,
-};
-use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
+use terrace_crds::constants::{ANNOTATION_AUTOMATIC_TEST_RUN, DEFAULT_TEST_DIRECTORY};
+use terrace_crds::ids::{IdKind, new_id};
 use terrace_crds::resources::{RunVariable, TestRunSpec};
 use terrace_crds::testrun::automatic::Marker;
 use terrace_crds::testrun::{
@@ -187,16 +185,9 @@ pub async fn create_run(
     }
     let run = TestRun {
         metadata: ObjectMeta {
-            name: Some(object_name_for_id(&id)),
-            namespace: Some(ns.to_owned()),
-            labels: Some(BTreeMap::from([
-                (LABEL_ID.to_owned(), id.clone()),
-                (LABEL_ORGANIZATION.to_owned(), org),
-                (LABEL_MODULE.to_owned(), spec.module.clone()),
-            ])),
             annotations: Some(annotations).filter(|a| !a.is_empty()),
             owner_references: owner.map(|o| vec![o]),
-            ..Default::default()
+            ..write::new_meta(&id, ns, org, &[(LABEL_MODULE, spec.module.clone())])
         },
         spec,
         status: None,
