@@ -221,11 +221,7 @@ async fn finish(
 
 fn error_policy(_org: Arc<Organization>, err: &Error, _ctx: Arc<OrgContext>) -> Action {
     tracing::warn!(error = %err, kind = err.metric_label(), "organization reconcile failed");
-    if err.is_transient() {
-        Action::requeue(Duration::from_secs(5))
-    } else {
-        Action::await_change()
-    }
+    err.retry_or_await_change(Duration::from_secs(5))
 }
 
 /// Puts in place what namespace `ns` must carry for `org` ([`desired_namespace`]): a
