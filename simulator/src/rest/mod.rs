@@ -119,16 +119,7 @@ pub(crate) fn meta_mut(obj: &mut Value) -> ApiResult<&mut Map<String, Value>> {
 }
 
 pub(crate) fn finalizers(obj: &Value) -> Vec<String> {
-    meta_of(obj)
-        .and_then(|m| m.get("finalizers"))
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
+    meta::string_list(meta_of(obj).and_then(|m| m.get("finalizers")))
 }
 
 fn check_type(body: &mut Value, info: &ResourceInfo) -> ApiResult<()> {
