@@ -31,6 +31,7 @@ mod pruning;
 mod validation;
 use defaulting::*;
 use parse::*;
+pub(crate) use pruning::join_key;
 use pruning::*;
 pub(crate) use validation::correlate_list;
 use validation::*;

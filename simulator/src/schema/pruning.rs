@@ -8,7 +8,8 @@ use super::*;
 
 pub(super) const META_FIELDS: &[&str] = &["apiVersion", "kind", "metadata"];
 
-pub(super) fn join_key(parent: &str, key: &str) -> String {
+/// The dotted path of field `key` under `parent` (`key` itself at the root).
+pub(crate) fn join_key(parent: &str, key: &str) -> String {
     if parent.is_empty() {
         key.to_string()
     } else {
