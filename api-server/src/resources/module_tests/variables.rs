@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use terrace_crds::TestVariable;
 use terrace_crds::common::SecretKeyRef;
-use terrace_crds::constants::{FIELD_MANAGER_API, LABEL_ID, LABEL_ORGANIZATION};
+use terrace_crds::constants::FIELD_MANAGER_API;
 use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
 use terrace_crds::resources::TestVariableSpec;
 use terrace_crds::rules::{
@@ -246,15 +246,13 @@ async fn create(
     let object_name = object_name_for_id(&id);
     let var = TestVariable {
         metadata: ObjectMeta {
-            name: Some(object_name.clone()),
-            namespace: Some(m.ns.clone()),
-            labels: Some(BTreeMap::from([
-                (LABEL_ID.to_owned(), id.clone()),
-                (LABEL_ORGANIZATION.to_owned(), m.org.name_any()),
-                (LABEL_MODULE.to_owned(), m.object_name()),
-            ])),
             owner_references: m.module.controller_owner_ref(&()).map(|o| vec![o]),
-            ..Default::default()
+            ..write::new_meta(
+                &id,
+                &m.ns,
+                m.org.name_any(),
+                &[(LABEL_MODULE, m.object_name())],
+            )
         },
         spec: TestVariableSpec {
             module: m.object_name(),
