@@ -40,6 +40,7 @@ pub mod listener;
 pub mod metrics;
 pub mod prelude;
 pub mod query;
+pub mod read_only;
 pub mod render;
 pub mod resources;
 pub mod settings;

@@ -458,6 +458,21 @@ fn logged_id(id: &HeaderValue) -> &str {
     s.get(..MAX_LOGGED_ID).unwrap_or(s)
 }
 
+/// Encodes one metric family labelled by kind: `(name, help)` of `metric_type`, one sample
+/// per `(kind, metric)`.
+fn encode_per_kind(
+    encoder: &mut DescriptorEncoder,
+    (name, help): (&str, &str),
+    metric_type: MetricType,
+    samples: impl Iterator<Item = (&'static str, impl EncodeMetric)>,
+) -> Result<(), std::fmt::Error> {
+    let mut family = encoder.encode_descriptor(name, help, None, metric_type)?;
+    for (kind, metric) in samples {
+        metric.encode(family.encode_family(&KindLabels { kind })?)?;
+    }
+    Ok(())
+}
+
 /// Index gauges computed at scrape time.
 #[derive(Debug)]
 struct IndexCollector {
@@ -468,55 +483,49 @@ impl Collector for IndexCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let counts = self.index.read().counts();
         let now = crate::index::unix_millis();
-        {
-            let mut family = encoder.encode_descriptor(
+        let stats = move || self.index.watch_stats();
+        encode_per_kind(
+            &mut encoder,
+            (
                 "index_objects",
                 "Objects in the API server's index, per kind",
-                None,
-                MetricType::Gauge,
-            )?;
-            for (kind, n) in counts {
-                let n = i64::try_from(n).unwrap_or(i64::MAX);
-                ConstGauge::new(n).encode(family.encode_family(&KindLabels { kind })?)?;
-            }
-        }
-        {
-            let mut family = encoder.encode_descriptor(
+            ),
+            MetricType::Gauge,
+            counts
+                .into_iter()
+                .map(|(kind, n)| (kind, ConstGauge::new(i64::try_from(n).unwrap_or(i64::MAX)))),
+        )?;
+        encode_per_kind(
+            &mut encoder,
+            (
                 "index_last_event_age_seconds",
                 "Seconds since the kind's watch last delivered an event (since start before the first list)",
-                None,
-                MetricType::Gauge,
-            )?;
-            for (kind, stats) in self.index.watch_stats() {
+            ),
+            MetricType::Gauge,
+            stats().map(|(kind, stats)| {
                 let last = stats.last_event_ms.load(Ordering::Relaxed);
                 let age = (now.saturating_sub(last)).max(0) as f64 / 1000.0;
-                ConstGauge::new(age).encode(family.encode_family(&KindLabels { kind })?)?;
-            }
-        }
-        {
-            let mut family = encoder.encode_descriptor(
+                (kind, ConstGauge::new(age))
+            }),
+        )?;
+        encode_per_kind(
+            &mut encoder,
+            (
                 "index_watch_errors",
                 "Errors of the index's watches, per kind",
-                None,
-                MetricType::Counter,
-            )?;
-            for (kind, stats) in self.index.watch_stats() {
-                let n = stats.errors.load(Ordering::Relaxed);
-                ConstCounter::new(n).encode(family.encode_family(&KindLabels { kind })?)?;
-            }
-        }
-        {
-            let mut family = encoder.encode_descriptor(
+            ),
+            MetricType::Counter,
+            stats().map(|(kind, s)| (kind, ConstCounter::new(s.errors.load(Ordering::Relaxed)))),
+        )?;
+        encode_per_kind(
+            &mut encoder,
+            (
                 "index_invalid_objects",
                 "Objects the index's watches skipped because they do not deserialize, per kind",
-                None,
-                MetricType::Counter,
-            )?;
-            for (kind, stats) in self.index.watch_stats() {
-                let n = stats.invalid.load(Ordering::Relaxed);
-                ConstCounter::new(n).encode(family.encode_family(&KindLabels { kind })?)?;
-            }
-        }
+            ),
+            MetricType::Counter,
+            stats().map(|(kind, s)| (kind, ConstCounter::new(s.invalid.load(Ordering::Relaxed)))),
+        )?;
         Ok(())
     }
 }

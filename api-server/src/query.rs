@@ -14,6 +14,15 @@ use crate::ApiError;
 #[derive(Clone, Debug, Default)]
 pub struct QueryParams(pub Vec<(String, String)>);
 
+/// `list` for an error message: comma-separated, or "nothing".
+fn listed(list: &[&str]) -> String {
+    if list.is_empty() {
+        "nothing".to_owned()
+    } else {
+        list.join(", ")
+    }
+}
+
 impl QueryParams {
     pub fn parse(raw: Option<&str>) -> QueryParams {
         let raw = raw.unwrap_or("");
@@ -61,11 +70,7 @@ impl QueryParams {
                     "include",
                     format!(
                         "Invalid include parameter: cannot include {what}; this endpoint can include: {}",
-                        if allowed.is_empty() {
-                            "nothing".to_owned()
-                        } else {
-                            allowed.join(", ")
-                        }
+                        listed(allowed)
                     ),
                 ));
             }
@@ -90,11 +95,7 @@ impl QueryParams {
                 k.clone(),
                 format!(
                     "unsupported filter {k}; this endpoint filters on: {}",
-                    if supported.is_empty() {
-                        "nothing".to_owned()
-                    } else {
-                        supported.join(", ")
-                    }
+                    listed(supported)
                 ),
             )),
         }

@@ -16,12 +16,15 @@
 //! written resourceVersion ([`wait_seen`]), so a create followed by a read never answers
 //! 404 and a read after an update shows the update.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
+use terrace_crds::constants::{LABEL_ID, LABEL_ORGANIZATION};
+use terrace_crds::ids::object_name_for_id;
 
 use crate::index::{Indexed, rv_at_least};
 use crate::{ApiError, AppState};
@@ -174,6 +177,23 @@ where
         Ok(change(cur)?.map(|spec| guarded_spec_patch(cur, spec)))
     })
     .await
+}
+
+/// The metadata of a new object with TFE ID `id` in namespace `ns`: its name derived from
+/// the ID, and the ID and organization (`org`, the Organization object's name) labels plus
+/// `labels`.
+pub fn new_meta(id: &str, ns: &str, org: String, labels: &[(&str, String)]) -> ObjectMeta {
+    let mut all = BTreeMap::from([
+        (LABEL_ID.to_owned(), id.to_owned()),
+        (LABEL_ORGANIZATION.to_owned(), org),
+    ]);
+    all.extend(labels.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
+    ObjectMeta {
+        name: Some(object_name_for_id(id)),
+        namespace: Some(ns.to_owned()),
+        labels: Some(all),
+        ..Default::default()
+    }
 }
 
 /// The API of kind `K` in namespace `ns`.

@@ -1,5 +1,9 @@
 //! The operator layer's error type.
 
+use std::time::Duration;
+
+use kube::runtime::controller::Action;
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("kubernetes API: {0}")]
@@ -34,5 +38,15 @@ impl Error {
             self,
             Error::Kube(_) | Error::Conflict(_) | Error::Unavailable(_)
         )
+    }
+
+    /// A controller error policy's answer: retry after `delay` when retrying may help,
+    /// else wait for a change of the object.
+    pub fn retry_or_await_change(&self, delay: Duration) -> Action {
+        if self.is_transient() {
+            Action::requeue(delay)
+        } else {
+            Action::await_change()
+        }
     }
 }

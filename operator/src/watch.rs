@@ -77,12 +77,24 @@ pub trait Watched:
     }
 }
 
+/// [`Watched::tombstone`] of a CRD kind: its metadata, a default spec, no status.
+macro_rules! crd_tombstone {
+    () => {
+        fn tombstone(meta: ObjectMeta, _: &()) -> Self {
+            Self {
+                metadata: meta,
+                spec: Default::default(),
+                status: None,
+            }
+        }
+    };
+}
+
+/// [`Watched`] for CRD kinds cached as they are (the default [`Watched::trim`]).
 macro_rules! watched_crds {
     ($($kind:ty),* $(,)?) => {$(
         impl Watched for $kind {
-            fn tombstone(meta: ObjectMeta, _: &()) -> Self {
-                Self { metadata: meta, spec: Default::default(), status: None }
-            }
+            crd_tombstone!();
         }
     )*};
 }
@@ -100,13 +112,7 @@ watched_crds!(
 );
 
 impl Watched for Workspace {
-    fn tombstone(meta: ObjectMeta, _: &()) -> Self {
-        Self {
-            metadata: meta,
-            spec: Default::default(),
-            status: None,
-        }
-    }
+    crd_tombstone!();
 
     /// Keeps only what the Workspace controller reads: the spec fields its status derives
     /// from and the status fields it owns (see `crate::workspace`). Whoever reads another
@@ -138,13 +144,7 @@ impl Watched for Workspace {
 }
 
 impl Watched for StateVersion {
-    fn tombstone(meta: ObjectMeta, _: &()) -> Self {
-        Self {
-            metadata: meta,
-            spec: Default::default(),
-            status: None,
-        }
-    }
+    crd_tombstone!();
 
     /// Keeps what the state retention controller reads: not the resource and output
     /// summaries.

@@ -571,14 +571,6 @@ pub fn validate_tree(s: &Structural, obj: &Value, old: Option<&Value>, errs: &mu
     walk(s, obj, old, "", true, errs);
 }
 
-fn child_path(parent: &str, key: &str) -> String {
-    if parent.is_empty() {
-        key.to_string()
-    } else {
-        format!("{parent}.{key}")
-    }
-}
-
 fn walk(
     s: &Structural,
     v: &Value,
@@ -623,7 +615,7 @@ fn walk(
             for k in &keys {
                 if let Some(p) = s.properties.get(*k) {
                     let o = old_map.and_then(|om| om.get(*k));
-                    walk(p, &m[*k], o, &child_path(path, k), false, errs);
+                    walk(p, &m[*k], o, &crate::schema::join_key(path, k), false, errs);
                 }
             }
         }
@@ -690,7 +682,7 @@ fn eval_with(
         } else if rule.field_path.starts_with('[') {
             format!("{path}{}", rule.field_path)
         } else {
-            child_path(path, &rule.field_path)
+            crate::schema::join_key(path, &rule.field_path)
         };
         let detail = rule
             .message_expression

@@ -5,6 +5,18 @@
 use rand::Rng;
 use serde_json::{Map, Value, json};
 
+/// The strings of a JSON array (other items skipped); empty when `v` is not an array.
+pub fn string_list(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// RFC 3339, seconds precision, UTC with `Z`, as metav1.Time serializes.
 pub fn now_rfc3339() -> String {
     let ts = jiff::Timestamp::now();

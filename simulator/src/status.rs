@@ -162,19 +162,7 @@ impl ApiError {
 
     /// The `Status` body.
     pub fn to_status(&self) -> Value {
-        let mut v = json!({
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
-        });
-        if let Some(d) = &self.details {
-            v["details"] = d.clone();
-        }
-        v
+        crate::auth::failure_status(self.code, self.reason, &self.message, self.details.as_ref())
     }
 }
 

@@ -1,7 +1,7 @@
 //! The kinds the index holds: one [`Indexed`] implementation each, saying how an object
 //! enters and leaves the index and how it is found by its `terrace.dev/id`. Adding a kind
 //! is one implementation (or one line of [`keyed!`] for kinds that need no secondary
-//! index), one entry of [`NAMES`] and one of [`spawn_all`].
+//! index) and one entry of the [`indexed_kinds!`] list.
 
 use std::sync::Arc;
 
@@ -12,7 +12,7 @@ use terrace_crds::{
     StateVersion, TestRun, TestVariable, Workspace,
 };
 
-use super::{Index, Inner, feed};
+use super::Inner;
 
 /// A kind fed into the index by its own watch.
 pub trait Indexed:
@@ -52,59 +52,49 @@ pub trait Indexed:
     fn in_namespace(inner: &Inner, ns: &str) -> Vec<Arc<Self>>;
 }
 
-/// Every indexed kind's name, in the order of [`spawn_all`].
-pub const NAMES: [&str; 11] = [
-    Organization::NAME,
-    Project::NAME,
-    Workspace::NAME,
-    SshKey::NAME,
-    AgentPool::NAME,
-    OAuthToken::NAME,
-    RegistryModule::NAME,
-    ConfigurationVersion::NAME,
-    TestRun::NAME,
-    TestVariable::NAME,
-    StateVersion::NAME,
-];
-
-/// Starts one watch per kind.
-pub fn spawn_all(index: &Arc<Index>, client: &kube::Client) -> Vec<tokio::task::JoinHandle<()>> {
-    fn spawn<K: Indexed>(index: &Arc<Index>, client: &kube::Client) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(feed::<K>(index.clone(), client.clone()))
-    }
-    vec![
-        spawn::<Organization>(index, client),
-        spawn::<Project>(index, client),
-        spawn::<Workspace>(index, client),
-        spawn::<SshKey>(index, client),
-        spawn::<AgentPool>(index, client),
-        spawn::<OAuthToken>(index, client),
-        spawn::<RegistryModule>(index, client),
-        spawn::<ConfigurationVersion>(index, client),
-        spawn::<TestRun>(index, client),
-        spawn::<TestVariable>(index, client),
-        spawn::<StateVersion>(index, client),
-    ]
+/// Something done once per indexed kind (see [`each`]).
+pub trait PerKind {
+    type Out;
+    fn kind<K: Indexed>(&mut self) -> Self::Out;
 }
+
+/// The indexed kinds, listed once: [`NAMES`] and [`each`] follow this order.
+macro_rules! indexed_kinds {
+    ($($k:ty),* $(,)?) => {
+        /// Every indexed kind's name, in the order of [`each`].
+        pub const NAMES: [&str; [$(stringify!($k)),*].len()] = [$(<$k>::NAME),*];
+
+        /// `f` for every indexed kind, in [`NAMES`] order.
+        pub fn each<F: PerKind>(f: &mut F) -> Vec<F::Out> {
+            vec![$(f.kind::<$k>()),*]
+        }
+    };
+}
+
+indexed_kinds!(
+    Organization,
+    Project,
+    Workspace,
+    SshKey,
+    AgentPool,
+    OAuthToken,
+    RegistryModule,
+    ConfigurationVersion,
+    TestRun,
+    TestVariable,
+    StateVersion,
+);
 
 /// Number of indexed objects per kind.
 pub fn counts(inner: &Inner) -> Vec<(&'static str, usize)> {
-    vec![
-        (Organization::NAME, Organization::count(inner)),
-        (Project::NAME, Project::count(inner)),
-        (Workspace::NAME, Workspace::count(inner)),
-        (SshKey::NAME, SshKey::count(inner)),
-        (AgentPool::NAME, AgentPool::count(inner)),
-        (OAuthToken::NAME, OAuthToken::count(inner)),
-        (RegistryModule::NAME, RegistryModule::count(inner)),
-        (
-            ConfigurationVersion::NAME,
-            ConfigurationVersion::count(inner),
-        ),
-        (TestRun::NAME, TestRun::count(inner)),
-        (TestVariable::NAME, TestVariable::count(inner)),
-        (StateVersion::NAME, StateVersion::count(inner)),
-    ]
+    struct Count<'a>(&'a Inner);
+    impl PerKind for Count<'_> {
+        type Out = (&'static str, usize);
+        fn kind<K: Indexed>(&mut self) -> Self::Out {
+            (K::NAME, K::count(self.0))
+        }
+    }
+    each(&mut Count(inner))
 }
 
 impl Indexed for Organization {

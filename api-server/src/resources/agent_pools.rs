@@ -3,12 +3,18 @@
 //! lists and shows them with the caller's `list`/`get` rights on `agentpools`.
 
 use crate::prelude::*;
+use crate::read_only::{self, ReadOnly};
 use terrace_crds::AgentPool;
 
 pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/v2/organizations/{org}/agent-pools", get(list_pools))
-        .route("/api/v2/agent-pools/{id}", get(show))
+    read_only::router::<AgentPool>()
+}
+
+impl ReadOnly for AgentPool {
+    const PATH: &'static str = "agent-pools";
+    fn render(&self, org: &Organization) -> Value {
+        render(self, org)
+    }
 }
 
 /// The JSON:API `data` of an agent pool.
@@ -29,20 +35,4 @@ pub fn render(p: &AgentPool, org: &Organization) -> Value {
         },
         "links": {"self": format!("/api/v2/agent-pools/{id}")},
     })
-}
-
-async fn list_pools(
-    State(state): State<AppState>,
-    o: VisibleOrg,
-    q: QueryParams,
-) -> Result<Doc, ApiError> {
-    q.supported_filters(&[])?;
-    let mut pools = state.listable::<AgentPool>(&o.caller, &o.org).await?;
-    pools.sort_by_key(|p| p.name_any());
-    let base = format!("/api/v2/organizations/{}/agent-pools", o.org.tfe_name());
-    Ok(list(&base, q.page()?, &pools, |p| render(p, &o.org)))
-}
-
-async fn show(f: Found<AgentPool>) -> Doc {
-    Doc::ok(render(&f.at.obj, &f.at.org))
 }

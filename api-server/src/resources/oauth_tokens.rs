@@ -3,12 +3,18 @@
 //! a Secret and is never shown.
 
 use crate::prelude::*;
+use crate::read_only::{self, ReadOnly};
 use terrace_crds::OAuthToken;
 
 pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/v2/organizations/{org}/oauth-tokens", get(list_tokens))
-        .route("/api/v2/oauth-tokens/{id}", get(show))
+    read_only::router::<OAuthToken>()
+}
+
+impl ReadOnly for OAuthToken {
+    const PATH: &'static str = "oauth-tokens";
+    fn render(&self, _org: &Organization) -> Value {
+        render(self)
+    }
 }
 
 /// The JSON:API `data` of an OAuth token (never the token itself).
@@ -28,20 +34,4 @@ pub fn render(t: &OAuthToken) -> Value {
         "relationships": {"oauth-client": {"data": Value::Null}},
         "links": {"self": format!("/api/v2/oauth-tokens/{id}")},
     })
-}
-
-async fn list_tokens(
-    State(state): State<AppState>,
-    o: VisibleOrg,
-    q: QueryParams,
-) -> Result<Doc, ApiError> {
-    q.supported_filters(&[])?;
-    let mut tokens = state.listable::<OAuthToken>(&o.caller, &o.org).await?;
-    tokens.sort_by_key(|t| t.name_any());
-    let base = format!("/api/v2/organizations/{}/oauth-tokens", o.org.tfe_name());
-    Ok(list(&base, q.page()?, &tokens, |t| render(t)))
-}
-
-async fn show(f: Found<OAuthToken>) -> Doc {
-    Doc::ok(render(&f.at.obj))
 }

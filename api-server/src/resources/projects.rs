@@ -4,11 +4,8 @@
 //! defaults its inheriting workspaces take (execution mode and agent pool, where its
 //! setting-overwrites say so; an auto-destroy activity duration).
 
-use std::collections::BTreeMap;
-
-use kube::api::ObjectMeta;
-use terrace_crds::constants::{LABEL_DEFAULT_PROJECT, LABEL_ID, LABEL_ORGANIZATION};
-use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
+use terrace_crds::constants::LABEL_DEFAULT_PROJECT;
+use terrace_crds::ids::{IdKind, new_id};
 use terrace_crds::resources::ProjectSettingOverwrites;
 use terrace_crds::rules;
 use terrace_crds::{Project, ProjectSpec};
@@ -306,15 +303,7 @@ async fn create(
     }
     let id = new_id(IdKind::Project);
     let project = Project {
-        metadata: ObjectMeta {
-            name: Some(object_name_for_id(&id)),
-            namespace: Some(ns.clone()),
-            labels: Some(BTreeMap::from([
-                (LABEL_ID.to_owned(), id.clone()),
-                (LABEL_ORGANIZATION.to_owned(), o.org.name_any()),
-            ])),
-            ..Default::default()
-        },
+        metadata: write::new_meta(&id, &ns, o.org.name_any(), &[]),
         spec,
         status: None,
     };

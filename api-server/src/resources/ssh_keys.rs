@@ -12,7 +12,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use terrace_crds::common::SecretKeyRef;
-use terrace_crds::constants::{LABEL_ID, LABEL_ORGANIZATION};
+use terrace_crds::constants::LABEL_ID;
 use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
 use terrace_crds::{SshKey, SshKeySpec, Workspace};
 
@@ -148,15 +148,7 @@ async fn create(
     let object_name = object_name_for_id(&id);
     let secret_name = format!("{object_name}-private-key");
     let key = SshKey {
-        metadata: ObjectMeta {
-            name: Some(object_name.clone()),
-            namespace: Some(ns.clone()),
-            labels: Some(BTreeMap::from([
-                (LABEL_ID.to_owned(), id.clone()),
-                (LABEL_ORGANIZATION.to_owned(), org.name_any()),
-            ])),
-            ..Default::default()
-        },
+        metadata: write::new_meta(&id, &ns, org.name_any(), &[]),
         spec: SshKeySpec {
             name,
             private_key_secret_ref: SecretKeyRef {

@@ -13,6 +13,7 @@
 use terrace_crds::common::{EffectiveTagBinding, TagBinding};
 use terrace_crds::{Project, Workspace};
 
+use crate::access::Guarded;
 use crate::documents::{
     TagBindingAttributes, TagBindingType, effective_tag_binding, effective_tag_bindings_in,
     tag_binding, tag_bindings_of,
@@ -26,11 +27,13 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route(
             "/api/v2/workspaces/{id}/tag-bindings",
-            get(ws_list).patch(ws_add_listing),
+            get(list::<Workspace>).patch(add_listing::<Workspace>),
         )
         .route(
             "/api/v2/workspaces/{id}/relationships/tag-bindings",
-            get(ws_list).post(ws_add).patch(ws_replace),
+            get(list::<Workspace>)
+                .post(add::<Workspace>)
+                .patch(replace::<Workspace>),
         )
         .route(
             "/api/v2/workspaces/{id}/effective-tag-bindings",
@@ -38,11 +41,13 @@ pub fn router() -> Router<AppState> {
         )
         .route(
             "/api/v2/projects/{id}/tag-bindings",
-            get(prj_list).patch(prj_add_listing),
+            get(list::<Project>).patch(add_listing::<Project>),
         )
         .route(
             "/api/v2/projects/{id}/relationships/tag-bindings",
-            get(prj_list).post(prj_add).patch(prj_replace),
+            get(list::<Project>)
+                .post(add::<Project>)
+                .patch(replace::<Project>),
         )
         .route(
             "/api/v2/projects/{id}/effective-tag-bindings",
@@ -80,14 +85,80 @@ fn change(current: &[TagBinding], next: Vec<TagBinding>) -> Result<Option<Value>
     Ok((current != next.as_slice()).then(|| json!({"tagBindings": next})))
 }
 
-// --- workspaces ---------------------------------------------------------------------
+// --- direct bindings, the same for workspaces and projects ----------------------------
 
-async fn ws_list(f: Found<Workspace>) -> Doc {
+/// A kind whose objects carry direct tag bindings (`spec.tagBindings`).
+trait TagBound: Guarded + Resource<Scope = k8s_openapi::NamespaceResourceScope> {
+    fn tag_bindings(&self) -> &[TagBinding];
+}
+
+impl TagBound for Workspace {
+    fn tag_bindings(&self) -> &[TagBinding] {
+        &self.spec.tag_bindings
+    }
+}
+
+impl TagBound for Project {
+    fn tag_bindings(&self) -> &[TagBinding] {
+        &self.spec.tag_bindings
+    }
+}
+
+async fn list<K: TagBound>(f: Found<K>) -> Doc {
     Doc(
         StatusCode::OK,
-        list_doc(&f.at.id(), &f.at.obj.spec.tag_bindings),
+        list_doc(&f.at.id(), f.at.obj.tag_bindings()),
     )
 }
+
+/// Adds (`replace` false) or replaces the object's direct bindings; the object written.
+async fn write_bindings<K: TagBound>(
+    state: &AppState,
+    f: Found<K, Admin>,
+    body: ToMany<TagBindingType, TagBindingAttributes>,
+    replace: bool,
+) -> Result<K, ApiError> {
+    let given = bindings(body)?;
+    let l = f.at;
+    write::update_spec(state, &l.ns, (*l.obj).clone(), |cur| {
+        let next = if replace {
+            given.clone()
+        } else {
+            merged(cur.tag_bindings(), &given)
+        };
+        change(cur.tag_bindings(), next)
+    })
+    .await
+}
+
+async fn add_listing<K: TagBound>(
+    State(state): State<AppState>,
+    f: Found<K, Admin>,
+    JsonApi(body): Bindings,
+) -> Result<Doc, ApiError> {
+    let o = write_bindings(&state, f, body, false).await?;
+    Ok(Doc(StatusCode::OK, list_doc(&id_of(&o), o.tag_bindings())))
+}
+
+async fn add<K: TagBound>(
+    State(state): State<AppState>,
+    f: Found<K, Admin>,
+    JsonApi(body): Bindings,
+) -> Result<Response, ApiError> {
+    write_bindings(&state, f, body, false).await?;
+    Ok(no_content())
+}
+
+async fn replace<K: TagBound>(
+    State(state): State<AppState>,
+    f: Found<K, Admin>,
+    JsonApi(body): Bindings,
+) -> Result<Response, ApiError> {
+    write_bindings(&state, f, body, true).await?;
+    Ok(no_content())
+}
+
+// --- effective bindings -------------------------------------------------------------
 
 async fn ws_effective(State(state): State<AppState>, f: Found<Workspace>) -> Doc {
     let id = f.at.id();
@@ -97,64 +168,6 @@ async fn ws_effective(State(state): State<AppState>, f: Found<Workspace>) -> Doc
         .map(|b| effective_tag_binding(&id, b))
         .collect();
     Doc::ok(json!(data))
-}
-
-async fn ws_write(
-    state: &AppState,
-    f: Found<Workspace, Admin>,
-    body: ToMany<TagBindingType, TagBindingAttributes>,
-    replace: bool,
-) -> Result<Workspace, ApiError> {
-    let given = bindings(body)?;
-    let l = f.at;
-    write::update_spec(state, &l.ns, (*l.obj).clone(), |w| {
-        let next = if replace {
-            given.clone()
-        } else {
-            merged(&w.spec.tag_bindings, &given)
-        };
-        change(&w.spec.tag_bindings, next)
-    })
-    .await
-}
-
-async fn ws_add_listing(
-    State(state): State<AppState>,
-    f: Found<Workspace, Admin>,
-    JsonApi(body): Bindings,
-) -> Result<Doc, ApiError> {
-    let ws = ws_write(&state, f, body, false).await?;
-    Ok(Doc(
-        StatusCode::OK,
-        list_doc(&id_of(&ws), &ws.spec.tag_bindings),
-    ))
-}
-
-async fn ws_add(
-    State(state): State<AppState>,
-    f: Found<Workspace, Admin>,
-    JsonApi(body): Bindings,
-) -> Result<Response, ApiError> {
-    ws_write(&state, f, body, false).await?;
-    Ok(no_content())
-}
-
-async fn ws_replace(
-    State(state): State<AppState>,
-    f: Found<Workspace, Admin>,
-    JsonApi(body): Bindings,
-) -> Result<Response, ApiError> {
-    ws_write(&state, f, body, true).await?;
-    Ok(no_content())
-}
-
-// --- projects -----------------------------------------------------------------------
-
-async fn prj_list(f: Found<Project>) -> Doc {
-    Doc(
-        StatusCode::OK,
-        list_doc(&f.at.id(), &f.at.obj.spec.tag_bindings),
-    )
 }
 
 async fn prj_effective(f: Found<Project>) -> Doc {
@@ -176,55 +189,6 @@ async fn prj_effective(f: Found<Project>) -> Doc {
             })
             .collect();
     Doc::ok(json!(data))
-}
-
-async fn prj_write(
-    state: &AppState,
-    f: Found<Project, Admin>,
-    body: ToMany<TagBindingType, TagBindingAttributes>,
-    replace: bool,
-) -> Result<Project, ApiError> {
-    let given = bindings(body)?;
-    let l = f.at;
-    write::update_spec(state, &l.ns, (*l.obj).clone(), |cur| {
-        let next = if replace {
-            given.clone()
-        } else {
-            merged(&cur.spec.tag_bindings, &given)
-        };
-        change(&cur.spec.tag_bindings, next)
-    })
-    .await
-}
-
-async fn prj_add_listing(
-    State(state): State<AppState>,
-    f: Found<Project, Admin>,
-    JsonApi(body): Bindings,
-) -> Result<Doc, ApiError> {
-    let p = prj_write(&state, f, body, false).await?;
-    Ok(Doc(
-        StatusCode::OK,
-        list_doc(&id_of(&p), &p.spec.tag_bindings),
-    ))
-}
-
-async fn prj_add(
-    State(state): State<AppState>,
-    f: Found<Project, Admin>,
-    JsonApi(body): Bindings,
-) -> Result<Response, ApiError> {
-    prj_write(&state, f, body, false).await?;
-    Ok(no_content())
-}
-
-async fn prj_replace(
-    State(state): State<AppState>,
-    f: Found<Project, Admin>,
-    JsonApi(body): Bindings,
-) -> Result<Response, ApiError> {
-    prj_write(&state, f, body, true).await?;
-    Ok(no_content())
 }
 
 #[cfg(test)]

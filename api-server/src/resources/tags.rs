@@ -310,18 +310,7 @@ async fn add_ws_tags(
     f: Found<Workspace, AdminOr404>,
     JsonApi(body): JsonApi<ToMany<TagEntry, TagAttributes>>,
 ) -> Result<Response, ApiError> {
-    let l = f.at;
-    let names: Vec<String> = resolve(&state, &l.org, body)?
-        .into_iter()
-        .map(|r| match r {
-            TagRef::Known(n) | TagRef::New(n) => n,
-        })
-        .collect();
-    write::update_spec(&state, &l.ns, (*l.obj).clone(), |w| {
-        Ok(with_tags(&w.spec.tags, &names))
-    })
-    .await?;
-    Ok(no_content())
+    change_ws_tags(&state, f, body, true).await
 }
 
 /// B19: removes tags by ID (must exist) or name (unknown names have no effect). 204.
@@ -330,16 +319,31 @@ async fn remove_ws_tags(
     f: Found<Workspace, AdminOr404>,
     JsonApi(body): JsonApi<ToMany<TagEntry, TagAttributes>>,
 ) -> Result<Response, ApiError> {
+    change_ws_tags(&state, f, body, false).await
+}
+
+/// Adds (`add`) or removes the body's tags on the workspace's flat tags; a name that is
+/// not a tag yet is created by an add and ignored by a removal.
+async fn change_ws_tags(
+    state: &AppState,
+    f: Found<Workspace, AdminOr404>,
+    body: ToMany<TagEntry, TagAttributes>,
+    add: bool,
+) -> Result<Response, ApiError> {
     let l = f.at;
-    let names: Vec<String> = resolve(&state, &l.org, body)?
+    let names: Vec<String> = resolve(state, &l.org, body)?
         .into_iter()
         .filter_map(|r| match r {
             TagRef::Known(n) => Some(n),
-            TagRef::New(_) => None,
+            TagRef::New(n) => add.then_some(n),
         })
         .collect();
-    write::update_spec(&state, &l.ns, (*l.obj).clone(), |w| {
-        Ok(without_tags(&w.spec.tags, &names))
+    write::update_spec(state, &l.ns, (*l.obj).clone(), |w| {
+        Ok(if add {
+            with_tags(&w.spec.tags, &names)
+        } else {
+            without_tags(&w.spec.tags, &names)
+        })
     })
     .await?;
     Ok(no_content())

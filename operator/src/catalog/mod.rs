@@ -419,9 +419,5 @@ fn error_policy(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<CatalogContext>) 
         label = err.metric_label(),
         "catalog reconcile failed"
     );
-    if err.is_transient() {
-        Action::requeue(Duration::from_secs(5))
-    } else {
-        Action::await_change()
-    }
+    err.retry_or_await_change(Duration::from_secs(5))
 }

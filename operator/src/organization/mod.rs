@@ -170,32 +170,22 @@ async fn reconcile(org: Arc<Organization>, ctx: Arc<OrgContext>) -> Result<Actio
         .await?;
     }
     if let Err(e) = ensure_namespace(org, &ns, &usage, current.as_ref(), &namespaces).await {
-        return match refusal(&e) {
-            Some(message) => {
-                let outcome = Outcome::stalled(
-                    REASON_NAMESPACE_FAILED,
-                    format!("namespace {ns}: {message}"),
-                );
-                finish(org, &ctx, &outcome, None).await
-            }
-            None => Err(e),
-        };
+        return stall_on_refusal(
+            org,
+            &ctx,
+            e,
+            REASON_NAMESPACE_FAILED,
+            &format!("namespace {ns}"),
+        )
+        .await;
     }
     let project_id = match default {
         Some(id) => id,
         None => match create_default_project(org, &ns, &ctx.base).await {
             Ok(id) => id,
             Err(e) => {
-                return match refusal(&e) {
-                    Some(message) => {
-                        let outcome = Outcome::stalled(
-                            REASON_DEFAULT_PROJECT_FAILED,
-                            format!("default project in namespace {ns}: {message}"),
-                        );
-                        finish(org, &ctx, &outcome, None).await
-                    }
-                    None => Err(e),
-                };
+                let what = format!("default project in namespace {ns}");
+                return stall_on_refusal(org, &ctx, e, REASON_DEFAULT_PROJECT_FAILED, &what).await;
             }
         },
     };
@@ -206,6 +196,24 @@ async fn reconcile(org: Arc<Organization>, ctx: Arc<OrgContext>) -> Result<Actio
 }
 
 /// Writes the status of `outcome` and picks the next reconcile.
+/// After a failed step: Stalled with `reason` and "`what`: message" when the API refused
+/// the step for good ([`refusal`]), else the error (which is retried).
+async fn stall_on_refusal(
+    org: &mut Organization,
+    ctx: &OrgContext,
+    e: Error,
+    reason: &str,
+    what: &str,
+) -> Result<Action, Error> {
+    match refusal(&e) {
+        Some(message) => {
+            let outcome = Outcome::stalled(reason, format!("{what}: {message}"));
+            finish(org, ctx, &outcome, None).await
+        }
+        None => Err(e),
+    }
+}
+
 async fn finish(
     org: &mut Organization,
     ctx: &OrgContext,
@@ -221,11 +229,7 @@ async fn finish(
 
 fn error_policy(_org: Arc<Organization>, err: &Error, _ctx: Arc<OrgContext>) -> Action {
     tracing::warn!(error = %err, kind = err.metric_label(), "organization reconcile failed");
-    if err.is_transient() {
-        Action::requeue(Duration::from_secs(5))
-    } else {
-        Action::await_change()
-    }
+    err.retry_or_await_change(Duration::from_secs(5))
 }
 
 /// Puts in place what namespace `ns` must carry for `org` ([`desired_namespace`]): a

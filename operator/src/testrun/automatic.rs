@@ -89,11 +89,7 @@ where
 
 fn error_policy(cv: Arc<DynamicObject>, err: &Error, _ctx: Arc<AutoContext>) -> Action {
     tracing::warn!(error = %err, name = %cv.name_any(), kind = err.metric_label(), "automatic test run reconcile failed");
-    if err.is_transient() {
-        Action::requeue(Duration::from_secs(5))
-    } else {
-        Action::await_change()
-    }
+    err.retry_or_await_change(Duration::from_secs(5))
 }
 
 fn marker_of(cv: &ConfigurationVersion) -> Option<&str> {

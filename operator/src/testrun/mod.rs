@@ -178,11 +178,7 @@ where
 
 fn error_policy(run: Arc<TestRun>, err: &Error, _ctx: Arc<RunContext>) -> Action {
     tracing::warn!(error = %err, name = %run.name_any(), kind = err.metric_label(), "test run reconcile failed");
-    if err.is_transient() {
-        Action::requeue(Duration::from_secs(5))
-    } else {
-        Action::await_change()
-    }
+    err.retry_or_await_change(Duration::from_secs(5))
 }
 
 async fn reconcile(run: Arc<TestRun>, ctx: Arc<RunContext>) -> Result<Action, Error> {

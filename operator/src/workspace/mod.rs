@@ -467,11 +467,7 @@ fn error_policy(ws: Arc<Workspace>, err: &Error, _ctx: Arc<WsContext>) -> Action
         label = err.metric_label(),
         "workspace reconcile failed"
     );
-    if err.is_transient() {
-        Action::requeue(Duration::from_secs(5))
-    } else {
-        Action::await_change()
-    }
+    err.retry_or_await_change(Duration::from_secs(5))
 }
 
 #[cfg(test)]

@@ -164,6 +164,23 @@ impl FieldError {
     }
 }
 
+/// A failure `v1` Status object, the body of every error answer.
+pub fn failure_status(code: u16, reason: &str, message: &str, details: Option<&Value>) -> Value {
+    let mut status = json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    });
+    if let Some(details) = details {
+        status["details"] = details.clone();
+    }
+    status
+}
+
 /// A `metav1.Status` failure, ready for the server to send with [`StatusError::code`].
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[error("{message}")]
@@ -266,19 +283,12 @@ impl StatusError {
 
     /// The `v1` Status object to send as the response body.
     pub fn to_json(&self) -> Value {
-        let mut status = json!({
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
-        });
-        if let Some(details) = &self.details {
-            status["details"] = details.clone();
-        }
-        status
+        failure_status(
+            self.code,
+            &self.reason,
+            &self.message,
+            self.details.as_ref(),
+        )
     }
 }
 

@@ -200,6 +200,39 @@ fn access_status(rbac: &RbacSnapshot, user: &UserInfo, attrs: &Attributes) -> Va
     status
 }
 
+/// The checks every access review kind shares, in kube-apiserver's order: the attributes,
+/// a user or group when the review names one (`names_user`), and empty metadata (but for
+/// the namespace when `namespaced`).
+fn review_errors(
+    spec: &AccessReviewSpec,
+    request: &Value,
+    names_user: bool,
+    namespaced: bool,
+) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    validate_attributes(spec, &mut errors);
+    if names_user && spec.user.is_empty() && spec.groups.is_empty() {
+        errors.push(FieldError::invalid(
+            "spec.user",
+            BadValue::Str(String::new()),
+            "at least one of user or group must be specified",
+        ));
+    }
+    if let Some(meta) = meaningful_metadata(request, namespaced) {
+        let detail = if namespaced {
+            "must be empty except for namespace"
+        } else {
+            "must be empty"
+        };
+        errors.push(FieldError::invalid(
+            "metadata",
+            BadValue::Other(meta),
+            detail,
+        ));
+    }
+    errors
+}
+
 fn spec_user(spec: &AccessReviewSpec) -> UserInfo {
     UserInfo {
         username: spec.user.clone(),
@@ -215,22 +248,7 @@ fn spec_user(spec: &AccessReviewSpec) -> UserInfo {
 pub fn subject_access_review(request: &Value, rbac: &RbacSnapshot) -> Result<Value, StatusError> {
     const KIND: &str = "SubjectAccessReview";
     let spec = parse_spec(KIND, request)?;
-    let mut errors = Vec::new();
-    validate_attributes(&spec, &mut errors);
-    if spec.user.is_empty() && spec.groups.is_empty() {
-        errors.push(FieldError::invalid(
-            "spec.user",
-            BadValue::Str(String::new()),
-            "at least one of user or group must be specified",
-        ));
-    }
-    if let Some(meta) = meaningful_metadata(request, false) {
-        errors.push(FieldError::invalid(
-            "metadata",
-            BadValue::Other(meta),
-            "must be empty",
-        ));
-    }
+    let errors = review_errors(&spec, request, true, false);
     if !errors.is_empty() {
         return Err(invalid_kind(KIND, &errors));
     }
@@ -263,22 +281,7 @@ pub fn local_subject_access_review(
             "the namespace of the provided object does not match the namespace sent on the request",
         ));
     }
-    let mut errors = Vec::new();
-    validate_attributes(&spec, &mut errors);
-    if spec.user.is_empty() && spec.groups.is_empty() {
-        errors.push(FieldError::invalid(
-            "spec.user",
-            BadValue::Str(String::new()),
-            "at least one of user or group must be specified",
-        ));
-    }
-    if let Some(meta) = meaningful_metadata(request, true) {
-        errors.push(FieldError::invalid(
-            "metadata",
-            BadValue::Other(meta),
-            "must be empty except for namespace",
-        ));
-    }
+    let mut errors = review_errors(&spec, request, true, true);
     if let Some(r) = &spec.resource_attributes
         && r.namespace != path_namespace
     {
@@ -319,15 +322,7 @@ pub fn self_subject_access_review(
 ) -> Result<Value, StatusError> {
     const KIND: &str = "SelfSubjectAccessReview";
     let spec = parse_spec(KIND, request)?;
-    let mut errors = Vec::new();
-    validate_attributes(&spec, &mut errors);
-    if let Some(meta) = meaningful_metadata(request, false) {
-        errors.push(FieldError::invalid(
-            "metadata",
-            BadValue::Other(meta),
-            "must be empty",
-        ));
-    }
+    let errors = review_errors(&spec, request, false, false);
     if !errors.is_empty() {
         return Err(invalid_kind(KIND, &errors));
     }

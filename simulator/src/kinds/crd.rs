@@ -185,17 +185,7 @@ pub fn crd_to_infos(crd: &Value) -> Result<Vec<ResourceInfo>, Vec<(String, Strin
     if !errs.is_empty() {
         return Err(errs);
     }
-    let strings = |p: &str| -> Vec<String> {
-        spec.pointer(p)
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    let strings = |p: &str| crate::meta::string_list(spec.pointer(p));
     let singular = s(&spec, "/names/singular").unwrap_or_else(|| kind.to_lowercase());
     let list_kind = s(&spec, "/names/listKind").unwrap_or_else(|| format!("{kind}List"));
     let mut infos = Vec::new();

@@ -19,9 +19,9 @@ pub mod registry;
 pub mod test_runs;
 pub mod variables;
 
-use terrace_crds::RegistryModule;
+use terrace_crds::{RegistryModule, TestRun, TestVariable};
 
-use crate::index::Inner;
+use crate::index::{Inner, Keyed};
 use crate::prelude::*;
 
 /// Annotation naming the user who created a test run (`created-by`).
@@ -93,6 +93,87 @@ pub(crate) async fn locate(
         return Err(module_not_found());
     }
     Ok(m)
+}
+
+/// The path segments naming a module: organization, namespace, name and provider.
+pub(crate) type ModulePath = (String, String, String, String);
+/// A module's path segments and the ID of one of its test runs or variables.
+pub(crate) type ChildPath = (String, String, String, String, String);
+
+/// [`locate`] for the module `path` names.
+pub(crate) async fn locate_path(
+    state: &AppState,
+    caller: &Caller,
+    (org, namespace, name, provider): &ModulePath,
+    verb: &'static str,
+    resource: &'static str,
+) -> Result<Module, ApiError> {
+    locate(
+        state,
+        caller,
+        (org, namespace, name, provider),
+        verb,
+        resource,
+    )
+    .await
+}
+
+/// [`locate`] for the module a [`ChildPath`] names, and the child's ID.
+pub(crate) async fn locate_child(
+    state: &AppState,
+    caller: &Caller,
+    (org, namespace, name, provider, id): ChildPath,
+    verb: &'static str,
+    resource: &'static str,
+) -> Result<(Module, String), ApiError> {
+    let m = locate(
+        state,
+        caller,
+        (&org, &namespace, &name, &provider),
+        verb,
+        resource,
+    )
+    .await?;
+    Ok((m, id))
+}
+
+/// An object that belongs to a registry module by its `spec.module` (test runs, test
+/// variables).
+pub(crate) trait ModuleChild: Resource<DynamicType = ()> {
+    /// The RegistryModule object's name.
+    fn module(&self) -> &str;
+}
+
+impl ModuleChild for TestRun {
+    fn module(&self) -> &str {
+        &self.spec.module
+    }
+}
+
+impl ModuleChild for TestVariable {
+    fn module(&self) -> &str {
+        &self.spec.module
+    }
+}
+
+/// The objects of `keyed` in module `m`'s namespace that belong to it and have an ID.
+pub(crate) fn children_of<K: ModuleChild>(keyed: &Keyed<K>, m: &Module) -> Vec<Arc<K>> {
+    let module = m.object_name();
+    keyed
+        .in_namespace(&m.ns)
+        .filter(|c| c.module() == module && !id_of(c.as_ref()).is_empty())
+        .cloned()
+        .collect()
+}
+
+/// The object `id` of `keyed` if it belongs to module `m`.
+pub(crate) fn child_of<K: ModuleChild>(keyed: &Keyed<K>, m: &Module, id: &str) -> Option<Arc<K>> {
+    keyed
+        .get(id)
+        .filter(|c| {
+            c.namespace().as_deref() == Some(m.ns.as_str()) && c.module() == m.object_name()
+        })
+        .cloned()
 }
 
 /// The module object of namespace `ns` with this name and provider (with an ID).

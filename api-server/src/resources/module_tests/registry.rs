@@ -5,11 +5,7 @@
 //! (AlreadyExists) instead of both succeeding. Deleting a module deletes its test runs,
 //! test variables and configuration versions through their ownerReferences.
 
-use std::collections::BTreeMap;
-
-use kube::api::{ObjectMeta, PostParams};
-use terrace_crds::constants::{LABEL_ID, LABEL_ORGANIZATION};
-use terrace_crds::ids::object_name_for_id;
+use kube::api::PostParams;
 use terrace_crds::{RegistryModule, RegistryModuleSpec};
 
 use super::locate;
@@ -290,15 +286,7 @@ async fn create(
     }
     let id = stable_id("mod-", &[&ns, &name, &provider]);
     let obj = RegistryModule {
-        metadata: ObjectMeta {
-            name: Some(object_name_for_id(&id)),
-            namespace: Some(ns.clone()),
-            labels: Some(BTreeMap::from([
-                (LABEL_ID.to_owned(), id.clone()),
-                (LABEL_ORGANIZATION.to_owned(), o.name_any()),
-            ])),
-            ..Default::default()
-        },
+        metadata: write::new_meta(&id, &ns, o.name_any(), &[]),
         spec: RegistryModuleSpec {
             name,
             provider,

@@ -17,10 +17,8 @@ use std::collections::BTreeMap;
 use axum::http::HeaderMap;
 use kube::api::{ObjectMeta, PostParams};
 use serde_json::Map;
-use terrace_crds::constants::{
-    ANNOTATION_AUTOMATIC_TEST_RUN, DEFAULT_TEST_DIRECTORY, LABEL_ID, LABEL_ORGANIZATION,
-};
-use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
+use terrace_crds::constants::{ANNOTATION_AUTOMATIC_TEST_RUN, DEFAULT_TEST_DIRECTORY};
+use terrace_crds::ids::{IdKind, new_id};
 use terrace_crds::resources::{RunVariable, TestRunSpec};
 use terrace_crds::testrun::automatic::Marker;
 use terrace_crds::testrun::{
@@ -29,15 +27,18 @@ use terrace_crds::testrun::{
 };
 use terrace_crds::{ConfigurationVersion, ConfigurationVersionState, TestRun};
 
-use super::{ANNOTATION_CREATED_BY, LABEL_MODULE, Module, locate};
+use super::{
+    ANNOTATION_CREATED_BY, ChildPath, LABEL_MODULE, Module, ModulePath, child_of, children_of,
+    locate_child, locate_path,
+};
 use crate::capability::base_url;
 use crate::prelude::*;
 use crate::render::{page_slice, pagination};
 
 const T: &str =
     "/api/v2/organizations/{org}/tests/registry-modules/private/{namespace}/{name}/{provider}";
-type TPath = (String, String, String, String);
-type RunPath = (String, String, String, String, String);
+/// The RBAC resource of the checks on a module's test runs.
+const RESOURCE: &str = "testruns";
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -184,16 +185,9 @@ pub async fn create_run(
     }
     let run = TestRun {
         metadata: ObjectMeta {
-            name: Some(object_name_for_id(&id)),
-            namespace: Some(ns.to_owned()),
-            labels: Some(BTreeMap::from([
-                (LABEL_ID.to_owned(), id.clone()),
-                (LABEL_ORGANIZATION.to_owned(), org),
-                (LABEL_MODULE.to_owned(), spec.module.clone()),
-            ])),
             annotations: Some(annotations).filter(|a| !a.is_empty()),
             owner_references: owner.map(|o| vec![o]),
-            ..Default::default()
+            ..write::new_meta(&id, ns, org, &[(LABEL_MODULE, spec.module.clone())])
         },
         spec,
         status: None,
@@ -278,18 +272,11 @@ pub fn render_indexed(state: &AppState, run: &TestRun, base: &str) -> Value {
 async fn create(
     State(state): State<AppState>,
     caller: Caller,
-    Path((org, namespace, name, provider)): Path<TPath>,
+    Path(path): Path<ModulePath>,
     headers: HeaderMap,
     JsonApi(doc): JsonApi<Document<RunAttributes, RunRelationships>>,
 ) -> Result<Doc, ApiError> {
-    let m = locate(
-        &state,
-        &caller,
-        (&org, &namespace, &name, &provider),
-        "create",
-        "testruns",
-    )
-    .await?;
+    let m = locate_path(&state, &caller, &path, "create", RESOURCE).await?;
     let data = doc.checked()?;
     let mut errs = Vec::new();
     let input = RunInput::from_attributes(data.attributes, &mut errs);
@@ -383,15 +370,7 @@ async fn supersede_automatic_run(
 
 /// The runs of a module, newest first.
 fn runs_of(state: &AppState, m: &Module) -> Vec<Arc<TestRun>> {
-    let module = m.object_name();
-    let mut runs: Vec<Arc<TestRun>> = state
-        .index
-        .read()
-        .test_runs()
-        .in_namespace(&m.ns)
-        .filter(|r| r.spec.module == module && !id_of(r.as_ref()).is_empty())
-        .cloned()
-        .collect();
+    let mut runs = children_of(state.index.read().test_runs(), m);
     runs.sort_by(|a, b| {
         b.metadata
             .creation_timestamp
@@ -404,18 +383,12 @@ fn runs_of(state: &AppState, m: &Module) -> Vec<Arc<TestRun>> {
 async fn list(
     State(state): State<AppState>,
     caller: Caller,
-    Path((org, namespace, name, provider)): Path<TPath>,
+    Path(path): Path<ModulePath>,
     headers: HeaderMap,
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
-    let m = locate(
-        &state,
-        &caller,
-        (&org, &namespace, &name, &provider),
-        "list",
-        "testruns",
-    )
-    .await?;
+    let m = locate_path(&state, &caller, &path, "list", RESOURCE).await?;
+    let (org, namespace, name, provider) = &path;
     let page = q.page()?;
     q.supported_filters(&["filter[source]"])?;
     let filter = SourceFilter::parse(q.get("filter[source]").unwrap_or(""))
@@ -448,32 +421,16 @@ fn run_not_found() -> ApiError {
 
 /// The run `id` of module `m` from the index.
 fn run_of(state: &AppState, m: &Module, id: &str) -> Result<Arc<TestRun>, ApiError> {
-    state
-        .index
-        .read()
-        .test_runs()
-        .get(id)
-        .filter(|r| {
-            r.namespace().as_deref() == Some(m.ns.as_str()) && r.spec.module == m.object_name()
-        })
-        .cloned()
-        .ok_or_else(run_not_found)
+    child_of(state.index.read().test_runs(), m, id).ok_or_else(run_not_found)
 }
 
 async fn show(
     State(state): State<AppState>,
     caller: Caller,
-    Path((org, namespace, name, provider, run)): Path<RunPath>,
+    Path(path): Path<ChildPath>,
     headers: HeaderMap,
 ) -> Result<Doc, ApiError> {
-    let m = locate(
-        &state,
-        &caller,
-        (&org, &namespace, &name, &provider),
-        "get",
-        "testruns",
-    )
-    .await?;
+    let (m, run) = locate_child(&state, &caller, path, "get", RESOURCE).await?;
     let r = run_of(&state, &m, &run)?;
     let base = base_url(&state, &headers);
     Ok(Doc(
@@ -485,7 +442,7 @@ async fn show(
 async fn cancel(
     State(state): State<AppState>,
     caller: Caller,
-    Path(p): Path<RunPath>,
+    Path(p): Path<ChildPath>,
 ) -> Result<Response, ApiError> {
     request_cancel(&state, &caller, p, false).await
 }
@@ -493,7 +450,7 @@ async fn cancel(
 async fn force_cancel(
     State(state): State<AppState>,
     caller: Caller,
-    Path(p): Path<RunPath>,
+    Path(p): Path<ChildPath>,
 ) -> Result<Response, ApiError> {
     request_cancel(&state, &caller, p, true).await
 }
@@ -501,17 +458,10 @@ async fn force_cancel(
 async fn request_cancel(
     state: &AppState,
     caller: &Caller,
-    (org, namespace, name, provider, run): RunPath,
+    path: ChildPath,
     force: bool,
 ) -> Result<Response, ApiError> {
-    let m = locate(
-        state,
-        caller,
-        (&org, &namespace, &name, &provider),
-        "create",
-        "testruns",
-    )
-    .await?;
+    let (m, run) = locate_child(state, caller, path, "create", RESOURCE).await?;
     let current = (*run_of(state, &m, &run)?).clone();
     let field = if force {
         "forceCancelRequestedAt"

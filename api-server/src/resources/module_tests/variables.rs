@@ -15,20 +15,22 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use terrace_crds::TestVariable;
 use terrace_crds::common::SecretKeyRef;
-use terrace_crds::constants::{FIELD_MANAGER_API, LABEL_ID, LABEL_ORGANIZATION};
+use terrace_crds::constants::FIELD_MANAGER_API;
 use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
 use terrace_crds::resources::TestVariableSpec;
 use terrace_crds::rules::{
     TEST_VARIABLE_CATEGORY, validate_test_variable_category, validate_test_variable_key,
 };
 
-use super::{LABEL_MODULE, Module, locate};
+use super::{
+    ChildPath, LABEL_MODULE, Module, ModulePath, child_of, children_of, locate_child, locate_path,
+};
 use crate::prelude::*;
 
 const T: &str =
     "/api/v2/organizations/{org}/tests/registry-modules/private/{namespace}/{name}/{provider}";
-type TPath = (String, String, String, String);
-type VarPath = (String, String, String, String, String);
+/// The RBAC resource of the checks on a module's test variables.
+const RESOURCE: &str = "testvariables";
 
 /// Key of the value in a sensitive variable's Secret.
 pub const SECRET_KEY: &str = "value";
@@ -131,15 +133,7 @@ fn parse(a: VarAttributes, creating: bool, errs: &mut Vec<FieldError>) -> VarInp
 }
 
 fn vars_of(state: &AppState, m: &Module) -> Vec<Arc<TestVariable>> {
-    let module = m.object_name();
-    let mut vars: Vec<_> = state
-        .index
-        .read()
-        .test_variables()
-        .in_namespace(&m.ns)
-        .filter(|v| v.spec.module == module && !id_of(v.as_ref()).is_empty())
-        .cloned()
-        .collect();
+    let mut vars = children_of(state.index.read().test_variables(), m);
     vars.sort_by(|a, b| {
         a.spec
             .key
@@ -203,17 +197,11 @@ async fn new_version(state: &AppState, var: &TestVariable) -> Result<TestVariabl
 async fn list_vars(
     State(state): State<AppState>,
     caller: Caller,
-    Path((org, namespace, name, provider)): Path<TPath>,
+    Path(path): Path<ModulePath>,
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
-    let m = locate(
-        &state,
-        &caller,
-        (&org, &namespace, &name, &provider),
-        "list",
-        "testvariables",
-    )
-    .await?;
+    let m = locate_path(&state, &caller, &path, "list", RESOURCE).await?;
+    let (org, namespace, name, provider) = &path;
     let page = q.page()?;
     q.supported_filters(&[])?;
     let vars = vars_of(&state, &m);
@@ -226,16 +214,9 @@ async fn list_vars(
 async fn show(
     State(state): State<AppState>,
     caller: Caller,
-    Path((org, namespace, name, provider, var)): Path<VarPath>,
+    Path(path): Path<ChildPath>,
 ) -> Result<Doc, ApiError> {
-    let m = locate(
-        &state,
-        &caller,
-        (&org, &namespace, &name, &provider),
-        "get",
-        "testvariables",
-    )
-    .await?;
+    let (m, var) = locate_child(&state, &caller, path, "get", RESOURCE).await?;
     let v = var_of(&state, &m, &var)?;
     Ok(Doc::ok(render(&v)))
 }
@@ -243,17 +224,10 @@ async fn show(
 async fn create(
     State(state): State<AppState>,
     caller: Caller,
-    Path((org, namespace, name, provider)): Path<TPath>,
+    Path(path): Path<ModulePath>,
     JsonApi(doc): JsonApi<Document<VarAttributes>>,
 ) -> Result<Doc, ApiError> {
-    let m = locate(
-        &state,
-        &caller,
-        (&org, &namespace, &name, &provider),
-        "create",
-        "testvariables",
-    )
-    .await?;
+    let m = locate_path(&state, &caller, &path, "create", RESOURCE).await?;
     let mut errs = Vec::new();
     let input = parse(doc.checked()?.attributes, true, &mut errs);
     let key = input.key.clone().unwrap_or_default();
@@ -272,15 +246,13 @@ async fn create(
     let object_name = object_name_for_id(&id);
     let var = TestVariable {
         metadata: ObjectMeta {
-            name: Some(object_name.clone()),
-            namespace: Some(m.ns.clone()),
-            labels: Some(BTreeMap::from([
-                (LABEL_ID.to_owned(), id.clone()),
-                (LABEL_ORGANIZATION.to_owned(), m.org.name_any()),
-                (LABEL_MODULE.to_owned(), m.object_name()),
-            ])),
             owner_references: m.module.controller_owner_ref(&()).map(|o| vec![o]),
-            ..Default::default()
+            ..write::new_meta(
+                &id,
+                &m.ns,
+                m.org.name_any(),
+                &[(LABEL_MODULE, m.object_name())],
+            )
         },
         spec: TestVariableSpec {
             module: m.object_name(),
@@ -312,32 +284,17 @@ async fn create(
 }
 
 fn var_of(state: &AppState, m: &Module, id: &str) -> Result<Arc<TestVariable>, ApiError> {
-    state
-        .index
-        .read()
-        .test_variables()
-        .get(id)
-        .filter(|v| {
-            v.namespace().as_deref() == Some(m.ns.as_str()) && v.spec.module == m.object_name()
-        })
-        .cloned()
+    child_of(state.index.read().test_variables(), m, id)
         .ok_or_else(|| ApiError::not_found("variable not found"))
 }
 
 async fn update(
     State(state): State<AppState>,
     caller: Caller,
-    Path((org, namespace, name, provider, var)): Path<VarPath>,
+    Path(path): Path<ChildPath>,
     JsonApi(doc): JsonApi<Document<VarAttributes>>,
 ) -> Result<Doc, ApiError> {
-    let m = locate(
-        &state,
-        &caller,
-        (&org, &namespace, &name, &provider),
-        "update",
-        "testvariables",
-    )
-    .await?;
+    let (m, var) = locate_child(&state, &caller, path, "update", RESOURCE).await?;
     let current = var_of(&state, &m, &var)?;
     let mut errs = Vec::new();
     let input = parse(doc.checked()?.attributes, false, &mut errs);
@@ -404,16 +361,9 @@ async fn update(
 async fn remove(
     State(state): State<AppState>,
     caller: Caller,
-    Path((org, namespace, name, provider, var)): Path<VarPath>,
+    Path(path): Path<ChildPath>,
 ) -> Result<Response, ApiError> {
-    let m = locate(
-        &state,
-        &caller,
-        (&org, &namespace, &name, &provider),
-        "delete",
-        "testvariables",
-    )
-    .await?;
+    let (m, var) = locate_child(&state, &caller, path, "delete", RESOURCE).await?;
     let current = var_of(&state, &m, &var)?;
     match write::api::<TestVariable>(&state, &m.ns)
         .delete(&current.name_any(), &DeleteParams::default())

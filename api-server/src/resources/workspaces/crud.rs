@@ -1,11 +1,7 @@
 //! B1 create, B2 update, B4 show, B5 safe delete and B6 force delete, by ID and by
 //! organization and name (one [`Found`] extractor serves both addressings).
 
-use std::collections::BTreeMap;
-
-use kube::api::ObjectMeta;
-use terrace_crds::constants::{LABEL_ID, LABEL_ORGANIZATION};
-use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
+use terrace_crds::ids::{IdKind, new_id};
 use terrace_crds::{Workspace, WorkspaceSpec};
 
 use super::input::{
@@ -131,15 +127,7 @@ async fn create(
     let id = new_id(IdKind::Workspace);
     claims::claim(&state, &ns, &spec.name, &id).await?;
     let ws = Workspace {
-        metadata: ObjectMeta {
-            name: Some(object_name_for_id(&id)),
-            namespace: Some(ns.clone()),
-            labels: Some(BTreeMap::from([
-                (LABEL_ID.to_owned(), id.clone()),
-                (LABEL_ORGANIZATION.to_owned(), org.name_any()),
-            ])),
-            ..Default::default()
-        },
+        metadata: write::new_meta(&id, &ns, org.name_any(), &[]),
         spec,
         status: None,
     };

@@ -80,15 +80,20 @@ pub fn lock_holder(ws: &Workspace) -> Option<LockHolder> {
     terrace_crds::lock::holder_of(ws)
 }
 
-/// The effective execution mode: the workspace's own unless it inherits (`inherited`:
-/// its project's default, else the organization's).
-pub fn effective_execution_mode(ws: &Workspace, inherited: &str) -> String {
-    let inherits = ws
-        .spec
+/// Whether the workspace inherits its execution mode (and agent pool):
+/// `setting-overwrites.execution-mode` is false.
+fn inherits_execution_mode(ws: &Workspace) -> bool {
+    ws.spec
         .setting_overwrites
         .as_ref()
         .and_then(|o| o.execution_mode)
-        == Some(false);
+        == Some(false)
+}
+
+/// The effective execution mode: the workspace's own unless it inherits (`inherited`:
+/// its project's default, else the organization's).
+pub fn effective_execution_mode(ws: &Workspace, inherited: &str) -> String {
+    let inherits = inherits_execution_mode(ws);
     match (&ws.spec.execution_mode, ws.spec.operations) {
         (Some(m), _) if !inherits => m.clone(),
         (None, Some(ops)) if !inherits => {
@@ -120,12 +125,7 @@ pub fn workspace(ws: &Workspace, ctx: &RenderContext<'_>) -> Value {
         .and_then(|a| a.get(ANNOTATION_LOCK_REASON))
         .cloned();
     let mode = effective_execution_mode(ws, &ctx.inherited_mode);
-    let inherits = ws
-        .spec
-        .setting_overwrites
-        .as_ref()
-        .and_then(|o| o.execution_mode)
-        == Some(false);
+    let inherits = inherits_execution_mode(ws);
     let agent_pool = if inherits {
         ctx.inherited_pool.clone()
     } else {
