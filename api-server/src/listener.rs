@@ -851,11 +851,13 @@ mod tests {
                 .concat(),
                 "414",
             ),
+            // Headers that never end: hyper answers 431 once its buffer is full. (With
+            // the end sent too, a loaded machine may hand hyper the whole block in one
+            // read, which it parses before checking the size.)
             (
                 [
                     b"GET /ok HTTP/1.1\r\nHost: x\r\nX-Big: ".as_slice(),
                     &[b'a'; 500_000],
-                    b"\r\n\r\n",
                 ]
                 .concat(),
                 "431",
