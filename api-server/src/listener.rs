@@ -482,10 +482,12 @@ impl hyper::service::Service<Request<Incoming>> for Guarded {
         } else {
             Phase::Handler
         });
+        let ended = Arc::new(std::sync::atomic::AtomicBool::new(!has_body));
         let req = req.map(|body| {
             AxumBody::new(WatchedRequest {
                 inner: body,
                 clock: Some(clock.clone()),
+                ended: ended.clone(),
             })
         });
         let app = self.app.clone();
@@ -502,6 +504,13 @@ impl hyper::service::Service<Request<Incoming>> for Guarded {
             } else {
                 json_api_errors(resp).await
             };
+            // Answered without reading the whole body: hyper closes the connection rather
+            // than read the rest, so say so, or the client may send its next request on it.
+            let mut resp = resp;
+            if !ended.load(std::sync::atomic::Ordering::Relaxed) {
+                resp.headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
             Ok(resp.map(|body| {
                 AxumBody::new(WatchedResponse {
                     inner: body,
@@ -563,6 +572,8 @@ async fn json_api_errors(resp: Response<AxumBody>) -> Response<AxumBody> {
 struct WatchedRequest {
     inner: Incoming,
     clock: Option<Arc<Clock>>,
+    /// Set once the body was read to its end (not when it is dropped unread).
+    ended: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl WatchedRequest {
@@ -591,6 +602,9 @@ impl Body for WatchedRequest {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let r = Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(r, Poll::Ready(None)) || self.inner.is_end_stream() {
+            self.ended.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         if matches!(r, Poll::Ready(None | Some(Err(_)))) || self.inner.is_end_stream() {
             self.finished();
         }
@@ -880,6 +894,46 @@ mod tests {
                 assert!(head.contains("allow: PUT"), "{r}");
             }
         }
+    }
+
+    /// An answer given without reading the request's body (an unknown workspace's 404, a
+    /// 405, a 401) says `connection: close` when the body had not all arrived: hyper then
+    /// closes the connection instead of reading the rest, and a client that sent its next
+    /// request on it would get no answer at all. A body read to its end keeps the
+    /// connection alive.
+    #[tokio::test]
+    async fn an_unread_body_closes_the_connection_and_says_so() {
+        let (addr, _stop, _task) = start(limits()).await;
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        s.write_all(b"POST /ok HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n")
+            .await
+            .expect("write");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let _ = s.write_all(b"0123456789").await;
+        let r = response(&mut s).await;
+        assert!(r.starts_with("HTTP/1.1 405"), "{r}");
+        assert!(r.contains("connection: close"), "{r}");
+        let (_, closed) = until_closed(&mut s, Duration::from_secs(1)).await;
+        assert!(
+            closed,
+            "the server closes the connection it announced closing"
+        );
+
+        // Read to the end: kept alive, the next request is answered.
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        s.write_all(b"PUT /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n")
+            .await
+            .expect("write");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        s.write_all(b"0123456789").await.expect("write");
+        let r = response(&mut s).await;
+        assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+        assert!(!r.contains("connection: close"), "{r}");
+        s.write_all(b"GET /ok HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .expect("write");
+        let r = response(&mut s).await;
+        assert!(r.starts_with("HTTP/1.1 200"), "{r}");
     }
 
     /// At most `max_connections` are served at once: a third connection is accepted
