@@ -119,7 +119,7 @@ pub fn query_escape(s: &str) -> String {
 
 /// RFC 3339 UTC with milliseconds, as TFE prints timestamps.
 pub fn timestamp(t: &jiff::Timestamp) -> String {
-    t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+    terrace_crds::common::timestamp(t)
 }
 
 /// Now, as TFE prints timestamps.

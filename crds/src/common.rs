@@ -65,3 +65,9 @@ pub struct DataRetentionPolicy {
 pub trait HasConditions {
     fn conditions(&self) -> &[Condition];
 }
+
+/// A timestamp as the API and the objects' status write it: RFC 3339, UTC,
+/// milliseconds (`2026-01-05T10:00:02.000Z`).
+pub fn timestamp(t: &jiff::Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+}

@@ -312,6 +312,21 @@ pub fn backing_data_transition(
     }
 }
 
+/// The merge patch of `status` that records a version's data reaching `to` at `at`: the
+/// soft delete's time, the permanent deletion's time, or (restored) no soft delete.
+pub fn backing_data_marks(to: StateVersionState, at: &jiff::Timestamp) -> Value {
+    let at = crate::common::timestamp(at);
+    match to {
+        StateVersionState::BackingDataSoftDeleted => {
+            serde_json::json!({"status": to.as_str(), "backingDataDeletedAt": at})
+        }
+        StateVersionState::BackingDataPermanentlyDeleted => {
+            serde_json::json!({"status": to.as_str(), "backingDataPermanentlyDeletedAt": at})
+        }
+        _ => serde_json::json!({"status": to.as_str(), "backingDataDeletedAt": null}),
+    }
+}
+
 /// Hex MD5 of `bytes`.
 pub fn md5_hex(bytes: &[u8]) -> String {
     use md5::{Digest, Md5};

@@ -34,7 +34,9 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 use terrace_crds::blobs::FINALIZER;
 use terrace_crds::constants::{FIELD_MANAGER_OPERATOR, LABEL_ID};
-use terrace_crds::state::{Retention, StateVersionState, Times, effective_policy, retention};
+use terrace_crds::state::{
+    Retention, StateVersionState, Times, backing_data_marks, effective_policy, retention,
+};
 use terrace_crds::{Organization, StateVersion, Workspace};
 
 use crate::group_index::GroupIndex;
@@ -249,14 +251,12 @@ async fn delete_data(ctx: &Context, v: &StateVersion) -> Result<(), Error> {
         Ok(b) => b.as_ref().map(|s| s.scoped(&ns)),
         Err(why) => return Err(Error::Unavailable(format!("blob store: {why}"))),
     };
-    let status = v.status.as_ref();
-    let keys = [
-        status.and_then(|s| s.state.as_ref()).map(|b| b.key.clone()),
-        status
-            .and_then(|s| s.json_state.as_ref())
-            .map(|b| b.key.clone()),
-    ];
-    for key in keys.into_iter().flatten() {
+    let keys = v
+        .status
+        .iter()
+        .flat_map(|s| s.blobs())
+        .map(|b| b.key.clone());
+    for key in keys {
         match &bucket {
             Some(b) => b
                 .delete(&key)
@@ -271,18 +271,13 @@ async fn delete_data(ctx: &Context, v: &StateVersion) -> Result<(), Error> {
 /// Marks the version soft- or permanently deleted, with the time.
 async fn mark(ctx: &Context, v: &StateVersion, to: StateVersionState) -> Result<(), Error> {
     let ns = v.namespace().unwrap_or_default();
-    let at = k8s_openapi::jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%S%.3fZ")
-        .to_string();
-    let field = match to {
-        StateVersionState::BackingDataPermanentlyDeleted => "backingDataPermanentlyDeletedAt",
-        _ => "backingDataDeletedAt",
-    };
     let api: Api<StateVersion> = Api::namespaced(ctx.client.clone(), &ns);
     api.patch_status(
         &v.name_any(),
         &PatchParams::apply(FIELD_MANAGER_OPERATOR),
-        &Patch::Merge(&json!({"status": {"status": to.as_str(), field: at}})),
+        &Patch::Merge(
+            &json!({"status": backing_data_marks(to, &k8s_openapi::jiff::Timestamp::now())}),
+        ),
     )
     .await?;
     let id = v.labels().get(LABEL_ID).cloned().unwrap_or_default();

@@ -100,15 +100,12 @@ pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
 
     let versions: Api<StateVersion> = Api::all(client.clone());
     for v in versions.list(&ListParams::default()).await?.items {
-        let status = v.status.as_ref();
-        let blobs: Vec<(String, String)> = [
-            status.and_then(|s| s.state.as_ref()),
-            status.and_then(|s| s.json_state.as_ref()),
-        ]
-        .into_iter()
-        .flatten()
-        .map(|b| (b.key.clone(), b.sha256.clone()))
-        .collect();
+        let blobs: Vec<(String, String)> = v
+            .status
+            .iter()
+            .flat_map(|s| s.blobs())
+            .map(|b| (b.key.clone(), b.sha256.clone()))
+            .collect();
         migrate_object(&client, &v, &blobs, &src, &dst, to_s3, &mut tally).await?;
     }
     let cvs: Api<ConfigurationVersion> = Api::all(client.clone());

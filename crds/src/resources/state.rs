@@ -96,6 +96,15 @@ pub struct OutputSummary {
     pub type_json: Option<String>,
 }
 
+impl StateVersionStatus {
+    /// The version's blobs in the blob store: its state, then its JSON state.
+    pub fn blobs(&self) -> impl Iterator<Item = &StateBlob> {
+        [self.state.as_ref(), self.json_state.as_ref()]
+            .into_iter()
+            .flatten()
+    }
+}
+
 /// Observed state of a state version.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

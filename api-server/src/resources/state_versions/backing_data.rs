@@ -10,7 +10,9 @@
 //! `delete` right on the workspace (an admin's, as in TFE).
 
 use terrace_crds::StateVersion;
-use terrace_crds::state::{BackingDataAction, StateVersionState, backing_data_transition};
+use terrace_crds::state::{
+    BackingDataAction, StateVersionState, backing_data_marks, backing_data_transition,
+};
 
 use super::{READ_STATE, readable, state_of, store_of};
 use crate::blobs::BlobStore;
@@ -49,21 +51,11 @@ pub async fn act(
         .current_state_version(&ws.obj)
         .is_some_and(|c| c.uid() == v.uid());
     let api = write::api::<StateVersion>(&state, &ws.ns);
-    let now = jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%S%.3fZ")
-        .to_string();
+    let now = jiff::Timestamp::now();
     let done = write::guarded_status_patch(&api, (*v).clone(), |cur| {
         let to = backing_data_transition(state_of(cur), action, current)
             .map_err(|e| ApiError::conflict(e.to_string()))?;
-        Ok(Some(match to {
-            StateVersionState::BackingDataSoftDeleted => {
-                json!({"status": to.as_str(), "backingDataDeletedAt": now})
-            }
-            StateVersionState::BackingDataPermanentlyDeleted => {
-                json!({"status": to.as_str(), "backingDataPermanentlyDeletedAt": now})
-            }
-            _ => json!({"status": to.as_str(), "backingDataDeletedAt": null}),
-        }))
+        Ok(Some(backing_data_marks(to, &now)))
     })
     .await?;
     if state_of(&done) == StateVersionState::BackingDataPermanentlyDeleted {
@@ -77,12 +69,8 @@ pub async fn act(
 /// Removes the version's state and JSON state from the blob store.
 async fn delete_data(state: &AppState, v: &StateVersion) -> Result<(), ApiError> {
     let store = store_of(state, v);
-    let status = v.status.as_ref();
-    let keys = [
-        status.and_then(|s| s.state.as_ref()),
-        status.and_then(|s| s.json_state.as_ref()),
-    ];
-    for blob in keys.into_iter().flatten() {
+    let blobs = v.status.iter().flat_map(|s| s.blobs());
+    for blob in blobs {
         match store.delete(&blob.key).await {
             Ok(()) | Err(crate::blobs::BlobError::NotFound(_)) => {}
             Err(e) => return Err(crate::blobs::api_error("the state data", e)),
