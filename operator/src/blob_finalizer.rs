@@ -9,11 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
-use serde_json::json;
 use terrace_blobstore::BlobStore;
 use terrace_blobstore::s3::S3Store;
 use terrace_crds::ConfigurationVersion;
@@ -75,8 +73,7 @@ async fn reconcile(
     Ok(Action::await_change())
 }
 
-/// Removes [`FINALIZER`] from `obj` (under its resourceVersion, so a concurrent change of
-/// the finalizers is not overwritten; gone already is fine).
+/// Removes [`FINALIZER`] from `obj` (see [`crate::finalizers::remove`]).
 pub async fn release<K>(client: &kube::Client, obj: &K) -> Result<(), Error>
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
@@ -85,28 +82,8 @@ where
         + std::fmt::Debug,
     K::DynamicType: Default,
 {
-    let ns = obj.namespace().unwrap_or_default();
-    let rest: Vec<&String> = obj
-        .finalizers()
-        .iter()
-        .filter(|f| *f != FINALIZER)
-        .collect();
-    let api: Api<K> = Api::namespaced(client.clone(), &ns);
-    let patch =
-        json!({"metadata": {"resourceVersion": obj.resource_version(), "finalizers": rest}});
-    match api
-        .patch(
-            &obj.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Err(Error::Conflict(s.message)),
-        Err(e) => Err(Error::Kube(e)),
-    }
+    let api: Api<K> = Api::namespaced(client.clone(), &obj.namespace().unwrap_or_default());
+    crate::finalizers::remove(&api, obj, FINALIZER).await
 }
 
 fn error_policy(cv: Arc<ConfigurationVersion>, err: &Error, _s3: Arc<S3Store>) -> Action {

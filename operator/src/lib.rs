@@ -24,6 +24,7 @@ pub mod catalog;
 pub mod conditions;
 pub mod error;
 pub mod events;
+pub mod finalizers;
 pub mod group_index;
 pub mod identity;
 pub mod leader;

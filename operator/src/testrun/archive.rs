@@ -8,9 +8,8 @@
 //! archive.
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use kube::api::{LogParams, Patch, PatchParams, PostParams};
+use kube::api::{LogParams, PostParams};
 use kube::{Api, ResourceExt};
-use serde_json::json;
 use terrace_crds::TestRun;
 
 use super::context::RunContext;
@@ -94,32 +93,7 @@ pub async fn archive_log(
     }
 }
 
-/// Removes [`FINALIZER`] from the Pod. The merge patch carries the Pod's
-/// `resourceVersion`, so a concurrent change makes it fail with 409 (and retry) instead of
-/// dropping someone else's finalizer.
+/// Removes [`FINALIZER`] from the Pod (see [`crate::finalizers::remove`]).
 pub(super) async fn release(pods: &Api<Pod>, pod: &Pod) -> Result<(), Error> {
-    let current = pod.finalizers();
-    if !current.iter().any(|f| f == FINALIZER) {
-        return Ok(());
-    }
-    let rest: Vec<&String> = current.iter().filter(|f| *f != FINALIZER).collect();
-    let patch = json!({"metadata": {
-        "resourceVersion": pod.resource_version(),
-        "finalizers": rest,
-    }});
-    match pods
-        .patch(
-            &pod.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => {
-            Err(Error::Conflict(format!("pod {} changed", pod.name_any())))
-        }
-        Err(e) => Err(e.into()),
-    }
+    crate::finalizers::remove(pods, pod, FINALIZER).await
 }
