@@ -18,8 +18,8 @@ use axum::extract::{FromRequestParts, RawPathParams};
 use axum::http::request::Parts;
 use kube::{Resource, ResourceExt};
 use terrace_crds::{
-    AgentPool, ConfigurationVersion, OAuthToken, Organization, Project, RegistryModule, SshKey,
-    StateVersion, TestRun, TestVariable, Workspace,
+    AgentPool, ConfigurationVersion, OAuthToken, Organization, Project, RegistryModule, Run,
+    SshKey, StateVersion, TestRun, TestVariable, Workspace,
 };
 
 use crate::auth::{Caller, Check};
@@ -119,6 +119,7 @@ guarded!(
 guarded!(TestRun, "testruns", "test run");
 guarded!(TestVariable, "testvariables", "variable");
 guarded!(StateVersion, "stateversions", "state version");
+guarded!(Run, "runs", "run");
 
 /// How a readable object answers a caller who lacks the right for an operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -55,10 +55,9 @@ async fn ping() -> impl IntoResponse {
                 HeaderName::from_static("tfp-appname"),
                 HeaderValue::from_static("terrace"),
             ),
-            (
-                HeaderName::from_static("x-tfe-version"),
-                HeaderValue::from_static(env!("CARGO_PKG_VERSION")),
-            ),
+            // No `X-TFE-Version`: the terraform CLI parses it as a TFE release date
+            // (`v202410-1`) to decide on structured run output; terrace's run logs are
+            // plain text, which the CLI prints as they are without it.
             // go-tfe limits itself to two thirds of this per second, as against TFE (the
             // CLI polls a queued test run in a loop with no pause of its own).
             (

@@ -38,11 +38,13 @@ pub mod events;
 pub mod index;
 pub mod listener;
 pub mod metrics;
+pub mod pod_logs;
 pub mod prelude;
 pub mod query;
 pub mod read_only;
 pub mod render;
 pub mod resources;
+pub mod runner_auth;
 pub mod settings;
 #[cfg(test)]
 pub(crate) mod testing;

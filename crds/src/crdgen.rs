@@ -21,6 +21,7 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
         AgentPool::crd(),
         OAuthToken::crd(),
         StateVersion::crd(),
+        Run::crd(),
     ]
 }
 

@@ -25,11 +25,12 @@ pub enum IdKind {
     DataRetentionPolicy,
     StateVersion,
     StateVersionOutput,
+    Run,
 }
 
 impl IdKind {
     /// Every kind, for exhaustive tests and lookups.
-    pub const ALL: [IdKind; 13] = [
+    pub const ALL: [IdKind; 14] = [
         IdKind::Project,
         IdKind::Workspace,
         IdKind::RegistryModule,
@@ -43,6 +44,7 @@ impl IdKind {
         IdKind::DataRetentionPolicy,
         IdKind::StateVersion,
         IdKind::StateVersionOutput,
+        IdKind::Run,
     ];
 
     /// The prefix, including its dash.
@@ -61,6 +63,7 @@ impl IdKind {
             IdKind::DataRetentionPolicy => "drp-",
             IdKind::StateVersion => "sv-",
             IdKind::StateVersionOutput => "wsout-",
+            IdKind::Run => "run-",
         }
     }
 

@@ -16,6 +16,7 @@ pub mod lock;
 pub mod namespaces;
 pub mod resources;
 pub mod rules;
+pub mod run;
 pub mod state;
 pub mod testoutput;
 pub mod testrun;

@@ -32,7 +32,9 @@ pub mod metrics;
 pub mod organization;
 pub mod retention;
 pub mod rules;
+pub mod run;
 pub mod runner;
+pub mod runner_remote;
 pub mod settings;
 pub mod testpod;
 pub mod testrun;
@@ -196,6 +198,14 @@ async fn run_controllers(
         organizations.subscribe(),
         shutdown.clone(),
     );
+    let runs = run::controller(
+        ctx.clone(),
+        orgs.clone(),
+        workspace_feed.store(),
+        workspace_feed.subscribe(),
+        Arc::new(|_: &str, _: &str| Vec::new()),
+        shutdown.clone(),
+    );
     let workspaces = workspace::controller(
         ctx.clone(),
         orgs.clone(),
@@ -226,6 +236,7 @@ async fn run_controllers(
         catalog,
         workspaces,
         test_runs,
+        runs,
         state_retention,
         archives
     );

@@ -78,6 +78,8 @@ pub enum RunnerCommand {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// Run one phase (plan or apply) of a workspace run (see [`crate::runner_remote`]).
+    Remote(crate::runner_remote::RemoteArgs),
 }
 
 /// Errors of the runner itself. An engine that fails is not one: it is reported in the
@@ -679,6 +681,13 @@ pub fn install(source: &Path, dest: &Path) -> io::Result<&'static str> {
 
 pub fn run(command: &RunnerCommand) -> Result<(), String> {
     match command {
+        RunnerCommand::Remote(args) => {
+            let report = crate::runner_remote::remote(args);
+            match report.message {
+                Some(m) if !report.ok => Err(m),
+                _ => Ok(()),
+            }
+        }
         RunnerCommand::Install { dest } => {
             let source = std::env::current_exe().map_err(|e| format!("locating myself: {e}"))?;
             let how = install(&source, dest).map_err(|e| {

@@ -41,8 +41,8 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 use terrace_crds::{
-    AgentPool, ConfigurationVersion, OAuthToken, Organization, Project, RegistryModule, SshKey,
-    StateVersion, TestRun, TestVariable, Workspace, WorkspaceSpec, WorkspaceStatus,
+    AgentPool, ConfigurationVersion, OAuthToken, Organization, Project, RegistryModule, Run,
+    SshKey, StateVersion, TestRun, TestVariable, Workspace, WorkspaceSpec, WorkspaceStatus,
 };
 
 use crate::events::{new_recorder, publish_event};
@@ -109,6 +109,7 @@ watched_crds!(
     SshKey,
     AgentPool,
     OAuthToken,
+    Run,
 );
 
 impl Watched for Workspace {

@@ -5,6 +5,8 @@
 //! parse them: relationships are `{"data": null}` rather than null, timestamps carry
 //! milliseconds.
 
+pub mod config_versions;
+pub mod runs;
 pub mod state;
 
 use std::sync::Arc;

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use kube::Resource;
 use kube::api::ObjectMeta;
 use terrace_crds::{
-    AgentPool, ConfigurationVersion, OAuthToken, Organization, Project, RegistryModule, SshKey,
-    StateVersion, TestRun, TestVariable, Workspace,
+    AgentPool, ConfigurationVersion, OAuthToken, Organization, Project, RegistryModule, Run,
+    SshKey, StateVersion, TestRun, TestVariable, Workspace,
 };
 
 use super::Inner;
@@ -83,6 +83,7 @@ indexed_kinds!(
     TestRun,
     TestVariable,
     StateVersion,
+    Run,
 );
 
 /// Number of indexed objects per kind.
@@ -238,6 +239,7 @@ keyed!(RegistryModule, registry_modules);
 keyed!(ConfigurationVersion, configuration_versions);
 keyed!(TestRun, test_runs);
 keyed!(TestVariable, test_variables);
+keyed!(Run, runs);
 
 impl Indexed for StateVersion {
     const NAME: &'static str = "StateVersion";

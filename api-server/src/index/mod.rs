@@ -35,8 +35,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use terrace_crds::constants::LABEL_ID;
 use terrace_crds::{
-    AgentPool, ConfigurationVersion, OAuthToken, Organization, Project, RegistryModule, SshKey,
-    StateVersion, TestRun, TestVariable, Workspace,
+    AgentPool, ConfigurationVersion, OAuthToken, Organization, Project, RegistryModule, Run,
+    SshKey, StateVersion, TestRun, TestVariable, Workspace,
 };
 
 mod live;
@@ -70,6 +70,7 @@ pub struct Inner {
     configuration_versions: Keyed<ConfigurationVersion>,
     test_runs: Keyed<TestRun>,
     test_variables: Keyed<TestVariable>,
+    runs: Keyed<Run>,
     state_versions: Keyed<StateVersion>,
     /// (namespace, Workspace object name) → uids of its state versions.
     sv_by_workspace: HashMap<(String, String), Vec<String>>,
@@ -460,6 +461,17 @@ impl Inner {
             .min_by_key(|w| w.metadata.creation_timestamp.clone())
     }
 
+    /// The workspace of namespace `ns` whose object name is `object` (a scan of the
+    /// namespace's workspaces: for objects that name their workspace without its ID).
+    pub fn workspace_object(&self, ns: &str, object: &str) -> Option<&Arc<Workspace>> {
+        self.ws_by_namespace
+            .get(ns)?
+            .by_name
+            .iter()
+            .filter_map(|(_, uid)| self.workspaces.get(uid))
+            .find(|w| w.metadata.name.as_deref() == Some(object))
+    }
+
     /// Number of workspaces (with an ID) in project object `project` of namespace `ns`,
     /// counting those without a project in the default project.
     pub fn project_workspace_count(&self, p: &Project) -> usize {
@@ -523,6 +535,11 @@ impl Inner {
     /// Module test variables.
     pub fn test_variables(&self) -> &Keyed<TestVariable> {
         &self.test_variables
+    }
+
+    /// Workspace runs.
+    pub fn runs(&self) -> &Keyed<Run> {
+        &self.runs
     }
 
     /// State versions.

@@ -9,6 +9,7 @@ pub mod oauth_tokens;
 pub mod organizations;
 pub mod projects;
 pub mod retention;
+pub mod runs;
 pub mod ssh_keys;
 pub mod state_versions;
 pub mod tag_bindings;
@@ -33,9 +34,12 @@ pub fn router() -> Router<AppState> {
         .merge(oauth_tokens::router())
         .merge(module_tests::router())
         .merge(state_versions::router())
+        .merge(runs::router())
 }
 
 /// Routes with their own, larger body limit (uploads), merged outside the global one.
 pub fn upload_router(settings: &crate::Settings) -> Router<AppState> {
-    module_tests::upload_router().merge(state_versions::upload_router(settings.max_state_bytes))
+    module_tests::upload_router()
+        .merge(state_versions::upload_router(settings.max_state_bytes))
+        .merge(runs::runner::upload_router())
 }

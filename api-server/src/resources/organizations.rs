@@ -392,10 +392,9 @@ async fn remove(State(state): State<AppState>, o: VisibleOrg) -> Result<Response
     Ok(no_content())
 }
 
-/// The organization's entitlements. `operations` is false: terrace does not run plans and
-/// applies yet, so the terraform CLI runs them locally whatever a workspace's execution
-/// mode says (its `cloud` backend reads only this attribute to decide), storing state
-/// here; module test runs do not depend on it.
+/// The organization's entitlements. `operations` is true: terrace runs plans and applies
+/// (the terraform CLI's `cloud` backend reads only this attribute, then each workspace's
+/// `execution-mode`, to decide between a remote run and a local one storing state here).
 async fn entitlements(State(state): State<AppState>, o: VisibleOrg) -> Doc {
     let hosted = state.hosted();
     let name = o.org.tfe_name();
@@ -410,7 +409,7 @@ async fn entitlements(State(state): State<AppState>, o: VisibleOrg) -> Doc {
             "cost-estimation": false,
             "global-run-tasks": false,
             "module-tests-generation": false,
-            "operations": false,
+            "operations": true,
             "private-module-registry": true,
             "policy-enforcement": false,
             "run-tasks": false,

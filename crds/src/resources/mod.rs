@@ -5,6 +5,7 @@ mod module;
 mod organization;
 mod project;
 mod references;
+mod run;
 mod state;
 mod workspace;
 
@@ -12,6 +13,7 @@ pub use module::*;
 pub use organization::*;
 pub use project::*;
 pub use references::*;
+pub use run::*;
 pub use state::*;
 pub use workspace::*;
 

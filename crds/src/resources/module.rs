@@ -99,7 +99,7 @@ pub struct ConfigurationVersionSpec {
     pub speculative: bool,
     /// Origin of the configuration: `svc-api`, `engine` or `svc-configuration-version`.
     #[serde(default = "default_source")]
-    #[schemars(extend("enum" = ["engine", "svc-api", "svc-configuration-version"]))]
+    #[schemars(extend("enum" = ["engine", "svc-api", "svc-configuration-version", "tfe-api", "terraform+cloud"]))]
     pub source: String,
 }
 

@@ -43,8 +43,8 @@ use serde_json::{Value, json};
 use terrace_crds::constants::{FIELD_MANAGER_OPERATOR, LABEL_ID};
 use terrace_crds::ids::{IdKind, is_valid_id};
 use terrace_crds::{
-    AgentPool, ConfigurationVersion, OAuthToken, Organization, Project, RegistryModule, SshKey,
-    TestRun, TestVariable,
+    AgentPool, ConfigurationVersion, OAuthToken, Organization, Project, RegistryModule, Run,
+    SshKey, TestRun, TestVariable,
 };
 
 use crate::conditions::{Outcome, REASON_ASSIGNING_ID, kstatus_conditions};
@@ -80,6 +80,7 @@ pub fn targets() -> Vec<Target> {
             Upload,
         ),
         t(IdTarget::of::<TestRun>(IdKind::TestRun), External),
+        t(IdTarget::of::<Run>(IdKind::Run), External),
         t(IdTarget::of::<TestVariable>(IdKind::TestVariable), Module),
         t(IdTarget::of::<SshKey>(IdKind::SshKey), Identity),
         t(IdTarget::of::<AgentPool>(IdKind::AgentPool), Identity),

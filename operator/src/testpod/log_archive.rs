@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::ObjectMeta;
 use kube::{Resource, ResourceExt};
 use terrace_crds::TestRun;
@@ -57,13 +58,33 @@ pub fn build_log_archive(
     let owner = run
         .controller_owner_ref(&())
         .ok_or_else(|| Error::Invalid("the test run has no uid".into()))?;
+    build_log_archive_for(
+        owner,
+        &run.namespace().unwrap_or_default(),
+        LABEL_TEST_RUN,
+        run_id,
+        pod_name,
+        log,
+    )
+}
+
+/// The log archive ConfigMap of Pod `pod_name` in `ns`, owned by `owner` and labelled
+/// `label = id` (a test run's or a workspace run's).
+pub fn build_log_archive_for(
+    owner: OwnerReference,
+    ns: &str,
+    label: &str,
+    id: &str,
+    pod_name: &str,
+    log: &str,
+) -> Result<ConfigMap, Error> {
     let gz = gzip(log_tail(log, LOG_ARCHIVE_MAX).as_bytes())?;
     Ok(ConfigMap {
         metadata: ObjectMeta {
             name: Some(log_archive_name(pod_name)),
-            namespace: run.namespace(),
+            namespace: Some(ns.to_owned()),
             labels: Some(BTreeMap::from([
-                (LABEL_TEST_RUN.to_owned(), run_id.to_owned()),
+                (label.to_owned(), id.to_owned()),
                 (LABEL_MANAGED_BY.to_owned(), MANAGED_BY.to_owned()),
             ])),
             owner_references: Some(vec![owner]),

@@ -53,7 +53,8 @@ use crate::{Error, Settings};
 pub mod log_archive;
 
 pub use log_archive::{
-    LOG_ARCHIVE_KEY, LOG_ARCHIVE_MAX, build_log_archive, gzip, log_archive_name, log_tail,
+    LOG_ARCHIVE_KEY, LOG_ARCHIVE_MAX, build_log_archive, build_log_archive_for, gzip,
+    log_archive_name, log_tail,
 };
 
 /// Finalizer on test Pods: the controller removes it after recording the run's outcome.

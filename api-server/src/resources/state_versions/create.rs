@@ -64,7 +64,7 @@ pub struct CreateRelationships {
     run: Option<ToOne>,
 }
 
-fn state_error(e: StateError) -> ApiError {
+pub(super) fn state_error(e: StateError) -> ApiError {
     match e.status() {
         409 => ApiError::conflict(e.to_string()),
         413 => ApiError::TooLarge(e.to_string().into()),
@@ -260,7 +260,7 @@ async fn store_blob(
 }
 
 /// Stores the state bytes and marks the version finalized with its summary.
-async fn store_and_finalize(
+pub(super) async fn store_and_finalize(
     state: &AppState,
     v: &StateVersion,
     bytes: Bytes,
@@ -419,7 +419,7 @@ pub async fn upload_json_state(
 }
 
 /// Marks a version whose state was refused as discarded (it will never be finalized).
-async fn discard(state: &AppState, v: &StateVersion) {
+pub(super) async fn discard(state: &AppState, v: &StateVersion) {
     let api = write::api::<StateVersion>(state, &v.namespace().unwrap_or_default());
     match write::patch_status(
         &api,

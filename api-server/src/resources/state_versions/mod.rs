@@ -21,6 +21,7 @@ mod create;
 mod outputs;
 mod read;
 mod resources;
+mod run_state;
 #[cfg(test)]
 mod tests;
 
@@ -92,6 +93,10 @@ pub fn upload_router(max_state_bytes: usize) -> Router<AppState> {
         .route(
             &format!("{JSON_STATE_UPLOAD_PATH}/{{token}}"),
             put(create::upload_json_state),
+        )
+        .route(
+            "/api/v2/runner/runs/{id}/state",
+            get(run_state::read).put(run_state::write),
         )
         .layer(DefaultBodyLimit::max(limit))
         .layer(RequestBodyLimitLayer::new(limit))

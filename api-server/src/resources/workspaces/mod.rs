@@ -88,7 +88,7 @@ pub async fn render_located(
     by_name: bool,
 ) -> Result<Value, ApiError> {
     let permissions = permissions(state, caller, l).await?;
-    let (project_id, ssh_key_id, (inherited_mode, inherited_pool), current_state) = {
+    let (project_id, ssh_key_id, (inherited_mode, inherited_pool), current_state, current_run) = {
         let idx = state.index.read();
         let project = idx.project_of(&l.obj);
         (
@@ -102,9 +102,11 @@ pub async fn render_located(
                 ),
             },
             idx.current_state_version(&l.obj).cloned(),
+            documents::runs::current_run(&idx, &l.ns, &l.obj.name_any()).map(|r| id_of(r.as_ref())),
         )
     };
     let ctx = RenderContext {
+        current_run,
         org: &l.org,
         project_id,
         ssh_key_id,
@@ -272,6 +274,7 @@ struct CachedResponse {
     org: Arc<Organization>,
     project: Option<Arc<terrace_crds::Project>>,
     current_state: Option<Arc<terrace_crds::StateVersion>>,
+    current_run: Option<Arc<terrace_crds::Run>>,
     bytes: Bytes,
 }
 
@@ -304,7 +307,12 @@ impl ResponseCache {
                 .organization_of_namespace(c.org.target_namespace())
                 .is_some_and(|o| Arc::ptr_eq(o, &c.org))
             && same_arc(idx.project_of(&c.ws), c.project.as_ref())
-            && same_arc(idx.current_state_version(&c.ws), c.current_state.as_ref());
+            && same_arc(idx.current_state_version(&c.ws), c.current_state.as_ref())
+            && same_arc(
+                documents::runs::current_run(&idx, c.org.target_namespace(), &c.ws.name_any())
+                    .as_ref(),
+                c.current_run.as_ref(),
+            );
         if same {
             c.generation = generation;
         }
@@ -324,7 +332,7 @@ impl ResponseCache {
         // Read before the objects are checked below, so a change racing with this put
         // makes the entry re-validate instead of trusting it.
         let generation = state.index.generation();
-        let (project, current_state) = {
+        let (project, current_state, current_run) = {
             let idx = state.index.read();
             let current = l
                 .obj
@@ -343,6 +351,7 @@ impl ResponseCache {
             (
                 idx.project_of(&l.obj).cloned(),
                 idx.current_state_version(&l.obj).cloned(),
+                documents::runs::current_run(&idx, &l.ns, &l.obj.name_any()),
             )
         };
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
@@ -361,6 +370,7 @@ impl ResponseCache {
                 org: l.org.clone(),
                 project,
                 current_state,
+                current_run,
                 bytes,
             },
         );
@@ -439,8 +449,11 @@ fn render_key(state: &AppState, caller: &Caller, l: &Ws, by_name: bool) -> u128 
             v.metadata.resource_version.as_deref(),
         )
     });
+    let current_run = documents::runs::current_run(&idx, &l.ns, &l.obj.name_any())
+        .and_then(|r| r.metadata.uid.clone());
     crate::auth::digest(&(
         current_state,
+        current_run,
         l.obj.metadata.uid.as_deref(),
         l.obj.metadata.resource_version.as_deref(),
         l.org.metadata.uid.as_deref(),

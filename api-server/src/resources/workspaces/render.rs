@@ -43,6 +43,8 @@ pub struct RenderContext<'a> {
     pub by_name: bool,
     /// The current state version (the latest finalized one), if any.
     pub current_state: Option<std::sync::Arc<StateVersion>>,
+    /// The current run's ID (its newest run that is not plan-only), if any.
+    pub current_run: Option<String>,
 }
 
 /// The ID of the SSH key a workspace uses: `spec.sshKey` is an SSH key ID (what the API
@@ -265,8 +267,8 @@ pub fn workspace(ws: &Workspace, ctx: &RenderContext<'_>) -> Value {
             "data-retention-policy": retention_relationship(ws, ctx.org, ctx.hosted),
             "data-retention-policy-choice": retention_relationship(ws, ctx.org, ctx.hosted),
             "locked-by": {"data": locked_by},
-            "current-run": {"data": Value::Null},
-            "latest-run": {"data": Value::Null},
+            "current-run": {"data": ctx.current_run.as_ref().map(|r| json!({"id": r, "type": "runs"}))},
+            "latest-run": {"data": ctx.current_run.as_ref().map(|r| json!({"id": r, "type": "runs"}))},
             "outputs": {"data": output_linkage},
             "remote-state-consumers": {"links": {"related": format!("{base}/relationships/remote-state-consumers")}},
             "current-state-version": {"data": current_id.map(|i| json!({"id": i, "type": "state-versions"}))},

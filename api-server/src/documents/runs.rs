@@ -1,0 +1,243 @@
+//! Runs, plans and applies as the API shows them (the runs resource, and workspaces'
+//! `current-run`): TFE's attributes, `actions`, `status-timestamps`, and relationships
+//! by type (policy checks, cost estimates and task stages are absent: empty).
+
+use serde_json::Map;
+use terrace_crds::constants::LABEL_WORKSPACE_ID;
+use terrace_crds::run::{self, RunState};
+use terrace_crds::{Run, RunPhaseStatus};
+
+use crate::index::Inner;
+use crate::prelude::*;
+
+/// The run's state (an unknown stored value reads as errored).
+pub fn state_of(r: &Run) -> RunState {
+    RunState::of(r.status.as_ref().and_then(|s| s.status.as_deref())).unwrap_or(RunState::Errored)
+}
+
+/// Whether the run got as far as its apply (confirmed or later).
+pub fn reached_apply(r: &Run) -> bool {
+    r.status.as_ref().is_some_and(|s| {
+        s.status_timestamps
+            .contains_key(&run::timestamp_key(RunState::Confirmed))
+    })
+}
+
+/// The ID of the run's workspace and configuration version, from the index.
+pub fn links_of(idx: &Inner, r: &Run) -> (Option<String>, Option<String>) {
+    let ns = r.namespace().unwrap_or_default();
+    let ws = r
+        .labels()
+        .get(LABEL_WORKSPACE_ID)
+        .filter(|id| idx.workspace(id).is_some())
+        .cloned()
+        .or_else(|| {
+            idx.workspace_object(&ns, &r.spec.workspace)
+                .map(|w| id_of(w.as_ref()))
+        });
+    let cv = idx
+        .configuration_versions()
+        .in_namespace(&ns)
+        .find(|c| c.name_any() == r.spec.configuration_version)
+        .map(|c| id_of(c.as_ref()));
+    (ws, cv)
+}
+
+/// The workspace's current run: its newest run that is not plan-only.
+pub fn current_run(idx: &Inner, ns: &str, ws_object: &str) -> Option<Arc<Run>> {
+    idx.runs()
+        .in_namespace(ns)
+        .filter(|r| r.spec.workspace == ws_object && !r.spec.plan_only)
+        .max_by(|a, b| {
+            a.metadata
+                .creation_timestamp
+                .cmp(&b.metadata.creation_timestamp)
+                .then_with(|| a.name_any().cmp(&b.name_any()))
+        })
+        .cloned()
+}
+
+fn timestamps(r: &Run) -> Map<String, Value> {
+    r.status
+        .as_ref()
+        .map(|s| {
+            s.status_timestamps
+                .iter()
+                .map(|(k, v)| (k.clone(), json!(v)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// What the caller may do with runs (one RBAC answer: `patch` on runs).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RunPermissions {
+    pub act: bool,
+}
+
+/// The JSON:API `data` of a run.
+pub fn run_data(
+    r: &Run,
+    ws_id: Option<&str>,
+    cv_id: Option<&str>,
+    perms: RunPermissions,
+    position: Option<usize>,
+) -> Value {
+    let id = id_of(r);
+    let state = state_of(r);
+    let st = r.status.clone().unwrap_or_default();
+    let has_changes = st.plan.has_changes.unwrap_or(false);
+    let rel = |t: &str, v: Option<&str>| match v {
+        Some(v) => json!({"data": {"id": v, "type": t}}),
+        None => json!({"data": null}),
+    };
+    let created_by = r
+        .spec
+        .created_by
+        .as_deref()
+        .and_then(|c| c.strip_prefix("user:"));
+    json!({
+        "id": id,
+        "type": "runs",
+        "attributes": {
+            "actions": {
+                "is-cancelable": state.is_cancelable(),
+                "is-confirmable": state.is_confirmable(),
+                "is-discardable": state.is_discardable(),
+                "is-force-cancelable": state.is_cancelable() && st.cancel_requested_at.is_some(),
+            },
+            "allow-config-generation": false,
+            "allow-empty-apply": false,
+            "auto-apply": r.spec.auto_apply,
+            "canceled-at": st.status_timestamps.get(&run::timestamp_key(RunState::Canceled)),
+            "created-at": created_at(r),
+            "has-changes": has_changes,
+            "is-destroy": r.spec.is_destroy,
+            "message": r.spec.message,
+            "plan-only": r.spec.plan_only,
+            "refresh": r.spec.refresh,
+            "refresh-only": r.spec.refresh_only,
+            "replace-addrs": r.spec.replace_addrs,
+            "save-plan": r.spec.save_plan,
+            "source": r.spec.source,
+            "status": state.as_str(),
+            "status-timestamps": timestamps(r),
+            "target-addrs": r.spec.target_addrs,
+            "trigger-reason": "manual",
+            "terraform-version": Value::Null,
+            "variables": r.spec.variables.iter().map(|v| json!({"key": v.key, "value": v.value})).collect::<Vec<_>>(),
+            "position-in-queue": position.unwrap_or(0),
+            "permissions": {
+                "can-apply": perms.act,
+                "can-cancel": perms.act,
+                "can-comment": false,
+                "can-discard": perms.act,
+                "can-force-execute": false,
+                "can-force-cancel": perms.act,
+                "can-override-policy-check": false,
+            },
+        },
+        "relationships": {
+            "workspace": rel("workspaces", ws_id),
+            "configuration-version": rel("configuration-versions", cv_id),
+            "plan": rel("plans", Some(&run::plan_id(&id))),
+            "apply": rel("applies", Some(&run::apply_id(&id))),
+            "created-by": rel("users", created_by),
+            "cost-estimate": {"data": null},
+            "policy-checks": {"data": []},
+            "run-events": {"data": []},
+            "task-stages": {"data": []},
+            "comments": {"data": []},
+        },
+        "links": {"self": format!("/api/v2/runs/{id}")},
+    })
+}
+
+fn counts(p: &RunPhaseStatus, finished: bool) -> (Value, Value, Value, Value) {
+    let n = |v: Option<i64>| {
+        if finished {
+            json!(v.unwrap_or(0))
+        } else {
+            json!(0)
+        }
+    };
+    (
+        n(p.resource_additions),
+        n(p.resource_changes),
+        n(p.resource_destructions),
+        n(p.resource_imports),
+    )
+}
+
+/// The JSON:API `data` of a run's plan; `log_url`: its log-read URL.
+pub fn plan_data(r: &Run, log_url: &str) -> Value {
+    let id = run::plan_id(&id_of(r));
+    let state = state_of(r);
+    let status = state.plan_status(reached_apply(r));
+    let p = r.status.clone().unwrap_or_default().plan;
+    let (add, change, destroy, import) = counts(&p, status == "finished");
+    let mut ts = Map::new();
+    if let Some(t) = &p.started_at {
+        ts.insert("started-at".into(), json!(t));
+    }
+    if let Some(t) = &p.finished_at {
+        ts.insert(format!("{status}-at"), json!(t));
+    }
+    json!({
+        "id": id,
+        "type": "plans",
+        "attributes": {
+            "status": status,
+            "has-changes": p.has_changes.unwrap_or(false),
+            "resource-additions": add,
+            "resource-changes": change,
+            "resource-destructions": destroy,
+            "resource-imports": import,
+            "generated-configuration": false,
+            "log-read-url": log_url,
+            "status-timestamps": ts,
+            "execution-details": {"mode": "remote"},
+        },
+        "relationships": {
+            "state-versions": {"data": []},
+            "exports": {"data": []},
+        },
+        "links": {
+            "self": format!("/api/v2/plans/{id}"),
+            "json-output": format!("/api/v2/plans/{id}/json-output"),
+            "json-output-redacted": format!("/api/v2/plans/{id}/json-output-redacted"),
+        },
+    })
+}
+
+/// The JSON:API `data` of a run's apply; `log_url`: its log-read URL.
+pub fn apply_data(r: &Run, log_url: &str) -> Value {
+    let id = run::apply_id(&id_of(r));
+    let state = state_of(r);
+    let status = state.apply_status(reached_apply(r));
+    let a = r.status.clone().unwrap_or_default().apply;
+    let (add, change, destroy, import) = counts(&a, status == "finished");
+    let mut ts = Map::new();
+    if let Some(t) = &a.started_at {
+        ts.insert("started-at".into(), json!(t));
+    }
+    if let Some(t) = &a.finished_at {
+        ts.insert(format!("{status}-at"), json!(t));
+    }
+    json!({
+        "id": id,
+        "type": "applies",
+        "attributes": {
+            "status": status,
+            "resource-additions": add,
+            "resource-changes": change,
+            "resource-destructions": destroy,
+            "resource-imports": import,
+            "log-read-url": log_url,
+            "status-timestamps": ts,
+            "execution-details": {"mode": "remote"},
+        },
+        "relationships": {"state-versions": {"data": []}},
+        "links": {"self": format!("/api/v2/applies/{id}")},
+    })
+}

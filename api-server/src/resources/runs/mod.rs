@@ -1,0 +1,844 @@
+//! Runs of workspaces (docs/runs.md): `POST /runs`, show, the workspace's list, the
+//! actions (apply, discard, cancel, force-cancel), plans and applies with their logs and
+//! JSON plan, and the reads the terraform CLI makes while it waits (run events, the
+//! organization's queue and capacity). Workspace configuration versions are in
+//! [`config_versions`], the runner's endpoints (a run's Pod's only way in) in [`runner`].
+//!
+//! A run is a Run object (spec immutable) owned by its workspace; the operator's run
+//! controller executes it and owns its status. The API records what a caller asks — a
+//! confirmation (`confirmed`), a discard (`discarded`), a cancel request — with merge
+//! patches of the status under the resourceVersion read, decided on the fresh object
+//! after a conflict, so an action never applies to a run that moved on.
+
+pub mod config_versions;
+pub mod runner;
+
+use std::collections::BTreeMap;
+
+use axum::http::HeaderMap;
+use kube::api::PostParams;
+use terrace_crds::constants::LABEL_WORKSPACE_ID;
+use terrace_crds::ids::{IdKind, new_id};
+use terrace_crds::resources::RunVariable;
+use terrace_crds::run::{self, RunState};
+use terrace_crds::{ConfigurationVersion, ConfigurationVersionState, Run, RunSpec, Workspace};
+
+use crate::blobs::BlobStore;
+use crate::capability::base_url;
+use crate::documents::runs::{RunPermissions, apply_data, links_of, plan_data, run_data, state_of};
+use crate::prelude::*;
+use crate::render::{page_slice, pagination};
+
+/// The RBAC resource of runs.
+pub const RESOURCE: &str = "runs";
+/// Purpose of plan and apply log-read tokens.
+const LOG_PURPOSE: &str = "run-log";
+/// How long a log-read URL works.
+const LOG_URL_TTL: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+/// Blob key of a run's plan file and of its JSON form.
+pub fn plan_key(run_id: &str) -> String {
+    format!("runs/{run_id}/plan")
+}
+pub fn plan_json_key(run_id: &str) -> String {
+    format!("runs/{run_id}/plan.json")
+}
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/v2/runs", post(create))
+        .route("/api/v2/runs/{id}", get(show))
+        .route("/api/v2/workspaces/{id}/runs", get(list))
+        .route("/api/v2/runs/{id}/actions/{action}", post(act))
+        .route("/api/v2/runs/{id}/run-events", get(run_events))
+        .route("/api/v2/runs/{id}/plan", get(plan_of_run))
+        .route("/api/v2/runs/{id}/apply", get(apply_of_run))
+        .route("/api/v2/plans/{plan}", get(show_plan))
+        .route("/api/v2/applies/{apply}", get(show_apply))
+        .route("/api/v2/plans/{plan}/json-output", get(json_output))
+        .route(
+            "/api/v2/plans/{plan}/json-output-redacted",
+            get(json_output),
+        )
+        .route(
+            "/api/v2/runs/{id}/plan/json-output",
+            get(json_output_of_run),
+        )
+        .route("/api/v2/plans/{plan}/log/{token}", get(plan_log))
+        .route("/api/v2/applies/{apply}/log/{token}", get(apply_log))
+        .route("/api/v2/organizations/{org}/runs/queue", get(queue))
+        .route("/api/v2/organizations/{org}/capacity", get(capacity))
+        .merge(config_versions::router())
+        .merge(runner::router())
+}
+
+/// The attributes of `POST /runs`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct CreateAttributes {
+    auto_apply: Option<bool>,
+    #[serde(default)]
+    is_destroy: bool,
+    #[serde(default)]
+    message: Option<String>,
+    refresh: Option<bool>,
+    #[serde(default)]
+    refresh_only: bool,
+    #[serde(default)]
+    plan_only: bool,
+    #[serde(default)]
+    save_plan: bool,
+    #[serde(default)]
+    target_addrs: Vec<String>,
+    #[serde(default)]
+    replace_addrs: Vec<String>,
+    #[serde(default)]
+    variables: Vec<VariableEntry>,
+    #[serde(default)]
+    allow_empty_apply: bool,
+    #[serde(default)]
+    allow_config_generation: bool,
+    #[serde(default)]
+    terraform_version: Option<String>,
+    #[serde(default)]
+    debugging_mode: bool,
+}
+
+impl Typed for CreateAttributes {
+    const TYPE: &'static str = "runs";
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct VariableEntry {
+    key: String,
+    value: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct CreateRelationships {
+    workspace: Option<ToOne>,
+    configuration_version: Option<ToOne>,
+}
+
+const WS_PTR: &str = "/data/relationships/workspace/data/id";
+const CV_PTR: &str = "/data/relationships/configuration-version/data/id";
+
+/// The newest uploaded configuration version of workspace object `ws` in `ns`.
+fn latest_uploaded(state: &AppState, ns: &str, ws: &str) -> Option<Arc<ConfigurationVersion>> {
+    state
+        .index
+        .read()
+        .configuration_versions()
+        .in_namespace(ns)
+        .filter(|c| c.spec.workspace.as_deref() == Some(ws))
+        .filter(|c| c.state() == Ok(ConfigurationVersionState::Uploaded))
+        .max_by(|a, b| {
+            a.metadata
+                .creation_timestamp
+                .cmp(&b.metadata.creation_timestamp)
+                .then_with(|| a.name_any().cmp(&b.name_any()))
+        })
+        .cloned()
+}
+
+async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    JsonApi(doc): JsonApi<Document<CreateAttributes, CreateRelationships>>,
+) -> Result<Doc, ApiError> {
+    let data = doc.checked()?;
+    let ws_id = data
+        .relationships
+        .workspace
+        .as_ref()
+        .and_then(|r| r.id().flatten())
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| ApiError::invalid(WS_PTR, "a workspace is required"))?
+        .to_owned();
+    let ws = state.readable::<Workspace>(&caller, &ws_id).await?;
+    state
+        .require_or_403(
+            &caller,
+            &Check::new("create", RESOURCE, &ws.ns, None),
+            "not authorized to queue runs in this workspace",
+        )
+        .await?;
+    let a = data.attributes;
+    let mut errs = Vec::new();
+    if a.is_destroy && !ws.obj.spec.allow_destroy_plan {
+        errs.push(FieldError::new(
+            "/data/attributes/is-destroy",
+            "destroy plans are not allowed in this workspace (allow-destroy-plan is false)",
+        ));
+    }
+    if a.is_destroy && a.refresh_only {
+        errs.push(FieldError::new(
+            "/data/attributes/refresh-only",
+            "a run cannot be both a destroy and a refresh-only run",
+        ));
+    }
+    let mut variables = Vec::new();
+    for (i, v) in a.variables.into_iter().enumerate() {
+        match terrace_crds::rules::validate_run_variable_key(&v.key) {
+            Ok(()) => variables.push(RunVariable {
+                key: v.key,
+                value: v.value,
+            }),
+            Err(e) => errs.push(FieldError::new(
+                format!("/data/attributes/variables/{i}/key"),
+                e.to_string(),
+            )),
+        }
+    }
+    let ws_object = ws.object_name();
+    let cv_id = data
+        .relationships
+        .configuration_version
+        .as_ref()
+        .and_then(|r| r.id().flatten())
+        .filter(|s| !s.is_empty());
+    let cv = match cv_id {
+        Some(id) => {
+            let cv = state.index.read().configuration_versions().get(id).cloned();
+            match cv.filter(|c| {
+                c.namespace().as_deref() == Some(ws.ns.as_str())
+                    && c.spec.workspace.as_deref() == Some(ws_object.as_str())
+            }) {
+                None => {
+                    errs.push(FieldError::new(
+                        CV_PTR,
+                        format!("configuration version {id:?} not found in this workspace"),
+                    ));
+                    None
+                }
+                Some(c) if c.state() != Ok(ConfigurationVersionState::Uploaded) => {
+                    errs.push(FieldError::new(
+                        CV_PTR,
+                        format!(
+                            "configuration version is not uploaded (it is {})",
+                            crate::documents::config_versions::status_of(&c)
+                        ),
+                    ));
+                    None
+                }
+                Some(c) => Some(c),
+            }
+        }
+        None => {
+            let latest = latest_uploaded(&state, &ws.ns, &ws_object);
+            if latest.is_none() {
+                errs.push(FieldError::new(
+                    CV_PTR,
+                    "the workspace has no uploaded configuration version: upload one first",
+                ));
+            }
+            latest
+        }
+    };
+    let cv = match cv {
+        Some(cv) if errs.is_empty() => cv,
+        _ => return Err(ApiError::Invalid(errs)),
+    };
+    let id = new_id(IdKind::Run);
+    let integration = headers
+        .get(terrace_crds::testrun::HEADER_TERRAFORM_INTEGRATION)
+        .and_then(|v| v.to_str().ok());
+    let source = if integration == Some("cloud") {
+        "terraform+cloud"
+    } else {
+        "tfe-api"
+    };
+    let message = a.message.filter(|m| !m.is_empty()).unwrap_or_else(|| {
+        if source == "terraform+cloud" {
+            "Triggered via CLI".to_owned()
+        } else {
+            "Queued manually via the Terraform Enterprise API".to_owned()
+        }
+    });
+    let spec = RunSpec {
+        workspace: ws_object,
+        configuration_version: cv.name_any(),
+        is_destroy: a.is_destroy,
+        refresh: a.refresh.unwrap_or(true),
+        refresh_only: a.refresh_only,
+        plan_only: a.plan_only || cv.spec.speculative,
+        auto_apply: a.auto_apply.unwrap_or(ws.obj.spec.auto_apply),
+        save_plan: a.save_plan,
+        message,
+        target_addrs: a.target_addrs,
+        replace_addrs: a.replace_addrs,
+        variables,
+        source: source.to_owned(),
+        created_by: Some(format!("user:{}", caller.username)),
+    };
+    let _ = (
+        a.allow_empty_apply,
+        a.allow_config_generation,
+        a.terraform_version,
+        a.debugging_mode,
+    );
+    let run = Run {
+        metadata: kube::api::ObjectMeta {
+            owner_references: ws.obj.controller_owner_ref(&()).map(|o| vec![o]),
+            ..write::new_meta(
+                &id,
+                &ws.ns,
+                ws.org.name_any(),
+                &[(LABEL_WORKSPACE_ID, ws.id())],
+            )
+        },
+        spec,
+        status: None,
+    };
+    let api = write::api::<Run>(&state, &ws.ns);
+    let created = api.create(&PostParams::default(), &run).await?;
+    let now = crate::render::now();
+    let created = write::patch_status(
+        &api,
+        &created.name_any(),
+        json!({"id": id, "status": RunState::Pending.as_str(),
+               "statusTimestamps": {"plan-queueable-at": now}}),
+    )
+    .await?;
+    write::wait_seen(&state, &created).await;
+    let at = Located {
+        obj: Arc::new(created),
+        org: ws.org.clone(),
+        ns: ws.ns.clone(),
+    };
+    Ok(Doc(
+        StatusCode::CREATED,
+        render(&state, &caller, &at, &[]).await?,
+    ))
+}
+
+/// The run's document with `included` for `includes`.
+async fn render(
+    state: &AppState,
+    caller: &Caller,
+    at: &Located<Run>,
+    includes: &[String],
+) -> Result<Value, ApiError> {
+    let act = state
+        .allowed(caller, &Check::new("patch", RESOURCE, &at.ns, None))
+        .await?;
+    let (ws_id, cv_id) = links_of(&state.index.read(), &at.obj);
+    let data = run_data(
+        &at.obj,
+        ws_id.as_deref(),
+        cv_id.as_deref(),
+        RunPermissions { act },
+        None,
+    );
+    let base = "";
+    let mut included = Vec::new();
+    for inc in includes {
+        match inc.as_str() {
+            "plan" => included.push(plan_data(
+                &at.obj,
+                &log_url(state, base, &run::plan_id(&at.id())),
+            )),
+            "apply" => included.push(apply_data(
+                &at.obj,
+                &log_url(state, base, &run::apply_id(&at.id())),
+            )),
+            "workspace" => {
+                if let Some(w) = ws_id
+                    .as_deref()
+                    .and_then(|id| state.index.read().workspace(id).cloned())
+                {
+                    included.push(workspace_brief(&w, &at.org));
+                }
+            }
+            "configuration_version" => {
+                if let Some(c) = cv_id
+                    .as_deref()
+                    .and_then(|id| state.index.read().configuration_versions().get(id).cloned())
+                {
+                    included.push(crate::documents::config_versions::render(&c, None));
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut doc = json!({ "data": data });
+    if !included.is_empty() {
+        doc["included"] = json!(included);
+    }
+    Ok(doc)
+}
+
+/// A workspace as a run's `included` shows it: what the CLI reads of it (name,
+/// organization, lock, structured run output: off, as terrace's logs are plain text).
+fn workspace_brief(w: &Workspace, org: &Organization) -> Value {
+    let holder = terrace_crds::lock::holder_of(w);
+    json!({
+        "id": id_of(w),
+        "type": "workspaces",
+        "attributes": {
+            "name": w.spec.name,
+            "locked": holder.is_some(),
+            "structured-run-output-enabled": false,
+            "execution-mode": w.spec.execution_mode,
+            "auto-apply": w.spec.auto_apply,
+            "working-directory": w.spec.working_directory,
+        },
+        "relationships": {
+            "organization": {"data": {"id": org.tfe_name(), "type": "organizations"}},
+        },
+    })
+}
+
+/// The log-read URL of plan or apply `phase_id`: a capability URL (no Authorization).
+fn log_url(state: &AppState, base: &str, phase_id: &str) -> String {
+    let token = state.signer.sign(LOG_PURPOSE, phase_id, LOG_URL_TTL);
+    let kind = if phase_id.starts_with("plan-") {
+        "plans"
+    } else {
+        "applies"
+    };
+    format!("{base}/api/v2/{kind}/{phase_id}/log/{token}")
+}
+
+const RUN_INCLUDES: &[&str] = &[
+    "plan",
+    "apply",
+    "workspace",
+    "configuration_version",
+    "created_by",
+    "task_stages",
+    "cost_estimate",
+    "policy_checks",
+    "run_events",
+    "configuration_version.ingress_attributes",
+];
+
+async fn show(
+    State(state): State<AppState>,
+    f: Found<Run>,
+    headers: HeaderMap,
+    q: QueryParams,
+) -> Result<Doc, ApiError> {
+    let includes = q.includes(RUN_INCLUDES)?;
+    let mut doc = render(&state, &f.caller, &f.at, &includes).await?;
+    absolutize(&mut doc, &base_url(&state, &headers));
+    Ok(Doc(StatusCode::OK, doc))
+}
+
+/// Makes the log-read URLs of a document absolute.
+fn absolutize(doc: &mut Value, base: &str) {
+    if let Some(items) = doc["included"].as_array_mut() {
+        for i in items {
+            if let Some(u) = i["attributes"]["log-read-url"].as_str()
+                && u.starts_with('/')
+            {
+                i["attributes"]["log-read-url"] = json!(format!("{base}{u}"));
+            }
+        }
+    }
+}
+
+async fn list(
+    State(state): State<AppState>,
+    f: Found<Workspace>,
+    q: QueryParams,
+) -> Result<Doc, ApiError> {
+    let page = q.page()?;
+    q.supported_filters(&[
+        "filter[status]",
+        "filter[operation]",
+        "filter[source]",
+        "filter[status_group]",
+    ])?;
+    let statuses: Vec<String> = q
+        .get("filter[status]")
+        .map(|s| {
+            s.split(',')
+                .map(|x| x.trim().to_owned())
+                .filter(|x| !x.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    let ws = &f.at;
+    if !state
+        .allowed(&f.caller, &Check::new("list", RESOURCE, &ws.ns, None))
+        .await?
+    {
+        let (meta, links) = pagination(&format!("/api/v2/workspaces/{}/runs", ws.id()), page, 0);
+        return Ok(Doc(
+            StatusCode::OK,
+            json!({"data": [], "meta": meta, "links": links}),
+        ));
+    }
+    let act = state
+        .allowed(&f.caller, &Check::new("patch", RESOURCE, &ws.ns, None))
+        .await?;
+    let object = ws.object_name();
+    let (runs, cv_ids) = {
+        let idx = state.index.read();
+        let mut runs: Vec<Arc<Run>> = idx
+            .runs()
+            .in_namespace(&ws.ns)
+            .filter(|r| r.spec.workspace == object)
+            .filter(|r| statuses.is_empty() || statuses.iter().any(|s| s == state_of(r).as_str()))
+            .cloned()
+            .collect();
+        runs.sort_by(|a, b| {
+            b.metadata
+                .creation_timestamp
+                .cmp(&a.metadata.creation_timestamp)
+                .then_with(|| b.name_any().cmp(&a.name_any()))
+        });
+        let cv_ids: BTreeMap<String, String> = idx
+            .configuration_versions()
+            .in_namespace(&ws.ns)
+            .filter(|c| c.spec.workspace.as_deref() == Some(object.as_str()))
+            .map(|c| (c.name_any(), id_of(c.as_ref())))
+            .collect();
+        (runs, cv_ids)
+    };
+    let ws_id = ws.id();
+    let data: Vec<Value> = page_slice(&runs, page)
+        .iter()
+        .map(|r| {
+            run_data(
+                r,
+                Some(&ws_id),
+                cv_ids
+                    .get(&r.spec.configuration_version)
+                    .map(String::as_str),
+                RunPermissions { act },
+                None,
+            )
+        })
+        .collect();
+    let (meta, links) = pagination(
+        &format!("/api/v2/workspaces/{ws_id}/runs"),
+        page,
+        runs.len(),
+    );
+    Ok(Doc(
+        StatusCode::OK,
+        json!({"data": data, "meta": meta, "links": links}),
+    ))
+}
+
+/// `POST /runs/:id/actions/{apply,discard,cancel,force-cancel}`: 202 when recorded, 409
+/// when the run is not in a state that allows it.
+async fn act(
+    State(state): State<AppState>,
+    Path((id, action)): Path<(String, String)>,
+    caller: Caller,
+) -> Result<Response, ApiError> {
+    let at = state.readable::<Run>(&caller, &id).await?;
+    state
+        .require_or_403(
+            &caller,
+            &at.check("patch"),
+            "not authorized to act on this run",
+        )
+        .await?;
+    let who = format!("user:{}", caller.username);
+    let now = crate::render::now();
+    let refuse = |s: RunState, what: &str| {
+        ApiError::conflict(format!(
+            "transition not allowed: the run is {s}, it cannot be {what}"
+        ))
+    };
+    let change: Box<dyn FnMut(&Run) -> Result<Option<Value>, ApiError> + Send> =
+        match action.as_str() {
+            "apply" => Box::new(move |r: &Run| {
+                let s = state_of(r);
+                if !s.is_confirmable() {
+                    return Err(refuse(s, "applied"));
+                }
+                Ok(Some(json!({
+                    "status": RunState::Confirmed.as_str(),
+                    "confirmedBy": who,
+                    "statusTimestamps": {run::timestamp_key(RunState::Confirmed): now},
+                })))
+            }),
+            "discard" => Box::new(move |r: &Run| {
+                let s = state_of(r);
+                if !s.is_discardable() {
+                    return Err(refuse(s, "discarded"));
+                }
+                Ok(Some(json!({
+                    "status": RunState::Discarded.as_str(),
+                    "statusTimestamps": {run::timestamp_key(RunState::Discarded): now},
+                })))
+            }),
+            "cancel" => Box::new(move |r: &Run| {
+                let s = state_of(r);
+                if !s.is_cancelable() {
+                    return Err(refuse(s, "canceled"));
+                }
+                if r.status
+                    .as_ref()
+                    .is_some_and(|st| st.cancel_requested_at.is_some())
+                {
+                    return Ok(None);
+                }
+                Ok(Some(json!({"cancelRequestedAt": now})))
+            }),
+            "force-cancel" => Box::new(move |r: &Run| {
+                let s = state_of(r);
+                if !s.is_cancelable() {
+                    return Err(refuse(s, "force-canceled"));
+                }
+                if r.status
+                    .as_ref()
+                    .is_none_or(|st| st.cancel_requested_at.is_none())
+                {
+                    return Err(ApiError::conflict(
+                        "transition not allowed: force-cancel is available after a cancel",
+                    ));
+                }
+                Ok(Some(json!({"forceCancelRequestedAt": now})))
+            }),
+            _ => return Err(ApiError::not_found("unknown run action")),
+        };
+    let api = write::api::<Run>(&state, &at.ns);
+    let current = api.get(&at.object_name()).await?;
+    let written = write::guarded_status_patch(&api, current, change).await?;
+    write::wait_seen(&state, &written).await;
+    Ok(StatusCode::ACCEPTED.into_response())
+}
+
+/// `GET /runs/:id/run-events`: no events are recorded (policy and task enforcement
+/// changes are what the CLI shows from it).
+async fn run_events(f: Found<Run>, q: QueryParams) -> Result<Doc, ApiError> {
+    let (meta, links) = pagination(
+        &format!("/api/v2/runs/{}/run-events", f.at.id()),
+        q.page()?,
+        0,
+    );
+    Ok(Doc(
+        StatusCode::OK,
+        json!({"data": [], "meta": meta, "links": links}),
+    ))
+}
+
+/// The run of plan or apply `phase_id`, if the caller may read it.
+async fn run_of_phase(
+    state: &AppState,
+    caller: &Caller,
+    phase_id: &str,
+) -> Result<Located<Run>, ApiError> {
+    let run_id = run::run_of(phase_id).ok_or_else(|| ApiError::not_found("not found"))?;
+    state.readable::<Run>(caller, &run_id).await
+}
+
+async fn show_plan(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(plan): Path<String>,
+    headers: HeaderMap,
+) -> Result<Doc, ApiError> {
+    if !plan.starts_with("plan-") {
+        return Err(ApiError::not_found("plan not found"));
+    }
+    let at = run_of_phase(&state, &caller, &plan).await?;
+    let base = base_url(&state, &headers);
+    Ok(Doc::ok(plan_data(&at.obj, &log_url(&state, &base, &plan))))
+}
+
+async fn show_apply(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(apply): Path<String>,
+    headers: HeaderMap,
+) -> Result<Doc, ApiError> {
+    if !apply.starts_with("apply-") {
+        return Err(ApiError::not_found("apply not found"));
+    }
+    let at = run_of_phase(&state, &caller, &apply).await?;
+    let base = base_url(&state, &headers);
+    Ok(Doc::ok(apply_data(
+        &at.obj,
+        &log_url(&state, &base, &apply),
+    )))
+}
+
+async fn plan_of_run(State(state): State<AppState>, f: Found<Run>, headers: HeaderMap) -> Doc {
+    let base = base_url(&state, &headers);
+    let plan = run::plan_id(&f.at.id());
+    Doc::ok(plan_data(&f.at.obj, &log_url(&state, &base, &plan)))
+}
+
+async fn apply_of_run(State(state): State<AppState>, f: Found<Run>, headers: HeaderMap) -> Doc {
+    let base = base_url(&state, &headers);
+    let apply = run::apply_id(&f.at.id());
+    Doc::ok(apply_data(&f.at.obj, &log_url(&state, &base, &apply)))
+}
+
+/// The JSON plan (`terraform show -json` of the plan file): it holds sensitive values,
+/// so it needs `read-state` on the workspace, as the state does.
+async fn json_plan(
+    state: &AppState,
+    caller: &Caller,
+    at: &Located<Run>,
+) -> Result<Response, ApiError> {
+    let ws = Check::new(
+        "read-state",
+        "workspaces",
+        &at.ns,
+        Some(&at.obj.spec.workspace),
+    );
+    state
+        .require_or_403(
+            caller,
+            &ws,
+            "reading a plan's JSON output needs the read-state right on the workspace",
+        )
+        .await?;
+    let bytes = crate::blobs::store(state, &at.ns, at.obj.controller_owner_ref(&()))
+        .get(&plan_json_key(&at.id()))
+        .await
+        .map_err(|e| match e {
+            crate::blobs::BlobError::NotFound(_) => {
+                ApiError::not_found("this plan has no JSON output (yet)")
+            }
+            other => crate::blobs::api_error("the JSON plan", other),
+        })?;
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        bytes,
+    )
+        .into_response())
+}
+
+async fn json_output(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(plan): Path<String>,
+) -> Result<Response, ApiError> {
+    let at = run_of_phase(&state, &caller, &plan).await?;
+    json_plan(&state, &caller, &at).await
+}
+
+async fn json_output_of_run(
+    State(state): State<AppState>,
+    f: Found<Run>,
+) -> Result<Response, ApiError> {
+    json_plan(&state, &f.caller, &f.at).await
+}
+
+/// A phase's log through its capability URL (no Authorization; another phase's ID, a
+/// forged or expired token: 404).
+async fn phase_log(
+    state: &AppState,
+    phase_id: &str,
+    token: &str,
+    q: &QueryParams,
+) -> Result<Response, ApiError> {
+    if !state.signer.verify(LOG_PURPOSE, phase_id, token) {
+        return Err(ApiError::not_found("log not found"));
+    }
+    let run_id = run::run_of(phase_id).ok_or_else(|| ApiError::not_found("log not found"))?;
+    let r = state
+        .index
+        .read()
+        .runs()
+        .get(&run_id)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found("log not found"))?;
+    let st = r.status.clone().unwrap_or_default();
+    let s = state_of(&r);
+    let reached = crate::documents::runs::reached_apply(&r);
+    let (pod, status) = if phase_id.starts_with("plan-") {
+        (st.plan.pod_name, s.plan_status(reached))
+    } else {
+        (st.apply.pod_name, s.apply_status(reached))
+    };
+    let finished = matches!(status, "finished" | "errored" | "canceled" | "unreachable");
+    let ns = r.namespace().unwrap_or_default();
+    crate::pod_logs::respond(&state.client, &ns, pod.as_deref(), finished, q).await
+}
+
+async fn plan_log(
+    State(state): State<AppState>,
+    Path((plan, token)): Path<(String, String)>,
+    q: QueryParams,
+) -> Result<Response, ApiError> {
+    phase_log(&state, &plan, &token, &q).await
+}
+
+async fn apply_log(
+    State(state): State<AppState>,
+    Path((apply, token)): Path<(String, String)>,
+    q: QueryParams,
+) -> Result<Response, ApiError> {
+    phase_log(&state, &apply, &token, &q).await
+}
+
+/// The organization's runs waiting or running (`GET /organizations/:org/runs/queue`).
+async fn queue(
+    State(state): State<AppState>,
+    o: VisibleOrg,
+    q: QueryParams,
+) -> Result<Doc, ApiError> {
+    let page = q.page()?;
+    let runs = state.listable::<Run>(&o.caller, &o.org).await?;
+    let mut active: Vec<Arc<Run>> = runs
+        .into_iter()
+        .filter(|r| {
+            let s = state_of(r);
+            !s.is_final() && !matches!(s, RunState::Planned | RunState::PlannedAndSaved)
+        })
+        .collect();
+    active.sort_by(|a, b| {
+        a.metadata
+            .creation_timestamp
+            .cmp(&b.metadata.creation_timestamp)
+    });
+    let data: Vec<Value> = {
+        let idx = state.index.read();
+        page_slice(&active, page)
+            .iter()
+            .map(|r| {
+                let (ws, cv) = links_of(&idx, r);
+                run_data(
+                    r,
+                    ws.as_deref(),
+                    cv.as_deref(),
+                    RunPermissions::default(),
+                    Some(0),
+                )
+            })
+            .collect()
+    };
+    let (meta, links) = pagination(
+        &format!("/api/v2/organizations/{}/runs/queue", o.org.tfe_name()),
+        page,
+        active.len(),
+    );
+    Ok(Doc(
+        StatusCode::OK,
+        json!({"data": data, "meta": meta, "links": links}),
+    ))
+}
+
+/// How many of the organization's runs wait and run (`GET /organizations/:org/capacity`).
+async fn capacity(State(state): State<AppState>, o: VisibleOrg) -> Result<Doc, ApiError> {
+    let runs = state.listable::<Run>(&o.caller, &o.org).await?;
+    let running = runs.iter().filter(|r| state_of(r).is_running()).count();
+    let pending = runs
+        .iter()
+        .filter(|r| {
+            matches!(
+                state_of(r),
+                RunState::Pending
+                    | RunState::PlanQueued
+                    | RunState::ApplyQueued
+                    | RunState::Confirmed
+            )
+        })
+        .count();
+    Ok(Doc::ok(json!({
+        "id": o.org.tfe_name(),
+        "type": "organization-capacity",
+        "attributes": {"pending": pending, "running": running},
+    })))
+}

@@ -1,0 +1,150 @@
+//! The runner's endpoints of a run (`/api/v2/runner/runs/:id/…`), authorized by the run
+//! token ([`crate::runner_auth`]): the configuration archive, and the plan file and its
+//! JSON, which the plan Pod uploads and the apply Pod downloads. The workspace's state is
+//! read and written through the state versions resource's runner endpoints.
+
+use axum::body::Bytes;
+use axum::extract::DefaultBodyLimit;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, header};
+use terrace_crds::run::{Phase, RunState};
+use terrace_crds::{ConfigurationVersion, Run};
+use tower_http::limit::RequestBodyLimitLayer;
+
+use super::{plan_json_key, plan_key};
+use crate::blobs::{BlobError, BlobStore};
+use crate::documents::runs::state_of;
+use crate::prelude::*;
+
+/// Largest plan file (or JSON plan) accepted from a runner.
+pub const MAX_PLAN_BYTES: usize = 256 * 1024 * 1024;
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/api/v2/runner/runs/{id}/archive", get(archive))
+}
+
+/// The upload routes (their own body limit).
+pub fn upload_router() -> Router<AppState> {
+    Router::new()
+        .route("/api/v2/runner/runs/{id}/plan", put(put_plan).get(get_plan))
+        .route("/api/v2/runner/runs/{id}/plan-json", put(put_plan_json))
+        .layer(DefaultBodyLimit::max(MAX_PLAN_BYTES))
+        .layer(RequestBodyLimitLayer::new(MAX_PLAN_BYTES))
+}
+
+fn store(state: &AppState, run: &Run) -> impl BlobStore + use<> {
+    crate::blobs::store(
+        state,
+        &run.namespace().unwrap_or_default(),
+        run.controller_owner_ref(&()),
+    )
+}
+
+fn body(b: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    b.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::TooLarge(format!("larger than {MAX_PLAN_BYTES} bytes").into())
+        } else {
+            ApiError::bad_body(format!("unreadable body: {e}"))
+        }
+    })
+}
+
+/// Only the phase that writes it may upload the plan.
+fn in_phase(run: &Run, phase: Phase) -> Result<(), ApiError> {
+    let s = state_of(run);
+    let ok = match phase {
+        Phase::Plan => s == RunState::Planning,
+        Phase::Apply => s == RunState::Applying,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::conflict(format!(
+            "the run is {s}: its {} phase is not running",
+            phase.as_str()
+        )))
+    }
+}
+
+/// `GET …/archive`: the run's configuration archive.
+async fn archive(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let run = crate::runner_auth::authorize(&state, &id, &headers).await?;
+    let ns = run.namespace().unwrap_or_default();
+    let cv: Option<Arc<ConfigurationVersion>> = state
+        .index
+        .read()
+        .configuration_versions()
+        .in_namespace(&ns)
+        .find(|c| c.name_any() == run.spec.configuration_version)
+        .cloned();
+    let key = cv
+        .as_ref()
+        .and_then(|c| c.status.as_ref())
+        .and_then(|s| s.archive.as_ref())
+        .map(|a| a.key.clone())
+        .ok_or_else(|| ApiError::not_found("the run's configuration version has no archive"))?;
+    let bytes = crate::blobs::store(&state, &ns, None)
+        .get(&key)
+        .await
+        .map_err(|e| match e {
+            BlobError::NotFound(_) => ApiError::not_found("archive not found"),
+            other => crate::blobs::api_error("the archive", other),
+        })?;
+    Ok(([(header::CONTENT_TYPE, "application/gzip")], bytes).into_response())
+}
+
+async fn put_plan(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    b: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let run = crate::runner_auth::authorize(&state, &id, &headers).await?;
+    in_phase(&run, Phase::Plan)?;
+    let bytes = body(b)?;
+    store(&state, &run)
+        .put(&plan_key(&id), bytes)
+        .await
+        .map_err(|e| crate::blobs::api_error("the plan", e))?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn put_plan_json(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    b: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let run = crate::runner_auth::authorize(&state, &id, &headers).await?;
+    in_phase(&run, Phase::Plan)?;
+    let bytes = body(b)?;
+    serde_json::from_slice::<serde::de::IgnoredAny>(&bytes)
+        .map_err(|e| ApiError::invalid("/", format!("the JSON plan is not JSON: {e}")))?;
+    store(&state, &run)
+        .put(&plan_json_key(&id), bytes)
+        .await
+        .map_err(|e| crate::blobs::api_error("the JSON plan", e))?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn get_plan(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let run = crate::runner_auth::authorize(&state, &id, &headers).await?;
+    in_phase(&run, Phase::Apply)?;
+    let bytes = store(&state, &run)
+        .get(&plan_key(&id))
+        .await
+        .map_err(|e| match e {
+            BlobError::NotFound(_) => ApiError::not_found("the run has no plan file"),
+            other => crate::blobs::api_error("the plan", other),
+        })?;
+    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
+}

@@ -1,0 +1,148 @@
+//! The state of a run's workspace as its Pod reads and writes it (`GET`/`PUT
+//! /api/v2/runner/runs/:id/state`, authorized by the run token, see
+//! [`crate::runner_auth`]). The engine in the Pod works on a local state file; the runner
+//! downloads the current state before and uploads the new one after the apply. The new
+//! state becomes a state version of the run (`run` relationship), under the rules of any
+//! state write: the run must hold the workspace's lock, serial and lineage must succeed
+//! the current version's.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, header};
+use kube::api::PostParams;
+use terrace_crds::constants::LABEL_WORKSPACE_ID;
+use terrace_crds::ids::{IdKind, new_id};
+use terrace_crds::lock::LockHolder;
+use terrace_crds::run::RunState;
+use terrace_crds::state::{self, Current, StateVersionState};
+use terrace_crds::{Run, StateVersion, StateVersionSpec, Workspace};
+
+use super::create::{discard, state_error, store_and_finalize};
+use super::state_bytes;
+use crate::index::Indexed;
+use crate::prelude::*;
+
+/// The run's workspace (404 when it is gone).
+fn workspace_of(state: &AppState, run: &Run) -> Result<Arc<Workspace>, ApiError> {
+    let idx = state.index.read();
+    let ns = run.namespace().unwrap_or_default();
+    run.labels()
+        .get(LABEL_WORKSPACE_ID)
+        .and_then(|id| idx.workspace(id))
+        .filter(|w| w.name_any() == run.spec.workspace)
+        .cloned()
+        .or_else(|| {
+            Workspace::in_namespace(&idx, &ns)
+                .into_iter()
+                .find(|w| w.name_any() == run.spec.workspace)
+        })
+        .ok_or_else(|| ApiError::not_found("the run's workspace is gone"))
+}
+
+/// `GET …/state`: the current state file, or 204 when the workspace has none.
+pub async fn read(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let run = crate::runner_auth::authorize(&state, &id, &headers).await?;
+    let ws = workspace_of(&state, &run)?;
+    let current = state.index.read().current_state_version(&ws).cloned();
+    let Some(v) = current else {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    };
+    let bytes = state_bytes(&state, &v).await?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], bytes).into_response())
+}
+
+/// `PUT …/state`: the state after the run's apply, as a new finalized state version.
+pub async fn write(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let run = crate::runner_auth::authorize(&state, &id, &headers).await?;
+    let s = RunState::of(run.status.as_ref().and_then(|s| s.status.as_deref()));
+    if s != Ok(RunState::Applying) {
+        return Err(ApiError::conflict(
+            "only a run that is applying writes state",
+        ));
+    }
+    let bytes = body.map_err(|e| ApiError::bad_body(format!("unreadable body: {e}")))?;
+    let limit = state.settings.max_state_bytes as u64;
+    state::check_size(bytes.len() as u64, limit).map_err(state_error)?;
+    let summary = state::check_state(&bytes, None).map_err(state_error)?;
+    let ws = workspace_of(&state, &run)?;
+    let me = LockHolder::Run(id.clone());
+    state::check_lock(terrace_crds::lock::holder_of(&ws).as_ref(), &me).map_err(state_error)?;
+    let md5 = state::md5_hex(&bytes);
+    let cur = state
+        .index
+        .read()
+        .current_state_version(&ws)
+        .map(|v| (v.spec.serial, v.spec.lineage.clone(), v.spec.md5.clone()));
+    state::check_succession(
+        cur.as_ref().map(|(s, l, m)| Current {
+            serial: *s,
+            lineage: l,
+            md5: m,
+        }),
+        summary.serial,
+        &summary.lineage,
+        &md5,
+        false,
+    )
+    .map_err(state_error)?;
+    let ns = ws.namespace().unwrap_or_default();
+    let org = state
+        .index
+        .read()
+        .organization_of_namespace(&ns)
+        .map(|o| o.name_any())
+        .unwrap_or_default();
+    let sv_id = new_id(IdKind::StateVersion);
+    let sv = StateVersion {
+        metadata: kube::api::ObjectMeta {
+            owner_references: ws.controller_owner_ref(&()).map(|o| vec![o]),
+            finalizers: state
+                .blobs
+                .is_external()
+                .then(|| vec![terrace_crds::blobs::FINALIZER.to_owned()]),
+            ..write::new_meta(
+                &sv_id,
+                &ns,
+                org,
+                &[(LABEL_WORKSPACE_ID, id_of(ws.as_ref()))],
+            )
+        },
+        spec: StateVersionSpec {
+            workspace: ws.name_any(),
+            serial: summary.serial,
+            lineage: summary.lineage.clone(),
+            md5,
+            force: false,
+            created_by: Some(me.annotation()),
+            run: Some(id),
+        },
+        status: None,
+    };
+    let api = write::api::<StateVersion>(&state, &ns);
+    let created = api.create(&PostParams::default(), &sv).await?;
+    let created = write::patch_status(
+        &api,
+        &created.name_any(),
+        json!({"id": sv_id, "status": StateVersionState::Pending.as_str()}),
+    )
+    .await?;
+    match store_and_finalize(&state, &created, bytes, summary).await {
+        Ok(done) => {
+            write::wait_seen(&state, &done).await;
+            Ok(StatusCode::NO_CONTENT.into_response())
+        }
+        Err(e) => {
+            discard(&state, &created).await;
+            Err(e)
+        }
+    }
+}

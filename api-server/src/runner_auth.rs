@@ -1,0 +1,64 @@
+//! The credential of a run's Pod: the run token the operator put in the run's Secret
+//! (`<run object>-run`, key `token`; see the operator's `run::pod`). The runner presents
+//! it as `Authorization: Bearer` on the runner endpoints of that one run (its archive,
+//! its workspace's state, its plan); it is compared in constant time and works only while
+//! the run is not final (the operator deletes the Secret when the run ends).
+
+use axum::http::{HeaderMap, header};
+use k8s_openapi::api::core::v1::Secret;
+use terrace_crds::Run;
+use terrace_crds::run::RunState;
+
+use crate::capability::constant_time_eq;
+use crate::prelude::*;
+
+/// Secret key of the run token.
+pub const TOKEN_KEY: &str = "token";
+
+/// Name of the run's Secret (the operator's naming: `<run object>-run`).
+pub fn secret_name(run_object: &str) -> String {
+    format!("{run_object}-run")
+}
+
+fn unauthorized() -> ApiError {
+    ApiError::Unauthorized("a valid run token is required".into())
+}
+
+/// The run `run_id` if `headers` carry its token and it is not final (401 otherwise, the
+/// same for an unknown run).
+pub async fn authorize(
+    state: &AppState,
+    run_id: &str,
+    headers: &HeaderMap,
+) -> Result<Arc<Run>, ApiError> {
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(s, _)| s.eq_ignore_ascii_case("bearer"))
+        .map(|(_, t)| t.trim().to_owned())
+        .filter(|t| !t.is_empty())
+        .ok_or_else(unauthorized)?;
+    let run = state
+        .index
+        .read()
+        .runs()
+        .get(run_id)
+        .cloned()
+        .ok_or_else(unauthorized)?;
+    let status = RunState::of(run.status.as_ref().and_then(|s| s.status.as_deref()));
+    if status.is_ok_and(RunState::is_final) {
+        return Err(unauthorized());
+    }
+    let secrets = write::api::<Secret>(state, &run.namespace().unwrap_or_default());
+    let secret = secrets
+        .get_opt(&secret_name(&run.name_any()))
+        .await?
+        .ok_or_else(unauthorized)?;
+    let holds = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(TOKEN_KEY))
+        .is_some_and(|t| constant_time_eq(&t.0, presented.as_bytes()));
+    if holds { Ok(run) } else { Err(unauthorized()) }
+}

@@ -1,0 +1,664 @@
+//! The Run controller (docs/runs.md): a run's plan and apply, each in a Pod of its own
+//! ([`pod`]), one apply run at a time per workspace, holding the workspace's lock.
+//!
+//! One reconcile is observe → decide → act:
+//! - observe: the Run (from the controller's cache), its workspace and the other runs of
+//!   the workspace (caches), the current phase's Pod (read from the API, named
+//!   deterministically, so a restarted operator finds it instead of starting a second);
+//! - decide: a pending run's turn with the pure [`run::may_start`], the rest with the
+//!   pure [`run::decide`];
+//! - act: lock the workspace for the run (a guarded merge under its resourceVersion),
+//!   create the Secret and the phase's Pod, delete a Pod on cancel, write the new status
+//!   (a merge patch under the Run's resourceVersion, so a concurrent API action — apply,
+//!   discard, cancel — wins or is seen next time), record an Event; when a phase's Pod
+//!   ended, archive its log and let go of it; when the run ends, unlock the workspace and
+//!   delete the Secret.
+//!
+//! Pending runs are woken when their workspace changes (an unlock) and when another run
+//! of the workspace changes (one ends).
+
+pub mod pod;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, LogParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{EventType, Recorder};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+use terrace_crds::constants::{
+    ANNOTATION_LOCK_REASON, ANNOTATION_LOCKED_AT, ANNOTATION_LOCKED_BY, LABEL_ID,
+};
+use terrace_crds::lock::{LockHolder, holder_of};
+use terrace_crds::run::{
+    self, Cancel, Decision, Flags, Phase, PhaseReport, PodSeen, QueuedRun, RunState,
+};
+use terrace_crds::{Run, Workspace};
+
+use crate::events::publish_event;
+use crate::identity::Organizations;
+use crate::testpod::{ENGINE_CONTAINER, build_log_archive_for, log_archive_name};
+use crate::testrun::observe::{EngineObs, PodObs, observe_pod};
+use crate::watch::Feed;
+use crate::{Context, Error};
+use pod::{FINALIZER, LABEL_RUN, RunPodInputs, Variable};
+
+/// Where a run's workspace variables come from (the workspace variables' cache).
+pub type VariableSource = Arc<dyn Fn(&str, &str) -> Vec<Variable> + Send + Sync>;
+
+/// What every reconcile of the controller shares.
+pub struct RunContext {
+    pub base: Arc<Context>,
+    pub orgs: Organizations,
+    pub runs: Store<Run>,
+    pub workspaces: Store<Workspace>,
+    pub variables: VariableSource,
+    pub recorder: Recorder,
+}
+
+/// The Run controller, run until `shutdown` resolves.
+pub fn controller<S>(
+    ctx: Arc<Context>,
+    orgs: Organizations,
+    workspaces: Store<Workspace>,
+    workspace_changes: impl futures::Stream<Item = Result<Workspace, watcher::Error>> + Send + 'static,
+    variables: VariableSource,
+    shutdown: S,
+) -> impl Future<Output = ()> + Send + 'static
+where
+    S: Future<Output = ()> + Send + Sync + 'static,
+{
+    let client = &ctx.client;
+    let mut runs = Feed::<Run>::new(client, (), watcher::Config::default());
+    let mut pods = Feed::<Pod>::new(client, (), watcher::Config::default().labels(LABEL_RUN));
+    let store = runs.store();
+    let (by_ws, by_run) = (store.clone(), store.clone());
+    let run_changes = runs.subscribe();
+    let controller = Controller::for_stream(runs.into_stream(), store.clone())
+        .owns_stream(pods.subscribe())
+        .watches_stream_with(
+            workspace_changes,
+            move |ws: Workspace| {
+                waiting_in(&by_ws.state(), ws.namespace().as_deref(), &ws.name_any())
+            },
+            (),
+        )
+        .watches_stream_with(
+            run_changes,
+            move |r: Run| {
+                waiting_in(&by_run.state(), r.namespace().as_deref(), &r.spec.workspace)
+                    .into_iter()
+                    .filter(|o| o.name != r.name_any())
+                    .collect::<Vec<_>>()
+            },
+            (),
+        );
+    let rctx = Arc::new(RunContext {
+        recorder: crate::events::new_recorder(client),
+        base: ctx,
+        orgs,
+        runs: store,
+        workspaces,
+        variables,
+    });
+    // The Pods' feed is driven here (nothing else consumes it); it stops with the
+    // controller.
+    let pod_watch = pods.into_stream().for_each(|_| futures::future::ready(()));
+    let main = controller
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, rctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "run reconcile");
+            }
+        });
+    async move {
+        tokio::select! {
+            () = main => {}
+            () = pod_watch => {}
+        }
+    }
+}
+
+/// The pending runs of workspace `ws` in `ns` (to wake when it or its runs change).
+fn waiting_in(runs: &[Arc<Run>], ns: Option<&str>, ws: &str) -> Vec<ObjectRef<Run>> {
+    runs.iter()
+        .filter(|r| r.namespace().as_deref() == ns && r.spec.workspace == ws)
+        .filter(|r| state_of(r) == RunState::Pending)
+        .map(|r| ObjectRef::from_obj(r.as_ref()))
+        .collect()
+}
+
+fn error_policy(run: Arc<Run>, err: &Error, _ctx: Arc<RunContext>) -> Action {
+    tracing::warn!(error = %err, name = %run.name_any(), "run reconcile failed");
+    err.retry_or_await_change(Duration::from_secs(5))
+}
+
+fn state_of(run: &Run) -> RunState {
+    RunState::of(run.status.as_ref().and_then(|s| s.status.as_deref())).unwrap_or(RunState::Errored)
+}
+
+fn cancel_of(run: &Run) -> Cancel {
+    match run.status.as_ref() {
+        Some(s) if s.force_cancel_requested_at.is_some() => Cancel::Force,
+        Some(s) if s.cancel_requested_at.is_some() => Cancel::Cancel,
+        _ => Cancel::None,
+    }
+}
+
+/// The phase whose Pod matters in `state`.
+fn phase_of(state: RunState) -> Option<Phase> {
+    match state {
+        RunState::PlanQueued | RunState::Planning => Some(Phase::Plan),
+        RunState::Confirmed | RunState::ApplyQueued | RunState::Applying => Some(Phase::Apply),
+        _ => None,
+    }
+}
+
+/// What the controller sees of a phase Pod, and whether its engine may still write.
+fn seen(obs: &PodObs) -> PodSeen {
+    match obs {
+        PodObs::Missing | PodObs::Foreign => PodSeen::Absent,
+        PodObs::Present(p) => {
+            if let Some(f) = &p.failure {
+                return PodSeen::Ended(Some(PhaseReport {
+                    ok: false,
+                    message: Some(f.clone()),
+                    ..PhaseReport::default()
+                }));
+            }
+            match &p.engine {
+                Some(EngineObs::Terminated {
+                    exit_code,
+                    message,
+                    reason,
+                }) => PodSeen::Ended(Some(
+                    message
+                        .as_deref()
+                        .and_then(|m| serde_json::from_str::<PhaseReport>(m.trim()).ok())
+                        .unwrap_or_else(|| PhaseReport {
+                            ok: false,
+                            message: Some(format!(
+                                "the engine container ended with exit code {exit_code}{}",
+                                reason
+                                    .as_deref()
+                                    .map(|r| format!(" ({r})"))
+                                    .unwrap_or_default()
+                            )),
+                            ..PhaseReport::default()
+                        }),
+                )),
+                _ if p.deletion_overdue => PodSeen::Ended(None),
+                _ => PodSeen::Running,
+            }
+        }
+    }
+}
+
+async fn reconcile(run: Arc<Run>, ctx: Arc<RunContext>) -> Result<Action, Error> {
+    let ns = run
+        .namespace()
+        .ok_or_else(|| Error::Invalid("run without namespace".into()))?;
+    let Some(run_id) = run.labels().get(LABEL_ID).cloned() else {
+        // The catalog gives it an ID first.
+        return Ok(Action::await_change());
+    };
+    let client = &ctx.base.client;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let state = state_of(&run);
+    if run.meta().deletion_timestamp.is_some() || state.is_final() {
+        return finish(&run, &ctx, &ns, &run_id, &pods).await;
+    }
+    let ws = ctx
+        .workspaces
+        .get(&ObjectRef::new(&run.spec.workspace).within(&ns));
+    let Some(ws) = ws else {
+        write_status(
+            &ctx,
+            &run,
+            RunState::Errored,
+            None,
+            Some("the workspace is gone".into()),
+            None,
+        )
+        .await?;
+        return Ok(Action::await_change());
+    };
+    let cancel = cancel_of(&run);
+    if state == RunState::Pending {
+        return start(&run, &ctx, &ws, &run_id, cancel).await;
+    }
+    let Some(phase) = phase_of(state) else {
+        // Planned / planned_and_saved: waiting for the API (apply, discard). The plan Pod
+        // is let go of as soon as it ended.
+        release_phase(&ctx, &run, &run_id, &pods, Phase::Plan).await?;
+        return Ok(Action::await_change());
+    };
+    let pod_name = pod::pod_name(&run.name_any(), phase);
+    let current = pods.get_opt(&pod_name).await?;
+    let obs = observe_pod(
+        current.as_ref(),
+        run.uid().as_deref().unwrap_or_default(),
+        Timestamp::now(),
+    );
+    let seen = seen(&obs);
+    let flags = Flags {
+        plan_only: run.spec.plan_only,
+        save_plan: run.spec.save_plan,
+        auto_apply: run.spec.auto_apply,
+    };
+    let d: Decision = run::decide(state, cancel, &seen, flags);
+    if let Some(p) = d.create_pod {
+        if phase == Phase::Apply {
+            release_phase(&ctx, &run, &run_id, &pods, Phase::Plan).await?;
+        }
+        create_pod(&ctx, &run, &ws, &run_id, p).await?;
+    }
+    if let Some(grace) = d.delete_pod {
+        let dp = DeleteParams {
+            grace_period_seconds: Some(u32::try_from(grace).unwrap_or(0)),
+            ..DeleteParams::default()
+        };
+        match pods.delete(&pod_name, &dp).await {
+            Ok(_) | Err(kube::Error::Api(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if let Some(to) = d.to {
+        // A phase's log is archived before the run moves on, so readers find it.
+        if matches!(seen, PodSeen::Ended(_)) {
+            archive(client, &run, &run_id, &pods, &pod_name).await;
+        }
+        write_status(
+            &ctx,
+            &run,
+            to,
+            Some(phase),
+            d.message.clone(),
+            d.report.as_ref(),
+        )
+        .await?;
+        return Ok(Action::requeue(Duration::from_millis(200)));
+    }
+    Ok(match seen {
+        PodSeen::Running => Action::requeue(Duration::from_secs(30)),
+        _ => Action::requeue(Duration::from_secs(5)),
+    })
+}
+
+/// A pending run: its turn (and the workspace's lock) or the reason it waits.
+async fn start(
+    run: &Run,
+    ctx: &RunContext,
+    ws: &Workspace,
+    run_id: &str,
+    cancel: Cancel,
+) -> Result<Action, Error> {
+    if cancel != Cancel::None {
+        write_status(ctx, run, RunState::Canceled, None, None, None).await?;
+        return Ok(Action::await_change());
+    }
+    let ns = run.namespace().unwrap_or_default();
+    let all = ctx.runs.state();
+    let created: Vec<(String, Arc<Run>)> = all
+        .iter()
+        .filter(|r| {
+            r.namespace().as_deref() == Some(ns.as_str()) && r.spec.workspace == run.spec.workspace
+        })
+        .map(|r| {
+            let t = r
+                .creation_timestamp()
+                .map(|t| t.0.to_string())
+                .unwrap_or_default();
+            (t, r.clone())
+        })
+        .collect();
+    let queue: Vec<QueuedRun<'_>> = created
+        .iter()
+        .map(|(t, r)| QueuedRun {
+            name: r.metadata.name.as_deref().unwrap_or_default(),
+            created: t,
+            state: state_of(r),
+            plan_only: r.spec.plan_only,
+        })
+        .collect();
+    let lock = holder_of(ws);
+    match run::may_start(&run.name_any(), &queue, lock.as_ref(), run_id) {
+        Err(wait) => {
+            let message = wait.to_string();
+            if run.status.as_ref().and_then(|s| s.message.as_deref()) != Some(message.as_str()) {
+                let api: Api<Run> = Api::namespaced(ctx.base.client.clone(), &ns);
+                api.patch_status(
+                    &run.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"message": message}})),
+                )
+                .await?;
+            }
+            Ok(Action::requeue(Duration::from_secs(60)))
+        }
+        Ok(()) => {
+            if !run.spec.plan_only && !lock_workspace(ctx, ws, run_id).await? {
+                return Ok(Action::requeue(Duration::from_secs(1)));
+            }
+            write_status(ctx, run, RunState::PlanQueued, None, None, None).await?;
+            Ok(Action::requeue(Duration::from_millis(100)))
+        }
+    }
+}
+
+/// Locks the workspace for the run (true when it holds the lock now).
+async fn lock_workspace(ctx: &RunContext, ws: &Workspace, run_id: &str) -> Result<bool, Error> {
+    let me = LockHolder::Run(run_id.to_owned());
+    match holder_of(ws) {
+        Some(h) if h == me => return Ok(true),
+        Some(_) => return Ok(false),
+        None => {}
+    }
+    let api: Api<Workspace> =
+        Api::namespaced(ctx.base.client.clone(), &ws.namespace().unwrap_or_default());
+    let body = json!({"metadata": {
+        "resourceVersion": ws.resource_version(),
+        "annotations": {
+            ANNOTATION_LOCKED_BY: me.annotation(),
+            ANNOTATION_LOCKED_AT: Timestamp::now().to_string(),
+            ANNOTATION_LOCK_REASON: format!("Locked by run {run_id}"),
+        },
+    }});
+    match api
+        .patch(&ws.name_any(), &PatchParams::default(), &Patch::Merge(body))
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Unlocks the workspace if the run holds it.
+async fn unlock_workspace(
+    ctx: &RunContext,
+    ns: &str,
+    ws_name: &str,
+    run_id: &str,
+) -> Result<(), Error> {
+    let api: Api<Workspace> = Api::namespaced(ctx.base.client.clone(), ns);
+    for _ in 0..5 {
+        let Some(ws) = api.get_opt(ws_name).await? else {
+            return Ok(());
+        };
+        if holder_of(&ws) != Some(LockHolder::Run(run_id.to_owned())) {
+            return Ok(());
+        }
+        let body = json!({"metadata": {
+            "resourceVersion": ws.resource_version(),
+            "annotations": {
+                ANNOTATION_LOCKED_BY: null,
+                ANNOTATION_LOCKED_AT: null,
+                ANNOTATION_LOCK_REASON: null,
+            },
+        }});
+        match api
+            .patch(ws_name, &PatchParams::default(), &Patch::Merge(body))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(Error::Unavailable(
+        "the workspace kept changing while unlocking it".into(),
+    ))
+}
+
+/// A run that ended (or is being deleted): its Pods archived and let go of, its Secret
+/// deleted, the workspace unlocked.
+async fn finish(
+    run: &Run,
+    ctx: &RunContext,
+    ns: &str,
+    run_id: &str,
+    pods: &Api<Pod>,
+) -> Result<Action, Error> {
+    for phase in [Phase::Plan, Phase::Apply] {
+        release_phase(ctx, run, run_id, pods, phase).await?;
+    }
+    unlock_workspace(ctx, ns, &run.spec.workspace, run_id).await?;
+    let secrets: Api<Secret> = Api::namespaced(ctx.base.client.clone(), ns);
+    match secrets
+        .delete(&pod::secret_name(&run.name_any()), &DeleteParams::default())
+        .await
+    {
+        Ok(_) | Err(kube::Error::Api(_)) => {}
+        Err(e) => tracing::debug!(error = %e, "deleting the run's secret"),
+    }
+    Ok(Action::await_change())
+}
+
+/// Archives the log of `phase`'s Pod (if it exists and its engine ended) and lets go of it.
+async fn release_phase(
+    ctx: &RunContext,
+    run: &Run,
+    run_id: &str,
+    pods: &Api<Pod>,
+    phase: Phase,
+) -> Result<(), Error> {
+    let name = pod::pod_name(&run.name_any(), phase);
+    let Some(p) = pods.get_opt(&name).await? else {
+        return Ok(());
+    };
+    if !p.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(());
+    }
+    archive(&ctx.base.client, run, run_id, pods, &name).await;
+    crate::finalizers::remove(pods, &p, FINALIZER).await?;
+    match pods.delete(&name, &DeleteParams::default()).await {
+        Ok(_) | Err(kube::Error::Api(_)) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Copies the engine log of Pod `pod_name` into its archive ConfigMap (best effort).
+async fn archive(client: &kube::Client, run: &Run, run_id: &str, pods: &Api<Pod>, pod_name: &str) {
+    let ns = run.namespace().unwrap_or_default();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    if let Ok(Some(_)) = cms.get_opt(&log_archive_name(pod_name)).await {
+        return;
+    }
+    let lp = LogParams {
+        container: Some(ENGINE_CONTAINER.to_owned()),
+        ..LogParams::default()
+    };
+    let log = match pods.logs(pod_name, &lp).await {
+        Ok(log) => log,
+        Err(e) => {
+            tracing::debug!(pod = %pod_name, error = %e, "no engine log to archive");
+            return;
+        }
+    };
+    let Some(owner) = run.controller_owner_ref(&()) else {
+        return;
+    };
+    match build_log_archive_for(owner, &ns, LABEL_RUN, run_id, pod_name, &log) {
+        Ok(cm) => match cms.create(&PostParams::default(), &cm).await {
+            Ok(_) | Err(kube::Error::Api(_)) => {}
+            Err(e) => tracing::warn!(pod = %pod_name, error = %e, "archiving a run's log"),
+        },
+        Err(e) => tracing::warn!(pod = %pod_name, error = %e, "archiving a run's log"),
+    }
+}
+
+/// Creates the run's Secret (once) and the Pod of `phase` (409: it exists already).
+async fn create_pod(
+    ctx: &RunContext,
+    run: &Run,
+    ws: &Workspace,
+    run_id: &str,
+    phase: Phase,
+) -> Result<(), Error> {
+    let ns = run.namespace().unwrap_or_default();
+    let org = ctx.orgs.owner(&ns).await?;
+    let org_name = org.as_ref().map(|o| o.name_any()).unwrap_or_default();
+    let default_settings = terrace_crds::TestRunSettings::default();
+    let org_settings = org
+        .as_ref()
+        .map_or(&default_settings, |o| &o.spec.settings.test_runs);
+    let variables = (ctx.variables)(&ns, &ws.name_any());
+    let inputs = RunPodInputs {
+        run,
+        run_id,
+        organization: &org_name,
+        working_directory: ws.spec.working_directory.as_deref().unwrap_or_default(),
+        variables: &variables,
+        org_settings,
+        settings: &ctx.base.settings,
+    };
+    let secrets: Api<Secret> = Api::namespaced(ctx.base.client.clone(), &ns);
+    // Created once (409: it exists, from the plan phase or before a restart).
+    let secret = pod::build_secret(&inputs, &crate::testpod::new_token())?;
+    match secrets.create(&PostParams::default(), &secret).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    let pods: Api<Pod> = Api::namespaced(ctx.base.client.clone(), &ns);
+    match pods
+        .create(&PostParams::default(), &pod::build_pod(&inputs, phase)?)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Writes the run's next state (with its timestamp, the phase's outcome and a message)
+/// under the Run's resourceVersion, and records an Event.
+async fn write_status(
+    ctx: &RunContext,
+    run: &Run,
+    to: RunState,
+    phase: Option<Phase>,
+    message: Option<String>,
+    report: Option<&PhaseReport>,
+) -> Result<(), Error> {
+    let now = Timestamp::now().to_string();
+    let mut status = json!({
+        "status": to.as_str(),
+        "statusTimestamps": {run::timestamp_key(to): now},
+        "observedGeneration": run.meta().generation,
+    });
+    if let Some(m) = &message {
+        status["message"] = json!(m);
+    } else if to != RunState::Pending {
+        status["message"] = json!(null);
+    }
+    if to == RunState::Confirmed && run.spec.auto_apply {
+        status["confirmedBy"] = json!("auto-apply");
+    }
+    let key = |p: Phase| match p {
+        Phase::Plan => "plan",
+        Phase::Apply => "apply",
+    };
+    match (to, phase) {
+        (RunState::Planning | RunState::Applying, Some(p)) => {
+            status[key(p)] =
+                json!({"startedAt": now, "podName": pod::pod_name(&run.name_any(), p)});
+        }
+        (_, Some(p)) => {
+            let mut ph = json!({"finishedAt": now});
+            if let Some(r) = report.filter(|r| r.ok) {
+                let counts = if p == Phase::Apply {
+                    // The apply did what the plan said.
+                    run.status
+                        .as_ref()
+                        .map(|s| s.plan.clone())
+                        .unwrap_or_default()
+                } else {
+                    terrace_crds::RunPhaseStatus {
+                        has_changes: Some(r.has_changes),
+                        resource_additions: Some(r.additions),
+                        resource_changes: Some(r.changes),
+                        resource_destructions: Some(r.destructions),
+                        resource_imports: Some(r.imports),
+                        ..Default::default()
+                    }
+                };
+                ph["hasChanges"] = json!(counts.has_changes);
+                ph["resourceAdditions"] = json!(counts.resource_additions);
+                ph["resourceChanges"] = json!(counts.resource_changes);
+                ph["resourceDestructions"] = json!(counts.resource_destructions);
+                ph["resourceImports"] = json!(counts.resource_imports);
+            }
+            status[key(p)] = ph;
+        }
+        _ => {}
+    }
+    let api: Api<Run> = Api::namespaced(
+        ctx.base.client.clone(),
+        &run.namespace().unwrap_or_default(),
+    );
+    let body = json!({"metadata": {"resourceVersion": run.resource_version()}, "status": status});
+    match api
+        .patch_status(
+            &run.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(body),
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            // The API moved the run (an action): the next reconcile sees it.
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let note = match &message {
+        Some(m) => format!("run is {to}: {m}"),
+        None => format!("run is {to}"),
+    };
+    let kind = if to == RunState::Errored {
+        EventType::Warning
+    } else {
+        EventType::Normal
+    };
+    publish_event(
+        &ctx.recorder,
+        &run.object_ref(&()),
+        kind,
+        reason(to),
+        "Run",
+        note,
+    )
+    .await;
+    Ok(())
+}
+
+/// The Event reason of reaching `state` (CamelCase of the status).
+fn reason(state: RunState) -> &'static str {
+    match state {
+        RunState::Pending => "Pending",
+        RunState::PlanQueued => "PlanQueued",
+        RunState::Planning => "Planning",
+        RunState::Planned => "Planned",
+        RunState::PlannedAndFinished => "PlannedAndFinished",
+        RunState::PlannedAndSaved => "PlannedAndSaved",
+        RunState::Confirmed => "Confirmed",
+        RunState::ApplyQueued => "ApplyQueued",
+        RunState::Applying => "Applying",
+        RunState::Applied => "Applied",
+        RunState::Discarded => "Discarded",
+        RunState::Errored => "Errored",
+        RunState::Canceled => "Canceled",
+        RunState::ForceCanceled => "ForceCanceled",
+    }
+}

@@ -1,0 +1,589 @@
+//! `terrace runner remote`: one phase (plan or apply) of a workspace run, inside the
+//! run's Pod (docs/runs.md, "What runs where").
+//!
+//! The engine container runs this command; everything it and the engine print is the
+//! phase's log, which the terraform CLI prints line by line (plain text: `-no-color`).
+//! The steps:
+//!
+//! 1. Three preamble lines (the engine's version, the platform, "Initializing…"): the
+//!    CLI skips the first three lines of an apply log unconditionally.
+//! 2. Download the configuration archive from the API server with the run's token
+//!    (`GET {api}/api/v2/runner/runs/{run}/archive`) and unpack it with the rules of
+//!    `terrace runner fetch`.
+//! 3. In the workspace's working directory, write an override file that points the
+//!    configuration's backend (`cloud` block or none) at a local state file, and put the
+//!    workspace's current state there (`GET …/state`; 204 means none). The engine never
+//!    talks to the API: the run holds the workspace's lock, and this runner writes the
+//!    new state back as the run's state version.
+//! 4. `init`, then `plan -out` (with the run's flags and var-files), `show -json` of the
+//!    plan (counted into the [`PhaseReport`]), and upload the plan file and its JSON
+//!    (`PUT …/plan`, `PUT …/plan-json`); or, for the apply, download the plan file,
+//!    `apply` it and upload the state (`PUT …/state`) — also after a failed or
+//!    interrupted apply, so what was created is never lost.
+//! 5. The [`PhaseReport`] as the container's termination message.
+//!
+//! A SIGTERM (the Pod deleted for a cancel) becomes a SIGINT for the engine, which then
+//! stops gracefully; the runner waits for it and still uploads the state.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Duration;
+
+use clap::Args;
+use serde::{Deserialize, Serialize};
+use terrace_crds::run::{Phase, PhaseReport, count_changes};
+
+use crate::runner::{FetchLimits, read_token, unpack};
+
+/// Name of the override file that points the backend at the local state file.
+pub const OVERRIDE_FILE: &str = "zzz_terrace_backend_override.tf";
+/// Where the runner keeps its own files (state, plan) inside the workspace volume.
+pub const DATA_DIR: &str = ".terrace";
+/// The local state file, in [`DATA_DIR`].
+pub const STATE_FILE: &str = "terraform.tfstate";
+
+/// How a run's engine is invoked: the run's flags, in the run's Secret as JSON (key
+/// `run.json`), so the Pod's command line stays short and fixed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct RunOptions {
+    #[serde(default)]
+    pub working_directory: String,
+    #[serde(default)]
+    pub is_destroy: bool,
+    #[serde(default = "yes")]
+    pub refresh: bool,
+    #[serde(default)]
+    pub refresh_only: bool,
+    #[serde(default)]
+    pub target_addrs: Vec<String>,
+    #[serde(default)]
+    pub replace_addrs: Vec<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The arguments of `terrace runner remote`.
+#[derive(Clone, Debug, Args)]
+pub struct RemoteArgs {
+    /// `plan` or `apply`.
+    #[arg(long)]
+    pub phase: String,
+    /// The API server's base URL (e.g. `http://terrace-api:8080`).
+    #[arg(long, env = "TERRACE_API_URL")]
+    pub api: String,
+    /// The run's ID.
+    #[arg(long, env = "TERRACE_RUN_ID")]
+    pub run: String,
+    /// File holding the run's token.
+    #[arg(long, env = "TERRACE_RUN_TOKEN_FILE")]
+    pub token_file: PathBuf,
+    /// The run's options ([`RunOptions`] as JSON).
+    #[arg(long)]
+    pub options_file: Option<PathBuf>,
+    /// Var-files passed to the engine, in order (later ones win).
+    #[arg(long)]
+    pub var_file: Vec<PathBuf>,
+    /// Directory to unpack the configuration into.
+    #[arg(long, default_value = "/workspace")]
+    pub dest: PathBuf,
+    /// Where the termination message is written.
+    #[arg(long, default_value = "/dev/termination-log")]
+    pub termination_message_path: PathBuf,
+    /// The engine program.
+    #[arg(last = true, required = true)]
+    pub engine: Vec<String>,
+}
+
+/// A failure of a step, said in the log and the report.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct StepError(String);
+
+fn step<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> StepError + '_ {
+    move |e| StepError(format!("{what}: {e}"))
+}
+
+/// The API server's runner endpoints of one run.
+struct Api {
+    agent: ureq::Agent,
+    base: String,
+    token: String,
+}
+
+impl Api {
+    fn new(api: &str, run: &str, token: String) -> Self {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_secs(600)))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        Self {
+            agent,
+            base: format!("{}/api/v2/runner/runs/{run}", api.trim_end_matches('/')),
+            token,
+        }
+    }
+
+    fn url(&self, what: &str) -> String {
+        format!("{}/{what}", self.base)
+    }
+
+    /// GETs `what`: its body, or `None` for 204/404.
+    fn get(&self, what: &str, limit: u64) -> Result<Option<Vec<u8>>, StepError> {
+        let resp = self
+            .agent
+            .get(&self.url(what))
+            .header("Authorization", format!("Bearer {}", self.token))
+            .call()
+            .map_err(step(&format!("downloading the {what}")))?;
+        let status = resp.status().as_u16();
+        if status == 204 || status == 404 {
+            return Ok(None);
+        }
+        let mut body = resp.into_body();
+        let bytes = body
+            .with_config()
+            .limit(limit)
+            .read_to_vec()
+            .map_err(step(&format!("downloading the {what}")))?;
+        if !(200..300).contains(&status) {
+            return Err(StepError(format!(
+                "downloading the {what}: HTTP {status}: {}",
+                String::from_utf8_lossy(&bytes)
+                    .chars()
+                    .take(300)
+                    .collect::<String>()
+            )));
+        }
+        Ok(Some(bytes))
+    }
+
+    fn put(&self, what: &str, bytes: &[u8]) -> Result<(), StepError> {
+        let resp = self
+            .agent
+            .put(&self.url(what))
+            .header("Authorization", format!("Bearer {}", self.token))
+            .header("Content-Type", "application/octet-stream")
+            .send(bytes)
+            .map_err(step(&format!("uploading the {what}")))?;
+        let status = resp.status().as_u16();
+        if (200..300).contains(&status) {
+            return Ok(());
+        }
+        let text = resp.into_body().read_to_string().unwrap_or_default();
+        Err(StepError(format!(
+            "uploading the {what}: HTTP {status}: {}",
+            error_detail(&text)
+        )))
+    }
+}
+
+/// The `detail` of a JSON:API error answer, else the text itself (cut).
+fn error_detail(text: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(text)
+        .ok()
+        .and_then(|v| v["errors"][0]["detail"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| text.chars().take(300).collect())
+}
+
+/// The engine child currently running, for the signal handler.
+#[derive(Default)]
+struct Current {
+    pid: AtomicU32,
+    interrupted: AtomicBool,
+}
+
+fn sigint(pid: u32) {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    if pid != 0
+        && let Ok(pid) = i32::try_from(pid)
+    {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGINT);
+    }
+}
+
+/// Forwards SIGTERM to the running engine as SIGINT, for the process's life (a
+/// terminal's SIGINT reached the engine too, in the same process group: only recorded).
+fn listen(current: Arc<Current>) -> Result<(), StepError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(step("setting up signal handling"))?;
+    std::thread::spawn(move || {
+        runtime.block_on(async move {
+            use tokio::signal::unix::{SignalKind, signal};
+            let (Ok(mut term), Ok(mut int)) = (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::interrupt()),
+            ) else {
+                return;
+            };
+            loop {
+                let forward = tokio::select! {
+                    s = term.recv() => s.is_some(),
+                    _ = int.recv() => false,
+                };
+                current.interrupted.store(true, Ordering::SeqCst);
+                if forward {
+                    sigint(current.pid.load(Ordering::SeqCst));
+                }
+            }
+        });
+    });
+    Ok(())
+}
+
+/// Runs `program args…` in `dir` with stdout and stderr going to the log (inherited);
+/// answers whether it exited 0.
+fn run_logged(
+    current: &Current,
+    dir: &Path,
+    program: &str,
+    args: &[String],
+) -> Result<bool, StepError> {
+    let mut child = std::process::Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .spawn()
+        .map_err(|e| not_started(program, &e))?;
+    current.pid.store(child.id(), Ordering::SeqCst);
+    let status = child.wait().map_err(step("waiting for the engine"));
+    current.pid.store(0, Ordering::SeqCst);
+    Ok(status?.success())
+}
+
+/// Runs a quiet step: its output goes to the log only when it fails.
+fn run_quiet(dir: &Path, program: &str, args: &[&str]) -> Result<Vec<u8>, StepError> {
+    let out = std::process::Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| not_started(program, &e))?;
+    if out.status.success() {
+        return Ok(out.stdout);
+    }
+    print_bytes(&out.stdout);
+    print_bytes(&out.stderr);
+    Err(StepError(format!(
+        "`{program} {}` failed ({})",
+        args.join(" "),
+        out.status
+    )))
+}
+
+fn print_bytes(b: &[u8]) {
+    use std::io::Write;
+    let mut out = io::stdout().lock();
+    let _ = out.write_all(b);
+    let _ = out.flush();
+}
+
+fn say(line: &str) {
+    print_bytes(format!("{line}\n").as_bytes());
+}
+
+fn not_started(program: &str, e: &io::Error) -> StepError {
+    match e.kind() {
+        io::ErrorKind::NotFound => StepError(format!(
+            "Engine not found: the command {program:?} is not installed in the engine image (or, under terrace dev, not on PATH and not given with --engine)"
+        )),
+        _ => StepError(format!(
+            "the engine command {program:?} could not be started: {e}"
+        )),
+    }
+}
+
+/// The three preamble lines (the CLI skips the first three lines of an apply's log).
+fn preamble(program: &str) {
+    let version = std::process::Command::new(program)
+        .arg("version")
+        .stdin(Stdio::null())
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| program.to_owned());
+    say(&version);
+    say(&format!(
+        "on {}_{}",
+        std::env::consts::OS,
+        match std::env::consts::ARCH {
+            "x86_64" => "amd64",
+            "aarch64" => "arm64",
+            other => other,
+        }
+    ));
+    say("Initializing plugins and modules...");
+}
+
+/// The override file's text: the backend is a local state file at `state`.
+pub fn override_text(state: &Path) -> String {
+    let path = state
+        .display()
+        .to_string()
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"");
+    format!("terraform {{\n  backend \"local\" {{\n    path = \"{path}\"\n  }}\n}}\n")
+}
+
+/// The engine arguments of a plan with these options and var-files.
+pub fn plan_args(opts: &RunOptions, plan_file: &Path, var_files: &[PathBuf]) -> Vec<String> {
+    let mut args = vec![
+        "plan".to_owned(),
+        "-input=false".to_owned(),
+        "-no-color".to_owned(),
+        format!("-out={}", plan_file.display()),
+    ];
+    if opts.is_destroy {
+        args.push("-destroy".to_owned());
+    }
+    if !opts.refresh {
+        args.push("-refresh=false".to_owned());
+    }
+    if opts.refresh_only {
+        args.push("-refresh-only".to_owned());
+    }
+    for t in &opts.target_addrs {
+        args.push(format!("-target={t}"));
+    }
+    for r in &opts.replace_addrs {
+        args.push(format!("-replace={r}"));
+    }
+    for f in var_files {
+        args.push(format!("-var-file={}", f.display()));
+    }
+    args
+}
+
+/// Runs one phase; the report says how it ended (the `Err` of a step is a failed report).
+pub fn remote(args: &RemoteArgs) -> PhaseReport {
+    let report = match phase(args) {
+        Ok(r) => r,
+        Err(e) => {
+            say("");
+            say(&format!("Error: {e}"));
+            PhaseReport {
+                ok: false,
+                message: Some(e.0),
+                ..PhaseReport::default()
+            }
+        }
+    };
+    let message = serde_json::to_string(&report).unwrap_or_default();
+    if let Err(e) = std::fs::write(&args.termination_message_path, message) {
+        eprintln!(
+            "writing the termination message to {}: {e}",
+            args.termination_message_path.display()
+        );
+    }
+    report
+}
+
+fn phase(args: &RemoteArgs) -> Result<PhaseReport, StepError> {
+    let phase: Phase = args.phase.parse().map_err(step("--phase"))?;
+    let program = args
+        .engine
+        .first()
+        .ok_or_else(|| StepError("no engine command given".into()))?;
+    let current = Arc::new(Current::default());
+    listen(current.clone())?;
+    preamble(program);
+    let token = read_token(&args.token_file).map_err(step("the run token"))?;
+    let opts: RunOptions = match &args.options_file {
+        Some(f) => serde_json::from_slice(&std::fs::read(f).map_err(step("the run options"))?)
+            .map_err(step("the run options"))?,
+        None => RunOptions::default(),
+    };
+    let api = Api::new(&args.api, &args.run, token);
+    let limits = FetchLimits::default();
+    let archive = api
+        .get("archive", limits.max_archive_bytes)?
+        .ok_or_else(|| StepError("the configuration archive is gone".into()))?;
+    unpack(archive.as_slice(), &args.dest, &limits).map_err(step("unpacking the configuration"))?;
+    let root = args.dest.canonicalize().map_err(step("the workspace"))?;
+    let dir = working_dir(&root, &opts.working_directory)?;
+    // In the working directory, named relatively: the plan file records the backend,
+    // and the apply runs in another Pod (another absolute path under a simulator).
+    let data = dir.join(DATA_DIR);
+    std::fs::create_dir_all(&data).map_err(step("the runner's directory"))?;
+    let state_rel = Path::new(DATA_DIR).join(STATE_FILE);
+    let state_file = dir.join(&state_rel);
+    std::fs::write(dir.join(OVERRIDE_FILE), override_text(&state_rel))
+        .map_err(step("writing the backend override"))?;
+    let before = api.get("state", 1 << 30)?;
+    if let Some(s) = &before {
+        std::fs::write(&state_file, s).map_err(step("writing the current state"))?;
+    }
+    run_quiet(&dir, program, &["init", "-input=false", "-no-color"])?;
+    let plan_file = data.join("tfplan");
+    match phase {
+        Phase::Plan => {
+            if !run_logged(
+                &current,
+                &dir,
+                program,
+                &plan_args(&opts, &plan_file, &args.var_file),
+            )? {
+                return Err(StepError(if current.interrupted.load(Ordering::SeqCst) {
+                    "the plan was interrupted".into()
+                } else {
+                    "the plan failed".into()
+                }));
+            }
+            let json = run_quiet(
+                &dir,
+                program,
+                &["show", "-json", &plan_file.display().to_string()],
+            )?;
+            let parsed: serde_json::Value =
+                serde_json::from_slice(&json).map_err(step("reading the plan's JSON"))?;
+            let plan = std::fs::read(&plan_file).map_err(step("reading the plan file"))?;
+            api.put("plan", &plan)?;
+            api.put("plan-json", &json)?;
+            Ok(count_changes(&parsed))
+        }
+        Phase::Apply => {
+            let plan = api
+                .get("plan", 1 << 30)?
+                .ok_or_else(|| StepError("the run's plan file is gone".into()))?;
+            std::fs::write(&plan_file, plan).map_err(step("writing the plan file"))?;
+            let applied = run_logged(
+                &current,
+                &dir,
+                program,
+                &[
+                    "apply".to_owned(),
+                    "-input=false".to_owned(),
+                    "-no-color".to_owned(),
+                    plan_file.display().to_string(),
+                ],
+            )?;
+            // What the engine wrote is kept even when the apply failed half way.
+            let after = std::fs::read(&state_file).ok();
+            match &after {
+                Some(a) if after != before => api.put("state", a)?,
+                Some(_) => {}
+                None if applied => {
+                    return Err(StepError(format!(
+                        "the engine wrote no state file at {}",
+                        state_file.display()
+                    )));
+                }
+                None => {}
+            }
+            if !applied {
+                return Err(StepError(if current.interrupted.load(Ordering::SeqCst) {
+                    "the apply was interrupted".into()
+                } else {
+                    "the apply failed".into()
+                }));
+            }
+            Ok(PhaseReport {
+                ok: true,
+                ..PhaseReport::default()
+            })
+        }
+    }
+}
+
+/// The working directory inside the unpacked configuration (no `..`, no absolute path).
+fn working_dir(root: &Path, rel: &str) -> Result<PathBuf, StepError> {
+    let rel = rel.trim_matches('/');
+    if rel.is_empty() {
+        return Ok(root.to_owned());
+    }
+    let p = Path::new(rel);
+    if p.components()
+        .any(|c| !matches!(c, std::path::Component::Normal(_)))
+    {
+        return Err(StepError(format!(
+            "the working directory {rel:?} is not a relative path inside the configuration"
+        )));
+    }
+    let dir = root.join(p);
+    if !dir.is_dir() {
+        return Err(StepError(format!(
+            "the working directory {rel:?} does not exist in the configuration"
+        )));
+    }
+    Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_arguments() {
+        let opts = RunOptions {
+            is_destroy: true,
+            refresh: false,
+            target_addrs: vec!["terraform_data.a".into()],
+            replace_addrs: vec!["terraform_data.b".into()],
+            ..RunOptions::default()
+        };
+        let args = plan_args(
+            &opts,
+            Path::new("/w/.terrace/tfplan"),
+            &[PathBuf::from("/v/a.tfvars")],
+        );
+        assert_eq!(
+            args,
+            [
+                "plan",
+                "-input=false",
+                "-no-color",
+                "-out=/w/.terrace/tfplan",
+                "-destroy",
+                "-refresh=false",
+                "-target=terraform_data.a",
+                "-replace=terraform_data.b",
+                "-var-file=/v/a.tfvars"
+            ]
+        );
+        let defaults: RunOptions = serde_json::from_str("{}").unwrap();
+        assert!(defaults.refresh);
+    }
+
+    #[test]
+    fn working_directories() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("envs/dev")).unwrap();
+        assert_eq!(working_dir(root.path(), "").unwrap(), root.path());
+        assert_eq!(
+            working_dir(root.path(), "/envs/dev/").unwrap(),
+            root.path().join("envs/dev")
+        );
+        assert!(working_dir(root.path(), "../x").is_err());
+        assert!(working_dir(root.path(), "missing").is_err());
+    }
+
+    #[test]
+    fn override_points_at_the_state_file() {
+        let t = override_text(Path::new(".terrace/terraform.tfstate"));
+        assert!(t.contains("backend \"local\""));
+        assert!(t.contains("path = \".terrace/terraform.tfstate\""));
+    }
+
+    #[test]
+    fn error_details() {
+        assert_eq!(
+            error_detail(r#"{"errors":[{"status":"409","detail":"locked"}]}"#),
+            "locked"
+        );
+        assert_eq!(error_detail("plain"), "plain");
+    }
+}
