@@ -474,7 +474,7 @@ fn phase(args: &RemoteArgs) -> Result<PhaseReport, StepError> {
             // What the engine wrote is kept even when the apply failed half way.
             let after = std::fs::read(&state_file).ok();
             match &after {
-                Some(a) if after != before => api.put("state", a)?,
+                Some(a) if after != before => api.put("state", &one_step(a, before.as_deref()))?,
                 Some(_) => {}
                 None if applied => {
                     return Err(StepError(format!(
@@ -496,6 +496,27 @@ fn phase(args: &RemoteArgs) -> Result<PhaseReport, StepError> {
                 ..PhaseReport::default()
             })
         }
+    }
+}
+
+/// The state `after` numbered one serial after `before` (1 without one): the local
+/// backend counts every intermediate write of an apply, a run makes one state version.
+/// A state that does not parse is uploaded as it is (the API refuses it with the reason).
+pub fn one_step(after: &[u8], before: Option<&[u8]>) -> Vec<u8> {
+    let serial_of = |b: &[u8]| {
+        serde_json::from_slice::<serde_json::Value>(b)
+            .ok()
+            .and_then(|v| v["serial"].as_i64())
+    };
+    let next = before.and_then(serial_of).map_or(1, |s| s + 1);
+    match serde_json::from_slice::<serde_json::Value>(after) {
+        Ok(mut v) if v.is_object() => {
+            v["serial"] = serde_json::json!(next);
+            let mut out = serde_json::to_vec_pretty(&v).unwrap_or_else(|_| after.to_vec());
+            out.push(b'\n');
+            out
+        }
+        _ => after.to_vec(),
     }
 }
 
@@ -576,6 +597,20 @@ mod tests {
         let t = override_text(Path::new(".terrace/terraform.tfstate"));
         assert!(t.contains("backend \"local\""));
         assert!(t.contains("path = \".terrace/terraform.tfstate\""));
+    }
+
+    #[test]
+    fn one_serial_per_run() {
+        let after = br#"{"version":4,"serial":7,"lineage":"l","resources":[]}"#;
+        let v: serde_json::Value = serde_json::from_slice(&one_step(after, None)).unwrap();
+        assert_eq!(
+            (v["serial"].as_i64(), v["lineage"].as_str()),
+            (Some(1), Some("l"))
+        );
+        let before = br#"{"version":4,"serial":3,"lineage":"l"}"#;
+        let v: serde_json::Value = serde_json::from_slice(&one_step(after, Some(before))).unwrap();
+        assert_eq!(v["serial"], 4);
+        assert_eq!(one_step(b"not json", None), b"not json");
     }
 
     #[test]

@@ -129,6 +129,8 @@ impl Watched for Workspace {
             remote_state_consumers: spec.remote_state_consumers,
             // The state retention controller reads the policy.
             data_retention_policy: spec.data_retention_policy,
+            // The run controller reads where the configuration is.
+            working_directory: spec.working_directory,
             ..WorkspaceSpec::default()
         };
         self.status = self.status.take().map(|s| WorkspaceStatus {

@@ -1,6 +1,7 @@
 //! Workspaces holding state, driven by the real terraform CLI through a `cloud` block
-//! against `terrace dev` (local execution: the CLI plans and applies, terrace stores the
-//! state and its lock). The configurations use only built-in things (`terraform_data`,
+//! against `terrace dev` (local execution — the organization's default execution mode is
+//! set to `local` — so the CLI plans and applies and terrace stores the state and its
+//! lock; remote execution is tests/cli_runs.rs). The configurations use only built-in things (`terraform_data`,
 //! outputs, `terraform_remote_state`), so nothing is downloaded.
 
 use std::path::Path;
@@ -104,6 +105,12 @@ fn setup() -> (Dev, Api, Terraform, tempfile::TempDir) {
     let dev = Dev::start();
     let api = Api::admin(&dev);
     api.create_org(ORG);
+    let r = api.call(
+        "PATCH",
+        &format!("/api/v2/organizations/{ORG}"),
+        Some(&json!({"data": {"type": "organizations", "attributes": {"default-execution-mode": "local"}}})),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
     let tf = Terraform::for_dev(&dev);
     let dir = tempfile::tempdir().expect("work dir");
     (dev, api, tf, dir)

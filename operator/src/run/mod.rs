@@ -276,6 +276,11 @@ async fn reconcile(run: Arc<Run>, ctx: Arc<RunContext>) -> Result<Action, Error>
         if matches!(seen, PodSeen::Ended(_)) {
             archive(client, &run, &run_id, &pods, &pod_name).await;
         }
+        // The workspace is free before the run reads as ended, so a caller that sees it
+        // ended may lock it at once.
+        if to.is_final() {
+            unlock_workspace(&ctx, &ns, &run.spec.workspace, &run_id).await?;
+        }
         write_status(
             &ctx,
             &run,

@@ -1,0 +1,503 @@
+//! Remote execution (docs/runs.md): plan and apply runs in Pods, driven by the real
+//! terraform CLI through a `cloud` block on `remote`-mode workspaces (the default) and by
+//! the runs API, against `terrace dev` whose Pods run the real terraform as the engine.
+//! The configurations use only built-in things (`terraform_data`, `local-exec`), so
+//! nothing is downloaded.
+
+use std::path::Path;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use terrace_tests::{Api, CLI_HOST, Dev, Terraform, targz, terraform_path, text};
+
+const ORG: &str = "runorg";
+
+fn config(dir: &Path, workspace: &str, body: &str) {
+    std::fs::create_dir_all(dir).expect("config dir");
+    std::fs::write(
+        dir.join("main.tf"),
+        format!(
+            r#"
+terraform {{
+  cloud {{
+    hostname     = "{CLI_HOST}"
+    organization = "{ORG}"
+    workspaces {{
+      name = "{workspace}"
+    }}
+  }}
+}}
+{body}
+"#
+        ),
+    )
+    .expect("main.tf");
+}
+
+const ITEMS: &str = r#"
+variable "n" {
+  type    = number
+  default = 2
+}
+
+resource "terraform_data" "item" {
+  count = var.n
+  input = "item-${count.index}"
+}
+
+output "items" {
+  value = [for i in terraform_data.item : i.output]
+}
+"#;
+
+fn ok(out: Output, what: &str) -> String {
+    let shown = text(&out);
+    assert!(out.status.success(), "terraform {what} failed:\n{shown}");
+    shown
+}
+
+/// Runs `terraform args` answering its prompt with `answer`.
+fn answering(tf: &Terraform, dir: &Path, args: &[&str], answer: &str) -> Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = tf
+        .command(dir, args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("terraform");
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(format!("{answer}\n").as_bytes());
+    }
+    child.wait_with_output().expect("terraform ends")
+}
+
+fn setup() -> (Dev, Api, Terraform, tempfile::TempDir) {
+    let dev = Dev::start_with(&["--engine", &terraform_path()]);
+    let api = Api::admin(&dev);
+    api.create_org(ORG);
+    let tf = Terraform::for_dev(&dev);
+    let dir = tempfile::tempdir().expect("work dir");
+    (dev, api, tf, dir)
+}
+
+fn workspace(api: &Api, name: &str) -> Value {
+    let r = api.get(&format!("/api/v2/organizations/{ORG}/workspaces/{name}"));
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    r.body["data"].clone()
+}
+
+/// The runs of a workspace, newest first.
+fn runs(api: &Api, ws_id: &str) -> Vec<Value> {
+    let r = api.get(&format!("/api/v2/workspaces/{ws_id}/runs?page[size]=100"));
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    r.body["data"].as_array().cloned().unwrap_or_default()
+}
+
+fn status(run: &Value) -> &str {
+    run["attributes"]["status"].as_str().unwrap_or_default()
+}
+
+/// `terraform plan` streams the plan from its Pod; `apply -auto-approve` applies and
+/// stores the state (local `state list` through the same workspace sees it); `apply`
+/// answered "no" discards, "yes" applies; `destroy`; `-target` and `-replace`; the
+/// workspace's lock is the run's while it applies and free after.
+#[test]
+fn plan_apply_discard_and_destroy_from_the_cli() {
+    let (dev, api, tf, dir) = setup();
+    let d = dir.path().join("app");
+    config(&d, "app", ITEMS);
+    ok(tf.run(&d, &["init", "-input=false"]), "init");
+    let ws = workspace(&api, "app");
+    let ws_id = ws["id"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(ws["attributes"]["execution-mode"], "remote");
+
+    let shown = ok(tf.run(&d, &["plan", "-input=false"]), "plan");
+    assert!(shown.contains("Running plan in"), "{shown}");
+    assert!(
+        shown.contains("Plan: 2 to add, 0 to change, 0 to destroy."),
+        "{shown}"
+    );
+    let all = runs(&api, &ws_id);
+    assert_eq!(all.len(), 1);
+    assert_eq!(status(&all[0]), "planned_and_finished");
+    assert_eq!(all[0]["attributes"]["plan-only"], true);
+
+    let shown = ok(
+        tf.run(&d, &["apply", "-auto-approve", "-input=false"]),
+        "apply",
+    );
+    assert!(
+        shown.contains("Apply complete! Resources: 2 added"),
+        "{shown}"
+    );
+    assert!(shown.contains("item-1"), "{shown}");
+    let listed = ok(tf.run(&d, &["state", "list"]), "state list");
+    assert!(listed.contains("terraform_data.item[1]"), "{listed}");
+    let shown = dev.kubectl_ok(&["get", "runs", "-n", ORG]);
+    assert!(shown.contains("applied"), "{shown}");
+    let cur = api.get(&format!("/api/v2/workspaces/{ws_id}/current-state-version"));
+    assert_eq!(cur.status, 200);
+    assert_eq!(cur.body["data"]["attributes"]["serial"], 1);
+    let run_id = runs(&api, &ws_id)[0]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert_eq!(
+        cur.body["data"]["relationships"]["run"]["data"]["id"],
+        run_id.as_str()
+    );
+    let ws = workspace(&api, "app");
+    assert_eq!(ws["attributes"]["locked"], false);
+    assert_eq!(
+        ws["relationships"]["current-run"]["data"]["id"],
+        run_id.as_str()
+    );
+
+    // The plan's and the apply's logs stay readable through their capability URLs.
+    let plan = api.get(&format!("/api/v2/runs/{run_id}/plan"));
+    let url = plan.body["data"]["attributes"]["log-read-url"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let (st, log) = Api::with_token(&dev, None).get_text(&url[url.find("/api/v2/").unwrap_or(0)..]);
+    assert_eq!(st, 200);
+    assert!(log.contains("Plan: 2 to add"), "{log}");
+    assert!(log.ends_with('\u{3}'), "a final log ends with ETX");
+
+    // "no" discards; the CLI says so and fails.
+    config(&d, "app", &ITEMS.replace("default = 2", "default = 3"));
+    let out = answering(&tf, &d, &["apply"], "no");
+    let shown = text(&out);
+    assert!(!out.status.success(), "{shown}");
+    assert!(shown.contains("Apply discarded."), "{shown}");
+    assert_eq!(status(&runs(&api, &ws_id)[0]), "discarded");
+    assert_eq!(workspace(&api, "app")["attributes"]["locked"], false);
+
+    // "yes" applies.
+    let out = answering(&tf, &d, &["apply"], "yes");
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert!(
+        shown.contains("Apply complete! Resources: 1 added"),
+        "{shown}"
+    );
+
+    // -replace and -target reach the engine.
+    let shown = ok(
+        tf.run(
+            &d,
+            &[
+                "apply",
+                "-auto-approve",
+                "-input=false",
+                "-replace=terraform_data.item[0]",
+            ],
+        ),
+        "apply -replace",
+    );
+    assert!(
+        shown.contains("Resources: 1 added, 0 changed, 1 destroyed"),
+        "{shown}"
+    );
+    let run = &runs(&api, &ws_id)[0];
+    assert_eq!(
+        run["attributes"]["replace-addrs"],
+        json!(["terraform_data.item[0]"])
+    );
+    config(&d, "app", &ITEMS.replace("default = 2", "default = 1"));
+    let shown = ok(
+        tf.run(
+            &d,
+            &[
+                "apply",
+                "-auto-approve",
+                "-input=false",
+                "-target=terraform_data.item[2]",
+            ],
+        ),
+        "apply -target",
+    );
+    assert!(
+        shown.contains("Resources: 0 added, 0 changed, 1 destroyed"),
+        "{shown}"
+    );
+
+    let shown = ok(
+        tf.run(&d, &["destroy", "-auto-approve", "-input=false"]),
+        "destroy",
+    );
+    assert!(
+        shown.contains("Resources: 0 added, 0 changed, 2 destroyed"),
+        "{shown}"
+    );
+    assert_eq!(runs(&api, &ws_id)[0]["attributes"]["is-destroy"], true);
+    let listed = ok(tf.run(&d, &["state", "list"]), "state list");
+    assert!(listed.trim().is_empty(), "{listed}");
+}
+
+/// Ctrl-C during a slow apply cancels the run: the engine stops gracefully in its Pod,
+/// what it created is in the state, the run ends canceled and the lock is released.
+#[test]
+fn ctrl_c_cancels_a_slow_apply() {
+    let (dev, api, tf, dir) = setup();
+    let d = dir.path().join("slow");
+    config(
+        &d,
+        "slow",
+        r#"
+resource "terraform_data" "fast" {}
+resource "terraform_data" "slow" {
+  depends_on = [terraform_data.fast]
+  provisioner "local-exec" {
+    command = "sleep 60"
+  }
+}
+"#,
+    );
+    ok(tf.run(&d, &["init", "-input=false"]), "init");
+    let ws_id = workspace(&api, "slow")["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let child = tf
+        .command(&d, &["apply", "-auto-approve", "-input=false"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("terraform apply");
+    let applying = dev.eventually(Duration::from_secs(60), || {
+        runs(&api, &ws_id)
+            .first()
+            .filter(|r| status(r) == "applying")
+            .cloned()
+    });
+    assert!(applying.is_some(), "the run never started applying");
+    // Wait until the fast resource exists, then interrupt the CLI.
+    std::thread::sleep(Duration::from_secs(3));
+    let _ = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    let out = child.wait_with_output().expect("terraform apply ends");
+    let shown = text(&out);
+    assert!(shown.contains("successfully cancelled"), "{shown}");
+    let end = dev.eventually(Duration::from_secs(90), || {
+        runs(&api, &ws_id)
+            .first()
+            .filter(|r| status(r) == "canceled")
+            .cloned()
+    });
+    assert!(
+        end.is_some(),
+        "the run did not end canceled: {:?}",
+        runs(&api, &ws_id)
+    );
+    let unlocked = dev.eventually(Duration::from_secs(30), || {
+        (workspace(&api, "slow")["attributes"]["locked"] == false).then_some(())
+    });
+    assert!(unlocked.is_some(), "the workspace stayed locked");
+    let listed = ok(tf.run(&d, &["state", "list"]), "state list");
+    assert!(listed.contains("terraform_data.fast"), "{listed}");
+}
+
+/// A workspace configuration version uploaded through the API, as go-tfe does.
+fn upload(api: &Api, ws_id: &str, speculative: bool, files: &[(&str, &str)]) -> String {
+    let r = api.post(
+        &format!("/api/v2/workspaces/{ws_id}/configuration-versions"),
+        &json!({"data": {"type": "configuration-versions",
+            "attributes": {"auto-queue-runs": false, "speculative": speculative}}}),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let id = r.body["data"]["id"].as_str().unwrap_or_default().to_owned();
+    let url = r.body["data"]["attributes"]["upload-url"]
+        .as_str()
+        .unwrap_or_default();
+    let path = &url[url.find("/api/v2/").expect("upload URL path")..];
+    assert_eq!(api.put_unauthenticated(path, targz(files)), 200);
+    id
+}
+
+fn create_run(
+    api: &Api,
+    ws_id: &str,
+    cv: Option<&str>,
+    attributes: Value,
+) -> Result<String, Value> {
+    let mut rel = json!({"workspace": {"data": {"type": "workspaces", "id": ws_id}}});
+    if let Some(cv) = cv {
+        rel["configuration-version"] =
+            json!({"data": {"type": "configuration-versions", "id": cv}});
+    }
+    let r = api.post(
+        "/api/v2/runs",
+        &json!({"data": {"type": "runs", "attributes": attributes, "relationships": rel}}),
+    );
+    if r.status == 201 {
+        Ok(r.body["data"]["id"].as_str().unwrap_or_default().to_owned())
+    } else {
+        Err(json!({"status": r.status, "body": r.body}))
+    }
+}
+
+fn run(api: &Api, id: &str) -> Value {
+    let r = api.get(&format!("/api/v2/runs/{id}"));
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    r.body["data"].clone()
+}
+
+fn wait_status(dev: &Dev, api: &Api, id: &str, want: &[&str]) -> Value {
+    dev.eventually(Duration::from_secs(120), || {
+        let r = run(api, id);
+        want.contains(&status(&r)).then_some(r)
+    })
+    .unwrap_or_else(|| panic!("run {id} never reached {want:?}: {:?}", run(api, id)))
+}
+
+const SLOW_FILES: &[(&str, &str)] = &[(
+    "main.tf",
+    "resource \"terraform_data\" \"x\" {\n  input = timestamp()\n  provisioner \"local-exec\" {\n    command = \"sleep 1\"\n  }\n}\n",
+)];
+
+/// Through the API: three auto-apply runs on one workspace run one after another; a
+/// plan-only run does not wait behind a run waiting for confirmation; a locked
+/// workspace holds runs until it is unlocked; destroy runs are refused with
+/// `allow-destroy-plan: false`; actions outside their states are 409.
+#[test]
+fn queueing_locks_and_rules_through_the_api() {
+    let (dev, api, _tf, _dir) = setup();
+    let ws_id = api.create_workspace(ORG, json!({"name": "queued", "auto-apply": true}));
+    let cv = upload(&api, &ws_id, false, SLOW_FILES);
+    let ids: Vec<String> = (0..3)
+        .map(|_| create_run(&api, &ws_id, Some(&cv), json!({})).expect("run"))
+        .collect();
+    // One at a time: never two of them between plan_queued and applying.
+    let start = Instant::now();
+    loop {
+        let states: Vec<String> = ids
+            .iter()
+            .map(|i| status(&run(&api, i)).to_owned())
+            .collect();
+        let active = states
+            .iter()
+            .filter(|s| {
+                !matches!(
+                    s.as_str(),
+                    "pending"
+                        | "applied"
+                        | "errored"
+                        | "canceled"
+                        | "discarded"
+                        | "planned_and_finished"
+                )
+            })
+            .count();
+        assert!(active <= 1, "two runs active at once: {states:?}");
+        if states.iter().all(|s| s == "applied") {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(180),
+            "runs did not finish: {states:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // In creation order: each applied before the next one started planning.
+    let at = |id: &str, key: &str| {
+        run(&api, id)["attributes"]["status-timestamps"][key]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    for w in ids.windows(2) {
+        assert!(
+            at(&w[0], "applied-at") <= at(&w[1], "planning-at"),
+            "out of order"
+        );
+    }
+
+    // A run waiting for confirmation holds the workspace; a plan-only run goes past it.
+    let manual = create_run(&api, &ws_id, Some(&cv), json!({"auto-apply": false})).expect("run");
+    wait_status(&dev, &api, &manual, &["planned"]);
+    let spec_cv = upload(&api, &ws_id, true, SLOW_FILES);
+    let plan_only = create_run(&api, &ws_id, Some(&spec_cv), json!({})).expect("plan-only run");
+    let done = wait_status(&dev, &api, &plan_only, &["planned_and_finished"]);
+    assert_eq!(done["attributes"]["plan-only"], true);
+    let shown = run(&api, &manual);
+    assert_eq!(shown["attributes"]["actions"]["is-confirmable"], true);
+    let r = api.post(&format!("/api/v2/runs/{manual}/actions/cancel"), &json!({}));
+    assert_eq!(
+        r.status, 409,
+        "a planned run is not cancelable: {:?}",
+        r.body
+    );
+    let r = api.post(&format!("/api/v2/runs/{manual}/actions/apply"), &json!({}));
+    assert_eq!(r.status, 202, "{:?}", r.body);
+    wait_status(&dev, &api, &manual, &["applied"]);
+    let r = api.post(
+        &format!("/api/v2/runs/{manual}/actions/discard"),
+        &json!({}),
+    );
+    assert_eq!(r.status, 409, "{:?}", r.body);
+
+    // A locked workspace holds the queue until it is unlocked.
+    let r = api.post(
+        &format!("/api/v2/workspaces/{ws_id}/actions/lock"),
+        &json!({"reason": "maintenance"}),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let held = create_run(&api, &ws_id, Some(&cv), json!({})).expect("run");
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(status(&run(&api, &held)), "pending");
+    let r = api.post(
+        &format!("/api/v2/workspaces/{ws_id}/actions/unlock"),
+        &json!({}),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    wait_status(&dev, &api, &held, &["applied"]);
+
+    // allow-destroy-plan false refuses destroy runs.
+    let r = api.call(
+        "PATCH",
+        &format!("/api/v2/workspaces/{ws_id}"),
+        Some(&json!({"data": {"type": "workspaces", "attributes": {"allow-destroy-plan": false}}})),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let refused =
+        create_run(&api, &ws_id, Some(&cv), json!({"is-destroy": true})).expect_err("422");
+    assert_eq!(refused["status"], 422, "{refused}");
+
+    // The CLI's queue and capacity reads answer; kubectl shows the runs.
+    let q = api.get(&format!("/api/v2/organizations/{ORG}/runs/queue"));
+    assert_eq!(q.status, 200, "{:?}", q.body);
+    let c = api.get(&format!("/api/v2/organizations/{ORG}/capacity"));
+    assert_eq!(c.status, 200, "{:?}", c.body);
+    assert_eq!(c.body["data"]["attributes"]["running"], 0);
+    let shown = dev.kubectl_ok(&["get", "runs", "-n", ORG]);
+    assert_eq!(shown.matches("applied").count(), 5, "{shown}");
+}
+
+/// A workspace's `working-directory`: the CLI uploads the parent directory and the run
+/// plans and applies in the subdirectory.
+#[test]
+fn working_directory() {
+    let (_dev, api, tf, dir) = setup();
+    api.create_workspace(
+        ORG,
+        json!({"name": "nested", "working-directory": "envs/dev"}),
+    );
+    let root = dir.path().join("repo");
+    let d = root.join("envs/dev");
+    config(&d, "nested", ITEMS);
+    std::fs::write(root.join("shared.txt"), "from the parent directory").expect("file");
+    ok(tf.run(&d, &["init", "-input=false"]), "init");
+    let shown = ok(
+        tf.run(&d, &["apply", "-auto-approve", "-input=false"]),
+        "apply",
+    );
+    assert!(
+        shown.contains("Apply complete! Resources: 2 added"),
+        "{shown}"
+    );
+}
