@@ -67,6 +67,9 @@ pub const CONDITION_STALLED: &str = "Stalled";
 
 /// Field manager of the operator's controllers (server-side apply).
 pub const FIELD_MANAGER_OPERATOR: &str = "terrace-operator";
+/// Field manager of the run controller's part of a workspace's status (its performance
+/// attributes), beside the workspace controller's.
+pub const FIELD_MANAGER_RUNS: &str = "terrace-operator-runs";
 /// Field manager of the API server's writes.
 pub const FIELD_MANAGER_API: &str = "terrace-api-server";
 

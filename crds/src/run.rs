@@ -502,6 +502,70 @@ pub fn timestamp_key(state: RunState) -> String {
     format!("{}-at", state.as_str().replace('_', "-"))
 }
 
+/// When a workspace's auto-destroy run is due: at `auto-destroy-at`, or
+/// `auto-destroy-activity-duration` after its last activity (whichever comes first), as
+/// an RFC 3339 time (the key of the run it queues, so it is queued once per due time).
+pub fn auto_destroy_due(
+    at: Option<&str>,
+    activity_duration: Option<&str>,
+    last_activity: Option<&str>,
+) -> Option<jiff::Timestamp> {
+    let at = at.and_then(|a| a.parse::<jiff::Timestamp>().ok());
+    let after_activity = activity_duration
+        .and_then(|d| crate::rules::parse_auto_destroy_activity_duration(d).ok())
+        .zip(last_activity.and_then(|t| t.parse::<jiff::Timestamp>().ok()))
+        .and_then(|((n, unit), last)| {
+            let hours = match unit {
+                crate::rules::DurationUnit::Days => i64::from(n) * 24,
+                crate::rules::DurationUnit::Hours => i64::from(n),
+            };
+            last.checked_add(jiff::SignedDuration::from_hours(hours))
+                .ok()
+        });
+    match (at, after_activity) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// What the performance attributes need of a run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunTimes<'a> {
+    /// Creation time (RFC 3339): orders the runs.
+    pub created: &'a str,
+    pub state: RunState,
+    pub plan: (Option<&'a str>, Option<&'a str>),
+    pub apply: (Option<&'a str>, Option<&'a str>),
+}
+
+/// How many runs the performance attributes cover.
+pub const PERFORMANCE_RUNS: usize = 30;
+
+/// A workspace's performance attributes from its runs: over the newest
+/// [`PERFORMANCE_RUNS`] runs that errored or applied, the average plan and apply times
+/// (milliseconds, of the phases that have both ends) and the count of errored runs.
+pub fn performance(runs: &[RunTimes<'_>]) -> crate::resources::WorkspaceMetrics {
+    let mut done: Vec<&RunTimes<'_>> = runs
+        .iter()
+        .filter(|r| matches!(r.state, RunState::Applied | RunState::Errored))
+        .collect();
+    done.sort_by(|a, b| b.created.cmp(a.created));
+    done.truncate(PERFORMANCE_RUNS);
+    let millis = |(start, end): (Option<&str>, Option<&str>)| -> Option<i64> {
+        let s: jiff::Timestamp = start?.parse().ok()?;
+        let e: jiff::Timestamp = end?.parse().ok()?;
+        Some(e.duration_since(s).as_millis() as i64)
+    };
+    let average = |v: Vec<i64>| (!v.is_empty()).then(|| v.iter().sum::<i64>() / v.len() as i64);
+    crate::resources::WorkspaceMetrics {
+        plan_duration_average: average(done.iter().filter_map(|r| millis(r.plan)).collect()),
+        apply_duration_average: average(done.iter().filter_map(|r| millis(r.apply)).collect()),
+        policy_check_failures: Some(0),
+        run_failures: Some(done.iter().filter(|r| r.state == RunState::Errored).count() as i64),
+        workspace_kpis_run_count: Some(done.len() as i64),
+    }
+}
+
 /// One line of a `.tfvars` file: `key = value` with the value as an expression (`hcl`)
 /// or as a string literal (quotes, backslashes and newlines escaped; `${` and `%{`
 /// doubled so they stay literal).
@@ -534,6 +598,66 @@ pub fn tfvars_line(key: &str, value: &str, hcl: bool) -> String {
 mod tests {
     use super::*;
     use crate::lock::LockHolder;
+
+    #[test]
+    fn performance_over_applied_and_errored_runs() {
+        let t = |s: &'static str| Some(s);
+        let runs = [
+            RunTimes {
+                created: "2026-01-01T00:00:01Z",
+                state: RunState::Applied,
+                plan: (t("2026-01-01T00:00:00Z"), t("2026-01-01T00:00:02Z")),
+                apply: (t("2026-01-01T00:00:03Z"), t("2026-01-01T00:00:07Z")),
+            },
+            RunTimes {
+                created: "2026-01-01T00:00:02Z",
+                state: RunState::Errored,
+                plan: (t("2026-01-01T00:00:00Z"), t("2026-01-01T00:00:04Z")),
+                apply: (None, None),
+            },
+            RunTimes {
+                created: "2026-01-01T00:00:03Z",
+                state: RunState::Discarded,
+                plan: (t("2026-01-01T00:00:00Z"), t("2026-01-01T00:01:00Z")),
+                apply: (None, None),
+            },
+        ];
+        let m = performance(&runs);
+        assert_eq!(m.plan_duration_average, Some(3000));
+        assert_eq!(m.apply_duration_average, Some(4000));
+        assert_eq!(
+            (m.run_failures, m.workspace_kpis_run_count),
+            (Some(1), Some(2))
+        );
+        let none = performance(&[]);
+        assert_eq!(
+            (none.plan_duration_average, none.workspace_kpis_run_count),
+            (None, Some(0))
+        );
+    }
+
+    #[test]
+    fn auto_destroy_due_times() {
+        let t = |s: &str| s.parse::<jiff::Timestamp>().unwrap();
+        assert_eq!(auto_destroy_due(None, None, None), None);
+        assert_eq!(
+            auto_destroy_due(Some("2026-01-02T00:00:00Z"), None, None),
+            Some(t("2026-01-02T00:00:00Z"))
+        );
+        assert_eq!(
+            auto_destroy_due(None, Some("2d"), Some("2026-01-01T00:00:00Z")),
+            Some(t("2026-01-03T00:00:00Z"))
+        );
+        assert_eq!(
+            auto_destroy_due(
+                Some("2026-01-05T00:00:00Z"),
+                Some("36h"),
+                Some("2026-01-01T00:00:00Z")
+            ),
+            Some(t("2026-01-02T12:00:00Z"))
+        );
+        assert_eq!(auto_destroy_due(Some("not a time"), Some("0d"), None), None);
+    }
 
     #[test]
     fn tfvars_lines() {

@@ -198,6 +198,12 @@ async fn run_controllers(
         organizations.subscribe(),
         shutdown.clone(),
     );
+    let auto_destroy = run::auto_destroy::controller(
+        ctx.clone(),
+        workspace_feed.store(),
+        workspace_feed.subscribe(),
+        shutdown.clone(),
+    );
     let runs = run::controller(
         ctx.clone(),
         orgs.clone(),
@@ -237,6 +243,7 @@ async fn run_controllers(
         workspaces,
         test_runs,
         runs,
+        auto_destroy,
         state_retention,
         archives
     );

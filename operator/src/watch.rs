@@ -129,8 +129,11 @@ impl Watched for Workspace {
             remote_state_consumers: spec.remote_state_consumers,
             // The state retention controller reads the policy.
             data_retention_policy: spec.data_retention_policy,
-            // The run controller reads where the configuration is.
+            // The run controller reads where the configuration is, and when the
+            // workspace is due to be destroyed.
             working_directory: spec.working_directory,
+            auto_destroy_at: spec.auto_destroy_at,
+            auto_destroy_activity_duration: spec.auto_destroy_activity_duration,
             ..WorkspaceSpec::default()
         };
         self.status = self.status.take().map(|s| WorkspaceStatus {
@@ -139,6 +142,7 @@ impl Watched for Workspace {
             tag_names: s.tag_names,
             effective_tag_bindings: s.effective_tag_bindings,
             remote_state_consumer_count: s.remote_state_consumer_count,
+            latest_change_at: s.latest_change_at,
             observed_generation: s.observed_generation,
             conditions: s.conditions,
             ..WorkspaceStatus::default()

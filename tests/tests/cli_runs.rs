@@ -476,6 +476,95 @@ fn queueing_locks_and_rules_through_the_api() {
     assert_eq!(c.body["data"]["attributes"]["running"], 0);
     let shown = dev.kubectl_ok(&["get", "runs", "-n", ORG]);
     assert_eq!(shown.matches("applied").count(), 5, "{shown}");
+
+    // Performance attributes and the current run, from the runs themselves.
+    let other = api.create_workspace(ORG, json!({"name": "idle"}));
+    let ws = dev
+        .eventually(Duration::from_secs(30), || {
+            let w = workspace(&api, "queued");
+            (w["attributes"]["workspace-kpis-runs-count"] == 5).then_some(w)
+        })
+        .unwrap_or_else(|| panic!("{:?}", workspace(&api, "queued")));
+    assert_eq!(ws["attributes"]["run-failures"], 0);
+    assert!(
+        ws["attributes"]["plan-duration-average"]
+            .as_i64()
+            .unwrap_or(0)
+            > 0,
+        "{ws}"
+    );
+    assert!(
+        ws["attributes"]["apply-duration-average"]
+            .as_i64()
+            .unwrap_or(0)
+            > 0,
+        "{ws}"
+    );
+    assert_eq!(
+        ws["relationships"]["current-run"]["data"]["id"],
+        held.as_str()
+    );
+    let listed = api.get(&format!(
+        "/api/v2/organizations/{ORG}/workspaces?filter%5Bcurrent-run%5D%5Bstatus%5D=applied"
+    ));
+    let names: Vec<&str> = listed.body["data"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|w| w["attributes"]["name"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(names, ["queued"], "{:?}", listed.body);
+    let sorted = api.get(&format!(
+        "/api/v2/organizations/{ORG}/workspaces?sort=-current-run.created-at"
+    ));
+    assert_eq!(sorted.body["data"][0]["id"], ws_id.as_str());
+    assert_eq!(sorted.body["data"][1]["id"], other.as_str());
+}
+
+/// `auto-destroy-at` in the past queues one destroy run (by the operator, with an
+/// Event), which applies and empties the state.
+#[test]
+fn auto_destroy_queues_one_destroy_run() {
+    let (dev, api, _tf, _dir) = setup();
+    let ws_id = api.create_workspace(ORG, json!({"name": "ephemeral", "auto-apply": true}));
+    let cv = upload(
+        &api,
+        &ws_id,
+        false,
+        &[("main.tf", "resource \"terraform_data\" \"x\" {}\n")],
+    );
+    let first = create_run(&api, &ws_id, Some(&cv), json!({})).expect("run");
+    wait_status(&dev, &api, &first, &["applied"]);
+    let past = "2020-01-01T00:00:00Z";
+    let r = api.call(
+        "PATCH",
+        &format!("/api/v2/workspaces/{ws_id}"),
+        Some(&json!({"data": {"type": "workspaces", "attributes": {"auto-destroy-at": past}}})),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let destroy = dev
+        .eventually(Duration::from_secs(60), || {
+            runs(&api, &ws_id)
+                .into_iter()
+                .find(|r| r["attributes"]["is-destroy"] == true)
+        })
+        .expect("a destroy run is queued");
+    let id = destroy["id"].as_str().unwrap_or_default().to_owned();
+    wait_status(&dev, &api, &id, &["applied"]);
+    let cur = api.get(&format!("/api/v2/workspaces/{ws_id}/current-state-version"));
+    assert_eq!(cur.body["data"]["attributes"]["resources-processed"], true);
+    let ws = workspace(&api, "ephemeral");
+    assert_eq!(ws["attributes"]["resource-count"], 0, "{ws}");
+    std::thread::sleep(Duration::from_secs(2));
+    let destroys = runs(&api, &ws_id)
+        .iter()
+        .filter(|r| r["attributes"]["is-destroy"] == true)
+        .count();
+    assert_eq!(destroys, 1, "queued once");
+    let events = dev.kubectl_ok(&["get", "events.events.k8s.io", "-n", ORG, "-o", "json"]);
+    assert!(events.contains("AutoDestroyQueued"), "{events}");
 }
 
 /// A workspace's `working-directory`: the CLI uploads the parent directory and the run

@@ -57,6 +57,22 @@ pub fn current_run(idx: &Inner, ns: &str, ws_object: &str) -> Option<Arc<Run>> {
         .cloned()
 }
 
+/// The current run of every workspace of namespace `ns` that has one, by Workspace
+/// object name (one pass over the namespace's runs).
+pub fn current_runs(idx: &Inner, ns: &str) -> std::collections::HashMap<String, Arc<Run>> {
+    let mut out: std::collections::HashMap<String, Arc<Run>> = std::collections::HashMap::new();
+    for r in idx.runs().in_namespace(ns).filter(|r| !r.spec.plan_only) {
+        let newer = out.get(&r.spec.workspace).is_none_or(|cur| {
+            (&r.metadata.creation_timestamp, r.name_any())
+                > (&cur.metadata.creation_timestamp, cur.name_any())
+        });
+        if newer {
+            out.insert(r.spec.workspace.clone(), r.clone());
+        }
+    }
+    out
+}
+
 fn timestamps(r: &Run) -> Map<String, Value> {
     r.status
         .as_ref()

@@ -17,6 +17,7 @@
 //! Pending runs are woken when their workspace changes (an unlock) and when another run
 //! of the workspace changes (one ends).
 
+pub mod auto_destroy;
 pub mod pod;
 
 use std::future::Future;
@@ -34,7 +35,8 @@ use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use terrace_crds::constants::{
-    ANNOTATION_LOCK_REASON, ANNOTATION_LOCKED_AT, ANNOTATION_LOCKED_BY, LABEL_ID,
+    ANNOTATION_LOCK_REASON, ANNOTATION_LOCKED_AT, ANNOTATION_LOCKED_BY, FIELD_MANAGER_RUNS,
+    LABEL_ID,
 };
 use terrace_crds::lock::{LockHolder, holder_of};
 use terrace_crds::run::{
@@ -290,6 +292,9 @@ async fn reconcile(run: Arc<Run>, ctx: Arc<RunContext>) -> Result<Action, Error>
             d.report.as_ref(),
         )
         .await?;
+        if matches!(to, RunState::Applied | RunState::Errored) {
+            record_performance(&ctx, &run, to).await;
+        }
         return Ok(Action::requeue(Duration::from_millis(200)));
     }
     Ok(match seen {
@@ -646,6 +651,68 @@ async fn write_status(
     )
     .await;
     Ok(())
+}
+
+/// Writes the workspace's performance attributes (`status.metrics`, server-side apply
+/// under [`FIELD_MANAGER_RUNS`]) from its runs, `run` counted as `to` (best effort).
+async fn record_performance(ctx: &RunContext, run: &Run, to: RunState) {
+    let ns = run.namespace().unwrap_or_default();
+    let now = Timestamp::now().to_string();
+    let all = ctx.runs.state();
+    let owned: Vec<(String, RunState, [Option<String>; 4])> = all
+        .iter()
+        .filter(|r| {
+            r.namespace().as_deref() == Some(ns.as_str()) && r.spec.workspace == run.spec.workspace
+        })
+        .map(|r| {
+            let st = r.status.clone().unwrap_or_default();
+            let mut times = [
+                st.plan.started_at,
+                st.plan.finished_at,
+                st.apply.started_at,
+                st.apply.finished_at,
+            ];
+            let state = if r.metadata.uid == run.metadata.uid {
+                let phase = if to == RunState::Applied || times[2].is_some() {
+                    3
+                } else {
+                    1
+                };
+                times[phase] = Some(now.clone());
+                to
+            } else {
+                state_of(r)
+            };
+            let created = r
+                .creation_timestamp()
+                .map(|t| t.0.to_string())
+                .unwrap_or_default();
+            (created, state, times)
+        })
+        .collect();
+    let times: Vec<run::RunTimes<'_>> = owned
+        .iter()
+        .map(|(created, state, t)| run::RunTimes {
+            created,
+            state: *state,
+            plan: (t[0].as_deref(), t[1].as_deref()),
+            apply: (t[2].as_deref(), t[3].as_deref()),
+        })
+        .collect();
+    let metrics = run::performance(&times);
+    let api: Api<Workspace> = Api::namespaced(ctx.base.client.clone(), &ns);
+    let body = json!({
+        "apiVersion": terrace_crds::constants::API_VERSION,
+        "kind": "Workspace",
+        "status": {"metrics": metrics},
+    });
+    let pp = PatchParams::apply(FIELD_MANAGER_RUNS).force();
+    if let Err(e) = api
+        .patch_status(&run.spec.workspace, &pp, &Patch::Apply(&body))
+        .await
+    {
+        tracing::warn!(error = %e, workspace = %run.spec.workspace, "recording the workspace's performance attributes");
+    }
 }
 
 /// The Event reason of reaching `state` (CamelCase of the status).

@@ -186,7 +186,24 @@ pub fn select(idx: &Inner, ns: &str, f: &ListFilter, page: Page) -> (usize, Vec<
         .as_ref()
         .map(|pid| idx.project(pid).map(|p| p.name_any()));
     let default_project = idx.default_project(ns).map(|p| p.name_any());
-    let needs_object = project_filter.is_some() || !f.tagged.is_empty();
+    let by_run =
+        f.current_run_status.is_some() || matches!(f.sort, Some((Sort::CurrentRunCreatedAt, _)));
+    let current_runs = if by_run {
+        crate::documents::runs::current_runs(idx, ns)
+    } else {
+        Default::default()
+    };
+    let wanted: Vec<&str> = f
+        .current_run_status
+        .as_deref()
+        .map(|s| {
+            s.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    let needs_object = project_filter.is_some() || !f.tagged.is_empty() || by_run;
     let keep = |key: &NameKey| -> bool {
         let name = key.0.as_str();
         if f.search_name
@@ -204,16 +221,20 @@ pub fn select(idx: &Inner, ns: &str, f: &ListFilter, page: Page) -> (usize, Vec<
         if !rest.iter().all(|s| s.contains(key)) || exclude.iter().any(|s| s.contains(key)) {
             return false;
         }
-        if f.current_run_status.is_some() {
-            // No workspace has runs yet, so none has a current run in any status.
-            return false;
-        }
         if !needs_object {
             return true;
         }
         let Some(w) = idx.workspace_by_uid(&key.1) else {
             return false;
         };
+        if f.current_run_status.is_some() {
+            let status = current_runs
+                .get(&w.name_any())
+                .map(|r| crate::documents::runs::state_of(r).as_str());
+            if !status.is_some_and(|s| wanted.contains(&s)) {
+                return false;
+            }
+        }
         if let Some(target) = &project_filter {
             let project = w
                 .spec
@@ -237,6 +258,27 @@ pub fn select(idx: &Inner, ns: &str, f: &ListFilter, page: Page) -> (usize, Vec<
     let take = page.size as usize;
     let resolve = |k: &NameKey| idx.workspace_by_uid(&k.1).cloned();
     match f.sort {
+        Some((Sort::CurrentRunCreatedAt, desc)) => {
+            let mut all: Vec<Arc<Workspace>> = candidates
+                .iter()
+                .filter(|k| keep(k))
+                .filter_map(resolve)
+                .collect();
+            // Workspaces without a run sort first (as the oldest), then by name.
+            all.sort_by_cached_key(|w| {
+                (
+                    current_runs
+                        .get(&w.name_any())
+                        .and_then(|r| r.metadata.creation_timestamp.clone()),
+                    w.spec.name.to_ascii_lowercase(),
+                )
+            });
+            if desc {
+                all.reverse();
+            }
+            let total = all.len();
+            (total, all.into_iter().skip(start).take(take).collect())
+        }
         Some((Sort::LatestChangeAt, desc)) => {
             let mut all: Vec<Arc<Workspace>> = candidates
                 .iter()
@@ -262,7 +304,6 @@ pub fn select(idx: &Inner, ns: &str, f: &ListFilter, page: Page) -> (usize, Vec<
             let total = all.len();
             (total, all.into_iter().skip(start).take(take).collect())
         }
-        // Without runs, current-run.created-at orders like the (stable) name order.
         sort => {
             let desc = matches!(sort, Some((_, true)));
             let mut total = 0usize;

@@ -1,0 +1,194 @@
+//! Auto-destroy: a workspace whose `auto-destroy-at` (or its inactivity period,
+//! `auto-destroy-activity-duration` after its latest change) has come gets one destroy
+//! run, queued by the operator — not by a request handler — with an Event. The due time
+//! ([`run::auto_destroy_due`]) is recorded in the workspace's annotation
+//! [`ANNOTATION_AUTO_DESTROY_QUEUED`] with a resourceVersion precondition before the run
+//! is created, so a restarted operator (or a second replica) never queues it twice.
+//! Nothing is requeued on a timer but a workspace that waits for its due time.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{EventType, Recorder};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+use terrace_crds::constants::{LABEL_ID, LABEL_ORGANIZATION, LABEL_WORKSPACE_ID};
+use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
+use terrace_crds::run;
+use terrace_crds::{ConfigurationVersion, ConfigurationVersionState, Run, RunSpec, Workspace};
+
+use crate::events::publish_event;
+use crate::{Context, Error};
+
+/// Annotation on a workspace: the due time (RFC 3339) whose destroy run was queued.
+pub const ANNOTATION_AUTO_DESTROY_QUEUED: &str = "terrace.dev/auto-destroy-queued";
+/// The `source` of the runs it queues.
+pub const SOURCE: &str = "terrace-auto-destroy";
+
+struct Ctx {
+    base: Arc<Context>,
+    recorder: Recorder,
+}
+
+/// The auto-destroy controller over the workspaces' shared cache and its changes.
+pub fn controller<S>(
+    ctx: Arc<Context>,
+    workspaces: Store<Workspace>,
+    changes: impl futures::Stream<Item = Result<Workspace, watcher::Error>> + Send + 'static,
+    shutdown: S,
+) -> impl Future<Output = ()> + Send + 'static
+where
+    S: Future<Output = ()> + Send + Sync + 'static,
+{
+    let c = Arc::new(Ctx {
+        recorder: crate::events::new_recorder(&ctx.client),
+        base: ctx,
+    });
+    Controller::for_stream(changes, workspaces)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, c)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "auto-destroy reconcile");
+            }
+        })
+}
+
+fn error_policy(ws: Arc<Workspace>, err: &Error, _ctx: Arc<Ctx>) -> Action {
+    tracing::warn!(error = %err, name = %ws.name_any(), "auto-destroy reconcile failed");
+    err.retry_or_await_change(Duration::from_secs(30))
+}
+
+async fn reconcile(ws: Arc<Workspace>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let created = ws
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.to_string());
+    let due = run::auto_destroy_due(
+        ws.spec.auto_destroy_at.as_deref(),
+        ws.spec.auto_destroy_activity_duration.as_deref(),
+        ws.status
+            .as_ref()
+            .and_then(|s| s.latest_change_at.as_deref())
+            .or(created.as_deref()),
+    );
+    let Some(due) = due else {
+        return Ok(Action::await_change());
+    };
+    let now = Timestamp::now();
+    if due > now {
+        let wait = due.duration_since(now).unsigned_abs();
+        return Ok(Action::requeue(wait.min(Duration::from_secs(3600))));
+    }
+    let key = due.to_string();
+    if ws.annotations().get(ANNOTATION_AUTO_DESTROY_QUEUED) == Some(&key) {
+        return Ok(Action::await_change());
+    }
+    let ns = ws.namespace().unwrap_or_default();
+    let Some(ws_id) = ws.labels().get(LABEL_ID).cloned() else {
+        return Ok(Action::await_change());
+    };
+    // The newest uploaded configuration version of the workspace.
+    let cvs: Api<ConfigurationVersion> = Api::namespaced(ctx.base.client.clone(), &ns);
+    let list = cvs
+        .list(&ListParams::default().labels(&format!("{LABEL_WORKSPACE_ID}={ws_id}")))
+        .await?;
+    let cv = list
+        .items
+        .into_iter()
+        .filter(|c| c.state() == Ok(ConfigurationVersionState::Uploaded))
+        .max_by(|a, b| {
+            a.metadata
+                .creation_timestamp
+                .cmp(&b.metadata.creation_timestamp)
+        });
+    let regarding = ws.object_ref(&());
+    let Some(cv) = cv else {
+        publish_event(
+            &ctx.recorder,
+            &regarding,
+            EventType::Warning,
+            "AutoDestroySkipped",
+            "AutoDestroy",
+            "auto-destroy is due but the workspace has no uploaded configuration version".into(),
+        )
+        .await;
+        mark(&ctx, &ws, &key).await?;
+        return Ok(Action::await_change());
+    };
+    // Claim the due time first: of two claims (a restart, a second replica) one wins.
+    if !mark(&ctx, &ws, &key).await? {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    let id = new_id(IdKind::Run);
+    let org = ws
+        .labels()
+        .get(LABEL_ORGANIZATION)
+        .cloned()
+        .unwrap_or_default();
+    let r = Run {
+        metadata: ObjectMeta {
+            name: Some(object_name_for_id(&id)),
+            namespace: Some(ns.clone()),
+            labels: Some(
+                [
+                    (LABEL_ID.to_owned(), id.clone()),
+                    (LABEL_ORGANIZATION.to_owned(), org),
+                    (LABEL_WORKSPACE_ID.to_owned(), ws_id),
+                ]
+                .into(),
+            ),
+            owner_references: ws.controller_owner_ref(&()).map(|o| vec![o]),
+            ..Default::default()
+        },
+        spec: RunSpec {
+            workspace: ws.name_any(),
+            configuration_version: cv.name_any(),
+            is_destroy: true,
+            refresh: true,
+            auto_apply: true,
+            message: format!("Triggered by auto-destroy (due {key})"),
+            source: SOURCE.to_owned(),
+            ..RunSpec::default()
+        },
+        status: None,
+    };
+    let runs: Api<Run> = Api::namespaced(ctx.base.client.clone(), &ns);
+    runs.create(&PostParams::default(), &r).await?;
+    publish_event(
+        &ctx.recorder,
+        &regarding,
+        EventType::Normal,
+        "AutoDestroyQueued",
+        "AutoDestroy",
+        format!("auto-destroy was due at {key}: destroy run {id} queued"),
+    )
+    .await;
+    Ok(Action::await_change())
+}
+
+/// Records `key` as queued on the workspace (false: it changed meanwhile).
+async fn mark(ctx: &Ctx, ws: &Workspace, key: &str) -> Result<bool, Error> {
+    let api: Api<Workspace> =
+        Api::namespaced(ctx.base.client.clone(), &ws.namespace().unwrap_or_default());
+    let body = json!({"metadata": {
+        "resourceVersion": ws.resource_version(),
+        "annotations": {ANNOTATION_AUTO_DESTROY_QUEUED: key},
+    }});
+    match api
+        .patch(&ws.name_any(), &PatchParams::default(), &Patch::Merge(body))
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
