@@ -62,6 +62,9 @@ pub struct RunOptions {
     pub target_addrs: Vec<String>,
     #[serde(default)]
     pub replace_addrs: Vec<String>,
+    /// The workspace's `terraform-version`: the engine must satisfy it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terraform_version: Option<String>,
 }
 
 fn yes() -> bool {
@@ -329,6 +332,22 @@ fn preamble(program: &str) {
     say("Initializing plugins and modules...");
 }
 
+/// Checks that the engine's version satisfies the workspace's `terraform-version`.
+fn check_version(program: &str, wanted: &str) -> Result<(), StepError> {
+    let out = run_quiet(Path::new("."), program, &["version", "-json"])?;
+    let have = serde_json::from_slice::<serde_json::Value>(&out)
+        .ok()
+        .and_then(|v| v["terraform_version"].as_str().map(str::to_owned))
+        .ok_or_else(|| StepError(format!("{program} did not say its version")))?;
+    match terrace_crds::run::version_satisfies(wanted, &have) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(StepError(format!(
+            "Engine version mismatch: the workspace's terraform-version is {wanted:?}, the engine in this Pod ({program}) is version {have}. Change the workspace's terraform-version, or run a matching engine (in a cluster: engine.image with a {{version}} tag; under terrace dev: --engine)"
+        ))),
+        Err(e) => Err(StepError(format!("the workspace's terraform-version: {e}"))),
+    }
+}
+
 /// The override file's text: the backend is a local state file at `state`.
 pub fn override_text(state: &Path) -> String {
     let path = state
@@ -407,6 +426,9 @@ fn phase(args: &RemoteArgs) -> Result<PhaseReport, StepError> {
             .map_err(step("the run options"))?,
         None => RunOptions::default(),
     };
+    if let Some(wanted) = opts.terraform_version.as_deref() {
+        check_version(program, wanted)?;
+    }
     let api = Api::new(&args.api, &args.run, token);
     let limits = FetchLimits::default();
     let archive = api

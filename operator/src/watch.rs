@@ -134,6 +134,9 @@ impl Watched for Workspace {
             working_directory: spec.working_directory,
             auto_destroy_at: spec.auto_destroy_at,
             auto_destroy_activity_duration: spec.auto_destroy_activity_duration,
+            terraform_version: spec.terraform_version,
+            execution_mode: spec.execution_mode,
+            agent_pool_id: spec.agent_pool_id,
             ..WorkspaceSpec::default()
         };
         self.status = self.status.take().map(|s| WorkspaceStatus {

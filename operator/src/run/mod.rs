@@ -527,6 +527,7 @@ async fn create_pod(
         run_id,
         organization: &org_name,
         working_directory: ws.spec.working_directory.as_deref().unwrap_or_default(),
+        terraform_version: ws.spec.terraform_version.as_deref(),
         variables: &variables,
         org_settings,
         settings: &ctx.base.settings,

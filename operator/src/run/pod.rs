@@ -145,12 +145,23 @@ pub fn env(vars: &[Variable]) -> Vec<EnvVar> {
     all
 }
 
+/// The engine image of a run: `{version}` in the configured image becomes the workspace's
+/// exact `terraform-version` (`latest` for a constraint or none).
+pub fn engine_image(configured: &str, terraform_version: Option<&str>) -> String {
+    let tag = terraform_version
+        .and_then(terrace_crds::run::exact_version)
+        .unwrap_or("latest");
+    configured.replace("{version}", tag)
+}
+
 /// Everything a run's Pod and Secret are built from.
 pub struct RunPodInputs<'a> {
     pub run: &'a Run,
     pub run_id: &'a str,
     pub organization: &'a str,
     pub working_directory: &'a str,
+    /// The workspace's `terraform-version`.
+    pub terraform_version: Option<&'a str>,
     pub variables: &'a [Variable],
     pub org_settings: &'a TestRunSettings,
     pub settings: &'a Settings,
@@ -185,7 +196,7 @@ fn labels(inputs: &RunPodInputs<'_>) -> BTreeMap<String, String> {
 }
 
 /// The run's options as the runner reads them.
-pub fn options(run: &Run, working_directory: &str) -> RunOptions {
+pub fn options(run: &Run, working_directory: &str, terraform_version: Option<&str>) -> RunOptions {
     RunOptions {
         working_directory: working_directory.to_owned(),
         is_destroy: run.spec.is_destroy,
@@ -193,13 +204,20 @@ pub fn options(run: &Run, working_directory: &str) -> RunOptions {
         refresh_only: run.spec.refresh_only,
         target_addrs: run.spec.target_addrs.clone(),
         replace_addrs: run.spec.replace_addrs.clone(),
+        terraform_version: terraform_version
+            .filter(|v| !v.is_empty() && *v != "latest")
+            .map(str::to_owned),
     }
 }
 
 /// The run's Secret (see the module docs).
 pub fn build_secret(inputs: &RunPodInputs<'_>, token: &str) -> Result<Secret, Error> {
-    let options = serde_json::to_vec(&options(inputs.run, inputs.working_directory))
-        .map_err(|e| Error::Invalid(format!("the run's options: {e}")))?;
+    let options = serde_json::to_vec(&options(
+        inputs.run,
+        inputs.working_directory,
+        inputs.terraform_version,
+    ))
+    .map_err(|e| Error::Invalid(format!("the run's options: {e}")))?;
     let data = BTreeMap::from([
         (
             SECRET_KEY_TOKEN.to_owned(),
@@ -259,12 +277,15 @@ pub fn build_pod(inputs: &RunPodInputs<'_>, phase: Phase) -> Result<Pod, Error> 
     if !overrides.annotations.is_empty() {
         meta.annotations = Some(overrides.annotations.clone());
     }
-    let engine_image = inputs
-        .org_settings
-        .engine_image
-        .clone()
-        .filter(|i| !i.is_empty())
-        .unwrap_or_else(|| inputs.settings.engine_image.clone());
+    let engine_image = engine_image(
+        inputs
+            .org_settings
+            .engine_image
+            .as_deref()
+            .filter(|i| !i.is_empty())
+            .unwrap_or(&inputs.settings.engine_image),
+        inputs.terraform_version,
+    );
     let terrace = format!("{TOOLS_DIR}/terrace");
     let install = Container {
         name: INSTALL_CONTAINER.to_owned(),
@@ -371,6 +392,24 @@ mod tests {
                 key: "value".into(),
             }),
         }
+    }
+
+    #[test]
+    fn engine_image_from_the_terraform_version() {
+        let image = "hashicorp/terraform:{version}";
+        assert_eq!(
+            engine_image(image, Some("1.11.4")),
+            "hashicorp/terraform:1.11.4"
+        );
+        assert_eq!(
+            engine_image(image, Some("~> 1.11")),
+            "hashicorp/terraform:latest"
+        );
+        assert_eq!(engine_image(image, None), "hashicorp/terraform:latest");
+        assert_eq!(
+            engine_image("ghcr.io/opentofu/opentofu:1.8", Some("1.11.4")),
+            "ghcr.io/opentofu/opentofu:1.8"
+        );
     }
 
     #[test]
