@@ -203,7 +203,7 @@ fn main() {
                 .await
                 .expect("baseline put");
             let back = plain
-                .get(&format!("state-{i}"))
+                .get(&format!("state-{i}"), None)
                 .await
                 .expect("baseline get");
             assert_eq!(back.len(), size);
