@@ -22,8 +22,6 @@ use crate::blobs::{BlobError, BlobUpload};
 
 /// Most body pieces waiting for the check (back pressure on the body beyond that).
 pub const CHECK_QUEUE: usize = 16;
-/// Buffer of the check's reader.
-const CHECK_READ_BUFFER: usize = 64 * 1024;
 
 /// Why a body could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -51,7 +49,8 @@ pub struct Ingested<U, C> {
     pub checked: C,
 }
 
-/// Reads pieces sent over a channel (the check's side of [`ingest`]).
+/// Reads pieces sent over a channel (the check's side of [`ingest`]); checks buffer
+/// their reads themselves.
 struct PieceReader {
     rx: mpsc::Receiver<Bytes>,
     current: Bytes,
@@ -98,13 +97,10 @@ where
 {
     let (tx, rx) = mpsc::channel::<Bytes>(CHECK_QUEUE);
     let checker = tokio::task::spawn_blocking(move || {
-        let mut reader = std::io::BufReader::with_capacity(
-            CHECK_READ_BUFFER,
-            PieceReader {
-                rx,
-                current: Bytes::new(),
-            },
-        );
+        let mut reader = PieceReader {
+            rx,
+            current: Bytes::new(),
+        };
         check(&mut reader)
     });
     let mut tx = Some(tx);

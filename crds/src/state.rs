@@ -575,13 +575,28 @@ pub fn summarize(bytes: &[u8]) -> Result<StateSummary, StateError> {
     summary_of(serde_json::from_slice(bytes))
 }
 
+/// Buffer of the readers the streamed checks parse from.
+const READ_BUFFER: usize = 64 * 1024;
+
 /// The summary of the state file `reader` gives, read to its end as it comes (only
-/// the summary is kept: the state itself is never whole in memory).
-pub fn summarize_reader(reader: impl std::io::Read) -> Result<StateSummary, StateError> {
+/// the summary is kept: the state itself is never whole in memory). Not generic, so
+/// the parser is compiled (and optimized) here, as [`summarize`]'s.
+pub fn summarize_reader(reader: &mut dyn std::io::Read) -> Result<StateSummary, StateError> {
     summary_of(serde_json::from_reader(std::io::BufReader::with_capacity(
-        64 * 1024,
+        READ_BUFFER,
         reader,
     )))
+}
+
+/// Whether `reader` gives one JSON document (the JSON form of a state), read to its end
+/// as it comes; the parser's message when not.
+pub fn check_json(reader: &mut dyn std::io::Read) -> Result<(), String> {
+    serde_json::from_reader::<_, serde::de::IgnoredAny>(std::io::BufReader::with_capacity(
+        READ_BUFFER,
+        reader,
+    ))
+    .map(|_| ())
+    .map_err(|e| e.to_string())
 }
 
 fn summary_of(file: Result<StateFile, serde_json::Error>) -> Result<StateSummary, StateError> {
@@ -795,7 +810,7 @@ mod tests {
         }
         let bytes = state(4, "L");
         let mut whole = summarize(&bytes).unwrap_or_default();
-        let mut streamed = summarize_reader(Trickle(&bytes)).unwrap_or_default();
+        let mut streamed = summarize_reader(&mut Trickle(&bytes)).unwrap_or_default();
         // Output IDs are new each time.
         for o in whole.outputs.iter_mut().chain(streamed.outputs.iter_mut()) {
             o.id.clear();
@@ -808,20 +823,28 @@ mod tests {
         let md5 = h.finish();
         assert_eq!(md5, md5_hex(&bytes));
         let n = bytes.len() as u64;
-        let ok = || summarize_reader(Trickle(&bytes));
+        let ok = || summarize_reader(&mut Trickle(&bytes));
         assert!(check_streamed(n, n, Some(&md5), &md5, ok()).is_ok());
         assert_eq!(
             check_streamed(n, n - 1, Some("00"), &md5, ok()).map_err(|e| e.status()),
             Err(413)
         );
         assert!(matches!(
-            check_streamed(n, n, Some("00"), &md5, summarize_reader(Trickle(b"nope"))),
+            check_streamed(
+                n,
+                n,
+                Some("00"),
+                &md5,
+                summarize_reader(&mut Trickle(b"nope"))
+            ),
             Err(StateError::Md5Mismatch { .. })
         ));
         assert!(matches!(
-            check_streamed(n, n, None, &md5, summarize_reader(Trickle(b"{} x"))),
+            check_streamed(n, n, None, &md5, summarize_reader(&mut Trickle(b"{} x"))),
             Err(StateError::Invalid(_))
         ));
+        assert!(check_json(&mut Trickle(&bytes)).is_ok());
+        assert!(check_json(&mut Trickle(b"{} x")).is_err());
     }
 
     #[test]

@@ -227,12 +227,12 @@ fn gone() -> ApiError {
 
 /// Checks a tar.gz archive with the rules the runner unpacks it with
 /// ([`terrace_crds::archive`]); answers its number of entries, or what is wrong with it.
-pub fn validate_archive(bytes: &[u8]) -> Result<u64, String> {
-    validate_archive_reader(bytes)
+pub fn validate_archive(mut bytes: &[u8]) -> Result<u64, String> {
+    validate_archive_reader(&mut bytes)
 }
 
 /// [`validate_archive`] of an archive read as it comes.
-pub fn validate_archive_reader(reader: impl std::io::Read) -> Result<u64, String> {
+pub fn validate_archive_reader(reader: &mut dyn std::io::Read) -> Result<u64, String> {
     terrace_crds::archive::validate_reader(reader, &terrace_crds::archive::ArchiveLimits::default())
         .map(|s| s.files + s.directories + s.symlinks)
         .map_err(|e| e.to_string())
@@ -286,7 +286,7 @@ async fn upload(
             Ok::<(), ApiError>(())
         }
     };
-    let ingested = match ingest(body, upload, |r| validate_archive_reader(r)).await {
+    let ingested = match ingest(body, upload, validate_archive_reader).await {
         Ok(i) => i,
         Err(e) => {
             // The token is spent: the version says why it never got its archive.

@@ -411,7 +411,7 @@ pub async fn upload_state(
     let key = terrace_crds::blobs::state_key(&id_of(&v));
     let store = store_of(&state, &v);
     let upload = store.upload(&key).await;
-    let ingested = match ingest(body, upload, |r| state::summarize_reader(r)).await {
+    let ingested = match ingest(body, upload, state::summarize_reader).await {
         Ok(i) => i,
         Err(e) => {
             discard(&state, &v).await;
@@ -466,11 +466,9 @@ pub async fn upload_json_state(
     let key = terrace_crds::blobs::json_state_key(&id_of(&v));
     let store = store_of(&state, &v);
     let upload = store.upload(&key).await;
-    let ingested = ingest(body, upload, |r| {
-        serde_json::from_reader::<_, serde::de::IgnoredAny>(r).map(|_| ())
-    })
-    .await
-    .map_err(|e| body_error(e, limit))?;
+    let ingested = ingest(body, upload, state::check_json)
+        .await
+        .map_err(|e| body_error(e, limit))?;
     let verdict = ingested
         .checked
         .map_err(|e| ApiError::invalid("/", format!("the JSON state is not JSON: {e}")));
