@@ -5,12 +5,14 @@
 //! collection removes them with it. The first chunk is written last and carries the chunk
 //! count, so a reader never sees a half-written blob as complete.
 //! [`MemoryBlobStore`] keeps blobs in memory (tests, and a template for other stores).
+//! Both take a streamed upload by buffering it ([`Buffered`]: the cluster store within
+//! its limit), and check a read against the SHA-256 its owner recorded, when given.
 //! With `--blob-store s3://…` blobs go to a bucket instead (`terrace_blobstore::s3`);
 //! [`store`] picks the configured one, [`Readiness`] says whether it answers, and
 //! [`api_error`] turns a store's failure into the API's answer.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
 use k8s_openapi::ByteString;
@@ -25,13 +27,23 @@ pub use terrace_crds::blobs::{
     MAX_CLUSTER_BLOB_BYTES, SECRET_TYPE,
 };
 
-use terrace_blobstore::s3::{S3BlobStore, S3Store};
-pub use terrace_blobstore::{BlobError, BlobStore};
+use terrace_blobstore::s3::{S3BlobStore, S3Store, S3Upload};
+pub use terrace_blobstore::{BlobError, BlobStore, BlobStream, BlobUpload, Buffered, Stored};
 
-/// Blobs in memory.
-#[derive(Default)]
+/// Blobs in memory (clones share them).
+#[derive(Clone, Default)]
 pub struct MemoryBlobStore {
-    blobs: Mutex<HashMap<String, Bytes>>,
+    blobs: Arc<Mutex<HashMap<String, Bytes>>>,
+}
+
+/// Checks `bytes` read from a store that keeps no checksum of its own against the one
+/// the blob's owner recorded (`sha256`), when there is one.
+fn check_owner_sha256(key: &str, sha256: Option<&str>, bytes: &Bytes) -> Result<(), BlobError> {
+    match sha256.filter(|s| !s.is_empty()) {
+        Some(want) => terrace_blobstore::Verifier::new(key, Some(want), None)?
+            .check(&terrace_blobstore::sha256_hex(bytes), bytes.len() as u64),
+        None => Ok(()),
+    }
 }
 
 impl MemoryBlobStore {
@@ -41,15 +53,26 @@ impl MemoryBlobStore {
 }
 
 impl BlobStore for MemoryBlobStore {
+    type Upload = Buffered<MemoryBlobStore>;
+
     async fn put(&self, key: &str, bytes: Bytes) -> Result<(), BlobError> {
         self.map().insert(key.to_owned(), bytes);
         Ok(())
     }
-    async fn get(&self, key: &str) -> Result<Bytes, BlobError> {
-        self.map()
+    async fn upload(&self, key: &str) -> Result<Self::Upload, BlobError> {
+        Ok(Buffered::new(self.clone(), key, None))
+    }
+    async fn get(&self, key: &str, sha256: Option<&str>) -> Result<Bytes, BlobError> {
+        let bytes = self
+            .map()
             .get(key)
             .cloned()
-            .ok_or_else(|| BlobError::NotFound(key.to_owned()))
+            .ok_or_else(|| BlobError::NotFound(key.to_owned()))?;
+        check_owner_sha256(key, sha256, &bytes)?;
+        Ok(bytes)
+    }
+    async fn get_stream(&self, key: &str, sha256: Option<&str>) -> Result<BlobStream, BlobError> {
+        Ok(terrace_blobstore::one_piece(self.get(key, sha256).await?))
     }
     async fn delete(&self, key: &str) -> Result<(), BlobError> {
         self.map().remove(key);
@@ -58,6 +81,7 @@ impl BlobStore for MemoryBlobStore {
 }
 
 /// Blobs in chunked Secrets of one namespace, owned by `owner` when given.
+#[derive(Clone)]
 pub struct SecretBlobStore {
     api: Api<Secret>,
     owner: Option<OwnerReference>,
@@ -202,7 +226,36 @@ pub enum AnyBlobStore {
     Broken(String),
 }
 
+/// The upload of an [`AnyBlobStore`].
+pub enum AnyUpload {
+    Secrets(Box<Buffered<SecretBlobStore>>),
+    S3(Box<S3Upload>),
+}
+
+impl BlobUpload for AnyUpload {
+    async fn write(&mut self, piece: Bytes) -> Result<(), BlobError> {
+        match self {
+            AnyUpload::Secrets(u) => u.write(piece).await,
+            AnyUpload::S3(u) => u.write(piece).await,
+        }
+    }
+    async fn commit(self) -> Result<Stored, BlobError> {
+        match self {
+            AnyUpload::Secrets(u) => u.commit().await,
+            AnyUpload::S3(u) => u.commit().await,
+        }
+    }
+    async fn abort(self) {
+        match self {
+            AnyUpload::Secrets(u) => u.abort().await,
+            AnyUpload::S3(u) => u.abort().await,
+        }
+    }
+}
+
 impl BlobStore for AnyBlobStore {
+    type Upload = AnyUpload;
+
     async fn put(&self, key: &str, bytes: Bytes) -> Result<(), BlobError> {
         match self {
             AnyBlobStore::Secrets(s) => s.put(key, bytes).await,
@@ -210,10 +263,24 @@ impl BlobStore for AnyBlobStore {
             AnyBlobStore::Broken(why) => Err(BlobError::Backend(why.clone())),
         }
     }
-    async fn get(&self, key: &str) -> Result<Bytes, BlobError> {
+    async fn upload(&self, key: &str) -> Result<AnyUpload, BlobError> {
         match self {
-            AnyBlobStore::Secrets(s) => s.get(key).await,
-            AnyBlobStore::S3(s) => s.get(key).await,
+            AnyBlobStore::Secrets(s) => Ok(AnyUpload::Secrets(Box::new(s.upload(key).await?))),
+            AnyBlobStore::S3(s) => Ok(AnyUpload::S3(Box::new(s.upload(key).await?))),
+            AnyBlobStore::Broken(why) => Err(BlobError::Backend(why.clone())),
+        }
+    }
+    async fn get(&self, key: &str, sha256: Option<&str>) -> Result<Bytes, BlobError> {
+        match self {
+            AnyBlobStore::Secrets(s) => s.get(key, sha256).await,
+            AnyBlobStore::S3(s) => s.get(key, sha256).await,
+            AnyBlobStore::Broken(why) => Err(BlobError::Backend(why.clone())),
+        }
+    }
+    async fn get_stream(&self, key: &str, sha256: Option<&str>) -> Result<BlobStream, BlobError> {
+        match self {
+            AnyBlobStore::Secrets(s) => s.get_stream(key, sha256).await,
+            AnyBlobStore::S3(s) => s.get_stream(key, sha256).await,
             AnyBlobStore::Broken(why) => Err(BlobError::Backend(why.clone())),
         }
     }
@@ -345,6 +412,21 @@ fn gunzip(key: &str, bytes: &[u8]) -> Result<Vec<u8>, BlobError> {
 }
 
 impl BlobStore for SecretBlobStore {
+    /// Gathered in memory, within the store's limit, and put on commit.
+    type Upload = Buffered<SecretBlobStore>;
+
+    async fn upload(&self, key: &str) -> Result<Self::Upload, BlobError> {
+        Ok(Buffered::new(
+            self.clone(),
+            key,
+            Some((MAX_CLUSTER_BLOB_BYTES, "cluster")),
+        ))
+    }
+
+    async fn get_stream(&self, key: &str, sha256: Option<&str>) -> Result<BlobStream, BlobError> {
+        Ok(terrace_blobstore::one_piece(self.get(key, sha256).await?))
+    }
+
     async fn put(&self, key: &str, bytes: Bytes) -> Result<(), BlobError> {
         if bytes.len() > MAX_CLUSTER_BLOB_BYTES {
             return Err(BlobError::TooLarge {
@@ -377,7 +459,7 @@ impl BlobStore for SecretBlobStore {
         self.apply_chunk(key, 0, chunks[0], Some(annotations)).await
     }
 
-    async fn get(&self, key: &str) -> Result<Bytes, BlobError> {
+    async fn get(&self, key: &str, sha256: Option<&str>) -> Result<Bytes, BlobError> {
         let first = self
             .chunk(key, 0)
             .await?
@@ -403,7 +485,9 @@ impl BlobStore for SecretBlobStore {
         if gzipped {
             out = gunzip(key, &out)?;
         }
-        Ok(Bytes::from(out))
+        let out = Bytes::from(out);
+        check_owner_sha256(key, sha256, &out)?;
+        Ok(out)
     }
 
     async fn delete(&self, key: &str) -> Result<(), BlobError> {
@@ -433,20 +517,32 @@ mod tests {
     use super::*;
 
     async fn contract(store: &impl BlobStore) {
-        assert!(matches!(store.get("a").await, Err(BlobError::NotFound(_))));
+        assert!(matches!(
+            store.get("a", None).await,
+            Err(BlobError::NotFound(_))
+        ));
         store
             .put("a", Bytes::from_static(b"hello"))
             .await
             .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(store.get("a").await.ok().as_deref(), Some(&b"hello"[..]));
+        assert_eq!(
+            store.get("a", None).await.ok().as_deref(),
+            Some(&b"hello"[..])
+        );
         store
             .put("a", Bytes::from_static(b"bye"))
             .await
             .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(store.get("a").await.ok().as_deref(), Some(&b"bye"[..]));
+        assert_eq!(
+            store.get("a", None).await.ok().as_deref(),
+            Some(&b"bye"[..])
+        );
         store.delete("a").await.unwrap_or_else(|e| panic!("{e}"));
         store.delete("a").await.unwrap_or_else(|e| panic!("{e}"));
-        assert!(matches!(store.get("a").await, Err(BlobError::NotFound(_))));
+        assert!(matches!(
+            store.get("a", None).await,
+            Err(BlobError::NotFound(_))
+        ));
     }
 
     /// A store's failures as the API answers them: gone 404, over the cluster limit 413
@@ -542,7 +638,10 @@ mod tests {
                 .put("cv/x", Bytes::from(blob.clone()))
                 .await
                 .unwrap_or_else(|e| panic!("{e}"));
-            let back = store.get("cv/x").await.unwrap_or_else(|e| panic!("{e}"));
+            let back = store
+                .get("cv/x", None)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(back.len(), blob.len());
             assert!(back[..] == blob[..]);
             let secrets = store
@@ -562,12 +661,12 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(store.chunk("t", 1).await.ok().flatten().is_none());
         assert_eq!(
-            store.get("t").await.map(|b| b.len()).ok(),
+            store.get("t", None).await.map(|b| b.len()).ok(),
             Some(3 * CHUNK_BYTES)
         );
         store.delete("cv/x").await.unwrap_or_else(|e| panic!("{e}"));
         assert!(matches!(
-            store.get("cv/x").await,
+            store.get("cv/x", None).await,
             Err(BlobError::NotFound(_))
         ));
     }

@@ -36,6 +36,7 @@ pub mod documents;
 pub mod error;
 pub mod events;
 pub mod index;
+pub mod ingest;
 pub mod listener;
 pub mod metrics;
 pub mod pod_logs;

@@ -5,37 +5,58 @@
 //! them: `PREFIX/NAMESPACE/KIND/ID/…`, e.g. `terrace/acme/state-versions/sv-…/state` or
 //! `terrace/acme/configuration-versions/cv-…` (NAMESPACE: the organization's namespace).
 //!
-//! Every blob carries the hex SHA-256 of its bytes in its user metadata
-//! (`x-amz-meta-sha256`); a read computes it again and answers
-//! [`BlobError::Corrupt`] on a mismatch. Blobs up to [`MULTIPART_THRESHOLD`] go in one
-//! PUT; larger ones in a multipart upload of [`PART_BYTES`] parts, at most
-//! [`PARTS_IN_FLIGHT`] at once, sliced from the caller's buffer without copying. An
-//! upload that fails part-way is aborted, so no half-written blob becomes visible.
-//! Requests are retried briefly ([`RETRIES`] within [`RETRY_TIMEOUT`]), so an
-//! unreachable server surfaces as [`BlobError::Backend`] in seconds, not minutes.
+//! Blobs stream both ways. An upload ([`S3Upload`]) gathers the pieces written to it into
+//! parts of [`PART_BYTES`]: a blob that ends within one part goes up in one PUT on commit,
+//! a larger one in a multipart upload started when its second part begins, at most
+//! [`PARTS_IN_FLIGHT`] parts of it on the wire at once, and nothing visible until the
+//! commit completes it. Every part held in memory takes one of the process's
+//! [`PART_BUFFERS`] permits, so concurrent uploads wait for memory instead of growing it:
+//! the API server holds at most that many parts, however many uploads run. A failed or
+//! aborted upload is aborted on the server too (no half-written blob becomes visible).
+//! A read streams the object's bytes as they arrive.
+//!
+//! Checksums: a blob put in one request carries the hex SHA-256 of its bytes in its user
+//! metadata (`x-amz-meta-sha256`). A multipart upload starts before its last byte is
+//! known, and S3 takes no metadata at completion, so a blob uploaded in parts carries
+//! none: its checksum is the one its owner records (the state version's or configuration
+//! version's status), which readers pass in. A read computes the SHA-256 again as the
+//! bytes go by and ends in [`BlobError::Corrupt`] on a mismatch with either record, or
+//! when the object has neither. Requests are retried briefly ([`RETRIES`] within
+//! [`RETRY_TIMEOUT`]), so an unreachable server surfaces as [`BlobError::Backend`] in
+//! seconds, not minutes.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
 use object_store::aws::AmazonS3Builder;
 use object_store::path::Path;
 use object_store::{
-    Attribute, Attributes, ClientOptions, ObjectStore, PutMultipartOptions, PutOptions, PutPayload,
-    RetryConfig, WriteMultipart,
+    Attribute, Attributes, ClientOptions, MultipartUpload, ObjectStore, PutMultipartOptions,
+    PutOptions, PutPayload, RetryConfig, WriteMultipart,
 };
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
 
 use crate::settings::{BlobStoreSettings, Location};
-use crate::{BlobError, BlobStore, sha256_hex};
+use crate::{
+    BlobError, BlobStore, BlobStream, BlobUpload, Sha256Hasher, Stored, Verifier, sha256_hex,
+};
 
 /// User metadata key holding a blob's hex SHA-256 (`x-amz-meta-sha256` on the wire).
 pub const METADATA_SHA256: &str = "sha256";
-/// Blobs larger than this go up in a multipart upload.
-pub const MULTIPART_THRESHOLD: usize = 8 * 1024 * 1024;
-/// Size of one multipart part (S3's minimum is 5 MiB, except for the last).
+/// Size of one multipart part (S3's minimum is 5 MiB, except for the last; every part
+/// but the last is exactly this size, as some S3-compatible servers require).
 pub const PART_BYTES: usize = 8 * 1024 * 1024;
-/// Most parts uploading at once.
+/// Blobs larger than this go up in a multipart upload.
+pub const MULTIPART_THRESHOLD: usize = PART_BYTES;
+/// Most parts of one upload on the wire at once.
 pub const PARTS_IN_FLIGHT: usize = 4;
+/// Most parts of streamed uploads the process holds in memory at once (being filled or
+/// on the wire), across all uploads: the bound on upload memory is this times
+/// [`PART_BYTES`].
+pub const PART_BUFFERS: usize = 6;
 /// Retries of a failed request.
 pub const RETRIES: usize = 2;
 /// Longest a request is retried.
@@ -52,6 +73,8 @@ pub const PROBE_FOLDER: &str = ".terrace-probe";
 pub struct S3Store {
     store: Arc<dyn ObjectStore>,
     prefix: String,
+    /// The [`PART_BUFFERS`] permits, one per part held by a streamed upload.
+    parts: Arc<Semaphore>,
     /// Shown in logs and errors: `s3://BUCKET/PREFIX`.
     name: String,
 }
@@ -131,6 +154,7 @@ impl S3Store {
         Ok(Some(S3Store {
             store: Arc::new(s3),
             prefix: prefix.clone(),
+            parts: Arc::new(Semaphore::new(PART_BUFFERS)),
             name: settings.location.to_string(),
         }))
     }
@@ -140,6 +164,7 @@ impl S3Store {
         S3Store {
             store,
             prefix: prefix.trim_matches('/').to_owned(),
+            parts: Arc::new(Semaphore::new(PART_BUFFERS)),
             name: format!("object store /{prefix}"),
         }
     }
@@ -169,7 +194,7 @@ impl S3Store {
         let probe = self.scoped(PROBE_FOLDER);
         let body = Bytes::from(format!("terrace readiness probe {id}"));
         probe.put(&id, body.clone()).await?;
-        let back = probe.get(&id).await?;
+        let back = probe.get(&id, None).await?;
         if back != body {
             return Err(BlobError::Backend(
                 "the probe object read back differently".into(),
@@ -224,7 +249,12 @@ impl S3Store {
         Ok(())
     }
 
-    async fn get_at(&self, path: &Path, key: &str) -> Result<Bytes, BlobError> {
+    async fn get_stream_at(
+        &self,
+        path: &Path,
+        key: &str,
+        sha256: Option<&str>,
+    ) -> Result<BlobStream, BlobError> {
         let result = match self.store.get(path).await {
             Ok(r) => r,
             Err(object_store::Error::NotFound { .. }) => {
@@ -232,17 +262,36 @@ impl S3Store {
             }
             Err(e) => return Err(backend(&format!("reading {key:?}"), &e)),
         };
-        let want = result
+        let stored = result
             .attributes
             .get(&Attribute::Metadata(METADATA_SHA256.into()))
             .map(|v| v.to_string());
+        let verifier = Verifier::new(key, sha256, stored.as_deref())?;
+        let size = result.meta.size;
+        let what = format!("reading {key:?}");
+        let pieces = result
+            .into_stream()
+            .map_err(move |e| backend(&what, &e))
+            .boxed();
+        Ok(BlobStream {
+            size,
+            pieces: verifier.stream(pieces),
+        })
+    }
+
+    async fn get_at(
+        &self,
+        path: &Path,
+        key: &str,
+        sha256: Option<&str>,
+    ) -> Result<Bytes, BlobError> {
+        let mut blob = self.get_stream_at(path, key, sha256).await?;
         // Preallocated from the object's size: the blob is in memory once.
-        let bytes = result
-            .bytes()
-            .await
-            .map_err(|e| backend(&format!("reading {key:?}"), &e))?;
-        verify(key, want.as_deref(), &bytes)?;
-        Ok(bytes)
+        let mut out = Vec::with_capacity(usize::try_from(blob.size).unwrap_or(0));
+        while let Some(piece) = blob.pieces.next().await {
+            out.extend_from_slice(&piece?);
+        }
+        Ok(Bytes::from(out))
     }
 
     async fn delete_at(&self, path: &Path, key: &str) -> Result<(), BlobError> {
@@ -331,21 +380,7 @@ impl S3Store {
 
 /// Checks `bytes` against the SHA-256 recorded when they were written.
 pub fn verify(key: &str, want: Option<&str>, bytes: &[u8]) -> Result<(), BlobError> {
-    let corrupt = |detail: String| BlobError::Corrupt {
-        key: key.to_owned(),
-        detail,
-    };
-    let want = want.ok_or_else(|| {
-        corrupt("the object has no sha256 metadata (not written by terrace?)".into())
-    })?;
-    let got = sha256_hex(bytes);
-    if !got.eq_ignore_ascii_case(want) {
-        return Err(corrupt(format!(
-            "SHA-256 {got} of the {} bytes read differs from {want} recorded at upload",
-            bytes.len()
-        )));
-    }
-    Ok(())
+    Verifier::new(key, None, want)?.check(&sha256_hex(bytes), bytes.len() as u64)
 }
 
 /// The blobs of one namespace in a bucket.
@@ -356,19 +391,242 @@ pub struct S3BlobStore {
 }
 
 impl BlobStore for S3BlobStore {
+    type Upload = S3Upload;
+
     async fn put(&self, key: &str, bytes: Bytes) -> Result<(), BlobError> {
         let path = self.bucket.path(&self.namespace, key)?;
         self.bucket.put_at(&path, key, bytes).await
     }
 
-    async fn get(&self, key: &str) -> Result<Bytes, BlobError> {
+    async fn upload(&self, key: &str) -> Result<S3Upload, BlobError> {
         let path = self.bucket.path(&self.namespace, key)?;
-        self.bucket.get_at(&path, key).await
+        Ok(S3Upload {
+            bucket: self.bucket.clone(),
+            path,
+            key: key.to_owned(),
+            hasher: Sha256Hasher::default(),
+            size: 0,
+            part: Vec::new(),
+            part_len: 0,
+            permit: None,
+            multipart: None,
+            in_flight: JoinSet::new(),
+        })
+    }
+
+    async fn get(&self, key: &str, sha256: Option<&str>) -> Result<Bytes, BlobError> {
+        let path = self.bucket.path(&self.namespace, key)?;
+        self.bucket.get_at(&path, key, sha256).await
+    }
+
+    async fn get_stream(&self, key: &str, sha256: Option<&str>) -> Result<BlobStream, BlobError> {
+        let path = self.bucket.path(&self.namespace, key)?;
+        self.bucket.get_stream_at(&path, key, sha256).await
     }
 
     async fn delete(&self, key: &str) -> Result<(), BlobError> {
         let path = self.bucket.path(&self.namespace, key)?;
         self.bucket.delete_at(&path, key).await
+    }
+}
+
+/// A blob streamed into the bucket (see the module's docs): the part being filled, the
+/// parts on the wire, and the multipart upload once there is more than one part.
+pub struct S3Upload {
+    bucket: S3Store,
+    path: Path,
+    key: String,
+    hasher: Sha256Hasher,
+    size: u64,
+    /// The part being filled (pieces as written, not copied) and its length.
+    part: Vec<Bytes>,
+    part_len: usize,
+    /// The [`PART_BUFFERS`] permit of the part being filled.
+    permit: Option<OwnedSemaphorePermit>,
+    multipart: Option<Box<dyn MultipartUpload>>,
+    /// Parts on the wire, each with its permit.
+    in_flight: JoinSet<Result<(), object_store::Error>>,
+}
+
+impl S3Upload {
+    fn failed(&self, what: &str, e: &object_store::Error) -> BlobError {
+        backend(&format!("{what} of {:?}", self.key), e)
+    }
+
+    /// The first error of the parts that have finished, if any.
+    fn finished_parts(&mut self) -> Result<(), BlobError> {
+        while let Some(done) = self.in_flight.try_join_next() {
+            self.part_done(done)?;
+        }
+        Ok(())
+    }
+
+    fn part_done(
+        &self,
+        done: Result<Result<(), object_store::Error>, tokio::task::JoinError>,
+    ) -> Result<(), BlobError> {
+        match done {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(self.failed("uploading a part", &e)),
+            Err(e) => Err(BlobError::Backend(format!(
+                "uploading a part of {:?}: {e}",
+                self.key
+            ))),
+        }
+    }
+
+    /// Waits until fewer than `most` parts are on the wire.
+    async fn wait_for_parts(&mut self, most: usize) -> Result<(), BlobError> {
+        while self.in_flight.len() >= most.max(1) {
+            match self.in_flight.join_next().await {
+                Some(done) => self.part_done(done)?,
+                None => break,
+            }
+        }
+        if most == 0 {
+            while let Some(done) = self.in_flight.join_next().await {
+                self.part_done(done)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends the part being filled (starting the multipart upload with the first).
+    async fn send_part(&mut self) -> Result<(), BlobError> {
+        if self.multipart.is_none() {
+            let upload = self
+                .bucket
+                .store
+                .put_multipart_opts(&self.path, PutMultipartOptions::default())
+                .await
+                .map_err(|e| self.failed("starting the upload", &e))?;
+            self.multipart = Some(upload);
+        }
+        self.wait_for_parts(PARTS_IN_FLIGHT).await?;
+        let payload = PutPayload::from_iter(std::mem::take(&mut self.part));
+        self.part_len = 0;
+        let permit = self.permit.take();
+        if let Some(upload) = self.multipart.as_mut() {
+            let sending = upload.put_part(payload);
+            self.in_flight.spawn(async move {
+                let sent = sending.await;
+                drop(permit);
+                sent
+            });
+        }
+        Ok(())
+    }
+}
+
+impl BlobUpload for S3Upload {
+    async fn write(&mut self, mut piece: Bytes) -> Result<(), BlobError> {
+        self.finished_parts()?;
+        self.hasher.update(&piece);
+        self.size += piece.len() as u64;
+        while !piece.is_empty() {
+            // A full part is sent only once more bytes come: a blob of exactly one part
+            // goes up in one PUT, with its checksum.
+            if self.part_len == PART_BYTES {
+                self.send_part().await?;
+            }
+            if self.permit.is_none() {
+                let permit = self
+                    .bucket
+                    .parts
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .map_err(|e| BlobError::Backend(format!("part buffers: {e}")))?;
+                self.permit = Some(permit);
+            }
+            let take = piece.len().min(PART_BYTES - self.part_len);
+            self.part.push(piece.split_to(take));
+            self.part_len += take;
+        }
+        Ok(())
+    }
+
+    async fn commit(mut self) -> Result<Stored, BlobError> {
+        let sha256 = std::mem::take(&mut self.hasher).finish();
+        let stored = Stored {
+            size: self.size,
+            sha256: sha256.clone(),
+        };
+        if self.multipart.is_none() {
+            let attributes =
+                Attributes::from_iter([(Attribute::Metadata(METADATA_SHA256.into()), sha256)]);
+            let payload = PutPayload::from_iter(std::mem::take(&mut self.part));
+            let opts = PutOptions {
+                attributes,
+                ..Default::default()
+            };
+            self.bucket
+                .store
+                .put_opts(&self.path, payload, opts)
+                .await
+                .map_err(|e| self.failed("storing", &e))?;
+            return Ok(stored);
+        }
+        let sent = async {
+            if self.part_len > 0 {
+                self.send_part().await?;
+            }
+            self.wait_for_parts(0).await
+        }
+        .await;
+        let completed = match sent {
+            Ok(()) => match self.multipart.as_mut() {
+                Some(upload) => {
+                    let key = self.key.clone();
+                    upload
+                        .complete()
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| backend(&format!("completing the upload of {key:?}"), &e))
+                }
+                None => Ok(()),
+            },
+            Err(e) => Err(e),
+        };
+        match completed {
+            Ok(()) => {
+                self.multipart = None;
+                Ok(stored)
+            }
+            Err(e) => {
+                self.abort().await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn abort(mut self) {
+        self.in_flight.shutdown().await;
+        self.part.clear();
+        self.permit = None;
+        if let Some(mut upload) = self.multipart.take()
+            && let Err(e) = upload.abort().await
+        {
+            // The parts stay invisible; a bucket lifecycle rule
+            // (AbortIncompleteMultipartUpload) reclaims them.
+            tracing::warn!(key = self.key, error = %describe(&e), "aborting a multipart upload");
+        }
+    }
+}
+
+impl Drop for S3Upload {
+    /// An upload dropped half-way (its request gone) is aborted in the background.
+    fn drop(&mut self) {
+        if let Some(mut upload) = self.multipart.take()
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            let key = std::mem::take(&mut self.key);
+            rt.spawn(async move {
+                if let Err(e) = upload.abort().await {
+                    tracing::warn!(key, error = %describe(&e), "aborting a dropped multipart upload");
+                }
+            });
+        }
     }
 }
 
@@ -410,16 +668,19 @@ mod tests {
     async fn contract_and_multipart() {
         let (mem, s) = memory();
         let b = s.scoped("acme");
-        assert!(matches!(b.get("a").await, Err(BlobError::NotFound(_))));
+        assert!(matches!(
+            b.get("a", None).await,
+            Err(BlobError::NotFound(_))
+        ));
         b.put("a", Bytes::from_static(b"hello")).await.expect("put");
-        assert_eq!(b.get("a").await.ok().as_deref(), Some(&b"hello"[..]));
+        assert_eq!(b.get("a", None).await.ok().as_deref(), Some(&b"hello"[..]));
         let big: Vec<u8> = (0..(2 * PART_BYTES + 12345))
             .map(|i| (i % 251) as u8)
             .collect();
         b.put("state-versions/sv-1/state", Bytes::from(big.clone()))
             .await
             .expect("multipart put");
-        let back = b.get("state-versions/sv-1/state").await.expect("get");
+        let back = b.get("state-versions/sv-1/state", None).await.expect("get");
         assert!(back[..] == big[..]);
         let raw = mem
             .get(&Path::from("pre/fix/acme/state-versions/sv-1/state"))
@@ -433,10 +694,15 @@ mod tests {
         );
         b.delete("a").await.expect("delete");
         b.delete("a").await.expect("delete again");
-        assert!(matches!(b.get("a").await, Err(BlobError::NotFound(_))));
+        assert!(matches!(
+            b.get("a", None).await,
+            Err(BlobError::NotFound(_))
+        ));
         // Another organization does not see the blob.
         assert!(matches!(
-            s.scoped("other").get("state-versions/sv-1/state").await,
+            s.scoped("other")
+                .get("state-versions/sv-1/state", None)
+                .await,
             Err(BlobError::NotFound(_))
         ));
         s.probe().await.expect("probe");
@@ -504,7 +770,7 @@ mod tests {
         )
         .await
         .expect("tamper");
-        let e = b.get("k").await.expect_err("mismatch");
+        let e = b.get("k", None).await.expect_err("mismatch");
         assert!(
             matches!(&e, BlobError::Corrupt { detail, .. } if detail.contains("differs")),
             "{e}"
@@ -512,8 +778,117 @@ mod tests {
         mem.put(&path, PutPayload::from_static(b"plain"))
             .await
             .expect("plain");
-        assert!(matches!(b.get("k").await, Err(BlobError::Corrupt { .. })));
+        assert!(matches!(
+            b.get("k", None).await,
+            Err(BlobError::Corrupt { .. })
+        ));
         assert!(verify("k", Some(&sha256_hex(b"x").to_uppercase()), b"x").is_ok());
+    }
+
+    /// Pieces of a pseudo-random blob of `len` bytes, in uneven sizes.
+    fn blob(len: usize) -> (Vec<u8>, Vec<Bytes>) {
+        let mut x: u32 = 7;
+        let all: Vec<u8> = (0..len)
+            .map(|_| {
+                x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                (x >> 16) as u8
+            })
+            .collect();
+        let mut pieces = Vec::new();
+        let mut at = 0;
+        let mut n = 1000;
+        while at < len {
+            let end = (at + n).min(len);
+            pieces.push(Bytes::copy_from_slice(&all[at..end]));
+            at = end;
+            n = n * 3 % 700_001 + 1;
+        }
+        (all, pieces)
+    }
+
+    async fn stream_in(b: &S3BlobStore, key: &str, pieces: &[Bytes]) -> S3Upload {
+        let mut up = b.upload(key).await.expect("upload");
+        for p in pieces {
+            up.write(p.clone()).await.expect("write");
+        }
+        up
+    }
+
+    /// A streamed blob of more than two parts: invisible until committed, then read back
+    /// whole (and as a stream) against the checksum the commit answered; it carries no
+    /// metadata checksum, so a read without the owner's is corrupt. A blob of exactly one
+    /// part goes in one PUT with its checksum. Every part permit is given back.
+    #[tokio::test]
+    async fn streamed_uploads_in_parts() {
+        let (mem, s) = memory();
+        let b = s.scoped("acme");
+        let (all, pieces) = blob(2 * PART_BYTES + 4321);
+        let up = stream_in(&b, "state-versions/sv-2/state", &pieces).await;
+        assert!(matches!(
+            b.get("state-versions/sv-2/state", None).await,
+            Err(BlobError::NotFound(_))
+        ));
+        let stored = up.commit().await.expect("commit");
+        assert_eq!(stored.size, all.len() as u64);
+        assert_eq!(stored.sha256, sha256_hex(&all));
+        let back = b
+            .get("state-versions/sv-2/state", Some(&stored.sha256))
+            .await
+            .expect("get");
+        assert!(back[..] == all[..]);
+        let mut streamed = b
+            .get_stream("state-versions/sv-2/state", Some(&stored.sha256))
+            .await
+            .expect("stream");
+        assert_eq!(streamed.size, all.len() as u64);
+        let mut got = Vec::new();
+        while let Some(p) = streamed.pieces.next().await {
+            got.extend_from_slice(&p.expect("piece"));
+        }
+        assert!(got == all);
+        assert!(matches!(
+            b.get("state-versions/sv-2/state", None).await,
+            Err(BlobError::Corrupt { .. })
+        ));
+        assert!(matches!(
+            b.get("state-versions/sv-2/state", Some(&sha256_hex(b"other")))
+                .await,
+            Err(BlobError::Corrupt { .. })
+        ));
+
+        let (one, pieces) = blob(PART_BYTES);
+        let stored = stream_in(&b, "one", &pieces)
+            .await
+            .commit()
+            .await
+            .expect("commit");
+        let raw = mem.get(&Path::from("pre/fix/acme/one")).await.expect("raw");
+        assert_eq!(
+            raw.attributes
+                .get(&Attribute::Metadata(METADATA_SHA256.into()))
+                .map(|v| v.to_string()),
+            Some(stored.sha256.clone())
+        );
+        assert!(b.get("one", None).await.expect("get")[..] == one[..]);
+        assert_eq!(s.parts.available_permits(), PART_BUFFERS);
+    }
+
+    /// An aborted upload (one part or many) leaves nothing under its key and gives its
+    /// permits back.
+    #[tokio::test]
+    async fn aborted_uploads_leave_nothing() {
+        let (_, s) = memory();
+        let b = s.scoped("acme");
+        for len in [100, 3 * PART_BYTES] {
+            let (_, pieces) = blob(len);
+            stream_in(&b, "gone", &pieces).await.abort().await;
+            assert!(matches!(
+                b.get("gone", None).await,
+                Err(BlobError::NotFound(_))
+            ));
+        }
+        assert!(s.list().await.expect("list").is_empty());
+        assert_eq!(s.parts.available_permits(), PART_BUFFERS);
     }
 
     /// An unreachable server is a backend error with the reason, within the retry bound.

@@ -215,14 +215,34 @@ pub fn is_gzip(bytes: &[u8]) -> bool {
 /// Checks a whole `.tar.gz` in memory with the unpacker's rules, inflating at most
 /// `max_unpacked_bytes` plus room for headers. Symbolic links are followed as the
 /// unpacker would find them on disk.
-pub fn validate(bytes: &[u8], limits: &ArchiveLimits) -> Result<ArchiveStats, ArchiveError> {
-    if !is_gzip(bytes) {
+pub fn validate(mut bytes: &[u8], limits: &ArchiveLimits) -> Result<ArchiveStats, ArchiveError> {
+    validate_reader(&mut bytes, limits)
+}
+
+/// [`validate`] of the `.tar.gz` that `reader` gives, read as it comes (an upload
+/// streaming by), never whole in memory. Not generic, so the inflater and the walk are
+/// compiled (and optimized) here.
+pub fn validate_reader(
+    reader: &mut dyn Read,
+    limits: &ArchiveLimits,
+) -> Result<ArchiveStats, ArchiveError> {
+    let mut magic = [0u8; 2];
+    let mut got = 0;
+    while got < magic.len() {
+        match reader.read(&mut magic[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(ArchiveError::Unreadable(e.to_string())),
+        }
+    }
+    if !is_gzip(&magic[..got]) {
         return Err(ArchiveError::Unreadable(
             "the archive is not gzip-compressed (expected a .tar.gz)".into(),
         ));
     }
     let (stream, exceeded) = Capped::new(
-        flate2::read::GzDecoder::new(bytes),
+        flate2::read::GzDecoder::new(io::BufReader::new(io::Cursor::new(magic).chain(reader))),
         limits.max_unpacked_bytes.saturating_add(TAR_OVERHEAD_BYTES),
     );
     let result = walk(tar::Archive::new(stream), limits);

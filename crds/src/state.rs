@@ -329,11 +329,56 @@ pub fn backing_data_marks(to: StateVersionState, at: &jiff::Timestamp) -> Value 
 
 /// Hex MD5 of `bytes`.
 pub fn md5_hex(bytes: &[u8]) -> String {
-    use md5::{Digest, Md5};
-    Md5::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    let mut h = Md5Hasher::default();
+    h.update(bytes);
+    h.finish()
+}
+
+/// The MD5 of a state computed piece by piece, as its upload streams by.
+#[derive(Clone, Default)]
+pub struct Md5Hasher(md5::Md5);
+
+impl Md5Hasher {
+    pub fn update(&mut self, piece: &[u8]) {
+        use md5::Digest;
+        self.0.update(piece);
+    }
+    /// The hex digest.
+    pub fn finish(self) -> String {
+        use md5::Digest;
+        self.0
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+}
+
+/// The bytes are what the client said: their MD5 `actual` is the `given` one (when
+/// one was given).
+pub fn check_md5(given: Option<&str>, actual: &str) -> Result<(), StateError> {
+    match given.filter(|m| !m.is_empty()) {
+        Some(given) if !given.eq_ignore_ascii_case(actual) => Err(StateError::Md5Mismatch {
+            given: given.to_owned(),
+            actual: actual.to_owned(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The verdict on a state that streamed by (as [`check_state`] on the whole bytes):
+/// its size within `limit`, then its MD5, then `summary` (what [`summarize_reader`]
+/// read of it).
+pub fn check_streamed(
+    size: u64,
+    limit: u64,
+    md5: Option<&str>,
+    actual_md5: &str,
+    summary: Result<StateSummary, StateError>,
+) -> Result<StateSummary, StateError> {
+    check_size(size, limit)?;
+    check_md5(md5, actual_md5)?;
+    summary
 }
 
 /// The size limit.
@@ -363,14 +408,8 @@ pub struct StateSummary {
 /// version's: TFE does not, and clients (go-tfe) rely on it; the version's serial and
 /// lineage are what the succession rules apply to.
 pub fn check_state(bytes: &[u8], md5: Option<&str>) -> Result<StateSummary, StateError> {
-    if let Some(given) = md5.filter(|m| !m.is_empty()) {
-        let actual = md5_hex(bytes);
-        if !given.eq_ignore_ascii_case(&actual) {
-            return Err(StateError::Md5Mismatch {
-                given: given.to_owned(),
-                actual,
-            });
-        }
+    if md5.is_some_and(|m| !m.is_empty()) {
+        check_md5(md5, &md5_hex(bytes))?;
     }
     summarize(bytes)
 }
@@ -533,7 +572,35 @@ struct ResourceEntry {
 
 /// The summary of a state file (format version 4).
 pub fn summarize(bytes: &[u8]) -> Result<StateSummary, StateError> {
-    let file: StateFile = serde_json::from_slice(bytes).map_err(|e| {
+    summary_of(serde_json::from_slice(bytes))
+}
+
+/// Buffer of the readers the streamed checks parse from.
+const READ_BUFFER: usize = 64 * 1024;
+
+/// The summary of the state file `reader` gives, read to its end as it comes (only
+/// the summary is kept: the state itself is never whole in memory). Not generic, so
+/// the parser is compiled (and optimized) here, as [`summarize`]'s.
+pub fn summarize_reader(reader: &mut dyn std::io::Read) -> Result<StateSummary, StateError> {
+    summary_of(serde_json::from_reader(std::io::BufReader::with_capacity(
+        READ_BUFFER,
+        reader,
+    )))
+}
+
+/// Whether `reader` gives one JSON document (the JSON form of a state), read to its end
+/// as it comes; the parser's message when not.
+pub fn check_json(reader: &mut dyn std::io::Read) -> Result<(), String> {
+    serde_json::from_reader::<_, serde::de::IgnoredAny>(std::io::BufReader::with_capacity(
+        READ_BUFFER,
+        reader,
+    ))
+    .map(|_| ())
+    .map_err(|e| e.to_string())
+}
+
+fn summary_of(file: Result<StateFile, serde_json::Error>) -> Result<StateSummary, StateError> {
+    let file = file.map_err(|e| {
         StateError::Invalid(if e.is_data() {
             format!("not a state file: {e}")
         } else {
@@ -726,6 +793,58 @@ mod tests {
         );
         assert_eq!(output_values(&bytes).len(), 2);
         assert_eq!(check_size(10, 5).err().map(|e| e.status()), Some(413));
+    }
+
+    /// A state read from a reader in small pieces sums up as the bytes do; the streamed
+    /// verdict checks the size, then the MD5, then the summary, as [`check_state`].
+    #[test]
+    fn streamed_states_are_checked_as_whole_ones() {
+        struct Trickle<'a>(&'a [u8]);
+        impl std::io::Read for Trickle<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                let n = buf.len().min(self.0.len()).min(7);
+                buf[..n].copy_from_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                Ok(n)
+            }
+        }
+        let bytes = state(4, "L");
+        let mut whole = summarize(&bytes).unwrap_or_default();
+        let mut streamed = summarize_reader(&mut Trickle(&bytes)).unwrap_or_default();
+        // Output IDs are new each time.
+        for o in whole.outputs.iter_mut().chain(streamed.outputs.iter_mut()) {
+            o.id.clear();
+        }
+        assert_eq!(whole, streamed);
+        let mut h = Md5Hasher::default();
+        for piece in bytes.chunks(10) {
+            h.update(piece);
+        }
+        let md5 = h.finish();
+        assert_eq!(md5, md5_hex(&bytes));
+        let n = bytes.len() as u64;
+        let ok = || summarize_reader(&mut Trickle(&bytes));
+        assert!(check_streamed(n, n, Some(&md5), &md5, ok()).is_ok());
+        assert_eq!(
+            check_streamed(n, n - 1, Some("00"), &md5, ok()).map_err(|e| e.status()),
+            Err(413)
+        );
+        assert!(matches!(
+            check_streamed(
+                n,
+                n,
+                Some("00"),
+                &md5,
+                summarize_reader(&mut Trickle(b"nope"))
+            ),
+            Err(StateError::Md5Mismatch { .. })
+        ));
+        assert!(matches!(
+            check_streamed(n, n, None, &md5, summarize_reader(&mut Trickle(b"{} x"))),
+            Err(StateError::Invalid(_))
+        ));
+        assert!(check_json(&mut Trickle(&bytes)).is_ok());
+        assert!(check_json(&mut Trickle(b"{} x")).is_err());
     }
 
     #[test]

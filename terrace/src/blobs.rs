@@ -155,13 +155,13 @@ where
     let (from, to) = (src.store(&ns, owner.clone()), dst.store(&ns, owner));
     for (key, sha) in blobs {
         let what = format!("{ns}/{} {key}", obj.name_any());
-        if let Ok(bytes) = to.get(key).await
+        if let Ok(bytes) = to.get(key, Some(sha)).await
             && sha256_hex(&bytes) == *sha
         {
             tally.already += 1;
             continue;
         }
-        let bytes = match from.get(key).await {
+        let bytes = match from.get(key, Some(sha)).await {
             Ok(b) => b,
             Err(BlobError::NotFound(_)) => {
                 tally.missing += 1;
@@ -177,7 +177,7 @@ where
             .await
             .with_context(|| format!("writing {what}"))?;
         let back = to
-            .get(key)
+            .get(key, Some(sha))
             .await
             .with_context(|| format!("reading back {what}"))?;
         anyhow::ensure!(

@@ -815,6 +815,27 @@ impl Moto {
         );
     }
 
+    /// Replaces object `key` with `bytes` behind terrace's back (with boto3; no
+    /// metadata).
+    pub fn put_object(&self, bucket: &str, key: &str, bytes: &[u8]) {
+        let file = tempfile::NamedTempFile::new().expect("temp file");
+        std::fs::write(file.path(), bytes).expect("write temp file");
+        let script = "import sys, boto3\n\
+            s3 = boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1',\n\
+                aws_access_key_id='test', aws_secret_access_key='test')\n\
+            s3.put_object(Bucket=sys.argv[2], Key=sys.argv[3], Body=open(sys.argv[4], 'rb').read())\n";
+        let path = file.path().to_string_lossy().into_owned();
+        let out = Command::new("python3")
+            .args(["-c", script, &self.url(), bucket, key, &path])
+            .output()
+            .expect("python3");
+        assert!(
+            out.status.success(),
+            "put object {key}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// The server's log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.log.path()).unwrap_or_default()

@@ -795,3 +795,121 @@ fn blobs_migrate_resumes_after_an_interruption() {
     assert!(shown.contains("1 copied, 1 already there"), "{shown}");
     assert_eq!(state_keys(&moto).len(), 2, "{:?}", state_keys(&moto));
 }
+
+/// GETs `path` with `dev`'s admin token: the status, the bytes read and whether the body
+/// ended in an error (the connection cut short), with no size limit.
+fn download(dev: &terrace_tests::Dev, path: &str) -> (u16, Vec<u8>, bool) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(60)))
+        .build()
+        .into();
+    let req = ureq::http::Request::builder()
+        .method("GET")
+        .uri(format!("{}{path}", dev.api))
+        .header("Authorization", format!("Bearer {}", dev.token))
+        .body(())
+        .expect("request");
+    let mut res = agent.run(req).expect("HTTP round trip");
+    let status = res.status().as_u16();
+    let mut bytes = Vec::new();
+    let failed = std::io::Read::read_to_end(&mut res.body_mut().as_reader(), &mut bytes).is_err();
+    (status, bytes, failed)
+}
+
+/// A 20 MiB state (three 8 MiB parts) streams into the bucket and back through the API
+/// byte for byte, with the SHA-256 the status records; its JSON form too. A streamed
+/// state whose MD5 is not the version's is a 422 with nothing recorded and no object
+/// left in the bucket. Bytes changed in the bucket behind terrace's back are not served
+/// as the state: the download is cut off before its end (and the log says why).
+#[test]
+fn a_state_of_several_parts_streams_both_ways_checked_end_to_end() {
+    let Some((moto, dev, api)) = start() else {
+        return;
+    };
+    let ws_id = api.create_workspace(ORG, json!({"name": "parts"}));
+    let lock = format!("/api/v2/workspaces/{ws_id}/actions/lock");
+    assert_eq!(api.post(&lock, &json!({})).status, 200);
+    let state = |serial: i64, fill: &str| {
+        serde_json::to_vec(&json!({"version": 4, "serial": serial, "lineage": "l-1",
+            "terraform_version": "1.11.4", "resources": [],
+            "outputs": {"blob": {"value": fill.repeat(20 << 20), "type": "string"}}}))
+        .unwrap_or_default()
+    };
+    let create = |md5_of: &[u8], serial: i64| {
+        let r = api.post(
+            &format!("/api/v2/workspaces/{ws_id}/state-versions"),
+            &json!({"data": {"type": "state-versions", "attributes": {"serial": serial, "lineage": "l-1", "md5": terrace_crds::state::md5_hex(md5_of)}}}),
+        );
+        assert_eq!(r.status, 201, "{:?}", r.body);
+        let id = r.body["data"]["id"].as_str().unwrap_or_default().to_owned();
+        let path = |attr: &str| {
+            let url = r.body["data"]["attributes"][attr]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            url[url.find("/api/v2/").unwrap_or(0)..].to_owned()
+        };
+        (
+            id,
+            path("hosted-state-upload-url"),
+            path("hosted-json-state-upload-url"),
+        )
+    };
+    let sha = |b: &[u8]| terrace_blobstore::sha256_hex(b);
+
+    let big = state(1, "a");
+    let (id, upload, json_upload) = create(&big, 1);
+    let r = api.put_raw(&upload, big.clone());
+    assert_eq!(r.status, 200, "{:?}\n{}", r.body, dev.log());
+    let key = format!("{PREFIX}/{ORG}/state-versions/{id}/state");
+    assert!(state_keys(&moto).contains(&key), "{:?}", state_keys(&moto));
+    let (status, back, failed) = download(&dev, &format!("/api/v2/state-versions/{id}/download"));
+    assert_eq!((status, failed), (200, false));
+    assert_eq!(back.len(), big.len());
+    assert_eq!(sha(&back), sha(&big));
+    let sv = dev.kubectl_ok(&[
+        "get",
+        "stateversions",
+        "-n",
+        ORG,
+        "-o",
+        "jsonpath={.items[*].status.state.sha256}",
+    ]);
+    assert!(sv.contains(&sha(&big)), "{sv}");
+    assert_eq!(api.put_raw(&json_upload, big.clone()).status, 200);
+    let (status, back, failed) =
+        download(&dev, &format!("/api/v2/state-versions/{id}/json-download"));
+    assert_eq!((status, failed, sha(&back)), (200, false, sha(&big)));
+
+    // The MD5 of another state: refused after streaming, nothing left behind.
+    let other = state(2, "b");
+    let (bad_id, upload, _) = create(&big, 2);
+    let r = api.put_raw(&upload, other);
+    assert_eq!(r.status, 422, "{:?}", r.body);
+    assert!(detail(&r.body).contains("md5"), "{:?}", r.body);
+    let r = api.get(&format!("/api/v2/state-versions/{bad_id}"));
+    assert_eq!(
+        r.body["data"]["attributes"]["status"], "discarded",
+        "{:?}",
+        r.body
+    );
+    assert!(
+        !state_keys(&moto).iter().any(|k| k.contains(&bad_id)),
+        "{:?}",
+        state_keys(&moto)
+    );
+    let r = api.get(&format!("/api/v2/workspaces/{ws_id}/current-state-version"));
+    assert_eq!(r.body["data"]["attributes"]["serial"], 1, "{:?}", r.body);
+
+    // Changed behind terrace's back (same size): never served whole.
+    let mut tampered = big.clone();
+    let at = tampered.len() / 2;
+    tampered[at] ^= 1;
+    moto.put_object(BUCKET, &key, &tampered);
+    let (status, back, failed) = download(&dev, &format!("/api/v2/state-versions/{id}/download"));
+    assert_eq!(status, 200, "the check comes as the bytes go by");
+    assert!(failed, "the body ended normally");
+    assert!(back.len() < tampered.len(), "{} bytes", back.len());
+    assert!(dev.log().contains("differs"), "{}", dev.log());
+}

@@ -95,30 +95,61 @@ pub async fn state_bytes(
     blob_bytes(state, v, |s| s.state.as_ref(), "state").await
 }
 
-/// One blob of a finalized version (`which` picks it from the status; `what` names it
-/// in errors): 404 when the version has none (pending, discarded, expired).
-pub async fn blob_bytes(
-    state: &AppState,
-    v: &StateVersion,
-    which: fn(&terrace_crds::StateVersionStatus) -> Option<&terrace_crds::StateBlob>,
-    what: &str,
-) -> Result<axum::body::Bytes, ApiError> {
+/// Which blob of a version's status (its state, its JSON state).
+pub type WhichBlob = fn(&terrace_crds::StateVersionStatus) -> Option<&terrace_crds::StateBlob>;
+
+/// The key and SHA-256 of one blob of a finalized version (`which` picks it from the
+/// status; `what` names it in errors): 404 when the version has none (pending,
+/// discarded, expired).
+fn blob_of(v: &StateVersion, which: WhichBlob, what: &str) -> Result<(String, String), ApiError> {
     let none = || ApiError::not_found(format!("this state version has no {what} data"));
     if state_of(v) != StateVersionState::Finalized {
         return Err(none());
     }
-    let key = v
-        .status
+    v.status
         .as_ref()
         .and_then(which)
-        .map(|b| b.key.clone())
-        .ok_or_else(none)?;
-    store_of(state, v).get(&key).await.map_err(|e| match e {
+        .map(|b| (b.key.clone(), b.sha256.clone()))
+        .ok_or_else(none)
+}
+
+fn read_error(what: &str, e: crate::blobs::BlobError) -> ApiError {
+    match e {
         crate::blobs::BlobError::NotFound(_) => {
             ApiError::not_found(format!("the {what} data of this version is gone"))
         }
         other => crate::blobs::api_error(&format!("the {what} data of this version"), other),
-    })
+    }
+}
+
+/// One blob of a finalized version, whole (see [`blob_of`]), checked against the
+/// SHA-256 its status records.
+pub async fn blob_bytes(
+    state: &AppState,
+    v: &StateVersion,
+    which: WhichBlob,
+    what: &str,
+) -> Result<axum::body::Bytes, ApiError> {
+    let (key, sha256) = blob_of(v, which, what)?;
+    store_of(state, v)
+        .get(&key, Some(&sha256))
+        .await
+        .map_err(|e| read_error(what, e))
+}
+
+/// One blob of a finalized version as a stream (see [`blob_of`]), checked against the
+/// SHA-256 its status records as it goes by.
+pub async fn blob_stream(
+    state: &AppState,
+    v: &StateVersion,
+    which: WhichBlob,
+    what: &str,
+) -> Result<crate::blobs::BlobStream, ApiError> {
+    let (key, sha256) = blob_of(v, which, what)?;
+    store_of(state, v)
+        .get_stream(&key, Some(&sha256))
+        .await
+        .map_err(|e| read_error(what, e))
 }
 
 /// Kind of one output document: in state version answers, and in a workspace's

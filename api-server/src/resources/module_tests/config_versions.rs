@@ -10,7 +10,9 @@
 //! leaving it, no hard links or devices, bounded size), stores it through the
 //! [`BlobStore`](crate::blobs::BlobStore) owned by the ConfigurationVersion, and moves it to
 //! `uploaded` (or `errored` with a message for a bad archive, still answering 200 as TFE
-//! does). With `auto-queue-runs` the same claiming write marks the configuration version
+//! does). The body streams into the store as it arrives, validated on the way
+//! ([`crate::ingest`]), and is committed only once valid. With `auto-queue-runs` the
+//! same claiming write marks the configuration version
 //! due for an automatic test run ([`Marker::Due`]): the operator creates that run
 //! (`svc-configuration-version`) after a grace period unless an explicit test run claimed
 //! the configuration version first (see [`terrace_crds::testrun::automatic`]), so the
@@ -23,9 +25,8 @@
 
 use std::collections::BTreeMap;
 
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::DefaultBodyLimit;
-use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, header};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ObjectMeta, PostParams};
@@ -179,8 +180,13 @@ fn gone() -> ApiError {
 
 /// Checks a tar.gz archive with the rules the runner unpacks it with
 /// ([`terrace_crds::archive`]); answers its number of entries, or what is wrong with it.
-pub fn validate_archive(bytes: &[u8]) -> Result<u64, String> {
-    terrace_crds::archive::validate(bytes, &terrace_crds::archive::ArchiveLimits::default())
+pub fn validate_archive(mut bytes: &[u8]) -> Result<u64, String> {
+    validate_archive_reader(&mut bytes)
+}
+
+/// [`validate_archive`] of an archive read as it comes.
+pub fn validate_archive_reader(reader: &mut dyn std::io::Read) -> Result<u64, String> {
+    terrace_crds::archive::validate_reader(reader, &terrace_crds::archive::ArchiveLimits::default())
         .map(|s| s.files + s.directories + s.symlinks)
         .map_err(|e| e.to_string())
 }
@@ -198,8 +204,9 @@ fn by_token(state: &AppState, token: &str) -> Option<Arc<ConfigurationVersion>> 
 async fn upload(
     State(state): State<AppState>,
     Path(token): Path<String>,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Result<Response, ApiError> {
+    use crate::ingest::{BodyError, Settled, ingest, settle};
     let cv = by_token(&state, &token).ok_or_else(gone)?;
     let expired = cv
         .annotations()
@@ -209,49 +216,72 @@ async fn upload(
     if expired || cv.state() != Ok(ConfigurationVersionState::Pending) {
         return Err(gone());
     }
-    let body = body.map_err(|e| {
-        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::TooLarge(format!("the archive exceeds {} bytes", max_upload_bytes()).into())
-        } else {
-            ApiError::bad_body(format!("unreadable body: {e}"))
-        }
-    })?;
     let ns = cv.namespace().unwrap_or_default();
     let name = cv.name_any();
     let api = write::api::<ConfigurationVersion>(&state, &ns);
+    // Claimed before the body is read: of two concurrent PUTs only one streams.
     claim(&api, &cv).await?;
-    let checked = {
-        let b = body.clone();
-        tokio::task::spawn_blocking(move || validate_archive(&b))
-            .await
-            .map_err(|e| ApiError::internal("archive validation", e))?
-    };
-    if let Err(message) = checked {
-        let errored = write::patch_status(
-            &api,
-            &name,
-            json!({"status": ConfigurationVersionState::Errored.as_str(), "errorMessage": message}),
-        )
-        .await?;
-        write::wait_seen(&state, &errored).await;
-        return Ok(StatusCode::OK.into_response());
-    }
     let key = format!("configuration-versions/{}", id_of(cv.as_ref()));
-    crate::blobs::store(&state, &ns, cv.controller_owner_ref(&()))
-        .put(&key, body.clone())
-        .await
-        .map_err(|e| crate::blobs::api_error("the archive", e))?;
-    let archive = ArchiveRef {
-        key,
-        size: i64::try_from(body.len()).unwrap_or(i64::MAX),
-        sha256: sha256_hex(&body),
+    let store = crate::blobs::store(&state, &ns, cv.controller_owner_ref(&()));
+    let upload = store.upload(&key).await;
+    let errored = |message: String| {
+        let api = api.clone();
+        let name = name.clone();
+        let state = state.clone();
+        async move {
+            let errored = write::patch_status(
+                &api,
+                &name,
+                json!({"status": ConfigurationVersionState::Errored.as_str(), "errorMessage": message}),
+            )
+            .await?;
+            write::wait_seen(&state, &errored).await;
+            Ok::<(), ApiError>(())
+        }
     };
-    let uploaded = write::patch_status(
+    let ingested = match ingest(body, upload, validate_archive_reader).await {
+        Ok(i) => i,
+        Err(e) => {
+            // The token is spent: the version says why it never got its archive.
+            let answer = match e {
+                BodyError::TooLarge => ApiError::TooLarge(
+                    format!("the archive exceeds {} bytes", max_upload_bytes()).into(),
+                ),
+                BodyError::Unreadable(_) => ApiError::bad_body(e.to_string()),
+                BodyError::Check(_) => ApiError::internal("archive validation", e),
+            };
+            errored(answer.to_string()).await?;
+            return Err(answer);
+        }
+    };
+    let (_, stored) = match settle(ingested.upload, ingested.checked).await {
+        Ok(done) => done,
+        Err(Settled::Refused(message)) => {
+            errored(message).await?;
+            return Ok(StatusCode::OK.into_response());
+        }
+        Err(Settled::Store(e)) => return Err(crate::blobs::api_error("the archive", e)),
+    };
+    let archive = ArchiveRef {
+        key: key.clone(),
+        size: i64::try_from(stored.size).unwrap_or(i64::MAX),
+        sha256: stored.sha256,
+    };
+    let uploaded = match write::patch_status(
         &api,
         &name,
         json!({"status": ConfigurationVersionState::Uploaded.as_str(), "archive": archive, "uploadedAt": crate::render::now(), "errorMessage": null}),
     )
-    .await?;
+    .await
+    {
+        Ok(u) => u,
+        Err(e) => {
+            if let Err(d) = store.delete(&key).await {
+                tracing::warn!(error = %d, "removing an archive that was not recorded");
+            }
+            return Err(e);
+        }
+    };
     write::wait_seen(&state, &uploaded).await;
     Ok(StatusCode::OK.into_response())
 }
@@ -359,20 +389,27 @@ async fn archive(
         ApiError::NotFound(_) => unauthorized(),
         other => other,
     })?;
-    let key = cv
+    let (key, sha256) = cv
         .status
         .as_ref()
         .and_then(|s| s.archive.as_ref())
-        .map(|a| a.key.clone())
+        .map(|a| (a.key.clone(), a.sha256.clone()))
         .ok_or_else(|| ApiError::conflict("the configuration version has no uploaded archive"))?;
-    let bytes = crate::blobs::store(&state, &ns, None)
-        .get(&key)
+    let blob = crate::blobs::store(&state, &ns, None)
+        .get_stream(&key, Some(&sha256))
         .await
         .map_err(|e| match e {
             BlobError::NotFound(_) => ApiError::not_found("archive not found"),
             other => crate::blobs::api_error("the archive", other),
         })?;
-    Ok(([(header::CONTENT_TYPE, "application/gzip")], bytes).into_response())
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/gzip".to_owned()),
+            (header::CONTENT_LENGTH, blob.size.to_string()),
+        ],
+        Body::from_stream(blob.pieces),
+    )
+        .into_response())
 }
 
 #[cfg(test)]

@@ -8,11 +8,16 @@
 //! not (MD5, not a state file of the version's serial and lineage, too large) is refused
 //! with the reason and the version is discarded, so it cannot hold the workspace's unlock
 //! back.
+//!
+//! The upload URLs stream the body into the blob store ([`crate::ingest`]): MD5, the
+//! state file's summary (read as the bytes go by) and the store's upload all see each
+//! piece once, and the blob is committed only once the state checked out, so a refused
+//! state leaves no blob and the state is never whole in the API server's memory (with
+//! the S3 store; the cluster store gathers it, within its limit).
 
 use std::collections::BTreeMap;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::body::{Body, Bytes};
 use axum::http::HeaderMap;
 use base64::Engine;
 use kube::api::{ObjectMeta, PostParams};
@@ -26,8 +31,9 @@ use terrace_crds::state::{self, Current, StateError, StateVersionState};
 use terrace_crds::{StateBlob, StateVersion, StateVersionSpec, Workspace};
 
 use super::{JSON_STATE_UPLOAD_PATH, STATE_UPLOAD_PATH, WRITE_STATE, render, state_of, store_of};
-use crate::blobs::BlobStore;
+use crate::blobs::{BlobStore, Stored};
 use crate::capability::{base_url, constant_time_eq, random_token, sha256_hex};
+use crate::ingest::{BodyError, Settled, ingest, settle};
 use crate::prelude::*;
 
 /// Annotation with the SHA-256 of the pending state upload token.
@@ -245,18 +251,30 @@ async fn store_blob(
     bytes: Bytes,
     what: &str,
 ) -> Result<StateBlob, ApiError> {
-    store_of(state, v)
-        .put(&key, bytes.clone())
-        .await
-        .map_err(|e| {
-            tracing::warn!(error = %e, what, "storing state data failed");
-            crate::blobs::api_error(&format!("the {what}"), e)
-        })?;
-    Ok(StateBlob {
-        key,
-        size: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
+    let stored = Stored {
+        size: bytes.len() as u64,
         sha256: sha256_hex(&bytes),
-    })
+    };
+    store_of(state, v)
+        .put(&key, bytes)
+        .await
+        .map_err(|e| store_error(what, e))?;
+    Ok(state_blob(key, stored))
+}
+
+/// Where a stored blob is, as the status records it.
+fn state_blob(key: String, stored: Stored) -> StateBlob {
+    StateBlob {
+        key,
+        size: i64::try_from(stored.size).unwrap_or(i64::MAX),
+        sha256: stored.sha256,
+    }
+}
+
+/// The API's answer to the store failing to keep the `what`.
+fn store_error(what: &str, e: crate::blobs::BlobError) -> ApiError {
+    tracing::warn!(error = %e, what, "storing state data failed");
+    crate::blobs::api_error(&format!("the {what}"), e)
 }
 
 /// Stores the state bytes and marks the version finalized with its summary.
@@ -268,6 +286,16 @@ pub(super) async fn store_and_finalize(
 ) -> Result<StateVersion, ApiError> {
     let key = terrace_crds::blobs::state_key(&id_of(v));
     let blob = store_blob(state, v, key, bytes, "state").await?;
+    finalize(state, v, blob, summary).await
+}
+
+/// Marks the version finalized with its stored state and its summary.
+async fn finalize(
+    state: &AppState,
+    v: &StateVersion,
+    blob: StateBlob,
+    summary: state::StateSummary,
+) -> Result<StateVersion, ApiError> {
     let api = write::api::<StateVersion>(state, &v.namespace().unwrap_or_default());
     write::patch_status(
         &api,
@@ -294,6 +322,15 @@ async fn store_json(
 ) -> Result<StateVersion, ApiError> {
     let key = terrace_crds::blobs::json_state_key(&id_of(v));
     let blob = store_blob(state, v, key, bytes, "JSON state").await?;
+    record_json(state, v, blob).await
+}
+
+/// Records the stored JSON form of the state.
+async fn record_json(
+    state: &AppState,
+    v: &StateVersion,
+    blob: StateBlob,
+) -> Result<StateVersion, ApiError> {
     let api = write::api::<StateVersion>(state, &v.namespace().unwrap_or_default());
     write::patch_status(&api, &v.name_any(), json!({"jsonState": blob})).await
 }
@@ -347,53 +384,68 @@ async fn claim(
     })
 }
 
-fn body_error(e: BytesRejection, limit: usize) -> ApiError {
-    if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        ApiError::TooLarge(
+fn body_error(e: BodyError, limit: usize) -> ApiError {
+    match e {
+        BodyError::TooLarge => ApiError::TooLarge(
             format!(
                 "the state is larger than the limit of {limit} bytes (--max-state-bytes; the cluster blob store takes blobs of up to {} bytes, larger states need an S3-compatible store: --blob-store s3://BUCKET[/PREFIX])",
                 crate::blobs::MAX_CLUSTER_BLOB_BYTES
             )
             .into(),
-        )
-    } else {
-        ApiError::bad_body(format!("unreadable body: {e}"))
+        ),
+        BodyError::Unreadable(_) => ApiError::bad_body(e.to_string()),
+        BodyError::Check(_) => ApiError::internal("checking the state", e),
     }
 }
 
 /// `PUT <hosted-state-upload-url>`: the state file (no Authorization: the URL is the
-/// capability). Finalizes the version, or refuses the bytes and discards it.
+/// capability), streamed into the blob store. Finalizes the version, or refuses the
+/// bytes (the blob aborted or removed) and discards it.
 pub async fn upload_state(
     State(state): State<AppState>,
     Path(token): Path<String>,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Result<Response, ApiError> {
     let limit = state.settings.max_state_bytes;
     let v = claim(&state, &token, ANNOTATION_STATE_UPLOAD).await?;
-    let bytes = match body {
-        Ok(b) => b,
+    let key = terrace_crds::blobs::state_key(&id_of(&v));
+    let store = store_of(&state, &v);
+    let upload = store.upload(&key).await;
+    let ingested = match ingest(body, upload, state::summarize_reader).await {
+        Ok(i) => i,
         Err(e) => {
             discard(&state, &v).await;
             return Err(body_error(e, limit));
         }
     };
-    let checked = state::check_size(bytes.len() as u64, limit as u64)
-        .and_then(|()| state::check_state(&bytes, Some(&v.spec.md5)));
-    let summary = match checked {
-        Ok(s) => s,
-        Err(e) => {
+    let verdict = state::check_streamed(
+        ingested.size,
+        limit as u64,
+        Some(&v.spec.md5),
+        &ingested.md5,
+        ingested.checked,
+    );
+    let (summary, stored) = match settle(ingested.upload, verdict).await {
+        Ok(done) => done,
+        Err(settled) => {
+            // Nothing half-recorded: the version never becomes current; the client
+            // creates a new one (terraform: `state push errored.tfstate`).
             discard(&state, &v).await;
-            return Err(match e.status() {
-                413 => ApiError::TooLarge(e.to_string().into()),
-                _ => ApiError::invalid("/", e.to_string()),
+            return Err(match settled {
+                Settled::Refused(e) => match e.status() {
+                    413 => ApiError::TooLarge(e.to_string().into()),
+                    _ => ApiError::invalid("/", e.to_string()),
+                },
+                Settled::Store(e) => store_error("state", e),
             });
         }
     };
-    let done = match store_and_finalize(&state, &v, bytes, summary).await {
+    let done = match finalize(&state, &v, state_blob(key.clone(), stored), summary).await {
         Ok(done) => done,
         Err(e) => {
-            // Nothing half-recorded: the version never becomes current; the client
-            // creates a new one (terraform: `state push errored.tfstate`).
+            if let Err(d) = store.delete(&key).await {
+                tracing::warn!(error = %d, "removing the state of a version that was not finalized");
+            }
             discard(&state, &v).await;
             return Err(e);
         }
@@ -402,18 +454,39 @@ pub async fn upload_state(
     Ok(StatusCode::OK.into_response())
 }
 
-/// `PUT <hosted-json-state-upload-url>`: the `terraform show -json` form of the state.
+/// `PUT <hosted-json-state-upload-url>`: the `terraform show -json` form of the state,
+/// streamed into the blob store once it reads as JSON.
 pub async fn upload_json_state(
     State(state): State<AppState>,
     Path(token): Path<String>,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Result<Response, ApiError> {
     let limit = state.settings.max_state_bytes;
     let v = claim(&state, &token, ANNOTATION_JSON_UPLOAD).await?;
-    let bytes = body.map_err(|e| body_error(e, limit))?;
-    serde_json::from_slice::<serde::de::IgnoredAny>(&bytes)
-        .map_err(|e| ApiError::invalid("/", format!("the JSON state is not JSON: {e}")))?;
-    let done = store_json(&state, &v, bytes).await?;
+    let key = terrace_crds::blobs::json_state_key(&id_of(&v));
+    let store = store_of(&state, &v);
+    let upload = store.upload(&key).await;
+    let ingested = ingest(body, upload, state::check_json)
+        .await
+        .map_err(|e| body_error(e, limit))?;
+    let verdict = ingested
+        .checked
+        .map_err(|e| ApiError::invalid("/", format!("the JSON state is not JSON: {e}")));
+    let ((), stored) = settle(ingested.upload, verdict)
+        .await
+        .map_err(|settled| match settled {
+            Settled::Refused(e) => e,
+            Settled::Store(e) => store_error("JSON state", e),
+        })?;
+    let done = match record_json(&state, &v, state_blob(key.clone(), stored)).await {
+        Ok(done) => done,
+        Err(e) => {
+            if let Err(d) = store.delete(&key).await {
+                tracing::warn!(error = %d, "removing a JSON state that was not recorded");
+            }
+            return Err(e);
+        }
+    };
     write::wait_seen(&state, &done).await;
     Ok(StatusCode::OK.into_response())
 }

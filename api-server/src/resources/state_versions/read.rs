@@ -5,11 +5,11 @@
 //! which hold every value of the state, need `read-state`.
 
 use axum::http::HeaderMap;
-use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
+use axum::http::header::{CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
 use terrace_crds::state::StateVersionState;
 use terrace_crds::{StateVersion, Workspace};
 
-use super::{READ_OUTPUTS, READ_STATE, readable, render, require_verb, state_bytes, state_of};
+use super::{READ_OUTPUTS, READ_STATE, readable, render, require_verb, state_of};
 use crate::capability::base_url;
 use crate::prelude::*;
 use crate::render::{page_slice, pagination};
@@ -215,15 +215,18 @@ pub async fn show(
     one(&state, &caller, &v, &ws, &headers, &q).await
 }
 
-/// A download: the bytes, never cached by intermediaries.
-fn download_response(bytes: axum::body::Bytes) -> Response {
+/// A download: the blob's bytes streamed from the store as they come, never cached by
+/// intermediaries. A blob that does not check out mid-way ends the body with an error
+/// (the connection is cut short of the Content-Length) rather than passing for whole.
+fn download_response(blob: crate::blobs::BlobStream) -> Response {
     (
         StatusCode::OK,
         [
-            (CONTENT_TYPE, "application/json"),
-            (CACHE_CONTROL, "no-store"),
+            (CONTENT_TYPE, "application/json".to_owned()),
+            (CACHE_CONTROL, "no-store".to_owned()),
+            (CONTENT_LENGTH, blob.size.to_string()),
         ],
-        bytes,
+        axum::body::Body::from_stream(blob.pieces),
     )
         .into_response()
 }
@@ -235,7 +238,9 @@ pub async fn download(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let (v, _) = readable(&state, &caller, &id, READ_STATE).await?;
-    Ok(download_response(state_bytes(&state, &v).await?))
+    let blob =
+        crate::documents::state::blob_stream(&state, &v, |s| s.state.as_ref(), "state").await?;
+    Ok(download_response(blob))
 }
 
 /// `GET /state-versions/:id/json-download`: the `terraform show -json` form, when the
@@ -246,8 +251,8 @@ pub async fn json_download(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let (v, _) = readable(&state, &caller, &id, READ_STATE).await?;
-    let bytes =
-        crate::documents::state::blob_bytes(&state, &v, |s| s.json_state.as_ref(), "JSON state")
+    let blob =
+        crate::documents::state::blob_stream(&state, &v, |s| s.json_state.as_ref(), "JSON state")
             .await?;
-    Ok(download_response(bytes))
+    Ok(download_response(blob))
 }
