@@ -694,7 +694,7 @@ async fn json_plan(
         )
         .await?;
     let bytes = crate::blobs::store(state, &at.ns, at.obj.controller_owner_ref(&()))
-        .get(&plan_json_key(&at.id()))
+        .get(&plan_json_key(&at.id()), None)
         .await
         .map_err(|e| match e {
             crate::blobs::BlobError::NotFound(_) => {

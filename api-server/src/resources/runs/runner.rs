@@ -82,14 +82,13 @@ async fn archive(
         .in_namespace(&ns)
         .find(|c| c.name_any() == run.spec.configuration_version)
         .cloned();
-    let key = cv
+    let archive = cv
         .as_ref()
         .and_then(|c| c.status.as_ref())
-        .and_then(|s| s.archive.as_ref())
-        .map(|a| a.key.clone())
+        .and_then(|s| s.archive.clone())
         .ok_or_else(|| ApiError::not_found("the run's configuration version has no archive"))?;
     let bytes = crate::blobs::store(&state, &ns, None)
-        .get(&key)
+        .get(&archive.key, Some(&archive.sha256))
         .await
         .map_err(|e| match e {
             BlobError::NotFound(_) => ApiError::not_found("archive not found"),
@@ -140,7 +139,7 @@ async fn get_plan(
     let run = crate::runner_auth::authorize(&state, &id, &headers).await?;
     in_phase(&run, Phase::Apply)?;
     let bytes = store(&state, &run)
-        .get(&plan_key(&id))
+        .get(&plan_key(&id), None)
         .await
         .map_err(|e| match e {
             BlobError::NotFound(_) => ApiError::not_found("the run has no plan file"),
