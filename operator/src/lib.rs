@@ -209,7 +209,7 @@ async fn run_controllers(
         orgs.clone(),
         workspace_feed.store(),
         workspace_feed.subscribe(),
-        Arc::new(|_: &str, _: &str| Vec::new()),
+        catalog.stores(),
         shutdown.clone(),
     );
     let workspaces = workspace::controller(

@@ -73,6 +73,11 @@ pub struct AgentPoolSpec {
     /// Workspaces (IDs or TFE names) allowed to use the pool when not organization-scoped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed_workspaces: Vec<String>,
+    /// What the Pods of runs in this pool get over the organization's Pod template (node
+    /// selector, tolerations, service account, labels, annotations, resources): the
+    /// Kubernetes meaning of an agent pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_template: Option<super::PodTemplateOverrides>,
 }
 
 /// A VCS OAuth connection token workspaces reference through vcsRepo.oauthTokenId.

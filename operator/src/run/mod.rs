@@ -38,12 +38,14 @@ use terrace_crds::constants::{
     ANNOTATION_LOCK_REASON, ANNOTATION_LOCKED_AT, ANNOTATION_LOCKED_BY, FIELD_MANAGER_RUNS,
     LABEL_ID,
 };
+use terrace_crds::ids::IdKind;
 use terrace_crds::lock::{LockHolder, holder_of};
 use terrace_crds::run::{
     self, Cancel, Decision, Flags, Phase, PhaseReport, PodSeen, QueuedRun, RunState,
 };
-use terrace_crds::{Run, Workspace};
+use terrace_crds::{AgentPool, Run, Workspace};
 
+use crate::catalog::CatalogStores;
 use crate::events::publish_event;
 use crate::identity::Organizations;
 use crate::testpod::{ENGINE_CONTAINER, build_log_archive_for, log_archive_name};
@@ -52,16 +54,14 @@ use crate::watch::Feed;
 use crate::{Context, Error};
 use pod::{FINALIZER, LABEL_RUN, RunPodInputs, Variable};
 
-/// Where a run's workspace variables come from (the workspace variables' cache).
-pub type VariableSource = Arc<dyn Fn(&str, &str) -> Vec<Variable> + Send + Sync>;
-
 /// What every reconcile of the controller shares.
 pub struct RunContext {
     pub base: Arc<Context>,
     pub orgs: Organizations,
     pub runs: Store<Run>,
     pub workspaces: Store<Workspace>,
-    pub variables: VariableSource,
+    /// The catalog's caches: agent pools (and workspace variables).
+    pub catalog: CatalogStores,
     pub recorder: Recorder,
 }
 
@@ -71,7 +71,7 @@ pub fn controller<S>(
     orgs: Organizations,
     workspaces: Store<Workspace>,
     workspace_changes: impl futures::Stream<Item = Result<Workspace, watcher::Error>> + Send + 'static,
-    variables: VariableSource,
+    catalog: CatalogStores,
     shutdown: S,
 ) -> impl Future<Output = ()> + Send + 'static
 where
@@ -108,7 +108,7 @@ where
         orgs,
         runs: store,
         workspaces,
-        variables,
+        catalog,
     });
     // The Pods' feed is driven here (nothing else consumes it); it stops with the
     // controller.
@@ -521,7 +521,9 @@ async fn create_pod(
     let org_settings = org
         .as_ref()
         .map_or(&default_settings, |o| &o.spec.settings.test_runs);
-    let variables = (ctx.variables)(&ns, &ws.name_any());
+    let variables = variables_of(&ctx.catalog, &ns, &ws.name_any());
+    let pool = agent_pool_of(&ctx.catalog, &ns, ws);
+    let pool_template = pool.as_ref().and_then(|p| p.spec.pod_template.clone());
     let inputs = RunPodInputs {
         run,
         run_id,
@@ -530,6 +532,7 @@ async fn create_pod(
         terraform_version: ws.spec.terraform_version.as_deref(),
         variables: &variables,
         org_settings,
+        pool_template: pool_template.as_ref(),
         settings: &ctx.base.settings,
     };
     let secrets: Api<Secret> = Api::namespaced(ctx.base.client.clone(), &ns);
@@ -549,6 +552,24 @@ async fn create_pod(
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
         Err(e) => Err(e.into()),
     }
+}
+
+/// The workspace's variables as the run needs them (none yet: see docs/runs.md).
+fn variables_of(_catalog: &CatalogStores, _ns: &str, _ws: &str) -> Vec<Variable> {
+    Vec::new()
+}
+
+/// The agent pool of an `agent`-mode workspace (its `agent-pool-id`), from the catalog.
+fn agent_pool_of(catalog: &CatalogStores, ns: &str, ws: &Workspace) -> Option<AgentPool> {
+    if ws.spec.execution_mode.as_deref() != Some("agent") {
+        return None;
+    }
+    let id = ws.spec.agent_pool_id.as_deref()?;
+    catalog
+        .in_namespace(IdKind::AgentPool, ns)
+        .into_iter()
+        .find(|p| p.labels().get(LABEL_ID).map(String::as_str) == Some(id))
+        .and_then(|p| crate::catalog::typed::<AgentPool>(&p))
 }
 
 /// Writes the run's next state (with its timestamp, the phase's outcome and a message)

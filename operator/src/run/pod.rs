@@ -25,7 +25,7 @@ use kube::{Resource, ResourceExt};
 use terrace_crds::common::SecretKeyRef;
 use terrace_crds::constants::{LABEL_MANAGED_BY, LABEL_ORGANIZATION, MANAGED_BY};
 use terrace_crds::run::Phase;
-use terrace_crds::{Run, TestRunSettings};
+use terrace_crds::{PodTemplateOverrides, Run, TestRunSettings};
 
 use crate::runner_remote::RunOptions;
 use crate::testpod::{ENGINE_CONTAINER, ENGINE_ENV, INSTALL_CONTAINER, TOOLS_DIR, WORKSPACE_DIR};
@@ -164,6 +164,8 @@ pub struct RunPodInputs<'a> {
     pub terraform_version: Option<&'a str>,
     pub variables: &'a [Variable],
     pub org_settings: &'a TestRunSettings,
+    /// The agent pool's Pod template (an `agent`-mode workspace), over the organization's.
+    pub pool_template: Option<&'a PodTemplateOverrides>,
     pub settings: &'a Settings,
 }
 
@@ -265,10 +267,14 @@ fn empty_dir(name: &str) -> Volume {
 /// The Pod of `phase` (see the module docs).
 pub fn build_pod(inputs: &RunPodInputs<'_>, phase: Phase) -> Result<Pod, Error> {
     let run = inputs.run;
-    let overrides = inputs
+    let org = inputs
         .org_settings
         .pod_template
         .over(&inputs.settings.test_pod_template);
+    let overrides = match inputs.pool_template {
+        Some(pool) => pool.over(&org),
+        None => org,
+    };
     let mut all_labels = overrides.labels.clone();
     all_labels.extend(labels(inputs));
     all_labels.insert(LABEL_PHASE.to_owned(), phase.as_str().to_owned());
@@ -410,6 +416,67 @@ mod tests {
             engine_image("ghcr.io/opentofu/opentofu:1.8", Some("1.11.4")),
             "ghcr.io/opentofu/opentofu:1.8"
         );
+    }
+
+    #[test]
+    fn pods_of_a_phase_with_an_agent_pool_template() {
+        let mut run = Run::new("run-abc", RunSpec::default());
+        run.metadata.namespace = Some("acme".into());
+        run.metadata.uid = Some("u1".into());
+        let settings = Settings::default();
+        let mut org = TestRunSettings::default();
+        org.pod_template
+            .node_selector
+            .insert("tier".into(), "org".into());
+        let pool = PodTemplateOverrides {
+            node_selector: [("zone".to_owned(), "dc-1".to_owned())].into(),
+            service_account_name: Some("terraform-dc".into()),
+            ..PodTemplateOverrides::default()
+        };
+        let vars = [var("AWS_REGION", "eu", "env", false, false)];
+        let inputs = RunPodInputs {
+            run: &run,
+            run_id: "run-ABC",
+            organization: "acme",
+            working_directory: "envs/dev",
+            terraform_version: Some("1.11.4"),
+            variables: &vars,
+            org_settings: &org,
+            pool_template: Some(&pool),
+            settings: &settings,
+        };
+        let pod = build_pod(&inputs, Phase::Apply).unwrap();
+        assert_eq!(pod.metadata.name.as_deref(), Some("run-abc-apply"));
+        assert_eq!(
+            pod.labels().get(LABEL_RUN).map(String::as_str),
+            Some("run-ABC")
+        );
+        assert_eq!(
+            pod.labels().get(LABEL_PHASE).map(String::as_str),
+            Some("apply")
+        );
+        assert_eq!(pod.finalizers(), [FINALIZER.to_owned()]);
+        let spec = pod.spec.unwrap();
+        let ns = spec.node_selector.unwrap();
+        assert_eq!((ns["zone"].as_str(), ns["tier"].as_str()), ("dc-1", "org"));
+        assert_eq!(spec.service_account_name.as_deref(), Some("terraform-dc"));
+        let engine = &spec.containers[0];
+        let cmd = engine.command.clone().unwrap();
+        assert!(cmd.windows(2).any(|w| w == ["--phase", "apply"]), "{cmd:?}");
+        assert!(cmd.windows(2).any(|w| w == ["--run", "run-ABC"]), "{cmd:?}");
+        let env = engine.env.clone().unwrap();
+        assert!(env.iter().any(|e| e.name == "AWS_REGION"));
+        let secret = build_secret(&inputs, "tok").unwrap();
+        let data = secret.data.unwrap();
+        let opts: RunOptions = serde_json::from_slice(&data[SECRET_KEY_OPTIONS].0).unwrap();
+        assert_eq!(
+            (
+                opts.working_directory.as_str(),
+                opts.terraform_version.as_deref()
+            ),
+            ("envs/dev", Some("1.11.4"))
+        );
+        assert_eq!(&data[SECRET_KEY_TOKEN].0, b"tok");
     }
 
     #[test]
