@@ -6,6 +6,7 @@ mod organization;
 mod project;
 mod references;
 mod state;
+mod variable;
 mod workspace;
 
 pub use module::*;
@@ -13,6 +14,7 @@ pub use organization::*;
 pub use project::*;
 pub use references::*;
 pub use state::*;
+pub use variable::*;
 pub use workspace::*;
 
 pub(crate) fn default_true() -> bool {
