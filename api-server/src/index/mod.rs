@@ -36,7 +36,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use terrace_crds::constants::LABEL_ID;
 use terrace_crds::{
     AgentPool, ConfigurationVersion, OAuthToken, Organization, Project, RegistryModule, SshKey,
-    StateVersion, TestRun, TestVariable, Workspace,
+    StateVersion, TestRun, TestVariable, Workspace, WorkspaceVariable,
 };
 
 mod live;
@@ -70,6 +70,7 @@ pub struct Inner {
     configuration_versions: Keyed<ConfigurationVersion>,
     test_runs: Keyed<TestRun>,
     test_variables: Keyed<TestVariable>,
+    workspace_variables: Keyed<WorkspaceVariable>,
     state_versions: Keyed<StateVersion>,
     /// (namespace, Workspace object name) → uids of its state versions.
     sv_by_workspace: HashMap<(String, String), Vec<String>>,
@@ -523,6 +524,11 @@ impl Inner {
     /// Module test variables.
     pub fn test_variables(&self) -> &Keyed<TestVariable> {
         &self.test_variables
+    }
+
+    /// Workspace variables.
+    pub fn workspace_variables(&self) -> &Keyed<WorkspaceVariable> {
+        &self.workspace_variables
     }
 
     /// State versions.

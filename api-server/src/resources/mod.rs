@@ -13,6 +13,7 @@ pub mod ssh_keys;
 pub mod state_versions;
 pub mod tag_bindings;
 pub mod tags;
+pub mod workspace_vars;
 pub mod workspaces;
 
 use axum::Router;
@@ -33,6 +34,7 @@ pub fn router() -> Router<AppState> {
         .merge(oauth_tokens::router())
         .merge(module_tests::router())
         .merge(state_versions::router())
+        .merge(workspace_vars::router())
 }
 
 /// Routes with their own, larger body limit (uploads), merged outside the global one.
