@@ -1250,7 +1250,8 @@ mod tests {
             f(&mut s);
             s
         };
-        let refused: [(&str, &dyn Fn(&mut WorkspaceVariableSpec)); 4] = [
+        type Change<'a> = &'a dyn Fn(&mut WorkspaceVariableSpec);
+        let refused: [(&str, Change); 4] = [
             ("hcl", &|s| {
                 s.category = "env".into();
                 s.hcl = true;
