@@ -19,7 +19,7 @@ use axum::http::request::Parts;
 use kube::{Resource, ResourceExt};
 use terrace_crds::{
     AgentPool, ConfigurationVersion, OAuthToken, Organization, Project, RegistryModule, Run,
-    SshKey, StateVersion, TestRun, TestVariable, Workspace,
+    SshKey, StateVersion, TestRun, TestVariable, Workspace, WorkspaceVariable,
 };
 
 use crate::auth::{Caller, Check};
@@ -118,6 +118,7 @@ guarded!(
 );
 guarded!(TestRun, "testruns", "test run");
 guarded!(TestVariable, "testvariables", "variable");
+guarded!(WorkspaceVariable, "workspacevariables", "variable");
 guarded!(StateVersion, "stateversions", "state version");
 guarded!(Run, "runs", "run");
 

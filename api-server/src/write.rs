@@ -276,6 +276,49 @@ where
     Ok(())
 }
 
+/// Writes `value` under `key` in Secret `name` (the owner's namespace), owned by `owner`
+/// (its controller owner reference, so deleting the owner deletes the Secret), with a
+/// forced server-side apply as the API's field manager: created or replaced whole. The
+/// value never reaches a log line. For sensitive variable values.
+pub async fn owned_secret<K>(
+    state: &AppState,
+    owner: &K,
+    name: &str,
+    key: &str,
+    value: &str,
+) -> Result<(), ApiError>
+where
+    K: Resource<DynamicType = ()>,
+{
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::core::v1::Secret;
+    let ns = owner.meta().namespace.clone().unwrap_or_default();
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            owner_references: owner.controller_owner_ref(&()).map(|o| vec![o]),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(
+            key.to_owned(),
+            ByteString(value.as_bytes().to_vec()),
+        )])),
+        ..Default::default()
+    };
+    let mut v = serde_json::to_value(&secret).map_err(|e| ApiError::internal("a Secret", e))?;
+    v["apiVersion"] = "v1".into();
+    v["kind"] = "Secret".into();
+    Api::<Secret>::namespaced(state.client.clone(), &ns)
+        .patch(
+            name,
+            &PatchParams::apply(terrace_crds::constants::FIELD_MANAGER_API).force(),
+            &Patch::Apply(&v),
+        )
+        .await
+        .map(|_| ())
+        .map_err(ApiError::from)
+}
+
 /// Writes status fields (merge patch of the status subresource) as the API's field
 /// manager.
 pub async fn patch_status<K>(api: &Api<K>, name: &str, status: Value) -> Result<K, ApiError>

@@ -17,6 +17,7 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
         ConfigurationVersion::crd(),
         TestRun::crd(),
         TestVariable::crd(),
+        WorkspaceVariable::crd(),
         SshKey::crd(),
         AgentPool::crd(),
         OAuthToken::crd(),
@@ -205,6 +206,69 @@ mod tests {
         assert_eq!(
             vspec["category"]["enum"],
             serde_json::json!([rules::TEST_VARIABLE_CATEGORY])
+        );
+    }
+
+    /// The workspace variable schema carries the rules of `rules`: the Terraform key
+    /// pattern, the two categories, the env key pattern and the hcl rule as CEL, and the
+    /// create defaults (category terraform, plain, not HCL).
+    #[test]
+    fn workspace_variable_schema_is_the_rules() {
+        let var = schema("WorkspaceVariable");
+        let spec = &var["properties"]["spec"];
+        let props = &spec["properties"];
+        assert_eq!(
+            props["key"]["pattern"],
+            rules::TERRAFORM_VARIABLE_KEY_PATTERN
+        );
+        let categories: Vec<&str> = rules::VariableCategory::ALL
+            .iter()
+            .map(|c| c.as_str())
+            .collect();
+        assert_eq!(props["category"]["enum"], serde_json::json!(categories));
+        assert_eq!(props["category"]["default"], "terraform");
+        assert_eq!(props["value"]["default"], "");
+        assert_eq!(props["hcl"]["default"], false);
+        assert_eq!(props["sensitive"]["default"], false);
+        assert_eq!(props["description"]["maxLength"], 512);
+        assert_eq!(props["workspace"]["minLength"], 1);
+        let required: Vec<&str> = spec["required"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        assert_eq!(required, ["key", "workspace"]);
+        let cel: Vec<String> = spec["x-kubernetes-validations"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|r| r["rule"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(cel.len(), 6, "{cel:?}");
+        assert!(
+            cel.iter()
+                .any(|r| r.contains(&format!("matches('{}')", rules::ENV_VARIABLE_KEY_PATTERN))),
+            "{cel:?}"
+        );
+        assert!(cel.iter().any(|r| r.contains("self.hcl")), "{cel:?}");
+        assert!(
+            cel.iter().any(|r| r.contains("oldSelf.sensitive")),
+            "{cel:?}"
+        );
+        let crd = crd_json("WorkspaceVariable");
+        assert_eq!(
+            crd["spec"]["names"]["shortNames"],
+            serde_json::json!(["tfwsvar"])
+        );
+        assert_eq!(crd["spec"]["scope"], "Namespaced");
+        let columns: Vec<&str> = crd["spec"]["versions"][0]["additionalPrinterColumns"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|c| c["name"].as_str()).collect())
+            .unwrap_or_default();
+        assert_eq!(
+            columns,
+            ["Workspace", "Key", "Category", "Sensitive", "Age", "ID"]
         );
     }
 

@@ -18,6 +18,7 @@ pub enum IdKind {
     ConfigurationVersion,
     TestRun,
     TestVariable,
+    WorkspaceVariable,
     SshKey,
     AgentPool,
     OAuthToken,
@@ -30,13 +31,14 @@ pub enum IdKind {
 
 impl IdKind {
     /// Every kind, for exhaustive tests and lookups.
-    pub const ALL: [IdKind; 14] = [
+    pub const ALL: [IdKind; 15] = [
         IdKind::Project,
         IdKind::Workspace,
         IdKind::RegistryModule,
         IdKind::ConfigurationVersion,
         IdKind::TestRun,
         IdKind::TestVariable,
+        IdKind::WorkspaceVariable,
         IdKind::SshKey,
         IdKind::AgentPool,
         IdKind::OAuthToken,
@@ -55,7 +57,8 @@ impl IdKind {
             IdKind::RegistryModule => "mod-",
             IdKind::ConfigurationVersion => "cv-",
             IdKind::TestRun => "trun-",
-            IdKind::TestVariable => "var-",
+            // TFE uses `var-` for module test variables and workspace variables alike.
+            IdKind::TestVariable | IdKind::WorkspaceVariable => "var-",
             IdKind::SshKey => "sshkey-",
             IdKind::AgentPool => "apool-",
             IdKind::OAuthToken => "ot-",
@@ -67,7 +70,8 @@ impl IdKind {
         }
     }
 
-    /// The kind whose prefix `id` carries, if any.
+    /// The kind whose prefix `id` carries, if any. Kinds sharing a prefix (`var-`: test
+    /// and workspace variables) answer the first of them in [`IdKind::ALL`].
     pub fn of(id: &str) -> Option<IdKind> {
         IdKind::ALL.into_iter().find(|k| id.starts_with(k.prefix()))
     }
@@ -114,8 +118,25 @@ mod tests {
             assert!(id.starts_with(kind.prefix()), "{id}");
             assert_eq!(id.len(), kind.prefix().len() + 16, "{id}");
             assert!(is_valid_id(kind, &id), "{id}");
-            assert_eq!(IdKind::of(&id), Some(kind));
+            assert_eq!(IdKind::of(&id).map(IdKind::prefix), Some(kind.prefix()));
         }
+    }
+
+    /// Only the two variable kinds share a prefix (TFE's `var-` for both).
+    #[test]
+    fn prefixes_are_distinct_but_for_variables() {
+        for a in IdKind::ALL {
+            for b in IdKind::ALL {
+                let shared = a != b && a.prefix() == b.prefix();
+                let variables = [IdKind::TestVariable, IdKind::WorkspaceVariable];
+                assert_eq!(
+                    shared,
+                    a != b && variables.contains(&a) && variables.contains(&b),
+                    "{a:?} {b:?}"
+                );
+            }
+        }
+        assert_eq!(IdKind::WorkspaceVariable.prefix(), "var-");
     }
 
     #[test]

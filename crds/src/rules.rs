@@ -436,6 +436,136 @@ pub fn validate_test_variable_category(category: Option<&str>) -> Result<(), Rul
     }
 }
 
+/// Workspace variable keys of category `terraform`: an identifier of the configuration
+/// language (a letter or underscore, then letters, digits, underscores, dashes). Also the
+/// CRD `pattern` of `WorkspaceVariable.spec.key`.
+pub const TERRAFORM_VARIABLE_KEY_PATTERN: &str = r"^[A-Za-z_][A-Za-z0-9_-]*$";
+/// Workspace variable keys of category `env`: a portable environment variable name (a
+/// letter or underscore, then letters, digits, underscores). Also a CEL rule of the CRD.
+pub const ENV_VARIABLE_KEY_PATTERN: &str = r"^[A-Za-z_][A-Za-z0-9_]*$";
+
+static TERRAFORM_VARIABLE_KEY: LazyLock<Regex> =
+    LazyLock::new(|| re(TERRAFORM_VARIABLE_KEY_PATTERN));
+static ENV_VARIABLE_KEY: LazyLock<Regex> = LazyLock::new(|| re(ENV_VARIABLE_KEY_PATTERN));
+
+/// The category of a workspace variable (TFE's `category`: `terraform` or `env`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum VariableCategory {
+    /// An input variable of the configuration (a line of the run's `.tfvars`).
+    Terraform,
+    /// An environment variable of the run.
+    Env,
+}
+
+impl VariableCategory {
+    /// Both categories, in the order of the CRD's enum.
+    pub const ALL: [VariableCategory; 2] = [VariableCategory::Terraform, VariableCategory::Env];
+
+    /// The wire value (`terraform`, `env`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            VariableCategory::Terraform => "terraform",
+            VariableCategory::Env => "env",
+        }
+    }
+
+    /// TFE's `category`: required, one of `terraform` and `env` ("is not included in the
+    /// list" otherwise).
+    pub fn parse(category: &str) -> Result<VariableCategory, RuleViolation> {
+        if category.is_empty() {
+            return Err(RuleViolation::new("category", "can't be blank"));
+        }
+        VariableCategory::ALL
+            .into_iter()
+            .find(|c| c.as_str() == category)
+            .ok_or_else(|| {
+                RuleViolation::new(
+                    "category",
+                    format!("is not included in the list (terraform, env), got {category:?}"),
+                )
+            })
+    }
+}
+
+/// A workspace variable's `key` in its category: required; a Terraform variable's key is
+/// an identifier ([`TERRAFORM_VARIABLE_KEY_PATTERN`]), an environment variable's a
+/// portable variable name ([`ENV_VARIABLE_KEY_PATTERN`]).
+pub fn validate_workspace_variable_key(
+    key: &str,
+    category: VariableCategory,
+) -> Result<(), RuleViolation> {
+    if key.is_empty() {
+        return Err(RuleViolation::new("key", "can't be blank"));
+    }
+    match category {
+        VariableCategory::Terraform if !TERRAFORM_VARIABLE_KEY.is_match(key) => {
+            Err(RuleViolation::new(
+                "key",
+                "must begin with a letter or underscore and contain only letters, numbers, dashes and underscores",
+            ))
+        }
+        VariableCategory::Env if !ENV_VARIABLE_KEY.is_match(key) => Err(RuleViolation::new(
+            "key",
+            "must begin with a letter or underscore and contain only letters, numbers and underscores",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// `hcl` is a property of Terraform variables only: an environment variable cannot be
+/// HCL (TFE's rule; also a CEL rule of the CRD).
+pub fn validate_workspace_variable_hcl(
+    hcl: bool,
+    category: VariableCategory,
+) -> Result<(), RuleViolation> {
+    if hcl && category == VariableCategory::Env {
+        Err(RuleViolation::new(
+            "hcl",
+            "is only allowed for terraform variables: environment variables cannot be HCL",
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// One assignment of a `.tfvars` file: `key = value` with the value verbatim when it is
+/// HCL (an expression of the configuration language), else `key = "<value>"` with the
+/// value as a quoted string literal: `\` and `"` escaped, newlines, carriage returns and
+/// tabs as `\n`, `\r`, `\t`, other control characters as `\uNNNN`, and the template
+/// sequences `${` and `%{` written `$${` and `%%{` so the engine reads them literally. No
+/// trailing newline. The key is not checked (see [`validate_workspace_variable_key`]).
+pub fn tfvars_line(key: &str, value: &str, hcl: bool) -> String {
+    if hcl {
+        return format!("{key} = {value}");
+    }
+    let mut out = String::with_capacity(key.len() + value.len() + 6);
+    out.push_str(key);
+    out.push_str(" = \"");
+    let mut chars = value.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '$' | '%' if chars.peek() == Some(&'{') => {
+                out.push(c);
+                out.push(c);
+            }
+            c if c.is_control() => {
+                let mut buf = [0u16; 2];
+                for unit in c.encode_utf16(&mut buf) {
+                    out.push_str(&format!("\\u{unit:04x}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
 /// Flat tag names: 1–128 characters of letters, digits, `:`, `-`, `_`.
 pub fn validate_tag_name(name: &str) -> Result<(), RuleViolation> {
     if name.is_empty() || name.len() > MAX_TAG_KEY_LEN || !TAG_NAME.is_match(name) {
@@ -869,6 +999,101 @@ mod tests {
         for bad in ["", "one", "~>", "1.2.3.4", "> = 1"] {
             assert!(validate_terraform_version(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn variable_categories() {
+        assert_eq!(
+            VariableCategory::parse("terraform"),
+            Ok(VariableCategory::Terraform)
+        );
+        assert_eq!(VariableCategory::parse("env"), Ok(VariableCategory::Env));
+        for c in VariableCategory::ALL {
+            assert_eq!(VariableCategory::parse(c.as_str()), Ok(c));
+        }
+        for bad in ["", "ENV", "policy-set", "terraform-cloud", " env"] {
+            let e = VariableCategory::parse(bad).err();
+            assert_eq!(e.map(|e| e.attribute), Some("category"), "{bad:?}");
+        }
+        assert_eq!(
+            VariableCategory::parse("").err().map(|e| e.message),
+            Some("can't be blank".to_owned())
+        );
+    }
+
+    /// One row per key and category: ok for terraform, ok for env.
+    #[test]
+    fn workspace_variable_keys() {
+        let rows = [
+            ("region", true, true),
+            ("_x", true, true),
+            ("AWS_REGION", true, true),
+            ("a1", true, true),
+            ("instance-type", true, false),
+            ("", false, false),
+            ("1abc", false, false),
+            ("-a", false, false),
+            ("a b", false, false),
+            ("a.b", false, false),
+            ("a=b", false, false),
+            ("ü", false, false),
+        ];
+        for (key, terraform, env) in rows {
+            assert_eq!(
+                validate_workspace_variable_key(key, VariableCategory::Terraform).is_ok(),
+                terraform,
+                "terraform {key:?}"
+            );
+            assert_eq!(
+                validate_workspace_variable_key(key, VariableCategory::Env).is_ok(),
+                env,
+                "env {key:?}"
+            );
+        }
+        let e = validate_workspace_variable_key("", VariableCategory::Env).err();
+        assert_eq!(e.map(|e| e.to_string()), Some("key can't be blank".into()));
+        assert_eq!(ENV_VARIABLE_KEY_PATTERN, TEST_VARIABLE_KEY_PATTERN);
+    }
+
+    #[test]
+    fn hcl_only_for_terraform_variables() {
+        use VariableCategory::{Env, Terraform};
+        assert!(validate_workspace_variable_hcl(true, Terraform).is_ok());
+        assert!(validate_workspace_variable_hcl(false, Terraform).is_ok());
+        assert!(validate_workspace_variable_hcl(false, Env).is_ok());
+        let e = validate_workspace_variable_hcl(true, Env).err();
+        assert_eq!(e.map(|e| e.attribute), Some("hcl"));
+    }
+
+    /// One row per escape of a string value; HCL values verbatim.
+    #[test]
+    fn tfvars_lines() {
+        let rows = [
+            ("eu-west-1", r#"region = "eu-west-1""#),
+            ("", r#"region = """#),
+            (r#"say "hi""#, r#"region = "say \"hi\"""#),
+            (r"C:\dir", r#"region = "C:\\dir""#),
+            ("a\nb", r#"region = "a\nb""#),
+            ("a\r\n\tb", r#"region = "a\r\n\tb""#),
+            ("${var.x}", r#"region = "$${var.x}""#),
+            ("%{ if x }", r#"region = "%%{ if x }""#),
+            ("$ {x} % {y} $x %", r#"region = "$ {x} % {y} $x %""#),
+            ("$${x}", r#"region = "$$${x}""#),
+            ("bell\u{7}", r#"region = "bell\u0007""#),
+            ("ünïcödé ✓", r#"region = "ünïcödé ✓""#),
+        ];
+        for (value, line) in rows {
+            assert_eq!(tfvars_line("region", value, false), line, "{value:?}");
+        }
+        assert_eq!(
+            tfvars_line("tags", r#"{ env = "prod" }"#, true),
+            r#"tags = { env = "prod" }"#
+        );
+        assert_eq!(tfvars_line("n", "3", true), "n = 3");
+        assert_eq!(
+            tfvars_line("list", "[\n  1,\n  2,\n]", true),
+            "list = [\n  1,\n  2,\n]"
+        );
     }
 
     #[test]

@@ -625,34 +625,6 @@ pub fn performance(runs: &[RunTimes<'_>]) -> crate::resources::WorkspaceMetrics 
     }
 }
 
-/// One line of a `.tfvars` file: `key = value` with the value as an expression (`hcl`)
-/// or as a string literal (quotes, backslashes and newlines escaped; `${` and `%{`
-/// doubled so they stay literal).
-pub fn tfvars_line(key: &str, value: &str, hcl: bool) -> String {
-    if hcl {
-        return format!("{key} = {value}\n");
-    }
-    let mut lit = String::with_capacity(value.len() + 2);
-    lit.push('"');
-    let mut chars = value.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' => lit.push_str("\\\\"),
-            '"' => lit.push_str("\\\""),
-            '\n' => lit.push_str("\\n"),
-            '\r' => lit.push_str("\\r"),
-            '\t' => lit.push_str("\\t"),
-            '$' | '%' if chars.peek() == Some(&'{') => {
-                lit.push(c);
-                lit.push(c);
-            }
-            other => lit.push(other),
-        }
-    }
-    lit.push('"');
-    format!("{key} = {lit}\n")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -732,16 +704,6 @@ mod tests {
         assert_eq!(exact_version("= 1.11.4"), Some("1.11.4"));
         assert_eq!(exact_version("~> 1.11"), None);
         assert_eq!(exact_version("latest"), None);
-    }
-
-    #[test]
-    fn tfvars_lines() {
-        assert_eq!(tfvars_line("a", "[1, 2]", true), "a = [1, 2]\n");
-        assert_eq!(tfvars_line("a", "eu", false), "a = \"eu\"\n");
-        assert_eq!(
-            tfvars_line("a", "q\"b\\s\nl ${x} %{y} $z", false),
-            "a = \"q\\\"b\\\\s\\nl $${x} %%{y} $z\"\n"
-        );
     }
 
     fn q<'a>(name: &'a str, created: &'a str, state: RunState, plan_only: bool) -> QueuedRun<'a> {

@@ -43,6 +43,7 @@ use serde::de::DeserializeOwned;
 use terrace_crds::{
     AgentPool, ConfigurationVersion, OAuthToken, Organization, Project, RegistryModule, Run,
     SshKey, StateVersion, TestRun, TestVariable, Workspace, WorkspaceSpec, WorkspaceStatus,
+    WorkspaceVariable,
 };
 
 use crate::events::{new_recorder, publish_event};
@@ -106,6 +107,7 @@ watched_crds!(
     ConfigurationVersion,
     RegistryModule,
     TestVariable,
+    WorkspaceVariable,
     SshKey,
     AgentPool,
     OAuthToken,

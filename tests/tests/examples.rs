@@ -485,6 +485,71 @@ fn examples_apply_in_one_go_and_become_what_they_promise() {
         );
     }
 
+    // networking-prod's workspace variables (35-workspace-variables.yaml): each one of
+    // the file in the API, the HCL one verbatim, the sensitive one `null` and its value
+    // nowhere in the API's answer nor in the WorkspaceVariable objects.
+    let expected: Vec<&Value> = docs
+        .iter()
+        .filter(|d| str_at(d, "/kind") == "WorkspaceVariable")
+        .collect();
+    assert!(
+        expected.len() >= 4,
+        "the examples promise four workspace variables"
+    );
+    let ws_vars = dev.eventually(SETTLE, || {
+        let r = api.get(&format!("/api/v2/workspaces/{net_id}/vars"));
+        let data = r.body["data"].as_array().cloned().unwrap_or_default();
+        (r.status == 200 && data.len() == expected.len()).then_some(r.body)
+    });
+    let ws_vars =
+        ws_vars.unwrap_or_else(|| panic!("networking-prod's workspace variables: {}", dev.log()));
+    for manifest in &expected {
+        let key = str_at(manifest, "/spec/key");
+        let shown = ws_vars["data"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|v| str_at(v, "/attributes/key") == key)
+            .unwrap_or_else(|| panic!("no variable {key} in {ws_vars}"));
+        assert!(str_at(shown, "/id").starts_with("var-"), "{shown}");
+        assert_eq!(
+            str_at(shown, "/attributes/category"),
+            str_at(manifest, "/spec/category"),
+            "{key}"
+        );
+        assert_eq!(
+            str_at(shown, "/relationships/configurable/data/id"),
+            net_id,
+            "{key}"
+        );
+        if manifest["spec"]["sensitive"] == true {
+            assert_eq!(shown["attributes"]["value"], Value::Null, "{key}");
+            assert_eq!(shown["attributes"]["sensitive"], true, "{key}");
+        } else {
+            assert_eq!(
+                str_at(shown, "/attributes/value"),
+                str_at(manifest, "/spec/value"),
+                "{key}"
+            );
+            assert_eq!(
+                shown["attributes"]["hcl"],
+                manifest["spec"]["hcl"].as_bool().unwrap_or(false),
+                "{key}"
+            );
+        }
+    }
+    let objects = dev.kubectl_ok(&["get", "workspacevariables", "-n", ORG, "-o", "json"]);
+    for value in &secret_values {
+        assert!(
+            !ws_vars.to_string().contains(value.as_str()),
+            "API shows {value}"
+        );
+        assert!(
+            !objects.contains(value.as_str()),
+            "a WorkspaceVariable holds {value}"
+        );
+    }
+
     // The test run waits for the upload of its configuration version, as documented:
     // pending, Ready False, Reconciling True (WaitingForInputs), and no Pod.
     let waiting = dev.eventually(SETTLE, || {
@@ -555,6 +620,13 @@ fn examples_apply_in_one_go_and_become_what_they_promise() {
             ws_res,
             true,
         ),
+        (
+            &sa("terraform-ci"),
+            None,
+            "delete",
+            "workspacevariables.terrace.dev",
+            true,
+        ),
         // terrace-workspace-admin: settings and force-unlock, not create/force-delete.
         ("dana@acme.example", None, "update", ws_res, true),
         ("dana@acme.example", None, "force-unlock", ws_res, true),
@@ -562,6 +634,13 @@ fn examples_apply_in_one_go_and_become_what_they_promise() {
         ("dana@acme.example", None, "create", ws_res, false),
         ("dana@acme.example", None, "force-delete", ws_res, false),
         ("dana@acme.example", None, "manage", ws_res, false),
+        (
+            "dana@acme.example",
+            None,
+            "update",
+            "workspacevariables.terrace.dev",
+            true,
+        ),
         // terrace-workspace-locker: lock, not update.
         (&sa("release-bot"), None, "lock", ws_res, true),
         (&sa("release-bot"), None, "list", ws_res, true),
@@ -571,6 +650,27 @@ fn examples_apply_in_one_go_and_become_what_they_promise() {
         (&sa("dashboard"), None, "list", ws_res, true),
         (&sa("dashboard"), None, "get", "testruns.terrace.dev", true),
         (&sa("dashboard"), None, "lock", ws_res, false),
+        (
+            &sa("dashboard"),
+            None,
+            "list",
+            "workspacevariables.terrace.dev",
+            true,
+        ),
+        (
+            &sa("dashboard"),
+            None,
+            "create",
+            "workspacevariables.terrace.dev",
+            false,
+        ),
+        (
+            &sa("release-bot"),
+            None,
+            "get",
+            "workspacevariables.terrace.dev",
+            false,
+        ),
         (&sa("dashboard"), None, "update", ws_res, false),
         (
             "erin@acme.example",

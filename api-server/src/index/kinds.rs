@@ -9,7 +9,7 @@ use kube::Resource;
 use kube::api::ObjectMeta;
 use terrace_crds::{
     AgentPool, ConfigurationVersion, OAuthToken, Organization, Project, RegistryModule, Run,
-    SshKey, StateVersion, TestRun, TestVariable, Workspace,
+    SshKey, StateVersion, TestRun, TestVariable, Workspace, WorkspaceVariable,
 };
 
 use super::Inner;
@@ -82,6 +82,7 @@ indexed_kinds!(
     ConfigurationVersion,
     TestRun,
     TestVariable,
+    WorkspaceVariable,
     StateVersion,
     Run,
 );
@@ -240,6 +241,7 @@ keyed!(ConfigurationVersion, configuration_versions);
 keyed!(TestRun, test_runs);
 keyed!(TestVariable, test_variables);
 keyed!(Run, runs);
+keyed!(WorkspaceVariable, workspace_variables);
 
 impl Indexed for StateVersion {
     const NAME: &'static str = "StateVersion";

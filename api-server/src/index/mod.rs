@@ -36,7 +36,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use terrace_crds::constants::LABEL_ID;
 use terrace_crds::{
     AgentPool, ConfigurationVersion, OAuthToken, Organization, Project, RegistryModule, Run,
-    SshKey, StateVersion, TestRun, TestVariable, Workspace,
+    SshKey, StateVersion, TestRun, TestVariable, Workspace, WorkspaceVariable,
 };
 
 mod live;
@@ -71,6 +71,7 @@ pub struct Inner {
     test_runs: Keyed<TestRun>,
     test_variables: Keyed<TestVariable>,
     runs: Keyed<Run>,
+    workspace_variables: Keyed<WorkspaceVariable>,
     state_versions: Keyed<StateVersion>,
     /// (namespace, Workspace object name) → uids of its state versions.
     sv_by_workspace: HashMap<(String, String), Vec<String>>,
@@ -540,6 +541,11 @@ impl Inner {
     /// Workspace runs.
     pub fn runs(&self) -> &Keyed<Run> {
         &self.runs
+    }
+
+    /// Workspace variables.
+    pub fn workspace_variables(&self) -> &Keyed<WorkspaceVariable> {
+        &self.workspace_variables
     }
 
     /// State versions.

@@ -14,6 +14,7 @@ pub mod ssh_keys;
 pub mod state_versions;
 pub mod tag_bindings;
 pub mod tags;
+pub mod workspace_vars;
 pub mod workspaces;
 
 use axum::Router;
@@ -35,6 +36,7 @@ pub fn router() -> Router<AppState> {
         .merge(module_tests::router())
         .merge(state_versions::router())
         .merge(runs::router())
+        .merge(workspace_vars::router())
 }
 
 /// Routes with their own, larger body limit (uploads), merged outside the global one.

@@ -7,6 +7,7 @@ mod project;
 mod references;
 mod run;
 mod state;
+mod variable;
 mod workspace;
 
 pub use module::*;
@@ -15,6 +16,7 @@ pub use project::*;
 pub use references::*;
 pub use run::*;
 pub use state::*;
+pub use variable::*;
 pub use workspace::*;
 
 pub(crate) fn default_true() -> bool {

@@ -1,6 +1,6 @@
 //! The catalog controllers: the controller of every namespaced terrace kind that has no
 //! controller of its own (Project, RegistryModule, ConfigurationVersion, TestVariable,
-//! SshKey, AgentPool, OAuthToken), plus the IDs of TestRuns. One small controller per
+//! WorkspaceVariable, SshKey, AgentPool, OAuthToken), plus the IDs of TestRuns. One small controller per
 //! kind, over `DynamicObject`, all prepared by [`Catalog::controllers`].
 //!
 //! Each gives its objects their identity ([`crate::identity::ensure_identity`]: the
@@ -44,7 +44,7 @@ use terrace_crds::constants::{FIELD_MANAGER_OPERATOR, LABEL_ID};
 use terrace_crds::ids::{IdKind, is_valid_id};
 use terrace_crds::{
     AgentPool, ConfigurationVersion, OAuthToken, Organization, Project, RegistryModule, Run,
-    SshKey, TestRun, TestVariable,
+    SshKey, TestRun, TestVariable, WorkspaceVariable,
 };
 
 use crate::conditions::{Outcome, REASON_ASSIGNING_ID, kstatus_conditions};
@@ -82,6 +82,10 @@ pub fn targets() -> Vec<Target> {
         t(IdTarget::of::<TestRun>(IdKind::TestRun), External),
         t(IdTarget::of::<Run>(IdKind::Run), External),
         t(IdTarget::of::<TestVariable>(IdKind::TestVariable), Module),
+        t(
+            IdTarget::of::<WorkspaceVariable>(IdKind::WorkspaceVariable),
+            Identity,
+        ),
         t(IdTarget::of::<SshKey>(IdKind::SshKey), Identity),
         t(IdTarget::of::<AgentPool>(IdKind::AgentPool), Identity),
         t(IdTarget::of::<OAuthToken>(IdKind::OAuthToken), Identity),

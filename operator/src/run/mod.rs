@@ -43,7 +43,7 @@ use terrace_crds::lock::{LockHolder, holder_of};
 use terrace_crds::run::{
     self, Cancel, Decision, Flags, Phase, PhaseReport, PodSeen, QueuedRun, RunState,
 };
-use terrace_crds::{AgentPool, Run, Workspace};
+use terrace_crds::{AgentPool, Run, Workspace, WorkspaceVariable};
 
 use crate::catalog::CatalogStores;
 use crate::events::publish_event;
@@ -554,9 +554,27 @@ async fn create_pod(
     }
 }
 
-/// The workspace's variables as the run needs them (none yet: see docs/runs.md).
-fn variables_of(_catalog: &CatalogStores, _ns: &str, _ws: &str) -> Vec<Variable> {
-    Vec::new()
+/// The workspace's variables as the run needs them, from the catalog's cache (a key
+/// defined twice in a category keeps the variable with the smallest object name).
+fn variables_of(catalog: &CatalogStores, ns: &str, ws: &str) -> Vec<Variable> {
+    let mut vars: Vec<(String, WorkspaceVariable)> = catalog
+        .in_namespace(IdKind::WorkspaceVariable, ns)
+        .into_iter()
+        .filter_map(|o| crate::catalog::typed::<WorkspaceVariable>(&o).map(|v| (o.name_any(), v)))
+        .filter(|(_, v)| v.spec.workspace == ws)
+        .collect();
+    vars.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut seen = std::collections::HashSet::new();
+    vars.into_iter()
+        .filter(|(_, v)| seen.insert((v.spec.category.clone(), v.spec.key.clone())))
+        .map(|(_, v)| Variable {
+            key: v.spec.key,
+            value: v.spec.value,
+            category: v.spec.category,
+            hcl: v.spec.hcl,
+            value_from: v.spec.value_from,
+        })
+        .collect()
 }
 
 /// The agent pool of an `agent`-mode workspace (its `agent-pool-id`), from the catalog.

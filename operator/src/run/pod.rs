@@ -82,7 +82,8 @@ pub fn workspace_tfvars(vars: &[Variable]) -> String {
         .collect();
     sorted.sort_by(|a, b| a.key.cmp(&b.key));
     for v in sorted {
-        out.push_str(&terrace_crds::run::tfvars_line(&v.key, &v.value, v.hcl));
+        out.push_str(&terrace_crds::rules::tfvars_line(&v.key, &v.value, v.hcl));
+        out.push('\n');
     }
     out
 }

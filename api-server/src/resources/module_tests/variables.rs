@@ -8,14 +8,9 @@
 //! cannot become non-sensitive. `version-id` (in status) is a new random value after
 //! every create and update. Each bad attribute gets its own 422 error with a pointer.
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use terrace_crds::TestVariable;
 use terrace_crds::common::SecretKeyRef;
-use terrace_crds::constants::FIELD_MANAGER_API;
 use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
 use terrace_crds::resources::TestVariableSpec;
 use terrace_crds::rules::{
@@ -150,33 +145,7 @@ fn key_taken(state: &AppState, m: &Module, key: &str, except: Option<&str>) -> b
 }
 
 async fn write_secret(state: &AppState, var: &TestVariable, value: &str) -> Result<(), ApiError> {
-    let ns = var.namespace().unwrap_or_default();
-    let api = write::api::<Secret>(state, &ns);
-    let name = secret_name(&var.name_any());
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            owner_references: var.controller_owner_ref(&()).map(|o| vec![o]),
-            ..Default::default()
-        },
-        data: Some(BTreeMap::from([(
-            SECRET_KEY.to_owned(),
-            ByteString(value.as_bytes().to_vec()),
-        )])),
-        ..Default::default()
-    };
-    let mut v =
-        serde_json::to_value(&secret).map_err(|e| ApiError::internal("a variable's Secret", e))?;
-    v["apiVersion"] = "v1".into();
-    v["kind"] = "Secret".into();
-    api.patch(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER_API).force(),
-        &Patch::Apply(&v),
-    )
-    .await
-    .map(|_| ())
-    .map_err(ApiError::from)
+    write::owned_secret(state, var, &secret_name(&var.name_any()), SECRET_KEY, value).await
 }
 
 /// Gives the variable a new `version-id` (and its ID in status) and waits for the index.

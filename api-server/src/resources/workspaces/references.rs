@@ -86,6 +86,7 @@ mod tests {
                 name: "pool".into(),
                 organization_scoped: false,
                 allowed_workspaces: vec!["allowed".into()],
+                pod_template: None,
             },
             status: None,
         })

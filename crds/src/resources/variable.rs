@@ -1,0 +1,220 @@
+//! Workspace variables: the Terraform and environment variables of a workspace's runs
+//! (TFE's workspace variables, JSON:API type `vars`).
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::common::{Condition, SecretKeyRef};
+use crate::rules::VariableCategory;
+
+/// A variable of a workspace's runs: a Terraform input variable (`category: terraform`)
+/// or an environment variable (`category: env`). Sensitive values live in a Secret
+/// (valueFrom), never in the spec.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "terrace.dev",
+    version = "v1alpha1",
+    kind = "WorkspaceVariable",
+    doc = "A Terraform or environment variable of a workspace's runs.",
+    plural = "workspacevariables",
+    namespaced,
+    status = "WorkspaceVariableStatus",
+    shortname = "tfwsvar",
+    category = "terrace",
+    printcolumn = r#"{"name":"Workspace","type":"string","jsonPath":".spec.workspace"}"#,
+    printcolumn = r#"{"name":"Key","type":"string","jsonPath":".spec.key"}"#,
+    printcolumn = r#"{"name":"Category","type":"string","jsonPath":".spec.category"}"#,
+    printcolumn = r#"{"name":"Sensitive","type":"boolean","jsonPath":".spec.sensitive"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name":"ID","type":"string","jsonPath":".metadata.labels.terrace\\.dev/id","priority":1}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "!self.sensitive || self.value == ''",
+     "message": "a sensitive variable keeps its value in a Secret: use valueFrom, not value"},
+    {"rule": "!has(self.valueFrom) || self.value == ''",
+     "message": "value and valueFrom cannot both be given"},
+    {"rule": "!has(oldSelf.sensitive) || !oldSelf.sensitive || self.sensitive",
+     "message": "a sensitive variable cannot be made non-sensitive"},
+    {"rule": "!self.hcl || self.category == 'terraform'",
+     "message": "hcl is only allowed for terraform variables: environment variables cannot be HCL"},
+    {"rule": "self.category != 'env' || self.key.matches('^[A-Za-z_][A-Za-z0-9_]*$')",
+     "message": "an environment variable's key must begin with a letter or underscore and contain only letters, numbers and underscores"},
+    {"rule": "self.workspace == oldSelf.workspace",
+     "message": "a variable cannot move to another workspace"}
+]))]
+pub struct WorkspaceVariableSpec {
+    /// Name of the Workspace object (`metadata.name`, same namespace) the variable
+    /// belongs to.
+    #[schemars(length(min = 1))]
+    pub workspace: String,
+    /// Variable name. Terraform variables: an identifier (a letter or underscore, then
+    /// letters, digits, underscores, dashes); environment variables: letters, digits and
+    /// underscores, not starting with a digit.
+    #[schemars(regex(pattern = r"^[A-Za-z_][A-Za-z0-9_-]*$"), length(min = 1))]
+    pub key: String,
+    /// The value (non-sensitive variables only).
+    #[serde(default)]
+    pub value: String,
+    /// The value from a Secret key (sensitive variables).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_from: Option<SecretKeyRef>,
+    /// Description of the variable (at most 512 characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512))]
+    pub description: Option<String>,
+    /// `terraform` (an input variable of the configuration) or `env` (an environment
+    /// variable of the run).
+    #[serde(default = "default_category")]
+    #[schemars(extend("enum" = ["terraform", "env"]))]
+    pub category: String,
+    /// Whether the value is an expression of the configuration language (HCL) rather than
+    /// a string; terraform variables only.
+    #[serde(default)]
+    pub hcl: bool,
+    /// When true the value is write-once and never shown again.
+    #[serde(default)]
+    pub sensitive: bool,
+}
+
+fn default_category() -> String {
+    VariableCategory::Terraform.as_str().to_owned()
+}
+
+/// Observed state of a workspace variable.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkspaceVariableStatus {
+    /// The variable's ID (`var-…`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Generation last acted on by the controller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// kstatus conditions: Ready, Reconciling, Stalled.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+impl WorkspaceVariableSpec {
+    /// The category, if it is one of `terraform` and `env` (the schema's enum).
+    pub fn category(&self) -> Option<VariableCategory> {
+        VariableCategory::parse(&self.category).ok()
+    }
+
+    /// TFE's `version-id`: a digest of everything that makes up the variable (key, value
+    /// or where the value lives, description, category, hcl, sensitive) and of
+    /// `value_revision`, which stands for a sensitive value (a token written with each
+    /// new sensitive value; the value itself never enters the digest). Any change gives
+    /// a new version ID; 32 hex characters.
+    pub fn version_id(&self, value_revision: Option<&str>) -> String {
+        let mut h = Sha256::new();
+        let (from_name, from_key) = self
+            .value_from
+            .as_ref()
+            .map_or(("", ""), |r| (r.name.as_str(), r.key.as_str()));
+        for part in [
+            self.key.as_str(),
+            self.value.as_str(),
+            from_name,
+            from_key,
+            self.description.as_deref().unwrap_or_default(),
+            self.category.as_str(),
+            if self.hcl { "hcl" } else { "string" },
+            if self.sensitive { "sensitive" } else { "plain" },
+            value_revision.unwrap_or_default(),
+        ] {
+            // Length-prefixed, so no two different inputs give the same byte stream.
+            h.update((part.len() as u64).to_be_bytes());
+            h.update(part.as_bytes());
+        }
+        let digest = h.finalize();
+        digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> WorkspaceVariableSpec {
+        WorkspaceVariableSpec {
+            workspace: "prod".into(),
+            key: "region".into(),
+            value: "eu".into(),
+            category: "terraform".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn serde_defaults_are_terraform_and_plain() {
+        let s: WorkspaceVariableSpec =
+            serde_json::from_value(serde_json::json!({"workspace": "w", "key": "k"}))
+                .unwrap_or_default();
+        assert_eq!(s.category, "terraform");
+        assert_eq!(s.category(), Some(VariableCategory::Terraform));
+        assert_eq!((s.value.as_str(), s.hcl, s.sensitive), ("", false, false));
+        let v = serde_json::to_value(&s).unwrap_or_default();
+        assert!(v.get("valueFrom").is_none() && v.get("description").is_none());
+    }
+
+    /// Every attribute takes part in the version ID; a sensitive value through its
+    /// revision token only.
+    #[test]
+    fn version_id_changes_with_every_attribute() {
+        let base = spec().version_id(None);
+        assert_eq!(base.len(), 32);
+        assert_eq!(base, spec().version_id(None), "deterministic");
+        let variants: Vec<WorkspaceVariableSpec> = vec![
+            WorkspaceVariableSpec {
+                key: "zone".into(),
+                ..spec()
+            },
+            WorkspaceVariableSpec {
+                value: "us".into(),
+                ..spec()
+            },
+            WorkspaceVariableSpec {
+                description: Some("d".into()),
+                ..spec()
+            },
+            WorkspaceVariableSpec {
+                category: "env".into(),
+                ..spec()
+            },
+            WorkspaceVariableSpec {
+                hcl: true,
+                ..spec()
+            },
+            WorkspaceVariableSpec {
+                sensitive: true,
+                value: String::new(),
+                value_from: Some(SecretKeyRef {
+                    name: "s".into(),
+                    key: "value".into(),
+                }),
+                ..spec()
+            },
+        ];
+        for v in &variants {
+            assert_ne!(v.version_id(None), base, "{v:?}");
+        }
+        assert_ne!(spec().version_id(Some("r1")), base);
+        assert_ne!(spec().version_id(Some("r1")), spec().version_id(Some("r2")));
+        // Parts are delimited: moving a character between parts changes the digest.
+        let a = WorkspaceVariableSpec {
+            key: "ab".into(),
+            value: "c".into(),
+            ..spec()
+        };
+        let b = WorkspaceVariableSpec {
+            key: "a".into(),
+            value: "bc".into(),
+            ..spec()
+        };
+        assert_ne!(a.version_id(None), b.version_id(None));
+    }
+}
