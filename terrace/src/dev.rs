@@ -77,12 +77,30 @@ pub struct DevArgs {
 
 /// The first of `tofu` and `terraform` found on PATH.
 fn engine_on_path() -> Option<PathBuf> {
+    ["tofu", "terraform"].into_iter().find_map(on_path)
+}
+
+/// `name` found in a directory of PATH.
+fn on_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
-    ["tofu", "terraform"].into_iter().find_map(|name| {
-        std::env::split_paths(&path)
-            .map(|dir| dir.join(name))
-            .find(|p| p.is_file())
-    })
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+}
+
+/// The engine's version (`<engine> version -json`), if it says one.
+fn engine_version(engine: &std::path::Path) -> Option<String> {
+    let out = std::process::Command::new(engine)
+        .args(["version", "-json"])
+        .env("CHECKPOINT_DISABLE", "1")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    serde_json::from_slice::<serde_json::Value>(&out.stdout)
+        .ok()?
+        .get("terraform_version")?
+        .as_str()
+        .map(str::to_owned)
 }
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
@@ -90,6 +108,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     // Test Pods run as local processes: `tofu` (and `terraform`) in them is the engine.
     let engine = match &args.engine {
+        // A bare name is looked up on PATH, as a shell would.
+        Some(e) if e.components().count() == 1 && !e.exists() => {
+            on_path(&e.to_string_lossy()).or_else(|| Some(e.clone()))
+        }
         // Absolute: test Pods run in their own working directory.
         Some(e) => Some(std::path::absolute(e).unwrap_or_else(|_| e.clone())),
         None => engine_on_path(),
@@ -180,6 +202,12 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         url_signing_key: args.url_signing_key.clone(),
         blobs: args.blobs.clone(),
         max_state_bytes: args.max_state_bytes,
+        // Workspaces created without a terraform-version get the engine's own (the
+        // "latest release" terrace dev has): runs check it.
+        default_terraform_version: engine
+            .as_deref()
+            .and_then(engine_version)
+            .unwrap_or_else(|| terrace_api_server::Settings::default().default_terraform_version),
         ..Default::default()
     };
     let (index_tasks, api_task) = if args.cluster_only {

@@ -567,6 +567,97 @@ fn auto_destroy_queues_one_destroy_run() {
     assert!(events.contains("AutoDestroyQueued"), "{events}");
 }
 
+/// Workspace variables reach the run: terraform ones (plain, HCL, sensitive), env ones;
+/// the CLI's own `-var` wins over the workspace's.
+#[test]
+fn workspace_variables_reach_the_run() {
+    let (_dev, api, tf, dir) = setup();
+    let ws_id = api.create_workspace(ORG, json!({"name": "vars"}));
+    for (key, value, category, hcl, sensitive) in [
+        ("region", "eu-west-1", "terraform", false, false),
+        ("sizes", "[1, 2, 3]", "terraform", true, false),
+        ("password", "hunter2", "terraform", false, true),
+        (
+            "TF_VAR_from_env",
+            "set in the environment",
+            "env",
+            false,
+            false,
+        ),
+        ("owner", "the workspace", "terraform", false, false),
+    ] {
+        let r = api.post(
+            &format!("/api/v2/workspaces/{ws_id}/vars"),
+            &json!({"data": {"type": "vars", "attributes": {
+                "key": key, "value": value, "category": category, "hcl": hcl, "sensitive": sensitive}}}),
+        );
+        assert_eq!(r.status, 201, "{:?}", r.body);
+    }
+    let d = dir.path().join("vars");
+    config(
+        &d,
+        "vars",
+        r#"
+variable "region" { type = string }
+variable "sizes" { type = list(number) }
+variable "password" {
+  type      = string
+  sensitive = true
+}
+variable "from_env" { type = string }
+variable "owner" { type = string }
+resource "terraform_data" "x" {
+  input = "${var.region}/${sum(var.sizes)}/${var.from_env}/${var.owner}"
+}
+output "shown" { value = terraform_data.x.output }
+output "secret" {
+  value     = var.password
+  sensitive = true
+}
+"#,
+    );
+    ok(tf.run(&d, &["init", "-input=false"]), "init");
+    let shown = ok(
+        tf.run(
+            &d,
+            &[
+                "apply",
+                "-auto-approve",
+                "-input=false",
+                "-var",
+                "owner=the CLI",
+            ],
+        ),
+        "apply",
+    );
+    assert!(
+        shown.contains("eu-west-1/6/set in the environment/the CLI"),
+        "{shown}"
+    );
+    assert!(
+        !shown.contains("hunter2"),
+        "a sensitive value in the log: {shown}"
+    );
+    let secret = ok(tf.run(&d, &["output", "-raw", "secret"]), "output");
+    assert_eq!(secret, "hunter2");
+}
+
+/// A workspace asking for another engine version than the Pod's fails its run with the
+/// reason, which the CLI prints.
+#[test]
+fn engine_version_mismatch_is_said() {
+    let (_dev, api, tf, dir) = setup();
+    api.create_workspace(ORG, json!({"name": "old", "terraform-version": "~> 1.5.0"}));
+    let d = dir.path().join("old");
+    config(&d, "old", ITEMS);
+    ok(tf.run(&d, &["init", "-input=false"]), "init");
+    let out = tf.run(&d, &["plan", "-input=false"]);
+    let shown = text(&out);
+    assert!(!out.status.success(), "{shown}");
+    assert!(shown.contains("Engine version mismatch"), "{shown}");
+    assert!(shown.contains("~> 1.5.0"), "{shown}");
+}
+
 /// A workspace's `working-directory`: the CLI uploads the parent directory and the run
 /// plans and applies in the subdirectory.
 #[test]
