@@ -1,13 +1,10 @@
-use std::fmt;
-use std::str::FromStr;
-
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::default_true;
 use crate::common::SecretKeyRef;
-use crate::testrun::UnknownValue;
+use crate::testrun::{UnknownValue, wire_values};
 
 /// A private registry module of the organization (namespace = the organization's name).
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -185,24 +182,7 @@ impl ConfigurationVersionState {
     }
 }
 
-impl fmt::Display for ConfigurationVersionState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for ConfigurationVersionState {
-    type Err = UnknownValue;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        ConfigurationVersionState::ALL
-            .into_iter()
-            .find(|st| st.as_str() == s)
-            .ok_or_else(|| UnknownValue {
-                what: "configuration version status",
-                value: s.to_owned(),
-            })
-    }
-}
+wire_values!(ConfigurationVersionState, "configuration version status");
 
 impl ConfigurationVersionStatus {
     /// The upload state `status.status` records (see [`ConfigurationVersionState::of`]).
