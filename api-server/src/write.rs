@@ -248,6 +248,23 @@ where
     Ok(created)
 }
 
+/// Creates `o` in namespace `ns` and writes its first status (as [`patch_status`]);
+/// answers the object with that status. It does not wait for the index: the caller
+/// [`wait_seen`]s once it has written all it will.
+pub async fn create_with_status<K>(
+    state: &AppState,
+    ns: &str,
+    o: &K,
+    status: Value,
+) -> Result<K, ApiError>
+where
+    K: Patchable + Serialize + Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+{
+    let api = api::<K>(state, ns);
+    let created = api.create(&PostParams::default(), o).await?;
+    patch_status(&api, &created.name_any(), status).await
+}
+
 /// [`patch_spec`] of a namespaced object, then [`wait_seen`].
 pub async fn update_spec<K, F>(
     state: &AppState,

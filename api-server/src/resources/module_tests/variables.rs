@@ -22,9 +22,7 @@ use terrace_crds::rules::{
     TEST_VARIABLE_CATEGORY, validate_test_variable_category, validate_test_variable_key,
 };
 
-use super::{
-    ChildPath, LABEL_MODULE, Module, ModulePath, child_of, children_of, locate_child, locate_path,
-};
+use super::{ChildPath, Module, ModulePath, child_of, children_of, locate_child, locate_path};
 use crate::prelude::*;
 
 const T: &str =
@@ -245,15 +243,7 @@ async fn create(
     let id = new_id(IdKind::TestVariable);
     let object_name = object_name_for_id(&id);
     let var = TestVariable {
-        metadata: ObjectMeta {
-            owner_references: m.module.controller_owner_ref(&()).map(|o| vec![o]),
-            ..write::new_meta(
-                &id,
-                &m.ns,
-                m.org.name_any(),
-                &[(LABEL_MODULE, m.object_name())],
-            )
-        },
+        metadata: m.child_meta(&id),
         spec: TestVariableSpec {
             module: m.object_name(),
             key,
