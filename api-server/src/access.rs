@@ -251,7 +251,17 @@ impl AppState {
         caller: &Caller,
         id: &str,
     ) -> Result<Located<K>, ApiError> {
-        let l = self.locate::<K>(id).ok_or_else(K::not_found)?;
+        self.if_readable(caller, self.locate::<K>(id)).await
+    }
+
+    /// The object found, if the caller may read it (`get` on it); 404 otherwise, as when
+    /// there is none.
+    async fn if_readable<K: Guarded>(
+        &self,
+        caller: &Caller,
+        found: Option<Located<K>>,
+    ) -> Result<Located<K>, ApiError> {
+        let l = found.ok_or_else(K::not_found)?;
         self.require(caller, &l.check("get"), Deny::NotFound, K::not_found)
             .await?;
         Ok(l)
@@ -266,17 +276,13 @@ impl AppState {
         org: &str,
         name: &str,
     ) -> Result<Located<K>, ApiError> {
-        let l = {
+        let found = {
             let idx = self.index.read();
-            let org = idx.organization(org).ok_or_else(K::not_found)?;
-            let obj = K::by_name(&idx, org.target_namespace(), name)
-                .ok_or_else(K::not_found)?
-                .clone();
-            located(&idx, obj).ok_or_else(K::not_found)?
+            idx.organization(org)
+                .and_then(|org| K::by_name(&idx, org.target_namespace(), name))
+                .and_then(|obj| located(&idx, obj.clone()))
         };
-        self.require(caller, &l.check("get"), Deny::NotFound, K::not_found)
-            .await?;
-        Ok(l)
+        self.if_readable(caller, found).await
     }
 
     /// The objects of kind `K` in the organization (those with an ID), if the caller may
