@@ -402,4 +402,30 @@ impl VisibleOrg {
     pub fn check(&self, verb: &'static str, resource: &'static str) -> Check {
         Check::new(verb, resource, self.ns(), None)
     }
+
+    /// Ok when the caller may do `verb` on `resource` namespace-wide in the organization
+    /// ([`Self::check`]); 403 with `detail` otherwise.
+    pub async fn require_in_org(
+        &self,
+        state: &AppState,
+        verb: &'static str,
+        resource: &'static str,
+        detail: &'static str,
+    ) -> Result<(), ApiError> {
+        state
+            .require_or_403(&self.caller, &self.check(verb, resource), detail)
+            .await
+    }
+
+    /// Ok when the caller may do `verb` on the (cluster-scoped) Organization object
+    /// itself; 403 with `detail` otherwise.
+    pub async fn require_on_org(
+        &self,
+        state: &AppState,
+        verb: &'static str,
+        detail: &'static str,
+    ) -> Result<(), ApiError> {
+        let check = Check::cluster(verb, "organizations", Some(&self.org.name_any()));
+        state.require_or_403(&self.caller, &check, detail).await
+    }
 }

@@ -274,13 +274,13 @@ async fn create(
     JsonApi(doc): JsonApi<ProjectDocument>,
 ) -> Result<Doc, ApiError> {
     let ns = o.ns().to_owned();
-    state
-        .require_or_403(
-            &o.caller,
-            &o.check("create", "projects"),
-            "not allowed to create projects",
-        )
-        .await?;
+    o.require_in_org(
+        &state,
+        "create",
+        "projects",
+        "not allowed to create projects",
+    )
+    .await?;
     let data = doc.checked()?;
     if data.attributes.name.is_none() {
         return Err(ApiError::invalid_attribute("name", "Name can't be blank"));
