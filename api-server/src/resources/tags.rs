@@ -84,7 +84,7 @@ async fn list_org_tags(
     q.supported_filters(&["filter[exclude][taggable][id]"])?;
     let page = q.page()?;
     let mut tags = org_tags(&state, &org);
-    if let Some(text) = q.get("q").filter(|s| !s.is_empty()) {
+    if let Some(text) = q.non_empty("q") {
         let text = text.to_ascii_lowercase();
         tags.retain(|t| t.name.contains(&text));
     }
