@@ -253,7 +253,17 @@ impl AppState {
         caller: &Caller,
         id: &str,
     ) -> Result<Located<K>, ApiError> {
-        let l = self.locate::<K>(id).ok_or_else(K::not_found)?;
+        self.if_readable(caller, self.locate::<K>(id)).await
+    }
+
+    /// The object found, if the caller may read it (`get` on it); 404 otherwise, as when
+    /// there is none.
+    async fn if_readable<K: Guarded>(
+        &self,
+        caller: &Caller,
+        found: Option<Located<K>>,
+    ) -> Result<Located<K>, ApiError> {
+        let l = found.ok_or_else(K::not_found)?;
         self.require(caller, &l.check("get"), Deny::NotFound, K::not_found)
             .await?;
         Ok(l)
@@ -268,17 +278,13 @@ impl AppState {
         org: &str,
         name: &str,
     ) -> Result<Located<K>, ApiError> {
-        let l = {
+        let found = {
             let idx = self.index.read();
-            let org = idx.organization(org).ok_or_else(K::not_found)?;
-            let obj = K::by_name(&idx, org.target_namespace(), name)
-                .ok_or_else(K::not_found)?
-                .clone();
-            located(&idx, obj).ok_or_else(K::not_found)?
+            idx.organization(org)
+                .and_then(|org| K::by_name(&idx, org.target_namespace(), name))
+                .and_then(|obj| located(&idx, obj.clone()))
         };
-        self.require(caller, &l.check("get"), Deny::NotFound, K::not_found)
-            .await?;
-        Ok(l)
+        self.if_readable(caller, found).await
     }
 
     /// The objects of kind `K` in the organization (those with an ID), if the caller may
@@ -397,5 +403,31 @@ impl VisibleOrg {
     /// A namespace-wide check of `verb` on `resource` in the organization.
     pub fn check(&self, verb: &'static str, resource: &'static str) -> Check {
         Check::new(verb, resource, self.ns(), None)
+    }
+
+    /// Ok when the caller may do `verb` on `resource` namespace-wide in the organization
+    /// ([`Self::check`]); 403 with `detail` otherwise.
+    pub async fn require_in_org(
+        &self,
+        state: &AppState,
+        verb: &'static str,
+        resource: &'static str,
+        detail: &'static str,
+    ) -> Result<(), ApiError> {
+        state
+            .require_or_403(&self.caller, &self.check(verb, resource), detail)
+            .await
+    }
+
+    /// Ok when the caller may do `verb` on the (cluster-scoped) Organization object
+    /// itself; 403 with `detail` otherwise.
+    pub async fn require_on_org(
+        &self,
+        state: &AppState,
+        verb: &'static str,
+        detail: &'static str,
+    ) -> Result<(), ApiError> {
+        let check = Check::cluster(verb, "organizations", Some(&self.org.name_any()));
+        state.require_or_403(&self.caller, &check, detail).await
     }
 }

@@ -136,39 +136,78 @@ type TokenKey = [u8; 32];
 /// TokenReview and SubjectAccessReview client with short-lived caches.
 pub struct Auth {
     client: kube::Client,
-    tokens: Mutex<HashMap<TokenKey, (Instant, Option<Caller>)>>,
-    decisions: Mutex<HashMap<(u128, u128), (Instant, bool)>>,
+    tokens: ReviewCache<TokenKey, Option<Caller>>,
+    decisions: ReviewCache<(u128, u128), bool>,
+}
+
+/// Review answers by key, each reused for [`CACHE_TTL`]; emptied when it grows past
+/// [`CACHE_MAX`] entries.
+struct ReviewCache<K, V>(Mutex<HashMap<K, (Instant, V)>>);
+
+impl<K, V> Default for ReviewCache<K, V> {
+    fn default() -> Self {
+        ReviewCache(Mutex::new(HashMap::new()))
+    }
+}
+
+impl<K: Eq + std::hash::Hash, V: Clone> ReviewCache<K, V> {
+    /// The answer kept for `key`, if it is recent enough.
+    fn get(&self, key: &K) -> Option<V> {
+        lock(&self.0)
+            .get(key)
+            .filter(|(at, _)| at.elapsed() < CACHE_TTL)
+            .map(|(_, v)| v.clone())
+    }
+
+    /// Keeps the answer for `key`.
+    fn put(&self, key: K, value: V) {
+        let mut cache = lock(&self.0);
+        if cache.len() > CACHE_MAX {
+            cache.clear();
+        }
+        cache.insert(key, (Instant::now(), value));
+    }
+}
+
+/// Sends a review (TokenReview, SubjectAccessReview) and answers the cluster's verdict; a
+/// failure is a 500 (`what` failed).
+async fn review<R>(client: &kube::Client, review: &R, what: &'static str) -> Result<R, ApiError>
+where
+    R: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned,
+{
+    Api::<R>::all(client.clone())
+        .create(&PostParams::default(), review)
+        .await
+        .map_err(|e| ApiError::internal(what, e))
 }
 
 impl Auth {
     pub fn new(client: kube::Client) -> Auth {
         Auth {
             client,
-            tokens: Mutex::default(),
-            decisions: Mutex::default(),
+            tokens: ReviewCache::default(),
+            decisions: ReviewCache::default(),
         }
     }
 
     /// The user behind a bearer token; `None` when the cluster rejects the token.
     pub async fn authenticate(&self, token: &str) -> Result<Option<Caller>, ApiError> {
         let key: TokenKey = Sha256::digest(token.as_bytes()).into();
-        if let Some((at, who)) = lock(&self.tokens).get(&key)
-            && at.elapsed() < CACHE_TTL
-        {
-            return Ok(who.clone());
+        if let Some(who) = self.tokens.get(&key) {
+            return Ok(who);
         }
-        let review = TokenReview {
+        let token_review = TokenReview {
             spec: TokenReviewSpec {
                 token: Some(token.to_owned()),
                 audiences: None,
             },
             ..Default::default()
         };
-        let api: Api<TokenReview> = Api::all(self.client.clone());
-        let answer = api
-            .create(&PostParams::default(), &review)
-            .await
-            .map_err(|e| ApiError::internal("TokenReview failed", e))?;
+        let answer = review(&self.client, &token_review, "TokenReview failed").await?;
         let status = answer.status.unwrap_or_default();
         let who = match (status.authenticated, status.user) {
             (Some(true), Some(u)) => Some(Caller::new(
@@ -179,23 +218,17 @@ impl Auth {
             )),
             _ => None,
         };
-        let mut cache = lock(&self.tokens);
-        if cache.len() > CACHE_MAX {
-            cache.clear();
-        }
-        cache.insert(key, (Instant::now(), who.clone()));
+        self.tokens.put(key, who.clone());
         Ok(who)
     }
 
     /// Whether `caller` may do `check`.
     pub async fn allowed(&self, caller: &Caller, check: &Check) -> Result<bool, ApiError> {
         let key = (caller.fingerprint, digest(check));
-        if let Some((at, ok)) = lock(&self.decisions).get(&key)
-            && at.elapsed() < CACHE_TTL
-        {
-            return Ok(*ok);
+        if let Some(ok) = self.decisions.get(&key) {
+            return Ok(ok);
         }
-        let review = SubjectAccessReview {
+        let access_review = SubjectAccessReview {
             spec: SubjectAccessReviewSpec {
                 user: Some(caller.username.clone()),
                 uid: Some(caller.uid.clone()).filter(|u| !u.is_empty()),
@@ -213,17 +246,9 @@ impl Auth {
             },
             ..Default::default()
         };
-        let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
-        let answer = api
-            .create(&PostParams::default(), &review)
-            .await
-            .map_err(|e| ApiError::internal("SubjectAccessReview failed", e))?;
+        let answer = review(&self.client, &access_review, "SubjectAccessReview failed").await?;
         let ok = answer.status.is_some_and(|s| s.allowed);
-        let mut cache = lock(&self.decisions);
-        if cache.len() > CACHE_MAX {
-            cache.clear();
-        }
-        cache.insert(key, (Instant::now(), ok));
+        self.decisions.put(key, ok);
         Ok(ok)
     }
 
@@ -242,10 +267,8 @@ impl Auth {
             caller.fingerprint,
             digest(&(verb, resource, GROUP, Some(namespace), name)),
         );
-        if let Some((at, ok)) = lock(&self.decisions).get(&key)
-            && at.elapsed() < CACHE_TTL
-        {
-            return Ok(*ok);
+        if let Some(ok) = self.decisions.get(&key) {
+            return Ok(ok);
         }
         self.allowed(caller, &Check::new(verb, resource, namespace, name))
             .await

@@ -217,6 +217,14 @@ impl BlobBackend {
     pub fn is_external(&self) -> bool {
         !matches!(self, BlobBackend::Cluster)
     }
+
+    /// The finalizers of a new object that owns blobs: the operator's blob finalizer when
+    /// blobs live outside the cluster (the operator deletes them before the object goes),
+    /// none for the cluster store (owner references delete its Secrets).
+    pub fn owner_finalizers(&self) -> Option<Vec<String>> {
+        self.is_external()
+            .then(|| vec![terrace_crds::blobs::FINALIZER.to_owned()])
+    }
 }
 
 /// One of the stores, as [`store`] answers.

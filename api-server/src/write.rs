@@ -67,6 +67,17 @@ pub fn merge_diff(old: &Value, new: &Value) -> Option<Value> {
     }
 }
 
+/// A kind whose objects the writes here patch through a typed [`Api`] and read back.
+pub trait Patchable:
+    Resource<DynamicType: Default> + Clone + std::fmt::Debug + serde::de::DeserializeOwned
+{
+}
+
+impl<K> Patchable for K where
+    K: Resource<DynamicType: Default> + Clone + std::fmt::Debug + serde::de::DeserializeOwned
+{
+}
+
 /// The merge patch of a spec from `old` to `new` (None: nothing changes).
 pub fn spec_diff<S: Serialize>(old: &S, new: &S) -> Result<Option<Value>, ApiError> {
     let to_value =
@@ -89,8 +100,7 @@ pub fn guarded_spec_patch<K: Resource>(current: &K, spec: Value) -> Value {
 /// written (or unchanged) object.
 pub async fn guarded_patch<K, F>(api: &Api<K>, current: K, change: F) -> Result<K, ApiError>
 where
-    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
-    K::DynamicType: Default,
+    K: Patchable,
     F: FnMut(&K) -> Result<Option<Value>, ApiError>,
 {
     guarded(api, current, Subresource::Object, change).await
@@ -104,8 +114,7 @@ pub async fn guarded_status_patch<K, F>(
     mut change: F,
 ) -> Result<K, ApiError>
 where
-    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
-    K::DynamicType: Default,
+    K: Patchable,
     F: FnMut(&K) -> Result<Option<Value>, ApiError>,
 {
     guarded(api, current, Subresource::Status, |cur| {
@@ -127,8 +136,7 @@ async fn guarded<K, F>(
     mut change: F,
 ) -> Result<K, ApiError>
 where
-    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
-    K::DynamicType: Default,
+    K: Patchable,
     F: FnMut(&K) -> Result<Option<Value>, ApiError>,
 {
     let name = current.name_any();
@@ -169,8 +177,7 @@ fn backoff(attempt: u32) -> Duration {
 /// [`guarded_patch`] of the object's `spec`: `change` answers the spec's merge patch.
 pub async fn patch_spec<K, F>(api: &Api<K>, current: K, mut change: F) -> Result<K, ApiError>
 where
-    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
-    K::DynamicType: Default,
+    K: Patchable,
     F: FnMut(&K) -> Result<Option<Value>, ApiError>,
 {
     guarded_patch(api, current, |cur| {
@@ -239,6 +246,23 @@ where
         .await?;
     wait_seen(state, &created).await;
     Ok(created)
+}
+
+/// Creates `o` in namespace `ns` and writes its first status (as [`patch_status`]);
+/// answers the object with that status. It does not wait for the index: the caller
+/// [`wait_seen`]s once it has written all it will.
+pub async fn create_with_status<K>(
+    state: &AppState,
+    ns: &str,
+    o: &K,
+    status: Value,
+) -> Result<K, ApiError>
+where
+    K: Patchable + Serialize + Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+{
+    let api = api::<K>(state, ns);
+    let created = api.create(&PostParams::default(), o).await?;
+    patch_status(&api, &created.name_any(), status).await
 }
 
 /// [`patch_spec`] of a namespaced object, then [`wait_seen`].
@@ -323,8 +347,7 @@ where
 /// manager.
 pub async fn patch_status<K>(api: &Api<K>, name: &str, status: Value) -> Result<K, ApiError>
 where
-    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
-    K::DynamicType: Default,
+    K: Patchable,
 {
     let pp = PatchParams {
         field_manager: Some(terrace_crds::constants::FIELD_MANAGER_API.to_owned()),

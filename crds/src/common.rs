@@ -32,6 +32,18 @@ pub struct EffectiveTagBinding {
     pub inherited_from: Option<String>,
 }
 
+impl EffectiveTagBinding {
+    /// Binding `b` as it applies: bound directly (`inherited_from` None) or inherited from
+    /// the project with that ID.
+    pub fn of(b: &TagBinding, inherited_from: Option<String>) -> EffectiveTagBinding {
+        EffectiveTagBinding {
+            key: b.key.clone(),
+            value: b.value.clone(),
+            inherited_from,
+        }
+    }
+}
+
 /// A reference to one key of a Secret in the object's namespace.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct SecretKeyRef {

@@ -434,11 +434,13 @@ pub struct ResourceInstance {
 #[derive(serde::Deserialize)]
 struct InstancesFile {
     #[serde(default)]
-    resources: Option<Vec<InstancesResource>>,
+    resources: Option<Vec<StateResource<InstanceKey>>>,
 }
 
+/// One entry of a state file's `resources`, as [`resource_instances`] and [`summarize`]
+/// read it: its instances as `I` (their keys, or only how many there are).
 #[derive(serde::Deserialize)]
-struct InstancesResource {
+struct StateResource<I> {
     #[serde(default)]
     mode: Option<String>,
     #[serde(default, rename = "type")]
@@ -450,10 +452,10 @@ struct InstancesResource {
     #[serde(default)]
     module: Option<String>,
     #[serde(default)]
-    instances: Option<Vec<InstanceKey>>,
+    instances: Option<Vec<I>>,
 }
 
-#[derive(serde::Deserialize)]
+#[derive(Default, serde::Deserialize)]
 struct InstanceKey {
     #[serde(default)]
     index_key: Option<Value>,
@@ -541,7 +543,7 @@ struct StateFile {
     #[serde(default)]
     outputs: Option<std::collections::BTreeMap<String, OutputEntry>>,
     #[serde(default)]
-    resources: Option<Vec<ResourceEntry>>,
+    resources: Option<Vec<StateResource<serde::de::IgnoredAny>>>,
 }
 
 #[derive(serde::Deserialize)]
@@ -552,22 +554,6 @@ struct OutputEntry {
     type_: Option<Value>,
     #[serde(default, rename = "value")]
     _value: serde::de::IgnoredAny,
-}
-
-#[derive(serde::Deserialize)]
-struct ResourceEntry {
-    #[serde(default)]
-    mode: Option<String>,
-    #[serde(default, rename = "type")]
-    type_: Option<String>,
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    provider: Option<String>,
-    #[serde(default)]
-    module: Option<String>,
-    #[serde(default)]
-    instances: Option<Vec<serde::de::IgnoredAny>>,
 }
 
 /// The summary of a state file (format version 4).

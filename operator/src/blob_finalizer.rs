@@ -8,7 +8,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
@@ -27,25 +26,14 @@ pub fn controller(
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let api: Api<ConfigurationVersion> = Api::all(ctx.client.clone());
     let client = ctx.client.clone();
-    Controller::new(api, watcher::Config::default())
-        .graceful_shutdown_on(shutdown)
-        .run(
-            move |cv, s3| {
-                let client = client.clone();
-                metrics::instrument(
-                    metrics::CONTROLLER_BLOB_FINALIZER,
-                    cv.as_ref(),
-                    reconcile(cv.clone(), client, s3),
-                )
-            },
-            error_policy,
-            Arc::new(s3),
-        )
-        .for_each(|res| async move {
-            if let Err(e) = res {
-                tracing::debug!(error = %e, "blob finalizer reconcile");
-            }
-        })
+    metrics::run(
+        Controller::new(api, watcher::Config::default()).graceful_shutdown_on(shutdown),
+        metrics::CONTROLLER_BLOB_FINALIZER,
+        "blob finalizer",
+        move |cv, s3| reconcile(cv, client.clone(), s3),
+        error_policy,
+        Arc::new(s3),
+    )
 }
 
 async fn reconcile(

@@ -32,8 +32,10 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::http::header;
 use axum::routing::get;
+use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
+use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::Store;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -42,6 +44,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use serde::de::DeserializeOwned;
 use terrace_crds::TestRun;
 use terrace_crds::TestRunStatus;
 use terrace_crds::testrun::TestRunState;
@@ -341,6 +344,46 @@ where
         result
     }
     .instrument(span)
+}
+
+/// Runs a controller to its end with every reconcile [`instrument`]ed as `controller`; a
+/// failed one is also logged at debug level as "`what` reconcile". The controllers whose
+/// reconciles take the object and their context all end this way:
+///
+/// ```ignore
+/// metrics::run(
+///     Controller::for_stream(feed.into_stream(), store).graceful_shutdown_on(shutdown),
+///     CONTROLLER,
+///     "workspace",
+///     reconcile,
+///     error_policy,
+///     ctx,
+/// )
+/// ```
+pub async fn run<K, C, F>(
+    controller: Controller<K>,
+    name: &'static str,
+    what: &'static str,
+    mut reconcile: impl FnMut(Arc<K>, Arc<C>) -> F,
+    error_policy: impl Fn(Arc<K>, &Error, Arc<C>) -> Action,
+    ctx: Arc<C>,
+) where
+    K: Clone + Resource + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + std::fmt::Debug + Unpin,
+    F: Future<Output = Result<Action, Error>> + Send + 'static,
+{
+    controller
+        .run(
+            move |obj, ctx| instrument(name, obj.as_ref(), reconcile(obj.clone(), ctx)),
+            error_policy,
+            ctx,
+        )
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "{what} reconcile");
+            }
+        })
+        .await;
 }
 
 /// Records a test run that reached a final state after `duration` (see the module docs

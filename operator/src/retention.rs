@@ -24,7 +24,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
@@ -96,7 +95,7 @@ where
         by_workspace: by_workspace.clone(),
     });
     let (of_ws, of_org, of_sibling) = (by_workspace.clone(), store.clone(), by_workspace);
-    Controller::for_stream(feed.into_stream(), store)
+    let controller = Controller::for_stream(feed.into_stream(), store)
         .watches_stream(siblings, move |v: StateVersion| {
             versions_of(
                 &of_sibling,
@@ -120,23 +119,15 @@ where
                 .map(|v| ObjectRef::from_obj(v.as_ref()))
                 .collect::<Vec<_>>()
         })
-        .graceful_shutdown_on(shutdown)
-        .run(
-            |v, ctx| {
-                metrics::instrument(
-                    metrics::CONTROLLER_STATE_RETENTION,
-                    v.as_ref(),
-                    reconcile(v.clone(), ctx),
-                )
-            },
-            error_policy,
-            rctx,
-        )
-        .for_each(|res| async move {
-            if let Err(e) = res {
-                tracing::debug!(error = %e, "state retention reconcile");
-            }
-        })
+        .graceful_shutdown_on(shutdown);
+    metrics::run(
+        controller,
+        metrics::CONTROLLER_STATE_RETENTION,
+        "state retention",
+        reconcile,
+        error_policy,
+        rctx,
+    )
 }
 
 fn versions_of(index: &Versions, ns: &str, workspace: &str) -> Vec<ObjectRef<StateVersion>> {

@@ -127,21 +127,13 @@ pub fn effective_tag_bindings(
     let mut out = Vec::with_capacity(direct.len() + project.len());
     for b in direct {
         if seen.insert(b.key.as_str()) {
-            out.push(EffectiveTagBinding {
-                key: b.key.clone(),
-                value: b.value.clone(),
-                inherited_from: None,
-            });
+            out.push(EffectiveTagBinding::of(b, None));
         }
     }
     if let Some(project_id) = project_id {
         for b in project {
             if seen.insert(b.key.as_str()) {
-                out.push(EffectiveTagBinding {
-                    key: b.key.clone(),
-                    value: b.value.clone(),
-                    inherited_from: Some(project_id.to_owned()),
-                });
+                out.push(EffectiveTagBinding::of(b, Some(project_id.to_owned())));
             }
         }
     }

@@ -475,49 +475,54 @@ fn resource_paths(info: &ResourceInfo, flavor: Flavor, out: &mut BTreeMap<String
 
     // Item.
     let name_param = path_param(flavor, "name", &format!("name of the {kind}"));
+    // Read, replace and patch of an object (`sub` "") or of its status subresource (`sub`
+    // "Status", `of` "status of ").
+    let read_write = |ops: &mut Map<String, Value>, sub: &str, of: &str| {
+        ops.insert(
+            "get".into(),
+            operation(
+                flavor,
+                info,
+                "get",
+                format!("read{version_cap}{ns_word}{kind}{sub}"),
+                format!("read {of}the specified {kind}"),
+                vec![],
+                None,
+                &kind_def,
+            ),
+        );
+        ops.insert(
+            "put".into(),
+            operation(
+                flavor,
+                info,
+                "put",
+                format!("replace{version_cap}{ns_word}{kind}{sub}"),
+                format!("replace {of}the specified {kind}"),
+                write_params(flavor, false),
+                Some((&kind_def, json_bodies.clone())),
+                &kind_def,
+            ),
+        );
+        ops.insert(
+            "patch".into(),
+            operation(
+                flavor,
+                info,
+                "patch",
+                format!("patch{version_cap}{ns_word}{kind}{sub}"),
+                format!("partially update {of}the specified {kind}"),
+                write_params(flavor, true),
+                Some((
+                    "io.k8s.apimachinery.pkg.apis.meta.v1.Patch",
+                    patch_types(info),
+                )),
+                &kind_def,
+            ),
+        );
+    };
     let mut item = Map::new();
-    item.insert(
-        "get".into(),
-        operation(
-            flavor,
-            info,
-            "get",
-            format!("read{version_cap}{ns_word}{kind}"),
-            format!("read the specified {kind}"),
-            vec![],
-            None,
-            &kind_def,
-        ),
-    );
-    item.insert(
-        "put".into(),
-        operation(
-            flavor,
-            info,
-            "put",
-            format!("replace{version_cap}{ns_word}{kind}"),
-            format!("replace the specified {kind}"),
-            write_params(flavor, false),
-            Some((&kind_def, json_bodies.clone())),
-            &kind_def,
-        ),
-    );
-    item.insert(
-        "patch".into(),
-        operation(
-            flavor,
-            info,
-            "patch",
-            format!("patch{version_cap}{ns_word}{kind}"),
-            format!("partially update the specified {kind}"),
-            write_params(flavor, true),
-            Some((
-                "io.k8s.apimachinery.pkg.apis.meta.v1.Patch",
-                patch_types(info),
-            )),
-            &kind_def,
-        ),
-    );
+    read_write(&mut item, "", "");
     item.insert(
         "delete".into(),
         operation(
@@ -536,48 +541,7 @@ fn resource_paths(info: &ResourceInfo, flavor: Flavor, out: &mut BTreeMap<String
 
     if info.status_subresource {
         let mut status = Map::new();
-        status.insert(
-            "get".into(),
-            operation(
-                flavor,
-                info,
-                "get",
-                format!("read{version_cap}{ns_word}{kind}Status"),
-                format!("read status of the specified {kind}"),
-                vec![],
-                None,
-                &kind_def,
-            ),
-        );
-        status.insert(
-            "put".into(),
-            operation(
-                flavor,
-                info,
-                "put",
-                format!("replace{version_cap}{ns_word}{kind}Status"),
-                format!("replace status of the specified {kind}"),
-                write_params(flavor, false),
-                Some((&kind_def, json_bodies.clone())),
-                &kind_def,
-            ),
-        );
-        status.insert(
-            "patch".into(),
-            operation(
-                flavor,
-                info,
-                "patch",
-                format!("patch{version_cap}{ns_word}{kind}Status"),
-                format!("partially update status of the specified {kind}"),
-                write_params(flavor, true),
-                Some((
-                    "io.k8s.apimachinery.pkg.apis.meta.v1.Patch",
-                    patch_types(info),
-                )),
-                &kind_def,
-            ),
-        );
+        read_write(&mut status, "Status", "status of ");
         status.insert("parameters".into(), json!(common(vec![name_param])));
         out.insert(
             format!("{scope_prefix}/{{name}}/status"),

@@ -59,22 +59,27 @@ impl ApiError {
         self
     }
 
+    /// An error about object `name` of resource `q`, named in the details as
+    /// kube-apiserver's are.
+    fn about(
+        code: u16,
+        reason: &'static str,
+        message: String,
+        q: &Qualified,
+        name: &str,
+    ) -> ApiError {
+        ApiError::new(code, reason, message)
+            .with_details(json!({"name": name, "group": q.group, "kind": q.plural}))
+    }
+
     pub fn not_found(q: &Qualified, name: &str) -> ApiError {
-        ApiError::new(
-            404,
-            "NotFound",
-            format!("{} \"{name}\" not found", q.resource()),
-        )
-        .with_details(json!({"name": name, "group": q.group, "kind": q.plural}))
+        let message = format!("{} \"{name}\" not found", q.resource());
+        ApiError::about(404, "NotFound", message, q, name)
     }
 
     pub fn already_exists(q: &Qualified, name: &str) -> ApiError {
-        ApiError::new(
-            409,
-            "AlreadyExists",
-            format!("{} \"{name}\" already exists", q.resource()),
-        )
-        .with_details(json!({"name": name, "group": q.group, "kind": q.plural}))
+        let message = format!("{} \"{name}\" already exists", q.resource());
+        ApiError::about(409, "AlreadyExists", message, q, name)
     }
 
     pub fn conflict(q: &Qualified, name: &str) -> ApiError {
@@ -86,15 +91,9 @@ impl ApiError {
     }
 
     pub fn conflict_msg(q: &Qualified, name: &str, why: &str) -> ApiError {
-        ApiError::new(
-            409,
-            "Conflict",
-            format!(
-                "Operation cannot be fulfilled on {} \"{name}\": {why}",
-                q.resource()
-            ),
-        )
-        .with_details(json!({"name": name, "group": q.group, "kind": q.plural}))
+        let resource = q.resource();
+        let message = format!("Operation cannot be fulfilled on {resource} \"{name}\": {why}");
+        ApiError::about(409, "Conflict", message, q, name)
     }
 
     /// 422 Invalid with one cause per field error, worded like kube-apiserver:

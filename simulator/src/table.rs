@@ -225,6 +225,15 @@ pub(crate) fn go_float(f: f64) -> String {
     }
 }
 
+/// `{big}{big_unit}{small}{small_unit}` (`3m5s`), without the small part when it is 0.
+fn two_units(big: i64, big_unit: &str, small: i64, small_unit: &str) -> String {
+    if small == 0 {
+        format!("{big}{big_unit}")
+    } else {
+        format!("{big}{big_unit}{small}{small_unit}")
+    }
+}
+
 /// apimachinery's `duration.HumanDuration`: a concise age such as `45s`, `3m5s`, `5h2m`,
 /// `3d4h`, `2y10d`.
 pub fn human_duration(d: jiff::SignedDuration) -> String {
@@ -238,37 +247,21 @@ pub fn human_duration(d: jiff::SignedDuration) -> String {
     }
     let minutes = seconds / 60;
     if minutes < 10 {
-        let s = seconds % 60;
-        if s == 0 {
-            return format!("{minutes}m");
-        }
-        return format!("{minutes}m{s}s");
+        return two_units(minutes, "m", seconds % 60, "s");
     } else if minutes < 60 * 3 {
         return format!("{minutes}m");
     }
     let hours = seconds / 3600;
     if hours < 8 {
-        let m = minutes % 60;
-        if m == 0 {
-            return format!("{hours}h");
-        }
-        return format!("{hours}h{m}m");
+        return two_units(hours, "h", minutes % 60, "m");
     } else if hours < 48 {
         return format!("{hours}h");
     } else if hours < 24 * 8 {
-        let h = hours % 24;
-        if h == 0 {
-            return format!("{}d", hours / 24);
-        }
-        return format!("{}d{h}h", hours / 24);
+        return two_units(hours / 24, "d", hours % 24, "h");
     } else if hours < 24 * 365 * 2 {
         return format!("{}d", hours / 24);
     } else if hours < 24 * 365 * 8 {
-        let dy = (hours / 24) % 365;
-        if dy == 0 {
-            return format!("{}y", hours / 24 / 365);
-        }
-        return format!("{}y{dy}d", hours / 24 / 365);
+        return two_units(hours / 24 / 365, "y", (hours / 24) % 365, "d");
     }
     format!("{}y", hours / 24 / 365)
 }

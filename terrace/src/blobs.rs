@@ -233,6 +233,28 @@ pub struct SweepArgs {
     pub delete: bool,
 }
 
+/// Every object of kind `K` with an ID, as the owner of blobs whose keys name it as
+/// `kind`.
+async fn live_owners<K>(client: &kube::Client, kind: &str) -> anyhow::Result<Vec<BlobOwner>>
+where
+    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    let objects = Api::<K>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items;
+    Ok(objects
+        .iter()
+        .filter_map(|o| {
+            Some(BlobOwner {
+                namespace: o.namespace().unwrap_or_default(),
+                kind: kind.to_owned(),
+                id: o.labels().get(LABEL_ID).cloned()?,
+            })
+        })
+        .collect())
+}
+
 pub async fn sweep(args: SweepArgs) -> anyhow::Result<()> {
     let s3 = S3Store::from_settings(&args.blobs)?.context(
         "the sweep is for an S3 blob store (--blob-store s3://…); the cluster store's chunk \
@@ -241,38 +263,8 @@ pub async fn sweep(args: SweepArgs) -> anyhow::Result<()> {
     let listed = s3.list().await?;
     let client = kube::Client::try_default().await?;
     let mut live: HashSet<BlobOwner> = HashSet::new();
-    let owner = |kind: &str, obj: &dyn Fn() -> (String, Option<String>)| {
-        let (namespace, id) = obj();
-        id.map(|id| BlobOwner {
-            namespace,
-            kind: kind.to_owned(),
-            id,
-        })
-    };
-    for v in Api::<StateVersion>::all(client.clone())
-        .list(&ListParams::default())
-        .await?
-        .items
-    {
-        live.extend(owner("state-versions", &|| {
-            (
-                v.namespace().unwrap_or_default(),
-                v.labels().get(LABEL_ID).cloned(),
-            )
-        }));
-    }
-    for cv in Api::<ConfigurationVersion>::all(client)
-        .list(&ListParams::default())
-        .await?
-        .items
-    {
-        live.extend(owner("configuration-versions", &|| {
-            (
-                cv.namespace().unwrap_or_default(),
-                cv.labels().get(LABEL_ID).cloned(),
-            )
-        }));
-    }
+    live.extend(live_owners::<StateVersion>(&client, "state-versions").await?);
+    live.extend(live_owners::<ConfigurationVersion>(&client, "configuration-versions").await?);
     let orphans: Vec<_> = listed
         .iter()
         .filter(|l| l.owner.as_ref().is_some_and(|o| !live.contains(o)))

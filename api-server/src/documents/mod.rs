@@ -249,25 +249,26 @@ pub fn effective_tag_bindings(
         .spec
         .tag_bindings
         .iter()
-        .map(|b| EffectiveTagBinding {
-            key: b.key.clone(),
-            value: b.value.clone(),
-            inherited_from: None,
-        })
+        .map(|b| EffectiveTagBinding::of(b, None))
         .collect();
     if let Some(p) = project {
         let pid = Some(id_of(p)).filter(|i| !i.is_empty());
         for b in &p.spec.tag_bindings {
             if !ws.spec.tag_bindings.iter().any(|d| d.key == b.key) {
-                out.push(EffectiveTagBinding {
-                    key: b.key.clone(),
-                    value: b.value.clone(),
-                    inherited_from: pid.clone(),
-                });
+                out.push(EffectiveTagBinding::of(b, pid.clone()));
             }
         }
     }
     out
+}
+
+/// A project's effective bindings: its own (a project inherits none).
+pub fn project_effective_tag_bindings(p: &Project) -> Vec<EffectiveTagBinding> {
+    p.spec
+        .tag_bindings
+        .iter()
+        .map(|b| EffectiveTagBinding::of(b, None))
+        .collect()
 }
 
 /// The effective bindings of `ws` with its project looked up in the index.

@@ -334,14 +334,9 @@ async fn update(
     o: VisibleOrg,
     JsonApi(doc): JsonApi<OrgDocument>,
 ) -> Result<Doc, ApiError> {
-    let org = o.org;
-    state
-        .require_or_403(
-            &o.caller,
-            &Check::cluster("update", "organizations", Some(&org.name_any())),
-            "not allowed to update this organization",
-        )
+    o.require_on_org(&state, "update", "not allowed to update this organization")
         .await?;
+    let org = o.org;
     let data = doc.checked()?;
     let rename = data.attributes.name.clone().filter(|n| n != org.tfe_name());
     if let Some(n) = &rename {
@@ -373,14 +368,9 @@ async fn update(
 }
 
 async fn remove(State(state): State<AppState>, o: VisibleOrg) -> Result<Response, ApiError> {
-    let org = o.org;
-    state
-        .require_or_403(
-            &o.caller,
-            &Check::cluster("delete", "organizations", Some(&org.name_any())),
-            "not allowed to delete this organization",
-        )
+    o.require_on_org(&state, "delete", "not allowed to delete this organization")
         .await?;
+    let org = o.org;
     let api: Api<Organization> = Api::all(state.client.clone());
     api.delete(&org.name_any(), &DeleteParams::default())
         .await?;

@@ -180,20 +180,9 @@ fn respond(
 /// A project's effective tag bindings (its own): linkage and included documents.
 fn effective(p: &Project) -> (Vec<Value>, Vec<Value>) {
     let id = id_of(p);
-    let docs: Vec<Value> = p
-        .spec
-        .tag_bindings
+    let docs: Vec<Value> = documents::project_effective_tag_bindings(p)
         .iter()
-        .map(|b| {
-            documents::effective_tag_binding(
-                &id,
-                &terrace_crds::common::EffectiveTagBinding {
-                    key: b.key.clone(),
-                    value: b.value.clone(),
-                    inherited_from: None,
-                },
-            )
-        })
+        .map(|b| documents::effective_tag_binding(&id, b))
         .collect();
     let linkage = docs
         .iter()
@@ -274,13 +263,13 @@ async fn create(
     JsonApi(doc): JsonApi<ProjectDocument>,
 ) -> Result<Doc, ApiError> {
     let ns = o.ns().to_owned();
-    state
-        .require_or_403(
-            &o.caller,
-            &o.check("create", "projects"),
-            "not allowed to create projects",
-        )
-        .await?;
+    o.require_in_org(
+        &state,
+        "create",
+        "projects",
+        "not allowed to create projects",
+    )
+    .await?;
     let data = doc.checked()?;
     if data.attributes.name.is_none() {
         return Err(ApiError::invalid_attribute("name", "Name can't be blank"));

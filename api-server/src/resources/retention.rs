@@ -188,14 +188,13 @@ async fn org_write(
     o: VisibleOrg,
     policy: Option<&DataRetentionPolicy>,
 ) -> Result<Organization, ApiError> {
+    o.require_on_org(
+        state,
+        "update",
+        "changing the organization's data retention policy needs update rights on it",
+    )
+    .await?;
     let org = o.org;
-    state
-        .require_or_403(
-            &o.caller,
-            &Check::cluster("update", "organizations", Some(&org.name_any())),
-            "changing the organization's data retention policy needs update rights on it",
-        )
-        .await?;
     let api: Api<Organization> = Api::all(state.client.clone());
     let updated = write::patch_spec(&api, (*org).clone(), |o| {
         Ok(

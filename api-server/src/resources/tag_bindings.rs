@@ -16,8 +16,9 @@ use terrace_crds::{Project, Workspace};
 use crate::access::Guarded;
 use crate::documents::{
     TagBindingAttributes, TagBindingType, effective_tag_binding, effective_tag_bindings_in,
-    tag_binding, tag_bindings_of,
+    project_effective_tag_bindings, tag_binding, tag_bindings_of,
 };
+use crate::index::Inner;
 use crate::prelude::*;
 
 /// The body of a tag-binding write: `{"data": [...]}` of `tag-bindings`.
@@ -25,33 +26,25 @@ type Bindings = JsonApi<ToMany<TagBindingType, TagBindingAttributes>>;
 
 pub fn router() -> Router<AppState> {
     Router::new()
+        .merge(routes::<Workspace>())
+        .merge(routes::<Project>())
+}
+
+/// The routes of kind `K`'s bindings: direct ones under both paths, and effective ones.
+fn routes<K: TagBound>() -> Router<AppState> {
+    let path = K::PATH;
+    Router::new()
         .route(
-            "/api/v2/workspaces/{id}/tag-bindings",
-            get(list::<Workspace>).patch(add_listing::<Workspace>),
+            &format!("{path}/tag-bindings"),
+            get(list::<K>).patch(add_listing::<K>),
         )
         .route(
-            "/api/v2/workspaces/{id}/relationships/tag-bindings",
-            get(list::<Workspace>)
-                .post(add::<Workspace>)
-                .patch(replace::<Workspace>),
+            &format!("{path}/relationships/tag-bindings"),
+            get(list::<K>).post(add::<K>).patch(replace::<K>),
         )
         .route(
-            "/api/v2/workspaces/{id}/effective-tag-bindings",
-            get(ws_effective),
-        )
-        .route(
-            "/api/v2/projects/{id}/tag-bindings",
-            get(list::<Project>).patch(add_listing::<Project>),
-        )
-        .route(
-            "/api/v2/projects/{id}/relationships/tag-bindings",
-            get(list::<Project>)
-                .post(add::<Project>)
-                .patch(replace::<Project>),
-        )
-        .route(
-            "/api/v2/projects/{id}/effective-tag-bindings",
-            get(prj_effective),
+            &format!("{path}/effective-tag-bindings"),
+            get(effective::<K>),
         )
 }
 
@@ -89,18 +82,32 @@ fn change(current: &[TagBinding], next: Vec<TagBinding>) -> Result<Option<Value>
 
 /// A kind whose objects carry direct tag bindings (`spec.tagBindings`).
 trait TagBound: Guarded + Resource<Scope = k8s_openapi::NamespaceResourceScope> {
+    /// The path of one object (`/api/v2/workspaces/{id}`).
+    const PATH: &'static str;
     fn tag_bindings(&self) -> &[TagBinding];
+    /// The bindings that apply to the object (see [`effective`]).
+    fn effective_tag_bindings(&self, idx: &Inner) -> Vec<EffectiveTagBinding>;
 }
 
 impl TagBound for Workspace {
+    const PATH: &'static str = "/api/v2/workspaces/{id}";
     fn tag_bindings(&self) -> &[TagBinding] {
         &self.spec.tag_bindings
+    }
+    /// Its direct bindings and those it inherits from its project.
+    fn effective_tag_bindings(&self, idx: &Inner) -> Vec<EffectiveTagBinding> {
+        effective_tag_bindings_in(idx, self)
     }
 }
 
 impl TagBound for Project {
+    const PATH: &'static str = "/api/v2/projects/{id}";
     fn tag_bindings(&self) -> &[TagBinding] {
         &self.spec.tag_bindings
+    }
+    /// Its direct bindings: a project inherits none.
+    fn effective_tag_bindings(&self, _: &Inner) -> Vec<EffectiveTagBinding> {
+        project_effective_tag_bindings(self)
     }
 }
 
@@ -160,34 +167,14 @@ async fn replace<K: TagBound>(
 
 // --- effective bindings -------------------------------------------------------------
 
-async fn ws_effective(State(state): State<AppState>, f: Found<Workspace>) -> Doc {
+/// `GET …/effective-tag-bindings`: the bindings that apply to the object.
+async fn effective<K: TagBound>(State(state): State<AppState>, f: Found<K>) -> Doc {
     let id = f.at.id();
-    let bindings = effective_tag_bindings_in(&state.index.read(), &f.at.obj);
+    let bindings = f.at.obj.effective_tag_bindings(&state.index.read());
     let data: Vec<Value> = bindings
         .iter()
         .map(|b| effective_tag_binding(&id, b))
         .collect();
-    Doc::ok(json!(data))
-}
-
-async fn prj_effective(f: Found<Project>) -> Doc {
-    let id = f.at.id();
-    let data: Vec<Value> =
-        f.at.obj
-            .spec
-            .tag_bindings
-            .iter()
-            .map(|b| {
-                effective_tag_binding(
-                    &id,
-                    &EffectiveTagBinding {
-                        key: b.key.clone(),
-                        value: b.value.clone(),
-                        inherited_from: None,
-                    },
-                )
-            })
-            .collect();
     Doc::ok(json!(data))
 }
 

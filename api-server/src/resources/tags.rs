@@ -84,7 +84,7 @@ async fn list_org_tags(
     q.supported_filters(&["filter[exclude][taggable][id]"])?;
     let page = q.page()?;
     let mut tags = org_tags(&state, &org);
-    if let Some(text) = q.get("q").filter(|s| !s.is_empty()) {
+    if let Some(text) = q.non_empty("q") {
         let text = text.to_ascii_lowercase();
         tags.retain(|t| t.name.contains(&text));
     }
@@ -129,13 +129,13 @@ async fn delete_org_tags(
     JsonApi(body): JsonApi<ToMany<TagEntry, TagAttributes>>,
 ) -> Result<Response, ApiError> {
     let (org, ns) = (o.org.clone(), o.ns().to_owned());
-    state
-        .require_or_403(
-            &o.caller,
-            &o.check("manage", "workspaces"),
-            "deleting organization tags needs the right to manage all workspaces",
-        )
-        .await?;
+    o.require_in_org(
+        &state,
+        "manage",
+        "workspaces",
+        "deleting organization tags needs the right to manage all workspaces",
+    )
+    .await?;
     let entries = body.checked()?;
     let known = org_tags(&state, &org);
     let mut names = Vec::new();

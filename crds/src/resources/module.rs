@@ -1,13 +1,10 @@
-use std::fmt;
-use std::str::FromStr;
-
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::default_true;
-use crate::common::{Condition, SecretKeyRef};
-use crate::testrun::UnknownValue;
+use crate::common::SecretKeyRef;
+use crate::testrun::{UnknownValue, wire_values};
 
 /// A private registry module of the organization (namespace = the organization's name).
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -47,19 +44,13 @@ fn default_registry() -> String {
     "private".to_owned()
 }
 
-/// Observed state of a registry module.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct RegistryModuleStatus {
-    /// The module's ID (`mod-…`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id: Option<String>,
-    /// Generation last acted on by the controller.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// kstatus conditions: Ready, Reconciling, Stalled.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
+kind_status! {
+    /// Observed state of a registry module.
+    pub struct RegistryModuleStatus {
+        /// The module's ID (`mod-…`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub id: Option<String>,
+    }
 }
 
 /// A configuration version: an uploaded archive of configuration files, owned by a
@@ -119,32 +110,26 @@ pub struct ArchiveRef {
     pub sha256: String,
 }
 
-/// Observed state of a configuration version.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ConfigurationVersionStatus {
-    /// The configuration version's ID (`cv-…`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id: Option<String>,
-    /// pending (waiting for the upload), uploaded, errored or archived.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("enum" = ["pending", "uploaded", "errored", "archived"]))]
-    pub status: Option<String>,
-    /// Why the configuration version errored.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error_message: Option<String>,
-    /// The stored archive, once uploaded.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub archive: Option<ArchiveRef>,
-    /// Time of the upload (RFC 3339).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub uploaded_at: Option<String>,
-    /// Generation last acted on by the controller.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// kstatus conditions: Ready, Reconciling, Stalled.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
+kind_status! {
+    /// Observed state of a configuration version.
+    pub struct ConfigurationVersionStatus {
+        /// The configuration version's ID (`cv-…`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub id: Option<String>,
+        /// pending (waiting for the upload), uploaded, errored or archived.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(extend("enum" = ["pending", "uploaded", "errored", "archived"]))]
+        pub status: Option<String>,
+        /// Why the configuration version errored.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub error_message: Option<String>,
+        /// The stored archive, once uploaded.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub archive: Option<ArchiveRef>,
+        /// Time of the upload (RFC 3339).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub uploaded_at: Option<String>,
+    }
 }
 
 /// `status.status` of a configuration version: where its archive upload stands (TFE's
@@ -197,24 +182,7 @@ impl ConfigurationVersionState {
     }
 }
 
-impl fmt::Display for ConfigurationVersionState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for ConfigurationVersionState {
-    type Err = UnknownValue;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        ConfigurationVersionState::ALL
-            .into_iter()
-            .find(|st| st.as_str() == s)
-            .ok_or_else(|| UnknownValue {
-                what: "configuration version status",
-                value: s.to_owned(),
-            })
-    }
-}
+wire_values!(ConfigurationVersionState, "configuration version status");
 
 impl ConfigurationVersionStatus {
     /// The upload state `status.status` records (see [`ConfigurationVersionState::of`]).
@@ -323,54 +291,48 @@ pub struct TestRunTimestamps {
     pub force_canceled_at: Option<String>,
 }
 
-/// Observed state of a test run, owned by the test run controller.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct TestRunStatus {
-    /// The run's ID (`trun-…`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id: Option<String>,
-    /// pending, queued, running, errored, canceled or finished.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("enum" = ["pending", "queued", "running", "errored", "canceled", "finished"]))]
-    pub status: Option<String>,
-    /// Final result: pass or fail.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("enum" = ["pass", "fail"]))]
-    pub test_status: Option<String>,
-    /// Count of passed tests (set when the run finishes).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tests_passed: Option<i64>,
-    /// Count of failed tests.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tests_failed: Option<i64>,
-    /// Count of tests that errored.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tests_errored: Option<i64>,
-    /// Count of skipped tests.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tests_skipped: Option<i64>,
-    /// Times at which the run entered its states.
-    #[serde(default)]
-    pub status_timestamps: TestRunTimestamps,
-    /// When a cancel was requested.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cancel_requested_at: Option<String>,
-    /// When a force-cancel was requested.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub force_cancel_requested_at: Option<String>,
-    /// Name of the Pod running the tests.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pod_name: Option<String>,
-    /// Human-readable reason of the current state (for example why the run errored).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-    /// Generation last acted on by the controller.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// kstatus conditions: Ready, Reconciling, Stalled.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
+kind_status! {
+    /// Observed state of a test run, owned by the test run controller.
+    pub struct TestRunStatus {
+        /// The run's ID (`trun-…`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub id: Option<String>,
+        /// pending, queued, running, errored, canceled or finished.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(extend("enum" = ["pending", "queued", "running", "errored", "canceled", "finished"]))]
+        pub status: Option<String>,
+        /// Final result: pass or fail.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(extend("enum" = ["pass", "fail"]))]
+        pub test_status: Option<String>,
+        /// Count of passed tests (set when the run finishes).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub tests_passed: Option<i64>,
+        /// Count of failed tests.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub tests_failed: Option<i64>,
+        /// Count of tests that errored.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub tests_errored: Option<i64>,
+        /// Count of skipped tests.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub tests_skipped: Option<i64>,
+        /// Times at which the run entered its states.
+        #[serde(default)]
+        pub status_timestamps: TestRunTimestamps,
+        /// When a cancel was requested.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub cancel_requested_at: Option<String>,
+        /// When a force-cancel was requested.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub force_cancel_requested_at: Option<String>,
+        /// Name of the Pod running the tests.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub pod_name: Option<String>,
+        /// Human-readable reason of the current state (for example why the run errored).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub message: Option<String>,
+    }
 }
 
 /// An environment variable of a registry module's test runs. Sensitive values live in a
@@ -429,22 +391,16 @@ pub struct TestVariableSpec {
     pub sensitive: bool,
 }
 
-/// Observed state of a test variable.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct TestVariableStatus {
-    /// The variable's ID (`var-…`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id: Option<String>,
-    /// Changes on every update of the variable.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub version_id: Option<String>,
-    /// Generation last acted on by the controller.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// kstatus conditions: Ready, Reconciling, Stalled.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
+kind_status! {
+    /// Observed state of a test variable.
+    pub struct TestVariableStatus {
+        /// The variable's ID (`var-…`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub id: Option<String>,
+        /// Changes on every update of the variable.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub version_id: Option<String>,
+    }
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-use crate::common::{Condition, DataRetentionPolicy};
+use crate::common::DataRetentionPolicy;
 
 /// An HCP Terraform / TFE organization. Cluster-scoped: its objects (projects, workspaces,
 /// modules, test runs) live in the organization's namespace, which terrace creates together
@@ -167,25 +167,19 @@ impl PodTemplateOverrides {
     }
 }
 
-/// Observed state of an organization.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct OrganizationStatus {
-    /// The organization's effective TFE name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-    /// The namespace holding the organization's objects.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
-    /// ID of the organization's default project.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub default_project_id: Option<String>,
-    /// Generation last acted on by the controller.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// kstatus conditions: Ready, Reconciling, Stalled.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
+kind_status! {
+    /// Observed state of an organization.
+    pub struct OrganizationStatus {
+        /// The organization's effective TFE name.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub name: Option<String>,
+        /// The namespace holding the organization's objects.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub namespace: Option<String>,
+        /// ID of the organization's default project.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub default_project_id: Option<String>,
+    }
 }
 
 impl Organization {

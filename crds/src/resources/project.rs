@@ -2,7 +2,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::common::{Condition, TagBinding};
+use crate::common::TagBinding;
 
 /// A project groups workspaces of an organization; its tag bindings are inherited by its
 /// workspaces. Every organization has a default project.
@@ -77,20 +77,14 @@ pub struct ProjectSettingOverwrites {
     pub default_agent_pool: Option<bool>,
 }
 
-/// Observed state of a project.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ProjectStatus {
-    /// The project's ID (`prj-…`), also in the `terrace.dev/id` label.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id: Option<String>,
-    /// Number of workspaces in the project.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub workspace_count: Option<i64>,
-    /// Generation last acted on by the controller.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// kstatus conditions: Ready, Reconciling, Stalled.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
+kind_status! {
+    /// Observed state of a project.
+    pub struct ProjectStatus {
+        /// The project's ID (`prj-…`), also in the `terrace.dev/id` label.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub id: Option<String>,
+        /// Number of workspaces in the project.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub workspace_count: Option<i64>,
+    }
 }

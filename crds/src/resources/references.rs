@@ -3,21 +3,15 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::default_true;
-use crate::common::{Condition, SecretKeyRef};
+use crate::common::SecretKeyRef;
 
-/// Observed state shared by the reference kinds (SshKey, AgentPool, OAuthToken).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ReferenceStatus {
-    /// The object's TFE ID (`sshkey-…`, `apool-…`, `ot-…`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id: Option<String>,
-    /// Generation last acted on by the controller.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// kstatus conditions: Ready, Reconciling, Stalled.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
+kind_status! {
+    /// Observed state shared by the reference kinds (SshKey, AgentPool, OAuthToken).
+    pub struct ReferenceStatus {
+        /// The object's TFE ID (`sshkey-…`, `apool-…`, `ot-…`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub id: Option<String>,
+    }
 }
 
 /// An SSH private key workspaces use to fetch private module sources. The key itself is in

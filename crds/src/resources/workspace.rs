@@ -3,7 +3,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::default_true;
-use crate::common::{Condition, DataRetentionPolicy, EffectiveTagBinding, TagBinding};
+use crate::common::{DataRetentionPolicy, EffectiveTagBinding, TagBinding};
 
 /// A workspace: running infrastructure managed by terrace, in an organization's namespace
 /// and one of its projects. Field names are the camelCase of the TFE API attributes.
@@ -227,43 +227,37 @@ pub struct WorkspaceMetrics {
     pub workspace_kpis_run_count: Option<i64>,
 }
 
-/// Observed state of a workspace, owned by the workspace controller.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct WorkspaceStatus {
-    /// The workspace's ID (`ws-…`), also in the `terrace.dev/id` label.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id: Option<String>,
-    /// ID of the workspace's project.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub project_id: Option<String>,
-    /// Number of resources the workspace's current state manages.
-    #[serde(default)]
-    pub resource_count: i64,
-    /// Time of the latest change of state or configuration (RFC 3339).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub latest_change_at: Option<String>,
-    /// Flat tag names, sorted.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tag_names: Vec<String>,
-    /// Direct tag bindings plus those inherited from the project.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub effective_tag_bindings: Vec<EffectiveTagBinding>,
-    /// Number of approved remote state consumers.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub remote_state_consumer_count: Option<i64>,
-    /// ID of the data retention policy set on the workspace (`drp-…`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub data_retention_policy_id: Option<String>,
-    /// Performance attributes.
-    #[serde(default)]
-    pub metrics: WorkspaceMetrics,
-    /// Generation last acted on by the controller.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// kstatus conditions: Ready, Reconciling, Stalled.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
+kind_status! {
+    /// Observed state of a workspace, owned by the workspace controller.
+    pub struct WorkspaceStatus {
+        /// The workspace's ID (`ws-…`), also in the `terrace.dev/id` label.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub id: Option<String>,
+        /// ID of the workspace's project.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub project_id: Option<String>,
+        /// Number of resources the workspace's current state manages.
+        #[serde(default)]
+        pub resource_count: i64,
+        /// Time of the latest change of state or configuration (RFC 3339).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub latest_change_at: Option<String>,
+        /// Flat tag names, sorted.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub tag_names: Vec<String>,
+        /// Direct tag bindings plus those inherited from the project.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub effective_tag_bindings: Vec<EffectiveTagBinding>,
+        /// Number of approved remote state consumers.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub remote_state_consumer_count: Option<i64>,
+        /// ID of the data retention policy set on the workspace (`drp-…`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub data_retention_policy_id: Option<String>,
+        /// Performance attributes.
+        #[serde(default)]
+        pub metrics: WorkspaceMetrics,
+    }
 }
 
 impl WorkspaceSpec {

@@ -8,9 +8,6 @@
 //! of a final state or backwards, whichever of the two (or a restarted operator) acts first.
 //! Nothing here does I/O; timestamps are set by the caller through [`TimestampKey::set`].
 
-use std::fmt;
-use std::str::FromStr;
-
 pub mod automatic;
 
 pub use crate::constants::HEADER_TERRAFORM_INTEGRATION;
@@ -85,12 +82,6 @@ impl TestRunState {
     }
 }
 
-impl fmt::Display for TestRunState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// A value that is not one of the enumerated wire values.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("unknown {what} {value:?}")]
@@ -99,18 +90,34 @@ pub struct UnknownValue {
     pub value: String,
 }
 
-impl FromStr for TestRunState {
-    type Err = UnknownValue;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        TestRunState::ALL
-            .into_iter()
-            .find(|st| st.as_str() == s)
-            .ok_or_else(|| UnknownValue {
-                what: "test run status",
-                value: s.to_owned(),
-            })
-    }
+/// `Display` (the wire value) and `FromStr` (exactly one of the wire values back; anything
+/// else is an [`UnknownValue`] naming `$what`) of an enum of wire values, which has
+/// `ALL` (every variant) and `as_str` (the wire value).
+macro_rules! wire_values {
+    ($ty:ident, $what:literal) => {
+        impl ::std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl ::std::str::FromStr for $ty {
+            type Err = $crate::testrun::UnknownValue;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                $ty::ALL
+                    .into_iter()
+                    .find(|v| v.as_str() == s)
+                    .ok_or_else(|| $crate::testrun::UnknownValue {
+                        what: $what,
+                        value: s.to_owned(),
+                    })
+            }
+        }
+    };
 }
+pub(crate) use wire_values;
+
+wire_values!(TestRunState, "test run status");
 
 /// `test-status`: the final result of a finished run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -500,25 +507,9 @@ impl TestSource {
     }
 }
 
-impl fmt::Display for TestSource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Parses SPEC.md's values only (what is stored in `.spec.source`).
-impl FromStr for TestSource {
-    type Err = UnknownValue;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        TestSource::ALL
-            .into_iter()
-            .find(|src| src.as_str() == s)
-            .ok_or_else(|| UnknownValue {
-                what: "test source",
-                value: s.to_owned(),
-            })
-    }
-}
+// `FromStr` parses SPEC.md's values only (what is stored in `.spec.source`), not the
+// vendor aliases of `from_filter_value`.
+wire_values!(TestSource, "test source");
 
 /// The parsed `filter[source]` of A4.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -37,7 +37,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
@@ -97,7 +97,7 @@ pub fn controller(
         base: ctx,
         orgs: store.clone(),
     });
-    Controller::for_stream(organizations.into_stream(), store)
+    let controller = Controller::for_stream(organizations.into_stream(), store)
         .watches_stream(claimants, move |o| {
             same_namespace_claimants(&by_claim.state(), &o)
         })
@@ -109,23 +109,15 @@ pub fn controller(
             move |p| default_project_owners(&by_project.state(), &p),
             ApiResource::erase::<Project>(&()),
         )
-        .graceful_shutdown_on(shutdown)
-        .run(
-            |org, ctx| {
-                metrics::instrument(
-                    metrics::CONTROLLER_ORGANIZATION,
-                    org.as_ref(),
-                    reconcile(org.clone(), ctx),
-                )
-            },
-            error_policy,
-            octx,
-        )
-        .for_each(|res| async move {
-            if let Err(e) = res {
-                tracing::debug!(error = %e, "organization reconcile");
-            }
-        })
+        .graceful_shutdown_on(shutdown);
+    metrics::run(
+        controller,
+        metrics::CONTROLLER_ORGANIZATION,
+        "organization",
+        reconcile,
+        error_policy,
+        octx,
+    )
 }
 
 async fn reconcile(org: Arc<Organization>, ctx: Arc<OrgContext>) -> Result<Action, Error> {

@@ -18,7 +18,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
@@ -72,18 +71,14 @@ where
         catalog: catalog.stores(),
         runs,
     });
-    let run = Controller::for_stream_with(changes, store, resource)
-        .graceful_shutdown_on(shutdown)
-        .run(
-            |cv, ctx| metrics::instrument(CONTROLLER, cv.as_ref(), reconcile(cv.clone(), ctx)),
-            error_policy,
-            actx,
-        )
-        .for_each(|res| async move {
-            if let Err(e) = res {
-                tracing::debug!(error = %e, "automatic test run reconcile");
-            }
-        });
+    let run = metrics::run(
+        Controller::for_stream_with(changes, store, resource).graceful_shutdown_on(shutdown),
+        CONTROLLER,
+        "automatic test run",
+        reconcile,
+        error_policy,
+        actx,
+    );
     Ok(run)
 }
 

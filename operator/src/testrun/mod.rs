@@ -49,7 +49,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{FutureExt, StreamExt};
+use futures::FutureExt;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DeleteParams, DynamicObject};
@@ -152,24 +152,14 @@ where
             }
         }
     };
-    let main = controller
-        .graceful_shutdown_on(shutdown.clone())
-        .run(
-            |run, ctx| {
-                crate::metrics::instrument(
-                    crate::metrics::CONTROLLER_TEST_RUN,
-                    run.as_ref(),
-                    reconcile(run.clone(), ctx),
-                )
-            },
-            error_policy,
-            rctx,
-        )
-        .for_each(|res| async move {
-            if let Err(e) = res {
-                tracing::debug!(error = %e, "test run reconcile");
-            }
-        });
+    let main = crate::metrics::run(
+        controller.graceful_shutdown_on(shutdown.clone()),
+        crate::metrics::CONTROLLER_TEST_RUN,
+        "test run",
+        reconcile,
+        error_policy,
+        rctx,
+    );
     let janitor = janitor::controller(ctx, store, pods, shutdown);
     async move {
         tokio::join!(main, janitor, waker, automatic);

@@ -24,7 +24,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
@@ -290,7 +289,7 @@ where
         names,
         projects: catalog.stores(),
     });
-    Controller::for_stream(workspaces.into_stream(), store)
+    let controller = Controller::for_stream(workspaces.into_stream(), store)
         .watches_stream_with(
             catalog.subscribe(IdKind::Project),
             move |p: DynamicObject| match typed::<Project>(&p) {
@@ -306,23 +305,15 @@ where
             let candidates = same_named(&by_name, &names_of, &w);
             same_name_siblings(&candidates, &w)
         })
-        .graceful_shutdown_on(shutdown)
-        .run(
-            |ws, ctx| {
-                metrics::instrument(
-                    metrics::CONTROLLER_WORKSPACE,
-                    ws.as_ref(),
-                    reconcile(ws.clone(), ctx),
-                )
-            },
-            error_policy,
-            wctx,
-        )
-        .for_each(|res| async move {
-            if let Err(e) = res {
-                tracing::debug!(error = %e, "workspace reconcile");
-            }
-        })
+        .graceful_shutdown_on(shutdown);
+    metrics::run(
+        controller,
+        metrics::CONTROLLER_WORKSPACE,
+        "workspace",
+        reconcile,
+        error_policy,
+        wctx,
+    )
 }
 
 async fn reconcile(ws: Arc<Workspace>, ctx: Arc<WsContext>) -> Result<Action, Error> {

@@ -27,6 +27,24 @@ fn decode_error(kind: &str, detail: impl std::fmt::Display) -> StatusError {
     ))
 }
 
+/// The body of a review of kind `kind`, which must be a JSON object.
+fn check_body(kind: &str, request: &Value) -> Result<(), StatusError> {
+    if request.is_object() {
+        Ok(())
+    } else {
+        Err(decode_error(kind, "body is not a JSON object"))
+    }
+}
+
+/// `spec.<field>` of a review of kind `kind`: a string, `""` when absent or null.
+fn spec_str<'a>(kind: &str, request: &'a Value, field: &str) -> Result<&'a str, StatusError> {
+    match request.pointer(&format!("/spec/{field}")) {
+        None | Some(Value::Null) => Ok(""),
+        Some(Value::String(s)) => Ok(s.as_str()),
+        Some(_) => Err(decode_error(kind, format!("spec.{field} must be a string"))),
+    }
+}
+
 /// The request echoed back with `metadata.creationTimestamp: null` (as the API server
 /// encodes a never-stored object) and the given status.
 fn respond(request: &Value, status: Value) -> Value {
@@ -49,14 +67,8 @@ pub fn token_review(
     authenticate: impl FnOnce(&str, &[String]) -> Result<Authenticated, AuthError>,
 ) -> Result<Value, StatusError> {
     const KIND: &str = "TokenReview";
-    if !request.is_object() {
-        return Err(decode_error(KIND, "body is not a JSON object"));
-    }
-    let token = match request.pointer("/spec/token") {
-        None | Some(Value::Null) => "",
-        Some(Value::String(s)) => s.as_str(),
-        Some(_) => return Err(decode_error(KIND, "spec.token must be a string")),
-    };
+    check_body(KIND, request)?;
+    let token = spec_str(KIND, request, "token")?;
     let audiences: Vec<String> = match request.pointer("/spec/audiences") {
         None | Some(Value::Null) => Vec::new(),
         Some(v) => Vec::<String>::deserialize(v).map_err(|e| decode_error(KIND, e))?,
@@ -139,25 +151,31 @@ impl AccessReviewSpec {
 }
 
 fn parse_spec(kind: &str, request: &Value) -> Result<AccessReviewSpec, StatusError> {
-    if !request.is_object() {
-        return Err(decode_error(kind, "body is not a JSON object"));
-    }
+    check_body(kind, request)?;
     match request.get("spec") {
         None | Some(Value::Null) => Ok(AccessReviewSpec::default()),
         Some(spec) => AccessReviewSpec::deserialize(spec).map_err(|e| decode_error(kind, e)),
     }
 }
 
+/// The error of a spec's `nonResourceAttributes` (shown as the Go struct it is).
+fn non_resource_error(n: &NonResourceAttributes, detail: &str) -> FieldError {
+    FieldError::invalid(
+        "spec.nonResourceAttributes",
+        BadValue::Other(Value::String(format!(
+            "authorization.NonResourceAttributes{{Path:{}, Verb:{}}}",
+            super::go_quote(&n.path),
+            super::go_quote(&n.verb)
+        ))),
+        detail,
+    )
+}
+
 /// `ValidateSubjectAccessReviewSpec` / `ValidateSelfSubjectAccessReviewSpec`.
 fn validate_attributes(spec: &AccessReviewSpec, errors: &mut Vec<FieldError>) {
     match (&spec.resource_attributes, &spec.non_resource_attributes) {
-        (Some(_), Some(n)) => errors.push(FieldError::invalid(
-            "spec.nonResourceAttributes",
-            BadValue::Other(Value::String(format!(
-                "authorization.NonResourceAttributes{{Path:{}, Verb:{}}}",
-                super::go_quote(&n.path),
-                super::go_quote(&n.verb)
-            ))),
+        (Some(_), Some(n)) => errors.push(non_resource_error(
+            n,
             "cannot be specified in combination with resourceAttributes",
         )),
         (None, None) => errors.push(FieldError::invalid(
@@ -249,12 +267,25 @@ pub fn subject_access_review(request: &Value, rbac: &RbacSnapshot) -> Result<Val
     const KIND: &str = "SubjectAccessReview";
     let spec = parse_spec(KIND, request)?;
     let errors = review_errors(&spec, request, true, false);
+    access_answer(KIND, request, &spec, errors, rbac, &spec_user(&spec))
+}
+
+/// The answer to an access review of kind `kind` whose spec had these validation `errors`
+/// (422 unless none): whether `user` may do what the spec asks.
+fn access_answer(
+    kind: &str,
+    request: &Value,
+    spec: &AccessReviewSpec,
+    errors: Vec<FieldError>,
+    rbac: &RbacSnapshot,
+    user: &UserInfo,
+) -> Result<Value, StatusError> {
     if !errors.is_empty() {
-        return Err(invalid_kind(KIND, &errors));
+        return Err(invalid_kind(kind, &errors));
     }
     Ok(respond(
         request,
-        access_status(rbac, &spec_user(&spec), &spec.attributes()),
+        access_status(rbac, user, &spec.attributes()),
     ))
 }
 
@@ -292,23 +323,9 @@ pub fn local_subject_access_review(
         ));
     }
     if let Some(n) = &spec.non_resource_attributes {
-        errors.push(FieldError::invalid(
-            "spec.nonResourceAttributes",
-            BadValue::Other(Value::String(format!(
-                "authorization.NonResourceAttributes{{Path:{}, Verb:{}}}",
-                super::go_quote(&n.path),
-                super::go_quote(&n.verb)
-            ))),
-            "disallowed on this kind of request",
-        ));
+        errors.push(non_resource_error(n, "disallowed on this kind of request"));
     }
-    if !errors.is_empty() {
-        return Err(invalid_kind(KIND, &errors));
-    }
-    let mut response = respond(
-        request,
-        access_status(rbac, &spec_user(&spec), &spec.attributes()),
-    );
+    let mut response = access_answer(KIND, request, &spec, errors, rbac, &spec_user(&spec))?;
     response["metadata"]["namespace"] = json!(path_namespace);
     Ok(response)
 }
@@ -323,13 +340,7 @@ pub fn self_subject_access_review(
     const KIND: &str = "SelfSubjectAccessReview";
     let spec = parse_spec(KIND, request)?;
     let errors = review_errors(&spec, request, false, false);
-    if !errors.is_empty() {
-        return Err(invalid_kind(KIND, &errors));
-    }
-    Ok(respond(
-        request,
-        access_status(rbac, user, &spec.attributes()),
-    ))
+    access_answer(KIND, request, &spec, errors, rbac, user)
 }
 
 /// Handles `POST /apis/authorization.k8s.io/v1/selfsubjectrulesreviews`: the caller's
@@ -341,14 +352,8 @@ pub fn self_subject_rules_review(
     rbac: &RbacSnapshot,
 ) -> Result<Value, StatusError> {
     const KIND: &str = "SelfSubjectRulesReview";
-    if !request.is_object() {
-        return Err(decode_error(KIND, "body is not a JSON object"));
-    }
-    let namespace = match request.pointer("/spec/namespace") {
-        None | Some(Value::Null) => "",
-        Some(Value::String(s)) => s.as_str(),
-        Some(_) => return Err(decode_error(KIND, "spec.namespace must be a string")),
-    };
+    check_body(KIND, request)?;
+    let namespace = spec_str(KIND, request, "namespace")?;
     if namespace.is_empty() {
         return Err(StatusError::bad_request("no namespace on request"));
     }

@@ -145,6 +145,14 @@ pub fn expand(s: &str, lookup: &dyn Fn(&str) -> Option<String>) -> String {
     out
 }
 
+/// The elements of the list at `ptr` in `v` (none when it is absent or not a list).
+fn list_at<'a>(v: &'a Value, ptr: &str) -> impl Iterator<Item = &'a Value> {
+    v.pointer(ptr)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+}
+
 fn str_at<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
     v.pointer(ptr).and_then(Value::as_str)
 }
@@ -264,12 +272,7 @@ fn environment(
         env.retain(|(n, _)| *n != k);
         env.push((k, v));
     };
-    for from in c
-        .get("envFrom")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    for from in list_at(c, "/envFrom") {
         let prefix = str_at(from, "/prefix").unwrap_or("");
         for (field, plural, kind) in [
             ("secretRef", "secrets", "Secret"),
@@ -295,7 +298,7 @@ fn environment(
             }
         }
     }
-    for e in c.get("env").and_then(Value::as_array).into_iter().flatten() {
+    for e in list_at(c, "/env") {
         let name = str_at(e, "/name").unwrap_or("").to_string();
         if let Some(v) = e.get("value").and_then(Value::as_str) {
             let known = |n: &str| {
@@ -338,12 +341,7 @@ pub fn plan(host: &Host<'_>, pod: &Value, c: &Value, lookup: Lookup<'_>) -> Resu
         termination_path.to_string_lossy().into_owned(),
     )];
     let mut mount_env = Vec::new();
-    for m in c
-        .get("volumeMounts")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    for m in list_at(c, "/volumeMounts") {
         let vol = str_at(m, "/name").unwrap_or("");
         let path = str_at(m, "/mountPath").unwrap_or("").trim_end_matches('/');
         let Some(dir) = host.volumes.get(vol) else {
@@ -444,12 +442,7 @@ pub fn volumes(
     lookup: Lookup<'_>,
 ) -> Result<HashMap<String, PathBuf>, String> {
     let mut out = HashMap::new();
-    for v in pod
-        .pointer("/spec/volumes")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    for v in list_at(pod, "/spec/volumes") {
         let name = str_at(v, "/name").unwrap_or("").to_string();
         if let Some(p) = str_at(v, "/hostPath/path") {
             out.insert(name, PathBuf::from(p));

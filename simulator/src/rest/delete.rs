@@ -29,26 +29,20 @@ pub fn delete(
 ) -> ApiResult<Value> {
     let q = qualified(info);
     let old = get(st, info, ns, name)?;
-    if let Some(uid) = &opts.precondition_uid {
-        let actual = meta_str(&old, "uid").unwrap_or("");
-        if uid != actual {
+    let preconditions = [
+        (&opts.precondition_uid, "uid", "UID"),
+        (&opts.precondition_rv, "resourceVersion", "ResourceVersion"),
+    ];
+    for (given, field, what) in preconditions {
+        let actual = meta_str(&old, field).unwrap_or("");
+        if let Some(want) = given
+            && want != actual
+        {
             return Err(ApiError::conflict_msg(
                 &q,
                 name,
                 &format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"
-                ),
-            ));
-        }
-    }
-    if let Some(rv) = &opts.precondition_rv {
-        let actual = meta_str(&old, "resourceVersion").unwrap_or("");
-        if rv != actual {
-            return Err(ApiError::conflict_msg(
-                &q,
-                name,
-                &format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {actual}"
+                    "Precondition failed: {what} in precondition: {want}, {what} in object meta: {actual}"
                 ),
             ));
         }

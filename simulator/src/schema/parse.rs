@@ -7,6 +7,12 @@ use super::*;
 // ---------------------------------------------------------------------------------------
 // Parsing
 
+/// The error of field `key` of the schema at `path`, whose value (`shown`) is not what it
+/// must be (`detail`).
+fn field_error(path: &str, key: &str, shown: &str, detail: &str) -> String {
+    crd_error(&format!("{path}.{key}"), shown, detail)
+}
+
 pub(super) fn get_i64(
     m: &Map<String, Value>,
     key: &str,
@@ -18,18 +24,24 @@ pub(super) fn get_i64(
             .as_i64()
             .or_else(|| n.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64))
             .map(Some)
-            .ok_or_else(|| {
-                crd_error(
-                    &format!("{path}.{key}"),
-                    &n.to_string(),
-                    "must be an integer",
-                )
-            }),
-        Some(other) => Err(crd_error(
-            &format!("{path}.{key}"),
-            &render(other),
-            "must be an integer",
-        )),
+            .ok_or_else(|| field_error(path, key, &n.to_string(), "must be an integer")),
+        Some(other) => Err(field_error(path, key, &render(other), "must be an integer")),
+    }
+}
+
+/// Field `key` of the schema at `path`: `absent` when it is missing or null, what `read`
+/// takes from its value, or the error that it must be something else (`detail`).
+fn get_as<T>(
+    m: &Map<String, Value>,
+    key: &str,
+    path: &str,
+    absent: T,
+    detail: &str,
+    read: impl FnOnce(&Value) -> Option<T>,
+) -> Result<T, String> {
+    match m.get(key) {
+        None | Some(Value::Null) => Ok(absent),
+        Some(v) => read(v).ok_or_else(|| field_error(path, key, &render(v), detail)),
     }
 }
 
@@ -38,39 +50,20 @@ pub(super) fn get_f64(
     key: &str,
     path: &str,
 ) -> Result<Option<f64>, String> {
-    match m.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => Ok(n.as_f64()),
-        Some(other) => Err(crd_error(
-            &format!("{path}.{key}"),
-            &render(other),
-            "must be a number",
-        )),
-    }
+    get_as(m, key, path, None, "must be a number", |v| match v {
+        Value::Number(n) => Some(n.as_f64()),
+        _ => None,
+    })
 }
 
 pub(super) fn get_bool(m: &Map<String, Value>, key: &str, path: &str) -> Result<bool, String> {
-    match m.get(key) {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(other) => Err(crd_error(
-            &format!("{path}.{key}"),
-            &render(other),
-            "must be a boolean",
-        )),
-    }
+    get_as(m, key, path, false, "must be a boolean", Value::as_bool)
 }
 
 pub(super) fn get_str(m: &Map<String, Value>, key: &str, path: &str) -> Result<String, String> {
-    match m.get(key) {
-        None | Some(Value::Null) => Ok(String::new()),
-        Some(Value::String(s)) => Ok(s.clone()),
-        Some(other) => Err(crd_error(
-            &format!("{path}.{key}"),
-            &render(other),
-            "must be a string",
-        )),
-    }
+    get_as(m, key, path, String::new(), "must be a string", |v| {
+        v.as_str().map(str::to_string)
+    })
 }
 
 pub(super) fn get_strings(
@@ -83,17 +76,14 @@ pub(super) fn get_strings(
         Some(Value::Array(a)) => a
             .iter()
             .map(|v| {
-                v.as_str().map(str::to_string).ok_or_else(|| {
-                    crd_error(
-                        &format!("{path}.{key}"),
-                        &render(v),
-                        "must be a list of strings",
-                    )
-                })
+                v.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| field_error(path, key, &render(v), "must be a list of strings"))
             })
             .collect(),
-        Some(other) => Err(crd_error(
-            &format!("{path}.{key}"),
+        Some(other) => Err(field_error(
+            path,
+            key,
             &render(other),
             "must be a list of strings",
         )),

@@ -2,6 +2,7 @@
 //! `x-kubernetes-list-type` invariants (sets and maps).
 
 use super::*;
+use std::cmp::Ordering;
 
 // ---------------------------------------------------------------------------------------
 // Schema validation (kube-openapi's SchemaValidator, converted to field errors)
@@ -327,41 +328,33 @@ pub(super) fn validate_number(s: &Structural, v: &Value, path: &str, errs: &mut 
             ));
         }
     }
-    if let Some(min) = s.minimum {
-        let bad = if s.exclusive_minimum {
-            x <= min
-        } else {
-            x < min
+    // minimum, then maximum: the bound, whether it is exclusive, the side `x` must be on.
+    let bounds = [
+        (
+            s.minimum,
+            s.exclusive_minimum,
+            Ordering::Greater,
+            "greater than",
+        ),
+        (s.maximum, s.exclusive_maximum, Ordering::Less, "less than"),
+    ];
+    for (bound, exclusive, side, rel) in bounds {
+        let Some(b) = bound else { continue };
+        let within = match x.partial_cmp(&b) {
+            Some(Ordering::Equal) => !exclusive,
+            Some(o) => o == side,
+            None => true,
         };
-        if bad {
-            let rel = if s.exclusive_minimum {
-                "greater than"
+        if !within {
+            let rel = if exclusive {
+                rel.to_string()
             } else {
-                "greater than or equal to"
+                format!("{rel} or equal to")
             };
             errs.push(FieldError::invalid(
                 path,
                 &shown,
-                &format!("{} should be {rel} {}", in_body(path), bound_text(min, v)),
-            ));
-        }
-    }
-    if let Some(max) = s.maximum {
-        let bad = if s.exclusive_maximum {
-            x >= max
-        } else {
-            x > max
-        };
-        if bad {
-            let rel = if s.exclusive_maximum {
-                "less than"
-            } else {
-                "less than or equal to"
-            };
-            errs.push(FieldError::invalid(
-                path,
-                &shown,
-                &format!("{} should be {rel} {}", in_body(path), bound_text(max, v)),
+                &format!("{} should be {rel} {}", in_body(path), bound_text(b, v)),
             ));
         }
     }

@@ -29,16 +29,16 @@ use axum::body::Body;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderMap, header};
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{ObjectMeta, PostParams};
-use terrace_crds::constants::{ANNOTATION_AUTOMATIC_TEST_RUN, LABEL_ID, LABEL_ORGANIZATION};
-use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
+use kube::api::ObjectMeta;
+use terrace_crds::constants::ANNOTATION_AUTOMATIC_TEST_RUN;
+use terrace_crds::ids::{IdKind, new_id};
 use terrace_crds::resources::{ArchiveRef, ConfigurationVersionSpec};
 use terrace_crds::testrun::automatic::Marker;
 use terrace_crds::testrun::{HEADER_TERRAFORM_INTEGRATION, TestSource};
 use terrace_crds::{ConfigurationVersion, ConfigurationVersionState};
 use tower_http::limit::RequestBodyLimitLayer;
 
-use super::{LABEL_MODULE, locate};
+use super::locate;
 use crate::blobs::{BlobError, BlobStore};
 use crate::capability::{base_url, constant_time_eq, sha256_hex};
 use crate::prelude::*;
@@ -118,13 +118,6 @@ async fn create(
         .map_err(|e| ApiError::internal("upload expiry", e))?;
     let cv = ConfigurationVersion {
         metadata: ObjectMeta {
-            name: Some(object_name_for_id(&id)),
-            namespace: Some(m.ns.clone()),
-            labels: Some(BTreeMap::from([
-                (LABEL_ID.to_owned(), id.clone()),
-                (LABEL_ORGANIZATION.to_owned(), m.org.name_any()),
-                (LABEL_MODULE.to_owned(), m.object_name()),
-            ])),
             annotations: Some(BTreeMap::from([
                 (
                     ANNOTATION_UPLOAD_SHA256.to_owned(),
@@ -132,13 +125,9 @@ async fn create(
                 ),
                 (ANNOTATION_UPLOAD_EXPIRES.to_owned(), expires.to_string()),
             ])),
-            owner_references: m.module.controller_owner_ref(&()).map(|o| vec![o]),
             // An archive in a bucket is deleted by the operator before the version goes.
-            finalizers: state
-                .blobs
-                .is_external()
-                .then(|| vec![terrace_crds::blobs::FINALIZER.to_owned()]),
-            ..Default::default()
+            finalizers: state.blobs.owner_finalizers(),
+            ..m.child_meta(&id)
         },
         spec: ConfigurationVersionSpec {
             module: Some(m.object_name()),
@@ -155,11 +144,10 @@ async fn create(
         },
         status: None,
     };
-    let api = write::api::<ConfigurationVersion>(&state, &m.ns);
-    let created = api.create(&PostParams::default(), &cv).await?;
-    let created = write::patch_status(
-        &api,
-        &created.name_any(),
+    let created = write::create_with_status(
+        &state,
+        &m.ns,
+        &cv,
         json!({"id": id, "status": ConfigurationVersionState::Pending.as_str()}),
     )
     .await?;

@@ -19,6 +19,7 @@ pub mod registry;
 pub mod test_runs;
 pub mod variables;
 
+use kube::api::ObjectMeta;
 use terrace_crds::{RegistryModule, TestRun, TestVariable};
 
 use crate::index::{Inner, Keyed};
@@ -64,6 +65,20 @@ impl Module {
     /// A check on `resource` in the module's namespace.
     pub fn check(&self, verb: &'static str, resource: &'static str) -> Check {
         Check::new(verb, resource, &self.ns, None)
+    }
+    /// The metadata of a new object of the module with TFE ID `id` (a configuration
+    /// version, a test variable): [`write::new_meta`] labelled with the module, and owned
+    /// by it, so it goes when the module goes.
+    pub fn child_meta(&self, id: &str) -> ObjectMeta {
+        ObjectMeta {
+            owner_references: self.module.controller_owner_ref(&()).map(|o| vec![o]),
+            ..write::new_meta(
+                id,
+                &self.ns,
+                self.org.name_any(),
+                &[(LABEL_MODULE, self.object_name())],
+            )
+        }
     }
 }
 

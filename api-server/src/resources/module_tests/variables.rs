@@ -8,7 +8,7 @@
 //! cannot become non-sensitive. `version-id` (in status) is a new random value after
 //! every create and update. Each bad attribute gets its own 422 error with a pointer.
 
-use kube::api::{DeleteParams, ObjectMeta, PostParams};
+use kube::api::{DeleteParams, PostParams};
 use terrace_crds::TestVariable;
 use terrace_crds::common::SecretKeyRef;
 use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
@@ -17,9 +17,7 @@ use terrace_crds::rules::{
     TEST_VARIABLE_CATEGORY, validate_test_variable_category, validate_test_variable_key,
 };
 
-use super::{
-    ChildPath, LABEL_MODULE, Module, ModulePath, child_of, children_of, locate_child, locate_path,
-};
+use super::{ChildPath, Module, ModulePath, child_of, children_of, locate_child, locate_path};
 use crate::prelude::*;
 
 const T: &str =
@@ -214,15 +212,7 @@ async fn create(
     let id = new_id(IdKind::TestVariable);
     let object_name = object_name_for_id(&id);
     let var = TestVariable {
-        metadata: ObjectMeta {
-            owner_references: m.module.controller_owner_ref(&()).map(|o| vec![o]),
-            ..write::new_meta(
-                &id,
-                &m.ns,
-                m.org.name_any(),
-                &[(LABEL_MODULE, m.object_name())],
-            )
-        },
+        metadata: m.child_meta(&id),
         spec: TestVariableSpec {
             module: m.object_name(),
             key,

@@ -20,12 +20,11 @@ use std::collections::BTreeMap;
 use axum::body::{Body, Bytes};
 use axum::http::HeaderMap;
 use base64::Engine;
-use kube::api::{ObjectMeta, PostParams};
+use kube::api::ObjectMeta;
 use terrace_crds::constants::{
-    ANNOTATION_STATE_UPLOAD_EXPIRES as ANNOTATION_UPLOAD_EXPIRES, LABEL_ID, LABEL_ORGANIZATION,
-    LABEL_WORKSPACE_ID,
+    ANNOTATION_STATE_UPLOAD_EXPIRES as ANNOTATION_UPLOAD_EXPIRES, LABEL_WORKSPACE_ID,
 };
-use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
+use terrace_crds::ids::{IdKind, new_id};
 use terrace_crds::lock::LockHolder;
 use terrace_crds::state::{self, Current, StateError, StateVersionState};
 use terrace_crds::{StateBlob, StateVersion, StateVersionSpec, Workspace};
@@ -172,21 +171,16 @@ pub async fn create(
         .map(str::to_owned);
     let sv = StateVersion {
         metadata: ObjectMeta {
-            name: Some(object_name_for_id(&id)),
-            namespace: Some(ws.ns.clone()),
-            labels: Some(BTreeMap::from([
-                (LABEL_ID.to_owned(), id.clone()),
-                (LABEL_ORGANIZATION.to_owned(), ws.org.name_any()),
-                (LABEL_WORKSPACE_ID.to_owned(), ws.id()),
-            ])),
             annotations: Some(annotations).filter(|a| !a.is_empty()),
             owner_references: ws.obj.controller_owner_ref(&()).map(|o| vec![o]),
             // Blobs in a bucket are deleted by the operator before the version goes.
-            finalizers: state
-                .blobs
-                .is_external()
-                .then(|| vec![terrace_crds::blobs::FINALIZER.to_owned()]),
-            ..Default::default()
+            finalizers: state.blobs.owner_finalizers(),
+            ..write::new_meta(
+                &id,
+                &ws.ns,
+                ws.org.name_any(),
+                &[(LABEL_WORKSPACE_ID, ws.id())],
+            )
         },
         spec: StateVersionSpec {
             workspace: ws.object_name(),
@@ -199,11 +193,10 @@ pub async fn create(
         },
         status: None,
     };
-    let api = write::api::<StateVersion>(&state, &ws.ns);
-    let created = api.create(&PostParams::default(), &sv).await?;
-    let created = write::patch_status(
-        &api,
-        &created.name_any(),
+    let created = write::create_with_status(
+        &state,
+        &ws.ns,
+        &sv,
         json!({"id": id, "status": StateVersionState::Pending.as_str()}),
     )
     .await?;

@@ -29,6 +29,7 @@ use axum::extract::DefaultBodyLimit;
 use terrace_crds::{StateVersion, Workspace};
 use tower_http::limit::RequestBodyLimitLayer;
 
+use crate::access::Need;
 pub use crate::documents::state::{render, state_bytes, state_of, store_of};
 use crate::index::Indexed;
 use crate::prelude::*;
@@ -39,6 +40,18 @@ pub const READ_OUTPUTS: &str = "read-outputs";
 pub const READ_STATE: &str = "read-state";
 /// Verb to create state versions.
 pub const WRITE_STATE: &str = "write-state";
+
+/// The 403 detail of a caller without [`READ_OUTPUTS`].
+const READ_OUTPUTS_DENIED: &str =
+    "reading state outputs needs the read-outputs right on the workspace";
+
+/// What the documents of a workspace's state (versions, outputs, resources) need:
+/// [`READ_OUTPUTS`] on the workspace, 403 without it.
+pub struct ReadOutputs;
+impl Need for ReadOutputs {
+    const VERB: Option<&'static str> = Some(READ_OUTPUTS);
+    const DENY: Deny = Deny::Forbidden(READ_OUTPUTS_DENIED);
+}
 
 /// Path prefix of the state upload URLs.
 pub const STATE_UPLOAD_PATH: &str = "/api/v2/uploads/v1/state";
@@ -157,7 +170,7 @@ pub async fn require_verb(
     verb: &'static str,
 ) -> Result<(), ApiError> {
     let detail = match verb {
-        READ_OUTPUTS => "reading state outputs needs the read-outputs right on the workspace",
+        READ_OUTPUTS => READ_OUTPUTS_DENIED,
         READ_STATE => "reading state versions needs the read-state right on the workspace",
         _ => "writing state versions needs the write-state right on the workspace",
     };

@@ -9,7 +9,7 @@
 
 use terrace_crds::Workspace;
 
-use super::{READ_OUTPUTS, READ_STATE, not_found, readable, require_verb};
+use super::{READ_OUTPUTS, READ_STATE, ReadOutputs, not_found, readable};
 use crate::documents::state::{OUTPUT_TYPE, output_values, render_output, rendered_outputs};
 use crate::prelude::*;
 use crate::render::pagination;
@@ -49,10 +49,9 @@ pub async fn of_version(
 /// workspace has no state.
 pub async fn current(
     State(state): State<AppState>,
-    f: Found<Workspace>,
+    f: Found<Workspace, ReadOutputs>,
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
-    require_verb(&state, &f.caller, &f.at, READ_OUTPUTS).await?;
     let cur = state.index.read().current_state_version(&f.at.obj).cloned();
     let data = match cur {
         Some(v) => rendered_outputs(&state, &v, OUTPUT_TYPE, false).await?,

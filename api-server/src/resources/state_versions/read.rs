@@ -9,7 +9,7 @@ use axum::http::header::{CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
 use terrace_crds::state::StateVersionState;
 use terrace_crds::{StateVersion, Workspace};
 
-use super::{READ_OUTPUTS, READ_STATE, readable, render, require_verb, state_of};
+use super::{READ_OUTPUTS, READ_STATE, ReadOutputs, readable, render, require_verb, state_of};
 use crate::capability::base_url;
 use crate::prelude::*;
 use crate::render::{page_slice, pagination};
@@ -121,11 +121,10 @@ fn status_filter(q: &QueryParams, versions: &mut Vec<Arc<StateVersion>>) -> Resu
 /// `GET /workspaces/:id/state-versions`.
 pub async fn list_of_workspace(
     State(state): State<AppState>,
-    f: Found<Workspace>,
+    f: Found<Workspace, ReadOutputs>,
     headers: HeaderMap,
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
-    require_verb(&state, &f.caller, &f.at, READ_OUTPUTS).await?;
     q.supported_filters(&["filter[status]"])?;
     let mut versions = versions_of(&state, &f.at);
     status_filter(&q, &mut versions)?;
@@ -177,11 +176,10 @@ pub async fn list(
 /// the workspace has no state: the CLI reads that as "no state yet").
 pub async fn current(
     State(state): State<AppState>,
-    f: Found<Workspace>,
+    f: Found<Workspace, ReadOutputs>,
     headers: HeaderMap,
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
-    require_verb(&state, &f.caller, &f.at, READ_OUTPUTS).await?;
     let cur = state.index.read().current_state_version(&f.at.obj).cloned();
     let v = cur.ok_or_else(|| ApiError::not_found("this workspace has no state version yet"))?;
     one(&state, &f.caller, &v, &f.at, &headers, &q).await

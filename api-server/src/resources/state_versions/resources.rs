@@ -7,7 +7,7 @@
 use terrace_crds::Workspace;
 use terrace_crds::state::ResourceInstance;
 
-use super::{READ_OUTPUTS, require_verb, state_bytes};
+use super::{ReadOutputs, state_bytes};
 use crate::prelude::*;
 use crate::render::stable_id;
 
@@ -59,10 +59,9 @@ fn sort(q: &QueryParams, items: &mut [ResourceInstance]) -> Result<(), ApiError>
 
 pub async fn list_resources(
     State(state): State<AppState>,
-    f: Found<Workspace>,
+    f: Found<Workspace, ReadOutputs>,
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
-    require_verb(&state, &f.caller, &f.at, READ_OUTPUTS).await?;
     q.supported_filters(&[])?;
     let page = q.page()?;
     let current = state.index.read().current_state_version(&f.at.obj).cloned();

@@ -47,7 +47,7 @@ fn csv(v: Option<&str>) -> Vec<String> {
 
 impl ListFilter {
     pub fn parse(q: &QueryParams) -> Result<ListFilter, ApiError> {
-        let sort = match q.get("sort").filter(|s| !s.is_empty()) {
+        let sort = match q.non_empty("sort") {
             None => None,
             Some(s) => {
                 let (desc, key) = s.strip_prefix('-').map_or((false, s), |k| (true, k));
@@ -69,23 +69,15 @@ impl ListFilter {
         };
         let tagged = q.tagged()?;
         Ok(ListFilter {
-            search_name: q
-                .get("search[name]")
-                .filter(|s| !s.is_empty())
-                .map(str::to_ascii_lowercase),
+            search_name: q.non_empty("search[name]").map(str::to_ascii_lowercase),
             wildcard: q
-                .get("search[wildcard-name]")
-                .filter(|s| !s.is_empty())
+                .non_empty("search[wildcard-name]")
                 .map(str::to_ascii_lowercase),
             tags: csv(q.get("search[tags]")),
             exclude_tags: csv(q.get("search[exclude-tags]")),
-            project_id: q
-                .get("filter[project][id]")
-                .filter(|s| !s.is_empty())
-                .map(str::to_owned),
+            project_id: q.non_empty("filter[project][id]").map(str::to_owned),
             current_run_status: q
-                .get("filter[current-run][status]")
-                .filter(|s| !s.is_empty())
+                .non_empty("filter[current-run][status]")
                 .map(str::to_owned),
             tagged,
             sort,

@@ -299,13 +299,7 @@ impl ResponseCache {
             return Some(c.bytes.clone());
         }
         let idx = state.index.read();
-        let uid = c.ws.metadata.uid.as_deref()?;
-        let same = idx
-            .workspace_by_uid(uid)
-            .is_some_and(|w| Arc::ptr_eq(w, &c.ws))
-            && idx
-                .organization_of_namespace(c.org.target_namespace())
-                .is_some_and(|o| Arc::ptr_eq(o, &c.org))
+        let same = still_indexed(&idx, &c.ws, &c.org)
             && same_arc(idx.project_of(&c.ws), c.project.as_ref())
             && same_arc(idx.current_state_version(&c.ws), c.current_state.as_ref())
             && same_arc(
@@ -322,11 +316,7 @@ impl ResponseCache {
     /// Keeps `bytes` as the response of `key` for workspace `l` (not for one whose SSH key
     /// is named by object name: that representation also depends on the key object).
     pub fn put(&self, state: &AppState, key: u128, l: &Ws, bytes: Bytes) {
-        let by_name_key =
-            l.obj.spec.ssh_key.as_ref().is_some_and(|k| {
-                !terrace_crds::ids::is_valid_id(terrace_crds::ids::IdKind::SshKey, k)
-            });
-        if by_name_key {
+        if ssh_key_by_name(&l.obj).is_some() {
             return;
         }
         // Read before the objects are checked below, so a change racing with this put
@@ -334,17 +324,7 @@ impl ResponseCache {
         let generation = state.index.generation();
         let (project, current_state, current_run) = {
             let idx = state.index.read();
-            let current = l
-                .obj
-                .metadata
-                .uid
-                .as_deref()
-                .and_then(|u| idx.workspace_by_uid(u))
-                .is_some_and(|w| Arc::ptr_eq(w, &l.obj))
-                && idx
-                    .organization_of_namespace(l.org.target_namespace())
-                    .is_some_and(|o| Arc::ptr_eq(o, &l.org));
-            if !current {
+            if !still_indexed(&idx, &l.obj, &l.org) {
                 // Rendered from objects the index has replaced since: not worth keeping.
                 return;
             }
@@ -355,12 +335,7 @@ impl ResponseCache {
             )
         };
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        if entries.len() >= Self::MAX {
-            entries.retain(|_, c| c.at.elapsed() < crate::auth::CACHE_TTL);
-            if entries.len() >= Self::MAX {
-                entries.clear();
-            }
-        }
+        make_room(&mut entries, Self::MAX, |c| c.at);
         entries.insert(
             key,
             CachedResponse {
@@ -374,6 +349,35 @@ impl ResponseCache {
                 bytes,
             },
         );
+    }
+}
+
+/// Whether the index still holds these very workspace and organization objects (none of
+/// them was replaced by a write since).
+fn still_indexed(idx: &crate::index::Inner, ws: &Arc<Workspace>, org: &Arc<Organization>) -> bool {
+    ws.metadata
+        .uid
+        .as_deref()
+        .and_then(|u| idx.workspace_by_uid(u))
+        .is_some_and(|w| Arc::ptr_eq(w, ws))
+        && idx
+            .organization_of_namespace(org.target_namespace())
+            .is_some_and(|o| Arc::ptr_eq(o, org))
+}
+
+/// Makes room in a cache of at most `max` entries before an insert: when full, drops the
+/// entries older than [`crate::auth::CACHE_TTL`] (`at`: when an entry was made), and
+/// everything when none is.
+fn make_room<V, S>(
+    entries: &mut std::collections::HashMap<u128, V, S>,
+    max: usize,
+    at: impl Fn(&V) -> std::time::Instant,
+) {
+    if entries.len() >= max {
+        entries.retain(|_, v| at(v).elapsed() < crate::auth::CACHE_TTL);
+        if entries.len() >= max {
+            entries.clear();
+        }
     }
 }
 
@@ -406,14 +410,17 @@ impl RenderCache {
 
     fn put(&self, key: u128, bytes: Bytes) {
         let mut docs = self.docs.lock().unwrap_or_else(|e| e.into_inner());
-        if docs.len() >= Self::MAX {
-            docs.retain(|_, (at, _)| at.elapsed() < crate::auth::CACHE_TTL);
-            if docs.len() >= Self::MAX {
-                docs.clear();
-            }
-        }
+        make_room(&mut docs, Self::MAX, |(at, _)| *at);
         docs.insert(key, (std::time::Instant::now(), bytes));
     }
+}
+
+/// The workspace's SSH key when it is named by object name rather than by ID.
+fn ssh_key_by_name(ws: &Workspace) -> Option<&String> {
+    ws.spec
+        .ssh_key
+        .as_ref()
+        .filter(|k| !terrace_crds::ids::is_valid_id(terrace_crds::ids::IdKind::SshKey, k))
 }
 
 /// The ID of the workspace's SSH key, resolving an object name (see
@@ -430,13 +437,7 @@ fn ssh_key_of(idx: &crate::index::Inner, l: &Ws) -> Option<String> {
 fn render_key(state: &AppState, caller: &Caller, l: &Ws, by_name: bool) -> u128 {
     let idx = state.index.read();
     // A key named by object name: the representation changes when that key's ID does.
-    let ssh_key = l
-        .obj
-        .spec
-        .ssh_key
-        .as_ref()
-        .filter(|k| !terrace_crds::ids::is_valid_id(terrace_crds::ids::IdKind::SshKey, k))
-        .and_then(|_| ssh_key_of(&idx, l));
+    let ssh_key = ssh_key_by_name(&l.obj).and_then(|_| ssh_key_of(&idx, l));
     let project = idx.project_of(&l.obj).map(|p| {
         (
             p.metadata.uid.as_deref(),
