@@ -204,6 +204,14 @@ async fn run_controllers(
         workspace_feed.subscribe(),
         shutdown.clone(),
     );
+    let auto_queue = match run::auto_queue::controller(ctx.clone(), &mut catalog, shutdown.clone())
+    {
+        Ok(c) => c.boxed(),
+        Err(e) => {
+            tracing::error!(error = %e, "no runs of uploads: the configuration version cache is missing");
+            futures::future::ready(()).boxed()
+        }
+    };
     let runs = run::controller(
         ctx.clone(),
         orgs.clone(),
@@ -244,6 +252,7 @@ async fn run_controllers(
         test_runs,
         runs,
         auto_destroy,
+        auto_queue,
         state_retention,
         archives
     );

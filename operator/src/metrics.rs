@@ -67,6 +67,8 @@ pub const CONTROLLER_STATE_RETENTION: &str = "state-retention";
 /// Controller label of the blob finalizer of ConfigurationVersions
 /// ([`crate::blob_finalizer`]; runs only with an S3 blob store).
 pub const CONTROLLER_BLOB_FINALIZER: &str = "blob-finalizer";
+/// Controller label of the runs of uploads (`run::auto_queue`).
+pub const CONTROLLER_RUN_AUTO_QUEUE: &str = "run-auto-queue";
 
 /// Content type of the OpenMetrics text exposition.
 pub const OPENMETRICS_CONTENT_TYPE: &str =

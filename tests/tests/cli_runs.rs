@@ -681,3 +681,123 @@ fn working_directory() {
         "{shown}"
     );
 }
+
+/// An upload with `auto-queue-runs` queues a run of the workspace (once); a speculative
+/// one a plan-only run.
+#[test]
+fn uploads_with_auto_queue_runs_queue_a_run() {
+    let (dev, api, _tf, _dir) = setup();
+    let ws_id = api.create_workspace(ORG, json!({"name": "auto"}));
+    let r = api.post(
+        &format!("/api/v2/workspaces/{ws_id}/configuration-versions"),
+        &json!({"data": {"type": "configuration-versions", "attributes": {}}}),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    assert_eq!(r.body["data"]["attributes"]["auto-queue-runs"], true);
+    let url = r.body["data"]["attributes"]["upload-url"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let path = &url[url.find("/api/v2/").expect("upload URL path")..];
+    assert_eq!(api.put_unauthenticated(path, targz(SLOW_FILES)), 200);
+    let queued = dev
+        .eventually(Duration::from_secs(30), || {
+            runs(&api, &ws_id).first().cloned()
+        })
+        .expect("a run is queued by the upload");
+    assert_eq!(queued["attributes"]["source"], "tfe-configuration-version");
+    let id = queued["id"].as_str().unwrap_or_default().to_owned();
+    // Not auto-apply: it waits for a confirmation.
+    wait_status(&dev, &api, &id, &["planned"]);
+    let r = api.post(&format!("/api/v2/runs/{id}/actions/discard"), &json!({}));
+    assert_eq!(r.status, 202, "{:?}", r.body);
+    wait_status(&dev, &api, &id, &["discarded"]);
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(runs(&api, &ws_id).len(), 1, "queued once");
+}
+
+/// Force-cancel (after a cancel) deletes the Pod at once: the run ends force_canceled
+/// and the workspace is unlocked.
+#[test]
+fn force_cancel_after_cancel() {
+    let (dev, api, _tf, _dir) = setup();
+    let ws_id = api.create_workspace(ORG, json!({"name": "stuck", "auto-apply": true}));
+    let cv = upload(
+        &api,
+        &ws_id,
+        false,
+        &[(
+            "main.tf",
+            "resource \"terraform_data\" \"x\" {\n  provisioner \"local-exec\" {\n    command = \"trap '' INT TERM; sleep 120\"\n  }\n}\n",
+        )],
+    );
+    let id = create_run(&api, &ws_id, Some(&cv), json!({})).expect("run");
+    let r = api.post(
+        &format!("/api/v2/runs/{id}/actions/force-cancel"),
+        &json!({}),
+    );
+    assert_eq!(
+        r.status, 409,
+        "force-cancel needs a cancel first: {:?}",
+        r.body
+    );
+    wait_status(&dev, &api, &id, &["applying"]);
+    std::thread::sleep(Duration::from_secs(2));
+    let r = api.post(&format!("/api/v2/runs/{id}/actions/cancel"), &json!({}));
+    assert_eq!(r.status, 202, "{:?}", r.body);
+    let shown = run(&api, &id);
+    assert_eq!(shown["attributes"]["actions"]["is-force-cancelable"], true);
+    let r = api.post(
+        &format!("/api/v2/runs/{id}/actions/force-cancel"),
+        &json!({}),
+    );
+    assert_eq!(r.status, 202, "{:?}", r.body);
+    wait_status(&dev, &api, &id, &["force_canceled"]);
+    let unlocked = dev.eventually(Duration::from_secs(30), || {
+        (workspace(&api, "stuck")["attributes"]["locked"] == false).then_some(())
+    });
+    assert!(unlocked.is_some(), "the workspace stayed locked");
+}
+
+/// An operator restart while a run applies: no second Pod is started; the lost Pod errors
+/// the run with the cause, and the workspace is unlocked.
+#[test]
+fn restart_mid_apply_errors_the_run_with_the_cause() {
+    let (dev, api, _tf, _dir) = setup();
+    let ws_id = api.create_workspace(ORG, json!({"name": "restarted", "auto-apply": true}));
+    let cv = upload(
+        &api,
+        &ws_id,
+        false,
+        &[(
+            "main.tf",
+            "resource \"terraform_data\" \"x\" {\n  provisioner \"local-exec\" {\n    command = \"sleep 60\"\n  }\n}\n",
+        )],
+    );
+    let id = create_run(&api, &ws_id, Some(&cv), json!({})).expect("run");
+    wait_status(&dev, &api, &id, &["applying"]);
+    let dev = dev.restart();
+    let api = Api::admin(&dev);
+    let ended = wait_status(&dev, &api, &id, &["errored", "applied"]);
+    if status(&ended) == "errored" {
+        let shown = dev.kubectl_ok(&[
+            "get",
+            "run",
+            &id.to_ascii_lowercase(),
+            "-n",
+            ORG,
+            "-o",
+            "jsonpath={.status.message}",
+        ]);
+        assert!(
+            shown.contains("NodeLost") || shown.contains("lost"),
+            "{shown}"
+        );
+    }
+    let pods = dev.kubectl_ok(&["get", "pods", "-n", ORG, "-o", "name"]);
+    assert!(pods.matches("-apply").count() <= 1, "{pods}");
+    let unlocked = dev.eventually(Duration::from_secs(30), || {
+        (workspace(&api, "restarted")["attributes"]["locked"] == false).then_some(())
+    });
+    assert!(unlocked.is_some(), "the workspace stayed locked");
+}

@@ -18,6 +18,7 @@
 //! of the workspace changes (one ends).
 
 pub mod auto_destroy;
+pub mod auto_queue;
 pub mod pod;
 
 use std::future::Future;
