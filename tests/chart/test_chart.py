@@ -219,6 +219,7 @@ TERRACE_KINDS = [
     "agentpools",
     "oauthtokens",
     "stateversions",
+    "runs",
 ]
 
 
@@ -239,6 +240,8 @@ OPERATOR_NEEDS = [
     *[("terrace.dev", f"{k}/status", "patch") for k in TERRACE_KINDS],
     ("terrace.dev", "projects", "create"),
     ("terrace.dev", "testruns/finalizers", "update"),
+    ("terrace.dev", "runs/finalizers", "update"),
+    ("terrace.dev", "runs", "create"),
     ("", "namespaces", "create"),
     ("", "namespaces", "patch"),
     ("", "namespaces", "watch"),
@@ -259,7 +262,7 @@ API_SERVER_NEEDS = [
     *[("terrace.dev", k, "patch") for k in ("organizations", "projects", "workspaces", "sshkeys", "testvariables", "workspacevariables", "configurationversions", "stateversions")],
     *[("terrace.dev", k, "delete") for k in ("organizations", "projects", "workspaces", "sshkeys", "testvariables", "workspacevariables", "stateversions")],
     ("terrace.dev", "workspaces", "update"),
-    *[("terrace.dev", f"{k}/status", "patch") for k in ("configurationversions", "testruns", "testvariables", "stateversions")],
+    *[("terrace.dev", f"{k}/status", "patch") for k in ("configurationversions", "testruns", "testvariables", "stateversions", "runs")],
     *[("", "secrets", v) for v in ("get", "create", "patch", "delete")],
     *[("", "configmaps", v) for v in ("get", "create", "patch", "delete")],
     ("", "pods/log", "get"),
