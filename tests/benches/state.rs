@@ -139,6 +139,8 @@ fn main() {
     let dev = Dev::start();
     let api = Api::admin(&dev);
     api.create_org(ORG);
+    // The state path: the CLI plans and applies (runs in Pods are benches/runs.rs).
+    api.set_default_execution_mode(ORG, "local");
     let tf = Terraform::for_dev(&dev);
     let work = tempfile::tempdir().expect("work dir");
 

@@ -487,6 +487,18 @@ impl Api {
         name.to_owned()
     }
 
+    /// Sets organization `org`'s default execution mode (`local`: the CLI plans and
+    /// applies itself, terrace keeps the state; `remote`: runs in Pods).
+    pub fn set_default_execution_mode(&self, org: &str, mode: &str) {
+        let r = self.call(
+            "PATCH",
+            &format!("/api/v2/organizations/{org}"),
+            Some(&serde_json::json!({"data": {"type": "organizations",
+                "attributes": {"default-execution-mode": mode}}})),
+        );
+        assert_eq!(r.status, 200, "default execution mode: {:?}", r.body);
+    }
+
     /// Creates a workspace and returns its ID.
     pub fn create_workspace(&self, org: &str, attributes: serde_json::Value) -> String {
         let r = self.post(

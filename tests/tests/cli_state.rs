@@ -105,12 +105,7 @@ fn setup() -> (Dev, Api, Terraform, tempfile::TempDir) {
     let dev = Dev::start();
     let api = Api::admin(&dev);
     api.create_org(ORG);
-    let r = api.call(
-        "PATCH",
-        &format!("/api/v2/organizations/{ORG}"),
-        Some(&json!({"data": {"type": "organizations", "attributes": {"default-execution-mode": "local"}}})),
-    );
-    assert_eq!(r.status, 200, "{:?}", r.body);
+    api.set_default_execution_mode(ORG, "local");
     let tf = Terraform::for_dev(&dev);
     let dir = tempfile::tempdir().expect("work dir");
     (dev, api, tf, dir)

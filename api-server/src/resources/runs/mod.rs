@@ -524,6 +524,46 @@ async fn list(
     ))
 }
 
+/// The run actions.
+const ACTIONS: [&str; 4] = ["apply", "discard", "cancel", "force-cancel"];
+
+/// The status patch that records `action` on run `r` asked by `who` at `now`: None when
+/// it is recorded already (a repeated cancel), 409 when the run's state does not allow it.
+fn action_patch(action: &str, r: &Run, who: &str, now: &str) -> Result<Option<Value>, ApiError> {
+    let s = state_of(r);
+    let refuse = |what: &str| {
+        ApiError::conflict(format!(
+            "transition not allowed: the run is {s}, it cannot be {what}"
+        ))
+    };
+    let cancel_requested = r
+        .status
+        .as_ref()
+        .is_some_and(|st| st.cancel_requested_at.is_some());
+    match action {
+        "apply" if s.is_confirmable() => Ok(Some(json!({
+            "status": RunState::Confirmed.as_str(),
+            "confirmedBy": who,
+            "statusTimestamps": {run::timestamp_key(RunState::Confirmed): now},
+        }))),
+        "apply" => Err(refuse("applied")),
+        "discard" if s.is_discardable() => Ok(Some(json!({
+            "status": RunState::Discarded.as_str(),
+            "statusTimestamps": {run::timestamp_key(RunState::Discarded): now},
+        }))),
+        "discard" => Err(refuse("discarded")),
+        "cancel" if !s.is_cancelable() => Err(refuse("canceled")),
+        "cancel" if cancel_requested => Ok(None),
+        "cancel" => Ok(Some(json!({"cancelRequestedAt": now}))),
+        "force-cancel" if !s.is_cancelable() => Err(refuse("force-canceled")),
+        "force-cancel" if !cancel_requested => Err(ApiError::conflict(
+            "transition not allowed: force-cancel is available after a cancel",
+        )),
+        "force-cancel" => Ok(Some(json!({"forceCancelRequestedAt": now}))),
+        _ => Err(ApiError::not_found("unknown run action")),
+    }
+}
+
 /// `POST /runs/:id/actions/{apply,discard,cancel,force-cancel}`: 202 when recorded, 409
 /// when the run is not in a state that allows it.
 async fn act(
@@ -539,66 +579,12 @@ async fn act(
             "not authorized to act on this run",
         )
         .await?;
+    if !ACTIONS.contains(&action.as_str()) {
+        return Err(ApiError::not_found("unknown run action"));
+    }
     let who = format!("user:{}", caller.username);
     let now = crate::render::now();
-    let refuse = |s: RunState, what: &str| {
-        ApiError::conflict(format!(
-            "transition not allowed: the run is {s}, it cannot be {what}"
-        ))
-    };
-    let change: Box<dyn FnMut(&Run) -> Result<Option<Value>, ApiError> + Send> =
-        match action.as_str() {
-            "apply" => Box::new(move |r: &Run| {
-                let s = state_of(r);
-                if !s.is_confirmable() {
-                    return Err(refuse(s, "applied"));
-                }
-                Ok(Some(json!({
-                    "status": RunState::Confirmed.as_str(),
-                    "confirmedBy": who,
-                    "statusTimestamps": {run::timestamp_key(RunState::Confirmed): now},
-                })))
-            }),
-            "discard" => Box::new(move |r: &Run| {
-                let s = state_of(r);
-                if !s.is_discardable() {
-                    return Err(refuse(s, "discarded"));
-                }
-                Ok(Some(json!({
-                    "status": RunState::Discarded.as_str(),
-                    "statusTimestamps": {run::timestamp_key(RunState::Discarded): now},
-                })))
-            }),
-            "cancel" => Box::new(move |r: &Run| {
-                let s = state_of(r);
-                if !s.is_cancelable() {
-                    return Err(refuse(s, "canceled"));
-                }
-                if r.status
-                    .as_ref()
-                    .is_some_and(|st| st.cancel_requested_at.is_some())
-                {
-                    return Ok(None);
-                }
-                Ok(Some(json!({"cancelRequestedAt": now})))
-            }),
-            "force-cancel" => Box::new(move |r: &Run| {
-                let s = state_of(r);
-                if !s.is_cancelable() {
-                    return Err(refuse(s, "force-canceled"));
-                }
-                if r.status
-                    .as_ref()
-                    .is_none_or(|st| st.cancel_requested_at.is_none())
-                {
-                    return Err(ApiError::conflict(
-                        "transition not allowed: force-cancel is available after a cancel",
-                    ));
-                }
-                Ok(Some(json!({"forceCancelRequestedAt": now})))
-            }),
-            _ => return Err(ApiError::not_found("unknown run action")),
-        };
+    let change = |r: &Run| action_patch(&action, r, &who, &now);
     let api = write::api::<Run>(&state, &at.ns);
     let current = api.get(&at.object_name()).await?;
     let written = write::guarded_status_patch(&api, current, change).await?;
