@@ -177,6 +177,9 @@ impl FromStr for RunState {
     }
 }
 
+/// The status timestamp the API writes when it creates a run.
+pub const QUEUEABLE_AT: &str = "plan-queueable-at";
+
 /// The plan ID of run `run-…` (`plan-…`, the same suffix).
 pub fn plan_id(run_id: &str) -> String {
     format!("plan-{}", run_id.strip_prefix("run-").unwrap_or(run_id))

@@ -540,7 +540,9 @@ pub async fn exec<W: AsyncWrite + Unpin>(
             line.push(b'\n');
             let _ = out.write_all(&line).await.and(out.flush().await);
             if let Some(f) = log.as_mut() {
-                let _ = f.write_all(&line).await;
+                // A tokio file writes in the background: flushed, the line is on disk
+                // before the report says the run ended.
+                let _ = f.write_all(&line).await.and(f.flush().await);
             }
             let report = RunnerReport::not_started(format!("{summary}: {detail}"));
             write_report(opts, &report).await?;

@@ -404,11 +404,12 @@ fn queueing_locks_and_rules_through_the_api() {
         std::thread::sleep(Duration::from_millis(200));
     }
     // In creation order: each applied before the next one started planning.
-    let at = |id: &str, key: &str| {
-        run(&api, id)["attributes"]["status-timestamps"][key]
+    let at = |id: &str, key: &str| -> k8s_openapi::jiff::Timestamp {
+        let r = run(&api, id);
+        r["attributes"]["status-timestamps"][key]
             .as_str()
-            .unwrap_or_default()
-            .to_owned()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("{key} of {r}"))
     };
     for w in ids.windows(2) {
         assert!(

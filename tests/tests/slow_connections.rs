@@ -8,7 +8,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use terrace_tests::Dev;
+use terrace_tests::{Api, Dev};
 
 /// Short limits, so the deadlines pass within the test.
 const LIMITS: &[&str] = &[
@@ -111,9 +111,23 @@ fn errors_no_handler_answers_are_json_api_documents() {
 #[test]
 fn slow_and_idle_clients_are_closed_at_their_deadlines() {
     let dev = Dev::start_with(LIMITS);
+    // A real upload URL: an unknown one is refused (404) before its body is read.
+    let api = Api::admin(&dev);
+    api.create_org("slow");
+    let t = api.create_module("slow", "m", "aws");
+    let r = api.post(
+        &format!("{t}/test-runs/configuration-versions"),
+        &serde_json::json!({"data": {"type": "configuration-versions", "attributes": {"auto-queue-runs": false}}}),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let url = r.body["data"]["attributes"]["upload-url"]
+        .as_str()
+        .unwrap_or_default();
+    let path = &url[url.find("/api/v2/").expect("upload URL path")..];
     let (answer, closed) = exchange(
         &dev,
-        b"PUT /api/v2/uploads/v1/object/slow HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\npartial",
+        format!("PUT {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\npartial")
+            .as_bytes(),
     );
     assert_eq!(json_api_error(&answer).0, 408, "{answer}");
     let at = closed.expect("closed");

@@ -48,12 +48,7 @@ pub fn current_run(idx: &Inner, ns: &str, ws_object: &str) -> Option<Arc<Run>> {
     idx.runs()
         .in_namespace(ns)
         .filter(|r| r.spec.workspace == ws_object && !r.spec.plan_only)
-        .max_by(|a, b| {
-            a.metadata
-                .creation_timestamp
-                .cmp(&b.metadata.creation_timestamp)
-                .then_with(|| a.name_any().cmp(&b.name_any()))
-        })
+        .max_by_key(|r| (r.queued_at(), r.name_any()))
         .cloned()
 }
 
@@ -62,13 +57,72 @@ pub fn current_run(idx: &Inner, ns: &str, ws_object: &str) -> Option<Arc<Run>> {
 pub fn current_runs(idx: &Inner, ns: &str) -> std::collections::HashMap<String, Arc<Run>> {
     let mut out: std::collections::HashMap<String, Arc<Run>> = std::collections::HashMap::new();
     for r in idx.runs().in_namespace(ns).filter(|r| !r.spec.plan_only) {
-        let newer = out.get(&r.spec.workspace).is_none_or(|cur| {
-            (&r.metadata.creation_timestamp, r.name_any())
-                > (&cur.metadata.creation_timestamp, cur.name_any())
-        });
+        let newer = out
+            .get(&r.spec.workspace)
+            .is_none_or(|cur| (r.queued_at(), r.name_any()) > (cur.queued_at(), cur.name_any()));
         if newer {
             out.insert(r.spec.workspace.clone(), r.clone());
         }
+    }
+    out
+}
+
+/// Purpose of plan and apply log-read tokens.
+const LOG_PURPOSE: &str = "run-log";
+/// How long a log-read URL works.
+const LOG_URL_TTL: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// The log-read URL of plan or apply `phase_id`: a capability URL (no Authorization).
+pub fn log_url(state: &AppState, base: &str, phase_id: &str) -> String {
+    let token = state.signer.sign(LOG_PURPOSE, phase_id, LOG_URL_TTL);
+    let kind = if phase_id.starts_with("plan-") {
+        "plans"
+    } else {
+        "applies"
+    };
+    format!("{base}/api/v2/{kind}/{phase_id}/log/{token}")
+}
+
+/// Whether `token` is the log-read token of `phase_id`.
+pub fn log_token_ok(state: &AppState, phase_id: &str, token: &str) -> bool {
+    state.signer.verify(LOG_PURPOSE, phase_id, token)
+}
+
+/// What a workspace's `include=current_run[.plan|.configuration_version]` adds: its
+/// current run, and its plan or configuration version.
+pub fn current_run_included(
+    state: &AppState,
+    ws: &Located<terrace_crds::Workspace>,
+    include: &str,
+) -> Vec<Value> {
+    let idx = state.index.read();
+    let Some(r) = current_run(&idx, &ws.ns, &ws.obj.name_any()) else {
+        return Vec::new();
+    };
+    let (ws_id, cv_id) = links_of(&idx, &r);
+    let mut out = vec![run_data(
+        &r,
+        ws_id.as_deref(),
+        cv_id.as_deref(),
+        RunPermissions::default(),
+        None,
+    )];
+    match include {
+        "current_run.plan" => {
+            out.push(plan_data(
+                &r,
+                &log_url(state, "", &run::plan_id(&id_of(r.as_ref()))),
+            ));
+        }
+        "current_run.configuration_version" => {
+            if let Some(c) = cv_id
+                .as_deref()
+                .and_then(|id| idx.configuration_versions().get(id))
+            {
+                out.push(super::config_versions::render(c, None));
+            }
+        }
+        _ => {}
     }
     out
 }

@@ -157,3 +157,22 @@ pub struct RunStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
+
+impl Run {
+    /// When the run was queued, in milliseconds (RFC 3339, the API's format): its
+    /// `plan-queueable-at` (creation timestamps have whole seconds, and runs created within
+    /// one second must keep their order), else its creation time. Orders a workspace's
+    /// queue and its list of runs.
+    pub fn queued_at(&self) -> String {
+        self.status
+            .as_ref()
+            .and_then(|s| s.status_timestamps.get(crate::run::QUEUEABLE_AT).cloned())
+            .or_else(|| {
+                self.metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map(|t| crate::common::timestamp(&t.0))
+            })
+            .unwrap_or_default()
+    }
+}

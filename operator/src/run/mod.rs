@@ -262,6 +262,13 @@ async fn reconcile(run: Arc<Run>, ctx: Arc<RunContext>) -> Result<Action, Error>
         if phase == Phase::Apply {
             release_phase(&ctx, &run, &run_id, &pods, Phase::Plan).await?;
         }
+        if let Some(full) = at_limit(&ctx, &ns).await? {
+            // Waits queued for a slot (a confirmed run shows `apply_queued`).
+            if state == RunState::Confirmed {
+                write_status(&ctx, &run, RunState::ApplyQueued, None, Some(full), None).await?;
+            }
+            return Ok(Action::requeue(Duration::from_secs(5)));
+        }
         create_pod(&ctx, &run, &ws, &run_id, p).await?;
     }
     if let Some(grace) = d.delete_pod {
@@ -304,6 +311,42 @@ async fn reconcile(run: Arc<Run>, ctx: Arc<RunContext>) -> Result<Action, Error>
     })
 }
 
+/// Why no phase may start now: the global limit (`--test-run-concurrency`, which runs
+/// share with test runs' setting) or the organization's (`spec.settings.testRuns.
+/// concurrency`) of runs planning or applying at once is reached. None: a slot is free.
+async fn at_limit(ctx: &RunContext, ns: &str) -> Result<Option<String>, Error> {
+    let running: Vec<Arc<Run>> = ctx
+        .runs
+        .state()
+        .into_iter()
+        .filter(|r| state_of(r).is_running())
+        .collect();
+    let global = ctx.base.settings.test_run_concurrency as usize;
+    if global > 0 && running.len() >= global {
+        return Ok(Some(format!(
+            "waiting for a slot: {} runs are running (the limit is {global})",
+            running.len()
+        )));
+    }
+    let org = ctx.orgs.owner(ns).await?;
+    let limit = org
+        .and_then(|o| o.spec.settings.test_runs.concurrency)
+        .and_then(|c| usize::try_from(c).ok())
+        .filter(|c| *c > 0);
+    if let Some(limit) = limit {
+        let here = running
+            .iter()
+            .filter(|r| r.namespace().as_deref() == Some(ns))
+            .count();
+        if here >= limit {
+            return Ok(Some(format!(
+                "waiting for a slot: {here} runs of the organization are running (its limit is {limit})"
+            )));
+        }
+    }
+    Ok(None)
+}
+
 /// A pending run: its turn (and the workspace's lock) or the reason it waits.
 async fn start(
     run: &Run,
@@ -323,13 +366,7 @@ async fn start(
         .filter(|r| {
             r.namespace().as_deref() == Some(ns.as_str()) && r.spec.workspace == run.spec.workspace
         })
-        .map(|r| {
-            let t = r
-                .creation_timestamp()
-                .map(|t| t.0.to_string())
-                .unwrap_or_default();
-            (t, r.clone())
-        })
+        .map(|r| (r.queued_at(), r.clone()))
         .collect();
     let queue: Vec<QueuedRun<'_>> = created
         .iter()
@@ -379,7 +416,7 @@ async fn lock_workspace(ctx: &RunContext, ws: &Workspace, run_id: &str) -> Resul
         "resourceVersion": ws.resource_version(),
         "annotations": {
             ANNOTATION_LOCKED_BY: me.annotation(),
-            ANNOTATION_LOCKED_AT: Timestamp::now().to_string(),
+            ANNOTATION_LOCKED_AT: terrace_crds::common::timestamp(&Timestamp::now()),
             ANNOTATION_LOCK_REASON: format!("Locked by run {run_id}"),
         },
     }});
@@ -601,7 +638,7 @@ async fn write_status(
     message: Option<String>,
     report: Option<&PhaseReport>,
 ) -> Result<(), Error> {
-    let now = Timestamp::now().to_string();
+    let now = terrace_crds::common::timestamp(&Timestamp::now());
     let mut status = json!({
         "status": to.as_str(),
         "statusTimestamps": {run::timestamp_key(to): now},
@@ -698,7 +735,7 @@ async fn write_status(
 /// under [`FIELD_MANAGER_RUNS`]) from its runs, `run` counted as `to` (best effort).
 async fn record_performance(ctx: &RunContext, run: &Run, to: RunState) {
     let ns = run.namespace().unwrap_or_default();
-    let now = Timestamp::now().to_string();
+    let now = terrace_crds::common::timestamp(&Timestamp::now());
     let all = ctx.runs.state();
     let owned: Vec<(String, RunState, [Option<String>; 4])> = all
         .iter()
@@ -724,11 +761,7 @@ async fn record_performance(ctx: &RunContext, run: &Run, to: RunState) {
             } else {
                 state_of(r)
             };
-            let created = r
-                .creation_timestamp()
-                .map(|t| t.0.to_string())
-                .unwrap_or_default();
-            (created, state, times)
+            (r.queued_at(), state, times)
         })
         .collect();
     let times: Vec<run::RunTimes<'_>> = owned

@@ -653,10 +653,14 @@ mod tests {
         assert!(status_is_current(&trimmed, &d, &conds, Some(2)));
         assert_eq!(trimmed.spec.project.as_deref(), Some("infra"));
         assert_eq!(trimmed.spec.description, None);
-        assert_eq!(trimmed.spec.terraform_version, None);
+        // The run controllers read the engine version and the latest change.
+        assert_eq!(trimmed.spec.terraform_version, w.spec.terraform_version);
         assert!(trimmed.spec.trigger_patterns.is_empty());
         let st = trimmed.status.unwrap_or_default();
-        assert_eq!((st.resource_count, st.latest_change_at), (0, None));
+        assert_eq!(
+            (st.resource_count, st.latest_change_at.as_deref()),
+            (0, Some("2026-01-01T00:00:00Z"))
+        );
         assert_eq!(st.data_retention_policy_id, None);
     }
 

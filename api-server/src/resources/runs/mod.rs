@@ -25,16 +25,14 @@ use terrace_crds::{ConfigurationVersion, ConfigurationVersionState, Run, RunSpec
 
 use crate::blobs::BlobStore;
 use crate::capability::base_url;
-use crate::documents::runs::{RunPermissions, apply_data, links_of, plan_data, run_data, state_of};
+use crate::documents::runs::{
+    RunPermissions, apply_data, links_of, log_url, plan_data, run_data, state_of,
+};
 use crate::prelude::*;
 use crate::render::{page_slice, pagination};
 
 /// The RBAC resource of runs.
 pub const RESOURCE: &str = "runs";
-/// Purpose of plan and apply log-read tokens.
-const LOG_PURPOSE: &str = "run-log";
-/// How long a log-read URL works.
-const LOG_URL_TTL: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 /// Blob key of a run's plan file and of its JSON form.
 pub fn plan_key(run_id: &str) -> String {
     format!("runs/{run_id}/plan")
@@ -298,7 +296,7 @@ async fn create(
         &api,
         &created.name_any(),
         json!({"id": id, "status": RunState::Pending.as_str(),
-               "statusTimestamps": {"plan-queueable-at": now}}),
+               "statusTimestamps": {run::QUEUEABLE_AT: now}}),
     )
     .await?;
     write::wait_seen(&state, &created).await;
@@ -390,17 +388,6 @@ fn workspace_brief(w: &Workspace, org: &Organization) -> Value {
     })
 }
 
-/// The log-read URL of plan or apply `phase_id`: a capability URL (no Authorization).
-fn log_url(state: &AppState, base: &str, phase_id: &str) -> String {
-    let token = state.signer.sign(LOG_PURPOSE, phase_id, LOG_URL_TTL);
-    let kind = if phase_id.starts_with("plan-") {
-        "plans"
-    } else {
-        "applies"
-    };
-    format!("{base}/api/v2/{kind}/{phase_id}/log/{token}")
-}
-
 const RUN_INCLUDES: &[&str] = &[
     "plan",
     "apply",
@@ -484,12 +471,7 @@ async fn list(
             .filter(|r| statuses.is_empty() || statuses.iter().any(|s| s == state_of(r).as_str()))
             .cloned()
             .collect();
-        runs.sort_by(|a, b| {
-            b.metadata
-                .creation_timestamp
-                .cmp(&a.metadata.creation_timestamp)
-                .then_with(|| b.name_any().cmp(&a.name_any()))
-        });
+        runs.sort_by_cached_key(|r| std::cmp::Reverse((r.queued_at(), r.name_any())));
         let cv_ids: BTreeMap<String, String> = idx
             .configuration_versions()
             .in_namespace(&ws.ns)
@@ -719,7 +701,7 @@ async fn phase_log(
     token: &str,
     q: &QueryParams,
 ) -> Result<Response, ApiError> {
-    if !state.signer.verify(LOG_PURPOSE, phase_id, token) {
+    if !crate::documents::runs::log_token_ok(state, phase_id, token) {
         return Err(ApiError::not_found("log not found"));
     }
     let run_id = run::run_of(phase_id).ok_or_else(|| ApiError::not_found("log not found"))?;
@@ -774,11 +756,7 @@ async fn queue(
             !s.is_final() && !matches!(s, RunState::Planned | RunState::PlannedAndSaved)
         })
         .collect();
-    active.sort_by(|a, b| {
-        a.metadata
-            .creation_timestamp
-            .cmp(&b.metadata.creation_timestamp)
-    });
+    active.sort_by_cached_key(|r| (r.queued_at(), r.name_any()));
     let data: Vec<Value> = {
         let idx = state.index.read();
         page_slice(&active, page)

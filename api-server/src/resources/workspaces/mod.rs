@@ -121,7 +121,8 @@ pub async fn render_located(
 }
 
 /// The `include` values of workspace reads (SPEC.md "Optional related resources"); those
-/// naming what terrace does not have yet are accepted and include nothing.
+/// naming what terrace does not have (readmes, ingress attributes) are accepted and include
+/// nothing.
 pub const INCLUDES: &[&str] = &[
     "current_configuration_version",
     "current_configuration_version.ingress_attributes",
@@ -160,6 +161,9 @@ pub fn included(state: &AppState, located: &[&Ws], includes: &[String]) -> Vec<V
                         .iter()
                         .map(|b| documents::effective_tag_binding(&id, b))
                         .collect()
+                }
+                "current_run" | "current_run.plan" | "current_run.configuration_version" => {
+                    documents::runs::current_run_included(state, l, inc)
                 }
                 _ => Vec::new(),
             };
