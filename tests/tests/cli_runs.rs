@@ -791,7 +791,7 @@ fn restart_mid_apply_errors_the_run_with_the_cause() {
             "jsonpath={.status.message}",
         ]);
         assert!(
-            shown.contains("NodeLost") || shown.contains("lost"),
+            shown.contains("NodeLost") || shown.contains("lost") || shown.contains("137"),
             "{shown}"
         );
     }
