@@ -84,6 +84,7 @@ fn main() {
     // 1. Remote plan vs local plan.
     let mut local = Vec::new();
     let mut remote = Vec::new();
+    let mut server = Vec::new();
     for rep in 0..reps {
         let l = work.path().join(format!("local-{rep}"));
         std::fs::create_dir_all(&l).expect("dir");
@@ -100,8 +101,20 @@ fn main() {
         )
         .expect("main.tf");
         remote.push(timed_plan(&tf, &r));
+        // terrace's own part: from the run's creation to its end (status timestamps).
+        let ws = api.get(&format!("/api/v2/organizations/{ORG}/workspaces/plan-{rep}"));
+        let id = ws.body["data"]["id"].as_str().unwrap_or_default().to_owned();
+        let runs = api.get(&format!("/api/v2/workspaces/{id}/runs"));
+        let ts = &runs.body["data"][0]["attributes"]["status-timestamps"];
+        let at = |k: &str| {
+            ts[k].as_str()
+                .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+                .unwrap_or_else(|| panic!("{k} in {ts}"))
+        };
+        let took = at("planned-and-finished-at").duration_since(at("plan-queueable-at"));
+        server.push(took.unsigned_abs());
     }
-    let (l, r) = (median(local), median(remote));
+    let (l, r, s) = (median(local), median(remote), median(server));
     println!("remote plan of {n} terraform_data resources ({reps} reps, medians):");
     println!(
         "  local backend, local plan: {:.2} s (baseline)",
@@ -111,6 +124,11 @@ fn main() {
         "  cloud block, remote plan in a Pod: {:.2} s ({:.2}x baseline, target <= 3x)",
         r.as_secs_f64(),
         r.as_secs_f64() / l.as_secs_f64()
+    );
+    println!(
+        "    of which terrace (run created to plan finished: queue, Pod, init, plan, uploads): {:.2} s ({:.2}x baseline); the rest is the CLI's own: its start, the upload, its fixed polls (configuration version after 0.5 s, run after 1 s) and log reads",
+        s.as_secs_f64(),
+        s.as_secs_f64() / l.as_secs_f64()
     );
 
     // 2. Many runs across many workspaces.
