@@ -102,12 +102,18 @@ fn main() {
         .expect("main.tf");
         remote.push(timed_plan(&tf, &r));
         // terrace's own part: from the run's creation to its end (status timestamps).
-        let ws = api.get(&format!("/api/v2/organizations/{ORG}/workspaces/plan-{rep}"));
-        let id = ws.body["data"]["id"].as_str().unwrap_or_default().to_owned();
+        let ws = api.get(&format!(
+            "/api/v2/organizations/{ORG}/workspaces/plan-{rep}"
+        ));
+        let id = ws.body["data"]["id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         let runs = api.get(&format!("/api/v2/workspaces/{id}/runs"));
         let ts = &runs.body["data"][0]["attributes"]["status-timestamps"];
         let at = |k: &str| {
-            ts[k].as_str()
+            ts[k]
+                .as_str()
                 .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
                 .unwrap_or_else(|| panic!("{k} in {ts}"))
         };

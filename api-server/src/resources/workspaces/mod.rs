@@ -64,6 +64,9 @@ pub async fn permissions(
         l.check("read-outputs"),
         l.check("read-state"),
         l.check("write-state"),
+        Check::new("create", "runs", &l.ns, None),
+        Check::new("get", "workspacevariables", &l.ns, None),
+        Check::new("update", "workspacevariables", &l.ns, None),
     ];
     let r = state.auth.allowed_all(caller, &checks).await?;
     Ok(Permissions {
@@ -75,6 +78,9 @@ pub async fn permissions(
         read_outputs: r[5],
         read_state: r[6],
         write_state: r[7],
+        queue_run: r[8],
+        read_variables: r[9],
+        update_variables: r[10],
         force_delete: may_force_delete(state, caller, l).await?,
     })
 }

@@ -24,6 +24,11 @@ pub struct Permissions {
     pub read_outputs: bool,
     pub read_state: bool,
     pub write_state: bool,
+    /// `create` on runs: queue plans and applies.
+    pub queue_run: bool,
+    /// `get` / `update` on workspace variables.
+    pub read_variables: bool,
+    pub update_variables: bool,
 }
 
 /// Everything besides the object the representation needs.
@@ -221,14 +226,14 @@ pub fn workspace(ws: &Workspace, ctx: &RenderContext<'_>) -> Value {
         "permissions": {
             "can-update": p.update,
             "can-destroy": p.delete,
-            "can-queue-run": p.update,
+            "can-queue-run": p.queue_run,
             "can-read-run": p.read,
-            "can-read-variable": p.read,
-            "can-update-variable": p.update,
+            "can-read-variable": p.read_variables,
+            "can-update-variable": p.update_variables,
             "can-read-state-versions": p.read_state,
             "can-read-state-outputs": p.read_outputs,
             "can-create-state-versions": p.write_state,
-            "can-queue-apply": p.update,
+            "can-queue-apply": p.queue_run,
             "can-lock": p.lock,
             "can-unlock": p.lock,
             "can-force-unlock": p.force_unlock,
@@ -239,7 +244,7 @@ pub fn workspace(ws: &Workspace, ctx: &RenderContext<'_>) -> Value {
             "can-manage-assessments": p.update,
             "can-manage-ephemeral-workspaces": p.update,
             "can-read-assessment-results": p.read,
-            "can-queue-destroy": p.update,
+            "can-queue-destroy": p.queue_run,
         },
         "actions": { "is-destroyable": resource_count == 0 && holder.is_none() },
     });
