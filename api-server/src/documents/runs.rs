@@ -243,8 +243,17 @@ fn counts(p: &RunPhaseStatus, finished: bool) -> (Value, Value, Value, Value) {
 pub fn plan_data(r: &Run, log_url: &str) -> Value {
     let id = run::plan_id(&id_of(r));
     let state = state_of(r);
-    let status = state.plan_status(reached_apply(r));
     let p = r.status.clone().unwrap_or_default().plan;
+    // Discarded or canceled before its plan started: the plan never runs.
+    let status = if p.started_at.is_none()
+        && matches!(
+            state,
+            RunState::Discarded | RunState::Canceled | RunState::ForceCanceled
+        ) {
+        "unreachable"
+    } else {
+        state.plan_status(reached_apply(r))
+    };
     let (add, change, destroy, import) = counts(&p, status == "finished");
     let mut ts = Map::new();
     if let Some(t) = &p.started_at {

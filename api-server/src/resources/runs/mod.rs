@@ -12,6 +12,8 @@
 
 pub mod config_versions;
 pub mod runner;
+#[cfg(test)]
+mod tests;
 
 use std::collections::BTreeMap;
 

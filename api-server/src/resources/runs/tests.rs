@@ -1,0 +1,397 @@
+//! Runs through the router, on the simulator (no operator: runs stay where the API puts
+//! them): workspace configuration versions, run creation and its rules, the document's
+//! shape as the terraform CLI reads it, the actions and their 409s, plans and applies,
+//! the CLI's waiting reads, the runner endpoints' token.
+
+use serde_json::{Value, json};
+use terrace_crds::ConfigurationVersionState;
+
+use crate::Edition;
+use crate::testing::{Harness, harness, targz};
+
+const WS: &str = "ws-RunsHandlers000001";
+const WS_PATH: &str = "/api/v2/workspaces/ws-RunsHandlers000001";
+
+async fn setup() -> Harness {
+    let h = harness(Edition::SelfHosted).await;
+    h.workspace(WS, "app", |s| s.allow_destroy_plan = false)
+        .await;
+    h
+}
+
+/// A configuration version of the workspace, uploaded; answers its ID.
+async fn uploaded(h: &Harness, speculative: bool) -> String {
+    let (st, doc) = h
+        .call(
+            "POST",
+            &format!("{WS_PATH}/configuration-versions"),
+            Some(json!({"data": {"type": "configuration-versions",
+                "attributes": {"auto-queue-runs": false, "speculative": speculative}}})),
+        )
+        .await;
+    assert_eq!(st, 201, "{doc}");
+    let id = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(doc["data"]["attributes"]["status"], "pending");
+    let url = doc["data"]["attributes"]["upload-url"]
+        .as_str()
+        .unwrap_or_default();
+    let path = &url[url.find("/api/v2/").unwrap_or(0)..];
+    let (st, _, _) = h
+        .raw(
+            "PUT",
+            path,
+            &[("content-type", "application/octet-stream")],
+            targz(&[("main.tf", "")]),
+        )
+        .await;
+    assert_eq!(st, 200);
+    h.wait("uploaded", |i| {
+        i.configuration_versions()
+            .get(&id)
+            .is_some_and(|c| c.state() == Ok(ConfigurationVersionState::Uploaded))
+    })
+    .await;
+    id
+}
+
+fn run_body(attributes: Value, ws: Option<&str>, cv: Option<&str>) -> Value {
+    let mut rel = json!({});
+    if let Some(ws) = ws {
+        rel["workspace"] = json!({"data": {"type": "workspaces", "id": ws}});
+    }
+    if let Some(cv) = cv {
+        rel["configuration-version"] =
+            json!({"data": {"type": "configuration-versions", "id": cv}});
+    }
+    json!({"data": {"type": "runs", "attributes": attributes, "relationships": rel}})
+}
+
+#[tokio::test]
+async fn create_rules_and_the_document_the_cli_reads() {
+    let h = setup().await;
+    // No workspace: 422 naming it; an unknown one: 404; no upload yet: 422.
+    let (st, doc) = h
+        .call(
+            "POST",
+            "/api/v2/runs",
+            Some(run_body(json!({}), None, None)),
+        )
+        .await;
+    assert_eq!(st, 422, "{doc}");
+    assert_eq!(
+        doc["errors"][0]["source"]["pointer"],
+        "/data/relationships/workspace/data/id"
+    );
+    let (st, _) = h
+        .call(
+            "POST",
+            "/api/v2/runs",
+            Some(run_body(json!({}), Some("ws-Nope0000000000001"), None)),
+        )
+        .await;
+    assert_eq!(st, 404);
+    let (st, doc) = h
+        .call(
+            "POST",
+            "/api/v2/runs",
+            Some(run_body(json!({}), Some(WS), None)),
+        )
+        .await;
+    assert_eq!(st, 422, "{doc}");
+    assert!(
+        doc["errors"][0]["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("no uploaded configuration version"),
+        "{doc}"
+    );
+
+    let cv = uploaded(&h, false).await;
+    let (st, list) = h
+        .call("GET", &format!("{WS_PATH}/configuration-versions"), None)
+        .await;
+    assert_eq!(
+        (st, list["data"][0]["id"].as_str()),
+        (200, Some(cv.as_str())),
+        "{list}"
+    );
+    // allow-destroy-plan false refuses destroy runs; a bad variable key is 422.
+    let (st, doc) = h
+        .call(
+            "POST",
+            "/api/v2/runs",
+            Some(run_body(json!({"is-destroy": true}), Some(WS), Some(&cv))),
+        )
+        .await;
+    assert_eq!(st, 422, "{doc}");
+    assert_eq!(
+        doc["errors"][0]["source"]["pointer"],
+        "/data/attributes/is-destroy"
+    );
+    let (st, doc) = h
+        .call(
+            "POST",
+            "/api/v2/runs",
+            Some(run_body(
+                json!({"variables": [{"key": "bad key", "value": "1"}]}),
+                Some(WS),
+                Some(&cv),
+            )),
+        )
+        .await;
+    assert_eq!(st, 422, "{doc}");
+
+    // Without a configuration version: the newest uploaded one.
+    let (st, doc) = h
+        .call(
+            "POST",
+            "/api/v2/runs",
+            Some(run_body(
+                json!({"message": "deploy", "target-addrs": ["terraform_data.a"], "variables": [{"key": "x", "value": "\"1\""}]}),
+                Some(WS),
+                None,
+            )),
+        )
+        .await;
+    assert_eq!(st, 201, "{doc}");
+    let run = &doc["data"];
+    let id = run["id"].as_str().unwrap_or_default().to_owned();
+    assert!(id.starts_with("run-"), "{id}");
+    let a = &run["attributes"];
+    assert_eq!(
+        (a["status"].as_str(), a["message"].as_str()),
+        (Some("pending"), Some("deploy"))
+    );
+    assert_eq!(a["target-addrs"], json!(["terraform_data.a"]));
+    assert_eq!(a["variables"], json!([{"key": "x", "value": "\"1\""}]));
+    assert_eq!(a["actions"]["is-discardable"], true);
+    assert_eq!(a["actions"]["is-confirmable"], false);
+    assert!(
+        a["status-timestamps"]["plan-queueable-at"].is_string(),
+        "{a}"
+    );
+    let r = &run["relationships"];
+    assert_eq!(r["workspace"]["data"]["id"], WS);
+    assert_eq!(r["configuration-version"]["data"]["id"], cv.as_str());
+    let suffix = id.strip_prefix("run-").unwrap_or_default();
+    assert_eq!(r["plan"]["data"]["id"], format!("plan-{suffix}"));
+    assert_eq!(r["apply"]["data"]["id"], format!("apply-{suffix}"));
+    assert_eq!(r["policy-checks"]["data"], json!([]));
+    assert_eq!(r["cost-estimate"]["data"], Value::Null);
+
+    // The CLI's reads: include=task_stages and workspace,plan; the plan's log URL.
+    let (st, doc) = h
+        .call(
+            "GET",
+            &format!("/api/v2/runs/{id}?include=task_stages"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{doc}");
+    let (st, doc) = h
+        .call(
+            "GET",
+            &format!("/api/v2/runs/{id}?include=workspace%2Cplan"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{doc}");
+    let included = doc["included"].as_array().cloned().unwrap_or_default();
+    let types: Vec<&str> = included.iter().filter_map(|i| i["type"].as_str()).collect();
+    assert!(
+        types.contains(&"workspaces") && types.contains(&"plans"),
+        "{types:?}"
+    );
+    let plan = included
+        .iter()
+        .find(|i| i["type"] == "plans")
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        plan["attributes"]["log-read-url"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("/log/"),
+        "{plan}"
+    );
+    let (st, _) = h
+        .call("GET", &format!("/api/v2/runs/{id}?include=nope"), None)
+        .await;
+    assert_eq!(st, 400);
+    let (st, doc) = h
+        .call("GET", &format!("/api/v2/runs/{id}/run-events"), None)
+        .await;
+    assert_eq!((st, doc["data"].clone()), (200, json!([])));
+    let (st, doc) = h
+        .call("GET", &format!("/api/v2/plans/plan-{suffix}"), None)
+        .await;
+    assert_eq!(
+        (st, doc["data"]["attributes"]["status"].as_str()),
+        (200, Some("pending")),
+        "{doc}"
+    );
+    let (st, doc) = h
+        .call("GET", &format!("/api/v2/applies/apply-{suffix}"), None)
+        .await;
+    assert_eq!(
+        (st, doc["data"]["attributes"]["status"].as_str()),
+        (200, Some("pending")),
+        "{doc}"
+    );
+    let (st, _) = h
+        .call("GET", "/api/v2/plans/plan-Nope0000000000001", None)
+        .await;
+    assert_eq!(st, 404);
+    let (st, doc) = h
+        .call(
+            "GET",
+            &format!("/api/v2/organizations/{}/runs/queue", crate::testing::ORG),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{doc}");
+    assert_eq!(doc["data"][0]["id"], id.as_str());
+    let (st, doc) = h
+        .call(
+            "GET",
+            &format!("/api/v2/organizations/{}/capacity", crate::testing::ORG),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (st, doc["data"]["attributes"]["pending"].as_u64()),
+        (200, Some(1)),
+        "{doc}"
+    );
+    let (st, doc) = h
+        .call(
+            "GET",
+            &format!("{WS_PATH}/runs?filter%5Bstatus%5D=pending"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (st, doc["meta"]["pagination"]["total-count"].as_u64()),
+        (200, Some(1)),
+        "{doc}"
+    );
+    let (st, doc) = h
+        .call(
+            "GET",
+            &format!("{WS_PATH}/runs?filter%5Bstatus%5D=applied"),
+            None,
+        )
+        .await;
+    assert_eq!((st, doc["data"].clone()), (200, json!([])));
+    // The workspace shows it as its current run.
+    let (_, ws) = h.call("GET", WS_PATH, None).await;
+    assert_eq!(
+        ws["data"]["relationships"]["current-run"]["data"]["id"],
+        id.as_str()
+    );
+}
+
+#[tokio::test]
+async fn actions_only_in_their_states() {
+    let h = setup().await;
+    let cv = uploaded(&h, false).await;
+    let (st, doc) = h
+        .call(
+            "POST",
+            "/api/v2/runs",
+            Some(run_body(json!({}), Some(WS), Some(&cv))),
+        )
+        .await;
+    assert_eq!(st, 201, "{doc}");
+    let id = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
+    let act = |a: &str| format!("/api/v2/runs/{id}/actions/{a}");
+    // A pending run cannot be applied nor force-canceled before a cancel.
+    let (st, doc) = h.call("POST", &act("apply"), Some(json!({}))).await;
+    assert_eq!(st, 409, "{doc}");
+    assert!(
+        doc["errors"][0]["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("transition not allowed")
+    );
+    let (st, _) = h.call("POST", &act("force-cancel"), Some(json!({}))).await;
+    assert_eq!(st, 409);
+    let (st, _) = h.call("POST", &act("nope"), Some(json!({}))).await;
+    assert_eq!(st, 404);
+    let (st, _) = h.call("POST", &act("cancel"), Some(json!({}))).await;
+    assert_eq!(st, 202);
+    let (_, doc) = h.call("GET", &format!("/api/v2/runs/{id}"), None).await;
+    assert_eq!(
+        doc["data"]["attributes"]["actions"]["is-force-cancelable"],
+        true
+    );
+    let (st, _) = h.call("POST", &act("discard"), Some(json!({}))).await;
+    assert_eq!(st, 202);
+    let (_, doc) = h.call("GET", &format!("/api/v2/runs/{id}"), None).await;
+    assert_eq!(doc["data"]["attributes"]["status"], "discarded");
+    assert!(doc["data"]["attributes"]["status-timestamps"]["discarded-at"].is_string());
+    let suffix = id.strip_prefix("run-").unwrap_or_default();
+    let (_, plan) = h
+        .call("GET", &format!("/api/v2/plans/plan-{suffix}"), None)
+        .await;
+    assert_eq!(
+        plan["data"]["attributes"]["status"], "unreachable",
+        "{plan}"
+    );
+    for a in ["apply", "discard", "cancel"] {
+        let (st, _) = h.call("POST", &act(a), Some(json!({}))).await;
+        assert_eq!(st, 409, "{a} on a discarded run");
+    }
+    // A speculative configuration version makes plan-only runs.
+    let spec = uploaded(&h, true).await;
+    let (st, doc) = h
+        .call(
+            "POST",
+            "/api/v2/runs",
+            Some(run_body(json!({}), Some(WS), Some(&spec))),
+        )
+        .await;
+    assert_eq!(
+        (st, doc["data"]["attributes"]["plan-only"].as_bool()),
+        (201, Some(true)),
+        "{doc}"
+    );
+}
+
+#[tokio::test]
+async fn runner_endpoints_need_the_run_token() {
+    let h = setup().await;
+    let cv = uploaded(&h, false).await;
+    let (_, doc) = h
+        .call(
+            "POST",
+            "/api/v2/runs",
+            Some(run_body(json!({}), Some(WS), Some(&cv))),
+        )
+        .await;
+    let id = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
+    for path in ["archive", "state", "plan"] {
+        let uri = format!("/api/v2/runner/runs/{id}/{path}");
+        let (st, _, _) = h.raw("GET", &uri, &[], vec![]).await;
+        assert_eq!(st, 401, "{uri} without a token");
+        let (st, _, _) = h
+            .raw("GET", &uri, &[("authorization", "Bearer forged")], vec![])
+            .await;
+        assert_eq!(st, 401, "{uri} with a forged token");
+        // The API's own admin token is no run token either.
+        let auth = format!("Bearer {}", h.token);
+        let (st, _, _) = h
+            .raw("GET", &uri, &[("authorization", &auth)], vec![])
+            .await;
+        assert_eq!(st, 401, "{uri} with a user token");
+    }
+    let (st, _, _) = h
+        .raw(
+            "PUT",
+            &format!("/api/v2/runner/runs/{id}/state"),
+            &[("authorization", "Bearer forged")],
+            b"{}".to_vec(),
+        )
+        .await;
+    assert_eq!(st, 401);
+}
