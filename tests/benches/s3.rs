@@ -21,34 +21,11 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use terrace_blobstore::s3::{PART_BUFFERS, PART_BYTES, S3Store};
 use terrace_blobstore::{BlobStore, BlobStoreSettings, Location};
+use terrace_tests::bench::{env_usize, median, rss_kib};
 use terrace_tests::{Api, Dev, Moto};
 
 const ORG: &str = "bench";
 const BUCKET: &str = "bench-blobs";
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
 
 /// A state file of about `size` bytes: managed resources with attribute payloads.
 fn big_state(serial: i64, lineage: &str, size: usize) -> Vec<u8> {

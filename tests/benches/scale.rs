@@ -52,18 +52,12 @@ use sha2::{Digest, Sha256};
 use terrace_crds::constants::{LABEL_ID, LABEL_ORGANIZATION};
 use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
 use terrace_crds::{Workspace, WorkspaceSpec};
+use terrace_tests::bench::{env_usize, rss_kib};
 use terrace_tests::{Api, Component, Dev, free_port};
 
 const API_THREADS: usize = 8;
 const KUBE_CONCURRENCY: usize = 32;
 const BULK_ORG: &str = "bulk";
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn env_list(name: &str, default: &[usize]) -> Vec<usize> {
     std::env::var(name)
@@ -96,18 +90,6 @@ fn cpu_secs(pid: u32) -> f64 {
             .unwrap_or(0)
     };
     (ticks(11) + ticks(12)) as f64 / clock_ticks()
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 fn percentile(samples: &mut [Duration], p: f64) -> Duration {

@@ -23,40 +23,13 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::{Value, json};
+use terrace_tests::bench::{env_usize, median, rss_kib, secs};
 use terrace_tests::{Api, CLI_HOST, Dev, Terraform, text};
 
 const ORG: &str = "bench";
 const STATE_BYTES: usize = 5 * 1024 * 1024;
 const CHUNK: usize = 512 * 1024;
 const CONCURRENT: usize = 10;
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn secs(d: Duration) -> f64 {
-    d.as_secs_f64()
-}
 
 fn main_tf(n: usize, backend: &str) -> String {
     format!(

@@ -34,30 +34,12 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::{WatchStreamExt, watcher};
 use terrace_crds::TestRun;
+use terrace_tests::bench::{env_usize, rss_kib, secs};
 use terrace_tests::{Api, Component, Dev, PASS_ENGINE, free_port, terrace_bin, write_engine};
 
 const DEFAULT_LIMIT: usize = 50;
 const POD_BUDGET: Duration = Duration::from_secs(10);
 const THREADS: usize = 16;
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
-}
 
 /// What the watches saw.
 #[derive(Default)]
@@ -310,10 +292,6 @@ fn phase(
         op_idle_kib,
         op_peak_kib: op_peak.load(Ordering::Relaxed) as u64,
     }
-}
-
-fn secs(d: Duration) -> f64 {
-    d.as_secs_f64()
 }
 
 fn print_common(n: usize, r: &Report) {

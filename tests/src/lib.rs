@@ -964,3 +964,41 @@ fn pump(
     let _ = from.shutdown(std::net::Shutdown::Both);
     let _ = to.shutdown(std::net::Shutdown::Both);
 }
+
+/// Helpers of the benchmarks (`tests/benches`): their knobs, medians, and the RSS of a
+/// process.
+pub mod bench {
+    use std::time::Duration;
+
+    /// The number in environment variable `name`, else `default`.
+    pub fn env_usize(name: &str, default: usize) -> usize {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    }
+
+    /// The resident set size of process `pid`, KiB (0 when unreadable).
+    pub fn rss_kib(pid: u32) -> u64 {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("VmRSS:"))
+                    .and_then(|l| l.split_whitespace().nth(1))
+                    .and_then(|v| v.parse().ok())
+            })
+            .unwrap_or(0)
+    }
+
+    /// The median of `v` (which must not be empty).
+    pub fn median(mut v: Vec<Duration>) -> Duration {
+        v.sort();
+        v[v.len() / 2]
+    }
+
+    /// `d` in seconds.
+    pub fn secs(d: Duration) -> f64 {
+        d.as_secs_f64()
+    }
+}
