@@ -1,7 +1,12 @@
-//! A configuration version as the API shows it (module tests, workspace runs).
+//! A configuration version as the API shows it (module tests, workspace runs), and its
+//! creation with a one-time upload URL, which both create the same way.
 
+use std::collections::BTreeMap;
+
+use axum::http::HeaderMap;
 use terrace_crds::{ConfigurationVersion, ConfigurationVersionState};
 
+use crate::capability::{base_url, random_token, sha256_hex};
 use crate::prelude::*;
 
 /// Annotation with the SHA-256 (hex) of the pending upload token.
@@ -54,4 +59,43 @@ pub fn render(cv: &ConfigurationVersion, upload_url: Option<&str>) -> Value {
         "relationships": {"ingress-attributes": {"data": null}},
         "links": {"self": format!("/api/v2/configuration-versions/{}", id_of(cv))},
     })
+}
+
+/// A new upload capability: the token (shown once, in the upload URL) and the
+/// annotations that keep its SHA-256 and expiry on the configuration version.
+pub fn new_upload() -> Result<(String, BTreeMap<String, String>), ApiError> {
+    let token = random_token();
+    let expires = jiff::Timestamp::now()
+        .checked_add(UPLOAD_TTL)
+        .map_err(|e| ApiError::internal("upload expiry", e))?;
+    let annotations = BTreeMap::from([
+        (
+            ANNOTATION_UPLOAD_SHA256.to_owned(),
+            sha256_hex(token.as_bytes()),
+        ),
+        (ANNOTATION_UPLOAD_EXPIRES.to_owned(), expires.to_string()),
+    ]);
+    Ok((token, annotations))
+}
+
+/// Creates `cv` (ID `id`, annotated by [`new_upload`]) as `pending` and answers it, 201,
+/// with the upload URL of `token`: the only time the URL is shown.
+pub async fn create_pending(
+    state: &AppState,
+    headers: &HeaderMap,
+    cv: &ConfigurationVersion,
+    id: &str,
+    token: &str,
+) -> Result<Doc, ApiError> {
+    let ns = cv.namespace().unwrap_or_default();
+    let created = write::create_with_status(
+        state,
+        &ns,
+        cv,
+        json!({"id": id, "status": ConfigurationVersionState::Pending.as_str()}),
+    )
+    .await?;
+    write::wait_seen(state, &created).await;
+    let url = format!("{}{UPLOAD_PATH}/{token}", base_url(state, headers));
+    Ok(Doc::created(render(&created, Some(&url))))
 }
