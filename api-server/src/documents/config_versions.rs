@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use axum::http::HeaderMap;
+use kube::api::ObjectMeta;
 use terrace_crds::{ConfigurationVersion, ConfigurationVersionState};
 
 use crate::capability::{base_url, random_token, sha256_hex};
@@ -61,9 +62,11 @@ pub fn render(cv: &ConfigurationVersion, upload_url: Option<&str>) -> Value {
     })
 }
 
-/// A new upload capability: the token (shown once, in the upload URL) and the
-/// annotations that keep its SHA-256 and expiry on the configuration version.
-pub fn new_upload() -> Result<(String, BTreeMap<String, String>), ApiError> {
+/// The metadata of a new configuration version: `base` with the annotations of a new
+/// upload capability (their SHA-256 and expiry; the token is answered, to be shown once
+/// in the upload URL) and, where archives go to a bucket, the finalizer under which the
+/// operator deletes the archive before the version goes.
+pub fn pending_meta(state: &AppState, base: ObjectMeta) -> Result<(String, ObjectMeta), ApiError> {
     let token = random_token();
     let expires = jiff::Timestamp::now()
         .checked_add(UPLOAD_TTL)
@@ -75,10 +78,15 @@ pub fn new_upload() -> Result<(String, BTreeMap<String, String>), ApiError> {
         ),
         (ANNOTATION_UPLOAD_EXPIRES.to_owned(), expires.to_string()),
     ]);
-    Ok((token, annotations))
+    let meta = ObjectMeta {
+        annotations: Some(annotations),
+        finalizers: state.blobs.owner_finalizers(),
+        ..base
+    };
+    Ok((token, meta))
 }
 
-/// Creates `cv` (ID `id`, annotated by [`new_upload`]) as `pending` and answers it, 201,
+/// Creates `cv` (ID `id`, its metadata from [`pending_meta`]) as `pending` and answers it, 201,
 /// with the upload URL of `token`: the only time the URL is shown.
 pub async fn create_pending(
     state: &AppState,

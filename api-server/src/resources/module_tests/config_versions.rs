@@ -27,7 +27,6 @@ use axum::body::Body;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderMap, header};
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::ObjectMeta;
 use terrace_crds::constants::ANNOTATION_AUTOMATIC_TEST_RUN;
 use terrace_crds::ids::{IdKind, new_id};
 use terrace_crds::resources::{ArchiveRef, ConfigurationVersionSpec};
@@ -75,7 +74,7 @@ pub fn upload_router() -> Router<AppState> {
 pub use crate::documents::config_versions::{
     ANNOTATION_UPLOAD_EXPIRES, ANNOTATION_UPLOAD_SHA256, UPLOAD_PATH, UPLOAD_TTL, render, status_of,
 };
-use crate::documents::config_versions::{create_pending, new_upload};
+use crate::documents::config_versions::{create_pending, pending_meta};
 
 /// The attributes of a configuration version request (the body may be empty).
 #[derive(Debug, Default, Deserialize)]
@@ -111,14 +110,9 @@ async fn create(
     let auto_queue = attrs.auto_queue_runs.unwrap_or(true);
     let speculative = attrs.speculative.unwrap_or(false);
     let id = new_id(IdKind::ConfigurationVersion);
-    let (token, annotations) = new_upload()?;
+    let (token, metadata) = pending_meta(&state, m.child_meta(&id))?;
     let cv = ConfigurationVersion {
-        metadata: ObjectMeta {
-            annotations: Some(annotations),
-            // An archive in a bucket is deleted by the operator before the version goes.
-            finalizers: state.blobs.owner_finalizers(),
-            ..m.child_meta(&id)
-        },
+        metadata,
         spec: ConfigurationVersionSpec {
             module: Some(m.object_name()),
             workspace: None,

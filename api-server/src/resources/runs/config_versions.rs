@@ -6,13 +6,12 @@
 //! runs.
 
 use axum::http::HeaderMap;
-use kube::api::ObjectMeta;
 use terrace_crds::constants::LABEL_WORKSPACE_ID;
 use terrace_crds::ids::{IdKind, new_id};
 use terrace_crds::resources::ConfigurationVersionSpec;
 use terrace_crds::{ConfigurationVersion, Workspace};
 
-use crate::documents::config_versions::{create_pending, new_upload, render};
+use crate::documents::config_versions::{create_pending, pending_meta, render};
 use crate::prelude::*;
 use crate::render::{by_creation, page_slice, pagination};
 
@@ -57,13 +56,10 @@ async fn create(
     };
     let _ = attrs.provisional;
     let id = new_id(IdKind::ConfigurationVersion);
-    let (token, annotations) = new_upload()?;
+    let base = write::owned_meta(&id, ws, &[(LABEL_WORKSPACE_ID, ws.id())]);
+    let (token, metadata) = pending_meta(&state, base)?;
     let cv = ConfigurationVersion {
-        metadata: ObjectMeta {
-            annotations: Some(annotations),
-            finalizers: state.blobs.owner_finalizers(),
-            ..write::owned_meta(&id, ws, &[(LABEL_WORKSPACE_ID, ws.id())])
-        },
+        metadata,
         spec: ConfigurationVersionSpec {
             module: None,
             workspace: Some(ws.object_name()),
