@@ -329,6 +329,18 @@ pub fn api_error(what: &str, e: BlobError) -> crate::ApiError {
     }
 }
 
+/// [`api_error`] of a read of `what`, where a blob that is not there is 404 `missing`.
+pub fn read_error(
+    what: &str,
+    missing: impl Into<std::borrow::Cow<'static, str>>,
+    e: BlobError,
+) -> crate::ApiError {
+    match e {
+        BlobError::NotFound(_) => crate::ApiError::not_found(missing),
+        other => api_error(what, other),
+    }
+}
+
 /// Whether the blob store answers: `/readyz` fails (with the reason) until it does.
 #[derive(Default, Debug)]
 pub struct Readiness {

@@ -307,6 +307,11 @@ impl ToOne {
             .as_ref()
             .map(|d| d.as_ref().and_then(|i| i.id.as_deref()))
     }
+
+    /// The related ID of an optional relationship, if one is given and not empty.
+    pub fn given_id(rel: Option<&ToOne>) -> Option<&str> {
+        rel.and_then(|r| r.id().flatten()).filter(|s| !s.is_empty())
+    }
 }
 
 #[cfg(test)]

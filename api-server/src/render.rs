@@ -7,7 +7,7 @@
 use axum::body::Bytes;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use kube::Resource;
+use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use terrace_crds::constants::LABEL_ID;
 use terrace_crds::rules::Page;
@@ -133,6 +133,14 @@ pub fn created_at<K: Resource>(o: &K) -> Value {
         .creation_timestamp
         .as_ref()
         .map_or(Value::Null, |t| json!(timestamp(&t.0)))
+}
+
+/// Objects by age: by creation time, then by name (older first).
+pub fn by_creation<K: Resource>(a: &K, b: &K) -> std::cmp::Ordering {
+    a.meta()
+        .creation_timestamp
+        .cmp(&b.meta().creation_timestamp)
+        .then_with(|| a.name_any().cmp(&b.name_any()))
 }
 
 /// The `terrace.dev/id` label of an object ("" without one).

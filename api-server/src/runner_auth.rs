@@ -4,7 +4,7 @@
 //! its workspace's state, its plan); it is compared in constant time and works only while
 //! the run is not final (the operator deletes the Secret when the run ends).
 
-use axum::http::{HeaderMap, header};
+use axum::http::HeaderMap;
 use k8s_openapi::api::core::v1::Secret;
 use terrace_crds::Run;
 use terrace_crds::run::RunState;
@@ -31,13 +31,8 @@ pub async fn authorize(
     run_id: &str,
     headers: &HeaderMap,
 ) -> Result<Arc<Run>, ApiError> {
-    let presented = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        .filter(|(s, _)| s.eq_ignore_ascii_case("bearer"))
-        .map(|(_, t)| t.trim().to_owned())
-        .filter(|t| !t.is_empty())
+    let presented = crate::auth::bearer_token(headers)
+        .map(str::to_owned)
         .ok_or_else(unauthorized)?;
     let run = state
         .index

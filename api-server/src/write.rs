@@ -26,6 +26,7 @@ use serde_json::{Map, Value, json};
 use terrace_crds::constants::{LABEL_ID, LABEL_ORGANIZATION};
 use terrace_crds::ids::object_name_for_id;
 
+use crate::access::Located;
 use crate::index::{Indexed, rv_at_least};
 use crate::{ApiError, AppState};
 
@@ -203,6 +204,19 @@ pub fn new_meta(id: &str, ns: &str, org: String, labels: &[(&str, String)]) -> O
     }
 }
 
+/// [`new_meta`] of an object `owner` owns (controller reference), in the owner's
+/// namespace and organization.
+pub fn owned_meta<K: Resource<DynamicType = ()>>(
+    id: &str,
+    owner: &Located<K>,
+    labels: &[(&str, String)],
+) -> ObjectMeta {
+    ObjectMeta {
+        owner_references: owner.obj.controller_owner_ref(&()).map(|o| vec![o]),
+        ..new_meta(id, &owner.ns, owner.org.name_any(), labels)
+    }
+}
+
 /// The API of kind `K` in namespace `ns`.
 pub fn api<K>(state: &AppState, ns: &str) -> Api<K>
 where
@@ -287,6 +301,21 @@ pub async fn delete<K>(state: &AppState, o: &K) -> Result<(), ApiError>
 where
     K: Indexed + Resource<Scope = k8s_openapi::NamespaceResourceScope>,
 {
+    delete_object(state, o, false).await
+}
+
+/// [`delete`], where an object already gone (deleted meanwhile) is fine.
+pub async fn delete_if_present<K>(state: &AppState, o: &K) -> Result<(), ApiError>
+where
+    K: Indexed + Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+{
+    delete_object(state, o, true).await
+}
+
+async fn delete_object<K>(state: &AppState, o: &K, gone_is_fine: bool) -> Result<(), ApiError>
+where
+    K: Indexed + Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+{
     let ns = o.meta().namespace.clone().unwrap_or_default();
     let dp = DeleteParams {
         preconditions: Some(Preconditions {
@@ -295,7 +324,11 @@ where
         }),
         ..Default::default()
     };
-    api::<K>(state, &ns).delete(&o.name_any(), &dp).await?;
+    match api::<K>(state, &ns).delete(&o.name_any(), &dp).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if gone_is_fine && s.code == 404 => {}
+        Err(e) => return Err(e.into()),
+    }
     wait_gone::<K>(state, &K::key(o.meta())).await;
     Ok(())
 }

@@ -87,6 +87,23 @@ pub fn validate_variable_description(description: &str) -> Result<(), RuleViolat
     }
 }
 
+/// What an update writes into a variable's Secret (None: the Secret stays as it is): for
+/// a variable sensitive after the update, the value given, else the plain value of one
+/// becoming sensitive (it moves into the Secret).
+pub fn new_secret_value(
+    sensitive: bool,
+    given: Option<&str>,
+    was_sensitive: bool,
+    plain_value: &str,
+) -> Option<String> {
+    if !sensitive {
+        return None;
+    }
+    given
+        .or((!was_sensitive).then_some(plain_value))
+        .map(str::to_owned)
+}
+
 /// An organization's email: something that looks like an address (`local@domain.tld`,
 /// no spaces or control characters, at most 254 characters).
 pub fn validate_email(email: &str) -> Result<(), RuleViolation> {
@@ -763,6 +780,25 @@ mod tests {
     }
 
     use super::*;
+
+    /// Sensitive after the update: the value given, or the plain value moving into the
+    /// Secret; nothing for a plain variable or a sensitive one without a new value.
+    #[test]
+    fn new_secret_values() {
+        for (sensitive, given, was, plain, want) in [
+            (false, Some("v"), false, "p", None),
+            (true, Some("v"), true, "", Some("v")),
+            (true, Some("v"), false, "p", Some("v")),
+            (true, None, false, "p", Some("p")),
+            (true, None, true, "", None),
+        ] {
+            assert_eq!(
+                new_secret_value(sensitive, given, was, plain).as_deref(),
+                want,
+                "{sensitive} {given:?} {was}"
+            );
+        }
+    }
 
     fn attrs(v: &[RuleViolation]) -> Vec<&'static str> {
         v.iter().map(|e| e.attribute).collect()

@@ -214,6 +214,14 @@ impl Phase {
             Phase::Apply => "apply",
         }
     }
+
+    /// The ID of this phase of run `run-…` ([`plan_id`] or [`apply_id`]).
+    pub fn id(self, run_id: &str) -> String {
+        match self {
+            Phase::Plan => plan_id(run_id),
+            Phase::Apply => apply_id(run_id),
+        }
+    }
 }
 
 impl FromStr for Phase {

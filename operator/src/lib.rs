@@ -30,6 +30,7 @@ pub mod identity;
 pub mod leader;
 pub mod metrics;
 pub mod organization;
+mod pod_parts;
 pub mod retention;
 pub mod rules;
 pub mod run;

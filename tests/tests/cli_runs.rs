@@ -174,7 +174,14 @@ fn plan_apply_discard_and_destroy_from_the_cli() {
     assert!(!out.status.success(), "{shown}");
     assert!(shown.contains("Apply discarded."), "{shown}");
     assert_eq!(status(&runs(&api, &ws_id)[0]), "discarded");
-    assert_eq!(workspace(&api, "app")["attributes"]["locked"], false);
+    // The operator releases the discarded run's lock.
+    let unlocked = dev.eventually(Duration::from_secs(30), || {
+        (workspace(&api, "app")["attributes"]["locked"] == false).then_some(())
+    });
+    assert!(
+        unlocked.is_some(),
+        "the workspace stayed locked after the discard"
+    );
 
     // "yes" applies.
     let out = answering(&tf, &d, &["apply"], "yes");

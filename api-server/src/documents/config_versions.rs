@@ -1,7 +1,13 @@
-//! A configuration version as the API shows it (module tests, workspace runs).
+//! A configuration version as the API shows it (module tests, workspace runs), and its
+//! creation with a one-time upload URL, which both create the same way.
 
+use std::collections::BTreeMap;
+
+use axum::http::HeaderMap;
+use kube::api::ObjectMeta;
 use terrace_crds::{ConfigurationVersion, ConfigurationVersionState};
 
+use crate::capability::{base_url, random_token, sha256_hex};
 use crate::prelude::*;
 
 /// Annotation with the SHA-256 (hex) of the pending upload token.
@@ -54,4 +60,50 @@ pub fn render(cv: &ConfigurationVersion, upload_url: Option<&str>) -> Value {
         "relationships": {"ingress-attributes": {"data": null}},
         "links": {"self": format!("/api/v2/configuration-versions/{}", id_of(cv))},
     })
+}
+
+/// The metadata of a new configuration version: `base` with the annotations of a new
+/// upload capability (their SHA-256 and expiry; the token is answered, to be shown once
+/// in the upload URL) and, where archives go to a bucket, the finalizer under which the
+/// operator deletes the archive before the version goes.
+pub fn pending_meta(state: &AppState, base: ObjectMeta) -> Result<(String, ObjectMeta), ApiError> {
+    let token = random_token();
+    let expires = jiff::Timestamp::now()
+        .checked_add(UPLOAD_TTL)
+        .map_err(|e| ApiError::internal("upload expiry", e))?;
+    let annotations = BTreeMap::from([
+        (
+            ANNOTATION_UPLOAD_SHA256.to_owned(),
+            sha256_hex(token.as_bytes()),
+        ),
+        (ANNOTATION_UPLOAD_EXPIRES.to_owned(), expires.to_string()),
+    ]);
+    let meta = ObjectMeta {
+        annotations: Some(annotations),
+        finalizers: state.blobs.owner_finalizers(),
+        ..base
+    };
+    Ok((token, meta))
+}
+
+/// Creates `cv` (ID `id`, its metadata from [`pending_meta`]) as `pending` and answers it, 201,
+/// with the upload URL of `token`: the only time the URL is shown.
+pub async fn create_pending(
+    state: &AppState,
+    headers: &HeaderMap,
+    cv: &ConfigurationVersion,
+    id: &str,
+    token: &str,
+) -> Result<Doc, ApiError> {
+    let ns = cv.namespace().unwrap_or_default();
+    let created = write::create_with_status(
+        state,
+        &ns,
+        cv,
+        json!({"id": id, "status": ConfigurationVersionState::Pending.as_str()}),
+    )
+    .await?;
+    write::wait_seen(state, &created).await;
+    let url = format!("{}{UPLOAD_PATH}/{token}", base_url(state, headers));
+    Ok(Doc::created(render(&created, Some(&url))))
 }

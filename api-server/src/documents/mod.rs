@@ -1,13 +1,14 @@
 //! JSON:API representations of kinds that more than one resource shows (an organization
 //! or a project in `included`, the data retention policy linkage of workspace and
 //! organization documents, tag bindings of workspaces and projects) and the request
-//! shapes more than one resource accepts (tag bindings). Shaped after the vendor's OpenAPI schema so pytfe and go-tfe
+//! shapes more than one resource accepts (tag bindings, variables). Shaped after the vendor's OpenAPI schema so pytfe and go-tfe
 //! parse them: relationships are `{"data": null}` rather than null, timestamps carry
 //! milliseconds.
 
 pub mod config_versions;
 pub mod runs;
 pub mod state;
+pub mod variables;
 
 use std::sync::Arc;
 

@@ -4,7 +4,7 @@
 
 use serde_json::Map;
 use terrace_crds::constants::LABEL_WORKSPACE_ID;
-use terrace_crds::run::{self, RunState};
+use terrace_crds::run::{self, Phase, RunState};
 use terrace_crds::{Run, RunPhaseStatus};
 
 use crate::index::Inner;
@@ -109,8 +109,9 @@ pub fn current_run_included(
     )];
     match include {
         "current_run.plan" => {
-            out.push(plan_data(
+            out.push(phase_data(
                 &r,
+                Phase::Plan,
                 &log_url(state, "", &run::plan_id(&id_of(r.as_ref()))),
             ));
         }
@@ -239,20 +240,26 @@ fn counts(p: &RunPhaseStatus, finished: bool) -> (Value, Value, Value, Value) {
     )
 }
 
-/// The JSON:API `data` of a run's plan; `log_url`: its log-read URL.
-pub fn plan_data(r: &Run, log_url: &str) -> Value {
-    let id = run::plan_id(&id_of(r));
+/// The JSON:API `data` of a run's plan or apply; `log_url`: its log-read URL. A plan
+/// also shows whether it changes anything, its exports and its JSON output links.
+pub fn phase_data(r: &Run, phase: Phase, log_url: &str) -> Value {
+    let id = phase.id(&id_of(r));
+    let reached = reached_apply(r);
+    let st = r.status.clone().unwrap_or_default();
     let state = state_of(r);
-    let p = r.status.clone().unwrap_or_default().plan;
-    // Discarded or canceled before its plan started: the plan never runs.
-    let status = if p.started_at.is_none()
-        && matches!(
-            state,
-            RunState::Discarded | RunState::Canceled | RunState::ForceCanceled
-        ) {
-        "unreachable"
-    } else {
-        state.plan_status(reached_apply(r))
+    let (kind, status, p) = match phase {
+        // Discarded or canceled before its plan started: the plan never runs.
+        Phase::Plan
+            if st.plan.started_at.is_none()
+                && matches!(
+                    state,
+                    RunState::Discarded | RunState::Canceled | RunState::ForceCanceled
+                ) =>
+        {
+            ("plans", "unreachable", st.plan)
+        }
+        Phase::Plan => ("plans", state.plan_status(reached), st.plan),
+        Phase::Apply => ("applies", state.apply_status(reached), st.apply),
     };
     let (add, change, destroy, import) = counts(&p, status == "finished");
     let mut ts = Map::new();
@@ -262,50 +269,9 @@ pub fn plan_data(r: &Run, log_url: &str) -> Value {
     if let Some(t) = &p.finished_at {
         ts.insert(format!("{status}-at"), json!(t));
     }
-    json!({
+    let mut data = json!({
         "id": id,
-        "type": "plans",
-        "attributes": {
-            "status": status,
-            "has-changes": p.has_changes.unwrap_or(false),
-            "resource-additions": add,
-            "resource-changes": change,
-            "resource-destructions": destroy,
-            "resource-imports": import,
-            "generated-configuration": false,
-            "log-read-url": log_url,
-            "status-timestamps": ts,
-            "execution-details": {"mode": "remote"},
-        },
-        "relationships": {
-            "state-versions": {"data": []},
-            "exports": {"data": []},
-        },
-        "links": {
-            "self": format!("/api/v2/plans/{id}"),
-            "json-output": format!("/api/v2/plans/{id}/json-output"),
-            "json-output-redacted": format!("/api/v2/plans/{id}/json-output-redacted"),
-        },
-    })
-}
-
-/// The JSON:API `data` of a run's apply; `log_url`: its log-read URL.
-pub fn apply_data(r: &Run, log_url: &str) -> Value {
-    let id = run::apply_id(&id_of(r));
-    let state = state_of(r);
-    let status = state.apply_status(reached_apply(r));
-    let a = r.status.clone().unwrap_or_default().apply;
-    let (add, change, destroy, import) = counts(&a, status == "finished");
-    let mut ts = Map::new();
-    if let Some(t) = &a.started_at {
-        ts.insert("started-at".into(), json!(t));
-    }
-    if let Some(t) = &a.finished_at {
-        ts.insert(format!("{status}-at"), json!(t));
-    }
-    json!({
-        "id": id,
-        "type": "applies",
+        "type": kind,
         "attributes": {
             "status": status,
             "resource-additions": add,
@@ -317,6 +283,15 @@ pub fn apply_data(r: &Run, log_url: &str) -> Value {
             "execution-details": {"mode": "remote"},
         },
         "relationships": {"state-versions": {"data": []}},
-        "links": {"self": format!("/api/v2/applies/{id}")},
-    })
+        "links": {"self": format!("/api/v2/{kind}/{id}")},
+    });
+    if phase == Phase::Plan {
+        data["attributes"]["has-changes"] = json!(p.has_changes.unwrap_or(false));
+        data["attributes"]["generated-configuration"] = json!(false);
+        data["relationships"]["exports"] = json!({"data": []});
+        data["links"]["json-output"] = json!(format!("/api/v2/plans/{id}/json-output"));
+        data["links"]["json-output-redacted"] =
+            json!(format!("/api/v2/plans/{id}/json-output-redacted"));
+    }
+    data
 }

@@ -114,12 +114,11 @@ fn blob_of(v: &StateVersion, which: WhichBlob, what: &str) -> Result<(String, St
 }
 
 fn read_error(what: &str, e: crate::blobs::BlobError) -> ApiError {
-    match e {
-        crate::blobs::BlobError::NotFound(_) => {
-            ApiError::not_found(format!("the {what} data of this version is gone"))
-        }
-        other => crate::blobs::api_error(&format!("the {what} data of this version"), other),
-    }
+    crate::blobs::read_error(
+        &format!("the {what} data of this version"),
+        format!("the {what} data of this version is gone"),
+        e,
+    )
 }
 
 /// One blob of a finalized version, whole (see [`blob_of`]), checked against the

@@ -24,16 +24,17 @@
 
 use std::collections::BTreeMap;
 
-use kube::api::{DeleteParams, Preconditions};
 use terrace_crds::common::SecretKeyRef;
 use terrace_crds::constants::{ANNOTATION_VALUE_REVISION, VARIABLE_SECRET_KEY};
 use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
 use terrace_crds::rules::{
-    VariableCategory, validate_variable_description, validate_workspace_variable_hcl,
-    validate_workspace_variable_key,
+    VariableCategory, new_secret_value, validate_variable_description,
+    validate_workspace_variable_hcl, validate_workspace_variable_key,
 };
 use terrace_crds::{Workspace, WorkspaceVariable, WorkspaceVariableSpec};
 
+pub use crate::documents::variables::secret_name;
+use crate::documents::variables::{VarAttributes, VarInput, ptr};
 use crate::prelude::*;
 use crate::render::{page_slice, pagination};
 use terrace_crds::rules::Page;
@@ -53,11 +54,6 @@ pub fn router() -> Router<AppState> {
             "/api/v2/vars/{var}",
             patch(update_legacy).delete(remove_legacy),
         )
-}
-
-/// Name of the Secret holding a sensitive variable's value.
-pub fn secret_name(var_object_name: &str) -> String {
-    format!("{var_object_name}-value")
 }
 
 /// The variable's `version-id` (see [`WorkspaceVariableSpec::version_id`]).
@@ -96,58 +92,11 @@ pub fn render(v: &WorkspaceVariable, ws_id: &str) -> Value {
     })
 }
 
-/// The attributes of a variable request, as sent.
-#[derive(Debug, Default, Deserialize)]
-struct VarAttributes {
-    #[serde(default)]
-    key: Attr<String>,
-    #[serde(default)]
-    value: Attr<String>,
-    #[serde(default)]
-    description: Attr<String>,
-    #[serde(default)]
-    category: Attr<String>,
-    #[serde(default)]
-    hcl: Attr<bool>,
-    #[serde(default)]
-    sensitive: Attr<bool>,
-}
-
-impl Typed for VarAttributes {
-    const TYPE: &'static str = "vars";
-}
-
 /// The relationships of a `POST /vars` (the workspace of the variable).
 #[derive(Debug, Default, Deserialize)]
 struct VarRelationships {
     #[serde(default)]
     workspace: Option<ToOne>,
-}
-
-/// The attributes of a request, typed; `None` = not given.
-#[derive(Default)]
-struct VarInput {
-    key: Option<String>,
-    value: Option<String>,
-    description: Option<String>,
-    category: Option<String>,
-    hcl: Option<bool>,
-    sensitive: Option<bool>,
-}
-
-fn ptr(attr: &str) -> String {
-    format!("/data/attributes/{attr}")
-}
-
-fn parse(a: VarAttributes, errs: &mut Vec<FieldError>) -> VarInput {
-    VarInput {
-        key: a.key.take(&ptr("key"), "a string", errs),
-        value: a.value.take(&ptr("value"), "a string", errs),
-        description: a.description.take(&ptr("description"), "a string", errs),
-        category: a.category.take(&ptr("category"), "a string", errs),
-        hcl: a.hcl.take(&ptr("hcl"), "a boolean", errs),
-        sensitive: a.sensitive.take(&ptr("sensitive"), "a boolean", errs),
-    }
 }
 
 /// The variable a create or update leaves, checked against the rules of the CRD: every
@@ -380,7 +329,7 @@ async fn create_in(
 ) -> Result<Doc, ApiError> {
     allow(state, caller, ws, "create", None).await?;
     let mut errs = Vec::new();
-    let input = parse(attrs, &mut errs);
+    let input = attrs.parse(&mut errs);
     if input.key.is_none() && !errs.iter().any(|e| e.pointer == ptr("key")) {
         errs.push(FieldError::attribute("key", "Key can't be blank"));
     }
@@ -395,8 +344,7 @@ async fn create_in(
     }
     let id = new_id(IdKind::WorkspaceVariable);
     let object_name = object_name_for_id(&id);
-    let mut meta = write::new_meta(&id, &ws.ns, ws.org.name_any(), &[]);
-    meta.owner_references = ws.obj.controller_owner_ref(&()).map(|o| vec![o]);
+    let mut meta = write::owned_meta(&id, ws, &[]);
     if spec.sensitive {
         spec.value_from = Some(SecretKeyRef {
             name: secret_name(&object_name),
@@ -453,7 +401,7 @@ async fn update_in(
 ) -> Result<Doc, ApiError> {
     let current = allowed_var(state, caller, ws, var, "update").await?;
     let mut errs = Vec::new();
-    let input = parse(attrs, &mut errs);
+    let input = attrs.parse(&mut errs);
     let spec = checked_spec(&input, Some(&current.spec), &ws.object_name(), &mut errs);
     if errs.is_empty()
         && let Some(e) = key_taken(state, ws, &spec, Some(&current.name_any()))
@@ -464,16 +412,12 @@ async fn update_in(
         return Err(ApiError::Invalid(errs));
     }
     let object_name = current.name_any();
-    // A new sensitive value: the value given, or the plain value of a variable becoming
-    // sensitive (it moves into the Secret).
-    let new_secret_value = if spec.sensitive {
-        input
-            .value
-            .clone()
-            .or_else(|| (!current.spec.sensitive).then(|| current.spec.value.clone()))
-    } else {
-        None
-    };
+    let new_secret_value = new_secret_value(
+        spec.sensitive,
+        input.value.as_deref(),
+        current.spec.sensitive,
+        &current.spec.value,
+    );
     if let Some(value) = &new_secret_value {
         write::owned_secret(
             state,
@@ -524,23 +468,7 @@ async fn remove_in(
     var: &str,
 ) -> Result<Response, ApiError> {
     let current = allowed_var(state, caller, ws, var, "delete").await?;
-    let dp = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: current.metadata.uid.clone(),
-            resource_version: None,
-        }),
-        ..Default::default()
-    };
-    match write::api::<WorkspaceVariable>(state, &ws.ns)
-        .delete(&current.name_any(), &dp)
-        .await
-    {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 404 => {}
-        Err(e) => return Err(ApiError::from(e)),
-    }
-    write::wait_gone::<WorkspaceVariable>(state, &current.metadata.uid.clone().unwrap_or_default())
-        .await;
+    write::delete_if_present(state, current.as_ref()).await?;
     Ok(no_content())
 }
 

@@ -7,7 +7,6 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{RunVariable, default_true};
-use crate::common::Condition;
 
 /// What a run does, as created through `POST /runs` (or `kubectl apply`): immutable.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -116,46 +115,40 @@ pub struct RunPhaseStatus {
     pub pod_name: Option<String>,
 }
 
-/// What the controller and the API recorded of a run.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct RunStatus {
-    /// The run's API ID (`run-…`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id: Option<String>,
-    /// The run's status, as TFE's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("enum" = ["pending", "plan_queued", "planning", "planned", "planned_and_finished",
-        "planned_and_saved", "confirmed", "apply_queued", "applying", "applied", "discarded",
-        "errored", "canceled", "force_canceled"]))]
-    pub status: Option<String>,
-    /// `<status>-at` → RFC 3339 time, as TFE's `status-timestamps`.
-    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub status_timestamps: std::collections::BTreeMap<String, String>,
-    /// The plan.
-    #[serde(default)]
-    pub plan: RunPhaseStatus,
-    /// The apply.
-    #[serde(default)]
-    pub apply: RunPhaseStatus,
-    /// Who confirmed the apply (`user:NAME`, or `auto-apply`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub confirmed_by: Option<String>,
-    /// When a cancel was asked.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cancel_requested_at: Option<String>,
-    /// When a force-cancel was asked.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub force_cancel_requested_at: Option<String>,
-    /// Why the run errored, or what it waits for.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-    /// The generation the controller last acted on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// Conditions of the run.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
+kind_status! {
+    /// What the controller and the API recorded of a run.
+    pub struct RunStatus {
+        /// The run's API ID (`run-…`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub id: Option<String>,
+        /// The run's status, as TFE's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(extend("enum" = ["pending", "plan_queued", "planning", "planned", "planned_and_finished",
+            "planned_and_saved", "confirmed", "apply_queued", "applying", "applied", "discarded",
+            "errored", "canceled", "force_canceled"]))]
+        pub status: Option<String>,
+        /// `<status>-at` → RFC 3339 time, as TFE's `status-timestamps`.
+        #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+        pub status_timestamps: std::collections::BTreeMap<String, String>,
+        /// The plan.
+        #[serde(default)]
+        pub plan: RunPhaseStatus,
+        /// The apply.
+        #[serde(default)]
+        pub apply: RunPhaseStatus,
+        /// Who confirmed the apply (`user:NAME`, or `auto-apply`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub confirmed_by: Option<String>,
+        /// When a cancel was asked.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub cancel_requested_at: Option<String>,
+        /// When a force-cancel was asked.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub force_cancel_requested_at: Option<String>,
+        /// Why the run errored, or what it waits for.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub message: Option<String>,
+    }
 }
 
 impl Run {

@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::common::{Condition, SecretKeyRef};
+use crate::common::SecretKeyRef;
 use crate::rules::VariableCategory;
 
 /// A variable of a workspace's runs: a Terraform input variable (`category: terraform`)
@@ -83,19 +83,13 @@ fn default_category() -> String {
     VariableCategory::Terraform.as_str().to_owned()
 }
 
-/// Observed state of a workspace variable.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct WorkspaceVariableStatus {
-    /// The variable's ID (`var-…`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id: Option<String>,
-    /// Generation last acted on by the controller.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// kstatus conditions: Ready, Reconciling, Stalled.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
+kind_status! {
+    /// Observed state of a workspace variable.
+    pub struct WorkspaceVariableStatus {
+        /// The variable's ID (`var-…`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub id: Option<String>,
+    }
 }
 
 impl WorkspaceVariableSpec {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, ObjectMeta, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::Store;
@@ -179,16 +179,5 @@ async fn reconcile(ws: Arc<Workspace>, ctx: Arc<Ctx>) -> Result<Action, Error> {
 async fn mark(ctx: &Ctx, ws: &Workspace, key: &str) -> Result<bool, Error> {
     let api: Api<Workspace> =
         Api::namespaced(ctx.base.client.clone(), &ws.namespace().unwrap_or_default());
-    let body = json!({"metadata": {
-        "resourceVersion": ws.resource_version(),
-        "annotations": {ANNOTATION_AUTO_DESTROY_QUEUED: key},
-    }});
-    match api
-        .patch(&ws.name_any(), &PatchParams::default(), &Patch::Merge(body))
-        .await
-    {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-        Err(e) => Err(e.into()),
-    }
+    super::annotate_workspace(&api, ws, json!({ANNOTATION_AUTO_DESTROY_QUEUED: key})).await
 }

@@ -412,13 +412,25 @@ async fn lock_workspace(ctx: &RunContext, ws: &Workspace, run_id: &str) -> Resul
     }
     let api: Api<Workspace> =
         Api::namespaced(ctx.base.client.clone(), &ws.namespace().unwrap_or_default());
+    let annotations = json!({
+        ANNOTATION_LOCKED_BY: me.annotation(),
+        ANNOTATION_LOCKED_AT: terrace_crds::common::timestamp(&Timestamp::now()),
+        ANNOTATION_LOCK_REASON: format!("Locked by run {run_id}"),
+    });
+    annotate_workspace(&api, ws, annotations).await
+}
+
+/// Merges `annotations` (a JSON object; `null` removes one) into the workspace's under
+/// its resourceVersion: true when written, false when the workspace changed meanwhile
+/// (409).
+pub(crate) async fn annotate_workspace(
+    api: &Api<Workspace>,
+    ws: &Workspace,
+    annotations: serde_json::Value,
+) -> Result<bool, Error> {
     let body = json!({"metadata": {
         "resourceVersion": ws.resource_version(),
-        "annotations": {
-            ANNOTATION_LOCKED_BY: me.annotation(),
-            ANNOTATION_LOCKED_AT: terrace_crds::common::timestamp(&Timestamp::now()),
-            ANNOTATION_LOCK_REASON: format!("Locked by run {run_id}"),
-        },
+        "annotations": annotations,
     }});
     match api
         .patch(&ws.name_any(), &PatchParams::default(), &Patch::Merge(body))
@@ -445,21 +457,13 @@ async fn unlock_workspace(
         if holder_of(&ws) != Some(LockHolder::Run(run_id.to_owned())) {
             return Ok(());
         }
-        let body = json!({"metadata": {
-            "resourceVersion": ws.resource_version(),
-            "annotations": {
-                ANNOTATION_LOCKED_BY: null,
-                ANNOTATION_LOCKED_AT: null,
-                ANNOTATION_LOCK_REASON: null,
-            },
-        }});
-        match api
-            .patch(ws_name, &PatchParams::default(), &Patch::Merge(body))
-            .await
-        {
-            Ok(_) => return Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 409 => continue,
-            Err(e) => return Err(e.into()),
+        let annotations = json!({
+            ANNOTATION_LOCKED_BY: null,
+            ANNOTATION_LOCKED_AT: null,
+            ANNOTATION_LOCK_REASON: null,
+        });
+        if annotate_workspace(&api, &ws, annotations).await? {
+            return Ok(());
         }
     }
     Err(Error::Unavailable(

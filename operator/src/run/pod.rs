@@ -15,20 +15,15 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, Pod, PodSpec, Secret, SecretKeySelector,
-    SecretVolumeSource, Volume, VolumeMount,
-};
-use kube::api::ObjectMeta;
-use kube::{Resource, ResourceExt};
+use k8s_openapi::api::core::v1::{EnvVar, Pod, Secret, SecretVolumeSource, Volume};
+use kube::ResourceExt;
 use terrace_crds::common::SecretKeyRef;
-use terrace_crds::constants::{LABEL_MANAGED_BY, LABEL_ORGANIZATION, MANAGED_BY};
 use terrace_crds::run::Phase;
 use terrace_crds::{PodTemplateOverrides, Run, TestRunSettings};
 
+use crate::pod_parts::{self, empty_dir, mount, owned_meta};
 use crate::runner_remote::RunOptions;
-use crate::testpod::{ENGINE_CONTAINER, ENGINE_ENV, INSTALL_CONTAINER, TOOLS_DIR, WORKSPACE_DIR};
+use crate::testpod::{SECRET_DIR, TERMINATION_MESSAGE_PATH, TOOLS_DIR, WORKSPACE_DIR};
 use crate::{Error, Settings};
 
 /// Finalizer on run Pods: removed after the phase's log is archived.
@@ -45,10 +40,6 @@ pub const SECRET_KEY_OPTIONS: &str = "run.json";
 pub const SECRET_KEY_WORKSPACE_VARS: &str = "workspace.tfvars";
 /// Secret key of the run's own variables (a var-file).
 pub const SECRET_KEY_RUN_VARS: &str = "run.tfvars";
-/// Where the Secret is mounted in the engine container.
-pub const SECRET_DIR: &str = "/var/run/terrace";
-/// Termination message path of the engine container.
-pub const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
 
 /// Name of the Secret of Run object `run_name`.
 pub fn secret_name(run_name: &str) -> String {
@@ -110,40 +101,12 @@ pub fn env(vars: &[Variable]) -> Vec<EnvVar> {
                 ("terraform", Some(_)) => format!("TF_VAR_{}", v.key),
                 _ => return None,
             };
-            Some(match &v.value_from {
-                Some(from) => EnvVar {
-                    name,
-                    value_from: Some(EnvVarSource {
-                        secret_key_ref: Some(SecretKeySelector {
-                            name: from.name.clone(),
-                            key: from.key.clone(),
-                            optional: Some(false),
-                        }),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                },
-                None => EnvVar {
-                    name,
-                    value: Some(v.value.clone()),
-                    ..Default::default()
-                },
-            })
+            Some(pod_parts::env_var(name, &v.value, v.value_from.as_ref()))
         })
         .collect();
     own.sort_by(|a, b| a.name.cmp(&b.name));
     own.dedup_by(|a, b| a.name == b.name);
-    let mut all: Vec<EnvVar> = ENGINE_ENV
-        .iter()
-        .filter(|(k, _)| !own.iter().any(|m| m.name == *k))
-        .map(|(k, v)| EnvVar {
-            name: (*k).to_owned(),
-            value: Some((*v).to_owned()),
-            ..Default::default()
-        })
-        .collect();
-    all.extend(own);
-    all
+    pod_parts::with_engine_env(own)
 }
 
 /// The engine image of a run: `{version}` in the configured image becomes the workspace's
@@ -170,32 +133,8 @@ pub struct RunPodInputs<'a> {
     pub settings: &'a Settings,
 }
 
-fn owned_meta(
-    run: &Run,
-    name: String,
-    labels: BTreeMap<String, String>,
-) -> Result<ObjectMeta, Error> {
-    let owner = run
-        .controller_owner_ref(&())
-        .ok_or_else(|| Error::Invalid("the run has no uid".into()))?;
-    Ok(ObjectMeta {
-        name: Some(name),
-        namespace: run.namespace(),
-        labels: Some(labels),
-        owner_references: Some(vec![owner]),
-        ..Default::default()
-    })
-}
-
 fn labels(inputs: &RunPodInputs<'_>) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (LABEL_RUN.to_owned(), inputs.run_id.to_owned()),
-        (
-            LABEL_ORGANIZATION.to_owned(),
-            inputs.organization.to_owned(),
-        ),
-        (LABEL_MANAGED_BY.to_owned(), MANAGED_BY.to_owned()),
-    ])
+    pod_parts::labels(LABEL_RUN, inputs.run_id, inputs.organization)
 }
 
 /// The run's options as the runner reads them.
@@ -221,48 +160,24 @@ pub fn build_secret(inputs: &RunPodInputs<'_>, token: &str) -> Result<Secret, Er
         inputs.terraform_version,
     ))
     .map_err(|e| Error::Invalid(format!("the run's options: {e}")))?;
-    let data = BTreeMap::from([
-        (
-            SECRET_KEY_TOKEN.to_owned(),
-            ByteString(token.as_bytes().to_vec()),
-        ),
-        (SECRET_KEY_OPTIONS.to_owned(), ByteString(options)),
-        (
-            SECRET_KEY_WORKSPACE_VARS.to_owned(),
-            ByteString(workspace_tfvars(inputs.variables).into_bytes()),
-        ),
-        (
-            SECRET_KEY_RUN_VARS.to_owned(),
-            ByteString(run_tfvars(inputs.run).into_bytes()),
-        ),
-    ]);
-    Ok(Secret {
-        metadata: owned_meta(
-            inputs.run,
-            secret_name(&inputs.run.name_any()),
-            labels(inputs),
-        )?,
-        data: Some(data),
-        type_: Some("Opaque".to_owned()),
-        ..Default::default()
-    })
-}
-
-fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
-    VolumeMount {
-        name: name.to_owned(),
-        mount_path: path.to_owned(),
-        read_only: read_only.then_some(true),
-        ..Default::default()
-    }
-}
-
-fn empty_dir(name: &str) -> Volume {
-    Volume {
-        name: name.to_owned(),
-        empty_dir: Some(EmptyDirVolumeSource::default()),
-        ..Default::default()
-    }
+    let metadata = owned_meta(
+        inputs.run,
+        "run",
+        secret_name(&inputs.run.name_any()),
+        labels(inputs),
+    )?;
+    Ok(pod_parts::opaque_secret(
+        metadata,
+        [
+            (SECRET_KEY_TOKEN, token.as_bytes().to_vec()),
+            (SECRET_KEY_OPTIONS, options),
+            (
+                SECRET_KEY_WORKSPACE_VARS,
+                workspace_tfvars(inputs.variables).into_bytes(),
+            ),
+            (SECRET_KEY_RUN_VARS, run_tfvars(inputs.run).into_bytes()),
+        ],
+    ))
 }
 
 /// The Pod of `phase` (see the module docs).
@@ -276,39 +191,22 @@ pub fn build_pod(inputs: &RunPodInputs<'_>, phase: Phase) -> Result<Pod, Error> 
         Some(pool) => pool.over(&org),
         None => org,
     };
-    let mut all_labels = overrides.labels.clone();
-    all_labels.extend(labels(inputs));
-    all_labels.insert(LABEL_PHASE.to_owned(), phase.as_str().to_owned());
-    let mut meta = owned_meta(run, pod_name(&run.name_any(), phase), all_labels)?;
-    meta.finalizers = Some(vec![FINALIZER.to_owned()]);
-    if !overrides.annotations.is_empty() {
-        meta.annotations = Some(overrides.annotations.clone());
-    }
+    let mut our_labels = labels(inputs);
+    our_labels.insert(LABEL_PHASE.to_owned(), phase.as_str().to_owned());
+    let meta = pod_parts::pod_meta(
+        run,
+        "run",
+        pod_name(&run.name_any(), phase),
+        our_labels,
+        &overrides,
+        FINALIZER,
+    )?;
     let engine_image = engine_image(
-        inputs
-            .org_settings
-            .engine_image
-            .as_deref()
-            .filter(|i| !i.is_empty())
-            .unwrap_or(&inputs.settings.engine_image),
+        pod_parts::configured_engine_image(inputs.org_settings, inputs.settings),
         inputs.terraform_version,
     );
-    let terrace = format!("{TOOLS_DIR}/terrace");
-    let install = Container {
-        name: INSTALL_CONTAINER.to_owned(),
-        image: Some(inputs.settings.terrace_image.clone()),
-        command: Some(vec![
-            inputs.settings.terrace_binary.clone(),
-            "runner".to_owned(),
-            "install".to_owned(),
-            terrace.clone(),
-        ]),
-        volume_mounts: Some(vec![mount("tools", TOOLS_DIR, false)]),
-        termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
-        ..Default::default()
-    };
     let command = vec![
-        terrace,
+        pod_parts::terrace_binary(),
         "runner".to_owned(),
         "remote".to_owned(),
         "--phase".to_owned(),
@@ -332,33 +230,24 @@ pub fn build_pod(inputs: &RunPodInputs<'_>, phase: Phase) -> Result<Pod, Error> 
         "--".to_owned(),
         inputs.settings.engine_command.clone(),
     ];
-    let engine = Container {
-        name: ENGINE_CONTAINER.to_owned(),
-        image: Some(engine_image),
-        command: Some(command),
-        working_dir: Some(WORKSPACE_DIR.to_owned()),
-        env: Some(env(inputs.variables)),
-        resources: overrides.resources.clone(),
-        volume_mounts: Some(vec![
+    let engine = pod_parts::engine_container(
+        engine_image,
+        command,
+        env(inputs.variables),
+        &overrides,
+        vec![
             mount("tools", TOOLS_DIR, true),
             mount("workspace", WORKSPACE_DIR, false),
             mount("run", SECRET_DIR, true),
-        ]),
-        termination_message_path: Some(TERMINATION_MESSAGE_PATH.to_owned()),
-        termination_message_policy: Some("File".to_owned()),
-        ..Default::default()
-    };
-    let service_account = overrides
-        .service_account_name
-        .clone()
-        .filter(|s| !s.is_empty());
+        ],
+    );
     Ok(Pod {
         metadata: meta,
-        spec: Some(PodSpec {
-            restart_policy: Some("Never".to_owned()),
-            init_containers: Some(vec![install]),
-            containers: vec![engine],
-            volumes: Some(vec![
+        spec: Some(pod_parts::pod_spec(
+            &overrides,
+            vec![pod_parts::install_container(inputs.settings)],
+            engine,
+            vec![
                 empty_dir("workspace"),
                 empty_dir("tools"),
                 Volume {
@@ -371,14 +260,8 @@ pub fn build_pod(inputs: &RunPodInputs<'_>, phase: Phase) -> Result<Pod, Error> 
                     }),
                     ..Default::default()
                 },
-            ]),
-            automount_service_account_token: service_account.is_none().then_some(false),
-            service_account_name: service_account,
-            node_selector: (!overrides.node_selector.is_empty())
-                .then(|| overrides.node_selector.clone()),
-            tolerations: (!overrides.tolerations.is_empty()).then(|| overrides.tolerations.clone()),
-            ..Default::default()
-        }),
+            ],
+        )),
         status: None,
     })
 }

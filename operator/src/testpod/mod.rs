@@ -37,17 +37,15 @@
 use std::collections::BTreeMap;
 
 use base64::Engine;
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, KeyToPath, Pod, PodSpec, Secret,
-    SecretKeySelector, SecretVolumeSource, Volume, VolumeMount,
+    Container, EnvVar, KeyToPath, Pod, Secret, SecretVolumeSource, Volume,
 };
-use kube::api::ObjectMeta;
-use kube::{Resource, ResourceExt};
+use kube::ResourceExt;
 use rand::RngCore;
-use terrace_crds::constants::{LABEL_ID, LABEL_MANAGED_BY, LABEL_ORGANIZATION, MANAGED_BY};
+use terrace_crds::constants::LABEL_ID;
 use terrace_crds::{TestRun, TestRunSettings, TestVariable};
 
+use crate::pod_parts::{self, empty_dir, mount, owned_meta};
 use crate::{Error, Settings};
 
 pub mod log_archive;
@@ -217,24 +215,12 @@ pub fn module_env(run: &TestRun, variables: &[TestVariable]) -> Vec<EnvVar> {
     module_variables(run, variables)
         .into_iter()
         .filter(|v| hcl_input(v).is_none())
-        .map(|v| match &v.spec.value_from {
-            Some(from) => EnvVar {
-                name: v.spec.key.clone(),
-                value_from: Some(EnvVarSource {
-                    secret_key_ref: Some(SecretKeySelector {
-                        name: from.name.clone(),
-                        key: from.key.clone(),
-                        optional: Some(false),
-                    }),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-            None => EnvVar {
-                name: v.spec.key.clone(),
-                value: Some(v.spec.value.clone()),
-                ..Default::default()
-            },
+        .map(|v| {
+            pod_parts::env_var(
+                v.spec.key.clone(),
+                &v.spec.value,
+                v.spec.value_from.as_ref(),
+            )
         })
         .collect()
 }
@@ -257,49 +243,14 @@ pub struct PodInputs<'a> {
     pub settings: &'a Settings,
 }
 
-fn owner_meta(
-    run: &TestRun,
-    name: String,
-    labels: BTreeMap<String, String>,
-) -> Result<ObjectMeta, Error> {
-    let owner = run
-        .controller_owner_ref(&())
-        .ok_or_else(|| Error::Invalid("the test run has no uid".into()))?;
-    Ok(ObjectMeta {
-        name: Some(name),
-        namespace: run.namespace(),
-        labels: Some(labels),
-        owner_references: Some(vec![owner]),
-        ..Default::default()
-    })
-}
-
 fn our_labels(inputs: &PodInputs<'_>) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (LABEL_TEST_RUN.to_owned(), inputs.run_id.to_owned()),
-        (
-            LABEL_ORGANIZATION.to_owned(),
-            inputs.organization.to_owned(),
-        ),
-        (LABEL_MANAGED_BY.to_owned(), MANAGED_BY.to_owned()),
-    ])
+    pod_parts::labels(LABEL_TEST_RUN, inputs.run_id, inputs.organization)
 }
 
 /// The whole environment of the engine container: [`ENGINE_ENV`], then the module's
 /// variables ([`module_env`]), which win over it.
 pub fn engine_env(run: &TestRun, variables: &[TestVariable]) -> Vec<EnvVar> {
-    let module = module_env(run, variables);
-    let mut env: Vec<EnvVar> = ENGINE_ENV
-        .iter()
-        .filter(|(k, _)| !module.iter().any(|m| m.name == *k))
-        .map(|(k, v)| EnvVar {
-            name: (*k).to_owned(),
-            value: Some((*v).to_owned()),
-            ..Default::default()
-        })
-        .collect();
-    env.extend(module);
-    env
+    pod_parts::with_engine_env(module_env(run, variables))
 }
 
 /// The Secret of the run: the one-time `token` and the var-file `run.tfvars`.
@@ -309,30 +260,22 @@ pub fn build_secret(inputs: &PodInputs<'_>, token: &str) -> Result<Secret, Error
         LABEL_CONFIGURATION_VERSION.to_owned(),
         inputs.configuration_version_id.to_owned(),
     );
-    Ok(Secret {
-        metadata: owner_meta(inputs.run, pod_name(&inputs.run.name_any()), labels)?,
-        data: Some(BTreeMap::from([
+    let metadata = owned_meta(
+        inputs.run,
+        "test run",
+        pod_name(&inputs.run.name_any()),
+        labels,
+    )?;
+    Ok(pod_parts::opaque_secret(
+        metadata,
+        [
+            (SECRET_KEY_TOKEN, token.as_bytes().to_vec()),
             (
-                SECRET_KEY_TOKEN.to_owned(),
-                ByteString(token.as_bytes().to_vec()),
+                SECRET_KEY_TFVARS,
+                run_tfvars(inputs.run, inputs.variables).into_bytes(),
             ),
-            (
-                SECRET_KEY_TFVARS.to_owned(),
-                ByteString(run_tfvars(inputs.run, inputs.variables).into_bytes()),
-            ),
-        ])),
-        type_: Some("Opaque".to_owned()),
-        ..Default::default()
-    })
-}
-
-fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
-    VolumeMount {
-        name: name.to_owned(),
-        mount_path: path.to_owned(),
-        read_only: read_only.then_some(true),
-        ..Default::default()
-    }
+        ],
+    ))
 }
 
 fn secret_volume(name: &str, secret: &str, key: &str) -> Volume {
@@ -352,14 +295,6 @@ fn secret_volume(name: &str, secret: &str, key: &str) -> Volume {
     }
 }
 
-fn empty_dir(name: &str) -> Volume {
-    Volume {
-        name: name.to_owned(),
-        empty_dir: Some(EmptyDirVolumeSource::default()),
-        ..Default::default()
-    }
-}
-
 /// The test Pod of the run (see the module docs).
 pub fn build_pod(inputs: &PodInputs<'_>) -> Result<Pod, Error> {
     let run = inputs.run;
@@ -367,37 +302,18 @@ pub fn build_pod(inputs: &PodInputs<'_>) -> Result<Pod, Error> {
         .org_settings
         .pod_template
         .over(&inputs.settings.test_pod_template);
-    let name = pod_name(&run.name_any());
-    // Our labels win over the organization's extra labels.
-    let mut labels = overrides.labels.clone();
-    labels.extend(our_labels(inputs));
-    let mut meta = owner_meta(run, name.clone(), labels)?;
-    meta.finalizers = Some(vec![FINALIZER.to_owned()]);
-    if !overrides.annotations.is_empty() {
-        meta.annotations = Some(overrides.annotations.clone());
-    }
-    let engine_image = inputs
-        .org_settings
-        .engine_image
-        .clone()
-        .filter(|i| !i.is_empty())
-        .unwrap_or_else(|| inputs.settings.engine_image.clone());
-    let terrace = format!("{TOOLS_DIR}/terrace");
+    let meta = pod_parts::pod_meta(
+        run,
+        "test run",
+        pod_name(&run.name_any()),
+        our_labels(inputs),
+        overrides,
+        FINALIZER,
+    )?;
+    let engine_image = pod_parts::configured_engine_image(inputs.org_settings, inputs.settings);
+    let terrace = pod_parts::terrace_binary();
     let has_vars = !run_tfvars(run, inputs.variables).is_empty();
 
-    let install = Container {
-        name: INSTALL_CONTAINER.to_owned(),
-        image: Some(inputs.settings.terrace_image.clone()),
-        command: Some(vec![
-            inputs.settings.terrace_binary.clone(),
-            "runner".to_owned(),
-            "install".to_owned(),
-            terrace.clone(),
-        ]),
-        volume_mounts: Some(vec![mount("tools", TOOLS_DIR, false)]),
-        termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
-        ..Default::default()
-    };
     let fetch = Container {
         name: FETCH_CONTAINER.to_owned(),
         image: Some(inputs.settings.terrace_image.clone()),
@@ -447,18 +363,13 @@ pub fn build_pod(inputs: &PodInputs<'_>) -> Result<Pod, Error> {
     if has_vars {
         engine_mounts.push(mount("run-vars", SECRET_DIR, true));
     }
-    let engine = Container {
-        name: ENGINE_CONTAINER.to_owned(),
-        image: Some(engine_image),
-        command: Some(command),
-        working_dir: Some(WORKSPACE_DIR.to_owned()),
-        env: Some(engine_env(run, inputs.variables)),
-        resources: overrides.resources.clone(),
-        volume_mounts: Some(engine_mounts),
-        termination_message_path: Some(TERMINATION_MESSAGE_PATH.to_owned()),
-        termination_message_policy: Some("File".to_owned()),
-        ..Default::default()
-    };
+    let engine = pod_parts::engine_container(
+        engine_image.to_owned(),
+        command,
+        engine_env(run, inputs.variables),
+        overrides,
+        engine_mounts,
+    );
 
     let secret = pod_name(&run.name_any());
     let mut volumes = vec![
@@ -469,26 +380,14 @@ pub fn build_pod(inputs: &PodInputs<'_>) -> Result<Pod, Error> {
     if has_vars {
         volumes.push(secret_volume("run-vars", &secret, SECRET_KEY_TFVARS));
     }
-    let service_account = overrides
-        .service_account_name
-        .clone()
-        .filter(|s| !s.is_empty());
     Ok(Pod {
         metadata: meta,
-        spec: Some(PodSpec {
-            restart_policy: Some("Never".to_owned()),
-            init_containers: Some(vec![install, fetch]),
-            containers: vec![engine],
-            volumes: Some(volumes),
-            // The tests need no Kubernetes API access unless the organization picked an
-            // account on purpose (e.g. for cloud workload identity).
-            automount_service_account_token: service_account.is_none().then_some(false),
-            service_account_name: service_account,
-            node_selector: (!overrides.node_selector.is_empty())
-                .then(|| overrides.node_selector.clone()),
-            tolerations: (!overrides.tolerations.is_empty()).then(|| overrides.tolerations.clone()),
-            ..Default::default()
-        }),
+        spec: Some(pod_parts::pod_spec(
+            overrides,
+            vec![pod_parts::install_container(inputs.settings), fetch],
+            engine,
+            volumes,
+        )),
         status: None,
     })
 }

@@ -4,6 +4,7 @@ use super::*;
 use k8s_openapi::api::core::v1::{ResourceRequirements, Toleration};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use terrace_crds::common::SecretKeyRef;
+use terrace_crds::constants::LABEL_ORGANIZATION;
 use terrace_crds::{PodTemplateOverrides, RunVariable, TestRunSpec, TestVariableSpec};
 
 fn run(variables: Vec<RunVariable>) -> TestRun {

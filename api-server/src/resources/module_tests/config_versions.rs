@@ -23,13 +23,10 @@
 //! it, in constant time, with the tokens of the runs that use this configuration version,
 //! and consumes it before serving: a second fetch with the same token is 401.
 
-use std::collections::BTreeMap;
-
 use axum::body::Body;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderMap, header};
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::ObjectMeta;
 use terrace_crds::constants::ANNOTATION_AUTOMATIC_TEST_RUN;
 use terrace_crds::ids::{IdKind, new_id};
 use terrace_crds::resources::{ArchiveRef, ConfigurationVersionSpec};
@@ -39,8 +36,8 @@ use terrace_crds::{ConfigurationVersion, ConfigurationVersionState};
 use tower_http::limit::RequestBodyLimitLayer;
 
 use super::locate;
-use crate::blobs::{BlobError, BlobStore};
-use crate::capability::{base_url, constant_time_eq, sha256_hex};
+use crate::blobs::BlobStore;
+use crate::capability::{constant_time_eq, sha256_hex};
 use crate::prelude::*;
 
 /// Largest accepted archive (TERRACE_MAX_UPLOAD_BYTES overrides it).
@@ -77,6 +74,7 @@ pub fn upload_router() -> Router<AppState> {
 pub use crate::documents::config_versions::{
     ANNOTATION_UPLOAD_EXPIRES, ANNOTATION_UPLOAD_SHA256, UPLOAD_PATH, UPLOAD_TTL, render, status_of,
 };
+use crate::documents::config_versions::{create_pending, pending_meta};
 
 /// The attributes of a configuration version request (the body may be empty).
 #[derive(Debug, Default, Deserialize)]
@@ -112,23 +110,9 @@ async fn create(
     let auto_queue = attrs.auto_queue_runs.unwrap_or(true);
     let speculative = attrs.speculative.unwrap_or(false);
     let id = new_id(IdKind::ConfigurationVersion);
-    let token = crate::capability::random_token();
-    let expires = jiff::Timestamp::now()
-        .checked_add(UPLOAD_TTL)
-        .map_err(|e| ApiError::internal("upload expiry", e))?;
+    let (token, metadata) = pending_meta(&state, m.child_meta(&id))?;
     let cv = ConfigurationVersion {
-        metadata: ObjectMeta {
-            annotations: Some(BTreeMap::from([
-                (
-                    ANNOTATION_UPLOAD_SHA256.to_owned(),
-                    sha256_hex(token.as_bytes()),
-                ),
-                (ANNOTATION_UPLOAD_EXPIRES.to_owned(), expires.to_string()),
-            ])),
-            // An archive in a bucket is deleted by the operator before the version goes.
-            finalizers: state.blobs.owner_finalizers(),
-            ..m.child_meta(&id)
-        },
+        metadata,
         spec: ConfigurationVersionSpec {
             module: Some(m.object_name()),
             workspace: None,
@@ -144,16 +128,7 @@ async fn create(
         },
         status: None,
     };
-    let created = write::create_with_status(
-        &state,
-        &m.ns,
-        &cv,
-        json!({"id": id, "status": ConfigurationVersionState::Pending.as_str()}),
-    )
-    .await?;
-    write::wait_seen(&state, &created).await;
-    let url = format!("{}{UPLOAD_PATH}/{token}", base_url(&state, &headers));
-    Ok(Doc::created(render(&created, Some(&url))))
+    create_pending(&state, &headers, &cv, &id, &token).await
 }
 
 /// `GET /configuration-versions/:id`: what clients poll after an upload until `status`
@@ -322,13 +297,8 @@ async fn archive(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let unauthorized = || ApiError::Unauthorized("a valid archive token is required".into());
-    let presented = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        .filter(|(s, _)| s.eq_ignore_ascii_case("bearer"))
-        .map(|(_, t)| t.trim().to_owned())
-        .filter(|t| !t.is_empty())
+    let presented = crate::auth::bearer_token(&headers)
+        .map(str::to_owned)
         .ok_or_else(unauthorized)?;
     let (cv, runs) = {
         let idx = state.index.read();
@@ -386,10 +356,7 @@ async fn archive(
     let blob = crate::blobs::store(&state, &ns, None)
         .get_stream(&key, Some(&sha256))
         .await
-        .map_err(|e| match e {
-            BlobError::NotFound(_) => ApiError::not_found("archive not found"),
-            other => crate::blobs::api_error("the archive", other),
-        })?;
+        .map_err(|e| crate::blobs::read_error("the archive", "archive not found", e))?;
     Ok((
         [
             (header::CONTENT_TYPE, "application/gzip".to_owned()),
@@ -407,6 +374,8 @@ mod tests {
     use kube::Api;
     use kube::api::{Patch, PatchParams, PostParams};
     use serde_json::json;
+
+    use std::collections::BTreeMap;
 
     use super::*;
     use crate::testing::meta;

@@ -33,7 +33,7 @@ use super::{
 };
 use crate::capability::base_url;
 use crate::prelude::*;
-use crate::render::{page_slice, pagination};
+use crate::render::{by_creation, page_slice, pagination};
 
 const T: &str =
     "/api/v2/organizations/{org}/tests/registry-modules/private/{namespace}/{name}/{provider}";
@@ -281,12 +281,7 @@ async fn create(
     let mut errs = Vec::new();
     let input = RunInput::from_attributes(data.attributes, &mut errs);
     let cv_ptr = "/data/relationships/configuration-version/data/id";
-    let cv_id = data
-        .relationships
-        .configuration_version
-        .as_ref()
-        .and_then(|r| r.id().flatten())
-        .filter(|s| !s.is_empty());
+    let cv_id = ToOne::given_id(data.relationships.configuration_version.as_ref());
     let mut cv_found = None;
     match cv_id {
         None => errs.push(FieldError::new(
@@ -371,12 +366,7 @@ async fn supersede_automatic_run(
 /// The runs of a module, newest first.
 fn runs_of(state: &AppState, m: &Module) -> Vec<Arc<TestRun>> {
     let mut runs = children_of(state.index.read().test_runs(), m);
-    runs.sort_by(|a, b| {
-        b.metadata
-            .creation_timestamp
-            .cmp(&a.metadata.creation_timestamp)
-            .then_with(|| b.name_any().cmp(&a.name_any()))
-    });
+    runs.sort_by(|a, b| by_creation(b.as_ref(), a.as_ref()));
     runs
 }
 

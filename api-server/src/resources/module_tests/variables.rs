@@ -8,16 +8,20 @@
 //! cannot become non-sensitive. `version-id` (in status) is a new random value after
 //! every create and update. Each bad attribute gets its own 422 error with a pointer.
 
-use kube::api::{DeleteParams, PostParams};
+use kube::api::PostParams;
 use terrace_crds::TestVariable;
 use terrace_crds::common::SecretKeyRef;
+use terrace_crds::constants::VARIABLE_SECRET_KEY;
 use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
 use terrace_crds::resources::TestVariableSpec;
 use terrace_crds::rules::{
-    TEST_VARIABLE_CATEGORY, validate_test_variable_category, validate_test_variable_key,
+    TEST_VARIABLE_CATEGORY, new_secret_value, validate_test_variable_category,
+    validate_test_variable_key,
 };
 
 use super::{ChildPath, Module, ModulePath, child_of, children_of, locate_child, locate_path};
+pub use crate::documents::variables::secret_name;
+use crate::documents::variables::{VarAttributes, VarInput, ptr};
 use crate::prelude::*;
 
 const T: &str =
@@ -26,7 +30,7 @@ const T: &str =
 const RESOURCE: &str = "testvariables";
 
 /// Key of the value in a sensitive variable's Secret.
-pub const SECRET_KEY: &str = "value";
+pub const SECRET_KEY: &str = VARIABLE_SECRET_KEY;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -35,11 +39,6 @@ pub fn router() -> Router<AppState> {
             &format!("{T}/vars/{{var}}"),
             get(show).patch(update).delete(remove),
         )
-}
-
-/// Name of the Secret holding a sensitive variable's value.
-pub fn secret_name(var_object_name: &str) -> String {
-    format!("{var_object_name}-value")
 }
 
 /// The JSON:API `data` of a variable (sensitive values read as `""`). No
@@ -61,49 +60,9 @@ pub fn render(v: &TestVariable) -> Value {
     })
 }
 
-/// The attributes of a test variable request, as sent.
-#[derive(Debug, Default, Deserialize)]
-struct VarAttributes {
-    #[serde(default)]
-    key: Attr<String>,
-    #[serde(default)]
-    value: Attr<String>,
-    #[serde(default)]
-    description: Attr<String>,
-    #[serde(default)]
-    category: Attr<String>,
-    #[serde(default)]
-    sensitive: Attr<bool>,
-    #[serde(default)]
-    hcl: Attr<bool>,
-}
-
-impl Typed for VarAttributes {
-    const TYPE: &'static str = "vars";
-}
-
-/// Attributes of a create or update, checked; `None` = not given.
-#[derive(Default)]
-struct VarInput {
-    key: Option<String>,
-    value: Option<String>,
-    description: Option<String>,
-    category: Option<String>,
-    sensitive: Option<bool>,
-    hcl: Option<bool>,
-}
-
 /// The input of a request; every broken rule is recorded in `errs`.
 fn parse(a: VarAttributes, creating: bool, errs: &mut Vec<FieldError>) -> VarInput {
-    let ptr = |k: &str| format!("/data/attributes/{k}");
-    let input = VarInput {
-        key: a.key.take(&ptr("key"), "a string", errs),
-        value: a.value.take(&ptr("value"), "a string", errs),
-        description: a.description.take(&ptr("description"), "a string", errs),
-        category: a.category.take(&ptr("category"), "a string", errs),
-        sensitive: a.sensitive.take(&ptr("sensitive"), "a boolean", errs),
-        hcl: a.hcl.take(&ptr("hcl"), "a boolean", errs),
-    };
+    let input = a.parse(errs);
     if let Some(d) = &input.description
         && let Err(v) = terrace_crds::rules::validate_variable_description(d)
     {
@@ -276,15 +235,14 @@ async fn update(
         return Err(ApiError::Invalid(errs));
     }
     let sensitive = current.spec.sensitive || input.sensitive == Some(true);
-    if sensitive {
-        // Becoming sensitive moves the plain value into the Secret.
-        let new_value = input
-            .value
-            .clone()
-            .or_else(|| (!current.spec.sensitive).then(|| current.spec.value.clone()));
-        if let Some(v) = new_value {
-            write_secret(&state, &current, &v).await?;
-        }
+    // Becoming sensitive moves the plain value into the Secret.
+    if let Some(v) = new_secret_value(
+        sensitive,
+        input.value.as_deref(),
+        current.spec.sensitive,
+        &current.spec.value,
+    ) {
+        write_secret(&state, &current, &v).await?;
     }
     let api = write::api::<TestVariable>(&state, &m.ns);
     let object_name = current.name_any();
@@ -324,16 +282,7 @@ async fn remove(
 ) -> Result<Response, ApiError> {
     let (m, var) = locate_child(&state, &caller, path, "delete", RESOURCE).await?;
     let current = var_of(&state, &m, &var)?;
-    match write::api::<TestVariable>(&state, &m.ns)
-        .delete(&current.name_any(), &DeleteParams::default())
-        .await
-    {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 404 => {}
-        Err(e) => return Err(ApiError::from(e)),
-    }
-    write::wait_gone::<TestVariable>(&state, &current.metadata.uid.clone().unwrap_or_default())
-        .await;
+    write::delete_if_present(&state, current.as_ref()).await?;
     Ok(no_content())
 }
 

@@ -5,21 +5,15 @@
 //! the same show (`GET /configuration-versions/:id`). `speculative` versions make plan-only
 //! runs.
 
-use std::collections::BTreeMap;
-
 use axum::http::HeaderMap;
-use kube::api::{ObjectMeta, PostParams};
-use terrace_crds::constants::{LABEL_ID, LABEL_ORGANIZATION, LABEL_WORKSPACE_ID};
-use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
+use terrace_crds::constants::LABEL_WORKSPACE_ID;
+use terrace_crds::ids::{IdKind, new_id};
 use terrace_crds::resources::ConfigurationVersionSpec;
-use terrace_crds::{ConfigurationVersion, ConfigurationVersionState, Workspace};
+use terrace_crds::{ConfigurationVersion, Workspace};
 
-use crate::capability::{base_url, random_token, sha256_hex};
-use crate::documents::config_versions::{
-    ANNOTATION_UPLOAD_EXPIRES, ANNOTATION_UPLOAD_SHA256, UPLOAD_PATH, UPLOAD_TTL, render,
-};
+use crate::documents::config_versions::{create_pending, pending_meta, render};
 use crate::prelude::*;
-use crate::render::{page_slice, pagination};
+use crate::render::{by_creation, page_slice, pagination};
 
 pub fn router() -> Router<AppState> {
     Router::new().route(
@@ -62,33 +56,10 @@ async fn create(
     };
     let _ = attrs.provisional;
     let id = new_id(IdKind::ConfigurationVersion);
-    let token = random_token();
-    let expires = jiff::Timestamp::now()
-        .checked_add(UPLOAD_TTL)
-        .map_err(|e| ApiError::internal("upload expiry", e))?;
+    let base = write::owned_meta(&id, ws, &[(LABEL_WORKSPACE_ID, ws.id())]);
+    let (token, metadata) = pending_meta(&state, base)?;
     let cv = ConfigurationVersion {
-        metadata: ObjectMeta {
-            name: Some(object_name_for_id(&id)),
-            namespace: Some(ws.ns.clone()),
-            labels: Some(BTreeMap::from([
-                (LABEL_ID.to_owned(), id.clone()),
-                (LABEL_ORGANIZATION.to_owned(), ws.org.name_any()),
-                (LABEL_WORKSPACE_ID.to_owned(), ws.id()),
-            ])),
-            annotations: Some(BTreeMap::from([
-                (
-                    ANNOTATION_UPLOAD_SHA256.to_owned(),
-                    sha256_hex(token.as_bytes()),
-                ),
-                (ANNOTATION_UPLOAD_EXPIRES.to_owned(), expires.to_string()),
-            ])),
-            owner_references: ws.obj.controller_owner_ref(&()).map(|o| vec![o]),
-            finalizers: state
-                .blobs
-                .is_external()
-                .then(|| vec![terrace_crds::blobs::FINALIZER.to_owned()]),
-            ..Default::default()
-        },
+        metadata,
         spec: ConfigurationVersionSpec {
             module: None,
             workspace: Some(ws.object_name()),
@@ -106,17 +77,7 @@ async fn create(
         },
         status: None,
     };
-    let api = write::api::<ConfigurationVersion>(&state, &ws.ns);
-    let created = api.create(&PostParams::default(), &cv).await?;
-    let created = write::patch_status(
-        &api,
-        &created.name_any(),
-        json!({"id": id, "status": ConfigurationVersionState::Pending.as_str()}),
-    )
-    .await?;
-    write::wait_seen(&state, &created).await;
-    let url = format!("{}{UPLOAD_PATH}/{token}", base_url(&state, &headers));
-    Ok(Doc::created(render(&created, Some(&url))))
+    create_pending(&state, &headers, &cv, &id, &token).await
 }
 
 async fn list(
@@ -133,12 +94,7 @@ async fn list(
         .into_iter()
         .filter(|c| c.spec.workspace.as_deref() == Some(object.as_str()))
         .collect();
-    cvs.sort_by(|a, b| {
-        b.metadata
-            .creation_timestamp
-            .cmp(&a.metadata.creation_timestamp)
-            .then_with(|| b.name_any().cmp(&a.name_any()))
-    });
+    cvs.sort_by(|a, b| by_creation(b.as_ref(), a.as_ref()));
     let data: Vec<Value> = page_slice(&cvs, page)
         .iter()
         .map(|c| render(c, None))

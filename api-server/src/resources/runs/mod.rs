@@ -22,16 +22,14 @@ use kube::api::PostParams;
 use terrace_crds::constants::LABEL_WORKSPACE_ID;
 use terrace_crds::ids::{IdKind, new_id};
 use terrace_crds::resources::RunVariable;
-use terrace_crds::run::{self, RunState};
+use terrace_crds::run::{self, Phase, RunState};
 use terrace_crds::{ConfigurationVersion, ConfigurationVersionState, Run, RunSpec, Workspace};
 
 use crate::blobs::BlobStore;
 use crate::capability::base_url;
-use crate::documents::runs::{
-    RunPermissions, apply_data, links_of, log_url, plan_data, run_data, state_of,
-};
+use crate::documents::runs::{RunPermissions, links_of, log_url, phase_data, run_data, state_of};
 use crate::prelude::*;
-use crate::render::{page_slice, pagination};
+use crate::render::{by_creation, page_slice, pagination};
 
 /// The RBAC resource of runs.
 pub const RESOURCE: &str = "runs";
@@ -50,10 +48,10 @@ pub fn router() -> Router<AppState> {
         .route("/api/v2/workspaces/{id}/runs", get(list))
         .route("/api/v2/runs/{id}/actions/{action}", post(act))
         .route("/api/v2/runs/{id}/run-events", get(run_events))
-        .route("/api/v2/runs/{id}/plan", get(plan_of_run))
-        .route("/api/v2/runs/{id}/apply", get(apply_of_run))
-        .route("/api/v2/plans/{plan}", get(show_plan))
-        .route("/api/v2/applies/{apply}", get(show_apply))
+        .route("/api/v2/runs/{id}/plan", get(phase_of_run::<PlanRoute>))
+        .route("/api/v2/runs/{id}/apply", get(phase_of_run::<ApplyRoute>))
+        .route("/api/v2/plans/{plan}", get(show_phase::<PlanRoute>))
+        .route("/api/v2/applies/{apply}", get(show_phase::<ApplyRoute>))
         .route("/api/v2/plans/{plan}/json-output", get(json_output))
         .route(
             "/api/v2/plans/{plan}/json-output-redacted",
@@ -63,8 +61,8 @@ pub fn router() -> Router<AppState> {
             "/api/v2/runs/{id}/plan/json-output",
             get(json_output_of_run),
         )
-        .route("/api/v2/plans/{plan}/log/{token}", get(plan_log))
-        .route("/api/v2/applies/{apply}/log/{token}", get(apply_log))
+        .route("/api/v2/plans/{plan}/log/{token}", get(log))
+        .route("/api/v2/applies/{apply}/log/{token}", get(log))
         .route("/api/v2/organizations/{org}/runs/queue", get(queue))
         .route("/api/v2/organizations/{org}/capacity", get(capacity))
         .merge(config_versions::router())
@@ -132,12 +130,7 @@ fn latest_uploaded(state: &AppState, ns: &str, ws: &str) -> Option<Arc<Configura
         .in_namespace(ns)
         .filter(|c| c.spec.workspace.as_deref() == Some(ws))
         .filter(|c| c.state() == Ok(ConfigurationVersionState::Uploaded))
-        .max_by(|a, b| {
-            a.metadata
-                .creation_timestamp
-                .cmp(&b.metadata.creation_timestamp)
-                .then_with(|| a.name_any().cmp(&b.name_any()))
-        })
+        .max_by(|a, b| by_creation(a.as_ref(), b.as_ref()))
         .cloned()
 }
 
@@ -148,12 +141,7 @@ async fn create(
     JsonApi(doc): JsonApi<Document<CreateAttributes, CreateRelationships>>,
 ) -> Result<Doc, ApiError> {
     let data = doc.checked()?;
-    let ws_id = data
-        .relationships
-        .workspace
-        .as_ref()
-        .and_then(|r| r.id().flatten())
-        .filter(|s| !s.is_empty())
+    let ws_id = ToOne::given_id(data.relationships.workspace.as_ref())
         .ok_or_else(|| ApiError::invalid(WS_PTR, "a workspace is required"))?
         .to_owned();
     let ws = state.readable::<Workspace>(&caller, &ws_id).await?;
@@ -192,12 +180,7 @@ async fn create(
         }
     }
     let ws_object = ws.object_name();
-    let cv_id = data
-        .relationships
-        .configuration_version
-        .as_ref()
-        .and_then(|r| r.id().flatten())
-        .filter(|s| !s.is_empty());
+    let cv_id = ToOne::given_id(data.relationships.configuration_version.as_ref());
     let cv = match cv_id {
         Some(id) => {
             let cv = state.index.read().configuration_versions().get(id).cloned();
@@ -279,15 +262,7 @@ async fn create(
         a.debugging_mode,
     );
     let run = Run {
-        metadata: kube::api::ObjectMeta {
-            owner_references: ws.obj.controller_owner_ref(&()).map(|o| vec![o]),
-            ..write::new_meta(
-                &id,
-                &ws.ns,
-                ws.org.name_any(),
-                &[(LABEL_WORKSPACE_ID, ws.id())],
-            )
-        },
+        metadata: write::owned_meta(&id, &ws, &[(LABEL_WORKSPACE_ID, ws.id())]),
         spec,
         status: None,
     };
@@ -335,14 +310,15 @@ async fn render(
     let mut included = Vec::new();
     for inc in includes {
         match inc.as_str() {
-            "plan" => included.push(plan_data(
-                &at.obj,
-                &log_url(state, base, &run::plan_id(&at.id())),
-            )),
-            "apply" => included.push(apply_data(
-                &at.obj,
-                &log_url(state, base, &run::apply_id(&at.id())),
-            )),
+            "plan" | "apply" => {
+                let phase = if inc == "plan" {
+                    Phase::Plan
+                } else {
+                    Phase::Apply
+                };
+                let url = log_url(state, base, &phase.id(&at.id()));
+                included.push(phase_data(&at.obj, phase, &url));
+            }
             "workspace" => {
                 if let Some(w) = ws_id
                     .as_deref()
@@ -600,47 +576,48 @@ async fn run_of_phase(
     state.readable::<Run>(caller, &run_id).await
 }
 
-async fn show_plan(
+/// A phase as a type, so that one handler serves the route of the plan and of the apply.
+trait PhaseRoute: Send + Sync + 'static {
+    const PHASE: Phase;
+}
+
+struct PlanRoute;
+struct ApplyRoute;
+
+impl PhaseRoute for PlanRoute {
+    const PHASE: Phase = Phase::Plan;
+}
+
+impl PhaseRoute for ApplyRoute {
+    const PHASE: Phase = Phase::Apply;
+}
+
+/// `GET /plans/:id`, `GET /applies/:id`.
+async fn show_phase<P: PhaseRoute>(
     State(state): State<AppState>,
     caller: Caller,
-    Path(plan): Path<String>,
+    Path(phase_id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Doc, ApiError> {
-    if !plan.starts_with("plan-") {
-        return Err(ApiError::not_found("plan not found"));
+    let phase = P::PHASE.as_str();
+    if !phase_id.starts_with(&format!("{phase}-")) {
+        return Err(ApiError::not_found(format!("{phase} not found")));
     }
-    let at = run_of_phase(&state, &caller, &plan).await?;
+    let at = run_of_phase(&state, &caller, &phase_id).await?;
     let base = base_url(&state, &headers);
-    Ok(Doc::ok(plan_data(&at.obj, &log_url(&state, &base, &plan))))
+    let url = log_url(&state, &base, &phase_id);
+    Ok(Doc::ok(phase_data(&at.obj, P::PHASE, &url)))
 }
 
-async fn show_apply(
+/// `GET /runs/:id/plan`, `GET /runs/:id/apply`.
+async fn phase_of_run<P: PhaseRoute>(
     State(state): State<AppState>,
-    caller: Caller,
-    Path(apply): Path<String>,
+    f: Found<Run>,
     headers: HeaderMap,
-) -> Result<Doc, ApiError> {
-    if !apply.starts_with("apply-") {
-        return Err(ApiError::not_found("apply not found"));
-    }
-    let at = run_of_phase(&state, &caller, &apply).await?;
+) -> Doc {
     let base = base_url(&state, &headers);
-    Ok(Doc::ok(apply_data(
-        &at.obj,
-        &log_url(&state, &base, &apply),
-    )))
-}
-
-async fn plan_of_run(State(state): State<AppState>, f: Found<Run>, headers: HeaderMap) -> Doc {
-    let base = base_url(&state, &headers);
-    let plan = run::plan_id(&f.at.id());
-    Doc::ok(plan_data(&f.at.obj, &log_url(&state, &base, &plan)))
-}
-
-async fn apply_of_run(State(state): State<AppState>, f: Found<Run>, headers: HeaderMap) -> Doc {
-    let base = base_url(&state, &headers);
-    let apply = run::apply_id(&f.at.id());
-    Doc::ok(apply_data(&f.at.obj, &log_url(&state, &base, &apply)))
+    let url = log_url(&state, &base, &P::PHASE.id(&f.at.id()));
+    Doc::ok(phase_data(&f.at.obj, P::PHASE, &url))
 }
 
 /// The JSON plan (`terraform show -json` of the plan file): it holds sensitive values,
@@ -666,11 +643,8 @@ async fn json_plan(
     let bytes = crate::blobs::store(state, &at.ns, at.obj.controller_owner_ref(&()))
         .get(&plan_json_key(&at.id()), None)
         .await
-        .map_err(|e| match e {
-            crate::blobs::BlobError::NotFound(_) => {
-                ApiError::not_found("this plan has no JSON output (yet)")
-            }
-            other => crate::blobs::api_error("the JSON plan", other),
+        .map_err(|e| {
+            crate::blobs::read_error("the JSON plan", "this plan has no JSON output (yet)", e)
         })?;
     Ok((
         [(axum::http::header::CONTENT_TYPE, "application/json")],
@@ -695,18 +669,17 @@ async fn json_output_of_run(
     json_plan(&state, &f.caller, &f.at).await
 }
 
-/// A phase's log through its capability URL (no Authorization; another phase's ID, a
-/// forged or expired token: 404).
-async fn phase_log(
-    state: &AppState,
-    phase_id: &str,
-    token: &str,
-    q: &QueryParams,
+/// `GET /plans/:id/log/:token`, `GET /applies/:id/log/:token`: a phase's log through its
+/// capability URL (no Authorization; another phase's ID, a forged or expired token: 404).
+async fn log(
+    State(state): State<AppState>,
+    Path((phase_id, token)): Path<(String, String)>,
+    q: QueryParams,
 ) -> Result<Response, ApiError> {
-    if !crate::documents::runs::log_token_ok(state, phase_id, token) {
+    if !crate::documents::runs::log_token_ok(&state, &phase_id, &token) {
         return Err(ApiError::not_found("log not found"));
     }
-    let run_id = run::run_of(phase_id).ok_or_else(|| ApiError::not_found("log not found"))?;
+    let run_id = run::run_of(&phase_id).ok_or_else(|| ApiError::not_found("log not found"))?;
     let r = state
         .index
         .read()
@@ -724,23 +697,7 @@ async fn phase_log(
     };
     let finished = matches!(status, "finished" | "errored" | "canceled" | "unreachable");
     let ns = r.namespace().unwrap_or_default();
-    crate::pod_logs::respond(&state.client, &ns, pod.as_deref(), finished, q).await
-}
-
-async fn plan_log(
-    State(state): State<AppState>,
-    Path((plan, token)): Path<(String, String)>,
-    q: QueryParams,
-) -> Result<Response, ApiError> {
-    phase_log(&state, &plan, &token, &q).await
-}
-
-async fn apply_log(
-    State(state): State<AppState>,
-    Path((apply, token)): Path<(String, String)>,
-    q: QueryParams,
-) -> Result<Response, ApiError> {
-    phase_log(&state, &apply, &token, &q).await
+    crate::pod_logs::respond(&state.client, &ns, pod.as_deref(), finished, &q).await
 }
 
 /// The organization's runs waiting or running (`GET /organizations/:org/runs/queue`).

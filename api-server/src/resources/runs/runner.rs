@@ -12,7 +12,7 @@ use terrace_crds::{ConfigurationVersion, Run};
 use tower_http::limit::RequestBodyLimitLayer;
 
 use super::{plan_json_key, plan_key};
-use crate::blobs::{BlobError, BlobStore};
+use crate::blobs::BlobStore;
 use crate::documents::runs::state_of;
 use crate::prelude::*;
 
@@ -26,8 +26,14 @@ pub fn router() -> Router<AppState> {
 /// The upload routes (their own body limit).
 pub fn upload_router() -> Router<AppState> {
     Router::new()
-        .route("/api/v2/runner/runs/{id}/plan", put(put_plan).get(get_plan))
-        .route("/api/v2/runner/runs/{id}/plan-json", put(put_plan_json))
+        .route(
+            "/api/v2/runner/runs/{id}/plan",
+            put(put_upload::<PlanFile>).get(get_plan),
+        )
+        .route(
+            "/api/v2/runner/runs/{id}/plan-json",
+            put(put_upload::<PlanJson>),
+        )
         .layer(DefaultBodyLimit::max(MAX_PLAN_BYTES))
         .layer(RequestBodyLimitLayer::new(MAX_PLAN_BYTES))
 }
@@ -90,30 +96,49 @@ async fn archive(
     let bytes = crate::blobs::store(&state, &ns, None)
         .get(&archive.key, Some(&archive.sha256))
         .await
-        .map_err(|e| match e {
-            BlobError::NotFound(_) => ApiError::not_found("archive not found"),
-            other => crate::blobs::api_error("the archive", other),
-        })?;
+        .map_err(|e| crate::blobs::read_error("the archive", "archive not found", e))?;
     Ok(([(header::CONTENT_TYPE, "application/gzip")], bytes).into_response())
 }
 
-async fn put_plan(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    b: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let run = crate::runner_auth::authorize(&state, &id, &headers).await?;
-    in_phase(&run, Phase::Plan)?;
-    let bytes = body(b)?;
-    store(&state, &run)
-        .put(&plan_key(&id), bytes)
-        .await
-        .map_err(|e| crate::blobs::api_error("the plan", e))?;
-    Ok(StatusCode::NO_CONTENT.into_response())
+/// What the plan phase uploads (the plan file, its JSON): one handler stores either.
+trait PlanUpload: Send + Sync + 'static {
+    /// Its name in errors.
+    const WHAT: &'static str;
+    /// Its blob key for run `run_id`.
+    fn key(run_id: &str) -> String;
+    /// Refuses a body that is not what it should be.
+    fn check(_bytes: &Bytes) -> Result<(), ApiError> {
+        Ok(())
+    }
 }
 
-async fn put_plan_json(
+/// `PUT …/plan`.
+struct PlanFile;
+/// `PUT …/plan-json`.
+struct PlanJson;
+
+impl PlanUpload for PlanFile {
+    const WHAT: &'static str = "the plan";
+    fn key(run_id: &str) -> String {
+        plan_key(run_id)
+    }
+}
+
+impl PlanUpload for PlanJson {
+    const WHAT: &'static str = "the JSON plan";
+    fn key(run_id: &str) -> String {
+        plan_json_key(run_id)
+    }
+    fn check(bytes: &Bytes) -> Result<(), ApiError> {
+        serde_json::from_slice::<serde::de::IgnoredAny>(bytes)
+            .map(|_| ())
+            .map_err(|e| ApiError::invalid("/", format!("the JSON plan is not JSON: {e}")))
+    }
+}
+
+/// `PUT …/plan`, `PUT …/plan-json`: stores the body the run's runner (authorized by its
+/// token, in the plan phase) sends, if it passes `U`'s check.
+async fn put_upload<U: PlanUpload>(
     State(state): State<AppState>,
     Path(id): Path<String>,
     headers: HeaderMap,
@@ -122,12 +147,11 @@ async fn put_plan_json(
     let run = crate::runner_auth::authorize(&state, &id, &headers).await?;
     in_phase(&run, Phase::Plan)?;
     let bytes = body(b)?;
-    serde_json::from_slice::<serde::de::IgnoredAny>(&bytes)
-        .map_err(|e| ApiError::invalid("/", format!("the JSON plan is not JSON: {e}")))?;
+    U::check(&bytes)?;
     store(&state, &run)
-        .put(&plan_json_key(&id), bytes)
+        .put(&U::key(&id), bytes)
         .await
-        .map_err(|e| crate::blobs::api_error("the JSON plan", e))?;
+        .map_err(|e| crate::blobs::api_error(U::WHAT, e))?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -141,9 +165,6 @@ async fn get_plan(
     let bytes = store(&state, &run)
         .get(&plan_key(&id), None)
         .await
-        .map_err(|e| match e {
-            BlobError::NotFound(_) => ApiError::not_found("the run has no plan file"),
-            other => crate::blobs::api_error("the plan", other),
-        })?;
+        .map_err(|e| crate::blobs::read_error("the plan", "the run has no plan file", e))?;
     Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
 }

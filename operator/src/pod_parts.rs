@@ -1,0 +1,237 @@
+//! The parts every Pod the operator starts is built from, shared by the test Pod of a
+//! TestRun ([`crate::testpod`]) and the plan and apply Pods of a Run
+//! ([`crate::run::pod`]): object metadata owned by the run, the labels, volumes and
+//! mounts, the `install-terrace` init container, the `engine` container, the engine's
+//! environment and the Pod spec with the organization's (and agent pool's) Pod template.
+//! The Pod contract's names and paths are the constants of [`crate::testpod`].
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{
+    Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PodSpec, Secret, SecretKeySelector,
+    Volume, VolumeMount,
+};
+use kube::api::ObjectMeta;
+use kube::{Resource, ResourceExt};
+use terrace_crds::common::SecretKeyRef;
+use terrace_crds::constants::{LABEL_MANAGED_BY, LABEL_ORGANIZATION, MANAGED_BY};
+use terrace_crds::{PodTemplateOverrides, TestRunSettings};
+
+use crate::testpod::{
+    ENGINE_CONTAINER, ENGINE_ENV, INSTALL_CONTAINER, TERMINATION_MESSAGE_PATH, TOOLS_DIR,
+    WORKSPACE_DIR,
+};
+use crate::{Error, Settings};
+
+/// Metadata of an object owned (controller reference) by `owner`, in its namespace;
+/// `what` names the owner in the error of one without a uid.
+pub(crate) fn owned_meta<K: Resource<DynamicType = ()>>(
+    owner: &K,
+    what: &str,
+    name: String,
+    labels: BTreeMap<String, String>,
+) -> Result<ObjectMeta, Error> {
+    let owner_ref = owner
+        .controller_owner_ref(&())
+        .ok_or_else(|| Error::Invalid(format!("the {what} has no uid")))?;
+    Ok(ObjectMeta {
+        name: Some(name),
+        namespace: owner.namespace(),
+        labels: Some(labels),
+        owner_references: Some(vec![owner_ref]),
+        ..Default::default()
+    })
+}
+
+/// The labels of a run's Pods and Secret: the run's ID under `id_label`, its
+/// organization and the managed-by label.
+pub(crate) fn labels(id_label: &str, id: &str, organization: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (id_label.to_owned(), id.to_owned()),
+        (LABEL_ORGANIZATION.to_owned(), organization.to_owned()),
+        (LABEL_MANAGED_BY.to_owned(), MANAGED_BY.to_owned()),
+    ])
+}
+
+/// Metadata of a run's Pod: [`owned_meta`] with the template's labels under `labels`
+/// (ours win), the template's annotations and the `finalizer`.
+pub(crate) fn pod_meta<K: Resource<DynamicType = ()>>(
+    owner: &K,
+    what: &str,
+    name: String,
+    labels: BTreeMap<String, String>,
+    overrides: &PodTemplateOverrides,
+    finalizer: &str,
+) -> Result<ObjectMeta, Error> {
+    // Our labels win over the organization's extra labels.
+    let mut all = overrides.labels.clone();
+    all.extend(labels);
+    let mut meta = owned_meta(owner, what, name, all)?;
+    meta.finalizers = Some(vec![finalizer.to_owned()]);
+    if !overrides.annotations.is_empty() {
+        meta.annotations = Some(overrides.annotations.clone());
+    }
+    Ok(meta)
+}
+
+/// An `Opaque` Secret of `data`.
+pub(crate) fn opaque_secret(
+    metadata: ObjectMeta,
+    data: impl IntoIterator<Item = (&'static str, Vec<u8>)>,
+) -> Secret {
+    Secret {
+        metadata,
+        data: Some(
+            data.into_iter()
+                .map(|(k, v)| (k.to_owned(), ByteString(v)))
+                .collect(),
+        ),
+        type_: Some("Opaque".to_owned()),
+        ..Default::default()
+    }
+}
+
+/// A volume mount.
+pub(crate) fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.to_owned(),
+        mount_path: path.to_owned(),
+        read_only: read_only.then_some(true),
+        ..Default::default()
+    }
+}
+
+/// An emptyDir volume.
+pub(crate) fn empty_dir(name: &str) -> Volume {
+    Volume {
+        name: name.to_owned(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Default::default()
+    }
+}
+
+/// Where the `install-terrace` init container puts the terrace binary.
+pub(crate) fn terrace_binary() -> String {
+    format!("{TOOLS_DIR}/terrace")
+}
+
+/// The init container `install-terrace` (the terrace image): copies the terrace binary
+/// to [`terrace_binary`] in the `tools` volume.
+pub(crate) fn install_container(settings: &Settings) -> Container {
+    Container {
+        name: INSTALL_CONTAINER.to_owned(),
+        image: Some(settings.terrace_image.clone()),
+        command: Some(vec![
+            settings.terrace_binary.clone(),
+            "runner".to_owned(),
+            "install".to_owned(),
+            terrace_binary(),
+        ]),
+        volume_mounts: Some(vec![mount("tools", TOOLS_DIR, false)]),
+        termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
+        ..Default::default()
+    }
+}
+
+/// The engine image configured for the organization's runs, else the operator's.
+pub(crate) fn configured_engine_image<'a>(
+    org_settings: &'a TestRunSettings,
+    settings: &'a Settings,
+) -> &'a str {
+    org_settings
+        .engine_image
+        .as_deref()
+        .filter(|i| !i.is_empty())
+        .unwrap_or(&settings.engine_image)
+}
+
+/// The container `engine`: `command` in [`WORKSPACE_DIR`], its termination message in
+/// [`TERMINATION_MESSAGE_PATH`], the template's resources.
+pub(crate) fn engine_container(
+    image: String,
+    command: Vec<String>,
+    env: Vec<EnvVar>,
+    overrides: &PodTemplateOverrides,
+    mounts: Vec<VolumeMount>,
+) -> Container {
+    Container {
+        name: ENGINE_CONTAINER.to_owned(),
+        image: Some(image),
+        command: Some(command),
+        working_dir: Some(WORKSPACE_DIR.to_owned()),
+        env: Some(env),
+        resources: overrides.resources.clone(),
+        volume_mounts: Some(mounts),
+        termination_message_path: Some(TERMINATION_MESSAGE_PATH.to_owned()),
+        termination_message_policy: Some("File".to_owned()),
+        ..Default::default()
+    }
+}
+
+/// An environment variable of the engine: `value`, or the Secret key `value_from`
+/// through `secretKeyRef`.
+pub(crate) fn env_var(name: String, value: &str, value_from: Option<&SecretKeyRef>) -> EnvVar {
+    match value_from {
+        Some(from) => EnvVar {
+            name,
+            value_from: Some(EnvVarSource {
+                secret_key_ref: Some(SecretKeySelector {
+                    name: from.name.clone(),
+                    key: from.key.clone(),
+                    optional: Some(false),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        None => EnvVar {
+            name,
+            value: Some(value.to_owned()),
+            ..Default::default()
+        },
+    }
+}
+
+/// The whole environment of the engine: [`ENGINE_ENV`], then `own`, which wins over it.
+pub(crate) fn with_engine_env(own: Vec<EnvVar>) -> Vec<EnvVar> {
+    let mut env: Vec<EnvVar> = ENGINE_ENV
+        .iter()
+        .filter(|(k, _)| !own.iter().any(|m| m.name == *k))
+        .map(|(k, v)| EnvVar {
+            name: (*k).to_owned(),
+            value: Some((*v).to_owned()),
+            ..Default::default()
+        })
+        .collect();
+    env.extend(own);
+    env
+}
+
+/// The spec of a run's Pod: never restarted, the template's service account, node
+/// selector and tolerations.
+pub(crate) fn pod_spec(
+    overrides: &PodTemplateOverrides,
+    init_containers: Vec<Container>,
+    engine: Container,
+    volumes: Vec<Volume>,
+) -> PodSpec {
+    let service_account = overrides
+        .service_account_name
+        .clone()
+        .filter(|s| !s.is_empty());
+    PodSpec {
+        restart_policy: Some("Never".to_owned()),
+        init_containers: Some(init_containers),
+        containers: vec![engine],
+        volumes: Some(volumes),
+        // The engine needs no Kubernetes API access unless the organization picked an
+        // account on purpose (e.g. for cloud workload identity).
+        automount_service_account_token: service_account.is_none().then_some(false),
+        service_account_name: service_account,
+        node_selector: (!overrides.node_selector.is_empty())
+            .then(|| overrides.node_selector.clone()),
+        tolerations: (!overrides.tolerations.is_empty()).then(|| overrides.tolerations.clone()),
+        ..Default::default()
+    }
+}
