@@ -123,6 +123,31 @@ impl CatalogStores {
         store.get(&ObjectRef::new_with(name, ar.clone()).within(ns))
     }
 
+    /// How many cached objects of `kind` have a `status.status` in `statuses`: in all,
+    /// and per namespace (the runs and test runs holding a concurrency slot, which the two
+    /// controllers share).
+    pub fn count_in_status(
+        &self,
+        kind: IdKind,
+        statuses: &[&str],
+    ) -> (usize, HashMap<String, usize>) {
+        let mut per_ns: HashMap<String, usize> = HashMap::new();
+        let Ok((_, store)) = self.entry(kind) else {
+            return (0, per_ns);
+        };
+        let mut all = 0;
+        for o in store.state() {
+            let status = o.data.pointer("/status/status").and_then(|s| s.as_str());
+            if status.is_some_and(|s| statuses.contains(&s)) {
+                all += 1;
+                *per_ns
+                    .entry(o.metadata.namespace.clone().unwrap_or_default())
+                    .or_default() += 1;
+            }
+        }
+        (all, per_ns)
+    }
+
     /// Every cached object of `kind` in namespace `ns`.
     pub fn in_namespace(&self, kind: IdKind, ns: &str) -> Vec<Arc<DynamicObject>> {
         let Ok((_, store)) = self.entry(kind) else {

@@ -311,6 +311,11 @@ async fn reconcile(run: Arc<Run>, ctx: Arc<RunContext>) -> Result<Action, Error>
     })
 }
 
+/// The test run statuses that hold a concurrency slot.
+const TEST_RUNS_HOLDING_SLOTS: [&str; 2] = ["queued", "running"];
+/// The run statuses that hold a concurrency slot (a Pod runs the engine).
+pub const RUNS_HOLDING_SLOTS: [&str; 2] = ["planning", "applying"];
+
 /// Why no phase may start now: the global limit (`--test-run-concurrency`, which runs
 /// share with test runs' setting) or the organization's (`spec.settings.testRuns.
 /// concurrency`) of runs planning or applying at once is reached. None: a slot is free.
@@ -321,11 +326,15 @@ async fn at_limit(ctx: &RunContext, ns: &str) -> Result<Option<String>, Error> {
         .into_iter()
         .filter(|r| state_of(r).is_running())
         .collect();
+    // Test runs in their Pods hold slots of the same limits.
+    let (tests, tests_per_ns) = ctx
+        .catalog
+        .count_in_status(IdKind::TestRun, &TEST_RUNS_HOLDING_SLOTS);
     let global = ctx.base.settings.test_run_concurrency as usize;
-    if global > 0 && running.len() >= global {
+    if global > 0 && running.len() + tests >= global {
         return Ok(Some(format!(
-            "waiting for a slot: {} runs are running (the limit is {global})",
-            running.len()
+            "waiting for a slot: {} runs and test runs are running (the limit is {global})",
+            running.len() + tests
         )));
     }
     let org = ctx.orgs.owner(ns).await?;
@@ -337,7 +346,8 @@ async fn at_limit(ctx: &RunContext, ns: &str) -> Result<Option<String>, Error> {
         let here = running
             .iter()
             .filter(|r| r.namespace().as_deref() == Some(ns))
-            .count();
+            .count()
+            + tests_per_ns.get(ns).copied().unwrap_or(0);
         if here >= limit {
             return Ok(Some(format!(
                 "waiting for a slot: {here} runs of the organization are running (its limit is {limit})"

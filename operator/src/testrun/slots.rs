@@ -1,4 +1,6 @@
-//! Slots: the concurrency limits of test runs and the waker of runs waiting for one.
+//! Slots: the concurrency limits of test runs — shared with workspace runs planning or
+//! applying, which count against the same limits (see `crate::run`) — and the waker of
+//! runs waiting for one.
 //!
 //! Runs in `queued` or `running` hold a slot, counted globally
 //! ([`Settings::test_run_concurrency`](crate::Settings::test_run_concurrency)) and per
@@ -16,6 +18,7 @@ use std::time::Duration;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use terrace_crds::TestRun;
+use terrace_crds::ids::IdKind;
 use terrace_crds::testrun::TestRunState;
 
 use super::context::RunContext;
@@ -38,7 +41,15 @@ pub(super) async fn wake_waiting(ctx: &RunContext) {
         let picked = {
             let mut admitted = ctx.admitted.lock().await;
             let all = ctx.runs.state();
-            let (global, per_ns) = active_by_namespace(&all, &mut admitted);
+            let (mut global, mut per_ns) = active_by_namespace(&all, &mut admitted);
+            // Workspace runs planning or applying hold slots of the same limits.
+            let (runs, runs_per_ns) = ctx
+                .catalog
+                .count_in_status(IdKind::Run, &crate::run::RUNS_HOLDING_SLOTS);
+            global += runs;
+            for (ns, n) in runs_per_ns {
+                *per_ns.entry(ns).or_default() += n;
+            }
             let waiting = all.iter().filter(|r| waiting_for_slot(r)).map(|r| {
                 let ns = r.namespace().unwrap_or_default();
                 let limit = limits.get(&ns).copied().flatten();
@@ -137,6 +148,22 @@ fn active_counts(
     (global, per_ns.get(ns).copied().unwrap_or(0))
 }
 
+/// [`active_counts`] plus the workspace runs planning or applying: they share the limits.
+fn all_active_counts(
+    ctx: &RunContext,
+    admitted: &mut HashSet<ObjectRef<TestRun>>,
+    ns: &str,
+) -> (usize, usize) {
+    let (global, local) = active_counts(&ctx.runs, admitted, ns);
+    let (runs, runs_per_ns) = ctx
+        .catalog
+        .count_in_status(IdKind::Run, &crate::run::RUNS_HOLDING_SLOTS);
+    (
+        global + runs,
+        local + runs_per_ns.get(ns).copied().unwrap_or(0),
+    )
+}
+
 /// Counts the runs holding a slot: globally and per namespace. Forgets admitted runs the
 /// cache shows past `pending` or no longer has.
 fn active_by_namespace(
@@ -209,7 +236,7 @@ pub(super) fn slot_for(
     me: &ObjectRef<TestRun>,
     org_limit: Option<i32>,
 ) -> bool {
-    let (global, local) = active_counts(&ctx.runs, admitted, ns);
+    let (global, local) = all_active_counts(ctx, admitted, ns);
     admitted.contains(me)
         || slot_free(
             global,
