@@ -449,8 +449,20 @@ fn phase(args: &RemoteArgs) -> Result<PhaseReport, StepError> {
     if let Some(s) = &before {
         std::fs::write(&state_file, s).map_err(step("writing the current state"))?;
     }
-    run_quiet(&dir, program, &["init", "-input=false", "-no-color"])?;
     let plan_file = data.join("tfplan");
+    if phase == Phase::Apply {
+        // The plan and the provider lock file the plan's init wrote: the apply installs
+        // the same providers.
+        let bundle = api
+            .get("plan", 1 << 30)?
+            .ok_or_else(|| StepError("the run's plan file is gone".into()))?;
+        let (plan, lock) = open_bundle(&bundle).map_err(step("reading the plan bundle"))?;
+        std::fs::write(&plan_file, plan).map_err(step("writing the plan file"))?;
+        if let Some(lock) = lock {
+            std::fs::write(dir.join(LOCK_FILE), lock).map_err(step("writing the lock file"))?;
+        }
+    }
+    run_quiet(&dir, program, &["init", "-input=false", "-no-color"])?;
     match phase {
         Phase::Plan => {
             if !run_logged(
@@ -473,15 +485,14 @@ fn phase(args: &RemoteArgs) -> Result<PhaseReport, StepError> {
             let parsed: serde_json::Value =
                 serde_json::from_slice(&json).map_err(step("reading the plan's JSON"))?;
             let plan = std::fs::read(&plan_file).map_err(step("reading the plan file"))?;
-            api.put("plan", &plan)?;
+            let lock = std::fs::read(dir.join(LOCK_FILE)).ok();
+            let bundle =
+                make_bundle(&plan, lock.as_deref()).map_err(step("packing the plan bundle"))?;
+            api.put("plan", &bundle)?;
             api.put("plan-json", &json)?;
             Ok(count_changes(&parsed))
         }
         Phase::Apply => {
-            let plan = api
-                .get("plan", 1 << 30)?
-                .ok_or_else(|| StepError("the run's plan file is gone".into()))?;
-            std::fs::write(&plan_file, plan).map_err(step("writing the plan file"))?;
             let applied = run_logged(
                 &current,
                 &dir,
@@ -540,6 +551,50 @@ pub fn one_step(after: &[u8], before: Option<&[u8]>) -> Vec<u8> {
         }
         _ => after.to_vec(),
     }
+}
+
+/// The dependency lock file `init` writes.
+pub const LOCK_FILE: &str = ".terraform.lock.hcl";
+/// Names inside the plan bundle.
+const BUNDLE_PLAN: &str = "tfplan";
+const BUNDLE_LOCK: &str = "lock.hcl";
+
+/// The plan bundle the plan Pod uploads: a tar.gz of the plan file and, when `init` wrote
+/// one, the dependency lock file.
+pub fn make_bundle(plan: &[u8], lock: Option<&[u8]>) -> io::Result<Vec<u8>> {
+    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let mut tar = tar::Builder::new(gz);
+    let mut add = |name: &str, bytes: &[u8]| {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(bytes.len() as u64);
+        header.set_mode(0o600);
+        header.set_cksum();
+        tar.append_data(&mut header, name, bytes)
+    };
+    add(BUNDLE_PLAN, plan)?;
+    if let Some(lock) = lock {
+        add(BUNDLE_LOCK, lock)?;
+    }
+    tar.into_inner()?.finish()
+}
+
+/// The plan file and the lock file of a [`make_bundle`] bundle.
+pub fn open_bundle(bundle: &[u8]) -> io::Result<(Vec<u8>, Option<Vec<u8>>)> {
+    use std::io::Read;
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(bundle));
+    let (mut plan, mut lock) = (None, None);
+    for entry in archive.entries()? {
+        let mut entry = entry?;
+        let mut bytes = Vec::new();
+        entry.read_to_end(&mut bytes)?;
+        match entry.path()?.to_str() {
+            Some(BUNDLE_PLAN) => plan = Some(bytes),
+            Some(BUNDLE_LOCK) => lock = Some(bytes),
+            _ => {}
+        }
+    }
+    let plan = plan.ok_or_else(|| io::Error::other("no plan file in the bundle"))?;
+    Ok((plan, lock))
 }
 
 /// The working directory inside the unpacked configuration (no `..`, no absolute path).
@@ -619,6 +674,18 @@ mod tests {
         let t = override_text(Path::new(".terrace/terraform.tfstate"));
         assert!(t.contains("backend \"local\""));
         assert!(t.contains("path = \".terrace/terraform.tfstate\""));
+    }
+
+    #[test]
+    fn plan_bundles() {
+        let b = make_bundle(b"plan bytes", Some(b"provider lock")).unwrap();
+        assert_eq!(
+            open_bundle(&b).unwrap(),
+            (b"plan bytes".to_vec(), Some(b"provider lock".to_vec()))
+        );
+        let b = make_bundle(b"plan", None).unwrap();
+        assert_eq!(open_bundle(&b).unwrap(), (b"plan".to_vec(), None));
+        assert!(open_bundle(b"not a bundle").is_err());
     }
 
     #[test]
