@@ -34,7 +34,7 @@ pub struct DevArgs {
     /// Address of the simulated Kubernetes API (port 0 picks a free port).
     #[arg(long, env = "TERRACE_DEV_KUBE_ADDR", default_value = "127.0.0.1:6443")]
     pub kube_addr: SocketAddr,
-    /// Program run as the engine (`tofu`/`terraform`) in test Pods. Default: `tofu`, else
+    /// Program run as the engine (`tofu`/`terraform`) in test and run Pods. Default: `tofu`, else
     /// `terraform`, from PATH.
     #[arg(long, env = "TERRACE_DEV_ENGINE")]
     pub engine: Option<PathBuf>,
@@ -117,7 +117,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         None => engine_on_path(),
     };
     match &engine {
-        Some(e) => tracing::info!(engine = %e.display(), "test Pods run this engine"),
+        Some(e) => tracing::info!(engine = %e.display(), "test and run Pods run this engine"),
         None => tracing::warn!(
             "neither tofu nor terraform is on PATH: test runs will error until one is (or --engine names one)"
         ),
@@ -248,7 +248,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     );
     println!("  Metrics     {api_url}/metrics");
     match &engine {
-        Some(e) => println!("  Engine      {} (test Pods)", e.display()),
+        Some(e) => println!("  Engine      {} (test and run Pods)", e.display()),
         None => println!("  Engine      none: neither tofu nor terraform is on PATH (--engine)"),
     }
 
