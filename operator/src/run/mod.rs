@@ -20,6 +20,7 @@
 pub mod auto_destroy;
 pub mod auto_queue;
 pub mod pod;
+mod status;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -30,14 +31,13 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, LogParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{EventType, Recorder};
+use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use terrace_crds::constants::{
-    ANNOTATION_LOCK_REASON, ANNOTATION_LOCKED_AT, ANNOTATION_LOCKED_BY, FIELD_MANAGER_RUNS,
-    LABEL_ID,
+    ANNOTATION_LOCK_REASON, ANNOTATION_LOCKED_AT, ANNOTATION_LOCKED_BY, LABEL_ID,
 };
 use terrace_crds::ids::IdKind;
 use terrace_crds::lock::{LockHolder, holder_of};
@@ -47,13 +47,13 @@ use terrace_crds::run::{
 use terrace_crds::{AgentPool, Run, Workspace, WorkspaceVariable};
 
 use crate::catalog::CatalogStores;
-use crate::events::publish_event;
 use crate::identity::Organizations;
 use crate::testpod::{ENGINE_CONTAINER, build_log_archive_for, log_archive_name};
 use crate::testrun::observe::{EngineObs, PodObs, observe_pod};
 use crate::watch::Feed;
 use crate::{Context, Error};
 use pod::{FINALIZER, LABEL_RUN, RunPodInputs, Variable};
+use status::{record_performance, write_status};
 
 /// What every reconcile of the controller shares.
 pub struct RunContext {
@@ -640,185 +640,4 @@ fn agent_pool_of(catalog: &CatalogStores, ns: &str, ws: &Workspace) -> Option<Ag
         .into_iter()
         .find(|p| p.labels().get(LABEL_ID).map(String::as_str) == Some(id))
         .and_then(|p| crate::catalog::typed::<AgentPool>(&p))
-}
-
-/// Writes the run's next state (with its timestamp, the phase's outcome and a message)
-/// under the Run's resourceVersion, and records an Event.
-async fn write_status(
-    ctx: &RunContext,
-    run: &Run,
-    to: RunState,
-    phase: Option<Phase>,
-    message: Option<String>,
-    report: Option<&PhaseReport>,
-) -> Result<(), Error> {
-    let now = terrace_crds::common::timestamp(&Timestamp::now());
-    let mut status = json!({
-        "status": to.as_str(),
-        "statusTimestamps": {run::timestamp_key(to): now},
-        "observedGeneration": run.meta().generation,
-    });
-    if let Some(m) = &message {
-        status["message"] = json!(m);
-    } else if to != RunState::Pending {
-        status["message"] = json!(null);
-    }
-    if to == RunState::Confirmed && run.spec.auto_apply {
-        status["confirmedBy"] = json!("auto-apply");
-    }
-    let key = |p: Phase| match p {
-        Phase::Plan => "plan",
-        Phase::Apply => "apply",
-    };
-    match (to, phase) {
-        (RunState::Planning | RunState::Applying, Some(p)) => {
-            status[key(p)] =
-                json!({"startedAt": now, "podName": pod::pod_name(&run.name_any(), p)});
-        }
-        (_, Some(p)) => {
-            let mut ph = json!({"finishedAt": now});
-            if let Some(r) = report.filter(|r| r.ok) {
-                let counts = if p == Phase::Apply {
-                    // The apply did what the plan said.
-                    run.status
-                        .as_ref()
-                        .map(|s| s.plan.clone())
-                        .unwrap_or_default()
-                } else {
-                    terrace_crds::RunPhaseStatus {
-                        has_changes: Some(r.has_changes),
-                        resource_additions: Some(r.additions),
-                        resource_changes: Some(r.changes),
-                        resource_destructions: Some(r.destructions),
-                        resource_imports: Some(r.imports),
-                        ..Default::default()
-                    }
-                };
-                ph["hasChanges"] = json!(counts.has_changes);
-                ph["resourceAdditions"] = json!(counts.resource_additions);
-                ph["resourceChanges"] = json!(counts.resource_changes);
-                ph["resourceDestructions"] = json!(counts.resource_destructions);
-                ph["resourceImports"] = json!(counts.resource_imports);
-            }
-            status[key(p)] = ph;
-        }
-        _ => {}
-    }
-    let api: Api<Run> = Api::namespaced(
-        ctx.base.client.clone(),
-        &run.namespace().unwrap_or_default(),
-    );
-    let body = json!({"metadata": {"resourceVersion": run.resource_version()}, "status": status});
-    match api
-        .patch_status(
-            &run.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(body),
-        )
-        .await
-    {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {
-            // The API moved the run (an action): the next reconcile sees it.
-            return Ok(());
-        }
-        Err(e) => return Err(e.into()),
-    }
-    let note = match &message {
-        Some(m) => format!("run is {to}: {m}"),
-        None => format!("run is {to}"),
-    };
-    let kind = if to == RunState::Errored {
-        EventType::Warning
-    } else {
-        EventType::Normal
-    };
-    publish_event(
-        &ctx.recorder,
-        &run.object_ref(&()),
-        kind,
-        reason(to),
-        "Run",
-        note,
-    )
-    .await;
-    Ok(())
-}
-
-/// Writes the workspace's performance attributes (`status.metrics`, server-side apply
-/// under [`FIELD_MANAGER_RUNS`]) from its runs, `run` counted as `to` (best effort).
-async fn record_performance(ctx: &RunContext, run: &Run, to: RunState) {
-    let ns = run.namespace().unwrap_or_default();
-    let now = terrace_crds::common::timestamp(&Timestamp::now());
-    let all = ctx.runs.state();
-    let owned: Vec<(String, RunState, [Option<String>; 4])> = all
-        .iter()
-        .filter(|r| {
-            r.namespace().as_deref() == Some(ns.as_str()) && r.spec.workspace == run.spec.workspace
-        })
-        .map(|r| {
-            let st = r.status.clone().unwrap_or_default();
-            let mut times = [
-                st.plan.started_at,
-                st.plan.finished_at,
-                st.apply.started_at,
-                st.apply.finished_at,
-            ];
-            let state = if r.metadata.uid == run.metadata.uid {
-                let phase = if to == RunState::Applied || times[2].is_some() {
-                    3
-                } else {
-                    1
-                };
-                times[phase] = Some(now.clone());
-                to
-            } else {
-                state_of(r)
-            };
-            (r.queued_at(), state, times)
-        })
-        .collect();
-    let times: Vec<run::RunTimes<'_>> = owned
-        .iter()
-        .map(|(created, state, t)| run::RunTimes {
-            created,
-            state: *state,
-            plan: (t[0].as_deref(), t[1].as_deref()),
-            apply: (t[2].as_deref(), t[3].as_deref()),
-        })
-        .collect();
-    let metrics = run::performance(&times);
-    let api: Api<Workspace> = Api::namespaced(ctx.base.client.clone(), &ns);
-    let body = json!({
-        "apiVersion": terrace_crds::constants::API_VERSION,
-        "kind": "Workspace",
-        "status": {"metrics": metrics},
-    });
-    let pp = PatchParams::apply(FIELD_MANAGER_RUNS).force();
-    if let Err(e) = api
-        .patch_status(&run.spec.workspace, &pp, &Patch::Apply(&body))
-        .await
-    {
-        tracing::warn!(error = %e, workspace = %run.spec.workspace, "recording the workspace's performance attributes");
-    }
-}
-
-/// The Event reason of reaching `state` (CamelCase of the status).
-fn reason(state: RunState) -> &'static str {
-    match state {
-        RunState::Pending => "Pending",
-        RunState::PlanQueued => "PlanQueued",
-        RunState::Planning => "Planning",
-        RunState::Planned => "Planned",
-        RunState::PlannedAndFinished => "PlannedAndFinished",
-        RunState::PlannedAndSaved => "PlannedAndSaved",
-        RunState::Confirmed => "Confirmed",
-        RunState::ApplyQueued => "ApplyQueued",
-        RunState::Applying => "Applying",
-        RunState::Applied => "Applied",
-        RunState::Discarded => "Discarded",
-        RunState::Errored => "Errored",
-        RunState::Canceled => "Canceled",
-        RunState::ForceCanceled => "ForceCanceled",
-    }
 }
