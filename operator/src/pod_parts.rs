@@ -3,7 +3,8 @@
 //! ([`crate::run::pod`]): object metadata owned by the run, the labels, volumes and
 //! mounts, the `install-terrace` init container, the `engine` container, the engine's
 //! environment and the Pod spec with the organization's (and agent pool's) Pod template.
-//! The Pod contract's names and paths are the constants of [`crate::testpod`].
+//! The Pod contract's names and paths are its constants (also exported by
+//! [`crate::testpod`]).
 
 use std::collections::BTreeMap;
 
@@ -18,11 +19,25 @@ use terrace_crds::common::SecretKeyRef;
 use terrace_crds::constants::{LABEL_MANAGED_BY, LABEL_ORGANIZATION, MANAGED_BY};
 use terrace_crds::{PodTemplateOverrides, TestRunSettings};
 
-use crate::testpod::{
-    ENGINE_CONTAINER, ENGINE_ENV, INSTALL_CONTAINER, TERMINATION_MESSAGE_PATH, TOOLS_DIR,
-    WORKSPACE_DIR,
-};
 use crate::{Error, Settings};
+
+/// Name of the engine container (its termination message is the runner's report).
+pub const ENGINE_CONTAINER: &str = "engine";
+/// Name of the init container copying the terrace binary.
+pub const INSTALL_CONTAINER: &str = "install-terrace";
+/// Where the configuration is unpacked and the engine runs.
+pub const WORKSPACE_DIR: &str = "/workspace";
+/// Where the terrace binary is copied.
+pub const TOOLS_DIR: &str = "/terrace";
+/// Termination message path of the engine container.
+pub const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
+/// Environment of every engine: no update checks (the Pod may have no way out), no
+/// prompts, automation wording. A module test variable of the same name wins.
+pub const ENGINE_ENV: [(&str, &str); 3] = [
+    ("CHECKPOINT_DISABLE", "1"),
+    ("TF_IN_AUTOMATION", "1"),
+    ("TF_INPUT", "0"),
+];
 
 /// Metadata of an object owned (controller reference) by `owner`, in its namespace;
 /// `what` names the owner in the error of one without a uid.

@@ -46,6 +46,12 @@ use terrace_crds::constants::LABEL_ID;
 use terrace_crds::{TestRun, TestRunSettings, TestVariable};
 
 use crate::pod_parts::{self, empty_dir, mount, owned_meta};
+
+/// The Pod contract's names and paths, shared with the Pods of runs.
+pub use crate::pod_parts::{
+    ENGINE_CONTAINER, ENGINE_ENV, INSTALL_CONTAINER, TERMINATION_MESSAGE_PATH, TOOLS_DIR,
+    WORKSPACE_DIR,
+};
 use crate::{Error, Settings};
 
 pub mod log_archive;
@@ -67,29 +73,12 @@ pub const SECRET_KEY_TOKEN: &str = "token";
 pub const SECRET_KEY_TFVARS: &str = "run.tfvars";
 /// Where the Secret is mounted (the token in `fetch`, the var-file in `engine`).
 pub const SECRET_DIR: &str = "/var/run/terrace";
-/// Name of the engine container (its termination message is the runner's report).
-pub const ENGINE_CONTAINER: &str = "engine";
 /// Name of the init container fetching the archive.
 pub const FETCH_CONTAINER: &str = "fetch";
-/// Name of the init container copying the terrace binary.
-pub const INSTALL_CONTAINER: &str = "install-terrace";
-/// Where the configuration is unpacked and the engine runs.
-pub const WORKSPACE_DIR: &str = "/workspace";
-/// Where the terrace binary is copied.
-pub const TOOLS_DIR: &str = "/terrace";
-/// Termination message path of the engine container.
-pub const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
 /// The runner's copy of the engine log inside the workspace.
 pub const LOG_FILE: &str = "/workspace/.terrace/test.log";
 /// Where the runner keeps the engine's stderr (never part of the run's log).
 pub const STDERR_FILE: &str = "/workspace/.terrace/engine.stderr";
-/// Environment of every engine: no update checks (the Pod may have no way out), no
-/// prompts, automation wording. A module test variable of the same name wins.
-pub const ENGINE_ENV: [(&str, &str); 3] = [
-    ("CHECKPOINT_DISABLE", "1"),
-    ("TF_IN_AUTOMATION", "1"),
-    ("TF_INPUT", "0"),
-];
 /// Prefix of the environment variables that set the engine's input variables.
 const TF_VAR_PREFIX: &str = "TF_VAR_";
 
