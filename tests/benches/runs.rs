@@ -15,12 +15,10 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use terrace_tests::bench::{env_usize, median, rss_kib};
+use terrace_tests::bench::{PeakRss, env_usize, median, rss_kib};
 use terrace_tests::{Api, CLI_HOST, Dev, Terraform, targz, terraform_path, text};
 
 const ORG: &str = "benchruns";
@@ -142,17 +140,7 @@ fn main() {
         ws_ids.push(ws);
     }
     let before = rss_kib(pid);
-    let peak = Arc::new(AtomicU64::new(before));
-    let done = Arc::new(AtomicBool::new(false));
-    let sampler = {
-        let (peak, done) = (peak.clone(), done.clone());
-        std::thread::spawn(move || {
-            while !done.load(Ordering::Relaxed) {
-                peak.fetch_max(rss_kib(pid), Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        })
-    };
+    let sampler = PeakRss::start(pid, before, Duration::from_millis(100));
     let start = Instant::now();
     let mut run_ws: HashMap<String, usize> = HashMap::new();
     for i in 0..total_runs {
@@ -215,8 +203,7 @@ fn main() {
         std::thread::sleep(Duration::from_millis(500));
     }
     let took = start.elapsed();
-    done.store(true, Ordering::Relaxed);
-    let _ = sampler.join();
+    let peak = sampler.stop();
     std::thread::sleep(Duration::from_secs(2));
     let after = rss_kib(pid);
     let applied = statuses.values().filter(|s| *s == "applied").count();
@@ -231,7 +218,7 @@ fn main() {
     println!(
         "  terrace dev RSS: {} MiB before, {} MiB peak, {} MiB after",
         before / 1024,
-        peak.load(Ordering::Relaxed) / 1024,
+        peak / 1024,
         after / 1024
     );
 }

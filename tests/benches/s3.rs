@@ -14,14 +14,12 @@
 //! (`TERRACE_BENCH_REPS`, default 3; `TERRACE_BENCH_MIB`, default 50;
 //! `TERRACE_BENCH_CONCURRENT`, default 10). Needs `moto_server` on PATH.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use terrace_blobstore::s3::{PART_BUFFERS, PART_BYTES, S3Store};
 use terrace_blobstore::{BlobStore, BlobStoreSettings, Location};
-use terrace_tests::bench::{env_usize, median, rss_kib};
+use terrace_tests::bench::{PeakRss, env_usize, median, rss_kib};
 use terrace_tests::{Api, Dev, Moto};
 
 const ORG: &str = "bench";
@@ -216,17 +214,7 @@ fn main() {
         .collect();
     std::thread::sleep(Duration::from_secs(1));
     let idle = rss_kib(pid);
-    let peak = Arc::new(AtomicU64::new(idle));
-    let done = Arc::new(AtomicBool::new(false));
-    let sampler = {
-        let (peak, done) = (peak.clone(), done.clone());
-        std::thread::spawn(move || {
-            while !done.load(Ordering::Relaxed) {
-                peak.fetch_max(rss_kib(pid), Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        })
-    };
+    let sampler = PeakRss::start(pid, idle, Duration::from_millis(5));
     let start = Instant::now();
     let handles: Vec<_> = uploads
         .into_iter()
@@ -239,9 +227,7 @@ fn main() {
         assert_eq!(h.join().expect("upload thread"), 200);
     }
     let took = start.elapsed();
-    done.store(true, Ordering::Relaxed);
-    let _ = sampler.join();
-    let peak = peak.load(Ordering::Relaxed);
+    let peak = sampler.stop();
     let per_upload = (peak.saturating_sub(idle)) as f64 / concurrent as f64 / 1024.0;
     let part = PART_BYTES as f64 / 1048576.0;
     println!(

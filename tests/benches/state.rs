@@ -14,8 +14,6 @@
 //! (`TERRACE_BENCH_REPS`, default 3; `TERRACE_BENCH_RESOURCES`, default 200).
 
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::ByteString;
@@ -23,7 +21,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::{Value, json};
-use terrace_tests::bench::{env_usize, median, rss_kib, secs};
+use terrace_tests::bench::{PeakRss, env_usize, median, rss_kib, secs};
 use terrace_tests::{Api, CLI_HOST, Dev, Terraform, text};
 
 const ORG: &str = "bench";
@@ -214,17 +212,7 @@ fn main() {
         .collect();
     std::thread::sleep(Duration::from_secs(1));
     let idle = rss_kib(pid);
-    let peak = Arc::new(AtomicU64::new(idle));
-    let done = Arc::new(AtomicBool::new(false));
-    let sampler = {
-        let (peak, done) = (peak.clone(), done.clone());
-        std::thread::spawn(move || {
-            while !done.load(Ordering::Relaxed) {
-                peak.fetch_max(rss_kib(pid), Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        })
-    };
+    let sampler = PeakRss::start(pid, idle, Duration::from_millis(5));
     let start = Instant::now();
     let handles: Vec<_> = uploads
         .into_iter()
@@ -237,9 +225,7 @@ fn main() {
         assert_eq!(h.join().expect("upload thread"), 200);
     }
     let took = start.elapsed();
-    done.store(true, Ordering::Relaxed);
-    let _ = sampler.join();
-    let peak = peak.load(Ordering::Relaxed);
+    let peak = sampler.stop();
     let per_upload = (peak.saturating_sub(idle)) as f64 / CONCURRENT as f64 / 1024.0;
     println!(
         "{CONCURRENT} concurrent uploads of {:.1} MiB each: {:.2} s",

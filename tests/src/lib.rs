@@ -1001,4 +1001,43 @@ pub mod bench {
     pub fn secs(d: Duration) -> f64 {
         d.as_secs_f64()
     }
+
+    /// The peak RSS of a process, sampled every `every` on a thread of its own until
+    /// [`PeakRss::stop`].
+    pub struct PeakRss {
+        peak: std::sync::Arc<std::sync::atomic::AtomicU64>,
+        done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+        sampler: std::thread::JoinHandle<()>,
+    }
+
+    impl PeakRss {
+        /// Starts sampling process `pid` (the peak starts at `from`, KiB).
+        pub fn start(pid: u32, from: u64, every: Duration) -> PeakRss {
+            use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+            let peak = std::sync::Arc::new(AtomicU64::new(from));
+            let done = std::sync::Arc::new(AtomicBool::new(false));
+            let sampler = {
+                let (peak, done) = (peak.clone(), done.clone());
+                std::thread::spawn(move || {
+                    while !done.load(Ordering::Relaxed) {
+                        peak.fetch_max(rss_kib(pid), Ordering::Relaxed);
+                        std::thread::sleep(every);
+                    }
+                })
+            };
+            PeakRss {
+                peak,
+                done,
+                sampler,
+            }
+        }
+
+        /// Stops sampling; answers the peak, KiB.
+        pub fn stop(self) -> u64 {
+            use std::sync::atomic::Ordering;
+            self.done.store(true, Ordering::Relaxed);
+            let _ = self.sampler.join();
+            self.peak.load(Ordering::Relaxed)
+        }
+    }
 }

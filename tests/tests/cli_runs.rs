@@ -96,6 +96,15 @@ fn runs(api: &Api, ws_id: &str) -> Vec<Value> {
     r.body["data"].as_array().cloned().unwrap_or_default()
 }
 
+/// Waits until workspace `name` is unlocked (the operator releases a run's lock when the
+/// run ends); fails with `why` otherwise.
+fn wait_unlocked(dev: &Dev, api: &Api, name: &str, why: &str) {
+    let unlocked = dev.eventually(Duration::from_secs(30), || {
+        (workspace(api, name)["attributes"]["locked"] == false).then_some(())
+    });
+    assert!(unlocked.is_some(), "{why}");
+}
+
 fn status(run: &Value) -> &str {
     run["attributes"]["status"].as_str().unwrap_or_default()
 }
@@ -175,12 +184,11 @@ fn plan_apply_discard_and_destroy_from_the_cli() {
     assert!(shown.contains("Apply discarded."), "{shown}");
     assert_eq!(status(&runs(&api, &ws_id)[0]), "discarded");
     // The operator releases the discarded run's lock.
-    let unlocked = dev.eventually(Duration::from_secs(30), || {
-        (workspace(&api, "app")["attributes"]["locked"] == false).then_some(())
-    });
-    assert!(
-        unlocked.is_some(),
-        "the workspace stayed locked after the discard"
+    wait_unlocked(
+        &dev,
+        &api,
+        "app",
+        "the workspace stayed locked after the discard",
     );
 
     // "yes" applies.
@@ -301,10 +309,7 @@ resource "terraform_data" "slow" {
         "the run did not end canceled: {:?}",
         runs(&api, &ws_id)
     );
-    let unlocked = dev.eventually(Duration::from_secs(30), || {
-        (workspace(&api, "slow")["attributes"]["locked"] == false).then_some(())
-    });
-    assert!(unlocked.is_some(), "the workspace stayed locked");
+    wait_unlocked(&dev, &api, "slow", "the workspace stayed locked");
     let listed = ok(tf.run(&d, &["state", "list"]), "state list");
     assert!(listed.contains("terraform_data.fast"), "{listed}");
 }
@@ -761,10 +766,7 @@ fn force_cancel_after_cancel() {
     );
     assert_eq!(r.status, 202, "{:?}", r.body);
     wait_status(&dev, &api, &id, &["force_canceled"]);
-    let unlocked = dev.eventually(Duration::from_secs(30), || {
-        (workspace(&api, "stuck")["attributes"]["locked"] == false).then_some(())
-    });
-    assert!(unlocked.is_some(), "the workspace stayed locked");
+    wait_unlocked(&dev, &api, "stuck", "the workspace stayed locked");
 }
 
 /// An operator restart while a run applies: no second Pod is started; the lost Pod errors
@@ -804,8 +806,5 @@ fn restart_mid_apply_errors_the_run_with_the_cause() {
     }
     let pods = dev.kubectl_ok(&["get", "pods", "-n", ORG, "-o", "name"]);
     assert!(pods.matches("-apply").count() <= 1, "{pods}");
-    let unlocked = dev.eventually(Duration::from_secs(30), || {
-        (workspace(&api, "restarted")["attributes"]["locked"] == false).then_some(())
-    });
-    assert!(unlocked.is_some(), "the workspace stayed locked");
+    wait_unlocked(&dev, &api, "restarted", "the workspace stayed locked");
 }
