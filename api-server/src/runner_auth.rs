@@ -12,6 +12,10 @@ use terrace_crds::run::RunState;
 use crate::capability::constant_time_eq;
 use crate::prelude::*;
 
+/// How long a runner request for a run not indexed yet waits for it (short: the caller
+/// is not authenticated yet).
+const INDEX_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Secret key of the run token.
 pub const TOKEN_KEY: &str = "token";
 
@@ -34,6 +38,12 @@ pub async fn authorize(
     let presented = crate::auth::bearer_token(headers)
         .map(str::to_owned)
         .ok_or_else(unauthorized)?;
+    // A run the operator created a moment ago (an upload's, an auto-destroy) may reach
+    // this index after its Pod started: wait for it as writes do.
+    let indexed = |i: &crate::index::Inner| i.runs().get(run_id).is_some();
+    if !indexed(&state.index.read()) {
+        state.index.wait_until(INDEX_GRACE, indexed).await;
+    }
     let run = state
         .index
         .read()

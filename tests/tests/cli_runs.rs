@@ -364,7 +364,21 @@ fn wait_status(dev: &Dev, api: &Api, id: &str, want: &[&str]) -> Value {
         let r = run(api, id);
         want.contains(&status(&r)).then_some(r)
     })
-    .unwrap_or_else(|| panic!("run {id} never reached {want:?}: {:?}", run(api, id)))
+    .unwrap_or_else(|| {
+        let message = dev.kubectl_ok(&[
+            "get",
+            "run",
+            &id.to_ascii_lowercase(),
+            "-n",
+            ORG,
+            "-o",
+            "jsonpath={.status.message}",
+        ]);
+        panic!(
+            "run {id} never reached {want:?} ({message}): {:?}",
+            run(api, id)
+        )
+    })
 }
 
 const SLOW_FILES: &[(&str, &str)] = &[(
