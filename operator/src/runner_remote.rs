@@ -332,8 +332,16 @@ fn preamble(program: &str) {
     say("Initializing plugins and modules...");
 }
 
-/// Checks that the engine's version satisfies the workspace's `terraform-version`.
+/// Checks that the engine's version satisfies the workspace's `terraform-version`. An
+/// OpenTofu engine is not checked: its versions are not terraform's.
 fn check_version(program: &str, wanted: &str) -> Result<(), StepError> {
+    let name = Path::new(program)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if name.contains("tofu") {
+        return Ok(());
+    }
     let out = run_quiet(Path::new("."), program, &["version", "-json"])?;
     let have = serde_json::from_slice::<serde_json::Value>(&out)
         .ok()
