@@ -743,22 +743,23 @@ fn uploads_with_auto_queue_runs_queue_a_run() {
     assert_eq!(runs(&api, &ws_id).len(), 1, "queued once");
 }
 
+/// A run of a new auto-apply workspace `name` whose one resource runs `command` (shell)
+/// while it is created; answers the run's ID.
+fn slow_run(api: &Api, name: &str, command: &str) -> String {
+    let ws_id = api.create_workspace(ORG, json!({"name": name, "auto-apply": true}));
+    let main = format!(
+        "resource \"terraform_data\" \"x\" {{\n  provisioner \"local-exec\" {{\n    command = \"{command}\"\n  }}\n}}\n"
+    );
+    let cv = upload(api, &ws_id, false, &[("main.tf", &main)]);
+    create_run(api, &ws_id, Some(&cv), json!({})).expect("run")
+}
+
 /// Force-cancel (after a cancel) deletes the Pod at once: the run ends force_canceled
 /// and the workspace is unlocked.
 #[test]
 fn force_cancel_after_cancel() {
     let (dev, api, _tf, _dir) = setup();
-    let ws_id = api.create_workspace(ORG, json!({"name": "stuck", "auto-apply": true}));
-    let cv = upload(
-        &api,
-        &ws_id,
-        false,
-        &[(
-            "main.tf",
-            "resource \"terraform_data\" \"x\" {\n  provisioner \"local-exec\" {\n    command = \"trap '' INT TERM; sleep 120\"\n  }\n}\n",
-        )],
-    );
-    let id = create_run(&api, &ws_id, Some(&cv), json!({})).expect("run");
+    let id = slow_run(&api, "stuck", "trap '' INT TERM; sleep 120");
     let r = api.post(
         &format!("/api/v2/runs/{id}/actions/force-cancel"),
         &json!({}),
@@ -788,17 +789,7 @@ fn force_cancel_after_cancel() {
 #[test]
 fn restart_mid_apply_errors_the_run_with_the_cause() {
     let (dev, api, _tf, _dir) = setup();
-    let ws_id = api.create_workspace(ORG, json!({"name": "restarted", "auto-apply": true}));
-    let cv = upload(
-        &api,
-        &ws_id,
-        false,
-        &[(
-            "main.tf",
-            "resource \"terraform_data\" \"x\" {\n  provisioner \"local-exec\" {\n    command = \"sleep 60\"\n  }\n}\n",
-        )],
-    );
-    let id = create_run(&api, &ws_id, Some(&cv), json!({})).expect("run");
+    let id = slow_run(&api, "restarted", "sleep 60");
     wait_status(&dev, &api, &id, &["applying"]);
     let dev = dev.restart();
     let api = Api::admin(&dev);

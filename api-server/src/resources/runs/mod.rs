@@ -546,8 +546,8 @@ async fn act(
     let now = crate::render::now();
     let change = |r: &Run| action_patch(&action, r, &who, &now);
     let api = write::api::<Run>(&state, &at.ns);
-    let current = api.get(&at.object_name()).await?;
-    let written = write::guarded_status_patch(&api, current, change).await?;
+    // Decided on the indexed copy first; a conflict re-reads the live object.
+    let written = write::guarded_status_patch(&api, (*at.obj).clone(), change).await?;
     write::wait_seen(&state, &written).await;
     Ok(StatusCode::ACCEPTED.into_response())
 }
