@@ -196,7 +196,9 @@ async fn feed<K: Indexed>(index: Arc<Index>, client: kube::Client) {
                 {
                     let mut inner = index.write();
                     K::clear(&mut inner);
-                    for o in buffer.drain(..) {
+                    // Taken, not drained: a drained buffer would keep its capacity (a
+                    // whole list's worth of objects) for as long as the watch runs.
+                    for o in std::mem::take(&mut buffer) {
                         K::put(&mut inner, o);
                     }
                 }
