@@ -374,7 +374,7 @@ pub async fn run<K, C, F>(
     K::DynamicType: Eq + std::hash::Hash + Clone + std::fmt::Debug + Unpin,
     F: Future<Output = Result<Action, Error>> + Send + 'static,
 {
-    controller
+    crate::watch::bounded(controller)
         .run(
             move |obj, ctx| instrument(name, obj.as_ref(), reconcile(obj.clone(), ctx)),
             error_policy,

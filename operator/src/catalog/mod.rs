@@ -271,7 +271,7 @@ impl Catalog {
                     stores: stores.clone(),
                     target,
                 });
-                controller
+                crate::watch::bounded(controller)
                     .graceful_shutdown_on(shutdown.clone())
                     .run(
                         |obj, ctx| {

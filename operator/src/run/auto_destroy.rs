@@ -51,7 +51,7 @@ where
         recorder: crate::events::new_recorder(&ctx.client),
         base: ctx,
     });
-    Controller::for_stream(changes, workspaces)
+    crate::watch::bounded(Controller::for_stream(changes, workspaces))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, c)
         .for_each(|res| async move {
