@@ -5,7 +5,7 @@
 //! not a scan of every object in the cluster on every event and reconcile (issue 17: the
 //! per-create cost grew with the number of workspaces in the cluster).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use kube::Resource;
@@ -31,8 +31,9 @@ impl<K> Clone for GroupIndex<K> {
 
 #[derive(Debug, Default)]
 struct Names {
-    /// (namespace, group) → object names.
-    holders: HashMap<(String, String), BTreeSet<String>>,
+    /// (namespace, group) → object names, sorted (a Vec: most groups hold one object,
+    /// and a set's first node would cost a dozen names' room).
+    holders: HashMap<(String, String), Vec<String>>,
     /// (namespace, object name) → group.
     names: HashMap<(String, String), String>,
     /// The objects of a (re)list in progress; they replace the index once it is done.
@@ -42,10 +43,10 @@ struct Names {
 impl Names {
     fn insert(&mut self, (ns, object, name): Entry) {
         self.remove(&ns, &object);
-        self.holders
-            .entry((ns.clone(), name.clone()))
-            .or_default()
-            .insert(object.clone());
+        let holders = self.holders.entry((ns.clone(), name.clone())).or_default();
+        if let Err(at) = holders.binary_search(&object) {
+            holders.insert(at, object.clone());
+        }
         self.names.insert((ns, object), name);
     }
 
@@ -54,7 +55,9 @@ impl Names {
         if let Some(name) = self.names.remove(&key) {
             let by_name = (key.0, name);
             if let Some(set) = self.holders.get_mut(&by_name) {
-                set.remove(object);
+                if let Ok(at) = set.binary_search_by(|o| o.as_str().cmp(object)) {
+                    set.remove(at);
+                }
                 if set.is_empty() {
                     self.holders.remove(&by_name);
                 }
@@ -118,7 +121,7 @@ impl<K: Resource> GroupIndex<K> {
         names
             .holders
             .get(&(ns.to_owned(), group.to_owned()))
-            .map(|s| s.iter().cloned().collect())
+            .cloned()
             .unwrap_or_default()
     }
 }
