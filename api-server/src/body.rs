@@ -176,7 +176,7 @@ pub struct Document<A, R = Empty> {
 
 /// `data` of a request document: an optional ID, the attributes (absent or null: the
 /// default) and the relationships (likewise).
-#[derive(Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(bound(deserialize = "A: Deserialize<'de> + Default, R: Deserialize<'de> + Default"))]
 pub struct ResourceObject<A, R = Empty> {
     #[serde(rename = "type")]
@@ -238,17 +238,9 @@ impl<A: Typed, R> Document<A, R> {
 }
 
 /// One entry of a to-many relationship body: `{"type": T, "id": ...}` with optional
-/// attributes (flat tags are named by `attributes.name`).
-#[derive(Clone, Debug, Deserialize)]
-#[serde(bound(deserialize = "A: Deserialize<'de> + Default"))]
-pub struct Identifier<A = Empty> {
-    #[serde(rename = "type")]
-    pub kind: Option<String>,
-    #[serde(default)]
-    pub id: Option<String>,
-    #[serde(default, deserialize_with = "null_as_default")]
-    pub attributes: A,
-}
+/// attributes (flat tags are named by `attributes.name`): a resource object whose
+/// relationships are of no interest.
+pub type Identifier<A = Empty> = ResourceObject<A, Empty>;
 
 /// `{"data": [...]}` of identifiers of type `T::TYPE`, each type checked.
 pub struct ToMany<T, A = Empty> {

@@ -175,6 +175,24 @@ pub async fn settle<U: BlobUpload, T, E>(
 
 use crate::blobs::Stored;
 
+/// Runs `record` (writing down the blob stored under `key`); when it fails, removes the
+/// blob, so nothing stays half-recorded (a blob no object names). `what` names the blob
+/// in the warning a failed removal logs.
+pub async fn record_or_remove<S: crate::blobs::BlobStore, T, E>(
+    store: &S,
+    key: &str,
+    what: &str,
+    record: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    let recorded = record.await;
+    if recorded.is_err()
+        && let Err(d) = store.delete(key).await
+    {
+        tracing::warn!(error = %d, "removing {what} that was not recorded");
+    }
+    recorded
+}
+
 /// Why [`settle`] stored nothing.
 pub enum Settled<E> {
     /// The check refused the bytes.

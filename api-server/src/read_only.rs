@@ -1,7 +1,9 @@
-//! Routes of a read-only, organization-scoped kind (declared with kubectl or GitOps, only
-//! listed and shown by the API): `GET /api/v2/organizations/{org}/<path>` (paged, by object
+//! Routes of organization-scoped collections ([`org_scoped`]), and of a read-only kind
+//! (declared with kubectl or GitOps, only listed and shown by the API): `GET /api/v2/organizations/{org}/<path>` (paged, by object
 //! name, with the caller's `list` right) and `GET /api/v2/<path>/{id}` (with `get`). A
 //! resource module implements [`ReadOnly`] and uses [`router`].
+
+use axum::routing::MethodRouter;
 
 use crate::access::Guarded;
 use crate::prelude::*;
@@ -16,12 +18,20 @@ pub trait ReadOnly: Guarded {
 
 /// The kind's list and show routes.
 pub fn router<K: ReadOnly>() -> Router<AppState> {
+    org_scoped(K::PATH, get(list_all::<K>), get(show::<K>))
+}
+
+/// The two routes of an organization-scoped collection `path` (`ssh-keys`): the
+/// organization's collection, `/api/v2/organizations/{org}/<path>`, and one member by
+/// ID, `/api/v2/<path>/{id}`.
+pub fn org_scoped(
+    path: &str,
+    collection: MethodRouter<AppState>,
+    member: MethodRouter<AppState>,
+) -> Router<AppState> {
     Router::new()
-        .route(
-            &format!("/api/v2/organizations/{{org}}/{}", K::PATH),
-            get(list_all::<K>),
-        )
-        .route(&format!("/api/v2/{}/{{id}}", K::PATH), get(show::<K>))
+        .route(&format!("/api/v2/organizations/{{org}}/{path}"), collection)
+        .route(&format!("/api/v2/{path}/{{id}}"), member)
 }
 
 async fn list_all<K: ReadOnly>(

@@ -87,12 +87,15 @@ pub fn store_of(state: &AppState, v: &StateVersion) -> impl crate::blobs::BlobSt
     crate::blobs::store(state, &ns, v.controller_owner_ref(&()))
 }
 
-/// The state file of a finalized version (404 when it has none).
+/// The state file of a finalized version, whole, checked against the SHA-256 its status
+/// records (404 when it has none).
 pub async fn state_bytes(
     state: &AppState,
     v: &StateVersion,
 ) -> Result<axum::body::Bytes, ApiError> {
-    blob_bytes(state, v, |s| s.state.as_ref(), "state").await
+    let (key, sha256) = blob_of(v, |s| s.state.as_ref(), "state")?;
+    let got = store_of(state, v).get(&key, Some(&sha256)).await;
+    got.map_err(|e| read_error("state", e))
 }
 
 /// Which blob of a version's status (its state, its JSON state).
@@ -119,21 +122,6 @@ fn read_error(what: &str, e: crate::blobs::BlobError) -> ApiError {
         format!("the {what} data of this version is gone"),
         e,
     )
-}
-
-/// One blob of a finalized version, whole (see [`blob_of`]), checked against the
-/// SHA-256 its status records.
-pub async fn blob_bytes(
-    state: &AppState,
-    v: &StateVersion,
-    which: WhichBlob,
-    what: &str,
-) -> Result<axum::body::Bytes, ApiError> {
-    let (key, sha256) = blob_of(v, which, what)?;
-    store_of(state, v)
-        .get(&key, Some(&sha256))
-        .await
-        .map_err(|e| read_error(what, e))
 }
 
 /// One blob of a finalized version as a stream (see [`blob_of`]), checked against the

@@ -16,15 +16,11 @@ use crate::prelude::*;
 use crate::query::TagFilter;
 
 pub fn router() -> Router<AppState> {
-    Router::new()
-        .route(
-            "/api/v2/organizations/{org}/projects",
-            get(list_projects).post(create),
-        )
-        .route(
-            "/api/v2/projects/{id}",
-            get(show).patch(update).delete(remove),
-        )
+    crate::read_only::org_scoped(
+        "projects",
+        get(list_projects).post(create),
+        get(show).patch(update).delete(remove),
+    )
 }
 
 /// What a project read can include.

@@ -23,15 +23,15 @@ pub fn router() -> Router<AppState> {
         .route(
             "/api/v2/workspaces/{id}/relationships/data-retention-policy",
             get(ws_show)
-                .post(ws_create)
-                .patch(ws_update)
+                .post(ws_set::<true>)
+                .patch(ws_set::<false>)
                 .delete(ws_delete),
         )
         .route(
             "/api/v2/organizations/{org}/relationships/data-retention-policy",
             get(org_show)
-                .post(org_create)
-                .patch(org_update)
+                .post(org_set)
+                .patch(org_set)
                 .delete(org_delete),
         )
 }
@@ -107,47 +107,31 @@ async fn ws_show(State(state): State<AppState>, f: Found<Workspace>) -> Result<D
     Ok(Doc::ok(data))
 }
 
-async fn ws_set(
-    state: &AppState,
+/// `POST` (`CREATE`: 201 when the workspace had no policy of its own) or `PATCH` (200).
+async fn ws_set<const CREATE: bool>(
+    State(state): State<AppState>,
     f: Found<Workspace, Admin>,
-    body: &Value,
-    created_status: StatusCode,
+    JsonApi(body): JsonApi<Value>,
 ) -> Result<Doc, ApiError> {
-    hosted_404(state)?;
-    let policy = parse(body)?;
+    hosted_404(&state)?;
+    let policy = parse(&body)?;
     let l = f.at;
     let had_own = l.obj.spec.data_retention_policy.is_some();
-    write::update_spec(state, &l.ns, (*l.obj).clone(), |w| {
+    write::update_spec(&state, &l.ns, (*l.obj).clone(), |w| {
         Ok((w.spec.data_retention_policy.as_ref() != Some(&policy))
             .then(|| json!({"dataRetentionPolicy": patch_value(Some(&policy))})))
     })
     .await?;
     let wid = l.id();
-    let status = if had_own {
-        StatusCode::OK
+    let status = if CREATE && !had_own {
+        StatusCode::CREATED
     } else {
-        created_status
+        StatusCode::OK
     };
     Ok(Doc(
         status,
         json!({"data": retention_policy(Target::Workspace(&wid), &policy)}),
     ))
-}
-
-async fn ws_create(
-    State(state): State<AppState>,
-    f: Found<Workspace, Admin>,
-    JsonApi(body): JsonApi<Value>,
-) -> Result<Doc, ApiError> {
-    ws_set(&state, f, &body, StatusCode::CREATED).await
-}
-
-async fn ws_update(
-    State(state): State<AppState>,
-    f: Found<Workspace, Admin>,
-    JsonApi(body): JsonApi<Value>,
-) -> Result<Doc, ApiError> {
-    ws_set(&state, f, &body, StatusCode::OK).await
 }
 
 async fn ws_delete(
@@ -207,30 +191,19 @@ async fn org_write(
     Ok(updated)
 }
 
-async fn org_set(state: &AppState, o: VisibleOrg, body: &Value) -> Result<Doc, ApiError> {
-    hosted_404(state)?;
-    let policy = parse(body)?;
-    let org = org_write(state, o, Some(&policy)).await?;
+/// `POST` or `PATCH` of the organization's default policy: 200.
+async fn org_set(
+    State(state): State<AppState>,
+    o: VisibleOrg,
+    JsonApi(body): JsonApi<Value>,
+) -> Result<Doc, ApiError> {
+    hosted_404(&state)?;
+    let policy = parse(&body)?;
+    let org = org_write(&state, o, Some(&policy)).await?;
     Ok(Doc::ok(retention_policy(
         Target::Organization(org.tfe_name()),
         &policy,
     )))
-}
-
-async fn org_create(
-    State(state): State<AppState>,
-    o: VisibleOrg,
-    JsonApi(body): JsonApi<Value>,
-) -> Result<Doc, ApiError> {
-    org_set(&state, o, &body).await
-}
-
-async fn org_update(
-    State(state): State<AppState>,
-    o: VisibleOrg,
-    JsonApi(body): JsonApi<Value>,
-) -> Result<Doc, ApiError> {
-    org_set(&state, o, &body).await
 }
 
 async fn org_delete(State(state): State<AppState>, o: VisibleOrg) -> Result<Response, ApiError> {

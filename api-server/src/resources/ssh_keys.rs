@@ -22,15 +22,11 @@ use crate::prelude::*;
 pub const SECRET_KEY: &str = "private-key";
 
 pub fn router() -> Router<AppState> {
-    Router::new()
-        .route(
-            "/api/v2/organizations/{org}/ssh-keys",
-            get(list_keys).post(create),
-        )
-        .route(
-            "/api/v2/ssh-keys/{id}",
-            get(show).patch(update).delete(remove),
-        )
+    crate::read_only::org_scoped(
+        "ssh-keys",
+        get(list_keys).post(create),
+        get(show).patch(update).delete(remove),
+    )
 }
 
 /// The JSON:API `data` of an SSH key (never the key itself).

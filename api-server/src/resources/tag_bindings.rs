@@ -40,7 +40,9 @@ fn routes<K: TagBound>() -> Router<AppState> {
         )
         .route(
             &format!("{path}/relationships/tag-bindings"),
-            get(list::<K>).post(add::<K>).patch(replace::<K>),
+            get(list::<K>)
+                .post(relate::<K, false>)
+                .patch(relate::<K, true>),
         )
         .route(
             &format!("{path}/effective-tag-bindings"),
@@ -147,21 +149,14 @@ async fn add_listing<K: TagBound>(
     Ok(Doc(StatusCode::OK, list_doc(&id_of(&o), o.tag_bindings())))
 }
 
-async fn add<K: TagBound>(
+/// `POST` (add, `REPLACE` false) or `PATCH` (replace) of `…/relationships/tag-bindings`:
+/// 204.
+async fn relate<K: TagBound, const REPLACE: bool>(
     State(state): State<AppState>,
     f: Found<K, Admin>,
     JsonApi(body): Bindings,
 ) -> Result<Response, ApiError> {
-    write_bindings(&state, f, body, false).await?;
-    Ok(no_content())
-}
-
-async fn replace<K: TagBound>(
-    State(state): State<AppState>,
-    f: Found<K, Admin>,
-    JsonApi(body): Bindings,
-) -> Result<Response, ApiError> {
-    write_bindings(&state, f, body, true).await?;
+    write_bindings(&state, f, body, REPLACE).await?;
     Ok(no_content())
 }
 

@@ -24,7 +24,9 @@ pub fn router() -> Router<AppState> {
         )
         .route(
             "/api/v2/workspaces/{id}/relationships/tags",
-            get(list_ws_tags).post(add_ws_tags).delete(remove_ws_tags),
+            get(list_ws_tags)
+                .post(change_ws_tags::<true>)
+                .delete(change_ws_tags::<false>),
         )
 }
 
@@ -304,42 +306,23 @@ pub fn without_tags(current: &[String], names: &[String]) -> Option<Value> {
     (tags.len() != current.len()).then(|| json!({"tags": tags}))
 }
 
-/// B18: adds tags by ID or name (creating new names). 204.
-async fn add_ws_tags(
+/// B18 (`ADD`): adds tags by ID or name, creating a name that is not a tag yet; B19:
+/// removes tags by ID (must exist) or name (unknown names have no effect). 204.
+async fn change_ws_tags<const ADD: bool>(
     State(state): State<AppState>,
     f: Found<Workspace, AdminOr404>,
     JsonApi(body): JsonApi<ToMany<TagEntry, TagAttributes>>,
-) -> Result<Response, ApiError> {
-    change_ws_tags(&state, f, body, true).await
-}
-
-/// B19: removes tags by ID (must exist) or name (unknown names have no effect). 204.
-async fn remove_ws_tags(
-    State(state): State<AppState>,
-    f: Found<Workspace, AdminOr404>,
-    JsonApi(body): JsonApi<ToMany<TagEntry, TagAttributes>>,
-) -> Result<Response, ApiError> {
-    change_ws_tags(&state, f, body, false).await
-}
-
-/// Adds (`add`) or removes the body's tags on the workspace's flat tags; a name that is
-/// not a tag yet is created by an add and ignored by a removal.
-async fn change_ws_tags(
-    state: &AppState,
-    f: Found<Workspace, AdminOr404>,
-    body: ToMany<TagEntry, TagAttributes>,
-    add: bool,
 ) -> Result<Response, ApiError> {
     let l = f.at;
-    let names: Vec<String> = resolve(state, &l.org, body)?
+    let names: Vec<String> = resolve(&state, &l.org, body)?
         .into_iter()
         .filter_map(|r| match r {
             TagRef::Known(n) => Some(n),
-            TagRef::New(n) => add.then_some(n),
+            TagRef::New(n) => ADD.then_some(n),
         })
         .collect();
-    write::update_spec(state, &l.ns, (*l.obj).clone(), |w| {
-        Ok(if add {
+    write::update_spec(&state, &l.ns, (*l.obj).clone(), |w| {
+        Ok(if ADD {
             with_tags(&w.spec.tags, &names)
         } else {
             without_tags(&w.spec.tags, &names)

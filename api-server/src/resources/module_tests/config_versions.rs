@@ -169,7 +169,7 @@ async fn upload(
     Path(token): Path<String>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    use crate::ingest::{BodyError, Settled, ingest, settle};
+    use crate::ingest::{BodyError, Settled, ingest, record_or_remove, settle};
     let cv = by_token(&state, &token).ok_or_else(gone)?;
     let expired = cv
         .annotations()
@@ -230,21 +230,17 @@ async fn upload(
         size: i64::try_from(stored.size).unwrap_or(i64::MAX),
         sha256: stored.sha256,
     };
-    let uploaded = match write::patch_status(
-        &api,
-        &name,
-        json!({"status": ConfigurationVersionState::Uploaded.as_str(), "archive": archive, "uploadedAt": crate::render::now(), "errorMessage": null}),
+    let uploaded = record_or_remove(
+        &store,
+        &key,
+        "an archive",
+        write::patch_status(
+            &api,
+            &name,
+            json!({"status": ConfigurationVersionState::Uploaded.as_str(), "archive": archive, "uploadedAt": crate::render::now(), "errorMessage": null}),
+        ),
     )
-    .await
-    {
-        Ok(u) => u,
-        Err(e) => {
-            if let Err(d) = store.delete(&key).await {
-                tracing::warn!(error = %d, "removing an archive that was not recorded");
-            }
-            return Err(e);
-        }
-    };
+    .await?;
     write::wait_seen(&state, &uploaded).await;
     Ok(StatusCode::OK.into_response())
 }

@@ -32,7 +32,7 @@ use terrace_crds::{StateBlob, StateVersion, StateVersionSpec, Workspace};
 use super::{JSON_STATE_UPLOAD_PATH, STATE_UPLOAD_PATH, WRITE_STATE, render, state_of, store_of};
 use crate::blobs::{BlobStore, Stored};
 use crate::capability::{base_url, constant_time_eq, random_token, sha256_hex};
-use crate::ingest::{BodyError, Settled, ingest, settle};
+use crate::ingest::{BodyError, Settled, ingest, record_or_remove, settle};
 use crate::prelude::*;
 
 /// Annotation with the SHA-256 of the pending state upload token.
@@ -433,12 +433,10 @@ pub async fn upload_state(
             });
         }
     };
-    let done = match finalize(&state, &v, state_blob(key.clone(), stored), summary).await {
+    let finalized = finalize(&state, &v, state_blob(key.clone(), stored), summary);
+    let done = match record_or_remove(&store, &key, "the state of a version", finalized).await {
         Ok(done) => done,
         Err(e) => {
-            if let Err(d) = store.delete(&key).await {
-                tracing::warn!(error = %d, "removing the state of a version that was not finalized");
-            }
             discard(&state, &v).await;
             return Err(e);
         }
@@ -471,15 +469,8 @@ pub async fn upload_json_state(
             Settled::Refused(e) => e,
             Settled::Store(e) => store_error("JSON state", e),
         })?;
-    let done = match record_json(&state, &v, state_blob(key.clone(), stored)).await {
-        Ok(done) => done,
-        Err(e) => {
-            if let Err(d) = store.delete(&key).await {
-                tracing::warn!(error = %d, "removing a JSON state that was not recorded");
-            }
-            return Err(e);
-        }
-    };
+    let recorded = record_json(&state, &v, state_blob(key.clone(), stored));
+    let done = record_or_remove(&store, &key, "a JSON state", recorded).await?;
     write::wait_seen(&state, &done).await;
     Ok(StatusCode::OK.into_response())
 }

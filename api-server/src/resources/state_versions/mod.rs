@@ -70,14 +70,17 @@ pub fn router() -> Router<AppState> {
         )
         .route("/api/v2/state-versions", get(read::list))
         .route("/api/v2/state-versions/{sv}", get(read::show))
-        .route("/api/v2/state-versions/{sv}/download", get(read::download))
+        .route(
+            "/api/v2/state-versions/{sv}/download",
+            get(read::download::<false>),
+        )
         .route(
             "/api/v2/state-versions/{sv}/actions/{action}",
             post(backing_data::act),
         )
         .route(
             "/api/v2/state-versions/{sv}/json-download",
-            get(read::json_download),
+            get(read::download::<true>),
         )
         .route(
             "/api/v2/state-versions/{sv}/outputs",

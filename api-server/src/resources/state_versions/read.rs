@@ -229,28 +229,20 @@ fn download_response(blob: crate::blobs::BlobStream) -> Response {
         .into_response()
 }
 
-/// `GET /state-versions/:id/download`: the state file (authenticated, `read-state`).
-pub async fn download(
+/// `GET /state-versions/:id/download`: the state file, and (`JSON`) `…/json-download`:
+/// the `terraform show -json` form, when the client uploaded one (authenticated,
+/// `read-state`).
+pub async fn download<const JSON: bool>(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let (v, _) = readable(&state, &caller, &id, READ_STATE).await?;
-    let blob =
-        crate::documents::state::blob_stream(&state, &v, |s| s.state.as_ref(), "state").await?;
-    Ok(download_response(blob))
-}
-
-/// `GET /state-versions/:id/json-download`: the `terraform show -json` form, when the
-/// client uploaded one.
-pub async fn json_download(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
-    let (v, _) = readable(&state, &caller, &id, READ_STATE).await?;
-    let blob =
-        crate::documents::state::blob_stream(&state, &v, |s| s.json_state.as_ref(), "JSON state")
-            .await?;
+    let (which, what): (crate::documents::state::WhichBlob, _) = if JSON {
+        (|s| s.json_state.as_ref(), "JSON state")
+    } else {
+        (|s| s.state.as_ref(), "state")
+    };
+    let blob = crate::documents::state::blob_stream(&state, &v, which, what).await?;
     Ok(download_response(blob))
 }
