@@ -14,6 +14,13 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
 
+/// jemalloc: after a start that lists every object, the caches of the simulator, the
+/// operator and the API server hold less memory in it than in glibc's malloc, which
+/// keeps more of what the start-up lists freed (about 0.7 KiB per workspace at 10,000
+/// and 50,000 workspaces under `terrace dev`).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Parser)]
 #[command(
     name = "terrace",
