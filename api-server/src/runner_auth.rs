@@ -4,7 +4,9 @@
 //! its workspace's state, its plan); it is compared in constant time and works only while
 //! the run is not final (the operator deletes the Secret when the run ends).
 
+use axum::extract::FromRequestParts;
 use axum::http::HeaderMap;
+use axum::http::request::Parts;
 use k8s_openapi::api::core::v1::Secret;
 use terrace_crds::Run;
 use terrace_crds::run::RunState;
@@ -22,6 +24,29 @@ pub const TOKEN_KEY: &str = "token";
 /// Name of the run's Secret (the operator's naming: `<run object>-run`).
 pub fn secret_name(run_object: &str) -> String {
     format!("{run_object}-run")
+}
+
+/// The run of a runner request (`{id}` in its path), its token checked ([`authorize`]):
+/// the extractor of every runner endpoint.
+pub struct RunnerRun {
+    /// The run's ID, as the path gave it.
+    pub id: String,
+    pub run: Arc<Run>,
+}
+
+impl FromRequestParts<AppState> for RunnerRun {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let Path(id) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|_| unauthorized())?;
+        let run = authorize(state, &id, &parts.headers).await?;
+        Ok(RunnerRun { id, run })
+    }
 }
 
 fn unauthorized() -> ApiError {

@@ -6,7 +6,7 @@
 use axum::body::Bytes;
 use axum::extract::DefaultBodyLimit;
 use axum::extract::rejection::BytesRejection;
-use axum::http::{HeaderMap, header};
+use axum::http::header;
 use terrace_crds::run::{Phase, RunState};
 use terrace_crds::{ConfigurationVersion, Run};
 use tower_http::limit::RequestBodyLimitLayer;
@@ -15,6 +15,7 @@ use super::{plan_json_key, plan_key};
 use crate::blobs::BlobStore;
 use crate::documents::runs::state_of;
 use crate::prelude::*;
+use crate::runner_auth::RunnerRun;
 
 /// Largest plan file (or JSON plan) accepted from a runner.
 pub const MAX_PLAN_BYTES: usize = 256 * 1024 * 1024;
@@ -76,10 +77,8 @@ fn in_phase(run: &Run, phase: Phase) -> Result<(), ApiError> {
 /// `GET …/archive`: the run's configuration archive.
 async fn archive(
     State(state): State<AppState>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
+    RunnerRun { run, .. }: RunnerRun,
 ) -> Result<Response, ApiError> {
-    let run = crate::runner_auth::authorize(&state, &id, &headers).await?;
     let ns = run.namespace().unwrap_or_default();
     let cv: Option<Arc<ConfigurationVersion>> = state
         .index
@@ -140,11 +139,9 @@ impl PlanUpload for PlanJson {
 /// token, in the plan phase) sends, if it passes `U`'s check.
 async fn put_upload<U: PlanUpload>(
     State(state): State<AppState>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
+    RunnerRun { id, run }: RunnerRun,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let run = crate::runner_auth::authorize(&state, &id, &headers).await?;
     in_phase(&run, Phase::Plan)?;
     let bytes = body(b)?;
     U::check(&bytes)?;
@@ -157,10 +154,8 @@ async fn put_upload<U: PlanUpload>(
 
 async fn get_plan(
     State(state): State<AppState>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
+    RunnerRun { id, run }: RunnerRun,
 ) -> Result<Response, ApiError> {
-    let run = crate::runner_auth::authorize(&state, &id, &headers).await?;
     in_phase(&run, Phase::Apply)?;
     let bytes = store(&state, &run)
         .get(&plan_key(&id), None)

@@ -8,7 +8,7 @@
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::http::{HeaderMap, header};
+use axum::http::header;
 use kube::api::PostParams;
 use terrace_crds::constants::LABEL_WORKSPACE_ID;
 use terrace_crds::ids::{IdKind, new_id};
@@ -21,6 +21,7 @@ use super::create::{discard, state_error, store_and_finalize};
 use super::state_bytes;
 use crate::index::Indexed;
 use crate::prelude::*;
+use crate::runner_auth::RunnerRun;
 
 /// The run's workspace (404 when it is gone).
 fn workspace_of(state: &AppState, run: &Run) -> Result<Arc<Workspace>, ApiError> {
@@ -42,10 +43,8 @@ fn workspace_of(state: &AppState, run: &Run) -> Result<Arc<Workspace>, ApiError>
 /// `GET …/state`: the current state file, or 204 when the workspace has none.
 pub async fn read(
     State(state): State<AppState>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
+    RunnerRun { run, .. }: RunnerRun,
 ) -> Result<Response, ApiError> {
-    let run = crate::runner_auth::authorize(&state, &id, &headers).await?;
     let ws = workspace_of(&state, &run)?;
     let current = state.index.read().current_state_version(&ws).cloned();
     let Some(v) = current else {
@@ -58,11 +57,9 @@ pub async fn read(
 /// `PUT …/state`: the state after the run's apply, as a new finalized state version.
 pub async fn write(
     State(state): State<AppState>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
+    RunnerRun { id, run }: RunnerRun,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let run = crate::runner_auth::authorize(&state, &id, &headers).await?;
     let s = RunState::of(run.status.as_ref().and_then(|s| s.status.as_deref()));
     if s != Ok(RunState::Applying) {
         return Err(ApiError::conflict(
