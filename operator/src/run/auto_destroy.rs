@@ -51,6 +51,15 @@ where
         recorder: crate::events::new_recorder(&ctx.client),
         base: ctx,
     });
+    // Only workspaces with an auto-destroy setting have anything to do here: the others
+    // never reach the controller, so a (re)start does not queue a reconcile of every
+    // workspace in the cluster (issue 17). One whose setting is removed is seen no more,
+    // and a wake-up already scheduled for it finds nothing due.
+    let changes = changes.filter(|w| {
+        futures::future::ready(w.as_ref().map_or(true, |w| {
+            w.spec.auto_destroy_at.is_some() || w.spec.auto_destroy_activity_duration.is_some()
+        }))
+    });
     crate::watch::bounded(Controller::for_stream(changes, workspaces))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, c)
