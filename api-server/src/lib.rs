@@ -26,6 +26,14 @@
 #![forbid(unsafe_code)]
 #![recursion_limit = "256"]
 
+/// The router of a resource made of sub-modules: `merged_routers![a, b]` is
+/// `Router::new().merge(a::router()).merge(b::router())`.
+macro_rules! merged_routers {
+    ($($module:ident),+ $(,)?) => {
+        axum::Router::new()$(.merge($module::router()))+
+    };
+}
+
 pub mod access;
 pub mod auth;
 pub mod blobs;

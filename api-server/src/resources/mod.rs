@@ -23,20 +23,21 @@ use crate::AppState;
 
 /// Every resource's routes (behind the global body limit).
 pub fn router() -> Router<AppState> {
-    Router::new()
-        .merge(organizations::router())
-        .merge(projects::router())
-        .merge(workspaces::router())
-        .merge(tags::router())
-        .merge(tag_bindings::router())
-        .merge(ssh_keys::router())
-        .merge(retention::router())
-        .merge(agent_pools::router())
-        .merge(oauth_tokens::router())
-        .merge(module_tests::router())
-        .merge(state_versions::router())
-        .merge(runs::router())
-        .merge(workspace_vars::router())
+    merged_routers![
+        organizations,
+        projects,
+        workspaces,
+        tags,
+        tag_bindings,
+        ssh_keys,
+        retention,
+        agent_pools,
+        oauth_tokens,
+        module_tests,
+        state_versions,
+        runs,
+        workspace_vars
+    ]
 }
 
 /// Routes with their own, larger body limit (uploads), merged outside the global one.

@@ -31,12 +31,7 @@ pub use terrace_crds::constants::LABEL_MODULE;
 
 /// Routes behind the global body limit (everything but the upload).
 pub fn router() -> Router<AppState> {
-    Router::new()
-        .merge(registry::router())
-        .merge(config_versions::router())
-        .merge(variables::router())
-        .merge(test_runs::router())
-        .merge(logs::router())
+    merged_routers![registry, config_versions, variables, test_runs, logs]
 }
 
 /// The upload route, which has its own, larger body limit and must be merged outside the

@@ -32,11 +32,7 @@ use render::{Permissions, RenderContext};
 pub type Ws = Located<Workspace>;
 
 pub fn router() -> Router<AppState> {
-    Router::new()
-        .merge(crud::router())
-        .merge(lock::router())
-        .merge(consumers::router())
-        .merge(ssh_key::router())
+    merged_routers![crud, lock, consumers, ssh_key]
 }
 
 /// Whether the caller may force delete: `force-delete`, or `update` when the organization
