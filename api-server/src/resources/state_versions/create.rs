@@ -21,6 +21,7 @@ use axum::body::{Body, Bytes};
 use axum::http::HeaderMap;
 use base64::Engine;
 use kube::api::ObjectMeta;
+use terrace_crds::blobs::{json_state_key, state_key};
 use terrace_crds::constants::{
     ANNOTATION_STATE_UPLOAD_EXPIRES as ANNOTATION_UPLOAD_EXPIRES, LABEL_WORKSPACE_ID,
 };
@@ -30,7 +31,7 @@ use terrace_crds::state::{self, Current, StateError, StateVersionState};
 use terrace_crds::{StateBlob, StateVersion, StateVersionSpec, Workspace};
 
 use super::{JSON_STATE_UPLOAD_PATH, STATE_UPLOAD_PATH, WRITE_STATE, render, state_of, store_of};
-use crate::blobs::{BlobStore, Stored};
+use crate::blobs::{AnyBlobStore, BlobError, BlobStore, Stored};
 use crate::capability::{base_url, constant_time_eq, random_token, sha256_hex};
 use crate::ingest::{BodyError, Settled, ingest, record_or_remove, settle};
 use crate::prelude::*;
@@ -391,6 +392,33 @@ fn body_error(e: BodyError, limit: usize) -> ApiError {
     }
 }
 
+/// An upload to a version's upload URL, begun: the version its token names (claimed,
+/// see [`claim`]), the key of its blob (`key_of` the version's ID), the store and the
+/// store's upload of the blob.
+type Begun = (
+    StateVersion,
+    String,
+    AnyBlobStore,
+    Result<<AnyBlobStore as BlobStore>::Upload, BlobError>,
+);
+
+async fn begin(
+    state: &AppState,
+    token: &str,
+    annotation: &'static str,
+    key_of: fn(&str) -> String,
+) -> Result<Begun, ApiError> {
+    let v = claim(state, token, annotation).await?;
+    let key = key_of(&id_of(&v));
+    let store = crate::blobs::store(
+        state,
+        &v.namespace().unwrap_or_default(),
+        v.controller_owner_ref(&()),
+    );
+    let upload = store.upload(&key).await;
+    Ok((v, key, store, upload))
+}
+
 /// `PUT <hosted-state-upload-url>`: the state file (no Authorization: the URL is the
 /// capability), streamed into the blob store. Finalizes the version, or refuses the
 /// bytes (the blob aborted or removed) and discards it.
@@ -400,10 +428,7 @@ pub async fn upload_state(
     body: Body,
 ) -> Result<Response, ApiError> {
     let limit = state.settings.max_state_bytes;
-    let v = claim(&state, &token, ANNOTATION_STATE_UPLOAD).await?;
-    let key = terrace_crds::blobs::state_key(&id_of(&v));
-    let store = store_of(&state, &v);
-    let upload = store.upload(&key).await;
+    let (v, key, store, upload) = begin(&state, &token, ANNOTATION_STATE_UPLOAD, state_key).await?;
     let ingested = match ingest(body, upload, state::summarize_reader).await {
         Ok(i) => i,
         Err(e) => {
@@ -452,14 +477,11 @@ pub async fn upload_json_state(
     Path(token): Path<String>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let limit = state.settings.max_state_bytes;
-    let v = claim(&state, &token, ANNOTATION_JSON_UPLOAD).await?;
-    let key = terrace_crds::blobs::json_state_key(&id_of(&v));
-    let store = store_of(&state, &v);
-    let upload = store.upload(&key).await;
+    let (v, key, store, upload) =
+        begin(&state, &token, ANNOTATION_JSON_UPLOAD, json_state_key).await?;
     let ingested = ingest(body, upload, state::check_json)
         .await
-        .map_err(|e| body_error(e, limit))?;
+        .map_err(|e| body_error(e, state.settings.max_state_bytes))?;
     let verdict = ingested
         .checked
         .map_err(|e| ApiError::invalid("/", format!("the JSON state is not JSON: {e}")));
