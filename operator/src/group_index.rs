@@ -31,37 +31,51 @@ impl<K> Clone for GroupIndex<K> {
 
 #[derive(Debug, Default)]
 struct Names {
-    /// (namespace, group) → object names, sorted (a Vec: most groups hold one object,
-    /// and a set's first node would cost a dozen names' room).
-    holders: HashMap<(String, String), Vec<String>>,
-    /// (namespace, object name) → group.
-    names: HashMap<(String, String), String>,
+    /// Namespace → its objects' groups.
+    namespaces: HashMap<String, Groups>,
     /// The objects of a (re)list in progress; they replace the index once it is done.
     relist: Option<Vec<Entry>>,
 }
 
+/// The groups of one namespace. Names are shared (`Arc<str>`) between the two maps, so
+/// an object costs one copy of its name and of its group, whatever the cluster's size.
+#[derive(Debug, Default)]
+struct Groups {
+    /// Group → object names, sorted (a Vec: most groups hold one object, and a set's
+    /// first node would cost a dozen names' room).
+    holders: HashMap<Arc<str>, Vec<Arc<str>>>,
+    /// Object name → group.
+    groups: HashMap<Arc<str>, Arc<str>>,
+}
+
 impl Names {
-    fn insert(&mut self, (ns, object, name): Entry) {
+    fn insert(&mut self, (ns, object, group): Entry) {
         self.remove(&ns, &object);
-        let holders = self.holders.entry((ns.clone(), name.clone())).or_default();
+        let groups = self.namespaces.entry(ns).or_default();
+        let (object, group): (Arc<str>, Arc<str>) = (object.into(), group.into());
+        let holders = groups.holders.entry(group.clone()).or_default();
         if let Err(at) = holders.binary_search(&object) {
             holders.insert(at, object.clone());
         }
-        self.names.insert((ns, object), name);
+        groups.groups.insert(object, group);
     }
 
     fn remove(&mut self, ns: &str, object: &str) {
-        let key = (ns.to_owned(), object.to_owned());
-        if let Some(name) = self.names.remove(&key) {
-            let by_name = (key.0, name);
-            if let Some(set) = self.holders.get_mut(&by_name) {
-                if let Ok(at) = set.binary_search_by(|o| o.as_str().cmp(object)) {
-                    set.remove(at);
-                }
-                if set.is_empty() {
-                    self.holders.remove(&by_name);
-                }
+        let Some(groups) = self.namespaces.get_mut(ns) else {
+            return;
+        };
+        if let Some(group) = groups.groups.remove(object)
+            && let Some(holders) = groups.holders.get_mut(&group)
+        {
+            if let Ok(at) = holders.binary_search_by(|o| (**o).cmp(object)) {
+                holders.remove(at);
             }
+            if holders.is_empty() {
+                groups.holders.remove(&group);
+            }
+        }
+        if groups.groups.is_empty() {
+            self.namespaces.remove(ns);
         }
     }
 }
@@ -96,8 +110,7 @@ impl<K: Resource> GroupIndex<K> {
             }
             Event::InitDone => {
                 let relist = names.relist.take().unwrap_or_default();
-                names.holders.clear();
-                names.names.clear();
+                names.namespaces.clear();
                 for e in relist {
                     names.insert(e);
                 }
@@ -119,9 +132,10 @@ impl<K: Resource> GroupIndex<K> {
     pub fn members(&self, ns: &str, group: &str) -> Vec<String> {
         let names = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         names
-            .holders
-            .get(&(ns.to_owned(), group.to_owned()))
-            .cloned()
+            .namespaces
+            .get(ns)
+            .and_then(|g| g.holders.get(group))
+            .map(|h| h.iter().map(|o| o.to_string()).collect())
             .unwrap_or_default()
     }
 }
