@@ -96,7 +96,7 @@ pub fn create(
         ] {
             m.remove(f);
         }
-        if kind.tracks_generation() {
+        if kind.write_rules().tracks_generation {
             m.insert("generation".into(), json!(1));
         } else {
             m.remove("generation");
@@ -242,7 +242,7 @@ pub(super) fn finish_update(
     }
     let pruned = kind.validate(info, &mut new, Some(old), &name)?;
     let warnings = field_validation(opts, pruned)?;
-    if kind.tracks_generation()
+    if kind.write_rules().tracks_generation
         && meta::spec_part(old, info.status_subresource)
             != meta::spec_part(&new, info.status_subresource)
     {
@@ -338,7 +338,7 @@ pub fn update(
     let old = get(st, info, ns, name)?;
     let rv = meta_str(&body, "resourceVersion").unwrap_or("").to_string();
     if rv.is_empty() {
-        if !kinds::of(info).allows_unconditional_update() {
+        if !kinds::of(info).write_rules().unconditional_update {
             return Err(invalid1(
                 info,
                 name,
@@ -368,7 +368,7 @@ pub fn patch(
     subresource: Option<&str>,
 ) -> ApiResult<WriteResult> {
     use crate::patch::PatchType;
-    if kind == PatchType::Strategic && !kinds::of(info).strategic_merge() {
+    if kind == PatchType::Strategic && !kinds::of(info).write_rules().strategic_merge {
         return Err(ApiError::unsupported_media_type(
             "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
         ));
