@@ -279,21 +279,6 @@ impl S3Store {
         })
     }
 
-    async fn get_at(
-        &self,
-        path: &Path,
-        key: &str,
-        sha256: Option<&str>,
-    ) -> Result<Bytes, BlobError> {
-        let mut blob = self.get_stream_at(path, key, sha256).await?;
-        // Preallocated from the object's size: the blob is in memory once.
-        let mut out = Vec::with_capacity(usize::try_from(blob.size).unwrap_or(0));
-        while let Some(piece) = blob.pieces.next().await {
-            out.extend_from_slice(&piece?);
-        }
-        Ok(Bytes::from(out))
-    }
-
     async fn delete_at(&self, path: &Path, key: &str) -> Result<(), BlobError> {
         match self.store.delete(path).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
@@ -416,7 +401,8 @@ impl BlobStore for S3BlobStore {
 
     async fn get(&self, key: &str, sha256: Option<&str>) -> Result<Bytes, BlobError> {
         let path = self.bucket.path(&self.namespace, key)?;
-        self.bucket.get_at(&path, key, sha256).await
+        let blob = self.bucket.get_stream_at(&path, key, sha256).await?;
+        blob.into_bytes().await
     }
 
     async fn get_stream(&self, key: &str, sha256: Option<&str>) -> Result<BlobStream, BlobError> {
