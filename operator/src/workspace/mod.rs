@@ -452,13 +452,7 @@ fn lookup_project(projects: &CatalogStores, ns: &str, project: Option<&str>) -> 
 }
 
 fn error_policy(ws: Arc<Workspace>, err: &Error, _ctx: Arc<WsContext>) -> Action {
-    tracing::warn!(
-        error = %err,
-        name = %ws.name_any(),
-        label = err.metric_label(),
-        "workspace reconcile failed"
-    );
-    err.retry_or_await_change(Duration::from_secs(5))
+    err.log_and_retry("workspace", &ws.name_any(), Duration::from_secs(5))
 }
 
 #[cfg(test)]
