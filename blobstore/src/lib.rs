@@ -55,6 +55,18 @@ pub struct BlobStream {
     pub pieces: BoxStream<'static, Result<Bytes, BlobError>>,
 }
 
+impl BlobStream {
+    /// The whole blob, once it has checked out.
+    pub async fn into_bytes(mut self) -> Result<Bytes, BlobError> {
+        // Preallocated from the object's size: the blob is in memory once.
+        let mut out = Vec::with_capacity(usize::try_from(self.size).unwrap_or(0));
+        while let Some(piece) = self.pieces.next().await {
+            out.extend_from_slice(&piece?);
+        }
+        Ok(Bytes::from(out))
+    }
+}
+
 /// What a committed upload stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stored {

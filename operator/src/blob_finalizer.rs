@@ -76,9 +76,5 @@ where
 
 fn error_policy(cv: Arc<ConfigurationVersion>, err: &Error, _s3: Arc<S3Store>) -> Action {
     tracing::warn!(error = %err, name = %cv.name_any(), "blob finalizer reconcile failed");
-    if err.is_transient() {
-        Action::requeue(Duration::from_secs(10))
-    } else {
-        Action::await_change()
-    }
+    err.retry_or_await_change(Duration::from_secs(10))
 }

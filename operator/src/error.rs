@@ -40,6 +40,19 @@ impl Error {
         )
     }
 
+    /// A controller error policy for a failed reconcile of object `name` by the `what`
+    /// controller: logs the failure (with the metric label) and answers
+    /// [`Error::retry_or_await_change`].
+    pub fn log_and_retry(&self, what: &str, name: &str, delay: Duration) -> Action {
+        tracing::warn!(
+            error = %self,
+            name = %name,
+            label = self.metric_label(),
+            "{what} reconcile failed"
+        );
+        self.retry_or_await_change(delay)
+    }
+
     /// A controller error policy's answer: retry after `delay` when retrying may help,
     /// else wait for a change of the object.
     pub fn retry_or_await_change(&self, delay: Duration) -> Action {

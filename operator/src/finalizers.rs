@@ -1,9 +1,10 @@
 //! Removing one finalizer from an object: the test Pod's (log archived), the blob
-//! finalizer of StateVersions and ConfigurationVersions (bucket objects deleted).
+//! finalizer of StateVersions and ConfigurationVersions (bucket objects deleted); and
+//! the merge patch guarded by the object's `resourceVersion` it is written with.
 
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::Error;
 
@@ -25,18 +26,32 @@ where
         "resourceVersion": obj.resource_version(),
         "finalizers": rest,
     }});
+    let name = obj.name_any();
+    match guarded_merge(api, &name, &patch, &name).await {
+        Err(Error::Kube(kube::Error::Api(s))) if s.code == 404 => Ok(()),
+        done => done,
+    }
+}
+
+/// Merge-patches object `name` with `patch`, which carries the object's
+/// `resourceVersion`: a concurrent change fails with 409, answered as
+/// [`Error::Conflict`] ("`what` changed") so the reconcile retries.
+pub async fn guarded_merge<K>(
+    api: &Api<K>,
+    name: &str,
+    patch: &Value,
+    what: &str,
+) -> Result<(), Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     match api
-        .patch(
-            &obj.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
         .await
     {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 409 => {
-            Err(Error::Conflict(format!("{} changed", obj.name_any())))
+            Err(Error::Conflict(format!("{what} changed")))
         }
         Err(e) => Err(e.into()),
     }

@@ -297,15 +297,5 @@ async fn delete_blob(secrets: &Api<Secret>, key: &str) -> Result<(), Error> {
 }
 
 fn error_policy(v: Arc<StateVersion>, err: &Error, _ctx: Arc<RetentionContext>) -> Action {
-    tracing::warn!(
-        error = %err,
-        name = %v.name_any(),
-        label = err.metric_label(),
-        "state retention reconcile failed"
-    );
-    if err.is_transient() {
-        Action::requeue(Duration::from_secs(10))
-    } else {
-        Action::await_change()
-    }
+    err.log_and_retry("state retention", &v.name_any(), Duration::from_secs(10))
 }

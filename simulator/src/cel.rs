@@ -583,7 +583,21 @@ fn walk(
         return;
     }
     let old = old.filter(|o| !o.is_null());
-    eval_rules(s, v, old, path, root, errs);
+    // This node's rules, with `self` (and `oldSelf` when there is an old value) bound.
+    if !s.rules.is_empty() {
+        let type_name = go_quote(&s.type_);
+        let unchanged = old.is_some_and(|o| o == v);
+        let self_value = to_cel(v, Some(s), root);
+        let old_value = old.map(|o| to_cel(o, Some(s), root));
+        ROOT.with(|root_ctx| {
+            let mut ctx = root_ctx.new_inner_scope();
+            ctx.add_variable_from_value("self", self_value);
+            if let Some(o) = old_value {
+                ctx.add_variable_from_value("oldSelf", o);
+            }
+            eval_with(s, &ctx, path, &type_name, old.is_some(), unchanged, errs);
+        });
+    }
     for sub in &s.all_of {
         walk(sub, v, old, path, false, errs);
     }
@@ -621,31 +635,6 @@ fn walk(
         }
         _ => {}
     }
-}
-
-fn eval_rules(
-    s: &Structural,
-    v: &Value,
-    old: Option<&Value>,
-    path: &str,
-    root: bool,
-    errs: &mut Vec<FieldError>,
-) {
-    if s.rules.is_empty() {
-        return;
-    }
-    let type_name = go_quote(&s.type_);
-    let unchanged = old.is_some_and(|o| o == v);
-    let self_value = to_cel(v, Some(s), root);
-    let old_value = old.map(|o| to_cel(o, Some(s), root));
-    ROOT.with(|root_ctx| {
-        let mut ctx = root_ctx.new_inner_scope();
-        ctx.add_variable_from_value("self", self_value);
-        if let Some(o) = old_value {
-            ctx.add_variable_from_value("oldSelf", o);
-        }
-        eval_with(s, &ctx, path, &type_name, old.is_some(), unchanged, errs);
-    });
 }
 
 fn eval_with(

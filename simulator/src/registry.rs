@@ -21,122 +21,87 @@ pub const ALL_VERBS: [&str; 8] = [
     "watch",
 ];
 
-/// Built-in kinds: (group, version, kind, plural, namespaced, short names, status subresource, categories).
-type Builtin = (
-    &'static str,
-    &'static str,
-    &'static str,
-    &'static str,
-    bool,
-    &'static [&'static str],
-    bool,
-    &'static [&'static str],
-);
+/// A built-in kind, all at version `v1`. [`builtin`] gives the common case (namespaced,
+/// no short names, no status subresource, no categories); the methods say what differs.
+struct Builtin {
+    group: &'static str,
+    kind: &'static str,
+    plural: &'static str,
+    namespaced: bool,
+    short_names: &'static [&'static str],
+    status: bool,
+    categories: &'static [&'static str],
+}
+
+const fn builtin(group: &'static str, kind: &'static str, plural: &'static str) -> Builtin {
+    Builtin {
+        group,
+        kind,
+        plural,
+        namespaced: true,
+        short_names: &[],
+        status: false,
+        categories: &[],
+    }
+}
+
+impl Builtin {
+    const fn cluster_scoped(self) -> Builtin {
+        Builtin {
+            namespaced: false,
+            ..self
+        }
+    }
+
+    const fn short(self, short_names: &'static [&'static str]) -> Builtin {
+        Builtin {
+            short_names,
+            ..self
+        }
+    }
+
+    const fn with_status(self) -> Builtin {
+        Builtin {
+            status: true,
+            ..self
+        }
+    }
+
+    const fn categories(self, categories: &'static [&'static str]) -> Builtin {
+        Builtin { categories, ..self }
+    }
+}
+
+const RBAC: &str = "rbac.authorization.k8s.io";
 
 const BUILTINS: &[Builtin] = &[
-    (
-        "",
-        "v1",
-        "Namespace",
-        "namespaces",
-        false,
-        &["ns"],
-        true,
-        &[],
-    ),
-    ("", "v1", "Pod", "pods", true, &["po"], true, &["all"]),
-    ("", "v1", "Secret", "secrets", true, &[], false, &[]),
-    (
-        "",
-        "v1",
-        "ConfigMap",
-        "configmaps",
-        true,
-        &["cm"],
-        false,
-        &[],
-    ),
-    (
-        "",
-        "v1",
-        "ServiceAccount",
-        "serviceaccounts",
-        true,
-        &["sa"],
-        false,
-        &[],
-    ),
-    ("", "v1", "Event", "events", true, &["ev"], false, &[]),
-    (
-        "events.k8s.io",
-        "v1",
-        "Event",
-        "events",
-        true,
-        &["ev"],
-        false,
-        &[],
-    ),
-    (
-        "coordination.k8s.io",
-        "v1",
-        "Lease",
-        "leases",
-        true,
-        &[],
-        false,
-        &[],
-    ),
-    (
-        "rbac.authorization.k8s.io",
-        "v1",
-        "Role",
-        "roles",
-        true,
-        &[],
-        false,
-        &[],
-    ),
-    (
-        "rbac.authorization.k8s.io",
-        "v1",
-        "RoleBinding",
-        "rolebindings",
-        true,
-        &[],
-        false,
-        &[],
-    ),
-    (
-        "rbac.authorization.k8s.io",
-        "v1",
-        "ClusterRole",
-        "clusterroles",
-        false,
-        &[],
-        false,
-        &[],
-    ),
-    (
-        "rbac.authorization.k8s.io",
-        "v1",
-        "ClusterRoleBinding",
-        "clusterrolebindings",
-        false,
-        &[],
-        false,
-        &[],
-    ),
-    (
+    builtin("", "Namespace", "namespaces")
+        .cluster_scoped()
+        .short(&["ns"])
+        .with_status(),
+    builtin("", "Pod", "pods")
+        .short(&["po"])
+        .with_status()
+        .categories(&["all"]),
+    builtin("", "Secret", "secrets"),
+    builtin("", "ConfigMap", "configmaps").short(&["cm"]),
+    builtin("", "ServiceAccount", "serviceaccounts").short(&["sa"]),
+    builtin("", "Event", "events").short(&["ev"]),
+    builtin("events.k8s.io", "Event", "events").short(&["ev"]),
+    builtin("coordination.k8s.io", "Lease", "leases"),
+    builtin(RBAC, "Role", "roles"),
+    builtin(RBAC, "RoleBinding", "rolebindings"),
+    builtin(RBAC, "ClusterRole", "clusterroles").cluster_scoped(),
+    builtin(RBAC, "ClusterRoleBinding", "clusterrolebindings").cluster_scoped(),
+    builtin(
         "apiextensions.k8s.io",
-        "v1",
         "CustomResourceDefinition",
         "customresourcedefinitions",
-        false,
-        &["crd", "crds"],
-        true,
-        &["api-extensions"],
-    ),
+    )
+    .cluster_scoped()
+    .short(&["crd", "crds"])
+    .with_status()
+    .categories(&["api-extensions"]),
 ];
 
 /// The served resources, in discovery order.
@@ -152,21 +117,22 @@ pub struct Registry {
 impl Registry {
     pub fn with_builtins() -> Registry {
         let mut r = Registry::default();
-        for &(group, version, kind, plural, namespaced, short, status, cats) in BUILTINS {
+        for b in BUILTINS {
+            let kind = b.kind;
             let mut info = ResourceInfo {
-                group: group.into(),
-                version: version.into(),
+                group: b.group.into(),
+                version: "v1".into(),
                 kind: kind.into(),
                 list_kind: format!("{kind}List"),
-                plural: plural.into(),
+                plural: b.plural.into(),
                 singular: kind.to_lowercase(),
-                namespaced,
-                short_names: short.iter().map(|s| s.to_string()).collect(),
-                categories: cats.iter().map(|s| s.to_string()).collect(),
+                namespaced: b.namespaced,
+                short_names: b.short_names.iter().map(|s| s.to_string()).collect(),
+                categories: b.categories.iter().map(|s| s.to_string()).collect(),
                 verbs: Vec::new(),
                 schema: None,
                 printer_columns: Vec::new(),
-                status_subresource: status,
+                status_subresource: b.status,
                 custom: false,
             };
             info.verbs = crate::kinds::of(&info)

@@ -29,17 +29,18 @@ pub struct Qualified {
 
 impl Qualified {
     pub fn resource(&self) -> String {
-        if self.group.is_empty() {
-            self.plural.clone()
-        } else {
-            format!("{}.{}", self.plural, self.group)
-        }
+        self.with_group(&self.plural)
     }
     pub fn kind_name(&self) -> String {
+        self.with_group(&self.kind)
+    }
+
+    /// `name.group`, or `name` alone in the core group.
+    fn with_group(&self, name: &str) -> String {
         if self.group.is_empty() {
-            self.kind.clone()
+            name.to_string()
         } else {
-            format!("{}.{}", self.kind, self.group)
+            format!("{name}.{}", self.group)
         }
     }
 }

@@ -61,7 +61,7 @@ use crate::conditions::{
 use crate::events::record_stall_transition;
 use crate::rules::owning_organization;
 use crate::watch::{Feed, guarded};
-use crate::{Context, Error, metrics};
+use crate::{Context, Error, finalizers, metrics};
 use decide::{
     blocking_outcome, default_project_owners, desired_namespace, desired_status,
     namespace_is_current, organizations_using, recheck_after, refusal, same_namespace_claimants,
@@ -285,21 +285,8 @@ async fn disown(
         "labels": labels,
     }});
     tracing::warn!(namespace = %current.name_any(), organization = %org.name_any(), "letting go of a reserved namespace an earlier terrace adopted");
-    match api
-        .patch(
-            &current.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Err(Error::Conflict(format!(
-            "namespace {} changed",
-            current.name_any()
-        ))),
-        Err(e) => Err(e.into()),
-    }
+    let name = current.name_any();
+    finalizers::guarded_merge(api, &name, &patch, &format!("namespace {name}")).await
 }
 
 /// The ID of namespace `ns`'s default project, when one exists with an ID.

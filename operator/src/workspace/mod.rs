@@ -211,15 +211,13 @@ pub fn workspaces_of_project(
         .labels()
         .get(LABEL_DEFAULT_PROJECT)
         .is_some_and(|v| v == "true");
-    workspaces
-        .iter()
-        .filter(|w| w.metadata.namespace.as_deref() == ns)
-        .filter(|w| match w.spec.project.as_deref() {
-            Some(p) if !p.is_empty() => p == name,
-            _ => is_default,
-        })
-        .map(|w| ObjectRef::from_obj(w.as_ref()))
-        .collect()
+    refs_where(workspaces, |w| {
+        w.metadata.namespace.as_deref() == ns
+            && match w.spec.project.as_deref() {
+                Some(p) if !p.is_empty() => p == name,
+                _ => is_default,
+            }
+    })
 }
 
 /// Every Workspace of namespace `ns`.
@@ -227,11 +225,7 @@ pub fn workspaces_in_namespace(
     workspaces: &[Arc<Workspace>],
     ns: &str,
 ) -> Vec<ObjectRef<Workspace>> {
-    workspaces
-        .iter()
-        .filter(|w| w.metadata.namespace.as_deref() == Some(ns))
-        .map(|w| ObjectRef::from_obj(w.as_ref()))
-        .collect()
+    refs_where(workspaces, |w| w.metadata.namespace.as_deref() == Some(ns))
 }
 
 /// The other Workspaces of `ws`'s namespace with the same TFE name (case-insensitively):
@@ -241,11 +235,21 @@ pub fn same_name_siblings(
     ws: &Workspace,
 ) -> Vec<ObjectRef<Workspace>> {
     let name = ws.spec.name.to_lowercase();
+    refs_where(workspaces, |w| {
+        w.metadata.namespace == ws.metadata.namespace
+            && w.metadata.name != ws.metadata.name
+            && w.spec.name.to_lowercase() == name
+    })
+}
+
+/// References to the Workspaces among `workspaces` that `keep` accepts.
+fn refs_where(
+    workspaces: &[Arc<Workspace>],
+    keep: impl Fn(&Workspace) -> bool,
+) -> Vec<ObjectRef<Workspace>> {
     workspaces
         .iter()
-        .filter(|w| w.metadata.namespace == ws.metadata.namespace)
-        .filter(|w| w.metadata.name != ws.metadata.name)
-        .filter(|w| w.spec.name.to_lowercase() == name)
+        .filter(|w| keep(w))
         .map(|w| ObjectRef::from_obj(w.as_ref()))
         .collect()
 }
@@ -452,13 +456,7 @@ fn lookup_project(projects: &CatalogStores, ns: &str, project: Option<&str>) -> 
 }
 
 fn error_policy(ws: Arc<Workspace>, err: &Error, _ctx: Arc<WsContext>) -> Action {
-    tracing::warn!(
-        error = %err,
-        name = %ws.name_any(),
-        label = err.metric_label(),
-        "workspace reconcile failed"
-    );
-    err.retry_or_await_change(Duration::from_secs(5))
+    err.log_and_retry("workspace", &ws.name_any(), Duration::from_secs(5))
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! every object of it. On open, the stored CRDs register their kinds again
 //! ([`register_stored`]).
 
-use super::KindBehaviour;
+use super::{KindBehaviour, WriteRules};
 use crate::registry::ALL_VERBS;
 use crate::resource::{PrinterColumn, ResourceInfo};
 use crate::rest::qualified;
@@ -23,8 +23,11 @@ pub const PLURAL: &str = "customresourcedefinitions";
 pub struct Crds;
 
 impl KindBehaviour for Crds {
-    fn tracks_generation(&self) -> bool {
-        true
+    fn write_rules(&self) -> WriteRules {
+        WriteRules {
+            tracks_generation: true,
+            ..WriteRules::GENERIC
+        }
     }
 
     /// Validates the CRD, registers its served versions and sets the status the CRD

@@ -3,7 +3,7 @@
 //! every write (CEL rules included), a status subresource's `.status` is dropped on
 //! create, an update must name its resourceVersion, and strategic merge patch is 415.
 
-use super::KindBehaviour;
+use super::{KindBehaviour, WriteRules};
 use crate::resource::ResourceInfo;
 use crate::rest::qualified;
 use crate::status::{ApiError, ApiResult};
@@ -13,16 +13,12 @@ use serde_json::Value;
 pub struct CustomResources;
 
 impl KindBehaviour for CustomResources {
-    fn tracks_generation(&self) -> bool {
-        true
-    }
-
-    fn allows_unconditional_update(&self) -> bool {
-        false
-    }
-
-    fn strategic_merge(&self) -> bool {
-        false
+    fn write_rules(&self) -> WriteRules {
+        WriteRules {
+            tracks_generation: true,
+            unconditional_update: false,
+            strategic_merge: false,
+        }
     }
 
     fn prepare_for_create(&self, info: &ResourceInfo, obj: &mut Value, _: &str) -> ApiResult<()> {

@@ -33,6 +33,30 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+/// The switches of a kind's REST strategy that the generic writes read.
+#[derive(Clone, Copy, Debug)]
+pub struct WriteRules {
+    /// Whether writes maintain `metadata.generation` (1 on create, +1 when anything
+    /// outside metadata — and status, with a status subresource — changes, and when
+    /// `deletionTimestamp` is set).
+    pub tracks_generation: bool,
+    /// Whether an update without `metadata.resourceVersion` is accepted (the strategy's
+    /// `AllowUnconditionalUpdate`).
+    pub unconditional_update: bool,
+    /// Whether strategic merge patches apply.
+    pub strategic_merge: bool,
+}
+
+impl WriteRules {
+    /// The generic registry's: no generation, unconditional updates and strategic merge
+    /// patches accepted (built-in kinds).
+    pub const GENERIC: WriteRules = WriteRules {
+        tracks_generation: false,
+        unconditional_update: true,
+        strategic_merge: true,
+    };
+}
+
 /// What one kind does at the points where the generic verbs let kinds differ. Every
 /// method has the generic registry's behaviour as its default.
 pub trait KindBehaviour: Send + Sync {
@@ -47,22 +71,9 @@ pub trait KindBehaviour: Send + Sync {
         crate::meta::validate_subdomain_name(name)
     }
 
-    /// Whether writes maintain `metadata.generation` (1 on create, +1 when anything
-    /// outside metadata — and status, with a status subresource — changes, and when
-    /// `deletionTimestamp` is set). Default: no.
-    fn tracks_generation(&self) -> bool {
-        false
-    }
-
-    /// Whether an update without `metadata.resourceVersion` is accepted (the strategy's
-    /// `AllowUnconditionalUpdate`). Default: yes.
-    fn allows_unconditional_update(&self) -> bool {
-        true
-    }
-
-    /// Whether strategic merge patches apply. Default: yes (built-in kinds).
-    fn strategic_merge(&self) -> bool {
-        true
+    /// How the generic writes treat the kind. Default: [`WriteRules::GENERIC`].
+    fn write_rules(&self) -> WriteRules {
+        WriteRules::GENERIC
     }
 
     /// Sets the fields the server owns on a new object (the strategy's

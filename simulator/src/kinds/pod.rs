@@ -4,7 +4,7 @@
 //! may only shorten the grace period), and `pods/log` is served by the kubelet
 //! ([`crate::kubelet::logs`]).
 
-use super::KindBehaviour;
+use super::{KindBehaviour, WriteRules};
 use crate::Shared;
 use crate::resource::ResourceInfo;
 use crate::rest::{DeleteOpts, finalizers, in_version, meta_mut, qualified, res_key};
@@ -19,8 +19,11 @@ use std::sync::Arc;
 pub struct Pods;
 
 impl KindBehaviour for Pods {
-    fn tracks_generation(&self) -> bool {
-        true
+    fn write_rules(&self) -> WriteRules {
+        WriteRules {
+            tracks_generation: true,
+            ..WriteRules::GENERIC
+        }
     }
 
     fn prepare_for_create(&self, _: &ResourceInfo, obj: &mut Value, _: &str) -> ApiResult<()> {

@@ -50,18 +50,12 @@ pub fn encode(doc: &Value) -> Vec<u8> {
         out.message(8, p);
     }
     if let Some(defs) = obj(m, "definitions") {
-        let mut d = Msg::default();
-        for (name, s) in defs {
-            d.named(1, name, schema(s));
-        }
-        out.message(9, d);
+        out.message(9, named_schemas(defs));
     }
     for req in arr(m, "security") {
         let mut r = Msg::default();
         for (name, scopes) in req.as_object().into_iter().flatten() {
-            let mut a = Msg::default();
-            a.strings(1, Some(scopes));
-            r.named(1, name, a);
+            r.named(1, name, Msg::build(|a| a.strings(1, Some(scopes))));
         }
         out.message(12, r);
     }
@@ -77,71 +71,66 @@ pub fn encode(doc: &Value) -> Vec<u8> {
 }
 
 fn path_item(v: &Value) -> Msg {
-    let mut p = Msg::default();
-    let Some(m) = v.as_object() else { return p };
-    p.string(1, str_of(m, "$ref"));
-    for (field, method) in [
-        (2, "get"),
-        (3, "put"),
-        (4, "post"),
-        (5, "delete"),
-        (6, "options"),
-        (7, "head"),
-        (8, "patch"),
-    ] {
-        if let Some(op) = m.get(method) {
-            p.message(field, operation(op));
+    object_msg(v, |p, m| {
+        p.string(1, str_of(m, "$ref"));
+        for (field, method) in [
+            (2, "get"),
+            (3, "put"),
+            (4, "post"),
+            (5, "delete"),
+            (6, "options"),
+            (7, "head"),
+            (8, "patch"),
+        ] {
+            if let Some(op) = m.get(method) {
+                p.message(field, operation(op));
+            }
         }
-    }
-    for param in arr(m, "parameters") {
-        p.message(9, parameters_item(param));
-    }
-    p.extensions(10, m);
-    p
+        for param in arr(m, "parameters") {
+            p.message(9, parameters_item(param));
+        }
+        p.extensions(10, m);
+    })
 }
 
 fn operation(v: &Value) -> Msg {
-    let mut o = Msg::default();
-    let Some(m) = v.as_object() else { return o };
-    o.strings(1, m.get("tags"));
-    o.string(2, str_of(m, "summary"));
-    o.string(3, str_of(m, "description"));
-    o.string(5, str_of(m, "operationId"));
-    o.strings(6, m.get("produces"));
-    o.strings(7, m.get("consumes"));
-    for param in arr(m, "parameters") {
-        o.message(8, parameters_item(param));
-    }
-    if let Some(responses) = obj(m, "responses") {
-        let mut r = Msg::default();
-        for (code, resp) in responses.iter().filter(|(k, _)| !k.starts_with("x-")) {
-            let mut value = Msg::default();
-            match resp.get("$ref").and_then(Value::as_str) {
-                Some(reference) => value.message(2, json_reference(reference, resp)),
-                None => value.message(1, response(resp)),
-            }
-            r.named(1, code, value);
+    object_msg(v, |o, m| {
+        o.strings(1, m.get("tags"));
+        o.string(2, str_of(m, "summary"));
+        o.string(3, str_of(m, "description"));
+        o.string(5, str_of(m, "operationId"));
+        o.strings(6, m.get("produces"));
+        o.strings(7, m.get("consumes"));
+        for param in arr(m, "parameters") {
+            o.message(8, parameters_item(param));
         }
-        r.extensions(2, responses);
-        o.message(9, r);
-    }
-    o.strings(10, m.get("schemes"));
-    o.boolean(11, m.get("deprecated"));
-    o.extensions(13, m);
-    o
+        if let Some(responses) = obj(m, "responses") {
+            let mut r = Msg::default();
+            for (code, resp) in responses.iter().filter(|(k, _)| !k.starts_with("x-")) {
+                let mut value = Msg::default();
+                match resp.get("$ref").and_then(Value::as_str) {
+                    Some(reference) => value.message(2, json_reference(reference, resp)),
+                    None => value.message(1, response(resp)),
+                }
+                r.named(1, code, value);
+            }
+            r.extensions(2, responses);
+            o.message(9, r);
+        }
+        o.strings(10, m.get("schemes"));
+        o.boolean(11, m.get("deprecated"));
+        o.extensions(13, m);
+    })
 }
 
 fn response(v: &Value) -> Msg {
-    let mut r = Msg::default();
-    let Some(m) = v.as_object() else { return r };
-    r.string(1, str_of(m, "description"));
-    if let Some(s) = m.get("schema") {
-        let mut item = Msg::default();
-        item.message(1, schema(s));
-        r.message(2, item);
-    }
-    r.extensions(5, m);
-    r
+    object_msg(v, |r, m| {
+        r.string(1, str_of(m, "description"));
+        if let Some(s) = m.get("schema") {
+            r.message(2, Msg::wrap(1, schema(s)));
+        }
+        r.extensions(5, m);
+    })
 }
 
 fn json_reference(reference: &str, v: &Value) -> Msg {
@@ -157,52 +146,51 @@ fn json_reference(reference: &str, v: &Value) -> Msg {
 /// `ParametersItem`: a reference, a body parameter or a non-body one (header, formData,
 /// query, path).
 fn parameters_item(v: &Value) -> Msg {
-    let mut item = Msg::default();
-    let Some(m) = v.as_object() else { return item };
-    if let Some(reference) = m.get("$ref").and_then(Value::as_str) {
-        item.message(2, json_reference(reference, v));
-        return item;
-    }
-    let mut parameter = Msg::default();
-    let location = str_of(m, "in");
-    if location == "body" {
-        let mut b = Msg::default();
-        b.string(1, str_of(m, "description"));
-        b.string(2, str_of(m, "name"));
-        b.string(3, location);
-        b.boolean(4, m.get("required"));
-        if let Some(s) = m.get("schema") {
-            b.message(5, schema(s));
+    object_msg(v, |item, m| {
+        if let Some(reference) = m.get("$ref").and_then(Value::as_str) {
+            item.message(2, json_reference(reference, v));
+            return;
         }
-        b.extensions(6, m);
-        parameter.message(1, b);
-    } else {
-        // Query and formData carry allowEmptyValue (5) before the type; header and path
-        // do not, so their later fields are numbered one lower.
-        let (which, allow_empty) = match location {
-            "header" => (1, false),
-            "formData" => (2, true),
-            "query" => (3, true),
-            _ => (4, false),
-        };
-        let mut s = Msg::default();
-        s.boolean(1, m.get("required"));
-        s.string(2, location);
-        s.string(3, str_of(m, "description"));
-        s.string(4, str_of(m, "name"));
-        let base = if allow_empty {
-            s.boolean(5, m.get("allowEmptyValue"));
-            6
+        let mut parameter = Msg::default();
+        let location = str_of(m, "in");
+        if location == "body" {
+            let mut b = Msg::default();
+            b.string(1, str_of(m, "description"));
+            b.string(2, str_of(m, "name"));
+            b.string(3, location);
+            b.boolean(4, m.get("required"));
+            if let Some(s) = m.get("schema") {
+                b.message(5, schema(s));
+            }
+            b.extensions(6, m);
+            parameter.message(1, b);
         } else {
-            5
-        };
-        primitive_fields(&mut s, m, base);
-        let mut non_body = Msg::default();
-        non_body.message(which, s);
-        parameter.message(2, non_body);
-    }
-    item.message(1, parameter);
-    item
+            // Query and formData carry allowEmptyValue (5) before the type; header and path
+            // do not, so their later fields are numbered one lower.
+            let (which, allow_empty) = match location {
+                "header" => (1, false),
+                "formData" => (2, true),
+                "query" => (3, true),
+                _ => (4, false),
+            };
+            let mut s = Msg::default();
+            s.boolean(1, m.get("required"));
+            s.string(2, location);
+            s.string(3, str_of(m, "description"));
+            s.string(4, str_of(m, "name"));
+            let base = if allow_empty {
+                s.boolean(5, m.get("allowEmptyValue"));
+                6
+            } else {
+                5
+            };
+            primitive_fields(&mut s, m, base);
+            let mut non_body = Msg::default();
+            non_body.message(which, s);
+            parameter.message(2, non_body);
+        }
+        item.message(1, parameter);
+    })
 }
 
 /// The fields a non-body parameter and `PrimitivesItems` share, numbered from `base`
@@ -217,16 +205,7 @@ fn primitive_fields(out: &mut Msg, m: &Map<String, Value>, base: u32) {
     }
     out.string(base + 3, str_of(m, "collectionFormat"));
     out.any(base + 4, m.get("default"));
-    out.double(base + 5, m.get("maximum"));
-    out.boolean(base + 6, m.get("exclusiveMaximum"));
-    out.double(base + 7, m.get("minimum"));
-    out.boolean(base + 8, m.get("exclusiveMinimum"));
-    out.int64(base + 9, m.get("maxLength"));
-    out.int64(base + 10, m.get("minLength"));
-    out.string(base + 11, str_of(m, "pattern"));
-    out.int64(base + 12, m.get("maxItems"));
-    out.int64(base + 13, m.get("minItems"));
-    out.boolean(base + 14, m.get("uniqueItems"));
+    bound_fields(out, m, base + 5);
     for e in arr(m, "enum") {
         out.any(base + 15, Some(e));
     }
@@ -234,110 +213,103 @@ fn primitive_fields(out: &mut Msg, m: &Map<String, Value>, base: u32) {
     out.extensions(base + 17, m);
 }
 
+/// The validation keywords `Schema` and the primitive fields share, in the same order,
+/// numbered from `first` (`maximum`) to `first + 9` (`uniqueItems`).
+fn bound_fields(out: &mut Msg, m: &Map<String, Value>, first: u32) {
+    out.double(first, m.get("maximum"));
+    out.boolean(first + 1, m.get("exclusiveMaximum"));
+    out.double(first + 2, m.get("minimum"));
+    out.boolean(first + 3, m.get("exclusiveMinimum"));
+    out.int64(first + 4, m.get("maxLength"));
+    out.int64(first + 5, m.get("minLength"));
+    out.string(first + 6, str_of(m, "pattern"));
+    out.int64(first + 7, m.get("maxItems"));
+    out.int64(first + 8, m.get("minItems"));
+    out.boolean(first + 9, m.get("uniqueItems"));
+}
+
 /// A `Schema` message.
 fn schema(v: &Value) -> Msg {
-    let mut s = Msg::default();
-    let Some(m) = v.as_object() else { return s };
-    s.string(1, str_of(m, "$ref"));
-    s.string(2, str_of(m, "format"));
-    s.string(3, str_of(m, "title"));
-    s.string(4, str_of(m, "description"));
-    s.any(5, m.get("default"));
-    s.double(6, m.get("multipleOf"));
-    s.double(7, m.get("maximum"));
-    s.boolean(8, m.get("exclusiveMaximum"));
-    s.double(9, m.get("minimum"));
-    s.boolean(10, m.get("exclusiveMinimum"));
-    s.int64(11, m.get("maxLength"));
-    s.int64(12, m.get("minLength"));
-    s.string(13, str_of(m, "pattern"));
-    s.int64(14, m.get("maxItems"));
-    s.int64(15, m.get("minItems"));
-    s.boolean(16, m.get("uniqueItems"));
-    s.int64(17, m.get("maxProperties"));
-    s.int64(18, m.get("minProperties"));
-    s.strings(19, m.get("required"));
-    for e in arr(m, "enum") {
-        s.any(20, Some(e));
-    }
-    match m.get("additionalProperties") {
-        Some(Value::Bool(b)) => {
-            let mut a = Msg::default();
-            // A oneof member is written even when it is false.
-            a.key(2, 0);
-            a.varint(u64::from(*b));
-            s.message(21, a);
+    object_msg(v, |s, m| {
+        s.string(1, str_of(m, "$ref"));
+        s.string(2, str_of(m, "format"));
+        s.string(3, str_of(m, "title"));
+        s.string(4, str_of(m, "description"));
+        s.any(5, m.get("default"));
+        s.double(6, m.get("multipleOf"));
+        bound_fields(s, m, 7);
+        s.int64(17, m.get("maxProperties"));
+        s.int64(18, m.get("minProperties"));
+        s.strings(19, m.get("required"));
+        for e in arr(m, "enum") {
+            s.any(20, Some(e));
         }
-        Some(sub @ Value::Object(_)) => {
-            let mut a = Msg::default();
-            a.message(1, schema(sub));
-            s.message(21, a);
+        match m.get("additionalProperties") {
+            Some(Value::Bool(b)) => s.message(
+                21,
+                Msg::build(|a| {
+                    // A oneof member is written even when it is false.
+                    a.key(2, 0);
+                    a.varint(u64::from(*b));
+                }),
+            ),
+            Some(sub @ Value::Object(_)) => s.message(21, Msg::wrap(1, schema(sub))),
+            _ => {}
         }
-        _ => {}
-    }
-    match m.get("type") {
-        Some(Value::String(t)) => {
-            let mut t2 = Msg::default();
-            t2.string(1, t);
-            s.message(22, t2);
-        }
-        Some(types @ Value::Array(_)) => {
-            let mut t2 = Msg::default();
-            t2.strings(1, Some(types));
-            s.message(22, t2);
-        }
-        _ => {}
-    }
-    match m.get("items") {
-        Some(one @ Value::Object(_)) => {
-            let mut i = Msg::default();
-            i.message(1, schema(one));
-            s.message(23, i);
-        }
-        Some(Value::Array(many)) => {
-            let mut i = Msg::default();
-            for one in many {
-                i.message(1, schema(one));
+        match m.get("type") {
+            Some(Value::String(t)) => s.message(22, Msg::build(|t2| t2.string(1, t))),
+            Some(types @ Value::Array(_)) => {
+                s.message(22, Msg::build(|t2| t2.strings(1, Some(types))))
             }
-            s.message(23, i);
+            _ => {}
         }
-        _ => {}
-    }
-    for sub in arr(m, "allOf") {
-        s.message(24, schema(sub));
-    }
-    if let Some(props) = obj(m, "properties") {
-        let mut p = Msg::default();
-        for (name, sub) in props {
-            p.named(1, name, schema(sub));
+        match m.get("items") {
+            Some(one @ Value::Object(_)) => s.message(23, Msg::wrap(1, schema(one))),
+            Some(Value::Array(many)) => s.message(
+                23,
+                Msg::build(|i| many.iter().for_each(|one| i.message(1, schema(one)))),
+            ),
+            _ => {}
         }
-        s.message(25, p);
-    }
-    s.string(26, str_of(m, "discriminator"));
-    s.boolean(27, m.get("readOnly"));
-    s.any(30, m.get("example"));
-    s.extensions(31, m);
-    s
+        for sub in arr(m, "allOf") {
+            s.message(24, schema(sub));
+        }
+        if let Some(props) = obj(m, "properties") {
+            s.message(25, named_schemas(props));
+        }
+        s.string(26, str_of(m, "discriminator"));
+        s.boolean(27, m.get("readOnly"));
+        s.any(30, m.get("example"));
+        s.extensions(31, m);
+    })
 }
 
 /// `SecurityDefinitionsItem`: basic (1) or apiKey (2); the OAuth2 flows are not served.
 fn security_definition(v: &Value) -> Msg {
-    let mut item = Msg::default();
-    let Some(m) = v.as_object() else { return item };
-    let mut d = Msg::default();
-    d.string(1, str_of(m, "type"));
-    if str_of(m, "type") == "basic" {
-        d.string(2, str_of(m, "description"));
-        d.extensions(3, m);
-        item.message(1, d);
-    } else {
-        d.string(2, str_of(m, "name"));
-        d.string(3, str_of(m, "in"));
-        d.string(4, str_of(m, "description"));
-        d.extensions(5, m);
-        item.message(2, d);
-    }
-    item
+    object_msg(v, |item, m| {
+        let mut d = Msg::default();
+        d.string(1, str_of(m, "type"));
+        if str_of(m, "type") == "basic" {
+            d.string(2, str_of(m, "description"));
+            d.extensions(3, m);
+            item.message(1, d);
+        } else {
+            d.string(2, str_of(m, "name"));
+            d.string(3, str_of(m, "in"));
+            d.string(4, str_of(m, "description"));
+            d.extensions(5, m);
+            item.message(2, d);
+        }
+    })
+}
+
+/// The message `fill` writes from the JSON object `v` (empty when `v` is not an object).
+fn object_msg(v: &Value, fill: impl FnOnce(&mut Msg, &Map<String, Value>)) -> Msg {
+    Msg::build(|out| {
+        if let Some(m) = v.as_object() {
+            fill(out, m);
+        }
+    })
 }
 
 fn str_of<'a>(m: &'a Map<String, Value>, k: &str) -> &'a str {
@@ -352,11 +324,37 @@ fn arr<'a>(m: &'a Map<String, Value>, k: &str) -> impl Iterator<Item = &'a Value
     m.get(k).and_then(Value::as_array).into_iter().flatten()
 }
 
+/// An `Any` holding `v` as YAML (its JSON text).
+fn yaml_any(v: &Value) -> Msg {
+    Msg::build(|a| a.string(2, &v.to_string()))
+}
+
+/// A map of schemas by name, as repeated `NamedSchema` (field 1).
+fn named_schemas(m: &Map<String, Value>) -> Msg {
+    Msg::build(|out| {
+        for (name, s) in m {
+            out.named(1, name, schema(s));
+        }
+    })
+}
+
 /// A message being written: proto3 rules (scalars at their default are not written).
 #[derive(Default)]
 struct Msg(Vec<u8>);
 
 impl Msg {
+    /// The message `fill` writes.
+    fn build(fill: impl FnOnce(&mut Msg)) -> Msg {
+        let mut m = Msg::default();
+        fill(&mut m);
+        m
+    }
+
+    /// A message holding only `inner`, as its field `field`.
+    fn wrap(field: u32, inner: Msg) -> Msg {
+        Msg::build(|m| m.message(field, inner))
+    }
+
     fn varint(&mut self, mut v: u64) {
         while v >= 0x80 {
             self.0.push((v as u8) | 0x80);
@@ -414,29 +412,28 @@ impl Msg {
         self.bytes(field, &m.0);
     }
 
-    /// An `Any` holding `v` as YAML (its JSON text).
+    /// An `Any` holding `v` as YAML ([`yaml_any`]), when there is one.
     fn any(&mut self, field: u32, v: Option<&Value>) {
         if let Some(v) = v {
-            let mut a = Msg::default();
-            a.string(2, &v.to_string());
-            self.message(field, a);
+            self.message(field, yaml_any(v));
         }
     }
 
     /// A `Named…` pair: name (1) and value (2).
     fn named(&mut self, field: u32, name: &str, value: Msg) {
-        let mut n = Msg::default();
-        n.string(1, name);
-        n.message(2, value);
-        self.message(field, n);
+        self.message(
+            field,
+            Msg::build(|n| {
+                n.string(1, name);
+                n.message(2, value);
+            }),
+        );
     }
 
     /// The `x-…` keys of `m` as repeated `NamedAny`.
     fn extensions(&mut self, field: u32, m: &Map<String, Value>) {
         for (k, v) in m.iter().filter(|(k, _)| k.starts_with("x-")) {
-            let mut any = Msg::default();
-            any.string(2, &v.to_string());
-            self.named(field, k, any);
+            self.named(field, k, yaml_any(v));
         }
     }
 }

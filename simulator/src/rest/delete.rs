@@ -84,7 +84,7 @@ pub fn delete(
         let m = meta_mut(&mut o)?;
         m.insert("deletionTimestamp".into(), json!(meta::rfc3339_in(period)));
         m.insert("deletionGracePeriodSeconds".into(), json!(period));
-        if kind.tracks_generation() {
+        if kind.write_rules().tracks_generation {
             let g = m.get("generation").and_then(Value::as_i64).unwrap_or(0);
             m.insert("generation".into(), json!(g + 1));
         }

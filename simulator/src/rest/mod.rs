@@ -79,6 +79,28 @@ pub struct WriteOpts {
     pub field_validation: FieldValidation,
 }
 
+impl WriteOpts {
+    /// Records a write of `obj` by this request's field manager in its `managedFields`
+    /// ([`meta::record_manager`]).
+    pub fn record_manager(
+        &self,
+        obj: &mut Value,
+        operation: &str,
+        info: &ResourceInfo,
+        subresource: Option<&str>,
+        now: &str,
+    ) {
+        meta::record_manager(
+            obj,
+            &self.field_manager,
+            operation,
+            &info.api_version(),
+            subresource,
+            now,
+        );
+    }
+}
+
 /// What a write produced.
 #[derive(Debug)]
 pub struct WriteResult {
@@ -86,6 +108,26 @@ pub struct WriteResult {
     pub created: bool,
     /// `Warning` header texts (unknown fields under fieldValidation=Warn).
     pub warnings: Vec<String>,
+}
+
+impl WriteResult {
+    /// A create's result.
+    pub fn created(object: Value, warnings: Vec<String>) -> WriteResult {
+        WriteResult {
+            object,
+            created: true,
+            warnings,
+        }
+    }
+
+    /// The result of a write to an object that already was there.
+    pub fn updated(object: Value, warnings: Vec<String>) -> WriteResult {
+        WriteResult {
+            object,
+            created: false,
+            warnings,
+        }
+    }
 }
 
 /// The object as the requested version serves it (one stored copy, apiVersion rewritten).

@@ -96,7 +96,7 @@ pub fn create(
         ] {
             m.remove(f);
         }
-        if kind.tracks_generation() {
+        if kind.write_rules().tracks_generation {
             m.insert("generation".into(), json!(1));
         } else {
             m.remove("generation");
@@ -109,28 +109,27 @@ pub fn create(
     if st.contains(&res, &key) {
         return Err(ApiError::already_exists(&qualified(info), &name));
     }
-    meta::record_manager(
-        &mut body,
-        &opts.field_manager,
-        operation,
-        &info.api_version(),
-        None,
-        &now,
-    );
+    opts.record_manager(&mut body, operation, info, None, &now);
     if opts.dry_run {
-        return Ok(WriteResult {
-            object: body,
-            created: true,
-            warnings,
-        });
+        return Ok(WriteResult::created(body, warnings));
     }
     kind.before_store(st, info, &mut body, &name)?;
     let stored = st.put(&res, body);
-    Ok(WriteResult {
-        object: in_version(&stored, info),
-        created: true,
-        warnings,
-    })
+    Ok(WriteResult::created(in_version(&stored, info), warnings))
+}
+
+/// Sets the `status` of the object `obj` to `status`, or removes it for `None`.
+fn set_status(obj: &mut Value, status: Option<Value>) {
+    if let Some(m) = obj.as_object_mut() {
+        match status {
+            Some(s) => {
+                m.insert("status".into(), s);
+            }
+            None => {
+                m.remove("status");
+            }
+        }
+    }
 }
 
 /// The object an update leaves, before validation: server-owned metadata from `old`,
@@ -144,30 +143,11 @@ pub(super) fn merge_for_update(
     if status_write {
         let mut out = old.clone();
         let status = new.as_object_mut().and_then(|m| m.remove("status"));
-        if let Some(m) = out.as_object_mut() {
-            match status {
-                Some(s) => {
-                    m.insert("status".into(), s);
-                }
-                None => {
-                    m.remove("status");
-                }
-            }
-        }
+        set_status(&mut out, status);
         return Ok(out);
     }
     if info.status_subresource {
-        let old_status = old.get("status").cloned();
-        if let Some(m) = new.as_object_mut() {
-            match old_status {
-                Some(s) => {
-                    m.insert("status".into(), s);
-                }
-                None => {
-                    m.remove("status");
-                }
-            }
-        }
+        set_status(&mut new, old.get("status").cloned());
     }
     let old_meta = meta_of(old).cloned().unwrap_or_default();
     let m = meta_mut(&mut new)?;
@@ -242,7 +222,7 @@ pub(super) fn finish_update(
     }
     let pruned = kind.validate(info, &mut new, Some(old), &name)?;
     let warnings = field_validation(opts, pruned)?;
-    if kind.tracks_generation()
+    if kind.write_rules().tracks_generation
         && meta::spec_part(old, info.status_subresource)
             != meta::spec_part(&new, info.status_subresource)
     {
@@ -257,27 +237,12 @@ pub(super) fn finish_update(
     }
     if strip_rv(&new) == strip_rv(old) {
         // A no-op write does not touch storage (no new resourceVersion, no event).
-        return Ok(WriteResult {
-            object: in_version(old, info),
-            created: false,
-            warnings,
-        });
+        return Ok(WriteResult::updated(in_version(old, info), warnings));
     }
     let now = meta::now_rfc3339();
-    meta::record_manager(
-        &mut new,
-        &opts.field_manager,
-        operation,
-        &info.api_version(),
-        subresource,
-        &now,
-    );
+    opts.record_manager(&mut new, operation, info, subresource, &now);
     if opts.dry_run {
-        return Ok(WriteResult {
-            object: new,
-            created: false,
-            warnings,
-        });
+        return Ok(WriteResult::updated(new, warnings));
     }
     let res = res_key(info);
     let being_deleted = meta_of(&new).is_some_and(|m| m.contains_key("deletionTimestamp"));
@@ -294,18 +259,10 @@ pub(super) fn finish_update(
         let last = st
             .remove(&res, &key)
             .ok_or_else(|| ApiError::internal("object vanished"))?;
-        return Ok(WriteResult {
-            object: in_version(&last, info),
-            created: false,
-            warnings,
-        });
+        return Ok(WriteResult::updated(in_version(&last, info), warnings));
     }
     let stored = st.put(&res, new);
-    Ok(WriteResult {
-        object: in_version(&stored, info),
-        created: false,
-        warnings,
-    })
+    Ok(WriteResult::updated(in_version(&stored, info), warnings))
 }
 
 /// PUT: replace an object (or its status).
@@ -338,7 +295,7 @@ pub fn update(
     let old = get(st, info, ns, name)?;
     let rv = meta_str(&body, "resourceVersion").unwrap_or("").to_string();
     if rv.is_empty() {
-        if !kinds::of(info).allows_unconditional_update() {
+        if !kinds::of(info).write_rules().unconditional_update {
             return Err(invalid1(
                 info,
                 name,
@@ -368,7 +325,7 @@ pub fn patch(
     subresource: Option<&str>,
 ) -> ApiResult<WriteResult> {
     use crate::patch::PatchType;
-    if kind == PatchType::Strategic && !kinds::of(info).strategic_merge() {
+    if kind == PatchType::Strategic && !kinds::of(info).write_rules().strategic_merge {
         return Err(ApiError::unsupported_media_type(
             "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
         ));

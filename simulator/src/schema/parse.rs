@@ -18,14 +18,27 @@ pub(super) fn get_i64(
     key: &str,
     path: &str,
 ) -> Result<Option<i64>, String> {
-    match m.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => n
+    get_or(m, key, None, |v| match v {
+        Value::Number(n) => n
             .as_i64()
             .or_else(|| n.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64))
             .map(Some)
             .ok_or_else(|| field_error(path, key, &n.to_string(), "must be an integer")),
-        Some(other) => Err(field_error(path, key, &render(other), "must be an integer")),
+        other => Err(field_error(path, key, &render(other), "must be an integer")),
+    })
+}
+
+/// Field `key` of `m`: `absent` when it is missing or null, else what `read` makes of its
+/// value.
+fn get_or<T>(
+    m: &Map<String, Value>,
+    key: &str,
+    absent: T,
+    read: impl FnOnce(&Value) -> Result<T, String>,
+) -> Result<T, String> {
+    match m.get(key) {
+        None | Some(Value::Null) => Ok(absent),
+        Some(v) => read(v),
     }
 }
 
@@ -39,10 +52,9 @@ fn get_as<T>(
     detail: &str,
     read: impl FnOnce(&Value) -> Option<T>,
 ) -> Result<T, String> {
-    match m.get(key) {
-        None | Some(Value::Null) => Ok(absent),
-        Some(v) => read(v).ok_or_else(|| field_error(path, key, &render(v), detail)),
-    }
+    get_or(m, key, absent, |v| {
+        read(v).ok_or_else(|| field_error(path, key, &render(v), detail))
+    })
 }
 
 pub(super) fn get_f64(
@@ -71,9 +83,8 @@ pub(super) fn get_strings(
     key: &str,
     path: &str,
 ) -> Result<Vec<String>, String> {
-    match m.get(key) {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Array(a)) => a
+    get_or(m, key, Vec::new(), |v| match v {
+        Value::Array(a) => a
             .iter()
             .map(|v| {
                 v.as_str()
@@ -81,13 +92,13 @@ pub(super) fn get_strings(
                     .ok_or_else(|| field_error(path, key, &render(v), "must be a list of strings"))
             })
             .collect(),
-        Some(other) => Err(field_error(
+        other => Err(field_error(
             path,
             key,
             &render(other),
             "must be a list of strings",
         )),
-    }
+    })
 }
 
 /// Parses one schema node. `junctor` is true inside allOf/anyOf/oneOf/not, where only value

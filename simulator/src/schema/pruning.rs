@@ -83,28 +83,14 @@ pub(super) fn skip_prune(
     removed: &mut Vec<String>,
     root: bool,
 ) {
-    match x {
-        Value::Object(m) => {
-            for (k, v) in m.iter_mut() {
-                if (s.embedded || root) && META_FIELDS.contains(&k.as_str()) {
-                    continue;
-                }
-                if let Some(prop) = s.properties.get(k) {
-                    prune_node(v, Some(prop), &join_key(path, k), removed, false);
-                } else if let Some(Additional::Schema(a)) = &s.additional {
-                    prune_node(v, Some(a), &join_key(path, k), removed, false);
-                }
-            }
+    // A field or map value is pruned again; list items keep skipping.
+    each_child(x, s, path, root, |v, c, path, item| {
+        if item {
+            skip_prune(v, c, path, removed, false);
+        } else {
+            prune_node(v, Some(c), path, removed, false);
         }
-        Value::Array(list) => {
-            if let Some(items) = &s.items {
-                for (i, v) in list.iter_mut().enumerate() {
-                    skip_prune(v, items, &format!("{path}[{i}]"), removed, false);
-                }
-            }
-        }
-        _ => {}
-    }
+    });
 }
 
 /// Drops unknown ObjectMeta fields of the root object and of embedded resources, as the
@@ -116,34 +102,49 @@ pub(super) fn coerce_meta(
     removed: &mut Vec<String>,
     root: bool,
 ) {
+    if (s.embedded || root)
+        && let Some(Value::Object(meta)) = x.get_mut("metadata")
+    {
+        let unknown: Vec<String> = meta
+            .keys()
+            .filter(|k| !OBJECT_META_FIELDS.contains(&k.as_str()))
+            .cloned()
+            .collect();
+        for k in unknown {
+            meta.remove(&k);
+            removed.push(join_key(&join_key(path, "metadata"), &k));
+        }
+    }
+    each_child(x, s, path, root, |v, c, path, _| {
+        coerce_meta(v, c, path, removed, false)
+    });
+}
+
+/// Calls `visit` with each child of `x` that `s` describes (a field or map value of an
+/// object, an item of a list: `item`), its schema and its path. The apiVersion, kind and
+/// metadata of the root and of embedded resources are not visited.
+fn each_child(
+    x: &mut Value,
+    s: &Structural,
+    path: &str,
+    root: bool,
+    mut visit: impl FnMut(&mut Value, &Structural, &str, bool),
+) {
     match x {
         Value::Object(m) => {
-            if (s.embedded || root)
-                && let Some(Value::Object(meta)) = m.get_mut("metadata")
-            {
-                let unknown: Vec<String> = meta
-                    .keys()
-                    .filter(|k| !OBJECT_META_FIELDS.contains(&k.as_str()))
-                    .cloned()
-                    .collect();
-                for k in unknown {
-                    meta.remove(&k);
-                    removed.push(join_key(&join_key(path, "metadata"), &k));
-                }
-            }
             for (k, v) in m.iter_mut() {
                 if (s.embedded || root) && META_FIELDS.contains(&k.as_str()) {
                     continue;
                 }
                 if let Some(c) = s.child(k) {
-                    coerce_meta(v, c, &join_key(path, k), removed, false);
+                    visit(v, c, &join_key(path, k), false);
                 }
             }
         }
         Value::Array(list) => {
             if let Some(items) = &s.items {
                 for (i, v) in list.iter_mut().enumerate() {
-                    coerce_meta(v, items, &format!("{path}[{i}]"), removed, false);
+                    visit(v, items, &format!("{path}[{i}]"), true);
                 }
             }
         }

@@ -324,7 +324,7 @@ async fn resource_request(
             let kind = PatchType::from_content_type(ct).ok_or_else(|| {
                 ApiError::unsupported_media_type(format!(
                     "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml{}",
-                    if crate::kinds::of(&info).strategic_merge() { ", application/strategic-merge-patch+json" } else { "" }
+                    if crate::kinds::of(&info).write_rules().strategic_merge { ", application/strategic-merge-patch+json" } else { "" }
                 ))
             })?;
             let opts = write_opts(&headers, &q)?;
