@@ -64,17 +64,44 @@ macro_rules! crd_struct {
 /// Declares the spec struct of a custom resource kind as [`crd_struct!`] does, deriving
 /// `CustomResource` (and `Default`) in terrace's API group `terrace.dev/v1alpha1` and
 /// category `terrace`. The `#[kube(...)]` attributes given say the rest: kind, doc,
-/// `namespaced` (all kinds but Organization), status, short name, printer columns. The
-/// plural is the one kube infers from the kind (lower case, `s`).
+/// `namespaced` (all kinds but Organization), status, short name and the kind's own
+/// printer columns. The plural is the one kube infers from the kind (lower case, `s`).
+///
+/// `columns:` (after the `#[kube(...)]` attribute) then names the standard printer
+/// columns that follow the kind's own, in order: `id` (the TFE ID, the `terrace.dev/id` label), `wide_id` (the same, shown with
+/// `-o wide` only) and `age`.
 macro_rules! crd_kind {
     (
         $(#[$meta:meta])*
+        columns: $($column:ident),+;
+        $(#[$more_meta:meta])*
         pub struct $name:ident { $($fields:tt)* }
     ) => {
+        crd_kind!(@column [$(#[$meta])* $(#[$more_meta])*] [$($column)+] $name { $($fields)* });
+    };
+    (@column [$($metas:tt)*] [id $($rest:ident)*] $($spec:tt)*) => {
+        crd_kind!(@column [
+            $($metas)*
+            #[kube(printcolumn = r#"{"name":"ID","type":"string","jsonPath":".metadata.labels.terrace\\.dev/id"}"#)]
+        ] [$($rest)*] $($spec)*);
+    };
+    (@column [$($metas:tt)*] [wide_id $($rest:ident)*] $($spec:tt)*) => {
+        crd_kind!(@column [
+            $($metas)*
+            #[kube(printcolumn = r#"{"name":"ID","type":"string","jsonPath":".metadata.labels.terrace\\.dev/id","priority":1}"#)]
+        ] [$($rest)*] $($spec)*);
+    };
+    (@column [$($metas:tt)*] [age $($rest:ident)*] $($spec:tt)*) => {
+        crd_kind!(@column [
+            $($metas)*
+            #[kube(printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#)]
+        ] [$($rest)*] $($spec)*);
+    };
+    (@column [$($metas:tt)*] [] $name:ident { $($fields:tt)* }) => {
         crd_struct! {
             #[derive(::kube::CustomResource, Default)]
             #[kube(group = "terrace.dev", version = "v1alpha1", category = "terrace")]
-            $(#[$meta])*
+            $($metas)*
             pub struct $name { $($fields)* }
         }
     };

@@ -14,10 +14,9 @@ crd_kind! {
         status = "RegistryModuleStatus",
         shortname = "tfmod",
         printcolumn = r#"{"name":"Module","type":"string","jsonPath":".spec.name"}"#,
-        printcolumn = r#"{"name":"Provider","type":"string","jsonPath":".spec.provider"}"#,
-        printcolumn = r#"{"name":"ID","type":"string","jsonPath":".metadata.labels.terrace\\.dev/id","priority":1}"#,
-        printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+        printcolumn = r#"{"name":"Provider","type":"string","jsonPath":".spec.provider"}"#
     )]
+    columns: wide_id, age;
     pub struct RegistryModuleSpec {
         /// Module name (letters, digits, `-`, `_`).
         #[schemars(regex(pattern = r"^[A-Za-z0-9_-]+$"), length(min = 1, max = 64))]
@@ -56,9 +55,9 @@ crd_kind! {
         status = "ConfigurationVersionStatus",
         shortname = "tfcv",
         printcolumn = r#"{"name":"Module","type":"string","jsonPath":".spec.module"}"#,
-        printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.status"}"#,
-        printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+        printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.status"}"#
     )]
+    columns: age;
     #[schemars(extend("x-kubernetes-validations" = [
         {"rule": "has(self.module) != has(self.workspace)",
          "message": "exactly one of module or workspace must be given"}
@@ -198,9 +197,9 @@ crd_kind! {
         printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.status"}"#,
         printcolumn = r#"{"name":"Result","type":"string","jsonPath":".status.testStatus"}"#,
         printcolumn = r#"{"name":"Passed","type":"integer","jsonPath":".status.testsPassed"}"#,
-        printcolumn = r#"{"name":"Failed","type":"integer","jsonPath":".status.testsFailed"}"#,
-        printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+        printcolumn = r#"{"name":"Failed","type":"integer","jsonPath":".status.testsFailed"}"#
     )]
+    columns: age;
     #[schemars(extend("x-kubernetes-validations" = [
         {"rule": "self == oldSelf", "message": "the spec of a test run is immutable"}
     ]))]
@@ -309,9 +308,9 @@ crd_kind! {
         shortname = "tfvar",
         printcolumn = r#"{"name":"Module","type":"string","jsonPath":".spec.module"}"#,
         printcolumn = r#"{"name":"Key","type":"string","jsonPath":".spec.key"}"#,
-        printcolumn = r#"{"name":"Sensitive","type":"boolean","jsonPath":".spec.sensitive"}"#,
-        printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+        printcolumn = r#"{"name":"Sensitive","type":"boolean","jsonPath":".spec.sensitive"}"#
     )]
+    columns: age;
     #[schemars(extend("x-kubernetes-validations" = [
         {"rule": "!self.sensitive || self.value == ''",
          "message": "a sensitive variable keeps its value in a Secret: use valueFrom, not value"},

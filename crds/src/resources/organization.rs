@@ -14,9 +14,9 @@ crd_kind! {
         shortname = "tforg",
         printcolumn = r#"{"name":"TFE Name","type":"string","jsonPath":".status.name","description":"The organization's TFE name."}"#,
         printcolumn = r#"{"name":"Namespace","type":"string","jsonPath":".status.namespace","description":"Namespace holding the organization's objects."}"#,
-        printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
-        printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+        printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#
     )]
+    columns: age;
     pub struct OrganizationSpec {
         /// The organization's TFE name (letters, digits, `-`, `_`). Defaults to metadata.name.
         #[schemars(regex(pattern = r"^[A-Za-z0-9_-]+$"), length(min = 1, max = 90))]

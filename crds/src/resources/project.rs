@@ -9,10 +9,9 @@ crd_kind! {
         namespaced,
         status = "ProjectStatus",
         shortname = "tfprj",
-        printcolumn = r#"{"name":"TFE Name","type":"string","jsonPath":".spec.name"}"#,
-        printcolumn = r#"{"name":"ID","type":"string","jsonPath":".metadata.labels.terrace\\.dev/id"}"#,
-        printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+        printcolumn = r#"{"name":"TFE Name","type":"string","jsonPath":".spec.name"}"#
     )]
+    columns: id, age;
     #[schemars(extend("x-kubernetes-validations" = [
         {"rule": "!has(self.defaultAgentPoolId) || (has(self.defaultExecutionMode) && self.defaultExecutionMode == 'agent')",
          "message": "defaultAgentPoolId must not be specified unless using 'agent' execution mode"},

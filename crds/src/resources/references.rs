@@ -18,10 +18,9 @@ crd_kind! {
         namespaced,
         status = "ReferenceStatus",
         shortname = "tfssh",
-        printcolumn = r#"{"name":"TFE Name","type":"string","jsonPath":".spec.name"}"#,
-        printcolumn = r#"{"name":"ID","type":"string","jsonPath":".metadata.labels.terrace\\.dev/id"}"#,
-        printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+        printcolumn = r#"{"name":"TFE Name","type":"string","jsonPath":".spec.name"}"#
     )]
+    columns: id, age;
     pub struct SshKeySpec {
         /// Display name of the key.
         #[schemars(length(min = 1))]
@@ -39,10 +38,9 @@ crd_kind! {
         namespaced,
         status = "ReferenceStatus",
         shortname = "tfpool",
-        printcolumn = r#"{"name":"TFE Name","type":"string","jsonPath":".spec.name"}"#,
-        printcolumn = r#"{"name":"ID","type":"string","jsonPath":".metadata.labels.terrace\\.dev/id"}"#,
-        printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+        printcolumn = r#"{"name":"TFE Name","type":"string","jsonPath":".spec.name"}"#
     )]
+    columns: id, age;
     pub struct AgentPoolSpec {
         /// Name of the agent pool.
         #[schemars(length(min = 1))]
@@ -68,10 +66,9 @@ crd_kind! {
         namespaced,
         status = "ReferenceStatus",
         shortname = "tfot",
-        printcolumn = r#"{"name":"Provider","type":"string","jsonPath":".spec.serviceProvider"}"#,
-        printcolumn = r#"{"name":"ID","type":"string","jsonPath":".metadata.labels.terrace\\.dev/id"}"#,
-        printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+        printcolumn = r#"{"name":"Provider","type":"string","jsonPath":".spec.serviceProvider"}"#
     )]
+    columns: id, age;
     pub struct OAuthTokenSpec {
         /// VCS provider, e.g. github, github_enterprise, gitlab_hosted, bitbucket_hosted,
         /// ado_services.

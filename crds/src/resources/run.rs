@@ -16,10 +16,9 @@ crd_kind! {
         printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.status"}"#,
         printcolumn = r#"{"name":"Add","type":"integer","jsonPath":".status.plan.resourceAdditions"}"#,
         printcolumn = r#"{"name":"Change","type":"integer","jsonPath":".status.plan.resourceChanges"}"#,
-        printcolumn = r#"{"name":"Destroy","type":"integer","jsonPath":".status.plan.resourceDestructions"}"#,
-        printcolumn = r#"{"name":"ID","type":"string","jsonPath":".metadata.labels.terrace\\.dev/id","priority":1}"#,
-        printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+        printcolumn = r#"{"name":"Destroy","type":"integer","jsonPath":".status.plan.resourceDestructions"}"#
     )]
+    columns: wide_id, age;
     #[schemars(extend("x-kubernetes-validations" = [
         {"rule": "self == oldSelf", "message": "the spec of a run is immutable"}
     ]))]

@@ -14,10 +14,9 @@ crd_kind! {
         printcolumn = r#"{"name":"Workspace","type":"string","jsonPath":".spec.workspace"}"#,
         printcolumn = r#"{"name":"Serial","type":"integer","jsonPath":".spec.serial"}"#,
         printcolumn = r#"{"name":"Resources","type":"integer","jsonPath":".status.resourceCount"}"#,
-        printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.status"}"#,
-        printcolumn = r#"{"name":"ID","type":"string","jsonPath":".metadata.labels.terrace\\.dev/id","priority":1}"#,
-        printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+        printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.status"}"#
     )]
+    columns: wide_id, age;
     pub struct StateVersionSpec {
         /// Name of the Workspace object (same namespace) whose state this is.
         #[schemars(length(min = 1))]

@@ -19,10 +19,9 @@ crd_kind! {
         printcolumn = r#"{"name":"Workspace","type":"string","jsonPath":".spec.workspace"}"#,
         printcolumn = r#"{"name":"Key","type":"string","jsonPath":".spec.key"}"#,
         printcolumn = r#"{"name":"Category","type":"string","jsonPath":".spec.category"}"#,
-        printcolumn = r#"{"name":"Sensitive","type":"boolean","jsonPath":".spec.sensitive"}"#,
-        printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
-        printcolumn = r#"{"name":"ID","type":"string","jsonPath":".metadata.labels.terrace\\.dev/id","priority":1}"#
+        printcolumn = r#"{"name":"Sensitive","type":"boolean","jsonPath":".spec.sensitive"}"#
     )]
+    columns: age, wide_id;
     #[schemars(extend("x-kubernetes-validations" = [
         {"rule": "!self.sensitive || self.value == ''",
          "message": "a sensitive variable keeps its value in a Secret: use valueFrom, not value"},

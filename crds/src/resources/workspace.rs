@@ -15,10 +15,9 @@ crd_kind! {
         printcolumn = r#"{"name":"TFE Name","type":"string","jsonPath":".spec.name","description":"The workspace's TFE name."}"#,
         printcolumn = r#"{"name":"Project","type":"string","jsonPath":".spec.project","description":"Project object of the workspace (empty: the organization's default project)."}"#,
         printcolumn = r#"{"name":"Execution","type":"string","jsonPath":".spec.executionMode","description":"Execution mode."}"#,
-        printcolumn = r#"{"name":"Locked","type":"string","jsonPath":".metadata.annotations.terrace\\.dev/locked-by","description":"Holder of the workspace lock, if locked."}"#,
-        printcolumn = r#"{"name":"ID","type":"string","jsonPath":".metadata.labels.terrace\\.dev/id","priority":1}"#,
-        printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+        printcolumn = r#"{"name":"Locked","type":"string","jsonPath":".metadata.annotations.terrace\\.dev/locked-by","description":"Holder of the workspace lock, if locked."}"#
     )]
+    columns: wide_id, age;
     #[schemars(extend("x-kubernetes-validations" = [
         {"rule": "!(has(self.executionMode) && has(self.operations))",
          "message": "operations cannot be given together with executionMode (operations is deprecated)"},
