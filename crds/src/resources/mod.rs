@@ -22,3 +22,28 @@ pub use workspace::*;
 pub(crate) fn default_true() -> bool {
     true
 }
+
+/// The CEL validations of a variable whose value may live in a Secret (workspace and test
+/// variables: `value` or `valueFrom`, and sensitive for good), then the kind's own
+/// `rules`, each a CEL rule and its message.
+pub(crate) fn secret_value_rules(rules: &[(&str, &str)]) -> serde_json::Value {
+    const SECRET_VALUE: [(&str, &str); 3] = [
+        (
+            "!self.sensitive || self.value == ''",
+            "a sensitive variable keeps its value in a Secret: use valueFrom, not value",
+        ),
+        (
+            "!has(self.valueFrom) || self.value == ''",
+            "value and valueFrom cannot both be given",
+        ),
+        (
+            "!has(oldSelf.sensitive) || !oldSelf.sensitive || self.sensitive",
+            "a sensitive variable cannot be made non-sensitive",
+        ),
+    ];
+    SECRET_VALUE
+        .iter()
+        .chain(rules)
+        .map(|(rule, message)| serde_json::json!({ "rule": rule, "message": message }))
+        .collect()
+}

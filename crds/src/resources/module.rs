@@ -1,7 +1,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::default_true;
+use super::{default_true, secret_value_rules};
 use crate::common::SecretKeyRef;
 use crate::testrun::{UnknownValue, wire_values};
 
@@ -311,14 +311,7 @@ crd_kind! {
         printcolumn = r#"{"name":"Sensitive","type":"boolean","jsonPath":".spec.sensitive"}"#
     )]
     columns: age;
-    #[schemars(extend("x-kubernetes-validations" = [
-        {"rule": "!self.sensitive || self.value == ''",
-         "message": "a sensitive variable keeps its value in a Secret: use valueFrom, not value"},
-        {"rule": "!has(self.valueFrom) || self.value == ''",
-         "message": "value and valueFrom cannot both be given"},
-        {"rule": "!has(oldSelf.sensitive) || !oldSelf.sensitive || self.sensitive",
-         "message": "a sensitive variable cannot be made non-sensitive"}
-    ]))]
+    #[schemars(extend("x-kubernetes-validations" = secret_value_rules(&[])))]
     pub struct TestVariableSpec {
         /// Name of the RegistryModule object (same namespace) the variable belongs to.
         #[schemars(length(min = 1))]

@@ -3,6 +3,7 @@
 
 use sha2::{Digest, Sha256};
 
+use super::secret_value_rules;
 use crate::common::SecretKeyRef;
 use crate::rules::VariableCategory;
 
@@ -22,20 +23,14 @@ crd_kind! {
         printcolumn = r#"{"name":"Sensitive","type":"boolean","jsonPath":".spec.sensitive"}"#
     )]
     columns: age, wide_id;
-    #[schemars(extend("x-kubernetes-validations" = [
-        {"rule": "!self.sensitive || self.value == ''",
-         "message": "a sensitive variable keeps its value in a Secret: use valueFrom, not value"},
-        {"rule": "!has(self.valueFrom) || self.value == ''",
-         "message": "value and valueFrom cannot both be given"},
-        {"rule": "!has(oldSelf.sensitive) || !oldSelf.sensitive || self.sensitive",
-         "message": "a sensitive variable cannot be made non-sensitive"},
-        {"rule": "!self.hcl || self.category == 'terraform'",
-         "message": "hcl is only allowed for terraform variables: environment variables cannot be HCL"},
-        {"rule": "self.category != 'env' || self.key.matches('^[A-Za-z_][A-Za-z0-9_]*$')",
-         "message": "an environment variable's key must begin with a letter or underscore and contain only letters, numbers and underscores"},
-        {"rule": "self.workspace == oldSelf.workspace",
-         "message": "a variable cannot move to another workspace"}
-    ]))]
+    #[schemars(extend("x-kubernetes-validations" = secret_value_rules(&[
+        ("!self.hcl || self.category == 'terraform'",
+         "hcl is only allowed for terraform variables: environment variables cannot be HCL"),
+        ("self.category != 'env' || self.key.matches('^[A-Za-z_][A-Za-z0-9_]*$')",
+         "an environment variable's key must begin with a letter or underscore and contain only letters, numbers and underscores"),
+        ("self.workspace == oldSelf.workspace",
+         "a variable cannot move to another workspace"),
+    ])))]
     pub struct WorkspaceVariableSpec {
         /// Name of the Workspace object (`metadata.name`, same namespace) the variable
         /// belongs to.
