@@ -9,7 +9,8 @@
 /// attribute), names the fields in camelCase, and leaves every `Option` field out of the
 /// object while it is `None` (`#[serde(default, skip_serializing_if = "Option::is_none")]`,
 /// so it is never required either). Other fields keep the serde attributes they are given.
-/// Doc comments become the CRD's field descriptions as on a plain struct.
+/// Doc comments become the CRD's field descriptions as on a plain struct. Every field is
+/// `pub`.
 macro_rules! crd_struct {
     (
         $(#[$meta:meta])*
@@ -68,8 +69,8 @@ macro_rules! crd_struct {
 /// printer columns. The plural is the one kube infers from the kind (lower case, `s`).
 ///
 /// `columns:` (after the `#[kube(...)]` attribute) then names the standard printer
-/// columns that follow the kind's own, in order: `id` (the TFE ID, the `terrace.dev/id` label), `wide_id` (the same, shown with
-/// `-o wide` only) and `age`.
+/// columns that follow the kind's own, in order: `id` (the TFE ID, the `terrace.dev/id`
+/// label), `wide_id` (the same, shown with `-o wide` only) and `age`.
 macro_rules! crd_kind {
     (
         $(#[$meta:meta])*
