@@ -18,18 +18,18 @@ pub struct TagBinding {
     pub value: String,
 }
 
-/// A tag binding that applies to a workspace, directly or inherited from its project.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct EffectiveTagBinding {
-    /// Tag key.
-    pub key: String,
-    /// Tag value.
-    #[serde(default)]
-    pub value: String,
-    /// ID of the project the binding is inherited from; absent for direct bindings.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub inherited_from: Option<String>,
+crd_struct! {
+    /// A tag binding that applies to a workspace, directly or inherited from its project.
+    #[derive(Default, Eq)]
+    pub struct EffectiveTagBinding {
+        /// Tag key.
+        pub key: String,
+        /// Tag value.
+        #[serde(default)]
+        pub value: String,
+        /// ID of the project the binding is inherited from; absent for direct bindings.
+        pub inherited_from: Option<String>,
+    }
 }
 
 impl EffectiveTagBinding {
@@ -55,22 +55,21 @@ pub struct SecretKeyRef {
     pub key: String,
 }
 
-/// A data retention policy (self-hosted edition): either delete backing data older than a
-/// number of days, or never delete it. Exactly one of the two fields is set.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-validations" = [
-    {"rule": "has(self.deleteOlderThanNDays) != (has(self.dontDelete) && self.dontDelete)",
-     "message": "set exactly one of deleteOlderThanNDays or dontDelete: true"}
-]))]
-pub struct DataRetentionPolicy {
-    /// Delete state versions and run data older than this many days (at least 1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
-    pub delete_older_than_n_days: Option<i32>,
-    /// Never delete backing data.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dont_delete: Option<bool>,
+crd_struct! {
+    /// A data retention policy (self-hosted edition): either delete backing data older than a
+    /// number of days, or never delete it. Exactly one of the two fields is set.
+    #[derive(Default, Eq)]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": "has(self.deleteOlderThanNDays) != (has(self.dontDelete) && self.dontDelete)",
+         "message": "set exactly one of deleteOlderThanNDays or dontDelete: true"}
+    ]))]
+    pub struct DataRetentionPolicy {
+        /// Delete state versions and run data older than this many days (at least 1).
+        #[schemars(range(min = 1))]
+        pub delete_older_than_n_days: Option<i32>,
+        /// Never delete backing data.
+        pub dont_delete: Option<bool>,
+    }
 }
 
 /// Fields every terrace status carries.

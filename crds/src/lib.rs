@@ -6,6 +6,9 @@
 //! every other crate uses. No kube client, no axum, no tokio.
 #![forbid(unsafe_code)]
 
+#[macro_use]
+mod macros;
+
 pub mod archive;
 pub mod blobs;
 pub mod common;

@@ -1,43 +1,36 @@
-use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::default_true;
+use super::{default_true, secret_value_rules};
 use crate::common::SecretKeyRef;
 use crate::testrun::{UnknownValue, wire_values};
 
-/// A private registry module of the organization (namespace = the organization's name).
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(
-    group = "terrace.dev",
-    version = "v1alpha1",
-    kind = "RegistryModule",
-    doc = "A private registry module of the organization.",
-    plural = "registrymodules",
-    namespaced,
-    status = "RegistryModuleStatus",
-    shortname = "tfmod",
-    category = "terrace",
-    printcolumn = r#"{"name":"Module","type":"string","jsonPath":".spec.name"}"#,
-    printcolumn = r#"{"name":"Provider","type":"string","jsonPath":".spec.provider"}"#,
-    printcolumn = r#"{"name":"ID","type":"string","jsonPath":".metadata.labels.terrace\\.dev/id","priority":1}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
-)]
-#[serde(rename_all = "camelCase")]
-pub struct RegistryModuleSpec {
-    /// Module name (letters, digits, `-`, `_`).
-    #[schemars(regex(pattern = r"^[A-Za-z0-9_-]+$"), length(min = 1, max = 64))]
-    pub name: String,
-    /// Provider name of the module (lowercase letters and digits), e.g. `aws`.
-    #[schemars(regex(pattern = r"^[a-z0-9]+$"), length(min = 1, max = 64))]
-    pub provider: String,
-    /// Module namespace; for private modules the organization's name (the default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
-    /// Registry: only `private` is served.
-    #[serde(default = "default_registry")]
-    #[schemars(extend("enum" = ["private"]))]
-    pub registry_name: String,
+crd_kind! {
+    /// A private registry module of the organization (namespace = the organization's name).
+    #[kube(
+        kind = "RegistryModule",
+        doc = "A private registry module of the organization.",
+        namespaced,
+        status = "RegistryModuleStatus",
+        shortname = "tfmod",
+        printcolumn = r#"{"name":"Module","type":"string","jsonPath":".spec.name"}"#,
+        printcolumn = r#"{"name":"Provider","type":"string","jsonPath":".spec.provider"}"#
+    )]
+    columns: wide_id, age;
+    pub struct RegistryModuleSpec {
+        /// Module name (letters, digits, `-`, `_`).
+        #[schemars(regex(pattern = r"^[A-Za-z0-9_-]+$"), length(min = 1, max = 64))]
+        pub name: String,
+        /// Provider name of the module (lowercase letters and digits), e.g. `aws`.
+        #[schemars(regex(pattern = r"^[a-z0-9]+$"), length(min = 1, max = 64))]
+        pub provider: String,
+        /// Module namespace; for private modules the organization's name (the default).
+        pub namespace: Option<String>,
+        /// Registry: only `private` is served.
+        #[serde(default = "default_registry")]
+        #[schemars(extend("enum" = ["private"]))]
+        pub registry_name: String,
+    }
 }
 
 fn default_registry() -> String {
@@ -48,86 +41,75 @@ kind_status! {
     /// Observed state of a registry module.
     pub struct RegistryModuleStatus {
         /// The module's ID (`mod-…`).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         pub id: Option<String>,
     }
 }
 
-/// A configuration version: an uploaded archive of configuration files, owned by a
-/// registry module (for test runs) or a workspace.
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(
-    group = "terrace.dev",
-    version = "v1alpha1",
-    kind = "ConfigurationVersion",
-    doc = "An uploaded archive of configuration files of a registry module or workspace.",
-    plural = "configurationversions",
-    namespaced,
-    status = "ConfigurationVersionStatus",
-    shortname = "tfcv",
-    category = "terrace",
-    printcolumn = r#"{"name":"Module","type":"string","jsonPath":".spec.module"}"#,
-    printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.status"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
-)]
-#[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-validations" = [
-    {"rule": "has(self.module) != has(self.workspace)",
-     "message": "exactly one of module or workspace must be given"}
-]))]
-pub struct ConfigurationVersionSpec {
-    /// Name of the RegistryModule object (same namespace) this configuration belongs to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub module: Option<String>,
-    /// Name of the Workspace object (same namespace) this configuration belongs to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub workspace: Option<String>,
-    /// Whether uploading the archive queues a test run automatically.
-    #[serde(default = "default_true")]
-    pub auto_queue_runs: bool,
-    /// Whether this is a plan-only configuration.
-    #[serde(default)]
-    pub speculative: bool,
-    /// Origin of the configuration: `svc-api`, `engine` or `svc-configuration-version`.
-    #[serde(default = "default_source")]
-    #[schemars(extend("enum" = ["engine", "svc-api", "svc-configuration-version", "tfe-api", "terraform+cloud"]))]
-    pub source: String,
+crd_kind! {
+    /// A configuration version: an uploaded archive of configuration files, owned by a
+    /// registry module (for test runs) or a workspace.
+    #[kube(
+        kind = "ConfigurationVersion",
+        doc = "An uploaded archive of configuration files of a registry module or workspace.",
+        namespaced,
+        status = "ConfigurationVersionStatus",
+        shortname = "tfcv",
+        printcolumn = r#"{"name":"Module","type":"string","jsonPath":".spec.module"}"#,
+        printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.status"}"#
+    )]
+    columns: age;
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": "has(self.module) != has(self.workspace)",
+         "message": "exactly one of module or workspace must be given"}
+    ]))]
+    pub struct ConfigurationVersionSpec {
+        /// Name of the RegistryModule object (same namespace) this configuration belongs to.
+        pub module: Option<String>,
+        /// Name of the Workspace object (same namespace) this configuration belongs to.
+        pub workspace: Option<String>,
+        /// Whether uploading the archive queues a test run automatically.
+        #[serde(default = "default_true")]
+        pub auto_queue_runs: bool,
+        /// Whether this is a plan-only configuration.
+        #[serde(default)]
+        pub speculative: bool,
+        /// Origin of the configuration: `svc-api`, `engine` or `svc-configuration-version`.
+        #[serde(default = "default_source")]
+        #[schemars(extend("enum" = ["engine", "svc-api", "svc-configuration-version", "tfe-api", "terraform+cloud"]))]
+        pub source: String,
+    }
 }
 
 fn default_source() -> String {
     "svc-api".to_owned()
 }
 
-/// Where an uploaded archive is stored.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ArchiveRef {
-    /// Blob store key of the archive.
-    pub key: String,
-    /// Size of the uploaded archive in bytes.
-    pub size: i64,
-    /// SHA-256 of the uploaded archive, hex.
-    pub sha256: String,
+crd_struct! {
+    /// Where an uploaded archive is stored.
+    #[derive(Default)]
+    pub struct ArchiveRef {
+        /// Blob store key of the archive.
+        pub key: String,
+        /// Size of the uploaded archive in bytes.
+        pub size: i64,
+        /// SHA-256 of the uploaded archive, hex.
+        pub sha256: String,
+    }
 }
 
 kind_status! {
     /// Observed state of a configuration version.
     pub struct ConfigurationVersionStatus {
         /// The configuration version's ID (`cv-…`).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         pub id: Option<String>,
         /// pending (waiting for the upload), uploaded, errored or archived.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         #[schemars(extend("enum" = ["pending", "uploaded", "errored", "archived"]))]
         pub status: Option<String>,
         /// Why the configuration version errored.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         pub error_message: Option<String>,
         /// The stored archive, once uploaded.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         pub archive: Option<ArchiveRef>,
         /// Time of the upload (RFC 3339).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         pub uploaded_at: Option<String>,
     }
 }
@@ -202,55 +184,51 @@ impl ConfigurationVersion {
     }
 }
 
-/// A module test run: `<engine> test` of a configuration version of a registry module,
-/// executed in a Pod with the module's test variables.
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(
-    group = "terrace.dev",
-    version = "v1alpha1",
-    kind = "TestRun",
-    doc = "A module test run executed in a Pod.",
-    plural = "testruns",
-    namespaced,
-    status = "TestRunStatus",
-    shortname = "tftr",
-    category = "terrace",
-    printcolumn = r#"{"name":"Module","type":"string","jsonPath":".spec.module"}"#,
-    printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.status"}"#,
-    printcolumn = r#"{"name":"Result","type":"string","jsonPath":".status.testStatus"}"#,
-    printcolumn = r#"{"name":"Passed","type":"integer","jsonPath":".status.testsPassed"}"#,
-    printcolumn = r#"{"name":"Failed","type":"integer","jsonPath":".status.testsFailed"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
-)]
-#[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-validations" = [
-    {"rule": "self == oldSelf", "message": "the spec of a test run is immutable"}
-]))]
-pub struct TestRunSpec {
-    /// Name of the RegistryModule object (same namespace) whose tests run.
-    #[schemars(length(min = 1))]
-    pub module: String,
-    /// Name of the ConfigurationVersion object (same namespace) to test; it may belong to
-    /// another module of the organization.
-    #[schemars(length(min = 1))]
-    pub configuration_version: String,
-    /// Print the plan or state of each run block.
-    #[serde(default)]
-    pub verbose: bool,
-    /// Directory in which the tests execute.
-    #[serde(default = "default_test_directory")]
-    pub test_directory: String,
-    /// If given, only these test files run.
-    #[serde(default)]
-    pub filters: Vec<String>,
-    /// Test-specific variables; they take precedence over module variables with the same
-    /// key. Values are literals in the configuration language's syntax.
-    #[serde(default)]
-    pub variables: Vec<RunVariable>,
-    /// Where the run was queued from: engine (CLI), svc-api or svc-configuration-version.
-    #[serde(default = "default_source")]
-    #[schemars(extend("enum" = ["engine", "svc-api", "svc-configuration-version"]))]
-    pub source: String,
+crd_kind! {
+    /// A module test run: `<engine> test` of a configuration version of a registry module,
+    /// executed in a Pod with the module's test variables.
+    #[kube(
+        kind = "TestRun",
+        doc = "A module test run executed in a Pod.",
+        namespaced,
+        status = "TestRunStatus",
+        shortname = "tftr",
+        printcolumn = r#"{"name":"Module","type":"string","jsonPath":".spec.module"}"#,
+        printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.status"}"#,
+        printcolumn = r#"{"name":"Result","type":"string","jsonPath":".status.testStatus"}"#,
+        printcolumn = r#"{"name":"Passed","type":"integer","jsonPath":".status.testsPassed"}"#,
+        printcolumn = r#"{"name":"Failed","type":"integer","jsonPath":".status.testsFailed"}"#
+    )]
+    columns: age;
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": "self == oldSelf", "message": "the spec of a test run is immutable"}
+    ]))]
+    pub struct TestRunSpec {
+        /// Name of the RegistryModule object (same namespace) whose tests run.
+        #[schemars(length(min = 1))]
+        pub module: String,
+        /// Name of the ConfigurationVersion object (same namespace) to test; it may belong to
+        /// another module of the organization.
+        #[schemars(length(min = 1))]
+        pub configuration_version: String,
+        /// Print the plan or state of each run block.
+        #[serde(default)]
+        pub verbose: bool,
+        /// Directory in which the tests execute.
+        #[serde(default = "default_test_directory")]
+        pub test_directory: String,
+        /// If given, only these test files run.
+        #[serde(default)]
+        pub filters: Vec<String>,
+        /// Test-specific variables; they take precedence over module variables with the same
+        /// key. Values are literals in the configuration language's syntax.
+        #[serde(default)]
+        pub variables: Vec<RunVariable>,
+        /// Where the run was queued from: engine (CLI), svc-api or svc-configuration-version.
+        #[serde(default = "default_source")]
+        #[schemars(extend("enum" = ["engine", "svc-api", "svc-configuration-version"]))]
+        pub source: String,
+    }
 }
 
 fn default_test_directory() -> String {
@@ -267,138 +245,107 @@ pub struct RunVariable {
     pub value: String,
 }
 
-/// Times at which a test run entered its states (RFC 3339).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct TestRunTimestamps {
-    /// When the run was queued.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub queued_at: Option<String>,
-    /// When the tests started.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub started_at: Option<String>,
-    /// When the run finished.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub finished_at: Option<String>,
-    /// When the run was canceled.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub canceled_at: Option<String>,
-    /// When the run errored.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub errored_at: Option<String>,
-    /// When the run was force-canceled.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub force_canceled_at: Option<String>,
+crd_struct! {
+    /// Times at which a test run entered its states (RFC 3339).
+    #[derive(Default)]
+    pub struct TestRunTimestamps {
+        /// When the run was queued.
+        pub queued_at: Option<String>,
+        /// When the tests started.
+        pub started_at: Option<String>,
+        /// When the run finished.
+        pub finished_at: Option<String>,
+        /// When the run was canceled.
+        pub canceled_at: Option<String>,
+        /// When the run errored.
+        pub errored_at: Option<String>,
+        /// When the run was force-canceled.
+        pub force_canceled_at: Option<String>,
+    }
 }
 
 kind_status! {
     /// Observed state of a test run, owned by the test run controller.
     pub struct TestRunStatus {
         /// The run's ID (`trun-…`).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         pub id: Option<String>,
         /// pending, queued, running, errored, canceled or finished.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         #[schemars(extend("enum" = ["pending", "queued", "running", "errored", "canceled", "finished"]))]
         pub status: Option<String>,
         /// Final result: pass or fail.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         #[schemars(extend("enum" = ["pass", "fail"]))]
         pub test_status: Option<String>,
         /// Count of passed tests (set when the run finishes).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         pub tests_passed: Option<i64>,
         /// Count of failed tests.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         pub tests_failed: Option<i64>,
         /// Count of tests that errored.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         pub tests_errored: Option<i64>,
         /// Count of skipped tests.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         pub tests_skipped: Option<i64>,
         /// Times at which the run entered its states.
         #[serde(default)]
         pub status_timestamps: TestRunTimestamps,
         /// When a cancel was requested.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         pub cancel_requested_at: Option<String>,
         /// When a force-cancel was requested.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         pub force_cancel_requested_at: Option<String>,
         /// Name of the Pod running the tests.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         pub pod_name: Option<String>,
         /// Human-readable reason of the current state (for example why the run errored).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         pub message: Option<String>,
     }
 }
 
-/// An environment variable of a registry module's test runs. Sensitive values live in a
-/// Secret (valueFrom), never in the spec.
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(
-    group = "terrace.dev",
-    version = "v1alpha1",
-    kind = "TestVariable",
-    doc = "An environment variable of a registry module's test runs.",
-    plural = "testvariables",
-    namespaced,
-    status = "TestVariableStatus",
-    shortname = "tfvar",
-    category = "terrace",
-    printcolumn = r#"{"name":"Module","type":"string","jsonPath":".spec.module"}"#,
-    printcolumn = r#"{"name":"Key","type":"string","jsonPath":".spec.key"}"#,
-    printcolumn = r#"{"name":"Sensitive","type":"boolean","jsonPath":".spec.sensitive"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
-)]
-#[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-validations" = [
-    {"rule": "!self.sensitive || self.value == ''",
-     "message": "a sensitive variable keeps its value in a Secret: use valueFrom, not value"},
-    {"rule": "!has(self.valueFrom) || self.value == ''",
-     "message": "value and valueFrom cannot both be given"},
-    {"rule": "!has(oldSelf.sensitive) || !oldSelf.sensitive || self.sensitive",
-     "message": "a sensitive variable cannot be made non-sensitive"}
-]))]
-pub struct TestVariableSpec {
-    /// Name of the RegistryModule object (same namespace) the variable belongs to.
-    #[schemars(length(min = 1))]
-    pub module: String,
-    /// Variable name: begins with a letter or underscore; letters, digits, underscores.
-    #[schemars(regex(pattern = r"^[A-Za-z_][A-Za-z0-9_]*$"))]
-    pub key: String,
-    /// The value (non-sensitive variables only).
-    #[serde(default)]
-    pub value: String,
-    /// The value from a Secret key (sensitive variables).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub value_from: Option<SecretKeyRef>,
-    /// Description of the variable (at most 512 characters).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 512))]
-    pub description: Option<String>,
-    /// Whether the value is written in the configuration language (HCL) rather than as a
-    /// string.
-    #[serde(default)]
-    pub hcl: bool,
-    /// Category: must be `env` (environment variable of the test run).
-    #[schemars(extend("enum" = ["env"]))]
-    pub category: String,
-    /// When true the value is write-once and never shown again.
-    #[serde(default)]
-    pub sensitive: bool,
+crd_kind! {
+    /// An environment variable of a registry module's test runs. Sensitive values live in a
+    /// Secret (valueFrom), never in the spec.
+    #[kube(
+        kind = "TestVariable",
+        doc = "An environment variable of a registry module's test runs.",
+        namespaced,
+        status = "TestVariableStatus",
+        shortname = "tfvar",
+        printcolumn = r#"{"name":"Module","type":"string","jsonPath":".spec.module"}"#,
+        printcolumn = r#"{"name":"Key","type":"string","jsonPath":".spec.key"}"#,
+        printcolumn = r#"{"name":"Sensitive","type":"boolean","jsonPath":".spec.sensitive"}"#
+    )]
+    columns: age;
+    #[schemars(extend("x-kubernetes-validations" = secret_value_rules(&[])))]
+    pub struct TestVariableSpec {
+        /// Name of the RegistryModule object (same namespace) the variable belongs to.
+        #[schemars(length(min = 1))]
+        pub module: String,
+        /// Variable name: begins with a letter or underscore; letters, digits, underscores.
+        #[schemars(regex(pattern = r"^[A-Za-z_][A-Za-z0-9_]*$"))]
+        pub key: String,
+        /// The value (non-sensitive variables only).
+        #[serde(default)]
+        pub value: String,
+        /// The value from a Secret key (sensitive variables).
+        pub value_from: Option<SecretKeyRef>,
+        /// Description of the variable (at most 512 characters).
+        #[schemars(length(max = 512))]
+        pub description: Option<String>,
+        /// Whether the value is written in the configuration language (HCL) rather than as a
+        /// string.
+        #[serde(default)]
+        pub hcl: bool,
+        /// Category: must be `env` (environment variable of the test run).
+        #[schemars(extend("enum" = ["env"]))]
+        pub category: String,
+        /// When true the value is write-once and never shown again.
+        #[serde(default)]
+        pub sensitive: bool,
+    }
 }
 
 kind_status! {
     /// Observed state of a test variable.
     pub struct TestVariableStatus {
         /// The variable's ID (`var-…`).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         pub id: Option<String>,
         /// Changes on every update of the variable.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         pub version_id: Option<String>,
     }
 }

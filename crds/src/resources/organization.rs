@@ -1,77 +1,65 @@
 use k8s_openapi::api::core::v1::{ResourceRequirements, Toleration};
-use kube::CustomResource;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use crate::common::DataRetentionPolicy;
 
-/// An HCP Terraform / TFE organization. Cluster-scoped: its objects (projects, workspaces,
-/// modules, test runs) live in the organization's namespace, which terrace creates together
-/// with the organization's default project.
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(
-    group = "terrace.dev",
-    version = "v1alpha1",
-    kind = "Organization",
-    doc = "An HCP Terraform / TFE organization; its objects live in the namespace it names.",
-    plural = "organizations",
-    status = "OrganizationStatus",
-    shortname = "tforg",
-    category = "terrace",
-    printcolumn = r#"{"name":"TFE Name","type":"string","jsonPath":".status.name","description":"The organization's TFE name."}"#,
-    printcolumn = r#"{"name":"Namespace","type":"string","jsonPath":".status.namespace","description":"Namespace holding the organization's objects."}"#,
-    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
-)]
-#[serde(rename_all = "camelCase")]
-pub struct OrganizationSpec {
-    /// The organization's TFE name (letters, digits, `-`, `_`). Defaults to metadata.name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^[A-Za-z0-9_-]+$"), length(min = 1, max = 90))]
-    pub name: Option<String>,
-    /// Namespace holding the organization's objects. Defaults to metadata.name. Immutable.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"), length(max = 63))]
-    pub namespace: Option<String>,
-    /// Notification email of the organization.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub email: Option<String>,
-    /// Organization settings.
-    #[serde(default)]
-    pub settings: OrganizationSettings,
+crd_kind! {
+    /// An HCP Terraform / TFE organization. Cluster-scoped: its objects (projects, workspaces,
+    /// modules, test runs) live in the organization's namespace, which terrace creates together
+    /// with the organization's default project.
+    #[kube(
+        kind = "Organization",
+        doc = "An HCP Terraform / TFE organization; its objects live in the namespace it names.",
+        status = "OrganizationStatus",
+        shortname = "tforg",
+        printcolumn = r#"{"name":"TFE Name","type":"string","jsonPath":".status.name","description":"The organization's TFE name."}"#,
+        printcolumn = r#"{"name":"Namespace","type":"string","jsonPath":".status.namespace","description":"Namespace holding the organization's objects."}"#,
+        printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#
+    )]
+    columns: age;
+    pub struct OrganizationSpec {
+        /// The organization's TFE name (letters, digits, `-`, `_`). Defaults to metadata.name.
+        #[schemars(regex(pattern = r"^[A-Za-z0-9_-]+$"), length(min = 1, max = 90))]
+        pub name: Option<String>,
+        /// Namespace holding the organization's objects. Defaults to metadata.name. Immutable.
+        #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"), length(max = 63))]
+        pub namespace: Option<String>,
+        /// Notification email of the organization.
+        pub email: Option<String>,
+        /// Organization settings.
+        #[serde(default)]
+        pub settings: OrganizationSettings,
+    }
 }
 
-/// Organization-wide settings and defaults.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct OrganizationSettings {
-    /// Whether workspace admins may force delete workspaces (by default only organization
-    /// owners may).
-    #[serde(default)]
-    pub allow_force_delete_workspaces: bool,
-    /// Execution mode of workspaces that inherit it (setting-overwrites.execution-mode false
-    /// or no execution mode given): remote, local or agent.
-    #[serde(default = "default_execution_mode")]
-    #[schemars(extend("enum" = ["remote", "local", "agent"]))]
-    pub default_execution_mode: String,
-    /// Agent pool used by workspaces inheriting the default execution mode `agent`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub default_agent_pool_id: Option<String>,
-    /// Whether health assessments are enforced for all workspaces, overriding each
-    /// workspace's assessments-enabled.
-    #[serde(default)]
-    pub assessments_enforced: bool,
-    /// Default of global-remote-state for new workspaces that do not give it (self-hosted
-    /// edition: chosen by administrators).
-    #[serde(default)]
-    pub default_global_remote_state: bool,
-    /// Data retention policy applying to workspaces that have none of their own.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub default_data_retention_policy: Option<DataRetentionPolicy>,
-    /// Overrides for module test runs of this organization.
-    #[serde(default)]
-    pub test_runs: TestRunSettings,
+crd_struct! {
+    /// Organization-wide settings and defaults.
+    pub struct OrganizationSettings {
+        /// Whether workspace admins may force delete workspaces (by default only organization
+        /// owners may).
+        #[serde(default)]
+        pub allow_force_delete_workspaces: bool,
+        /// Execution mode of workspaces that inherit it (setting-overwrites.execution-mode false
+        /// or no execution mode given): remote, local or agent.
+        #[serde(default = "default_execution_mode")]
+        #[schemars(extend("enum" = ["remote", "local", "agent"]))]
+        pub default_execution_mode: String,
+        /// Agent pool used by workspaces inheriting the default execution mode `agent`.
+        pub default_agent_pool_id: Option<String>,
+        /// Whether health assessments are enforced for all workspaces, overriding each
+        /// workspace's assessments-enabled.
+        #[serde(default)]
+        pub assessments_enforced: bool,
+        /// Default of global-remote-state for new workspaces that do not give it (self-hosted
+        /// edition: chosen by administrators).
+        #[serde(default)]
+        pub default_global_remote_state: bool,
+        /// Data retention policy applying to workspaces that have none of their own.
+        pub default_data_retention_policy: Option<DataRetentionPolicy>,
+        /// Overrides for module test runs of this organization.
+        #[serde(default)]
+        pub test_runs: TestRunSettings,
+    }
 }
 
 impl Default for OrganizationSettings {
@@ -92,44 +80,42 @@ fn default_execution_mode() -> String {
     "remote".to_owned()
 }
 
-/// How the organization's module test runs execute.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct TestRunSettings {
-    /// Most test runs of this organization running at once (in addition to the global limit).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
-    pub concurrency: Option<i32>,
-    /// Engine container image (default from the operator settings, OpenTofu).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub engine_image: Option<String>,
-    /// Overrides applied to the Pods that run tests.
-    #[serde(default)]
-    pub pod_template: PodTemplateOverrides,
+crd_struct! {
+    /// How the organization's module test runs execute.
+    #[derive(Default)]
+    pub struct TestRunSettings {
+        /// Most test runs of this organization running at once (in addition to the global limit).
+        #[schemars(range(min = 1))]
+        pub concurrency: Option<i32>,
+        /// Engine container image (default from the operator settings, OpenTofu).
+        pub engine_image: Option<String>,
+        /// Overrides applied to the Pods that run tests.
+        #[serde(default)]
+        pub pod_template: PodTemplateOverrides,
+    }
 }
 
-/// Overrides for the Pods terrace creates for test runs.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct PodTemplateOverrides {
-    /// Extra labels on test Pods.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub labels: BTreeMap<String, String>,
-    /// Extra annotations on test Pods.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub annotations: BTreeMap<String, String>,
-    /// Resources of the engine container.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resources: Option<ResourceRequirements>,
-    /// ServiceAccount the test Pods run as.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub service_account_name: Option<String>,
-    /// Node selector of test Pods.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub node_selector: BTreeMap<String, String>,
-    /// Tolerations of test Pods.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tolerations: Vec<Toleration>,
+crd_struct! {
+    /// Overrides for the Pods terrace creates for test runs.
+    #[derive(Default)]
+    pub struct PodTemplateOverrides {
+        /// Extra labels on test Pods.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        pub labels: BTreeMap<String, String>,
+        /// Extra annotations on test Pods.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        pub annotations: BTreeMap<String, String>,
+        /// Resources of the engine container.
+        pub resources: Option<ResourceRequirements>,
+        /// ServiceAccount the test Pods run as.
+        pub service_account_name: Option<String>,
+        /// Node selector of test Pods.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        pub node_selector: BTreeMap<String, String>,
+        /// Tolerations of test Pods.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub tolerations: Vec<Toleration>,
+    }
 }
 
 impl PodTemplateOverrides {
@@ -171,13 +157,10 @@ kind_status! {
     /// Observed state of an organization.
     pub struct OrganizationStatus {
         /// The organization's effective TFE name.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         pub name: Option<String>,
         /// The namespace holding the organization's objects.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         pub namespace: Option<String>,
         /// ID of the organization's default project.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         pub default_project_id: Option<String>,
     }
 }

@@ -1,82 +1,67 @@
 //! Workspace variables: the Terraform and environment variables of a workspace's runs
 //! (TFE's workspace variables, JSON:API type `vars`).
 
-use kube::CustomResource;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::secret_value_rules;
 use crate::common::SecretKeyRef;
 use crate::rules::VariableCategory;
 
-/// A variable of a workspace's runs: a Terraform input variable (`category: terraform`)
-/// or an environment variable (`category: env`). Sensitive values live in a Secret
-/// (valueFrom), never in the spec.
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(
-    group = "terrace.dev",
-    version = "v1alpha1",
-    kind = "WorkspaceVariable",
-    doc = "A Terraform or environment variable of a workspace's runs.",
-    plural = "workspacevariables",
-    namespaced,
-    status = "WorkspaceVariableStatus",
-    shortname = "tfwsvar",
-    category = "terrace",
-    printcolumn = r#"{"name":"Workspace","type":"string","jsonPath":".spec.workspace"}"#,
-    printcolumn = r#"{"name":"Key","type":"string","jsonPath":".spec.key"}"#,
-    printcolumn = r#"{"name":"Category","type":"string","jsonPath":".spec.category"}"#,
-    printcolumn = r#"{"name":"Sensitive","type":"boolean","jsonPath":".spec.sensitive"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
-    printcolumn = r#"{"name":"ID","type":"string","jsonPath":".metadata.labels.terrace\\.dev/id","priority":1}"#
-)]
-#[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-validations" = [
-    {"rule": "!self.sensitive || self.value == ''",
-     "message": "a sensitive variable keeps its value in a Secret: use valueFrom, not value"},
-    {"rule": "!has(self.valueFrom) || self.value == ''",
-     "message": "value and valueFrom cannot both be given"},
-    {"rule": "!has(oldSelf.sensitive) || !oldSelf.sensitive || self.sensitive",
-     "message": "a sensitive variable cannot be made non-sensitive"},
-    {"rule": "!self.hcl || self.category == 'terraform'",
-     "message": "hcl is only allowed for terraform variables: environment variables cannot be HCL"},
-    {"rule": "self.category != 'env' || self.key.matches('^[A-Za-z_][A-Za-z0-9_]*$')",
-     "message": "an environment variable's key must begin with a letter or underscore and contain only letters, numbers and underscores"},
-    {"rule": "self.workspace == oldSelf.workspace",
-     "message": "a variable cannot move to another workspace"}
-]))]
-pub struct WorkspaceVariableSpec {
-    /// Name of the Workspace object (`metadata.name`, same namespace) the variable
-    /// belongs to.
-    #[schemars(length(min = 1))]
-    pub workspace: String,
-    /// Variable name. Terraform variables: an identifier (a letter or underscore, then
-    /// letters, digits, underscores, dashes); environment variables: letters, digits and
-    /// underscores, not starting with a digit.
-    #[schemars(regex(pattern = r"^[A-Za-z_][A-Za-z0-9_-]*$"), length(min = 1))]
-    pub key: String,
-    /// The value (non-sensitive variables only).
-    #[serde(default)]
-    pub value: String,
-    /// The value from a Secret key (sensitive variables).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub value_from: Option<SecretKeyRef>,
-    /// Description of the variable (at most 512 characters).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 512))]
-    pub description: Option<String>,
-    /// `terraform` (an input variable of the configuration) or `env` (an environment
-    /// variable of the run).
-    #[serde(default = "default_category")]
-    #[schemars(extend("enum" = ["terraform", "env"]))]
-    pub category: String,
-    /// Whether the value is an expression of the configuration language (HCL) rather than
-    /// a string; terraform variables only.
-    #[serde(default)]
-    pub hcl: bool,
-    /// When true the value is write-once and never shown again.
-    #[serde(default)]
-    pub sensitive: bool,
+crd_kind! {
+    /// A variable of a workspace's runs: a Terraform input variable (`category: terraform`)
+    /// or an environment variable (`category: env`). Sensitive values live in a Secret
+    /// (valueFrom), never in the spec.
+    #[kube(
+        kind = "WorkspaceVariable",
+        doc = "A Terraform or environment variable of a workspace's runs.",
+        namespaced,
+        status = "WorkspaceVariableStatus",
+        shortname = "tfwsvar",
+        printcolumn = r#"{"name":"Workspace","type":"string","jsonPath":".spec.workspace"}"#,
+        printcolumn = r#"{"name":"Key","type":"string","jsonPath":".spec.key"}"#,
+        printcolumn = r#"{"name":"Category","type":"string","jsonPath":".spec.category"}"#,
+        printcolumn = r#"{"name":"Sensitive","type":"boolean","jsonPath":".spec.sensitive"}"#
+    )]
+    columns: age, wide_id;
+    #[schemars(extend("x-kubernetes-validations" = secret_value_rules(&[
+        ("!self.hcl || self.category == 'terraform'",
+         "hcl is only allowed for terraform variables: environment variables cannot be HCL"),
+        ("self.category != 'env' || self.key.matches('^[A-Za-z_][A-Za-z0-9_]*$')",
+         "an environment variable's key must begin with a letter or underscore and contain only letters, numbers and underscores"),
+        ("self.workspace == oldSelf.workspace",
+         "a variable cannot move to another workspace"),
+    ])))]
+    pub struct WorkspaceVariableSpec {
+        /// Name of the Workspace object (`metadata.name`, same namespace) the variable
+        /// belongs to.
+        #[schemars(length(min = 1))]
+        pub workspace: String,
+        /// Variable name. Terraform variables: an identifier (a letter or underscore, then
+        /// letters, digits, underscores, dashes); environment variables: letters, digits and
+        /// underscores, not starting with a digit.
+        #[schemars(regex(pattern = r"^[A-Za-z_][A-Za-z0-9_-]*$"), length(min = 1))]
+        pub key: String,
+        /// The value (non-sensitive variables only).
+        #[serde(default)]
+        pub value: String,
+        /// The value from a Secret key (sensitive variables).
+        pub value_from: Option<SecretKeyRef>,
+        /// Description of the variable (at most 512 characters).
+        #[schemars(length(max = 512))]
+        pub description: Option<String>,
+        /// `terraform` (an input variable of the configuration) or `env` (an environment
+        /// variable of the run).
+        #[serde(default = "default_category")]
+        #[schemars(extend("enum" = ["terraform", "env"]))]
+        pub category: String,
+        /// Whether the value is an expression of the configuration language (HCL) rather than
+        /// a string; terraform variables only.
+        #[serde(default)]
+        pub hcl: bool,
+        /// When true the value is write-once and never shown again.
+        #[serde(default)]
+        pub sensitive: bool,
+    }
 }
 
 fn default_category() -> String {
@@ -87,7 +72,6 @@ kind_status! {
     /// Observed state of a workspace variable.
     pub struct WorkspaceVariableStatus {
         /// The variable's ID (`var-…`).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         pub id: Option<String>,
     }
 }

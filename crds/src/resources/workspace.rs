@@ -1,246 +1,208 @@
-use kube::CustomResource;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-
 use super::default_true;
 use crate::common::{DataRetentionPolicy, EffectiveTagBinding, TagBinding};
 
-/// A workspace: running infrastructure managed by terrace, in an organization's namespace
-/// and one of its projects. Field names are the camelCase of the TFE API attributes.
-/// Defaults shown are the TFE create defaults; `terraformVersion` (latest release) and the
-/// organization-dependent defaults are applied by the API server.
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[kube(
-    group = "terrace.dev",
-    version = "v1alpha1",
-    kind = "Workspace",
-    doc = "A workspace: running infrastructure managed by terrace, in an organization's namespace and one of its projects (HCP Terraform / TFE workspace).",
-    plural = "workspaces",
-    namespaced,
-    status = "WorkspaceStatus",
-    shortname = "tfws",
-    category = "terrace",
-    printcolumn = r#"{"name":"TFE Name","type":"string","jsonPath":".spec.name","description":"The workspace's TFE name."}"#,
-    printcolumn = r#"{"name":"Project","type":"string","jsonPath":".spec.project","description":"Project object of the workspace (empty: the organization's default project)."}"#,
-    printcolumn = r#"{"name":"Execution","type":"string","jsonPath":".spec.executionMode","description":"Execution mode."}"#,
-    printcolumn = r#"{"name":"Locked","type":"string","jsonPath":".metadata.annotations.terrace\\.dev/locked-by","description":"Holder of the workspace lock, if locked."}"#,
-    printcolumn = r#"{"name":"ID","type":"string","jsonPath":".metadata.labels.terrace\\.dev/id","priority":1}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
-)]
-#[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-validations" = [
-    {"rule": "!(has(self.executionMode) && has(self.operations))",
-     "message": "operations cannot be given together with executionMode (operations is deprecated)"},
-    {"rule": "!has(self.executionMode) || self.executionMode != 'agent' || (has(self.agentPoolId) && self.agentPoolId != '')",
-     "message": "agentPoolId is required when executionMode is agent"},
-    {"rule": "!has(self.agentPoolId) || (has(self.executionMode) && self.executionMode == 'agent')",
-     "message": "agentPoolId can only be given with executionMode agent (not with remote, local or operations)"},
-    {"rule": "!(has(self.projectRemoteState) && self.projectRemoteState && has(self.globalRemoteState) && self.globalRemoteState)",
-     "message": "projectRemoteState cannot be enabled when globalRemoteState is enabled"},
-    {"rule": "!has(self.settingOverwrites) || !has(self.settingOverwrites.executionMode) || !self.settingOverwrites.executionMode || has(self.executionMode)",
-     "message": "executionMode must be given when settingOverwrites.executionMode is true"}
-]))]
-pub struct WorkspaceSpec {
-    /// The workspace's TFE name: letters, digits, `-` and `_`, unique within the
-    /// organization. Renaming changes the workspace's URL in the API.
-    #[schemars(regex(pattern = r"^[A-Za-z0-9_-]+$"), length(min = 1, max = 90))]
-    pub name: String,
-    /// Name of the Project object (same namespace) the workspace belongs to. Empty: the
-    /// organization's default project.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub project: Option<String>,
-    /// Workspace description.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
-    /// ID of an agent pool of the organization (`apool-…`). Required when executionMode is
-    /// agent; not allowed otherwise.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent_pool_id: Option<String>,
-    /// Whether destroy plans can be queued.
-    #[serde(default = "default_true")]
-    pub allow_destroy_plan: bool,
-    /// Health assessments (formerly drift detection). Hosted edition only; can be
-    /// overridden by the organization's assessmentsEnforced.
-    #[serde(default)]
-    pub assessments_enabled: bool,
-    /// Apply automatically after a successful plan (runs from VCS, UI or CLI).
-    #[serde(default)]
-    pub auto_apply: bool,
-    /// Apply automatically for runs started by run triggers.
-    #[serde(default)]
-    pub auto_apply_run_trigger: bool,
-    /// Time of the next scheduled destroy run (RFC 3339).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("format" = "date-time"))]
-    pub auto_destroy_at: Option<String>,
-    /// Inactivity period before a destroy run is queued: 1-4 digits greater than 0
-    /// followed by `d` or `h` (for example `14d`, `36h`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(
-        pattern = r"^([1-9][0-9]{0,3}|0[1-9][0-9]{0,2}|00[1-9][0-9]?|000[1-9])[dh]$"
-    ))]
-    pub auto_destroy_activity_duration: Option<String>,
-    /// Execution mode: remote, local (state storage only) or agent. Not together with
-    /// operations. Absent: the organization's default execution mode.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("enum" = ["remote", "local", "agent"]))]
-    pub execution_mode: Option<String>,
-    /// Start runs only for changes matching triggerPrefixes or triggerPatterns; when
-    /// false, any push triggers a run.
-    #[serde(default = "default_true")]
-    pub file_triggers_enabled: bool,
-    /// When true every workspace of the organization may read this workspace's state;
-    /// when false only the approved remoteStateConsumers may.
-    #[serde(default)]
-    pub global_remote_state: bool,
-    /// When true the workspaces of the same project may read this workspace's state (not
-    /// together with globalRemoteState).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub project_remote_state: bool,
-    /// Deprecated, use executionMode. false means state storage only (local), true remote.
-    /// Not together with executionMode.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub operations: Option<bool>,
-    /// When false, VCS-triggered runs are not queued until one run was queued manually.
-    #[serde(default)]
-    pub queue_all_runs: bool,
-    /// Friendly name of the client that created the workspace (created-via label).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source_name: Option<String>,
-    /// URL of the creating client or a related resource.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source_url: Option<String>,
-    /// Whether automatic speculative plans (for example on pull requests) are allowed.
-    #[serde(default = "default_true")]
-    pub speculative_enabled: bool,
-    /// Engine version or constraint (for example `1.9.5` or `~> 1.9.0`). Absent: the
-    /// latest release.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub terraform_version: Option<String>,
-    /// Glob patterns of monitored files, relative to the repository root.
-    #[serde(default)]
-    pub trigger_patterns: Vec<String>,
-    /// Monitored path prefixes in addition to the working directory.
-    #[serde(default)]
-    pub trigger_prefixes: Vec<String>,
-    /// Relative path in which execution takes place. Absent: the repository root.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub working_directory: Option<String>,
-    /// Which organization-level defaults this workspace overrides (true, the default) or
-    /// inherits (false).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub setting_overwrites: Option<SettingOverwrites>,
-    /// The VCS repository the workspace is linked to. Absent: none.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub vcs_repo: Option<VcsRepo>,
-    /// Flat string tags (legacy; the organization's tag list is derived from these).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "set"))]
-    pub tags: Vec<String>,
-    /// Key-value tags bound directly to the workspace, in order (at most 10).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(
-        length(max = 10),
-        extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["key"])
+crd_kind! {
+    /// A workspace: running infrastructure managed by terrace, in an organization's namespace
+    /// and one of its projects. Field names are the camelCase of the TFE API attributes.
+    /// Defaults shown are the TFE create defaults; `terraformVersion` (latest release) and the
+    /// organization-dependent defaults are applied by the API server.
+    #[kube(
+        kind = "Workspace",
+        doc = "A workspace: running infrastructure managed by terrace, in an organization's namespace and one of its projects (HCP Terraform / TFE workspace).",
+        namespaced,
+        status = "WorkspaceStatus",
+        shortname = "tfws",
+        printcolumn = r#"{"name":"TFE Name","type":"string","jsonPath":".spec.name","description":"The workspace's TFE name."}"#,
+        printcolumn = r#"{"name":"Project","type":"string","jsonPath":".spec.project","description":"Project object of the workspace (empty: the organization's default project)."}"#,
+        printcolumn = r#"{"name":"Execution","type":"string","jsonPath":".spec.executionMode","description":"Execution mode."}"#,
+        printcolumn = r#"{"name":"Locked","type":"string","jsonPath":".metadata.annotations.terrace\\.dev/locked-by","description":"Holder of the workspace lock, if locked."}"#
     )]
-    pub tag_bindings: Vec<TagBinding>,
-    /// Workspaces (IDs `ws-…` or TFE names in the same organization) allowed to read this
-    /// workspace's state while globalRemoteState is false.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub remote_state_consumers: Vec<String>,
-    /// SSH key used for module sources: an SshKey ID (`sshkey-…`) or the name of an
-    /// SshKey object in this namespace.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ssh_key: Option<String>,
-    /// Data retention policy of this workspace (self-hosted edition). Absent: the
-    /// organization default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub data_retention_policy: Option<DataRetentionPolicy>,
+    columns: wide_id, age;
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": "!(has(self.executionMode) && has(self.operations))",
+         "message": "operations cannot be given together with executionMode (operations is deprecated)"},
+        {"rule": "!has(self.executionMode) || self.executionMode != 'agent' || (has(self.agentPoolId) && self.agentPoolId != '')",
+         "message": "agentPoolId is required when executionMode is agent"},
+        {"rule": "!has(self.agentPoolId) || (has(self.executionMode) && self.executionMode == 'agent')",
+         "message": "agentPoolId can only be given with executionMode agent (not with remote, local or operations)"},
+        {"rule": "!(has(self.projectRemoteState) && self.projectRemoteState && has(self.globalRemoteState) && self.globalRemoteState)",
+         "message": "projectRemoteState cannot be enabled when globalRemoteState is enabled"},
+        {"rule": "!has(self.settingOverwrites) || !has(self.settingOverwrites.executionMode) || !self.settingOverwrites.executionMode || has(self.executionMode)",
+         "message": "executionMode must be given when settingOverwrites.executionMode is true"}
+    ]))]
+    pub struct WorkspaceSpec {
+        /// The workspace's TFE name: letters, digits, `-` and `_`, unique within the
+        /// organization. Renaming changes the workspace's URL in the API.
+        #[schemars(regex(pattern = r"^[A-Za-z0-9_-]+$"), length(min = 1, max = 90))]
+        pub name: String,
+        /// Name of the Project object (same namespace) the workspace belongs to. Empty: the
+        /// organization's default project.
+        pub project: Option<String>,
+        /// Workspace description.
+        pub description: Option<String>,
+        /// ID of an agent pool of the organization (`apool-…`). Required when executionMode is
+        /// agent; not allowed otherwise.
+        pub agent_pool_id: Option<String>,
+        /// Whether destroy plans can be queued.
+        #[serde(default = "default_true")]
+        pub allow_destroy_plan: bool,
+        /// Health assessments (formerly drift detection). Hosted edition only; can be
+        /// overridden by the organization's assessmentsEnforced.
+        #[serde(default)]
+        pub assessments_enabled: bool,
+        /// Apply automatically after a successful plan (runs from VCS, UI or CLI).
+        #[serde(default)]
+        pub auto_apply: bool,
+        /// Apply automatically for runs started by run triggers.
+        #[serde(default)]
+        pub auto_apply_run_trigger: bool,
+        /// Time of the next scheduled destroy run (RFC 3339).
+        #[schemars(extend("format" = "date-time"))]
+        pub auto_destroy_at: Option<String>,
+        /// Inactivity period before a destroy run is queued: 1-4 digits greater than 0
+        /// followed by `d` or `h` (for example `14d`, `36h`).
+        #[schemars(regex(
+            pattern = r"^([1-9][0-9]{0,3}|0[1-9][0-9]{0,2}|00[1-9][0-9]?|000[1-9])[dh]$"
+        ))]
+        pub auto_destroy_activity_duration: Option<String>,
+        /// Execution mode: remote, local (state storage only) or agent. Not together with
+        /// operations. Absent: the organization's default execution mode.
+        #[schemars(extend("enum" = ["remote", "local", "agent"]))]
+        pub execution_mode: Option<String>,
+        /// Start runs only for changes matching triggerPrefixes or triggerPatterns; when
+        /// false, any push triggers a run.
+        #[serde(default = "default_true")]
+        pub file_triggers_enabled: bool,
+        /// When true every workspace of the organization may read this workspace's state;
+        /// when false only the approved remoteStateConsumers may.
+        #[serde(default)]
+        pub global_remote_state: bool,
+        /// When true the workspaces of the same project may read this workspace's state (not
+        /// together with globalRemoteState).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pub project_remote_state: bool,
+        /// Deprecated, use executionMode. false means state storage only (local), true remote.
+        /// Not together with executionMode.
+        pub operations: Option<bool>,
+        /// When false, VCS-triggered runs are not queued until one run was queued manually.
+        #[serde(default)]
+        pub queue_all_runs: bool,
+        /// Friendly name of the client that created the workspace (created-via label).
+        pub source_name: Option<String>,
+        /// URL of the creating client or a related resource.
+        pub source_url: Option<String>,
+        /// Whether automatic speculative plans (for example on pull requests) are allowed.
+        #[serde(default = "default_true")]
+        pub speculative_enabled: bool,
+        /// Engine version or constraint (for example `1.9.5` or `~> 1.9.0`). Absent: the
+        /// latest release.
+        pub terraform_version: Option<String>,
+        /// Glob patterns of monitored files, relative to the repository root.
+        #[serde(default)]
+        pub trigger_patterns: Vec<String>,
+        /// Monitored path prefixes in addition to the working directory.
+        #[serde(default)]
+        pub trigger_prefixes: Vec<String>,
+        /// Relative path in which execution takes place. Absent: the repository root.
+        pub working_directory: Option<String>,
+        /// Which organization-level defaults this workspace overrides (true, the default) or
+        /// inherits (false).
+        pub setting_overwrites: Option<SettingOverwrites>,
+        /// The VCS repository the workspace is linked to. Absent: none.
+        pub vcs_repo: Option<VcsRepo>,
+        /// Flat string tags (legacy; the organization's tag list is derived from these).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        #[schemars(extend("x-kubernetes-list-type" = "set"))]
+        pub tags: Vec<String>,
+        /// Key-value tags bound directly to the workspace, in order (at most 10).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        #[schemars(
+            length(max = 10),
+            extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["key"])
+        )]
+        pub tag_bindings: Vec<TagBinding>,
+        /// Workspaces (IDs `ws-…` or TFE names in the same organization) allowed to read this
+        /// workspace's state while globalRemoteState is false.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub remote_state_consumers: Vec<String>,
+        /// SSH key used for module sources: an SshKey ID (`sshkey-…`) or the name of an
+        /// SshKey object in this namespace.
+        pub ssh_key: Option<String>,
+        /// Data retention policy of this workspace (self-hosted edition). Absent: the
+        /// organization default.
+        pub data_retention_policy: Option<DataRetentionPolicy>,
+    }
 }
 
-/// Settings with organization-level defaults. true (the default): the workspace's own
-/// value applies; false: the organization default is inherited.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct SettingOverwrites {
-    /// Whether executionMode is the workspace's own (true) or the organization's default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub execution_mode: Option<bool>,
-    /// Whether agentPoolId is the workspace's own (true) or the organization's default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent_pool: Option<bool>,
+crd_struct! {
+    /// Settings with organization-level defaults. true (the default): the workspace's own
+    /// value applies; false: the organization default is inherited.
+    #[derive(Default, Eq)]
+    pub struct SettingOverwrites {
+        /// Whether executionMode is the workspace's own (true) or the organization's default.
+        pub execution_mode: Option<bool>,
+        /// Whether agentPoolId is the workspace's own (true) or the organization's default.
+        pub agent_pool: Option<bool>,
+    }
 }
 
-/// A linked VCS repository.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-validations" = [
-    {"rule": "!(has(self.oauthTokenId) && has(self.vcsAppInstallationId))",
-     "message": "oauthTokenId cannot be combined with vcsAppInstallationId"},
-    {"rule": "has(self.oauthTokenId) || has(self.vcsAppInstallationId)",
-     "message": "one of oauthTokenId or vcsAppInstallationId is required"}
-]))]
-pub struct VcsRepo {
-    /// Repository identifier, `:org/:repo` (Azure DevOps: `:org/:project/_git/:repo`).
-    #[schemars(regex(pattern = r"^[A-Za-z0-9_.-]+/([A-Za-z0-9_. -]+/_git/)?[A-Za-z0-9_.-]+$"))]
-    pub identifier: String,
-    /// Branch to use. Empty or absent: the repository's default branch.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub branch: Option<String>,
-    /// Fetch submodules when cloning.
-    #[serde(default)]
-    pub ingress_submodules: bool,
-    /// ID of the VCS OAuth token (`ot-…`) from the oauth-tokens endpoint.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub oauth_token_id: Option<String>,
-    /// ID of a VCS app installation (the vendor's `github-app-installation-id`). Cannot be
-    /// combined with oauthTokenId.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        alias = "githubAppInstallationId"
-    )]
-    pub vcs_app_installation_id: Option<String>,
-    /// Regular expression; a VCS event with a matching Git tag triggers a run.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tags_regex: Option<String>,
+crd_struct! {
+    /// A linked VCS repository.
+    #[derive(Default, Eq)]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": "!(has(self.oauthTokenId) && has(self.vcsAppInstallationId))",
+         "message": "oauthTokenId cannot be combined with vcsAppInstallationId"},
+        {"rule": "has(self.oauthTokenId) || has(self.vcsAppInstallationId)",
+         "message": "one of oauthTokenId or vcsAppInstallationId is required"}
+    ]))]
+    pub struct VcsRepo {
+        /// Repository identifier, `:org/:repo` (Azure DevOps: `:org/:project/_git/:repo`).
+        #[schemars(regex(pattern = r"^[A-Za-z0-9_.-]+/([A-Za-z0-9_. -]+/_git/)?[A-Za-z0-9_.-]+$"))]
+        pub identifier: String,
+        /// Branch to use. Empty or absent: the repository's default branch.
+        pub branch: Option<String>,
+        /// Fetch submodules when cloning.
+        #[serde(default)]
+        pub ingress_submodules: bool,
+        /// ID of the VCS OAuth token (`ot-…`) from the oauth-tokens endpoint.
+        pub oauth_token_id: Option<String>,
+        /// ID of a VCS app installation (the vendor's `github-app-installation-id`). Cannot be
+        /// combined with oauthTokenId.
+        #[serde(alias = "githubAppInstallationId")]
+        pub vcs_app_installation_id: Option<String>,
+        /// Regular expression; a VCS event with a matching Git tag triggers a run.
+        pub tags_regex: Option<String>,
+    }
 }
 
-/// Performance attributes over the past 30 runs that errored or applied.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct WorkspaceMetrics {
-    /// Average apply phase time, milliseconds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub apply_duration_average: Option<i64>,
-    /// Average plan phase time, milliseconds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub plan_duration_average: Option<i64>,
-    /// Run failures caused by a policy check failure.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub policy_check_failures: Option<i64>,
-    /// Count of failed runs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run_failures: Option<i64>,
-    /// Number of runs taken into account.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub workspace_kpis_run_count: Option<i64>,
+crd_struct! {
+    /// Performance attributes over the past 30 runs that errored or applied.
+    #[derive(Default)]
+    pub struct WorkspaceMetrics {
+        /// Average apply phase time, milliseconds.
+        pub apply_duration_average: Option<i64>,
+        /// Average plan phase time, milliseconds.
+        pub plan_duration_average: Option<i64>,
+        /// Run failures caused by a policy check failure.
+        pub policy_check_failures: Option<i64>,
+        /// Count of failed runs.
+        pub run_failures: Option<i64>,
+        /// Number of runs taken into account.
+        pub workspace_kpis_run_count: Option<i64>,
+    }
 }
 
 kind_status! {
     /// Observed state of a workspace, owned by the workspace controller.
     pub struct WorkspaceStatus {
         /// The workspace's ID (`ws-…`), also in the `terrace.dev/id` label.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         pub id: Option<String>,
         /// ID of the workspace's project.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         pub project_id: Option<String>,
         /// Number of resources the workspace's current state manages.
         #[serde(default)]
         pub resource_count: i64,
         /// Time of the latest change of state or configuration (RFC 3339).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         pub latest_change_at: Option<String>,
         /// Flat tag names, sorted.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -249,10 +211,8 @@ kind_status! {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         pub effective_tag_bindings: Vec<EffectiveTagBinding>,
         /// Number of approved remote state consumers.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         pub remote_state_consumer_count: Option<i64>,
         /// ID of the data retention policy set on the workspace (`drp-…`).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         pub data_retention_policy_id: Option<String>,
         /// Performance attributes.
         #[serde(default)]
