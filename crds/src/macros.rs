@@ -69,8 +69,9 @@ macro_rules! crd_struct {
 /// printer columns. The plural is the one kube infers from the kind (lower case, `s`).
 ///
 /// `columns:` (after the `#[kube(...)]` attribute) then names the standard printer
-/// columns that follow the kind's own, in order: `id` (the TFE ID, the `terrace.dev/id`
-/// label), `wide_id` (the same, shown with `-o wide` only) and `age`.
+/// columns that follow the kind's own, in order: `tfe_name` (`spec.name`), `id` (the TFE
+/// ID, the `terrace.dev/id` label), `wide_id` (the same, shown with `-o wide` only) and
+/// `age`.
 macro_rules! crd_kind {
     (
         $(#[$meta:meta])*
@@ -79,6 +80,12 @@ macro_rules! crd_kind {
         pub struct $name:ident { $($fields:tt)* }
     ) => {
         crd_kind!(@column [$(#[$meta])* $(#[$more_meta])*] [$($column)+] $name { $($fields)* });
+    };
+    (@column [$($metas:tt)*] [tfe_name $($rest:ident)*] $($spec:tt)*) => {
+        crd_kind!(@column [
+            $($metas)*
+            #[kube(printcolumn = r#"{"name":"TFE Name","type":"string","jsonPath":".spec.name"}"#)]
+        ] [$($rest)*] $($spec)*);
     };
     (@column [$($metas:tt)*] [id $($rest:ident)*] $($spec:tt)*) => {
         crd_kind!(@column [

@@ -29,7 +29,6 @@ pub fn controller(
     metrics::run(
         Controller::new(api, watcher::Config::default()).graceful_shutdown_on(shutdown),
         metrics::CONTROLLER_BLOB_FINALIZER,
-        "blob finalizer",
         move |cv, s3| reconcile(cv, client.clone(), s3),
         error_policy,
         Arc::new(s3),

@@ -348,24 +348,18 @@ where
     .instrument(span)
 }
 
-/// Runs a controller to its end with every reconcile [`instrument`]ed as `controller`; a
-/// failed one is also logged at debug level as "`what` reconcile". The controllers whose
+/// Runs a controller to its end (at most [`crate::watch::RECONCILE_CONCURRENCY`]
+/// reconciles at once) with every reconcile [`instrument`]ed as `name`; a failed one is
+/// also logged at debug level with the controller's name. The controllers whose
 /// reconciles take the object and their context all end this way:
 ///
 /// ```ignore
-/// metrics::run(
-///     Controller::for_stream(feed.into_stream(), store).graceful_shutdown_on(shutdown),
-///     CONTROLLER,
-///     "workspace",
-///     reconcile,
-///     error_policy,
-///     ctx,
-/// )
+/// let controller = Controller::for_stream(feed.into_stream(), store);
+/// metrics::run(controller, CONTROLLER, reconcile, error_policy, ctx)
 /// ```
 pub async fn run<K, C, F>(
     controller: Controller<K>,
     name: &'static str,
-    what: &'static str,
     mut reconcile: impl FnMut(Arc<K>, Arc<C>) -> F,
     error_policy: impl Fn(Arc<K>, &Error, Arc<C>) -> Action,
     ctx: Arc<C>,
@@ -382,7 +376,7 @@ pub async fn run<K, C, F>(
         )
         .for_each(|res| async move {
             if let Err(e) = res {
-                tracing::debug!(error = %e, "{what} reconcile");
+                tracing::debug!(error = %e, controller = name, "reconcile failed");
             }
         })
         .await;

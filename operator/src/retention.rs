@@ -123,7 +123,6 @@ where
     metrics::run(
         controller,
         metrics::CONTROLLER_STATE_RETENTION,
-        "state retention",
         reconcile,
         error_policy,
         rctx,

@@ -8,10 +8,9 @@ crd_kind! {
         doc = "A project of an organization: a group of workspaces whose tag bindings they inherit.",
         namespaced,
         status = "ProjectStatus",
-        shortname = "tfprj",
-        printcolumn = r#"{"name":"TFE Name","type":"string","jsonPath":".spec.name"}"#
+        shortname = "tfprj"
     )]
-    columns: id, age;
+    columns: tfe_name, id, age;
     #[schemars(extend("x-kubernetes-validations" = [
         {"rule": "!has(self.defaultAgentPoolId) || (has(self.defaultExecutionMode) && self.defaultExecutionMode == 'agent')",
          "message": "defaultAgentPoolId must not be specified unless using 'agent' execution mode"},

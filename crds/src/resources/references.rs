@@ -17,10 +17,9 @@ crd_kind! {
         doc = "An SSH private key (kept in a Secret) workspaces use for private module sources.",
         namespaced,
         status = "ReferenceStatus",
-        shortname = "tfssh",
-        printcolumn = r#"{"name":"TFE Name","type":"string","jsonPath":".spec.name"}"#
+        shortname = "tfssh"
     )]
-    columns: id, age;
+    columns: tfe_name, id, age;
     pub struct SshKeySpec {
         /// Display name of the key.
         #[schemars(length(min = 1))]
@@ -37,10 +36,9 @@ crd_kind! {
         doc = "A pool of agents running workspaces with execution mode agent.",
         namespaced,
         status = "ReferenceStatus",
-        shortname = "tfpool",
-        printcolumn = r#"{"name":"TFE Name","type":"string","jsonPath":".spec.name"}"#
+        shortname = "tfpool"
     )]
-    columns: id, age;
+    columns: tfe_name, id, age;
     pub struct AgentPoolSpec {
         /// Name of the agent pool.
         #[schemars(length(min = 1))]

@@ -113,7 +113,6 @@ pub fn controller(
     metrics::run(
         controller,
         metrics::CONTROLLER_ORGANIZATION,
-        "organization",
         reconcile,
         error_policy,
         octx,

@@ -40,7 +40,6 @@ where
     Ok(crate::metrics::run(
         Controller::for_stream_with(changes, store, resource).graceful_shutdown_on(shutdown),
         crate::metrics::CONTROLLER_RUN_AUTO_QUEUE,
-        "run of an upload",
         reconcile,
         error_policy,
         ctx,

@@ -74,7 +74,6 @@ where
     let run = metrics::run(
         Controller::for_stream_with(changes, store, resource).graceful_shutdown_on(shutdown),
         CONTROLLER,
-        "automatic test run",
         reconcile,
         error_policy,
         actx,

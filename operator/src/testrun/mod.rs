@@ -155,7 +155,6 @@ where
     let main = crate::metrics::run(
         controller.graceful_shutdown_on(shutdown.clone()),
         crate::metrics::CONTROLLER_TEST_RUN,
-        "test run",
         reconcile,
         error_policy,
         rctx,

@@ -313,7 +313,6 @@ where
     metrics::run(
         controller,
         metrics::CONTROLLER_WORKSPACE,
-        "workspace",
         reconcile,
         error_policy,
         wctx,

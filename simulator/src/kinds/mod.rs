@@ -112,8 +112,10 @@ pub trait KindBehaviour: Send + Sync {
         Ok(())
     }
 
-    /// A kind whose deletion is its own: `Some` answers the delete of an object not yet
-    /// being deleted (not a dry run) instead of the generic path. Default: `None`.
+    /// A kind whose deletion is its own: `Some` answers a delete (not a dry run) instead
+    /// of the generic path; see [`being_deleted`] for a delete of an object already
+    /// being deleted, which the generic path answers with the object unchanged. Default:
+    /// `None`.
     fn delete(
         &self,
         _st: &mut State,
@@ -128,18 +130,6 @@ pub trait KindBehaviour: Send + Sync {
     /// object stays with `deletionTimestamp` until whoever runs it removes it. Default: 0.
     fn grace_period(&self, _obj: &Value, _opts: &DeleteOpts) -> i64 {
         0
-    }
-
-    /// A delete of an object already being deleted (not a dry run): `Some` answers it,
-    /// `None` answers the object unchanged (the default).
-    fn delete_again(
-        &self,
-        _st: &mut State,
-        _info: &ResourceInfo,
-        _old: &Value,
-        _opts: &DeleteOpts,
-    ) -> Option<ApiResult<Value>> {
-        None
     }
 
     /// After an object is removed for good by a delete.
@@ -188,4 +178,9 @@ pub fn of(info: &ResourceInfo) -> &'static dyn KindBehaviour {
         .iter()
         .find(|(g, p, _)| *g == info.group && *p == info.plural)
         .map_or(&Generic, |(_, _, b)| *b)
+}
+
+/// Whether `obj` is already being deleted (`metadata.deletionTimestamp` is set).
+pub fn being_deleted(obj: &Value) -> bool {
+    obj.pointer("/metadata/deletionTimestamp").is_some()
 }

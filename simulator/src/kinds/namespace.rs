@@ -47,7 +47,8 @@ impl KindBehaviour for Namespaces {
         Ok(())
     }
 
-    /// `Terminating` at once; [`finalize`] deletes the content, then the Namespace.
+    /// `Terminating` at once; [`finalize`] deletes the content, then the Namespace. A
+    /// Namespace already terminating is answered as it is.
     fn delete(
         &self,
         st: &mut State,
@@ -55,6 +56,9 @@ impl KindBehaviour for Namespaces {
         old: &Value,
         _opts: &DeleteOpts,
     ) -> Option<ApiResult<Value>> {
+        if super::being_deleted(old) {
+            return None;
+        }
         let mut o = old.clone();
         let m = match meta_mut(&mut o) {
             Ok(m) => m,

@@ -40,15 +40,19 @@ impl KindBehaviour for Pods {
         grace_period(pod, opts)
     }
 
-    /// Only a pending graceful deletion can change: a shorter grace period moves it
+    /// The first delete takes the generic path (with the grace period above). A later
+    /// one can only change a pending graceful deletion: a shorter grace period moves it
     /// forward, and one at zero without finalizers completes it.
-    fn delete_again(
+    fn delete(
         &self,
         st: &mut State,
         info: &ResourceInfo,
         old: &Value,
         opts: &DeleteOpts,
     ) -> Option<ApiResult<Value>> {
+        if !super::being_deleted(old) {
+            return None;
+        }
         let current = old
             .pointer("/metadata/deletionGracePeriodSeconds")
             .and_then(Value::as_i64)

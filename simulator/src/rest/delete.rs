@@ -61,19 +61,16 @@ pub fn delete(
     let res = res_key(info);
     let key = crate::store::obj_key(&old);
     let kind = kinds::of(info);
-    if meta_of(&old).is_some_and(|m| m.contains_key("deletionTimestamp")) {
-        if opts.dry_run {
-            return Ok(in_version(&old, info));
-        }
-        return kind
-            .delete_again(st, info, &old, opts)
-            .unwrap_or_else(|| Ok(in_version(&old, info)));
-    }
     if opts.dry_run {
         return Ok(in_version(&old, info));
     }
     if let Some(done) = kind.delete(st, info, &old, opts) {
         return done;
+    }
+    // Deleting an object already being deleted changes nothing (unless its kind said
+    // otherwise above).
+    if kinds::being_deleted(&old) {
+        return Ok(in_version(&old, info));
     }
     if opts.propagation.as_deref() == Some("Orphan") {
         orphan_dependents(st, &old);
