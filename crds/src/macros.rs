@@ -10,13 +10,32 @@
 /// object while it is `None` (`#[serde(default, skip_serializing_if = "Option::is_none")]`,
 /// so it is never required either). Other fields keep the serde attributes they are given.
 /// Doc comments become the CRD's field descriptions as on a plain struct. Every field is
-/// `pub`.
+/// `pub`. `@variable_value;` in the field list stands for the three fields every variable
+/// kind has, at that place: `value`, `valueFrom` and `description`.
 macro_rules! crd_struct {
     (
         $(#[$meta:meta])*
         pub struct $name:ident { $($fields:tt)* }
     ) => {
         crd_struct!(@field [$(#[$meta])*] $name [] $($fields)*);
+    };
+    // The value fields of a variable kind (TestVariable, WorkspaceVariable).
+    (
+        @field $metas:tt $name:ident [$($done:tt)*]
+        @variable_value;
+        $($rest:tt)*
+    ) => {
+        crd_struct!(@field $metas $name [$($done)*]
+            /// The value (non-sensitive variables only).
+            #[serde(default)]
+            pub value: String,
+            /// The value from a Secret key (sensitive variables).
+            pub value_from: Option<$crate::common::SecretKeyRef>,
+            /// Description of the variable (at most 512 characters).
+            #[schemars(length(max = 512))]
+            pub description: Option<String>,
+            $($rest)*
+        );
     };
     // An optional field: absent from the object while None.
     (

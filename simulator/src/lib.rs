@@ -33,6 +33,7 @@ pub mod store;
 pub mod watch;
 
 pub mod protobuf;
+pub mod redacted;
 pub mod tls;
 
 use std::path::PathBuf;

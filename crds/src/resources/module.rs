@@ -2,7 +2,6 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{default_true, secret_value_rules};
-use crate::common::SecretKeyRef;
 use crate::testrun::{UnknownValue, wire_values};
 
 crd_kind! {
@@ -319,14 +318,7 @@ crd_kind! {
         /// Variable name: begins with a letter or underscore; letters, digits, underscores.
         #[schemars(regex(pattern = r"^[A-Za-z_][A-Za-z0-9_]*$"))]
         pub key: String,
-        /// The value (non-sensitive variables only).
-        #[serde(default)]
-        pub value: String,
-        /// The value from a Secret key (sensitive variables).
-        pub value_from: Option<SecretKeyRef>,
-        /// Description of the variable (at most 512 characters).
-        #[schemars(length(max = 512))]
-        pub description: Option<String>,
+        @variable_value;
         /// Whether the value is written in the configuration language (HCL) rather than as a
         /// string.
         #[serde(default)]

@@ -4,7 +4,6 @@
 use sha2::{Digest, Sha256};
 
 use super::secret_value_rules;
-use crate::common::SecretKeyRef;
 use crate::rules::VariableCategory;
 
 crd_kind! {
@@ -41,14 +40,7 @@ crd_kind! {
         /// underscores, not starting with a digit.
         #[schemars(regex(pattern = r"^[A-Za-z_][A-Za-z0-9_-]*$"), length(min = 1))]
         pub key: String,
-        /// The value (non-sensitive variables only).
-        #[serde(default)]
-        pub value: String,
-        /// The value from a Secret key (sensitive variables).
-        pub value_from: Option<SecretKeyRef>,
-        /// Description of the variable (at most 512 characters).
-        #[schemars(length(max = 512))]
-        pub description: Option<String>,
+        @variable_value;
         /// `terraform` (an input variable of the configuration) or `env` (an environment
         /// variable of the run).
         #[serde(default = "default_category")]
@@ -116,6 +108,7 @@ impl WorkspaceVariableSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::common::SecretKeyRef;
 
     fn spec() -> WorkspaceVariableSpec {
         WorkspaceVariableSpec {

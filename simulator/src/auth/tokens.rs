@@ -11,6 +11,7 @@
 //! leeway, then the ServiceAccount must still exist with the same uid (the server answers
 //! that lookup through a closure).
 
+use crate::redacted::Redacted;
 use std::collections::BTreeMap;
 
 use base64::Engine;
@@ -110,21 +111,12 @@ impl ServiceAccountClaims {
     }
 }
 
-/// Signs and verifies ServiceAccount tokens.
-#[derive(Clone)]
+/// Signs and verifies ServiceAccount tokens (`Debug` leaves the key out).
+#[derive(Clone, Debug)]
 pub struct TokenSigner {
-    key: [u8; 32],
+    key: Redacted<[u8; 32]>,
     issuer: String,
     api_audiences: Vec<String>,
-}
-
-impl std::fmt::Debug for TokenSigner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TokenSigner")
-            .field("issuer", &self.issuer)
-            .field("api_audiences", &self.api_audiences)
-            .finish_non_exhaustive()
-    }
 }
 
 fn timestamp(second: i64) -> Timestamp {
@@ -140,7 +132,7 @@ impl TokenSigner {
     /// A signer with the default issuer, which is also the only API audience.
     pub fn new(key: [u8; 32]) -> Self {
         TokenSigner {
-            key,
+            key: Redacted(key),
             issuer: DEFAULT_ISSUER.to_string(),
             api_audiences: vec![DEFAULT_ISSUER.to_string()],
         }
@@ -169,13 +161,13 @@ impl TokenSigner {
 
     fn mac(&self) -> HmacSha256 {
         // HMAC accepts keys of any length, so this cannot fail.
-        <HmacSha256 as Mac>::new_from_slice(&self.key).unwrap_or_else(|_| unreachable!())
+        <HmacSha256 as Mac>::new_from_slice(&self.key.0).unwrap_or_else(|_| unreachable!())
     }
 
     fn key_id(&self) -> String {
         let digest = Sha256::new()
             .chain_update(b"terrace-simulator-kid:")
-            .chain_update(self.key)
+            .chain_update(self.key.0)
             .finalize();
         URL_SAFE_NO_PAD.encode(&digest[..16])
     }
