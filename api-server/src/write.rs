@@ -107,6 +107,31 @@ where
     guarded(api, current, Subresource::Object, change).await
 }
 
+/// Consumes a single-use credential an object holds: while `holds` the (live) object,
+/// writes `removal` (the merge patch that takes the credential away) under its
+/// resourceVersion, so of two concurrent uses exactly one succeeds. `refused()` when
+/// the object no longer holds it or is gone.
+pub async fn consume<K: Patchable>(
+    api: &Api<K>,
+    current: K,
+    holds: impl Fn(&K) -> bool,
+    removal: Value,
+    refused: impl Fn() -> ApiError,
+) -> Result<K, ApiError> {
+    let taken = guarded_patch(api, current, |cur| {
+        if holds(cur) {
+            Ok(Some(removal.clone()))
+        } else {
+            Err(refused())
+        }
+    })
+    .await;
+    taken.map_err(|e| match e {
+        ApiError::NotFound(_) => refused(),
+        other => other,
+    })
+}
+
 /// [`guarded_patch`] of the status subresource: `change` answers the merge patch of
 /// `status` (None: nothing to change), written as the API's field manager.
 pub async fn guarded_status_patch<K, F>(

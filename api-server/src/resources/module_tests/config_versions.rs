@@ -331,18 +331,8 @@ async fn archive(
     let holder = holder.ok_or_else(unauthorized)?;
     // The token is single-use: consumed (removed from the run's Secret, under its
     // resourceVersion, so of two concurrent fetches one wins) before the archive is served.
-    write::guarded_patch(&secrets, holder, |s| {
-        if holds(s) {
-            Ok(Some(json!({"data": {TOKEN_KEY: null}})))
-        } else {
-            Err(unauthorized())
-        }
-    })
-    .await
-    .map_err(|e| match e {
-        ApiError::NotFound(_) => unauthorized(),
-        other => other,
-    })?;
+    let removal = json!({"data": {TOKEN_KEY: null}});
+    write::consume(&secrets, holder, holds, removal, unauthorized).await?;
     let (key, sha256) = cv
         .status
         .as_ref()

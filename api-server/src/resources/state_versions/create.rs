@@ -362,20 +362,8 @@ async fn claim(
                 .is_some_and(|h| constant_time_eq(h.as_bytes(), sha.as_bytes()))
     };
     let api = write::api::<StateVersion>(state, &v.namespace().unwrap_or_default());
-    write::guarded_patch(&api, (*v).clone(), |cur| {
-        if holds(cur) {
-            Ok(Some(
-                json!({"metadata": {"annotations": {annotation: null}}}),
-            ))
-        } else {
-            Err(gone())
-        }
-    })
-    .await
-    .map_err(|e| match e {
-        ApiError::NotFound(_) => gone(),
-        other => other,
-    })
+    let removal = json!({"metadata": {"annotations": {annotation: null}}});
+    write::consume(&api, (*v).clone(), holds, removal, gone).await
 }
 
 fn body_error(e: BodyError, limit: usize) -> ApiError {

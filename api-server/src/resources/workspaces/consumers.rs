@@ -20,7 +20,10 @@ use crate::render::{page_slice, pagination};
 pub fn router() -> Router<AppState> {
     Router::new().route(
         "/api/v2/workspaces/{id}/relationships/remote-state-consumers",
-        get(list_consumers).post(add).patch(replace).delete(remove),
+        get(list_consumers)
+            .post(add_or_remove::<true>)
+            .patch(replace)
+            .delete(add_or_remove::<false>),
     )
 }
 
@@ -246,12 +249,14 @@ async fn change(
     Ok(no_content())
 }
 
-async fn add(
+/// `POST` (`ADD`) or `DELETE` of consumers: the workspace's admins (404 without).
+async fn add_or_remove<const ADD: bool>(
     State(state): State<AppState>,
     f: Found<Workspace, AdminOr404>,
     JsonApi(body): JsonApi<ToMany<WorkspaceEntry>>,
 ) -> Result<Response, ApiError> {
-    change(&state, &f.caller, f.at, body, Op::Add).await
+    let op = if ADD { Op::Add } else { Op::Remove };
+    change(&state, &f.caller, f.at, body, op).await
 }
 
 /// Replacing the whole list needs the namespace-wide `manage` right (404 without it).
@@ -274,14 +279,6 @@ async fn replace(
         )
         .await?;
     change(&state, &f.caller, f.at, body, Op::Replace).await
-}
-
-async fn remove(
-    State(state): State<AppState>,
-    f: Found<Workspace, AdminOr404>,
-    JsonApi(body): JsonApi<ToMany<WorkspaceEntry>>,
-) -> Result<Response, ApiError> {
-    change(&state, &f.caller, f.at, body, Op::Remove).await
 }
 
 #[cfg(test)]
