@@ -249,34 +249,24 @@ pub fn select(idx: &Inner, ns: &str, f: &ListFilter, page: Page) -> (usize, Vec<
     let start = (page.number as usize - 1).saturating_mul(page.size as usize);
     let take = page.size as usize;
     let resolve = |k: &NameKey| idx.workspace_by_uid(&k.1).cloned();
+    let kept = || -> Vec<Arc<Workspace>> {
+        candidates
+            .iter()
+            .filter(|k| keep(k))
+            .filter_map(resolve)
+            .collect()
+    };
     match f.sort {
-        Some((Sort::CurrentRunCreatedAt, desc)) => {
-            let mut all: Vec<Arc<Workspace>> = candidates
-                .iter()
-                .filter(|k| keep(k))
-                .filter_map(resolve)
-                .collect();
-            // Workspaces without a run sort first (as the oldest), then by name.
-            all.sort_by_cached_key(|w| {
-                (
-                    current_runs
-                        .get(&w.name_any())
-                        .and_then(|r| r.metadata.creation_timestamp.clone()),
-                    w.spec.name.to_ascii_lowercase(),
-                )
-            });
-            if desc {
-                all.reverse();
-            }
-            let total = all.len();
-            (total, all.into_iter().skip(start).take(take).collect())
-        }
+        // Workspaces without a run sort first (as the oldest), then by name.
+        Some((Sort::CurrentRunCreatedAt, desc)) => sorted_page(kept(), desc, start, take, |w| {
+            (
+                current_runs
+                    .get(&w.name_any())
+                    .and_then(|r| r.metadata.creation_timestamp.clone()),
+                w.spec.name.to_ascii_lowercase(),
+            )
+        }),
         Some((Sort::LatestChangeAt, desc)) => {
-            let mut all: Vec<Arc<Workspace>> = candidates
-                .iter()
-                .filter(|k| keep(k))
-                .filter_map(resolve)
-                .collect();
             let key = |w: &Arc<Workspace>| {
                 w.status
                     .as_ref()
@@ -289,12 +279,7 @@ pub fn select(idx: &Inner, ns: &str, f: &ListFilter, page: Page) -> (usize, Vec<
                             .unwrap_or_default()
                     })
             };
-            all.sort_by_cached_key(key);
-            if desc {
-                all.reverse();
-            }
-            let total = all.len();
-            (total, all.into_iter().skip(start).take(take).collect())
+            sorted_page(kept(), desc, start, take, key)
         }
         sort => {
             let desc = matches!(sort, Some((_, true)));
@@ -399,6 +384,23 @@ pub async fn list(
     }
     body.push(b'}');
     Ok(crate::render::DocBytes(StatusCode::OK, body.into()).into_response())
+}
+
+/// The page from `start` (at most `take`) of `all` sorted by `key` (descending with
+/// `desc`), and how many there are.
+fn sorted_page<K: Ord>(
+    mut all: Vec<Arc<Workspace>>,
+    desc: bool,
+    start: usize,
+    take: usize,
+    key: impl FnMut(&Arc<Workspace>) -> K,
+) -> (usize, Vec<Arc<Workspace>>) {
+    all.sort_by_cached_key(key);
+    if desc {
+        all.reverse();
+    }
+    let total = all.len();
+    (total, all.into_iter().skip(start).take(take).collect())
 }
 
 #[cfg(test)]
