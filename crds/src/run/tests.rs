@@ -1,0 +1,318 @@
+//! Tests of `run`.
+
+use super::*;
+use crate::lock::LockHolder;
+
+#[test]
+fn performance_over_applied_and_errored_runs() {
+    let t = |s: &'static str| Some(s);
+    let runs = [
+        RunTimes {
+            created: "2026-01-01T00:00:01Z",
+            state: RunState::Applied,
+            plan: (t("2026-01-01T00:00:00Z"), t("2026-01-01T00:00:02Z")),
+            apply: (t("2026-01-01T00:00:03Z"), t("2026-01-01T00:00:07Z")),
+        },
+        RunTimes {
+            created: "2026-01-01T00:00:02Z",
+            state: RunState::Errored,
+            plan: (t("2026-01-01T00:00:00Z"), t("2026-01-01T00:00:04Z")),
+            apply: (None, None),
+        },
+        RunTimes {
+            created: "2026-01-01T00:00:03Z",
+            state: RunState::Discarded,
+            plan: (t("2026-01-01T00:00:00Z"), t("2026-01-01T00:01:00Z")),
+            apply: (None, None),
+        },
+    ];
+    let m = performance(&runs);
+    assert_eq!(m.plan_duration_average, Some(3000));
+    assert_eq!(m.apply_duration_average, Some(4000));
+    assert_eq!(
+        (m.run_failures, m.workspace_kpis_run_count),
+        (Some(1), Some(2))
+    );
+    let none = performance(&[]);
+    assert_eq!(
+        (none.plan_duration_average, none.workspace_kpis_run_count),
+        (None, Some(0))
+    );
+}
+
+#[test]
+fn auto_destroy_due_times() {
+    let t = |s: &str| s.parse::<jiff::Timestamp>().unwrap();
+    assert_eq!(auto_destroy_due(None, None, None), None);
+    assert_eq!(
+        auto_destroy_due(Some("2026-01-02T00:00:00Z"), None, None),
+        Some(t("2026-01-02T00:00:00Z"))
+    );
+    assert_eq!(
+        auto_destroy_due(None, Some("2d"), Some("2026-01-01T00:00:00Z")),
+        Some(t("2026-01-03T00:00:00Z"))
+    );
+    assert_eq!(
+        auto_destroy_due(
+            Some("2026-01-05T00:00:00Z"),
+            Some("36h"),
+            Some("2026-01-01T00:00:00Z")
+        ),
+        Some(t("2026-01-02T12:00:00Z"))
+    );
+    assert_eq!(auto_destroy_due(Some("not a time"), Some("0d"), None), None);
+}
+
+#[test]
+fn engine_versions() {
+    let ok = |c: &str, v: &str| version_satisfies(c, v).unwrap();
+    assert!(ok("1.11.4", "1.11.4") && !ok("1.11.3", "1.11.4"));
+    assert!(ok("latest", "1.2.3") && ok("", "1.2.3"));
+    assert!(ok("~> 1.11.0", "1.11.9") && !ok("~> 1.11.0", "1.12.0"));
+    assert!(ok("~> 1.11", "1.12.0") && !ok("~> 1.11", "2.0.0") && !ok("~> 1.11", "1.10.9"));
+    assert!(ok(">= 1.5, < 2.0", "1.11.4") && !ok(">= 1.5, < 1.10", "1.11.4"));
+    assert!(ok("!= 1.0.0", "1.11.4") && ok("v1.11.4", "1.11.4"));
+    assert!(version_satisfies(">= banana", "1.0.0").is_err());
+    assert_eq!(exact_version("1.11.4"), Some("1.11.4"));
+    assert_eq!(exact_version("= 1.11.4"), Some("1.11.4"));
+    assert_eq!(exact_version("~> 1.11"), None);
+    assert_eq!(exact_version("latest"), None);
+}
+
+fn q<'a>(name: &'a str, created: &'a str, state: RunState, plan_only: bool) -> QueuedRun<'a> {
+    QueuedRun {
+        name,
+        created,
+        state,
+        plan_only,
+    }
+}
+
+#[test]
+fn states_round_trip_and_actions() {
+    for s in RunState::ALL {
+        assert_eq!(s.as_str().parse::<RunState>().unwrap(), s);
+    }
+    assert!("nope".parse::<RunState>().is_err());
+    assert_eq!(RunState::of(None).unwrap(), RunState::Pending);
+    assert!(RunState::Planned.is_confirmable());
+    assert!(!RunState::Applying.is_confirmable());
+    assert!(RunState::Pending.is_discardable() && RunState::Planned.is_discardable());
+    assert!(!RunState::Applying.is_discardable());
+    assert!(RunState::Applying.is_cancelable() && !RunState::Planned.is_cancelable());
+    assert!(RunState::Applied.is_final() && !RunState::Planned.is_final());
+    assert_eq!(timestamp_key(RunState::PlanQueued), "plan-queued-at");
+}
+
+#[test]
+fn phase_ids() {
+    assert_eq!(plan_id("run-abc"), "plan-abc");
+    assert_eq!(apply_id("run-abc"), "apply-abc");
+    assert_eq!(run_of("plan-abc").as_deref(), Some("run-abc"));
+    assert_eq!(run_of("apply-abc").as_deref(), Some("run-abc"));
+    assert_eq!(run_of("ws-abc"), None);
+    assert_eq!(run_of("plan-"), None);
+}
+
+#[test]
+fn queue_one_apply_run_at_a_time_in_order() {
+    let runs = [
+        q("a", "2026-01-01T00:00:01Z", RunState::Applying, false),
+        q("b", "2026-01-01T00:00:02Z", RunState::Pending, false),
+        q("c", "2026-01-01T00:00:03Z", RunState::Pending, false),
+        q("p", "2026-01-01T00:00:04Z", RunState::Pending, true),
+    ];
+    assert_eq!(
+        may_start("b", &runs, None, "run-b"),
+        Err(Wait::Active("a".into()))
+    );
+    // Plan-only runs never wait.
+    assert_eq!(may_start("p", &runs, None, "run-p"), Ok(()));
+    let after = [
+        q("a", "2026-01-01T00:00:01Z", RunState::Applied, false),
+        runs[1].clone(),
+        runs[2].clone(),
+    ];
+    assert_eq!(may_start("b", &after, None, "run-b"), Ok(()));
+    assert_eq!(may_start("c", &after, None, "run-c"), Err(Wait::Queue));
+    // A workspace locked by a user holds the queue; locked by this run, it goes on.
+    let user = LockHolder::User("ann".into());
+    assert_eq!(
+        may_start("b", &after, Some(&user), "run-b"),
+        Err(Wait::Locked("user:ann".into()))
+    );
+    let mine = LockHolder::Run("run-b".into());
+    assert_eq!(may_start("b", &after, Some(&mine), "run-b"), Ok(()));
+    // A run not in the list (not in the cache yet) waits.
+    assert_eq!(may_start("z", &after, None, "run-z"), Err(Wait::Queue));
+}
+
+#[test]
+fn decide_phases() {
+    use PodSeen::*;
+    const MANUAL: Flags = Flags {
+        plan_only: false,
+        save_plan: false,
+        auto_apply: false,
+    };
+    const AUTO: Flags = Flags {
+        auto_apply: true,
+        ..MANUAL
+    };
+    let ok = |has_changes| PhaseReport {
+        ok: true,
+        has_changes,
+        ..PhaseReport::default()
+    };
+    let d = decide(RunState::PlanQueued, Cancel::None, &Absent, MANUAL);
+    assert_eq!(
+        (d.create_pod, d.to),
+        (Some(Phase::Plan), Some(RunState::Planning))
+    );
+    let d = decide(RunState::Confirmed, Cancel::None, &Absent, MANUAL);
+    assert_eq!(
+        (d.create_pod, d.to),
+        (Some(Phase::Apply), Some(RunState::Applying))
+    );
+    assert_eq!(
+        decide(RunState::Planning, Cancel::None, &Running, MANUAL),
+        Decision::default()
+    );
+    assert_eq!(
+        decide(RunState::Planning, Cancel::Cancel, &Running, MANUAL).delete_pod,
+        Some(CANCEL_GRACE_SECONDS)
+    );
+    assert_eq!(
+        decide(RunState::Applying, Cancel::Force, &Running, MANUAL).delete_pod,
+        Some(0)
+    );
+    assert_eq!(
+        decide(
+            RunState::Planning,
+            Cancel::None,
+            &Ended(Some(ok(true))),
+            MANUAL
+        )
+        .to,
+        Some(RunState::Planned)
+    );
+    assert_eq!(
+        decide(
+            RunState::Planning,
+            Cancel::None,
+            &Ended(Some(ok(true))),
+            AUTO
+        )
+        .to,
+        Some(RunState::Confirmed)
+    );
+    assert_eq!(
+        decide(
+            RunState::Planning,
+            Cancel::None,
+            &Ended(Some(ok(false))),
+            AUTO
+        )
+        .to,
+        Some(RunState::PlannedAndFinished)
+    );
+    assert_eq!(
+        decide(
+            RunState::Applying,
+            Cancel::None,
+            &Ended(Some(ok(true))),
+            MANUAL
+        )
+        .to,
+        Some(RunState::Applied)
+    );
+    let failed = PhaseReport {
+        ok: false,
+        message: Some("boom".into()),
+        ..PhaseReport::default()
+    };
+    let d = decide(
+        RunState::Applying,
+        Cancel::None,
+        &Ended(Some(failed)),
+        MANUAL,
+    );
+    assert_eq!(
+        (d.to, d.message.as_deref()),
+        (Some(RunState::Errored), Some("boom"))
+    );
+    assert_eq!(
+        decide(RunState::Planning, Cancel::None, &Ended(None), MANUAL).to,
+        Some(RunState::Errored)
+    );
+    // A lost Pod errors the run, with the cause.
+    let d = decide(RunState::Applying, Cancel::None, &Absent, MANUAL);
+    assert_eq!(d.to, Some(RunState::Errored));
+    assert!(d.message.unwrap().contains("lost"));
+    // Cancels.
+    assert_eq!(
+        decide(RunState::Applying, Cancel::Cancel, &Ended(None), MANUAL).to,
+        Some(RunState::Canceled)
+    );
+    assert_eq!(
+        decide(RunState::Applying, Cancel::Force, &Absent, MANUAL).to,
+        Some(RunState::ForceCanceled)
+    );
+    assert_eq!(
+        decide(RunState::PlanQueued, Cancel::Cancel, &Absent, MANUAL).to,
+        Some(RunState::Canceled)
+    );
+    assert_eq!(
+        decide(RunState::Planned, Cancel::None, &Absent, MANUAL),
+        Decision::default()
+    );
+}
+
+#[test]
+fn after_plan_flags() {
+    use RunState::*;
+    let f = |plan_only, save_plan, auto_apply| Flags {
+        plan_only,
+        save_plan,
+        auto_apply,
+    };
+    assert_eq!(
+        after_successful_plan(true, f(true, false, true)),
+        PlannedAndFinished
+    );
+    assert_eq!(
+        after_successful_plan(false, f(false, false, true)),
+        PlannedAndFinished
+    );
+    assert_eq!(
+        after_successful_plan(true, f(false, true, true)),
+        PlannedAndSaved
+    );
+    assert_eq!(
+        after_successful_plan(true, f(false, false, true)),
+        Confirmed
+    );
+    assert_eq!(after_successful_plan(true, f(false, false, false)), Planned);
+}
+
+#[test]
+fn counting_changes() {
+    let plan = serde_json::json!({"resource_changes": [
+        {"change": {"actions": ["create"]}},
+        {"change": {"actions": ["update"]}},
+        {"change": {"actions": ["delete", "create"]}},
+        {"change": {"actions": ["no-op"]}},
+        {"change": {"actions": ["delete"]}}
+    ]});
+    let r = count_changes(&plan);
+    assert_eq!(
+        (r.additions, r.changes, r.destructions, r.has_changes),
+        (2, 1, 2, true)
+    );
+    let none = count_changes(&serde_json::json!({"resource_changes": [
+            {"change": {"actions": ["no-op"]}}]}));
+    assert!(!none.has_changes);
+    let outputs = count_changes(&serde_json::json!({"output_changes": {
+            "o": {"actions": ["create"]}}}));
+    assert!(outputs.has_changes);
+}
