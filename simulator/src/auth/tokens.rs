@@ -119,6 +119,12 @@ pub struct TokenSigner {
     api_audiences: Vec<String>,
 }
 
+/// A JWT segment (base64url without padding) read as JSON.
+fn json_segment(segment: &str) -> Option<Value> {
+    let bytes = URL_SAFE_NO_PAD.decode(segment).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
 fn timestamp(second: i64) -> Timestamp {
     Timestamp::from_second(second).unwrap_or(Timestamp::UNIX_EPOCH)
 }
@@ -227,19 +233,11 @@ impl TokenSigner {
         else {
             return Err(TokenError::NotServiceAccountToken);
         };
-        let claims: Value = URL_SAFE_NO_PAD
-            .decode(payload)
-            .ok()
-            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
-            .ok_or(TokenError::NotServiceAccountToken)?;
+        let claims = json_segment(payload).ok_or(TokenError::NotServiceAccountToken)?;
         if claims.get("iss").and_then(Value::as_str) != Some(self.issuer.as_str()) {
             return Err(TokenError::NotServiceAccountToken);
         }
-        let header: Value = URL_SAFE_NO_PAD
-            .decode(header)
-            .ok()
-            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
-            .ok_or(TokenError::InvalidSignature)?;
+        let header = json_segment(header).ok_or(TokenError::InvalidSignature)?;
         let signature = URL_SAFE_NO_PAD
             .decode(signature)
             .map_err(|_| TokenError::InvalidSignature)?;

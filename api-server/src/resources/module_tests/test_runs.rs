@@ -44,10 +44,13 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route(&format!("{T}/test-runs"), get(list).post(create))
         .route(&format!("{T}/test-runs/{{run}}"), get(show))
-        .route(&format!("{T}/test-runs/{{run}}/cancel"), post(cancel))
+        .route(
+            &format!("{T}/test-runs/{{run}}/cancel"),
+            post(cancel::<false>),
+        )
         .route(
             &format!("{T}/test-runs/{{run}}/force-cancel"),
-            post(force_cancel),
+            post(cancel::<true>),
         )
 }
 
@@ -429,20 +432,13 @@ async fn show(
     ))
 }
 
-async fn cancel(
+/// `POST …/cancel`, or with `FORCE` `…/force-cancel`.
+async fn cancel<const FORCE: bool>(
     State(state): State<AppState>,
     caller: Caller,
     Path(p): Path<ChildPath>,
 ) -> Result<Response, ApiError> {
-    request_cancel(&state, &caller, p, false).await
-}
-
-async fn force_cancel(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(p): Path<ChildPath>,
-) -> Result<Response, ApiError> {
-    request_cancel(&state, &caller, p, true).await
+    request_cancel(&state, &caller, p, FORCE).await
 }
 
 async fn request_cancel(
