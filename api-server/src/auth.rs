@@ -303,6 +303,25 @@ pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
+/// The server's state and the authenticated caller of a request: the first extractor of
+/// a handler that checks the caller's rights itself (401 without a valid token).
+pub struct Authed {
+    pub state: AppState,
+    pub caller: Caller,
+}
+
+impl FromRequestParts<AppState> for Authed {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let caller = Caller::from_request_parts(parts, state).await?;
+        Ok(Authed {
+            state: state.clone(),
+            caller,
+        })
+    }
+}
+
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 

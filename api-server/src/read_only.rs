@@ -29,9 +29,21 @@ pub fn org_scoped(
     collection: MethodRouter<AppState>,
     member: MethodRouter<AppState>,
 ) -> Router<AppState> {
+    collection_routes(
+        (&format!("/api/v2/organizations/{{org}}/{path}"), collection),
+        (&format!("/api/v2/{path}/{{id}}"), member),
+    )
+}
+
+/// The two routes of a collection: the collection itself (list, create) and one member
+/// (show, update, delete), each a path and its methods.
+pub fn collection_routes(
+    (collection_path, collection): (&str, MethodRouter<AppState>),
+    (member_path, member): (&str, MethodRouter<AppState>),
+) -> Router<AppState> {
     Router::new()
-        .route(&format!("/api/v2/organizations/{{org}}/{path}"), collection)
-        .route(&format!("/api/v2/{path}/{{id}}"), member)
+        .route(collection_path, collection)
+        .route(member_path, member)
 }
 
 async fn list_all<K: ReadOnly>(

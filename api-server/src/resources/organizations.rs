@@ -16,16 +16,17 @@ use crate::documents;
 use crate::prelude::*;
 
 pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/v2/organizations", get(list_orgs).post(create))
-        .route(
+    crate::read_only::collection_routes(
+        ("/api/v2/organizations", get(list_orgs).post(create)),
+        (
             "/api/v2/organizations/{org}",
             get(show).patch(update).delete(remove),
-        )
-        .route(
-            "/api/v2/organizations/{org}/entitlement-set",
-            get(entitlements),
-        )
+        ),
+    )
+    .route(
+        "/api/v2/organizations/{org}/entitlement-set",
+        get(entitlements),
+    )
 }
 
 /// The writable attributes of an organization.
@@ -118,11 +119,7 @@ fn apply(
     Ok(())
 }
 
-async fn list_orgs(
-    State(state): State<AppState>,
-    caller: Caller,
-    q: QueryParams,
-) -> Result<Doc, ApiError> {
+async fn list_orgs(Authed { state, caller }: Authed, q: QueryParams) -> Result<Doc, ApiError> {
     let page = q.page()?;
     q.supported_filters(&[])?;
     let text = q.non_empty("q").map(str::to_lowercase);
@@ -197,8 +194,7 @@ async fn wait_org(state: &AppState, name: &str, cond: impl Fn(&Organization) -> 
 }
 
 async fn create(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     JsonApi(doc): JsonApi<OrgDocument>,
 ) -> Result<Doc, ApiError> {
     state

@@ -174,8 +174,7 @@ async fn delete_org_tags(
 
 /// `POST /tags/:id/relationships/workspaces`: adds an existing tag to workspaces.
 async fn add_tag_to_workspaces(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path(tag): Path<String>,
     JsonApi(body): JsonApi<ToMany<WorkspaceEntry>>,
 ) -> Result<Response, ApiError> {

@@ -43,17 +43,21 @@ use terrace_crds::rules::Page;
 const RESOURCE: &str = "workspacevariables";
 
 pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/v2/workspaces/{id}/vars", get(list_vars).post(create))
-        .route(
+    use crate::read_only::collection_routes;
+    collection_routes(
+        ("/api/v2/workspaces/{id}/vars", get(list_vars).post(create)),
+        (
             "/api/v2/workspaces/{id}/vars/{var}",
             get(show).patch(update).delete(remove),
-        )
-        .route("/api/v2/vars", get(list_legacy).post(create_legacy))
-        .route(
+        ),
+    )
+    .merge(collection_routes(
+        ("/api/v2/vars", get(list_legacy).post(create_legacy)),
+        (
             "/api/v2/vars/{var}",
             patch(update_legacy).delete(remove_legacy),
-        )
+        ),
+    ))
 }
 
 /// The variable's `version-id` (see [`WorkspaceVariableSpec::version_id`]).
@@ -492,18 +496,13 @@ async fn filtered_workspace(
     state.readable_by_name::<Workspace>(caller, org, name).await
 }
 
-async fn list_legacy(
-    State(state): State<AppState>,
-    caller: Caller,
-    q: QueryParams,
-) -> Result<Doc, ApiError> {
+async fn list_legacy(Authed { state, caller }: Authed, q: QueryParams) -> Result<Doc, ApiError> {
     let ws = filtered_workspace(&state, &caller, &q).await?;
     list_of(&state, &caller, &ws, &q).await
 }
 
 async fn create_legacy(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     JsonApi(doc): JsonApi<Document<VarAttributes, VarRelationships>>,
 ) -> Result<Doc, ApiError> {
     let data = doc.checked()?;
@@ -551,8 +550,7 @@ async fn workspace_of_var(
 }
 
 async fn update_legacy(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path(var): Path<String>,
     JsonApi(doc): JsonApi<Document<VarAttributes>>,
 ) -> Result<Doc, ApiError> {
@@ -562,8 +560,7 @@ async fn update_legacy(
 }
 
 async fn remove_legacy(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path(var): Path<String>,
 ) -> Result<Response, ApiError> {
     let ws = workspace_of_var(&state, &caller, &var).await?;

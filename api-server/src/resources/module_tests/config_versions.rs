@@ -89,8 +89,7 @@ impl Typed for CvAttributes {
 }
 
 async fn create(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path((org, namespace, name, provider)): Path<TPath>,
     headers: HeaderMap,
     JsonApi(doc): JsonApi<Option<Document<CvAttributes>>>,

@@ -44,8 +44,7 @@ pub fn log_read_path(state: &AppState, run_id: &str) -> String {
 }
 
 async fn read(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path(run): Path<String>,
     q: QueryParams,
 ) -> Result<Response, ApiError> {

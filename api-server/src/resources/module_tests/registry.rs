@@ -96,8 +96,7 @@ async fn may_delete(
 }
 
 async fn list_modules(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path(org): Path<String>,
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
@@ -134,8 +133,7 @@ async fn list_modules(
 }
 
 async fn show(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path((org, namespace, name, provider)): Path<(String, String, String, String)>,
 ) -> Result<Doc, ApiError> {
     let m = locate(
@@ -192,8 +190,7 @@ async fn delete_modules(
 
 /// `DELETE /organizations/:org/registry-modules/private/:namespace/:name/:provider`.
 async fn delete_provider(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path((org, namespace, name, provider)): Path<(String, String, String, String)>,
 ) -> Result<Response, ApiError> {
     delete_modules(&state, &caller, &org, &namespace, &name, Some(&provider)).await
@@ -201,8 +198,7 @@ async fn delete_provider(
 
 /// `DELETE /organizations/:org/registry-modules/private/:namespace/:name`: every provider.
 async fn delete_name(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path((org, namespace, name)): Path<(String, String, String)>,
 ) -> Result<Response, ApiError> {
     delete_modules(&state, &caller, &org, &namespace, &name, None).await
@@ -210,8 +206,7 @@ async fn delete_name(
 
 /// `POST /registry-modules/actions/delete/:org/:name` (go-tfe's Delete): every provider.
 async fn delete_by_action(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path((org, name)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
     delete_modules(&state, &caller, &org, &org, &name, None).await
@@ -236,8 +231,7 @@ fn matches_pattern(s: &str, allowed: impl Fn(char) -> bool) -> bool {
 }
 
 async fn create(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path(org): Path<String>,
     JsonApi(doc): JsonApi<Document<ModuleAttributes>>,
 ) -> Result<Doc, ApiError> {

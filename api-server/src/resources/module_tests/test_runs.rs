@@ -273,8 +273,7 @@ pub fn render_indexed(state: &AppState, run: &TestRun, base: &str) -> Value {
 }
 
 async fn create(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path(path): Path<ModulePath>,
     headers: HeaderMap,
     JsonApi(doc): JsonApi<Document<RunAttributes, RunRelationships>>,
@@ -374,8 +373,7 @@ fn runs_of(state: &AppState, m: &Module) -> Vec<Arc<TestRun>> {
 }
 
 async fn list(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path(path): Path<ModulePath>,
     headers: HeaderMap,
     q: QueryParams,
@@ -418,8 +416,7 @@ fn run_of(state: &AppState, m: &Module, id: &str) -> Result<Arc<TestRun>, ApiErr
 }
 
 async fn show(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path(path): Path<ChildPath>,
     headers: HeaderMap,
 ) -> Result<Doc, ApiError> {
@@ -434,8 +431,7 @@ async fn show(
 
 /// `POST …/cancel`, or with `FORCE` `…/force-cancel`.
 async fn cancel<const FORCE: bool>(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path(p): Path<ChildPath>,
 ) -> Result<Response, ApiError> {
     request_cancel(&state, &caller, p, FORCE).await

@@ -121,8 +121,7 @@ async fn new_version(state: &AppState, var: &TestVariable) -> Result<TestVariabl
 }
 
 async fn list_vars(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path(path): Path<ModulePath>,
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
@@ -138,8 +137,7 @@ async fn list_vars(
 }
 
 async fn show(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path(path): Path<ChildPath>,
 ) -> Result<Doc, ApiError> {
     let (m, var) = locate_child(&state, &caller, path, "get", RESOURCE).await?;
@@ -148,8 +146,7 @@ async fn show(
 }
 
 async fn create(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path(path): Path<ModulePath>,
     JsonApi(doc): JsonApi<Document<VarAttributes>>,
 ) -> Result<Doc, ApiError> {
@@ -207,8 +204,7 @@ fn var_of(state: &AppState, m: &Module, id: &str) -> Result<Arc<TestVariable>, A
 }
 
 async fn update(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path(path): Path<ChildPath>,
     JsonApi(doc): JsonApi<Document<VarAttributes>>,
 ) -> Result<Doc, ApiError> {
@@ -276,8 +272,7 @@ async fn update(
 }
 
 async fn remove(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path(path): Path<ChildPath>,
 ) -> Result<Response, ApiError> {
     let (m, var) = locate_child(&state, &caller, path, "delete", RESOURCE).await?;

@@ -135,8 +135,7 @@ fn latest_uploaded(state: &AppState, ns: &str, ws: &str) -> Option<Arc<Configura
 }
 
 async fn create(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     headers: HeaderMap,
     JsonApi(doc): JsonApi<Document<CreateAttributes, CreateRelationships>>,
 ) -> Result<Doc, ApiError> {
@@ -594,8 +593,7 @@ impl PhaseRoute for ApplyRoute {
 
 /// `GET /plans/:id`, `GET /applies/:id`.
 async fn show_phase<P: PhaseRoute>(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path(phase_id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Doc, ApiError> {
@@ -654,8 +652,7 @@ async fn json_plan(
 }
 
 async fn json_output(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path(plan): Path<String>,
 ) -> Result<Response, ApiError> {
     let at = run_of_phase(&state, &caller, &plan).await?;

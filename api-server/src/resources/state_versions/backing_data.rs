@@ -32,8 +32,7 @@ fn action_of(name: &str) -> Result<BackingDataAction, ApiError> {
 
 /// `POST /state-versions/:id/actions/:action`: 204 when done.
 pub async fn act(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path((id, action)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     let action = action_of(&action)?;

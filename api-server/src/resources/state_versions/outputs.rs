@@ -33,8 +33,7 @@ fn paged(q: &QueryParams, data: Vec<Value>, self_url: &str) -> Result<Doc, ApiEr
 
 /// `GET /state-versions/:id/outputs`.
 pub async fn of_version(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path(id): Path<String>,
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
@@ -67,8 +66,7 @@ pub async fn current(
 /// `GET /state-version-outputs/:id`: one output; a sensitive value only to callers with
 /// `read-state`.
 pub async fn show(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path(id): Path<String>,
 ) -> Result<Doc, ApiError> {
     let sv_id = state

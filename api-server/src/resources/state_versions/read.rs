@@ -135,8 +135,7 @@ pub async fn list_of_workspace(
 /// `GET /state-versions?filter[workspace][name]=…&filter[organization][name]=…`: both
 /// filters are required (as in TFE).
 pub async fn list(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     headers: HeaderMap,
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
@@ -203,8 +202,7 @@ async fn one(
 
 /// `GET /state-versions/:id`.
 pub async fn show(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path(id): Path<String>,
     headers: HeaderMap,
     q: QueryParams,
@@ -233,8 +231,7 @@ fn download_response(blob: crate::blobs::BlobStream) -> Response {
 /// the `terraform show -json` form, when the client uploaded one (authenticated,
 /// `read-state`).
 pub async fn download<const JSON: bool>(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let (v, _) = readable(&state, &caller, &id, READ_STATE).await?;
