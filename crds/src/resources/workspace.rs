@@ -108,8 +108,10 @@ crd_kind! {
         /// Which organization-level defaults this workspace overrides (true, the default) or
         /// inherits (false).
         pub setting_overwrites: Option<SettingOverwrites>,
+        // Boxed: rarely set, and without it a cached Workspace (the API index, the
+        // operator's cache) would take more than 1 KiB (issue 17).
         /// The VCS repository the workspace is linked to. Absent: none.
-        pub vcs_repo: Option<VcsRepo>,
+        pub vcs_repo: Option<Box<VcsRepo>>,
         /// Flat string tags (legacy; the organization's tag list is derived from these).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         #[schemars(extend("x-kubernetes-list-type" = "set"))]
@@ -212,11 +214,15 @@ kind_status! {
         pub effective_tag_bindings: Vec<EffectiveTagBinding>,
         /// Number of approved remote state consumers.
         pub remote_state_consumer_count: Option<i64>,
+        // Boxed: rarely set, and without it a cached Workspace (the API index, the
+        // operator's cache) would take more than 1 KiB (issue 17).
         /// ID of the data retention policy set on the workspace (`drp-…`).
-        pub data_retention_policy_id: Option<String>,
+        pub data_retention_policy_id: Option<Box<str>>,
+        // Boxed: rarely set, and without it a cached Workspace (the API index, the
+        // operator's cache) would take more than 1 KiB (issue 17).
         /// Performance attributes.
         #[serde(default)]
-        pub metrics: WorkspaceMetrics,
+        pub metrics: Box<WorkspaceMetrics>,
     }
 }
 

@@ -460,7 +460,10 @@ pub fn apply(
     if let Some(vcs) = input.vcs_repo {
         spec.vcs_repo = match vcs {
             None => None,
-            Some(m) => Some(merge_vcs_repo(spec.vcs_repo.take(), &m)?),
+            Some(m) => Some(Box::new(merge_vcs_repo(
+                spec.vcs_repo.take().map(|b| *b),
+                &m,
+            )?)),
         };
     }
     if let Some(tb) = input.tag_bindings {

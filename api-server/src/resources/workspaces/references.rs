@@ -144,11 +144,11 @@ mod tests {
         assert!(check(&h.state, "elsewhere", None, None, &before).is_err());
 
         let mut spec = WorkspaceSpec::default_for_create();
-        spec.vcs_repo = Some(VcsRepo {
+        spec.vcs_repo = Some(Box::new(VcsRepo {
             identifier: "a/b".into(),
             oauth_token_id: Some("ot-Token00000000000001".into()),
             ..Default::default()
-        });
+        }));
         assert!(check(&h.state, ORG, None, None, &spec).is_ok());
         if let Some(r) = spec.vcs_repo.as_mut() {
             r.oauth_token_id = Some("ot-Other000000000001".into());
