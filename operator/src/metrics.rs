@@ -348,7 +348,24 @@ where
     .instrument(span)
 }
 
-/// Runs a controller to its end (at most [`crate::watch::RECONCILE_CONCURRENCY`]
+/// Most reconciles one controller runs at once. Unbounded, a (re)start reconciles every
+/// object of a kind at once, and the controller's tables (in-flight reconciles, the
+/// scheduler) grow to hold them all and never shrink: about a kilobyte per workspace
+/// for as long as the operator runs (issue 17).
+pub const RECONCILE_CONCURRENCY: u16 = 32;
+
+/// `controller` with the operator's settings: [`RECONCILE_CONCURRENCY`].
+pub fn bounded<K>(controller: kube::runtime::Controller<K>) -> kube::runtime::Controller<K>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    controller.with_config(
+        kube::runtime::controller::Config::default().concurrency(RECONCILE_CONCURRENCY),
+    )
+}
+
+/// Runs a controller to its end (at most [`RECONCILE_CONCURRENCY`]
 /// reconciles at once) with every reconcile [`instrument`]ed as `name`; a failed one is
 /// also logged at debug level with the controller's name. The controllers whose
 /// reconciles take the object and their context all end this way:
@@ -368,7 +385,7 @@ pub async fn run<K, C, F>(
     K::DynamicType: Eq + std::hash::Hash + Clone + std::fmt::Debug + Unpin,
     F: Future<Output = Result<Action, Error>> + Send + 'static,
 {
-    crate::watch::bounded(controller)
+    bounded(controller)
         .run(
             move |obj, ctx| instrument(name, obj.as_ref(), reconcile(obj.clone(), ctx)),
             error_policy,

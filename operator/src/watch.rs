@@ -49,23 +49,6 @@ use terrace_crds::{
 use crate::events::{new_recorder, publish_event};
 use crate::metrics;
 
-/// Most reconciles one controller runs at once. Unbounded, a (re)start reconciles every
-/// object of a kind at once, and the controller's tables (in-flight reconciles, the
-/// scheduler) grow to hold them all and never shrink: about a kilobyte per workspace
-/// for as long as the operator runs (issue 17).
-pub const RECONCILE_CONCURRENCY: u16 = 32;
-
-/// `controller` with the operator's settings: [`RECONCILE_CONCURRENCY`].
-pub fn bounded<K>(controller: kube::runtime::Controller<K>) -> kube::runtime::Controller<K>
-where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    K::DynamicType: Eq + Hash + Clone,
-{
-    controller.with_config(
-        kube::runtime::controller::Config::default().concurrency(RECONCILE_CONCURRENCY),
-    )
-}
-
 /// kubectl's copy of the applied manifest (client-side apply).
 pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 /// Event reason of a watched object that does not deserialize.

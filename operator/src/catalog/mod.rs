@@ -271,7 +271,7 @@ impl Catalog {
                     stores: stores.clone(),
                     target,
                 });
-                crate::watch::bounded(controller)
+                crate::metrics::bounded(controller)
                     .graceful_shutdown_on(shutdown.clone())
                     .run(
                         |obj, ctx| {

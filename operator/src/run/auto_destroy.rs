@@ -60,7 +60,7 @@ where
             w.spec.auto_destroy_at.is_some() || w.spec.auto_destroy_activity_duration.is_some()
         }))
     });
-    crate::watch::bounded(Controller::for_stream(changes, workspaces))
+    crate::metrics::bounded(Controller::for_stream(changes, workspaces))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, c)
         .for_each(|res| async move {

@@ -114,7 +114,7 @@ where
     // The Pods' feed is driven here (nothing else consumes it); it stops with the
     // controller.
     let pod_watch = pods.into_stream().for_each(|_| futures::future::ready(()));
-    let main = crate::watch::bounded(controller)
+    let main = crate::metrics::bounded(controller)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, rctx)
         .for_each(|res| async move {

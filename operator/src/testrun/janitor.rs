@@ -33,7 +33,7 @@ pub(super) fn controller(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> impl Future<Output = ()> + Send + 'static {
     let store = pods.store();
-    crate::watch::bounded(Controller::for_stream(pods.into_stream(), store))
+    crate::metrics::bounded(Controller::for_stream(pods.into_stream(), store))
         .graceful_shutdown_on(shutdown)
         .run(
             reconcile,
