@@ -222,13 +222,10 @@ async fn exec_sigterm_becomes_sigint() {
     let dir = tempfile::tempdir().unwrap();
     let ready = dir.path().join("ready");
     let ints = dir.path().join("ints");
-    // The engine says it is ready with a shell builtin (`: >`), not `touch`: bash drops a
-    // SIGINT that arrives while a foreground child runs and then exits normally, so a
-    // signal sent while `touch` was still exiting was lost (the test hung under load).
     let engine = script(
         dir.path(),
         &format!(
-            "on_int() {{\nkill $SLEEP\necho int >> '{ints}'\n{}{}{}exit 0\n}}\ntrap on_int INT\n{}{}sleep 30 &\nSLEEP=$!\n: > '{ready}'\nwait $SLEEP\nexit 7",
+            "on_int() {{\nkill $SLEEP\necho int >> '{ints}'\n{}{}{}exit 0\n}}\ntrap on_int INT\n{}{}sleep 30 &\nSLEEP=$!\ntouch '{ready}'\nwait $SLEEP\nexit 7",
             say(LOG_INTERRUPT),
             say(RUN_SKIP),
             say(SUMMARY_INTERRUPTED),
@@ -276,11 +273,10 @@ async fn exec_sigterm_becomes_sigint() {
 async fn exec_interrupt_without_summary() {
     let dir = tempfile::tempdir().unwrap();
     let ready = dir.path().join("ready");
-    // Ready through a builtin, as in `exec_sigterm_becomes_sigint`.
     let engine = script(
         dir.path(),
         &format!(
-            "on_int() {{\nkill $SLEEP\n{}exit 130\n}}\ntrap on_int INT\n{}sleep 30 &\nSLEEP=$!\n: > '{ready}'\nwait $SLEEP\nexit 7",
+            "on_int() {{\nkill $SLEEP\n{}exit 130\n}}\ntrap on_int INT\n{}sleep 30 &\nSLEEP=$!\ntouch '{ready}'\nwait $SLEEP\nexit 7",
             say(TEST_INTERRUPT),
             say(VERSION),
             ready = ready.display(),
