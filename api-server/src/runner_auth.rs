@@ -55,7 +55,7 @@ fn unauthorized() -> ApiError {
 
 /// The run `run_id` if `headers` carry its token and it is not final (401 otherwise, the
 /// same for an unknown run).
-pub async fn authorize(
+async fn authorize(
     state: &AppState,
     run_id: &str,
     headers: &HeaderMap,

@@ -359,21 +359,26 @@ fn run(api: &Api, id: &str) -> Value {
     r.body["data"].clone()
 }
 
+/// The run's `status.message`, as kubectl shows it.
+fn run_message(dev: &Dev, id: &str) -> String {
+    dev.kubectl_ok(&[
+        "get",
+        "run",
+        &id.to_ascii_lowercase(),
+        "-n",
+        ORG,
+        "-o",
+        "jsonpath={.status.message}",
+    ])
+}
+
 fn wait_status(dev: &Dev, api: &Api, id: &str, want: &[&str]) -> Value {
     dev.eventually(Duration::from_secs(120), || {
         let r = run(api, id);
         want.contains(&status(&r)).then_some(r)
     })
     .unwrap_or_else(|| {
-        let message = dev.kubectl_ok(&[
-            "get",
-            "run",
-            &id.to_ascii_lowercase(),
-            "-n",
-            ORG,
-            "-o",
-            "jsonpath={.status.message}",
-        ]);
+        let message = run_message(dev, id);
         panic!(
             "run {id} never reached {want:?} ({message}): {:?}",
             run(api, id)
@@ -795,15 +800,7 @@ fn restart_mid_apply_errors_the_run_with_the_cause() {
     let api = Api::admin(&dev);
     let ended = wait_status(&dev, &api, &id, &["errored", "applied"]);
     if status(&ended) == "errored" {
-        let shown = dev.kubectl_ok(&[
-            "get",
-            "run",
-            &id.to_ascii_lowercase(),
-            "-n",
-            ORG,
-            "-o",
-            "jsonpath={.status.message}",
-        ]);
+        let shown = run_message(&dev, &id);
         assert!(
             shown.contains("NodeLost") || shown.contains("lost") || shown.contains("137"),
             "{shown}"

@@ -82,7 +82,7 @@ pub fn render(v: &StateVersion, ws_id: &str, base: &str, uploads: Option<(&str, 
 }
 
 /// The blob store of a state version (blobs owned by it).
-pub fn store_of(state: &AppState, v: &StateVersion) -> impl crate::blobs::BlobStore + use<> {
+pub fn store_of(state: &AppState, v: &StateVersion) -> crate::blobs::AnyBlobStore {
     let ns = v.namespace().unwrap_or_default();
     crate::blobs::store(state, &ns, v.controller_owner_ref(&()))
 }

@@ -398,11 +398,7 @@ async fn begin(
 ) -> Result<Begun, ApiError> {
     let v = claim(state, token, annotation).await?;
     let key = key_of(&id_of(&v));
-    let store = crate::blobs::store(
-        state,
-        &v.namespace().unwrap_or_default(),
-        v.controller_owner_ref(&()),
-    );
+    let store = store_of(state, &v);
     let upload = store.upload(&key).await;
     Ok((v, key, store, upload))
 }
