@@ -27,7 +27,9 @@
 //! that are not (axum's 405 without a body, tower-http's `text/plain` 413 "length limit
 //! exceeded" when Content-Length is over the limit), and [`GuardedIo`] rewrites the
 //! answers hyper writes itself for requests it cannot parse (414 for a request line over
-//! 64 KiB, 431 for headers over its buffer, 400), which never reach a service.
+//! 64 KiB, 431 for headers over its buffer, 400), which never reach a service. Headers
+//! hyper did parse but that are over [`MAX_HEADER_BYTES`] are answered 431 by
+//! [`Guarded`], so the bound does not depend on how the client's bytes were read.
 //!
 //! The router is turned into its per-request form once, not per connection: `axum::serve`
 //! clones the whole route table for every connection (`Router::with_state` on a shared
@@ -53,7 +55,7 @@ use tokio::time::{Instant, Sleep};
 use tower::ServiceExt as _;
 
 use crate::error::MEDIA_TYPE;
-use crate::settings::ConnectionLimits;
+use crate::settings::{ConnectionLimits, MAX_HEADER_BYTES};
 
 /// Serves `router` on `listener` under `limits` until `shutdown` resolves; then stops
 /// accepting, lets the requests in progress finish (idle connections close at once) and
@@ -472,6 +474,12 @@ impl hyper::service::Service<Request<Incoming>> for Guarded {
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
+        if header_bytes(req.headers()) > MAX_HEADER_BYTES {
+            let mut r = error_response(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, None);
+            r.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return Box::pin(std::future::ready(Ok(r)));
+        }
         let clock = self.clock.clone();
         let has_body = !req.body().is_end_stream();
         clock.set(if has_body {
@@ -519,6 +527,14 @@ impl hyper::service::Service<Request<Incoming>> for Guarded {
             }))
         })
     }
+}
+
+/// The bytes a request's header fields take, names and values.
+fn header_bytes(headers: &axum::http::HeaderMap) -> usize {
+    headers
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len())
+        .sum()
 }
 
 fn error_response(status: StatusCode, detail: Option<String>) -> Response<AxumBody> {

@@ -16,6 +16,12 @@ pub enum Edition {
 /// Default of `--max-state-bytes`: 32 MiB.
 pub const DEFAULT_MAX_STATE_BYTES: usize = 32 * 1024 * 1024;
 
+/// Most bytes a request's header fields may take (names and values): above it the
+/// answer is 431, however the client's bytes were split into reads. hyper's own bound
+/// is its read buffer (about 400 KiB), which a request that arrives in one read can
+/// pass; this one is checked on every parsed request.
+pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+
 /// Settings of `terrace api-server`.
 #[derive(Clone, Debug, Args)]
 pub struct Settings {

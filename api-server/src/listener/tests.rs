@@ -209,6 +209,16 @@ async fn every_error_is_a_json_api_document() {
             .concat(),
             "431",
         ),
+        // Complete headers hyper parses but over MAX_HEADER_BYTES: the service says 431.
+        (
+            [
+                b"GET /ok HTTP/1.1\r\nHost: x\r\nX-Big: ".as_slice(),
+                &[b'a'; 100_000],
+                b"\r\n\r\n",
+            ]
+            .concat(),
+            "431",
+        ),
         (b"NOT HTTP\r\n\r\n".to_vec(), "400"),
     ];
     for (req, code) in cases {
