@@ -20,8 +20,8 @@
 //! header, body and idle timeouts and a connection cap, and makes the errors no handler
 //! answers (405, 413 by Content-Length, 414, 431) JSON:API documents too.
 //!
-//! Each request gets a request ID and a log span, and is counted per route template
-//! ([`metrics`]); `/metrics` is served on a separate listener (`--metrics-addr`) so the
+//! Each request gets a request ID and a log span, is counted per route template, and
+//! has its panics answered 500 and its body limited ([`request`], [`metrics`]); `/metrics` is served on a separate listener (`--metrics-addr`) so the
 //! public Ingress of the API port does not expose it.
 #![forbid(unsafe_code)]
 #![recursion_limit = "256"]
@@ -52,6 +52,7 @@ pub mod prelude;
 pub mod query;
 pub mod read_only;
 pub mod render;
+pub mod request;
 pub mod resources;
 pub mod runner_auth;
 pub mod settings;
@@ -63,7 +64,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use tower_http::limit::RequestBodyLimitLayer;
 
 pub use error::ApiError;
 pub use settings::{Edition, Settings};
@@ -147,12 +147,13 @@ impl AppState {
     }
 }
 
-/// The whole HTTP API.
+/// The whole HTTP API. Every route has [`request::RequestLayer`] (request ID, span, logs,
+/// metrics, panics answered 500), with the global body limit except on the upload routes,
+/// which set their own.
 pub fn router(state: AppState) -> Router {
-    let body_limit = state.settings.max_body_bytes;
-    let metrics = state.metrics.clone();
+    let layer = request::RequestLayer::new(state.metrics.clone());
     let scrape = state.settings.metrics_on_api_router.then(|| {
-        let metrics = metrics.clone();
+        let metrics = state.metrics.clone();
         Router::new().route(
             "/metrics",
             axum::routing::get(move || async move { metrics::scrape(&metrics) }),
@@ -163,29 +164,13 @@ pub fn router(state: AppState) -> Router {
         .merge(resources::router())
         .fallback(|| async { ApiError::not_found("no such endpoint") })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
-        .layer(RequestBodyLimitLayer::new(body_limit))
-        // Uploads have their own, larger limit: merged after the global one.
-        .merge(resources::upload_router(&state.settings))
-        .merge(scrape.unwrap_or_default())
-        // A handler that panics answers 500 (logged, counted) instead of dropping the
-        // connection without an answer.
-        .layer(tower_http::catch_panic::CatchPanicLayer::custom(panicked))
-        // Request ID, span, logs and metrics; one layer (axum boxes each layer per route).
-        .layer(metrics::RequestLayer::new(metrics))
+        .layer(layer.clone().with_body_limit(state.settings.max_body_bytes))
+        .merge(
+            resources::upload_router(&state.settings)
+                .merge(scrape.unwrap_or_default())
+                .layer(layer),
+        )
         .with_state(state)
-}
-
-/// The answer to a request whose handler panicked: a 500 JSON:API document (the panic's
-/// message goes to the log, not to the client).
-fn panicked(payload: Box<dyn std::any::Any + Send + 'static>) -> axum::response::Response {
-    let message = payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a handler panicked".to_owned());
-    axum::response::IntoResponse::into_response(ApiError::bug(format!(
-        "handler panicked: {message}"
-    )))
 }
 
 /// Starts the indexes and serves the API on `listener` until `shutdown` resolves, and
@@ -249,50 +234,4 @@ pub async fn serve_state(
 ) -> std::io::Result<()> {
     let limits = state.settings.limits.clone();
     listener::serve(router(state), listener, limits, shutdown).await
-}
-
-#[cfg(test)]
-mod panic_tests {
-    use axum::body::Body;
-    use axum::http::Request;
-    use http_body_util::BodyExt;
-    use tower::ServiceExt;
-
-    /// A panicking handler answers a 500 JSON:API document without the panic's words,
-    /// and the connection is not dropped unanswered.
-    #[tokio::test]
-    async fn a_panicking_handler_answers_500() {
-        let app = axum::Router::new()
-            .route(
-                "/boom",
-                axum::routing::get(|| async {
-                    let v: Vec<u8> = Vec::new();
-                    if v.is_empty() {
-                        panic!("secret-detail");
-                    }
-                    "unreachable"
-                }),
-            )
-            .layer(tower_http::catch_panic::CatchPanicLayer::custom(
-                super::panicked,
-            ));
-        let resp = app
-            .oneshot(
-                Request::get("/boom")
-                    .body(Body::empty())
-                    .unwrap_or_default(),
-            )
-            .await
-            .unwrap_or_else(|e| match e {});
-        assert_eq!(resp.status().as_u16(), 500);
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .unwrap_or_default();
-        let text = String::from_utf8_lossy(&body);
-        assert!(text.contains("internal server error"), "{text}");
-        assert!(!text.contains("secret-detail"), "{text}");
-    }
 }

@@ -71,6 +71,28 @@ pub fn org_object(name: &str) -> Organization {
     }
 }
 
+/// A server over an empty simulator (no CRDs, no organization): for the router's own
+/// behaviour (request IDs, metrics, limits). Keep the simulator alive while testing.
+pub async fn bare_state(settings: Settings) -> (terrace_simulator::Simulator, AppState) {
+    let sim = terrace_simulator::Simulator::open(Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("simulator: {e}"));
+    let state = AppState::new(settings, sim.client());
+    (sim, state)
+}
+
+/// `req` sent through the whole router of `state`.
+pub async fn send(
+    state: &AppState,
+    req: axum::http::Request<axum::body::Body>,
+) -> axum::http::Response<axum::body::Body> {
+    use tower::ServiceExt;
+    crate::router(state.clone())
+        .oneshot(req)
+        .await
+        .unwrap_or_else(|e| match e {})
+}
+
 /// Starts a simulator with the CRDs, organization `acme` and its default project.
 pub async fn harness(edition: Edition) -> Harness {
     let sim = terrace_simulator::Simulator::open(Default::default())
