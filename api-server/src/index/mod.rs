@@ -58,8 +58,10 @@ pub struct Inner {
     project_by_name: HashMap<(String, String), String>,
     /// namespace → uid of its default project.
     default_project_by_ns: HashMap<String, String>,
-    workspaces: HashMap<String, Arc<Workspace>>,
-    ws_by_id: HashMap<String, String>,
+    /// uid → workspace. The uid is one shared `Arc<str>` across the workspace indexes
+    /// (ID, name order, tags, name search), not a copy in each.
+    workspaces: HashMap<Arc<str>, Arc<Workspace>>,
+    ws_by_id: HashMap<String, Arc<str>>,
     ws_by_namespace: HashMap<String, NamespaceWorkspaces>,
     /// (namespace, project object name; "" for the default project) → workspaces in it.
     ws_per_project: HashMap<(String, String), usize>,
@@ -148,21 +150,22 @@ impl<K: Resource> Keyed<K> {
 #[derive(Default)]
 pub struct NamespaceWorkspaces {
     /// (lowercased TFE name, uid), in name order.
-    by_name: BTreeSet<(String, String)>,
+    by_name: BTreeSet<NameKey>,
     /// lowercased flat tag → (lowercased TFE name, uid) of the workspaces carrying it, in
     /// name order, so a tag-filtered, name-sorted page is read without sorting.
-    by_tag: HashMap<String, BTreeSet<(String, String)>>,
+    by_tag: HashMap<String, BTreeSet<NameKey>>,
     /// Trigrams and reversed names, for name searches.
     names: names::NameIndex,
 }
 
-/// One entry of the name-ordered indexes: (lowercased TFE name, uid).
-pub type NameKey = (String, String);
+/// One entry of the name-ordered indexes: (lowercased TFE name, uid), both shared by every
+/// index that holds the entry.
+pub type NameKey = (Arc<str>, Arc<str>);
 
 impl NamespaceWorkspaces {
     /// Workspace uids in name order.
     pub fn uids_by_name(&self) -> impl DoubleEndedIterator<Item = &str> {
-        self.by_name.iter().map(|(_, uid)| uid.as_str())
+        self.by_name.iter().map(|(_, uid)| &**uid)
     }
     /// Number of workspaces.
     pub fn len(&self) -> usize {
@@ -188,7 +191,7 @@ impl NamespaceWorkspaces {
     /// order, read from the name indexes; `None` when they cannot narrow it down (an
     /// empty string, or a substring shorter than three bytes): every entry may match.
     pub fn matching(&self, m: NameMatch<'_>) -> Option<Vec<&NameKey>> {
-        let from = |s: &str| (s.to_owned(), String::new());
+        let from = |s: &str| -> NameKey { (Arc::from(s), Arc::from("")) };
         match m {
             NameMatch::Prefix(s) if !s.is_empty() => Some(
                 self.by_name
@@ -199,7 +202,7 @@ impl NamespaceWorkspaces {
             NameMatch::Exact(s) => Some(
                 self.by_name
                     .range(from(s)..)
-                    .take_while(|(n, _)| n == s)
+                    .take_while(|(n, _)| &**n == s)
                     .collect(),
             ),
             other => self.names.matching(other),
@@ -326,14 +329,14 @@ impl Inner {
         if let Some(status) = w.status.as_mut() {
             status.conditions = Vec::new();
         }
-        let key = uid(&w);
+        let key: Arc<str> = Arc::from(uid(&w));
         self.remove_workspace(&key);
         let ns = w.namespace().unwrap_or_default();
         // Only workspaces with an ID are visible through the API; the operator assigns
         // IDs to objects applied without one.
         if let Some(id) = id_label(&w) {
             let idx = self.ws_by_namespace.entry(ns).or_default();
-            let name = w.spec.name.to_ascii_lowercase();
+            let name: Arc<str> = Arc::from(w.spec.name.to_ascii_lowercase());
             let entry = (name.clone(), key.clone());
             idx.names.insert(&entry);
             idx.by_name.insert(entry);
@@ -354,7 +357,7 @@ impl Inner {
             return;
         };
         if let Some(id) = id_label(old.as_ref()) {
-            if self.ws_by_id.get(&id).is_some_and(|k| k == key) {
+            if self.ws_by_id.get(&id).is_some_and(|k| **k == *key) {
                 self.ws_by_id.remove(&id);
             }
             let pk = project_key(&old);
@@ -367,7 +370,10 @@ impl Inner {
         }
         let ns = old.namespace().unwrap_or_default();
         if let Some(idx) = self.ws_by_namespace.get_mut(&ns) {
-            let entry = (old.spec.name.to_ascii_lowercase(), key.to_owned());
+            let entry: NameKey = (
+                Arc::from(old.spec.name.to_ascii_lowercase()),
+                Arc::from(key),
+            );
             idx.by_name.remove(&entry);
             idx.names.remove(key);
             for t in &old.spec.tags {
@@ -455,8 +461,8 @@ impl Inner {
         let idx = self.ws_by_namespace.get(ns)?;
         let lower = name.to_ascii_lowercase();
         idx.by_name
-            .range((lower.clone(), String::new())..)
-            .take_while(|(n, _)| *n == lower)
+            .range((Arc::<str>::from(lower.as_str()), Arc::<str>::from(""))..)
+            .take_while(|(n, _)| **n == *lower)
             .filter_map(|(_, uid)| self.workspaces.get(uid))
             .filter(|w| id_label(w.as_ref()).is_some())
             .min_by_key(|w| w.metadata.creation_timestamp.clone())

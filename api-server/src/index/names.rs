@@ -8,6 +8,7 @@
 //! name instead of a copy of the name and uid.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use super::NameKey;
 
@@ -43,7 +44,7 @@ pub struct NameIndex {
     slots: Vec<Option<NameKey>>,
     free: Vec<u32>,
     /// uid → slot.
-    slot_of: HashMap<String, u32>,
+    slot_of: HashMap<Arc<str>, u32>,
     /// Byte trigram of a name → slots of the names containing it.
     trigrams: HashMap<[u8; 3], BTreeSet<u32>>,
     /// (reversed name, slot), in order: a suffix is a range.
@@ -153,11 +154,11 @@ mod tests {
     use super::*;
 
     fn key(name: &str, uid: &str) -> NameKey {
-        (name.to_owned(), uid.to_owned())
+        (Arc::from(name), Arc::from(uid))
     }
 
     fn names(v: Option<Vec<&NameKey>>) -> Option<Vec<String>> {
-        v.map(|v| v.into_iter().map(|k| k.0.clone()).collect())
+        v.map(|v| v.into_iter().map(|k| k.0.to_string()).collect())
     }
 
     /// Substring and suffix matches come from the indexes, in name order, exactly as a
@@ -180,7 +181,7 @@ mod tests {
             let mut v: Vec<String> = all
                 .iter()
                 .filter(|k| m.matches(&k.0))
-                .map(|k| k.0.clone())
+                .map(|k| k.0.to_string())
                 .collect();
             v.sort();
             v

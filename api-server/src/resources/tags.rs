@@ -151,7 +151,7 @@ async fn delete_org_tags(
     }
     let affected: Vec<_> = {
         let idx = state.index.read();
-        let mut uids: Vec<String> = Vec::new();
+        let mut uids: Vec<Arc<str>> = Vec::new();
         if let Some(w) = idx.workspaces_in(&ns) {
             for n in &names {
                 uids.extend(w.with_tag(n).into_iter().flatten().map(|(_, u)| u.clone()));

@@ -197,7 +197,7 @@ pub fn select(idx: &Inner, ns: &str, f: &ListFilter, page: Page) -> (usize, Vec<
         .unwrap_or_default();
     let needs_object = project_filter.is_some() || !f.tagged.is_empty() || by_run;
     let keep = |key: &NameKey| -> bool {
-        let name = key.0.as_str();
+        let name: &str = &key.0;
         if f.search_name
             .as_ref()
             .is_some_and(|s| !name.contains(s.as_str()))
