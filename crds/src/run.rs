@@ -54,7 +54,7 @@ impl RunState {
         RunState::ForceCanceled,
     ];
 
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             RunState::Pending => "pending",
             RunState::PlanQueued => "plan_queued",
@@ -298,6 +298,10 @@ pub fn count_changes(plan_json: &serde_json::Value) -> PhaseReport {
     r.has_changes = r.additions + r.changes + r.destructions + r.imports > 0 || outputs_change;
     r
 }
+
+/// The run statuses that hold a concurrency slot (a Pod runs the engine). Runs and test
+/// runs ([`crate::testrun::HOLDING_SLOT`]) count against the same limits.
+pub const HOLDING_SLOT: [&str; 2] = [RunState::Planning.as_str(), RunState::Applying.as_str()];
 
 /// The runs of one workspace that wait or hold it, as the queue needs them: apply runs
 /// (not plan-only) in creation order.

@@ -35,7 +35,6 @@ pub mod retention;
 pub mod rules;
 pub mod run;
 pub mod runner;
-pub mod runner_remote;
 pub mod settings;
 pub mod testpod;
 pub mod testrun;

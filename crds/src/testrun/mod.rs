@@ -42,7 +42,7 @@ impl TestRunState {
     ];
 
     /// The wire value (`pending`, `queued`, …), as in the API and `.status.status`.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             TestRunState::Pending => "pending",
             TestRunState::Queued => "queued",
@@ -170,6 +170,12 @@ impl Conflict {
     /// Always 409 (SPEC.md Errors: "Test not running", "not canceled non-forcefully first").
     pub const HTTP_STATUS: u16 = 409;
 }
+
+/// The test run statuses that hold a concurrency slot (see [`crate::run::HOLDING_SLOT`]).
+pub const HOLDING_SLOT: [&str; 2] = [
+    TestRunState::Queued.as_str(),
+    TestRunState::Running.as_str(),
+];
 
 /// 409 detail of a cancel or force-cancel of a run that is not running.
 pub const MSG_NOT_RUNNING: &str = "test run is not running";

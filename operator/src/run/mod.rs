@@ -311,11 +311,6 @@ async fn reconcile(run: Arc<Run>, ctx: Arc<RunContext>) -> Result<Action, Error>
     })
 }
 
-/// The test run statuses that hold a concurrency slot.
-const TEST_RUNS_HOLDING_SLOTS: [&str; 2] = ["queued", "running"];
-/// The run statuses that hold a concurrency slot (a Pod runs the engine).
-pub const RUNS_HOLDING_SLOTS: [&str; 2] = ["planning", "applying"];
-
 /// Why no phase may start now: the global limit (`--test-run-concurrency`, which runs
 /// share with test runs' setting) or the organization's (`spec.settings.testRuns.
 /// concurrency`) of runs planning or applying at once is reached. None: a slot is free.
@@ -329,7 +324,7 @@ async fn at_limit(ctx: &RunContext, ns: &str) -> Result<Option<String>, Error> {
     // Test runs in their Pods hold slots of the same limits.
     let (tests, tests_per_ns) = ctx
         .catalog
-        .count_in_status(IdKind::TestRun, &TEST_RUNS_HOLDING_SLOTS);
+        .count_in_status(IdKind::TestRun, &terrace_crds::testrun::HOLDING_SLOT);
     let global = ctx.base.settings.test_run_concurrency as usize;
     if global > 0 && running.len() + tests >= global {
         return Ok(Some(format!(

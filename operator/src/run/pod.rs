@@ -5,7 +5,7 @@
 //! - The Secret `<run>-run` (owned by the Run, deleted when it ends) holds the run's
 //!   token ([`SECRET_KEY_TOKEN`]: the runner's credential for the API server's runner
 //!   endpoints of this one run), its options ([`SECRET_KEY_OPTIONS`], see
-//!   [`RunOptions`](crate::runner_remote::RunOptions)) and two var-files: the workspace's
+//!   [`RunOptions`](crate::runner::remote::RunOptions)) and two var-files: the workspace's
 //!   `terraform` variables, then the run's own (later wins).
 //! - The Pod `<run>-plan` / `<run>-apply`: owned by the Run, finalizer [`FINALIZER`] (kept
 //!   until its log is archived), labels [`LABEL_RUN`] and [`LABEL_PHASE`]; init container
@@ -22,7 +22,7 @@ use terrace_crds::run::Phase;
 use terrace_crds::{PodTemplateOverrides, Run, TestRunSettings};
 
 use crate::pod_parts::{self, empty_dir, mount, owned_meta};
-use crate::runner_remote::RunOptions;
+use crate::runner::remote::RunOptions;
 use crate::testpod::{SECRET_DIR, TERMINATION_MESSAGE_PATH, TOOLS_DIR, WORKSPACE_DIR};
 use crate::{Error, Settings};
 

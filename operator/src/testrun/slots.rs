@@ -1,5 +1,5 @@
 //! Slots: the concurrency limits of test runs — shared with workspace runs planning or
-//! applying, which count against the same limits (see `crate::run`) — and the waker of
+//! applying, which count against the same limits (see `terrace_crds::run::HOLDING_SLOT`) — and the waker of
 //! runs waiting for one.
 //!
 //! Runs in `queued` or `running` hold a slot, counted globally
@@ -45,7 +45,7 @@ pub(super) async fn wake_waiting(ctx: &RunContext) {
             // Workspace runs planning or applying hold slots of the same limits.
             let (runs, runs_per_ns) = ctx
                 .catalog
-                .count_in_status(IdKind::Run, &crate::run::RUNS_HOLDING_SLOTS);
+                .count_in_status(IdKind::Run, &terrace_crds::run::HOLDING_SLOT);
             global += runs;
             for (ns, n) in runs_per_ns {
                 *per_ns.entry(ns).or_default() += n;
@@ -157,7 +157,7 @@ fn all_active_counts(
     let (global, local) = active_counts(&ctx.runs, admitted, ns);
     let (runs, runs_per_ns) = ctx
         .catalog
-        .count_in_status(IdKind::Run, &crate::run::RUNS_HOLDING_SLOTS);
+        .count_in_status(IdKind::Run, &terrace_crds::run::HOLDING_SLOT);
     (
         global + runs,
         local + runs_per_ns.get(ns).copied().unwrap_or(0),

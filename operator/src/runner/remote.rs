@@ -36,7 +36,7 @@ use clap::Args;
 use serde::{Deserialize, Serialize};
 use terrace_crds::run::{Phase, PhaseReport, count_changes};
 
-use crate::runner::{FetchLimits, read_token, unpack};
+use super::fetch::{FetchLimits, read_token, unpack};
 
 /// Name of the override file that points the backend at the local state file.
 pub const OVERRIDE_FILE: &str = "zzz_terrace_backend_override.tf";
