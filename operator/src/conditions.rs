@@ -171,6 +171,39 @@ pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
     find(conditions, type_).is_some_and(|c| c.status == "True")
 }
 
+/// `conditions` as a cache keeps them: each message replaced by its digest
+/// ([`same_conditions`] compares against those). A workspace's three conditions repeat
+/// one message of about 70 bytes, kept for every cached workspace only to tell whether the
+/// status is current; [`stall_transition`] reads the new conditions' message, never the
+/// cached one's.
+pub fn with_message_digests(mut conditions: Vec<Condition>) -> Vec<Condition> {
+    for c in &mut conditions {
+        c.message = message_digest(&c.message);
+    }
+    conditions
+}
+
+fn message_digest(message: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    message.hash(&mut h);
+    format!("#{:016x}", h.finish())
+}
+
+/// Whether the stored `cached` conditions (whole, or with message digests) are
+/// `desired`.
+pub fn same_conditions(cached: &[Condition], desired: &[Condition]) -> bool {
+    cached.len() == desired.len()
+        && cached.iter().zip(desired).all(|(c, d)| {
+            c.type_ == d.type_
+                && c.status == d.status
+                && c.reason == d.reason
+                && c.observed_generation == d.observed_generation
+                && c.last_transition_time == d.last_transition_time
+                && (c.message == d.message || c.message == message_digest(&d.message))
+        })
+}
+
 /// A change of the Stalled condition worth an Event.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StallTransition {
@@ -343,5 +376,30 @@ mod tests {
                 message: "a".into()
             })
         );
+    }
+
+    /// Conditions cached with message digests compare equal to the conditions they were
+    /// made from, and unequal when a message (or anything else) changed.
+    #[test]
+    fn digested_conditions_compare_by_message() {
+        let ready = |m: &str| {
+            kstatus_conditions(&[], &Outcome::Ready { message: m.into() }, Some(1), t(10))
+        };
+        let cached = with_message_digests(ready("workspace ws-1 is in project default"));
+        assert!(cached.iter().all(|c| c.message.len() == 17));
+        assert!(same_conditions(
+            &cached,
+            &ready("workspace ws-1 is in project default")
+        ));
+        assert!(!same_conditions(
+            &cached,
+            &ready("workspace ws-1 is in project infra")
+        ));
+        let whole = ready("x");
+        assert!(same_conditions(&whole, &ready("x")));
+        let mut later = ready("x");
+        later[0].observed_generation = Some(2);
+        assert!(!same_conditions(&whole, &later));
+        assert!(!same_conditions(&whole, &later[..2]));
     }
 }

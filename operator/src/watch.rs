@@ -149,7 +149,7 @@ impl Watched for Workspace {
             remote_state_consumer_count: s.remote_state_consumer_count,
             latest_change_at: s.latest_change_at,
             observed_generation: s.observed_generation,
-            conditions: s.conditions,
+            conditions: crate::conditions::with_message_digests(s.conditions),
             ..WorkspaceStatus::default()
         });
     }

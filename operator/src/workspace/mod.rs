@@ -172,7 +172,7 @@ fn status_is_current(
             && s.effective_tag_bindings == derived.effective_tag_bindings
             && s.remote_state_consumer_count == Some(derived.remote_state_consumer_count)
             && s.observed_generation == generation
-            && s.conditions == conditions
+            && crate::conditions::same_conditions(&s.conditions, conditions)
     })
 }
 
