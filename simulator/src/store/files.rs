@@ -75,6 +75,7 @@ impl Files {
                 let obj = Arc::new(obj);
                 st.index_add(&res, &key, &obj);
                 let rd = st.resource_mut(&res);
+                let key = Arc::new(key);
                 rd.labels_add(&key, &obj);
                 rd.objects.insert(key, obj);
             }

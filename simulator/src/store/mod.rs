@@ -154,19 +154,19 @@ pub struct Event {
 }
 
 /// The objects carrying one label value: most label values (IDs, names) are carried by
-/// one object, which needs no set of its own.
+/// one object, which needs no set of its own. Keys are the object map's own (shared).
 #[derive(Debug)]
 enum Posting {
-    One(ObjKey),
-    Many(BTreeSet<ObjKey>),
+    One(Arc<ObjKey>),
+    Many(BTreeSet<Arc<ObjKey>>),
 }
 
 impl Posting {
-    fn insert(&mut self, key: &ObjKey) {
+    fn insert(&mut self, key: &Arc<ObjKey>) {
         match self {
             Posting::One(k) if k == key => {}
             Posting::One(k) => {
-                *self = Posting::Many(BTreeSet::from([std::mem::take(k), key.clone()]));
+                *self = Posting::Many(BTreeSet::from([k.clone(), key.clone()]));
             }
             Posting::Many(set) => {
                 set.insert(key.clone());
@@ -177,7 +177,7 @@ impl Posting {
     /// Removes `key`; answers whether the posting is empty now.
     fn remove(&mut self, key: &ObjKey) -> bool {
         match self {
-            Posting::One(k) => k == key,
+            Posting::One(k) => **k == *key,
             Posting::Many(set) => {
                 set.remove(key);
                 if set.len() == 1
@@ -199,14 +199,15 @@ impl Posting {
 
     fn keys(&self) -> Box<dyn Iterator<Item = &ObjKey> + '_> {
         match self {
-            Posting::One(k) => Box::new(std::iter::once(k)),
-            Posting::Many(set) => Box::new(set.iter()),
+            Posting::One(k) => Box::new(std::iter::once(&**k)),
+            Posting::Many(set) => Box::new(set.iter().map(|k| &**k)),
         }
     }
 }
 
 pub struct ResourceData {
-    pub objects: BTreeMap<ObjKey, Arc<Obj>>,
+    /// The objects by key; the label index shares the keys.
+    pub objects: BTreeMap<Arc<ObjKey>, Arc<Obj>>,
     pub history: VecDeque<Arc<Event>>,
     /// Watches from a resourceVersion below this are answered 410 Expired.
     pub floor: u64,
@@ -232,7 +233,7 @@ impl Default for ResourceData {
 }
 
 impl ResourceData {
-    fn labels_add(&mut self, key: &ObjKey, obj: &Obj) {
+    fn labels_add(&mut self, key: &Arc<ObjKey>, obj: &Obj) {
         for (k, v) in obj.labels() {
             let values = self.labels.entry(k.into()).or_default();
             match values.get_mut(v) {
@@ -470,11 +471,15 @@ impl State {
         let key = obj_key(&obj);
         let stored = Arc::new(Obj::new(&obj));
         let rd = self.resource_mut(res);
-        let prev = rd.objects.insert(key.clone(), stored.clone());
+        let shared = rd
+            .objects
+            .get_key_value(&key)
+            .map_or_else(|| Arc::new(key.clone()), |(k, _)| k.clone());
+        let prev = rd.objects.insert(shared.clone(), stored.clone());
         if let Some(p) = &prev {
             rd.labels_remove(&key, p);
         }
-        rd.labels_add(&key, &stored);
+        rd.labels_add(&shared, &stored);
         if let Some(p) = &prev {
             self.index_remove(res, &key, p);
         }
@@ -562,7 +567,8 @@ impl State {
         };
         let it = rd
             .objects
-            .range((lower, Bound::Unbounded))
+            .range::<ObjKey, _>((lower, Bound::Unbounded))
+            .map(|(k, o)| (&**k, o))
             .take_while(move |(k, _)| namespace.is_none_or(|ns| k.0 == ns));
         Box::new(it)
     }
@@ -594,7 +600,8 @@ impl State {
             .into_iter()
             .skip(start)
             .take_while(move |k| namespace.is_none_or(|ns| k.0 == ns))
-            .filter_map(|k| rd.objects.get_key_value(k));
+            .filter_map(|k| rd.objects.get_key_value(k))
+            .map(|(k, o)| (&**k, o));
         Box::new(it)
     }
 }
