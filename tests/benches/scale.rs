@@ -35,7 +35,9 @@
 //! -p terrace-tests --bench scale`. Quick run:
 //! `TERRACE_SCALE_SIZES=500,2000 TERRACE_SCALE_CREATES=50 TERRACE_SCALE_IDLE_SECS=10
 //! TERRACE_SCALE_SEARCH=1000,10000`; `TERRACE_SCALE_PHASES=procs,dev,search` picks phases;
-//! `TERRACE_SCALE_SAVE_DIR` keeps the data directories saved at each size.
+//! `TERRACE_SCALE_SAVE_DIR` keeps the data directories saved at each size;
+//! `TERRACE_SCALE_PHASES=dev TERRACE_SCALE_SAVED=DIR/size-10000:DIR/size-50000` runs the
+//! `dev` phase alone on directories kept so.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -562,7 +564,9 @@ fn dev_on(dir: Option<&Path>, idle_secs: Option<u64>) -> (u64, Option<f64>) {
     if dir.is_none() {
         api.create_org(BULK_ORG);
     }
-    let _ = api_creates(&rt, &dev, &client, &[pid, pid, pid], BULK_ORG, "d", 20);
+    // Names of this run: a directory kept from an earlier run has that run's already.
+    let prefix = format!("d{}", std::process::id());
+    let _ = api_creates(&rt, &dev, &client, &[pid, pid, pid], BULK_ORG, &prefix, 20);
     std::thread::sleep(Duration::from_secs(3));
     let rss = rss_kib(pid);
     let idle = idle_secs.map(|s| idle_cpu(&[pid], s)[0]);
@@ -798,6 +802,9 @@ fn main() {
     let mut saved = Vec::new();
     if phases.contains("procs") {
         saved = procs_phase(&sizes, creates, idle_secs, &save_dir);
+    } else if let Some(dirs) = std::env::var_os("TERRACE_SCALE_SAVED") {
+        // Directories an earlier run saved (`size-N` each), for the `dev` phase alone.
+        saved = std::env::split_paths(&dirs).collect();
     }
     if phases.contains("dev") && !saved.is_empty() {
         dev_phase(&saved, idle_secs);
