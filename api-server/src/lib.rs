@@ -21,8 +21,9 @@
 //! answers (405, 413 by Content-Length, 414, 431) JSON:API documents too.
 //!
 //! Each request gets a request ID and a log span, is counted per route template, and
-//! has its panics answered 500 and its body limited ([`request`], [`metrics`]); `/metrics` is served on a separate listener (`--metrics-addr`) so the
-//! public Ingress of the API port does not expose it.
+//! has its panics answered 500 and its body limited ([`request`], [`metrics`]);
+//! `/metrics` is served on a separate listener (`--metrics-addr`) so the public Ingress
+//! of the API port does not expose it.
 #![forbid(unsafe_code)]
 #![recursion_limit = "256"]
 

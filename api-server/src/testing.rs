@@ -23,7 +23,6 @@ use terrace_crds::{
     ConfigurationVersionState, Organization, OrganizationSpec, Project, ProjectSpec, Workspace,
     WorkspaceSpec,
 };
-use tower::ServiceExt;
 
 use crate::{AppState, Edition, Settings};
 
@@ -235,10 +234,7 @@ impl Harness {
             None => Body::empty(),
         };
         let req = req.body(body).unwrap_or_else(|e| panic!("request: {e}"));
-        let resp = crate::router(self.state.clone())
-            .oneshot(req)
-            .await
-            .unwrap_or_else(|e| match e {});
+        let resp = send(&self.state, req).await;
         let status = resp.status().as_u16();
         let bytes = resp
             .into_body()
@@ -335,10 +331,7 @@ impl Harness {
         let req = req
             .body(Body::from(body))
             .unwrap_or_else(|e| panic!("request: {e}"));
-        let resp = crate::router(self.state.clone())
-            .oneshot(req)
-            .await
-            .unwrap_or_else(|e| match e {});
+        let resp = send(&self.state, req).await;
         let status = resp.status().as_u16();
         let hdrs = resp
             .headers()

@@ -191,22 +191,30 @@ impl NamespaceWorkspaces {
     /// order, read from the name indexes; `None` when they cannot narrow it down (an
     /// empty string, or a substring shorter than three bytes): every entry may match.
     pub fn matching(&self, m: NameMatch<'_>) -> Option<Vec<&NameKey>> {
-        let from = |s: &str| -> NameKey { (Arc::from(s), Arc::from("")) };
         match m {
             NameMatch::Prefix(s) if !s.is_empty() => Some(
-                self.by_name
-                    .range(from(s)..)
+                self.starting_at(s)
                     .take_while(|(n, _)| n.starts_with(s))
                     .collect(),
             ),
-            NameMatch::Exact(s) => Some(
-                self.by_name
-                    .range(from(s)..)
-                    .take_while(|(n, _)| &**n == s)
-                    .collect(),
-            ),
+            NameMatch::Exact(s) => Some(self.named(s).collect()),
             other => self.names.matching(other),
         }
+    }
+
+    /// The entries whose lowercased name is `lower`, in uid order.
+    pub fn named<'s, 'q>(
+        &'s self,
+        lower: &'q str,
+    ) -> impl Iterator<Item = &'s NameKey> + use<'s, 'q> {
+        self.starting_at(lower)
+            .take_while(move |(n, _)| &**n == lower)
+    }
+
+    /// The entries from the first whose lowercased name is `lower` or after, in name order.
+    fn starting_at(&self, lower: &str) -> impl Iterator<Item = &NameKey> + '_ {
+        let start: NameKey = (Arc::from(lower), Arc::from(""));
+        self.by_name.range(start..)
     }
 }
 
@@ -460,9 +468,7 @@ impl Inner {
     pub fn workspace_named(&self, ns: &str, name: &str) -> Option<&Arc<Workspace>> {
         let idx = self.ws_by_namespace.get(ns)?;
         let lower = name.to_ascii_lowercase();
-        idx.by_name
-            .range((Arc::<str>::from(lower.as_str()), Arc::<str>::from(""))..)
-            .take_while(|(n, _)| **n == *lower)
+        idx.named(&lower)
             .filter_map(|(_, uid)| self.workspaces.get(uid))
             .filter(|w| id_label(w.as_ref()).is_some())
             .min_by_key(|w| w.metadata.creation_timestamp.clone())
