@@ -10,6 +10,8 @@
 //!   emptyDir. The archive is the module author's upload, so unpacking refuses anything that
 //!   could write outside the destination (absolute paths, `..`, links leading out, hard
 //!   links, device files) and stops at size and entry-count limits.
+//! - `remote` (the engine container of a workspace run's plan or apply Pod): one phase
+//!   of the run, see [`remote`]; it fetches the configuration with `fetch`'s rules.
 //! - `exec` (engine container): runs `<engine> test -json …`, relays every line the
 //!   engine writes to its stdout, in order and unchanged, to stdout (the container log,
 //!   which becomes the run's log the terraform CLI renders) and to an optional log file,
@@ -35,6 +37,9 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use clap::Subcommand;
+use terrace_crds::testoutput::{RunnerReport, Tally, diagnostic_line};
+use tokio::io::{AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
 
 mod error;
 mod fetch;
@@ -42,9 +47,6 @@ pub mod remote;
 
 pub use error::RunnerError;
 pub use fetch::{FetchLimits, UnpackStats, fetch, read_token, unpack};
-use terrace_crds::testoutput::{RunnerReport, Tally, diagnostic_line};
-use tokio::io::{AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::sync::mpsc;
 
 #[derive(Clone, Debug, Subcommand)]
 pub enum RunnerCommand {
