@@ -428,20 +428,31 @@ pub fn decide(state: RunState, cancel: Cancel, pod: &PodSeen, flags: Flags) -> D
         report,
         ..Decision::default()
     };
+    let running = match phase {
+        Phase::Plan => RunState::Planning,
+        Phase::Apply => RunState::Applying,
+    };
+    let queued = matches!(
+        state,
+        RunState::PlanQueued | RunState::Confirmed | RunState::ApplyQueued
+    );
     match (state, pod) {
-        (RunState::PlanQueued | RunState::Confirmed | RunState::ApplyQueued, PodSeen::Absent) => {
+        (_, PodSeen::Absent) if queued => {
             if cancel != Cancel::None {
                 return canceled(None);
             }
             Decision {
                 create_pod: Some(phase),
-                to: Some(match phase {
-                    Phase::Plan => RunState::Planning,
-                    Phase::Apply => RunState::Applying,
-                }),
+                to: Some(running),
                 ..Decision::default()
             }
         }
+        // The Pod runs but the move to planning/applying was not recorded (its write lost
+        // to a concurrent one): recorded now, so the phase's Pod is named in the status.
+        (_, PodSeen::Running) if queued && cancel == Cancel::None => Decision {
+            to: Some(running),
+            ..Decision::default()
+        },
         (_, PodSeen::Running) => match cancel {
             Cancel::None => Decision::default(),
             Cancel::Cancel => Decision {

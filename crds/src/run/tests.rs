@@ -178,6 +178,23 @@ fn decide_phases() {
         decide(RunState::Planning, Cancel::None, &Running, MANUAL),
         Decision::default()
     );
+    // A Pod running while the run still reads queued (the move's write was lost): the
+    // move is written now; a cancel still stops the Pod.
+    assert_eq!(
+        decide(RunState::PlanQueued, Cancel::None, &Running, MANUAL).to,
+        Some(RunState::Planning)
+    );
+    assert_eq!(
+        decide(RunState::ApplyQueued, Cancel::None, &Running, MANUAL).to,
+        Some(RunState::Applying)
+    );
+    assert_eq!(
+        decide(RunState::Confirmed, Cancel::Cancel, &Running, MANUAL),
+        Decision {
+            delete_pod: Some(CANCEL_GRACE_SECONDS),
+            ..Decision::default()
+        }
+    );
     assert_eq!(
         decide(RunState::Planning, Cancel::Cancel, &Running, MANUAL).delete_pod,
         Some(CANCEL_GRACE_SECONDS)

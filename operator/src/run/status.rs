@@ -50,6 +50,16 @@ pub(super) async fn write_status(
         }
         (_, Some(p)) => {
             let mut ph = json!({"finishedAt": now});
+            // A Pod that ended before the move to planning/applying was written (a fast
+            // failure, a lost write) is named now: the phase's log is read through it.
+            let recorded = run.status.as_ref().and_then(|s| match p {
+                Phase::Plan => s.plan.pod_name.as_ref(),
+                Phase::Apply => s.apply.pod_name.as_ref(),
+            });
+            if recorded.is_none() && (report.is_some() || to == RunState::Errored) {
+                ph["podName"] = json!(pod::pod_name(&run.name_any(), p));
+                ph["startedAt"] = json!(now);
+            }
             if let Some(r) = report.filter(|r| r.ok) {
                 let counts = if p == Phase::Apply {
                     // The apply did what the plan said.

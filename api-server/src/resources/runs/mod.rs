@@ -268,11 +268,12 @@ async fn create(
     let api = write::api::<Run>(&state, &ws.ns);
     let created = api.create(&PostParams::default(), &run).await?;
     let now = crate::render::now();
+    // No `status`: a run without one is pending, and the operator may have moved it on
+    // already (this patch must not take it back).
     let created = write::patch_status(
         &api,
         &created.name_any(),
-        json!({"id": id, "status": RunState::Pending.as_str(),
-               "statusTimestamps": {run::QUEUEABLE_AT: now}}),
+        json!({"id": id, "statusTimestamps": {run::QUEUEABLE_AT: now}}),
     )
     .await?;
     write::wait_seen(&state, &created).await;

@@ -1,0 +1,197 @@
+//! The run controller against the cluster simulator with the real operator, for what the
+//! CLI end-to-end tests meet only by chance: a phase Pod the controller finds running or
+//! already ended while the run still reads queued (its move to `planning` was not
+//! recorded — the write lost to a concurrent one, or the engine failed at once). The run
+//! still ends up naming the Pod in `status.plan.podName`, which the API server reads the
+//! plan's log through; without it the CLI shows an errored plan with no reason.
+
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::json;
+use terrace_crds::constants::LABEL_ID;
+use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
+use terrace_crds::{Organization, OrganizationSpec, Run, RunSpec, Workspace, WorkspaceSpec};
+use tokio::sync::oneshot;
+
+mod common;
+use common::{E, R, eventually};
+
+const NS: &str = "acme";
+
+/// A simulator whose node runs nothing (Pod states are written by the test), the
+/// operator, Organization `acme` and Workspace `w`.
+async fn start() -> Result<(terrace_simulator::Simulator, Client, oneshot::Sender<()>), E> {
+    let (sim, client) = common::cluster(false).await?;
+    let (tx, rx) = oneshot::channel::<()>();
+    let settings = terrace_operator::Settings {
+        api_internal_url: "http://api.test:8080".into(),
+        ..Default::default()
+    };
+    tokio::spawn(terrace_operator::run(
+        client.clone(),
+        settings,
+        async move {
+            let _ = rx.await;
+        },
+    ));
+    Api::<Organization>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &Organization {
+                metadata: ObjectMeta {
+                    name: Some(NS.into()),
+                    ..Default::default()
+                },
+                spec: OrganizationSpec::default(),
+                status: None,
+            },
+        )
+        .await?;
+    let nss: Api<Namespace> = Api::all(client.clone());
+    eventually("the namespace", || async {
+        nss.get_opt(NS).await.ok().flatten()
+    })
+    .await?;
+    let ws = Workspace {
+        metadata: ObjectMeta {
+            name: Some("w".into()),
+            ..Default::default()
+        },
+        spec: WorkspaceSpec {
+            name: "w".into(),
+            ..WorkspaceSpec::default_for_create()
+        },
+        status: None,
+    };
+    Api::<Workspace>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &ws)
+        .await?;
+    Ok((sim, client, tx))
+}
+
+/// A run of `w` that already planned (so the controller leaves it be until the test moves
+/// it back to `plan_queued`).
+async fn planned_run(runs: &Api<Run>) -> Result<Run, E> {
+    let id = new_id(IdKind::Run);
+    let name = object_name_for_id(&id);
+    let mut run = Run::new(
+        &name,
+        RunSpec {
+            workspace: "w".into(),
+            configuration_version: "cv".into(),
+            refresh: true,
+            plan_only: true,
+            ..RunSpec::default()
+        },
+    );
+    run.metadata.labels = Some([(LABEL_ID.to_owned(), id.clone())].into());
+    runs.create(&PostParams::default(), &run).await?;
+    Ok(runs
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"id": id, "status": "planned"}})),
+        )
+        .await?)
+}
+
+/// The plan Pod of `run` (controlled by it) with its `engine` container in `state`.
+async fn plan_pod(pods: &Api<Pod>, run: &Run, state: serde_json::Value) -> R {
+    let name = format!("{}-plan", run.name_any());
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "ownerReferences": [run.controller_owner_ref(&())]},
+        "spec": {"containers": [{"name": "engine", "image": "terrace"}]},
+    }))?;
+    pods.create(&PostParams::default(), &pod).await?;
+    pods.patch_status(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Running",
+            "containerStatuses": [{"name": "engine", "image": "terrace", "imageID": "",
+                "ready": false, "restartCount": 0, "state": state}]}})),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn queue_again(runs: &Api<Run>, run: &Run) -> R {
+    runs.patch_status(
+        &run.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"status": "plan_queued"}})),
+    )
+    .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_phase_pod_found_ahead_of_the_runs_state_is_named_in_its_status() -> R {
+    let (_sim, client, _stop) = start().await?;
+    let runs: Api<Run> = Api::namespaced(client.clone(), NS);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+
+    // The engine failed before the controller saw it run: the run errors with the
+    // runner's reason and names the Pod, so the plan's log can be read.
+    let failed = planned_run(&runs).await?;
+    let report = json!({"ok": false, "message": "Engine version mismatch: wanted ~> 1.5.0"});
+    plan_pod(
+        &pods,
+        &failed,
+        json!({"terminated": {"exitCode": 1, "message": report.to_string()}}),
+    )
+    .await?;
+    queue_again(&runs, &failed).await?;
+    let ended = eventually("the failed run errored", || async {
+        runs.get(&failed.name_any())
+            .await
+            .ok()
+            .filter(|r| status_of(r).0.as_deref() == Some("errored"))
+    })
+    .await?;
+    let s = ended.status.clone().unwrap_or_default();
+    assert_eq!(
+        s.plan.pod_name.as_deref(),
+        Some(format!("{}-plan", failed.name_any()).as_str()),
+        "{s:?}"
+    );
+    assert!(
+        s.plan.started_at.is_some() && s.plan.finished_at.is_some(),
+        "{s:?}"
+    );
+    assert!(
+        s.message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("Engine version mismatch"),
+        "{s:?}"
+    );
+
+    // The engine runs while the run reads queued: the run moves to planning, naming it.
+    let running = planned_run(&runs).await?;
+    plan_pod(
+        &pods,
+        &running,
+        json!({"running": {"startedAt": "2026-01-01T00:00:00Z"}}),
+    )
+    .await?;
+    queue_again(&runs, &running).await?;
+    let moved = eventually("the running run planning", || async {
+        runs.get(&running.name_any())
+            .await
+            .ok()
+            .filter(|r| status_of(r).0.as_deref() == Some("planning"))
+    })
+    .await?;
+    assert_eq!(
+        status_of(&moved).1.as_deref(),
+        Some(format!("{}-plan", running.name_any()).as_str())
+    );
+    Ok(())
+}
+
+/// The run's state and its plan's Pod.
+fn status_of(r: &Run) -> (Option<String>, Option<String>) {
+    let s = r.status.clone().unwrap_or_default();
+    (s.status, s.plan.pod_name)
+}
