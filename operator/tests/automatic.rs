@@ -7,14 +7,12 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use terrace_crds::constants::ANNOTATION_AUTOMATIC_TEST_RUN;
 use terrace_crds::{
-    ConfigurationVersion, ConfigurationVersionSpec, Organization, OrganizationSpec, RegistryModule,
-    RegistryModuleSpec, TestRun,
+    ConfigurationVersion, ConfigurationVersionSpec, RegistryModule, RegistryModuleSpec, TestRun,
 };
 use terrace_simulator::Simulator;
 use tokio::sync::oneshot;
@@ -35,37 +33,13 @@ struct Cluster {
 /// look at.
 async fn start(delay: Duration) -> Result<Cluster, E> {
     let (sim, client) = common::cluster(false).await?;
-    let (tx, rx) = oneshot::channel::<()>();
     let settings = terrace_operator::Settings {
         auto_test_run_delay: delay,
         api_internal_url: "http://api.test:8080".into(),
         ..Default::default()
     };
-    tokio::spawn(terrace_operator::run(
-        client.clone(),
-        settings,
-        async move {
-            let _ = rx.await;
-        },
-    ));
-    Api::<Organization>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &Organization {
-                metadata: ObjectMeta {
-                    name: Some(NS.into()),
-                    ..Default::default()
-                },
-                spec: OrganizationSpec::default(),
-                status: None,
-            },
-        )
-        .await?;
-    let nss: Api<Namespace> = Api::all(client.clone());
-    eventually("the namespace", || async {
-        nss.get_opt(NS).await.ok().flatten()
-    })
-    .await?;
+    let tx = common::operator(&client, settings);
+    common::organization(&client, NS).await?;
     Api::<RegistryModule>::namespaced(client.clone(), NS)
         .create(
             &PostParams::default(),

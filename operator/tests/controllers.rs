@@ -18,7 +18,6 @@ use terrace_crds::constants::{
 use terrace_crds::ids::{IdKind, is_valid_id};
 use terrace_crds::{
     Organization, OrganizationSpec, Project, ProjectSpec, SshKey, SshKeySpec, Workspace,
-    WorkspaceSpec,
 };
 use terrace_simulator::Simulator;
 use tokio::sync::oneshot;
@@ -95,21 +94,6 @@ impl Cluster {
     }
 }
 
-fn workspace(object: &str, name: &str, project: Option<&str>) -> Workspace {
-    Workspace {
-        metadata: ObjectMeta {
-            name: Some(object.into()),
-            ..Default::default()
-        },
-        spec: WorkspaceSpec {
-            name: name.into(),
-            project: project.map(str::to_owned),
-            ..WorkspaceSpec::default_for_create()
-        },
-        status: None,
-    }
-}
-
 fn tb(key: &str, value: &str) -> TagBinding {
     TagBinding {
         key: key.into(),
@@ -172,7 +156,7 @@ async fn workspace_gets_id_and_derived_status_and_follows_project_tags() -> R {
         .await?;
 
     let api: Api<Workspace> = Api::namespaced(cluster.client.clone(), "acme");
-    let mut ws = workspace("web", "web", None);
+    let mut ws = common::workspace("web", "web", None);
     ws.spec.tags = vec!["Prod".into(), "app".into(), "prod".into()];
     ws.spec.tag_bindings = vec![tb("env", "prod")];
     ws.spec.remote_state_consumers = vec!["ws-a".into(), "ws-b".into()];
@@ -272,8 +256,11 @@ async fn other_kinds_get_ids_and_named_projects_resolve() -> R {
     assert!(is_valid_id(IdKind::Project, &prj_id), "{prj_id}");
 
     let api: Api<Workspace> = Api::namespaced(cluster.client.clone(), "acme");
-    api.create(&PostParams::default(), &workspace("w", "w", Some("infra")))
-        .await?;
+    api.create(
+        &PostParams::default(),
+        &common::workspace("w", "w", Some("infra")),
+    )
+    .await?;
     let ws = wait_ready(&api, "w").await?;
     let status = ws.status.unwrap_or_default();
     assert_eq!(status.project_id.as_deref(), Some(prj_id.as_str()));
@@ -320,10 +307,10 @@ async fn pinned_ids_are_kept_and_invalid_ones_replaced() -> R {
     cluster.organization("acme").await?;
     let api: Api<Workspace> = Api::namespaced(cluster.client.clone(), "acme");
     let pinned = "ws-PinnedIdPinned01";
-    let mut ws = workspace("pinned", "pinned", None);
+    let mut ws = common::workspace("pinned", "pinned", None);
     ws.metadata.labels = Some([(LABEL_ID.to_owned(), pinned.to_owned())].into());
     api.create(&PostParams::default(), &ws).await?;
-    let mut bad = workspace("bad", "bad", None);
+    let mut bad = common::workspace("bad", "bad", None);
     bad.metadata.labels = Some([(LABEL_ID.to_owned(), "ws-nope".to_owned())].into());
     api.create(&PostParams::default(), &bad).await?;
 
@@ -344,7 +331,7 @@ async fn pinned_ids_are_kept_and_invalid_ones_replaced() -> R {
     assert_eq!(warnings[0].type_.as_deref(), Some("Warning"));
 
     // A copy pinning an ID another workspace already uses gets a new one.
-    let mut copy = workspace("copy", "copy", None);
+    let mut copy = common::workspace("copy", "copy", None);
     copy.metadata.labels = Some([(LABEL_ID.to_owned(), pinned.to_owned())].into());
     api.create(&PostParams::default(), &copy).await?;
     let copy = wait_ready(&api, "copy").await?;
@@ -373,11 +360,17 @@ async fn duplicate_name_is_stalled_until_the_holder_goes() -> R {
     let cluster = Cluster::start(1).await?;
     cluster.organization("acme").await?;
     let api: Api<Workspace> = Api::namespaced(cluster.client.clone(), "acme");
-    api.create(&PostParams::default(), &workspace("first", "Web", None))
-        .await?;
+    api.create(
+        &PostParams::default(),
+        &common::workspace("first", "Web", None),
+    )
+    .await?;
     wait_ready(&api, "first").await?;
-    api.create(&PostParams::default(), &workspace("second", "web", None))
-        .await?;
+    api.create(
+        &PostParams::default(),
+        &common::workspace("second", "web", None),
+    )
+    .await?;
     let stalled = eventually("second Stalled", || async {
         let ws = api.get("second").await.ok()?;
         (condition(&ws, CONDITION_STALLED)? == ("True".into(), "DuplicateName".into()))
@@ -414,8 +407,11 @@ async fn missing_project_and_missing_organization_stall() -> R {
     let cluster = Cluster::start(1).await?;
     cluster.organization("acme").await?;
     let api: Api<Workspace> = Api::namespaced(cluster.client.clone(), "acme");
-    api.create(&PostParams::default(), &workspace("w", "w", Some("later")))
-        .await?;
+    api.create(
+        &PostParams::default(),
+        &common::workspace("w", "w", Some("later")),
+    )
+    .await?;
     eventually("ProjectNotFound", || async {
         let ws = api.get("w").await.ok()?;
         (condition(&ws, CONDITION_STALLED)? == ("True".into(), "ProjectNotFound".into()))
@@ -453,7 +449,7 @@ async fn missing_project_and_missing_organization_stall() -> R {
     namespaces.create(&PostParams::default(), &ns).await?;
     let orphans: Api<Workspace> = Api::namespaced(cluster.client.clone(), "orphan");
     orphans
-        .create(&PostParams::default(), &workspace("o", "o", None))
+        .create(&PostParams::default(), &common::workspace("o", "o", None))
         .await?;
     let o = eventually("OrganizationNotFound", || async {
         let ws = orphans.get("o").await.ok()?;
@@ -478,7 +474,7 @@ async fn two_replicas_assign_one_id() -> R {
     let api: Api<Workspace> = Api::namespaced(cluster.client.clone(), "acme");
     let names: Vec<String> = (0..8).map(|i| format!("w{i}")).collect();
     for n in &names {
-        api.create(&PostParams::default(), &workspace(n, n, None))
+        api.create(&PostParams::default(), &common::workspace(n, n, None))
             .await?;
     }
     for n in &names {

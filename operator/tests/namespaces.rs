@@ -15,7 +15,7 @@ use terrace_crds::constants::{
     ANNOTATION_ADOPT, ANNOTATION_CREATED_FOR, CONDITION_READY, CONDITION_STALLED,
     LABEL_DEFAULT_PROJECT, LABEL_ORGANIZATION,
 };
-use terrace_crds::{Organization, OrganizationSpec, Project, Workspace, WorkspaceSpec};
+use terrace_crds::{Organization, OrganizationSpec, Project, Workspace};
 use tokio::sync::oneshot;
 
 mod common;
@@ -207,18 +207,9 @@ async fn foreign_and_reserved_namespaces_are_not_taken() -> R {
 
     // The organization owns nothing in the namespace it may not use.
     let workspaces: Api<Workspace> = Api::namespaced(client.clone(), "foreign");
-    let ws = Workspace {
-        metadata: ObjectMeta {
-            name: Some("w".into()),
-            ..Default::default()
-        },
-        spec: WorkspaceSpec {
-            name: "w".into(),
-            ..WorkspaceSpec::default_for_create()
-        },
-        status: None,
-    };
-    workspaces.create(&PostParams::default(), &ws).await?;
+    workspaces
+        .create(&PostParams::default(), &common::workspace("w", "w", None))
+        .await?;
     eventually("the workspace stalled without an organization", || async {
         let ws = workspaces.get("w").await.ok()?;
         ws.status?

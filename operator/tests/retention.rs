@@ -14,28 +14,12 @@ use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use terrace_crds::common::DataRetentionPolicy;
 use terrace_crds::constants::LABEL_ID;
-use terrace_crds::{
-    Organization, OrganizationSpec, StateBlob, StateVersion, StateVersionSpec, Workspace,
-    WorkspaceSpec,
-};
-use tokio::sync::oneshot;
+use terrace_crds::{StateBlob, StateVersion, StateVersionSpec, Workspace, WorkspaceSpec};
 
 mod common;
 use common::{E, R, eventually};
 
 const NS: &str = "keepers";
-
-fn start_operator(client: &Client) -> oneshot::Sender<()> {
-    let (tx, rx) = oneshot::channel::<()>();
-    tokio::spawn(terrace_operator::run(
-        client.clone(),
-        terrace_operator::Settings::default(),
-        async move {
-            let _ = rx.await;
-        },
-    ));
-    tx
-}
 
 /// A finalized version of workspace `ws` written `days_ago`, with its state blob's two
 /// chunk Secrets (as the API server stores them).
@@ -130,28 +114,8 @@ async fn set_policy(client: &Client, ws: &str, policy: DataRetentionPolicy) -> R
 #[tokio::test]
 async fn old_state_data_expires_except_the_current_state() -> Result<(), E> {
     let (_sim, client) = common::cluster(false).await?;
-    Api::<Organization>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &Organization {
-                metadata: ObjectMeta {
-                    name: Some(NS.into()),
-                    ..Default::default()
-                },
-                spec: OrganizationSpec::default(),
-                status: None,
-            },
-        )
-        .await?;
-    let _stop = start_operator(&client);
-    eventually("the organization's namespace", || async {
-        Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
-            .get_opt(NS)
-            .await
-            .ok()
-            .flatten()
-    })
-    .await?;
+    let _stop = common::operator(&client, terrace_operator::Settings::default());
+    common::organization(&client, NS).await?;
     let workspaces: Api<Workspace> = Api::namespaced(client.clone(), NS);
     for name in ["app", "kept"] {
         workspaces

@@ -5,13 +5,13 @@
 //! still ends up naming the Pod in `status.plan.podName`, which the API server reads the
 //! plan's log through; without it the CLI shows an errored plan with no reason.
 
-use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use terrace_crds::constants::LABEL_ID;
 use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
-use terrace_crds::{Organization, OrganizationSpec, Run, RunSpec, Workspace, WorkspaceSpec};
+use terrace_crds::{Run, RunSpec, Workspace};
 use tokio::sync::oneshot;
 
 mod common;
@@ -23,51 +23,16 @@ const NS: &str = "acme";
 /// operator, Organization `acme` and Workspace `w`.
 async fn start() -> Result<(terrace_simulator::Simulator, Client, oneshot::Sender<()>), E> {
     let (sim, client) = common::cluster(false).await?;
-    let (tx, rx) = oneshot::channel::<()>();
     let settings = terrace_operator::Settings {
         api_internal_url: "http://api.test:8080".into(),
         ..Default::default()
     };
-    tokio::spawn(terrace_operator::run(
-        client.clone(),
-        settings,
-        async move {
-            let _ = rx.await;
-        },
-    ));
-    Api::<Organization>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &Organization {
-                metadata: ObjectMeta {
-                    name: Some(NS.into()),
-                    ..Default::default()
-                },
-                spec: OrganizationSpec::default(),
-                status: None,
-            },
-        )
-        .await?;
-    let nss: Api<Namespace> = Api::all(client.clone());
-    eventually("the namespace", || async {
-        nss.get_opt(NS).await.ok().flatten()
-    })
-    .await?;
-    let ws = Workspace {
-        metadata: ObjectMeta {
-            name: Some("w".into()),
-            ..Default::default()
-        },
-        spec: WorkspaceSpec {
-            name: "w".into(),
-            ..WorkspaceSpec::default_for_create()
-        },
-        status: None,
-    };
+    let stop = common::operator(&client, settings);
+    common::organization(&client, NS).await?;
     Api::<Workspace>::namespaced(client.clone(), NS)
-        .create(&PostParams::default(), &ws)
+        .create(&PostParams::default(), &common::workspace("w", "w", None))
         .await?;
-    Ok((sim, client, tx))
+    Ok((sim, client, stop))
 }
 
 /// A run of `w` that already planned (so the controller leaves it be until the test moves

@@ -5,14 +5,14 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
-use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use terrace_crds::common::SecretKeyRef;
 use terrace_crds::{
-    ConfigurationVersion, ConfigurationVersionSpec, Organization, OrganizationSpec, RegistryModule,
-    RegistryModuleSpec, RunVariable, TestRun, TestRunSpec, TestVariable, TestVariableSpec,
+    ConfigurationVersion, ConfigurationVersionSpec, RegistryModule, RegistryModuleSpec,
+    RunVariable, TestRun, TestRunSpec, TestVariable, TestVariableSpec,
 };
 use terrace_operator::testpod::{FINALIZER, LABEL_TEST_RUN, LOG_ARCHIVE_KEY};
 use terrace_simulator::Simulator;
@@ -39,37 +39,13 @@ impl Cluster {
         // The test plays the kubelet (Pod status patches), so the simulated node does not
         // run the containers.
         let (sim, client) = common::cluster(false).await?;
-        let (tx, rx) = oneshot::channel::<()>();
         let settings = terrace_operator::Settings {
             test_run_concurrency: concurrency,
             api_internal_url: "http://api.test:8080".into(),
             ..Default::default()
         };
-        tokio::spawn(terrace_operator::run(
-            client.clone(),
-            settings,
-            async move {
-                let _ = rx.await;
-            },
-        ));
-        let orgs: Api<Organization> = Api::all(client.clone());
-        orgs.create(
-            &PostParams::default(),
-            &Organization {
-                metadata: ObjectMeta {
-                    name: Some(NS.into()),
-                    ..Default::default()
-                },
-                spec: OrganizationSpec::default(),
-                status: None,
-            },
-        )
-        .await?;
-        let nss: Api<Namespace> = Api::all(client.clone());
-        eventually("the namespace", || async {
-            nss.get_opt(NS).await.ok().flatten()
-        })
-        .await?;
+        let tx = common::operator(&client, settings);
+        common::organization(&client, NS).await?;
         let modules: Api<RegistryModule> = Api::namespaced(client.clone(), NS);
         modules
             .create(

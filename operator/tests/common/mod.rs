@@ -5,10 +5,13 @@
 use std::future::Future;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Patch, PatchParams};
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
+use terrace_crds::{Organization, OrganizationSpec, Workspace, WorkspaceSpec};
 use terrace_simulator::{SimConfig, Simulator};
+use tokio::sync::oneshot;
 
 pub type E = Box<dyn std::error::Error>;
 pub type R = Result<(), E>;
@@ -37,6 +40,59 @@ pub async fn install_crds(client: &Client) -> R {
         crds.patch(&crd.name_any(), &pp, &Patch::Apply(&crd))
             .await?;
     }
+    Ok(())
+}
+
+/// Workspace object `object` named `name` (in `project`), as a user would write it.
+pub fn workspace(object: &str, name: &str, project: Option<&str>) -> Workspace {
+    Workspace {
+        metadata: ObjectMeta {
+            name: Some(object.into()),
+            ..Default::default()
+        },
+        spec: WorkspaceSpec {
+            name: name.into(),
+            project: project.map(str::to_owned),
+            ..WorkspaceSpec::default_for_create()
+        },
+        status: None,
+    }
+}
+
+/// Starts the operator with `settings`; it stops when the returned sender is dropped.
+pub fn operator(client: &Client, settings: terrace_operator::Settings) -> oneshot::Sender<()> {
+    let (tx, rx) = oneshot::channel::<()>();
+    tokio::spawn(terrace_operator::run(
+        client.clone(),
+        settings,
+        async move {
+            let _ = rx.await;
+        },
+    ));
+    tx
+}
+
+/// Creates Organization `name` (default spec) and waits for the operator to create its
+/// namespace.
+pub async fn organization(client: &Client, name: &str) -> R {
+    Api::<Organization>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &Organization {
+                metadata: ObjectMeta {
+                    name: Some(name.into()),
+                    ..Default::default()
+                },
+                spec: OrganizationSpec::default(),
+                status: None,
+            },
+        )
+        .await?;
+    let nss: Api<Namespace> = Api::all(client.clone());
+    eventually("the organization's namespace", || async {
+        nss.get_opt(name).await.ok().flatten()
+    })
+    .await?;
     Ok(())
 }
 
