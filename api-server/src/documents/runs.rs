@@ -45,26 +45,7 @@ pub fn links_of(idx: &Inner, r: &Run) -> (Option<String>, Option<String>) {
 
 /// The workspace's current run: its newest run that is not plan-only.
 pub fn current_run(idx: &Inner, ns: &str, ws_object: &str) -> Option<Arc<Run>> {
-    idx.runs()
-        .in_namespace(ns)
-        .filter(|r| r.spec.workspace == ws_object && !r.spec.plan_only)
-        .max_by_key(|r| (r.queued_at(), r.name_any()))
-        .cloned()
-}
-
-/// The current run of every workspace of namespace `ns` that has one, by Workspace
-/// object name (one pass over the namespace's runs).
-pub fn current_runs(idx: &Inner, ns: &str) -> std::collections::HashMap<String, Arc<Run>> {
-    let mut out: std::collections::HashMap<String, Arc<Run>> = std::collections::HashMap::new();
-    for r in idx.runs().in_namespace(ns).filter(|r| !r.spec.plan_only) {
-        let newer = out
-            .get(&r.spec.workspace)
-            .is_none_or(|cur| (r.queued_at(), r.name_any()) > (cur.queued_at(), cur.name_any()));
-        if newer {
-            out.insert(r.spec.workspace.clone(), r.clone());
-        }
-    }
-    out
+    idx.current_run(ns, ws_object).cloned()
 }
 
 /// Purpose of plan and apply log-read tokens.

@@ -199,18 +199,29 @@ impl Indexed for Workspace {
 }
 
 /// [`Indexed`] for a kind kept in a [`super::Keyed`] field of [`Inner`].
+/// A kind with secondary indexes of its own names the [`Inner`] methods that keep them
+/// (`keyed!(Kind, field, put, remove, clear)`).
 macro_rules! keyed {
     ($kind:ty, $field:ident) => {
+        keyed!(
+            $kind,
+            $field,
+            |inner: &mut Inner, o: $kind| inner.$field.put(o),
+            |inner: &mut Inner, key: &str| inner.$field.remove(key),
+            |inner: &mut Inner| inner.$field.clear()
+        );
+    };
+    ($kind:ty, $field:ident, $put:expr, $remove:expr, $clear:expr) => {
         impl Indexed for $kind {
             const NAME: &'static str = stringify!($kind);
             fn put(inner: &mut Inner, o: Self) {
-                inner.$field.put(o);
+                ($put)(inner, o);
             }
             fn remove_key(inner: &mut Inner, key: &str) {
-                inner.$field.remove(key);
+                ($remove)(inner, key);
             }
             fn clear(inner: &mut Inner) {
-                inner.$field.clear();
+                ($clear)(inner);
             }
             fn by_id<'a>(inner: &'a Inner, id: &str) -> Option<&'a Arc<Self>> {
                 inner.$field.get(id)
@@ -240,7 +251,13 @@ keyed!(RegistryModule, registry_modules);
 keyed!(ConfigurationVersion, configuration_versions);
 keyed!(TestRun, test_runs);
 keyed!(TestVariable, test_variables);
-keyed!(Run, runs);
+keyed!(
+    Run,
+    runs,
+    Inner::put_run,
+    Inner::remove_run,
+    Inner::clear_runs
+);
 keyed!(WorkspaceVariable, workspace_variables);
 
 impl Indexed for StateVersion {

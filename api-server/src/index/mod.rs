@@ -17,11 +17,12 @@
 
 mod kinds;
 mod names;
+mod runs;
 
 pub use kinds::Indexed;
 pub use names::NameMatch;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
@@ -73,6 +74,8 @@ pub struct Inner {
     test_runs: Keyed<TestRun>,
     test_variables: Keyed<TestVariable>,
     runs: Keyed<Run>,
+    /// Each workspace's runs and current run.
+    runs_by_workspace: runs::RunsByWorkspace,
     workspace_variables: Keyed<WorkspaceVariable>,
     state_versions: Keyed<StateVersion>,
     /// (namespace, Workspace object name) → uids of its state versions.
@@ -83,11 +86,13 @@ pub struct Inner {
     sv_current: HashMap<(String, String), String>,
 }
 
-/// Objects of one reference kind (SshKey, AgentPool, OAuthToken) by uid, with an ID
-/// lookup. These kinds are few per organization, so per-namespace reads scan.
+/// Objects of one kind by uid, with an ID lookup and the uids of each namespace, so a
+/// read of one organization's objects visits only those (never every object of the kind
+/// in the cluster).
 pub struct Keyed<K> {
     by_uid: HashMap<String, Arc<K>>,
     by_id: HashMap<String, String>,
+    by_namespace: HashMap<String, HashSet<String>>,
 }
 
 impl<K> Default for Keyed<K> {
@@ -95,6 +100,7 @@ impl<K> Default for Keyed<K> {
         Self {
             by_uid: HashMap::new(),
             by_id: HashMap::new(),
+            by_namespace: HashMap::new(),
         }
     }
 }
@@ -106,21 +112,35 @@ impl<K: Resource> Keyed<K> {
         if let Some(id) = id_label(&o) {
             self.by_id.insert(id, key.clone());
         }
+        self.by_namespace
+            .entry(o.meta().namespace.clone().unwrap_or_default())
+            .or_default()
+            .insert(key.clone());
         self.by_uid.insert(key, Arc::new(o));
     }
 
     fn remove(&mut self, key: &str) {
-        if let Some(old) = self.by_uid.remove(key)
-            && let Some(id) = id_label(old.as_ref())
+        let Some(old) = self.by_uid.remove(key) else {
+            return;
+        };
+        if let Some(id) = id_label(old.as_ref())
             && self.by_id.get(&id).is_some_and(|k| k == key)
         {
             self.by_id.remove(&id);
+        }
+        let ns = old.meta().namespace.as_deref().unwrap_or_default();
+        if let Some(set) = self.by_namespace.get_mut(ns) {
+            set.remove(key);
+            if set.is_empty() {
+                self.by_namespace.remove(ns);
+            }
         }
     }
 
     fn clear(&mut self) {
         self.by_uid.clear();
         self.by_id.clear();
+        self.by_namespace.clear();
     }
 
     /// The object with this ID.
@@ -139,10 +159,12 @@ impl<K: Resource> Keyed<K> {
     }
 
     /// Objects of namespace `ns` (any order).
-    pub fn in_namespace<'a>(&'a self, ns: &'a str) -> impl Iterator<Item = &'a Arc<K>> + 'a {
-        self.by_uid
-            .values()
-            .filter(move |o| o.meta().namespace.as_deref() == Some(ns))
+    pub fn in_namespace<'a>(&'a self, ns: &str) -> impl Iterator<Item = &'a Arc<K>> + 'a {
+        self.by_namespace
+            .get(ns)
+            .into_iter()
+            .flatten()
+            .filter_map(|uid| self.by_uid.get(uid))
     }
 }
 

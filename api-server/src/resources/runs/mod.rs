@@ -443,9 +443,7 @@ async fn list(
     let (runs, cv_ids) = {
         let idx = state.index.read();
         let mut runs: Vec<Arc<Run>> = idx
-            .runs()
-            .in_namespace(&ws.ns)
-            .filter(|r| r.spec.workspace == object)
+            .runs_of(&ws.ns, &object)
             .filter(|r| statuses.is_empty() || statuses.iter().any(|s| s == state_of(r).as_str()))
             .cloned()
             .collect();

@@ -180,11 +180,6 @@ pub fn select(idx: &Inner, ns: &str, f: &ListFilter, page: Page) -> (usize, Vec<
     let default_project = idx.default_project(ns).map(|p| p.name_any());
     let by_run =
         f.current_run_status.is_some() || matches!(f.sort, Some((Sort::CurrentRunCreatedAt, _)));
-    let current_runs = if by_run {
-        crate::documents::runs::current_runs(idx, ns)
-    } else {
-        Default::default()
-    };
     let wanted: Vec<&str> = f
         .current_run_status
         .as_deref()
@@ -220,8 +215,8 @@ pub fn select(idx: &Inner, ns: &str, f: &ListFilter, page: Page) -> (usize, Vec<
             return false;
         };
         if f.current_run_status.is_some() {
-            let status = current_runs
-                .get(&w.name_any())
+            let status = idx
+                .current_run(ns, &w.name_any())
                 .map(|r| crate::documents::runs::state_of(r).as_str());
             if !status.is_some_and(|s| wanted.contains(&s)) {
                 return false;
@@ -260,8 +255,7 @@ pub fn select(idx: &Inner, ns: &str, f: &ListFilter, page: Page) -> (usize, Vec<
         // Workspaces without a run sort first (as the oldest), then by name.
         Some((Sort::CurrentRunCreatedAt, desc)) => sorted_page(kept(), desc, start, take, |w| {
             (
-                current_runs
-                    .get(&w.name_any())
+                idx.current_run(ns, &w.name_any())
                     .and_then(|r| r.metadata.creation_timestamp.clone()),
                 w.spec.name.to_ascii_lowercase(),
             )

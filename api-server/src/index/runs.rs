@@ -1,0 +1,170 @@
+//! Runs by workspace: each workspace's runs and its current run, kept in step with the run
+//! watch. A workspace's render (its `current-run`), the workspace list's current-run filter
+//! and sort, and a workspace's runs list read these instead of going over the
+//! organization's runs, so their cost does not grow with the runs of other workspaces.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use kube::ResourceExt;
+use terrace_crds::Run;
+
+use super::{Inner, uid};
+
+/// (namespace, Workspace object name).
+type WorkspaceKey = (String, String);
+
+/// Run uids per workspace, and the uid of each workspace's current run.
+#[derive(Default)]
+pub struct RunsByWorkspace {
+    runs: HashMap<WorkspaceKey, Vec<String>>,
+    current: HashMap<WorkspaceKey, String>,
+}
+
+fn workspace_of(r: &Run) -> WorkspaceKey {
+    (r.namespace().unwrap_or_default(), r.spec.workspace.clone())
+}
+
+/// The order of a workspace's runs: queue time (milliseconds), then object name.
+fn queue_order(r: &Run) -> (String, String) {
+    (r.queued_at(), r.name_any())
+}
+
+impl Inner {
+    pub(super) fn put_run(&mut self, r: Run) {
+        let key = uid(&r);
+        self.remove_run(&key);
+        let wk = workspace_of(&r);
+        self.runs_by_workspace
+            .runs
+            .entry(wk.clone())
+            .or_default()
+            .push(key);
+        self.runs.put(r);
+        self.refresh_current_run(&wk);
+    }
+
+    pub(super) fn remove_run(&mut self, key: &str) {
+        let Some(old) = self.runs.by_uid(key).cloned() else {
+            return;
+        };
+        let wk = workspace_of(&old);
+        if let Some(list) = self.runs_by_workspace.runs.get_mut(&wk) {
+            list.retain(|u| u != key);
+            if list.is_empty() {
+                self.runs_by_workspace.runs.remove(&wk);
+            }
+        }
+        self.runs.remove(key);
+        self.refresh_current_run(&wk);
+    }
+
+    pub(super) fn clear_runs(&mut self) {
+        self.runs.clear();
+        self.runs_by_workspace = RunsByWorkspace::default();
+    }
+
+    /// Recomputes the current run of workspace `wk`: its newest run that is not plan-only.
+    fn refresh_current_run(&mut self, wk: &WorkspaceKey) {
+        let current = self
+            .runs_of(&wk.0, &wk.1)
+            .filter(|r| !r.spec.plan_only)
+            .max_by_key(|r| queue_order(r))
+            .map(|r| uid(r.as_ref()));
+        match current {
+            Some(u) => {
+                self.runs_by_workspace.current.insert(wk.clone(), u);
+            }
+            None => {
+                self.runs_by_workspace.current.remove(wk);
+            }
+        }
+    }
+
+    /// The runs of workspace object `ws` of namespace `ns` (any order).
+    pub fn runs_of<'a>(&'a self, ns: &str, ws: &str) -> impl Iterator<Item = &'a Arc<Run>> + 'a {
+        self.runs_by_workspace
+            .runs
+            .get(&(ns.to_owned(), ws.to_owned()))
+            .into_iter()
+            .flatten()
+            .filter_map(|u| self.runs.by_uid(u))
+    }
+
+    /// The current run of workspace object `ws` of namespace `ns`: its newest run (by
+    /// queue time, then name) that is not plan-only.
+    pub fn current_run(&self, ns: &str, ws: &str) -> Option<&Arc<Run>> {
+        self.runs_by_workspace
+            .current
+            .get(&(ns.to_owned(), ws.to_owned()))
+            .and_then(|u| self.runs.by_uid(u))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::api::ObjectMeta;
+    use terrace_crds::{Run, RunSpec};
+
+    use super::Inner;
+
+    fn run(name: &str, ws: &str, plan_only: bool, queued: &str) -> Run {
+        let mut r = Run::new(
+            name,
+            RunSpec {
+                workspace: ws.into(),
+                plan_only,
+                ..Default::default()
+            },
+        );
+        r.metadata = ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("org".into()),
+            uid: Some(format!("uid-{name}")),
+            ..Default::default()
+        };
+        let mut status = terrace_crds::RunStatus::default();
+        status
+            .status_timestamps
+            .insert(terrace_crds::run::QUEUEABLE_AT.into(), queued.into());
+        r.status = Some(status);
+        r
+    }
+
+    fn current(i: &Inner, ws: &str) -> Option<String> {
+        i.current_run("org", ws)
+            .map(|r| r.metadata.name.clone().unwrap())
+    }
+
+    #[test]
+    fn the_current_run_is_the_newest_that_is_not_plan_only_and_follows_every_change() {
+        let mut i = Inner::default();
+        assert_eq!(current(&i, "a"), None);
+        i.put_run(run("r1", "a", false, "2026-01-01T00:00:01.000Z"));
+        i.put_run(run("r2", "a", false, "2026-01-01T00:00:02.000Z"));
+        i.put_run(run("p3", "a", true, "2026-01-01T00:00:03.000Z"));
+        i.put_run(run("r9", "b", false, "2026-01-01T00:00:09.000Z"));
+        assert_eq!(current(&i, "a").as_deref(), Some("r2"));
+        assert_eq!(current(&i, "b").as_deref(), Some("r9"));
+        assert_eq!(i.runs_of("org", "a").count(), 3);
+        assert_eq!(i.runs_of("other", "a").count(), 0);
+        // A status change that moves a run's queue time moves the current run.
+        i.put_run(run("r1", "a", false, "2026-01-01T00:00:05.000Z"));
+        assert_eq!(current(&i, "a").as_deref(), Some("r1"));
+        assert_eq!(i.runs_of("org", "a").count(), 3);
+        i.remove_run("uid-r1");
+        assert_eq!(current(&i, "a").as_deref(), Some("r2"));
+        i.remove_run("uid-r2");
+        assert_eq!(current(&i, "a"), None, "a plan-only run is never current");
+        i.remove_run("uid-p3");
+        assert_eq!(i.runs_of("org", "a").count(), 0);
+        assert!(
+            !i.runs_by_workspace
+                .runs
+                .contains_key(&("org".into(), "a".into()))
+        );
+        i.clear_runs();
+        assert_eq!(current(&i, "b"), None);
+        assert_eq!(i.runs().in_namespace("org").count(), 0);
+    }
+}
