@@ -9,6 +9,12 @@
 //! 4. `search[name]` and `search[wildcard-name]` (substring, prefix, suffix) over the
 //!    100,000 workspaces against the same queries over 1,000 workspaces of another
 //!    organization, each matching 10 workspaces in both (issue 17) — target ≤ 2x.
+//! 5. GET one workspace while the index changes between requests (as in a live cluster:
+//!    the cached response is checked against the indexed objects, its current run among
+//!    them), with `TERRACE_BENCH_RUNS` runs indexed (default 20,000; 20 of them the
+//!    workspace's own, the rest another organization's) against the same with no runs: a
+//!    workspace's current run is one lookup, not a scan of the cluster's runs — target
+//!    ≤ 1.2x.
 //!
 //! Runs in-process against the cluster simulator (no network), so the figures measure
 //! terrace's own work: routing, auth cache lookups, index reads and JSON rendering.
@@ -25,7 +31,7 @@ use terrace_api_server::{AppState, Settings, router};
 use terrace_crds::constants::{LABEL_DEFAULT_PROJECT, LABEL_ID};
 use terrace_crds::ids::{IdKind, new_id};
 use terrace_crds::{
-    Organization, OrganizationSpec, Project, ProjectSpec, Workspace, WorkspaceSpec,
+    Organization, OrganizationSpec, Project, ProjectSpec, Run, RunSpec, Workspace, WorkspaceSpec,
 };
 use tower::ServiceExt;
 
@@ -79,6 +85,23 @@ async fn time_requests(app: &axum::Router, uri: &str, token: &str, n: usize) -> 
     out
 }
 
+/// [`time_requests`] with an index change before each request (another organization's
+/// object written again), so each GET checks its cached response against the index.
+async fn time_changing(
+    state: &AppState,
+    app: &axum::Router,
+    uri: &str,
+    token: &str,
+    n: usize,
+) -> Vec<Duration> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        organization(state, "small");
+        out.extend(time_requests(app, uri, token, 1).await);
+    }
+    out
+}
+
 /// The name of workspace `i` of `n`: `ws-NNNNNN`, except for ten spread evenly,
 /// `billing-needle-K-svc`, which every search of case 4 matches.
 fn name(i: usize, n: usize) -> String {
@@ -116,6 +139,22 @@ fn workspace_in(ns: &str, i: usize, n: usize) -> Workspace {
         spec,
         status: None,
     }
+}
+
+/// Run `i` of workspace object `ws` in namespace `ns`.
+fn run(ns: &str, ws: &str, i: usize) -> Run {
+    let id = new_id(IdKind::Run);
+    let mut r = Run::new(
+        &id.to_ascii_lowercase(),
+        RunSpec {
+            workspace: ws.into(),
+            ..Default::default()
+        },
+    );
+    r.metadata.namespace = Some(ns.into());
+    r.metadata.uid = Some(format!("{ns}-run-uid-{i}"));
+    r.metadata.labels = Some(BTreeMap::from([(LABEL_ID.to_owned(), id)]));
+    r
 }
 
 /// Workspaces of the small organization of case 4.
@@ -173,6 +212,7 @@ async fn main() {
     // object itself (as decoded from a watch) plus its index entries.
     let before = rss_bytes();
     let mut first_id = String::new();
+    let mut first_object = String::new();
     for i in 0..workspaces() {
         let w = workspace(i);
         if i == 0 {
@@ -183,6 +223,7 @@ async fn main() {
                 .and_then(|l| l.get(LABEL_ID))
                 .cloned()
                 .unwrap_or_default();
+            first_object = w.metadata.name.clone().unwrap_or_default();
         }
         state.index.insert(w);
     }
@@ -220,6 +261,24 @@ async fn main() {
     let mut ours = time_requests(&app, &uri, &token, samples()).await;
     let base_p50 = percentile(&mut base, 0.5);
     let ours_p50 = percentile(&mut ours, 0.5);
+
+    // 5. GET one workspace while the index changes, without and with many runs indexed
+    // (the workspace's own and another organization's).
+    let _ = time_changing(&state, &app, &uri, &token, 50).await;
+    let mut no_runs = time_changing(&state, &app, &uri, &token, samples()).await;
+    let no_runs_p50 = percentile(&mut no_runs, 0.5);
+    let runs = env_or("TERRACE_BENCH_RUNS", 20_000);
+    for i in 0..runs {
+        let r = if i < 20 {
+            run("bench", &first_object, i)
+        } else {
+            run("small", &format!("ws-{}", i % SMALL), i)
+        };
+        state.index.insert(r);
+    }
+    let _ = time_changing(&state, &app, &uri, &token, 50).await;
+    let mut with_runs = time_changing(&state, &app, &uri, &token, samples()).await;
+    let with_runs_p50 = percentile(&mut with_runs, 0.5);
 
     // 2. List with tag filter and sort, page of 20, over 100,000 workspaces.
     let list_uri = "/api/v2/organizations/bench/workspaces?search%5Btags%5D=prod&sort=-name&page%5Bsize%5D=20&page%5Bnumber%5D=3";
@@ -283,6 +342,12 @@ async fn main() {
         "memory per workspace  {:>9.0} B  ratio to 4 KiB budget {:.2}  (target < 1)",
         per_ws,
         per_ws / 4096.0
+    );
+    println!(
+        "GET workspace, index changing, {runs} runs p50 {:>9.1?}  baseline (no runs) p50 {:>9.1?}  ratio {:.2}x  (target <= 1.2x)",
+        with_runs_p50,
+        no_runs_p50,
+        with_runs_p50.as_secs_f64() / no_runs_p50.as_secs_f64()
     );
     for (label, small, large) in searches {
         println!(
