@@ -43,11 +43,6 @@ pub fn links_of(idx: &Inner, r: &Run) -> (Option<String>, Option<String>) {
     (ws, cv)
 }
 
-/// The workspace's current run: its newest run that is not plan-only.
-pub fn current_run(idx: &Inner, ns: &str, ws_object: &str) -> Option<Arc<Run>> {
-    idx.current_run(ns, ws_object).cloned()
-}
-
 /// Purpose of plan and apply log-read tokens.
 const LOG_PURPOSE: &str = "run-log";
 /// How long a log-read URL works.
@@ -77,7 +72,7 @@ pub fn current_run_included(
     include: &str,
 ) -> Vec<Value> {
     let idx = state.index.read();
-    let Some(r) = current_run(&idx, &ws.ns, &ws.obj.name_any()) else {
+    let Some(r) = idx.current_run(&ws.ns, &ws.obj.name_any()).cloned() else {
         return Vec::new();
     };
     let (ws_id, cv_id) = links_of(&idx, &r);

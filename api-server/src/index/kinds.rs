@@ -198,8 +198,8 @@ impl Indexed for Workspace {
     }
 }
 
-/// [`Indexed`] for a kind kept in a [`super::Keyed`] field of [`Inner`].
-/// A kind with secondary indexes of its own names the [`Inner`] methods that keep them
+/// [`Indexed`] for a kind kept in a [`super::Keyed`] field of [`Inner`]. A kind with
+/// secondary indexes of its own names the [`Inner`] methods that keep them
 /// (`keyed!(Kind, field, put, remove, clear)`).
 macro_rules! keyed {
     ($kind:ty, $field:ident) => {
@@ -270,9 +270,8 @@ impl Indexed for StateVersion {
     }
     fn clear(inner: &mut Inner) {
         inner.state_versions.clear();
-        inner.sv_by_workspace.clear();
+        inner.sv_by_workspace = Default::default();
         inner.sv_by_output.clear();
-        inner.sv_current.clear();
     }
     fn by_id<'a>(inner: &'a Inner, id: &str) -> Option<&'a Arc<Self>> {
         inner.state_versions.get(id)

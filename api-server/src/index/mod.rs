@@ -15,6 +15,7 @@
 //! with a bad field, or by an older or newer terrace) is logged, counted and skipped
 //! instead of failing the whole list and leaving its kind unsynced.
 
+mod by_workspace;
 mod kinds;
 mod names;
 mod runs;
@@ -75,15 +76,13 @@ pub struct Inner {
     test_variables: Keyed<TestVariable>,
     runs: Keyed<Run>,
     /// Each workspace's runs and current run.
-    runs_by_workspace: runs::RunsByWorkspace,
+    runs_by_workspace: by_workspace::ByWorkspace,
     workspace_variables: Keyed<WorkspaceVariable>,
     state_versions: Keyed<StateVersion>,
-    /// (namespace, Workspace object name) → uids of its state versions.
-    sv_by_workspace: HashMap<(String, String), Vec<String>>,
+    /// Each workspace's state versions and current state version.
+    sv_by_workspace: by_workspace::ByWorkspace,
     /// State version output ID → uid of its state version.
     sv_by_output: HashMap<String, String>,
-    /// (namespace, Workspace object name) → uid of its current state version.
-    sv_current: HashMap<(String, String), String>,
 }
 
 /// Objects of one kind by uid, with an ID lookup and the uids of each namespace, so a
@@ -594,9 +593,7 @@ impl Inner {
         ws: &str,
     ) -> impl Iterator<Item = &'a Arc<StateVersion>> + 'a {
         self.sv_by_workspace
-            .get(&(ns.to_owned(), ws.to_owned()))
-            .into_iter()
-            .flatten()
+            .uids(ns, ws)
             .filter_map(|uid| self.state_versions.by_uid(uid))
     }
 
@@ -609,15 +606,14 @@ impl Inner {
 
     /// The current state version of a workspace: its latest finalized one.
     pub fn current_state_version(&self, ws: &Workspace) -> Option<&Arc<StateVersion>> {
-        let key = (ws.namespace().unwrap_or_default(), ws.name_any());
-        self.sv_current
-            .get(&key)
+        self.sv_by_workspace
+            .current(&ws.namespace().unwrap_or_default(), &ws.name_any())
             .and_then(|uid| self.state_versions.by_uid(uid))
     }
 
     /// Recomputes the current state version of workspace `wk` (latest finalized: by
     /// finalizedAt, which has milliseconds, then serial).
-    fn refresh_current(&mut self, wk: &(String, String)) {
+    fn refresh_current(&mut self, wk: &by_workspace::WorkspaceKey) {
         let finalized = terrace_crds::state::StateVersionState::Finalized.as_str();
         let at = |v: &StateVersion| {
             v.status
@@ -630,24 +626,14 @@ impl Inner {
             .filter(|v| v.status.as_ref().and_then(|s| s.status.as_deref()) == Some(finalized))
             .max_by(|a, b| (at(a), a.spec.serial).cmp(&(at(b), b.spec.serial)))
             .map(|v| uid(v.as_ref()));
-        match current {
-            Some(u) => {
-                self.sv_current.insert(wk.clone(), u);
-            }
-            None => {
-                self.sv_current.remove(wk);
-            }
-        }
+        self.sv_by_workspace.set_current(wk, current);
     }
 
     fn put_state_version(&mut self, v: StateVersion) {
         let key = uid(&v);
         self.remove_state_version(&key);
         let wk = (v.namespace().unwrap_or_default(), v.spec.workspace.clone());
-        self.sv_by_workspace
-            .entry(wk.clone())
-            .or_default()
-            .push(key.clone());
+        self.sv_by_workspace.add(wk.clone(), key.clone());
         for o in v.status.iter().flat_map(|s| &s.outputs) {
             self.sv_by_output.insert(o.id.clone(), key.clone());
         }
@@ -663,12 +649,7 @@ impl Inner {
             old.namespace().unwrap_or_default(),
             old.spec.workspace.clone(),
         );
-        if let Some(list) = self.sv_by_workspace.get_mut(&wk) {
-            list.retain(|u| u != key);
-            if list.is_empty() {
-                self.sv_by_workspace.remove(&wk);
-            }
-        }
+        self.sv_by_workspace.remove(&wk, key);
         for o in old.status.iter().flat_map(|s| &s.outputs) {
             if self.sv_by_output.get(&o.id).is_some_and(|k| k == key) {
                 self.sv_by_output.remove(&o.id);

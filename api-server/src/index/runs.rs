@@ -1,25 +1,15 @@
-//! Runs by workspace: each workspace's runs and its current run, kept in step with the run
-//! watch. A workspace's render (its `current-run`), the workspace list's current-run filter
+//! Runs by workspace ([`super::by_workspace`]): each workspace's runs and its current run,
+//! kept in step with the run watch. A workspace's render (its `current-run`), the workspace list's current-run filter
 //! and sort, and a workspace's runs list read these instead of going over the
 //! organization's runs, so their cost does not grow with the runs of other workspaces.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use kube::ResourceExt;
 use terrace_crds::Run;
 
+use super::by_workspace::WorkspaceKey;
 use super::{Inner, uid};
-
-/// (namespace, Workspace object name).
-type WorkspaceKey = (String, String);
-
-/// Run uids per workspace, and the uid of each workspace's current run.
-#[derive(Default)]
-pub struct RunsByWorkspace {
-    runs: HashMap<WorkspaceKey, Vec<String>>,
-    current: HashMap<WorkspaceKey, String>,
-}
 
 fn workspace_of(r: &Run) -> WorkspaceKey {
     (r.namespace().unwrap_or_default(), r.spec.workspace.clone())
@@ -35,11 +25,7 @@ impl Inner {
         let key = uid(&r);
         self.remove_run(&key);
         let wk = workspace_of(&r);
-        self.runs_by_workspace
-            .runs
-            .entry(wk.clone())
-            .or_default()
-            .push(key);
+        self.runs_by_workspace.add(wk.clone(), key);
         self.runs.put(r);
         self.refresh_current_run(&wk);
     }
@@ -49,19 +35,14 @@ impl Inner {
             return;
         };
         let wk = workspace_of(&old);
-        if let Some(list) = self.runs_by_workspace.runs.get_mut(&wk) {
-            list.retain(|u| u != key);
-            if list.is_empty() {
-                self.runs_by_workspace.runs.remove(&wk);
-            }
-        }
+        self.runs_by_workspace.remove(&wk, key);
         self.runs.remove(key);
         self.refresh_current_run(&wk);
     }
 
     pub(super) fn clear_runs(&mut self) {
         self.runs.clear();
-        self.runs_by_workspace = RunsByWorkspace::default();
+        self.runs_by_workspace = Default::default();
     }
 
     /// Recomputes the current run of workspace `wk`: its newest run that is not plan-only.
@@ -71,23 +52,13 @@ impl Inner {
             .filter(|r| !r.spec.plan_only)
             .max_by_key(|r| queue_order(r))
             .map(|r| uid(r.as_ref()));
-        match current {
-            Some(u) => {
-                self.runs_by_workspace.current.insert(wk.clone(), u);
-            }
-            None => {
-                self.runs_by_workspace.current.remove(wk);
-            }
-        }
+        self.runs_by_workspace.set_current(wk, current);
     }
 
     /// The runs of workspace object `ws` of namespace `ns` (any order).
     pub fn runs_of<'a>(&'a self, ns: &str, ws: &str) -> impl Iterator<Item = &'a Arc<Run>> + 'a {
         self.runs_by_workspace
-            .runs
-            .get(&(ns.to_owned(), ws.to_owned()))
-            .into_iter()
-            .flatten()
+            .uids(ns, ws)
             .filter_map(|u| self.runs.by_uid(u))
     }
 
@@ -95,8 +66,7 @@ impl Inner {
     /// queue time, then name) that is not plan-only.
     pub fn current_run(&self, ns: &str, ws: &str) -> Option<&Arc<Run>> {
         self.runs_by_workspace
-            .current
-            .get(&(ns.to_owned(), ws.to_owned()))
+            .current(ns, ws)
             .and_then(|u| self.runs.by_uid(u))
     }
 }
@@ -158,11 +128,7 @@ mod tests {
         assert_eq!(current(&i, "a"), None, "a plan-only run is never current");
         i.remove_run("uid-p3");
         assert_eq!(i.runs_of("org", "a").count(), 0);
-        assert!(
-            !i.runs_by_workspace
-                .runs
-                .contains_key(&("org".into(), "a".into()))
-        );
+        assert!(!i.runs_by_workspace.has(&("org".into(), "a".into())));
         i.clear_runs();
         assert_eq!(current(&i, "b"), None);
         assert_eq!(i.runs().in_namespace("org").count(), 0);

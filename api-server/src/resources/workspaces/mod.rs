@@ -104,7 +104,8 @@ pub async fn render_located(
                 ),
             },
             idx.current_state_version(&l.obj).cloned(),
-            documents::runs::current_run(&idx, &l.ns, &l.obj.name_any()).map(|r| id_of(r.as_ref())),
+            idx.current_run(&l.ns, &l.obj.name_any())
+                .map(|r| id_of(r.as_ref())),
         )
     };
     let ctx = RenderContext {
@@ -309,8 +310,7 @@ impl ResponseCache {
             && same_arc(idx.project_of(&c.ws), c.project.as_ref())
             && same_arc(idx.current_state_version(&c.ws), c.current_state.as_ref())
             && same_arc(
-                documents::runs::current_run(&idx, c.org.target_namespace(), &c.ws.name_any())
-                    .as_ref(),
+                idx.current_run(c.org.target_namespace(), &c.ws.name_any()),
                 c.current_run.as_ref(),
             );
         if same {
@@ -337,7 +337,7 @@ impl ResponseCache {
             (
                 idx.project_of(&l.obj).cloned(),
                 idx.current_state_version(&l.obj).cloned(),
-                documents::runs::current_run(&idx, &l.ns, &l.obj.name_any()),
+                idx.current_run(&l.ns, &l.obj.name_any()).cloned(),
             )
         };
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
@@ -456,7 +456,8 @@ fn render_key(state: &AppState, caller: &Caller, l: &Ws, by_name: bool) -> u128 
             v.metadata.resource_version.as_deref(),
         )
     });
-    let current_run = documents::runs::current_run(&idx, &l.ns, &l.obj.name_any())
+    let current_run = idx
+        .current_run(&l.ns, &l.obj.name_any())
         .and_then(|r| r.metadata.uid.clone());
     crate::auth::digest(&(
         current_state,
