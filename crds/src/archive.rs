@@ -81,31 +81,48 @@ pub fn safe_relative(path: &Path) -> Result<PathBuf, &'static str> {
     Ok(out)
 }
 
-/// Resolves `target` from `base` lexically; `None` if it climbs above `base`'s root.
-pub fn resolve_lexically(base: &Path, target: &Path) -> Option<PathBuf> {
-    let mut out = base.to_path_buf();
+/// Where a symbolic link's `target` lands, resolved from the directory `at` (physical,
+/// under `root`) one component at a time, each step through `physical` (so a link
+/// unpacked earlier is followed before a later `..` climbs out of it, as the kernel
+/// does); `None` when any step leaves `root`.
+pub fn resolve_physically(
+    root: &Path,
+    at: &Path,
+    target: &Path,
+    physical: &impl Fn(&Path) -> io::Result<PathBuf>,
+) -> io::Result<Option<PathBuf>> {
+    let mut out = at.to_path_buf();
     for c in target.components() {
         match c {
-            Component::Normal(p) => out.push(p),
+            Component::Normal(p) => {
+                out.push(p);
+                let Ok(rel) = out.strip_prefix(root) else {
+                    return Ok(None);
+                };
+                out = physical(rel)?;
+            }
             Component::CurDir => {}
             Component::ParentDir => {
                 if !out.pop() {
-                    return None;
+                    return Ok(None);
                 }
             }
-            Component::RootDir | Component::Prefix(_) => return None,
+            Component::RootDir | Component::Prefix(_) => return Ok(None),
+        }
+        if !out.starts_with(root) {
+            return Ok(None);
         }
     }
-    Some(out)
+    Ok(Some(out))
 }
 
-/// Applies the rules to one entry. `physical_parent` says where the entry's parent
-/// directory really is (following symbolic links unpacked before it) under `root`;
-/// `stats` accumulates what the archive holds.
+/// Applies the rules to one entry. `physical` says where a path relative to `root`
+/// really is (following symbolic links unpacked before it); `stats` accumulates what the
+/// archive holds.
 pub fn check_entry<R: Read>(
     entry: &tar::Entry<'_, R>,
     root: &Path,
-    physical_parent: impl FnOnce(&Path) -> io::Result<PathBuf>,
+    physical: impl Fn(&Path) -> io::Result<PathBuf>,
     stats: &mut ArchiveStats,
     limits: &ArchiveLimits,
 ) -> Result<Checked, ArchiveError> {
@@ -144,10 +161,14 @@ pub fn check_entry<R: Read>(
             .ok_or_else(|| unsafe_entry("symbolic link without a target"))?
             .into_owned();
         let parent = rel.parent().unwrap_or(Path::new(""));
-        let at = physical_parent(parent).map_err(unreadable)?;
-        match resolve_lexically(&at, &target) {
-            Some(p) if p.starts_with(root) && target.is_relative() => {}
-            _ => return Err(unsafe_entry("symbolic link points outside the archive")),
+        let at = physical(parent).map_err(unreadable)?;
+        let landing = if target.is_relative() && at.starts_with(root) {
+            resolve_physically(root, &at, &target, &physical).map_err(unreadable)?
+        } else {
+            None
+        };
+        if landing.is_none() {
+            return Err(unsafe_entry("symbolic link points outside the archive"));
         }
         stats.symlinks += 1;
     } else if kind.is_hard_link() {
@@ -274,14 +295,17 @@ fn walk<R: Read>(
                 limit: limits.max_entries,
             });
         }
-        let physical = |parent: &Path| Ok(follow(&root, &links, parent));
+        let physical = |rel: &Path| Ok(follow(&root, &links, rel));
         let checked = check_entry(&entry, &root, physical, &mut stats, limits)?;
         if let Checked::Unpack(rel) = checked
             && entry.header().entry_type().is_symlink()
             && let Some(target) = entry.link_name().map_err(unreadable)?
         {
             let at = follow(&root, &links, rel.parent().unwrap_or(Path::new("")));
-            if let Some(resolved) = resolve_lexically(&at, &target) {
+            let physical = |rel: &Path| Ok(follow(&root, &links, rel));
+            let resolved =
+                resolve_physically(&root, &at, &target, &physical).map_err(unreadable)?;
+            if let Some(resolved) = resolved {
                 links.insert(root.join(&rel), resolved);
             }
         }
@@ -394,6 +418,25 @@ mod tests {
             special(b, "sub/d/escape", tar::EntryType::Symlink, "..");
         });
         assert!(reason(validate(&a, &ArchiveLimits::default())).contains("outside"));
+    }
+
+    #[test]
+    fn a_chain_through_a_link_to_the_root_is_refused() {
+        // `d -> .`, then `d2 -> d/..`: lexically `d2` is the root, but `d` is the root
+        // itself, so `d/..` is the root's parent, and `d2/x` would be written outside.
+        let a = targz(|b| {
+            special(b, "d", tar::EntryType::Symlink, ".");
+            special(b, "d2", tar::EntryType::Symlink, "d/..");
+            file(b, "d2/x", b"x");
+        });
+        assert!(reason(validate(&a, &ArchiveLimits::default())).contains("outside"));
+        // A link through an earlier link that stays inside is fine.
+        let ok = targz(|b| {
+            file(b, "sub/main.tf", b"");
+            special(b, "s", tar::EntryType::Symlink, "sub");
+            special(b, "m", tar::EntryType::Symlink, "s/../sub/main.tf");
+        });
+        assert!(validate(&ok, &ArchiveLimits::default()).is_ok());
     }
 
     #[test]

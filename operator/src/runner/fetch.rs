@@ -201,13 +201,8 @@ fn unpack_entries<R: Read>(
                 limit: limits.max_entries,
             });
         }
-        let checked = archive::check_entry(
-            &entry,
-            root,
-            |parent| physical(root, parent),
-            &mut stats,
-            &rules,
-        )?;
+        let checked =
+            archive::check_entry(&entry, root, |rel| physical(root, rel), &mut stats, &rules)?;
         if let Checked::Unpack(rel) = checked
             && !entry.unpack_in(root).map_err(unpack_err)?
         {
