@@ -112,7 +112,12 @@ impl Signer {
         let Some((expiry, mac)) = token.split_once('.') else {
             return false;
         };
-        let Ok(expiry) = expiry.parse::<i64>() else {
+        // Strictly the digits `sign_until` wrote: `+<exp>` or `0<exp>` would name the same
+        // expiry in other bytes.
+        let canonical = !expiry.is_empty()
+            && expiry.bytes().all(|b| b.is_ascii_digit())
+            && (expiry == "0" || !expiry.starts_with('0'));
+        let Some(expiry) = expiry.parse::<i64>().ok().filter(|_| canonical) else {
             return false;
         };
         expiry >= jiff::Timestamp::now().as_second()
@@ -131,6 +136,17 @@ mod tests {
         assert!(s.verify("log", "trun-1", &t));
         assert!(!s.verify("log", "trun-2", &t), "another object");
         assert!(!s.verify("archive", "trun-1", &t), "another purpose");
+        let (exp, mac) = t.split_once('.').unwrap_or_default();
+        for other in [
+            format!("0{exp}.{mac}"),
+            format!("+{exp}.{mac}"),
+            format!(" {exp}.{mac}"),
+        ] {
+            assert!(
+                !s.verify("log", "trun-1", &other),
+                "{other}: the expiry in other bytes"
+            );
+        }
         assert!(
             !Signer::new(Some("other")).verify("log", "trun-1", &t),
             "another key"
