@@ -309,8 +309,9 @@ async fn check_namespace(state: &AppState, ns: &str, org: &str) -> Result<(), Ap
     }
 }
 
-/// The rules on an organization's name: the workspace name rule, not taken by another
-/// organization (`except`: the one being renamed).
+/// The rules on an organization's name, for create and rename alike: the workspace name
+/// rule, not a reserved name (one whose namespace would be `kube-*`, `default`, …), and
+/// not taken by another organization in any case (`except`: the one being renamed).
 fn check_name(state: &AppState, name: &str, except: Option<&str>) -> Result<(), ApiError> {
     terrace_crds::rules::validate_workspace_name(name).map_err(|e| {
         ApiError::invalid_attribute(
@@ -318,7 +319,20 @@ fn check_name(state: &AppState, name: &str, except: Option<&str>) -> Result<(), 
             e.to_string().replacen("name", "organization name", 1),
         )
     })?;
-    let holder = state.index.read().organization(name).map(|o| o.name_any());
+    let release = state.settings.release_namespace.as_deref();
+    let ns = object_name(name);
+    if let Some(reason) = terrace_crds::namespaces::reserved_organization_name(&ns, release) {
+        return Err(ApiError::invalid_attribute(
+            "name",
+            format!("organization name {name:?} is reserved: namespace {ns} {reason}"),
+        ));
+    }
+    let holder = state
+        .index
+        .read()
+        .organizations()
+        .find(|o| o.tfe_name().eq_ignore_ascii_case(name) && Some(o.name_any().as_str()) != except)
+        .map(|o| o.name_any());
     match holder {
         Some(h) if Some(h.as_str()) != except => Err(taken(name)),
         _ => Ok(()),
@@ -521,6 +535,30 @@ mod tests {
         assert_eq!(doc["data"][0]["id"], ORG);
         let (_, doc) = h.call("GET", "/api/v2/organizations?q=nomatch", None).await;
         assert_eq!(doc["data"], json!([]));
+        // Rename follows create's name rules: no reserved name, no name another
+        // organization has in another case; its own name in another case is fine.
+        let (st, doc) = h
+            .call(
+                "POST",
+                "/api/v2/organizations",
+                body(json!({"name": "beta", "email": "b@example.com"})),
+            )
+            .await;
+        assert_eq!(st, 201, "{doc}");
+        for taken in ["BETA", "Beta", "kube-system", "default"] {
+            let (st, doc) = h
+                .call(
+                    "PATCH",
+                    &format!("/api/v2/organizations/{ORG}"),
+                    body(json!({"name": taken})),
+                )
+                .await;
+            assert_eq!(st, 422, "rename to {taken}: {doc}");
+            assert_eq!(
+                doc["errors"][0]["source"]["pointer"],
+                "/data/attributes/name"
+            );
+        }
         // Rename: the namespace stays, the old name is gone, the new one resolves.
         h.workspace("ws-RenameOrg00000001", "w", |_| {}).await;
         let (st, doc) = h
