@@ -227,8 +227,9 @@ fn key_taken(
         .then(|| FieldError::attribute("key", "Key has already been taken"))
 }
 
-/// Ok when the caller may `verb` workspace variables of `ws` (`name`: the one concerned);
-/// 404 otherwise.
+/// Ok when the caller may `verb` workspace variables of `ws` (`name`: the one concerned).
+/// Otherwise 404 to a caller who may not read them either, and 403 to one who may (a
+/// reader's write), as for the workspace's settings, runs and uploads (docs/rbac.md).
 async fn allow(
     state: &AppState,
     caller: &Caller,
@@ -237,11 +238,20 @@ async fn allow(
     name: Option<&str>,
 ) -> Result<(), ApiError> {
     let check = Check::new(verb, RESOURCE, &ws.ns, name);
-    state
-        .require(caller, &check, Deny::NotFound, || {
-            ApiError::not_found("variable not found")
-        })
-        .await
+    if state.allowed(caller, &check).await? {
+        return Ok(());
+    }
+    let reads = ["get", "list"].contains(&verb)
+        || !state
+            .allowed(caller, &Check::new("list", RESOURCE, &ws.ns, None))
+            .await?;
+    if reads {
+        Err(ApiError::not_found("variable not found"))
+    } else {
+        Err(ApiError::forbidden(
+            "changing workspace variables needs the right to write workspacevariables in the organization",
+        ))
+    }
 }
 
 /// The variable `var` of `ws`, if the caller may `verb` it.

@@ -355,7 +355,8 @@ async fn invalid_variables_are_422() {
 }
 
 /// 404 for an unknown workspace, for one the caller cannot read, and for variables
-/// without the right on workspacevariables; a reader lists and reads, a writer writes.
+/// without the right on workspacevariables; a reader lists and reads and gets 403 on
+/// writes, a writer writes.
 #[tokio::test]
 async fn rights() {
     let h = with_workspace().await;
@@ -403,7 +404,7 @@ async fn rights() {
         )]))
         .await;
     assert_eq!(h.call_as(&vars_only, "GET", &vars(), None).await.0, 404);
-    // A reader reads, cannot write.
+    // A reader reads, and is told 403 on writes (it can see them: docs/rbac.md).
     let reader = h
         .token_with_role(Some(vec![rule(
             &["get", "list"],
@@ -422,15 +423,17 @@ async fn rights() {
         )
         .await
         .0,
-        404
+        403
     );
     assert_eq!(
         h.call_as(&reader, "PATCH", &one, body(json!({"value": "w"})))
             .await
             .0,
-        404
+        403
     );
-    assert_eq!(h.call_as(&reader, "DELETE", &one, None).await.0, 404);
+    assert_eq!(h.call_as(&reader, "DELETE", &one, None).await.0, 403);
+    // Who cannot read the variables cannot learn of them through a write: 404.
+    assert_eq!(h.call_as(&ws_only, "DELETE", &one, None).await.0, 404);
     // A writer.
     let writer = h
         .token_with_role(Some(vec![
