@@ -14,8 +14,8 @@ use terrace_crds::run::RunState;
 use crate::capability::constant_time_eq;
 use crate::prelude::*;
 
-/// How long a runner request for a run not indexed yet waits for it (short: the caller
-/// is not authenticated yet).
+/// How long a runner request for a run not indexed yet waits for it, once its token
+/// checked out against the run's Secret.
 const INDEX_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Secret key of the run token.
@@ -54,7 +54,9 @@ fn unauthorized() -> ApiError {
 }
 
 /// The run `run_id` if `headers` carry its token and it is not final (401 otherwise, the
-/// same for an unknown run).
+/// same for an unknown run). A run not indexed yet (created by the operator a moment
+/// ago) is waited for only once the token checked out against the Secret of the run in
+/// the namespace the token names: an anonymous caller never holds a request open.
 async fn authorize(
     state: &AppState,
     run_id: &str,
@@ -63,10 +65,13 @@ async fn authorize(
     let presented = crate::auth::bearer_token(headers)
         .map(str::to_owned)
         .ok_or_else(unauthorized)?;
-    // A run the operator created a moment ago (an upload's, an auto-destroy) may reach
-    // this index after its Pod started: wait for it as writes do.
     let indexed = |i: &crate::index::Inner| i.runs().get(run_id).is_some();
     if !indexed(&state.index.read()) {
+        let ns = terrace_crds::run::runner_token_namespace(&presented).ok_or_else(unauthorized)?;
+        let object = terrace_crds::ids::object_name_for_id(run_id);
+        if !holds_token(state, ns, &object, &presented).await? {
+            return Err(unauthorized());
+        }
         state.index.wait_until(INDEX_GRACE, indexed).await;
     }
     let run = state
@@ -80,15 +85,31 @@ async fn authorize(
     if status.is_ok_and(RunState::is_final) {
         return Err(unauthorized());
     }
-    let secrets = write::api::<Secret>(state, &run.namespace().unwrap_or_default());
-    let secret = secrets
-        .get_opt(&secret_name(&run.name_any()))
-        .await?
-        .ok_or_else(unauthorized)?;
-    let holds = secret
-        .data
+    let ns = run.namespace().unwrap_or_default();
+    if holds_token(state, &ns, &run.name_any(), &presented).await? {
+        Ok(run)
+    } else {
+        Err(unauthorized())
+    }
+}
+
+/// Whether the Secret of run object `object` in `ns` holds `presented` as its token.
+async fn holds_token(
+    state: &AppState,
+    ns: &str,
+    object: &str,
+    presented: &str,
+) -> Result<bool, ApiError> {
+    let secrets = write::api::<Secret>(state, ns);
+    let secret = match secrets.get_opt(&secret_name(object)).await {
+        Ok(s) => s,
+        // A namespace name the API server refuses is no run's.
+        Err(kube::Error::Api(s)) if s.code == 400 || s.code == 403 || s.code == 404 => None,
+        Err(e) => return Err(e.into()),
+    };
+    Ok(secret
         .as_ref()
+        .and_then(|s| s.data.as_ref())
         .and_then(|d| d.get(TOKEN_KEY))
-        .is_some_and(|t| constant_time_eq(&t.0, presented.as_bytes()));
-    if holds { Ok(run) } else { Err(unauthorized()) }
+        .is_some_and(|t| constant_time_eq(&t.0, presented.as_bytes())))
 }

@@ -180,6 +180,22 @@ impl FromStr for RunState {
 /// The status timestamp the API writes when it creates a run.
 pub const QUEUEABLE_AT: &str = "plan-queueable-at";
 
+/// A run's token for the runner endpoints: the run's namespace, a dot and `secret`
+/// (namespaces have no dots). The namespace lets the API server check the token against
+/// the run's Secret before it knows the run, so an unknown run costs an anonymous caller
+/// nothing (no wait for the index).
+pub fn runner_token(namespace: &str, secret: &str) -> String {
+    format!("{namespace}.{secret}")
+}
+
+/// The namespace a runner token names, if it is of [`runner_token`]'s form.
+pub fn runner_token_namespace(token: &str) -> Option<&str> {
+    token
+        .split_once('.')
+        .map(|(ns, _)| ns)
+        .filter(|ns| !ns.is_empty() && ns.len() <= 63)
+}
+
 /// The plan ID of run `run-…` (`plan-…`, the same suffix).
 pub fn plan_id(run_id: &str) -> String {
     format!("plan-{}", run_id.strip_prefix("run-").unwrap_or(run_id))

@@ -584,7 +584,8 @@ async fn create_pod(
     };
     let secrets: Api<Secret> = Api::namespaced(ctx.base.client.clone(), &ns);
     // Created once (409: it exists, from the plan phase or before a restart).
-    let secret = pod::build_secret(&inputs, &crate::testpod::new_token())?;
+    let token = terrace_crds::run::runner_token(&ns, &crate::testpod::new_token());
+    let secret = pod::build_secret(&inputs, &token)?;
     match secrets.create(&PostParams::default(), &secret).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {}
