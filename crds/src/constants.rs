@@ -32,6 +32,10 @@ pub const ANNOTATION_LOCK_REASON: &str = "terrace.dev/lock-reason";
 pub const ANNOTATION_LOCKED_AT: &str = "terrace.dev/locked-at";
 /// Annotation on a pending StateVersion: when its upload URLs stop working (RFC 3339).
 pub const ANNOTATION_STATE_UPLOAD_EXPIRES: &str = "terrace.dev/state-upload-expires-at";
+/// Workspace annotation: the last state version that became current (JSON of
+/// [`crate::state::StateHead`]), written under the workspace's resourceVersion together
+/// with the lock and succession checks, so versions become current one at a time.
+pub const ANNOTATION_STATE_HEAD: &str = "terrace.dev/state-head";
 
 /// Annotation on a module's ConfigurationVersion: where its automatic test run stands
 /// (`due`, `superseded`, `claimed`, `created`; see `crate::testrun::automatic`). The API

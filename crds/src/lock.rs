@@ -118,6 +118,12 @@ pub enum LockError {
     /// 503: intermediate state versions exist and the latest is not finalized yet.
     #[error("Unable to unlock workspace: the latest state version is still pending; retry shortly")]
     StatePending,
+    /// 409: force-unlock of a lock an active run holds (TFE refuses it too: the run's
+    /// apply would lose the right to save its state).
+    #[error(
+        "Unable to force-unlock workspace: it is locked by {0}, which is still active; cancel the run instead"
+    )]
+    HeldByActiveRun(LockHolder),
 }
 
 impl LockError {
@@ -130,11 +136,13 @@ impl LockError {
     }
 }
 
-/// The state-version facts the unlock rule depends on.
+/// The facts the unlock rules depend on besides the holder.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StateVersions {
     /// Whether intermediate state versions exist whose latest is not finalized.
     pub latest_intermediate_pending: bool,
+    /// Whether the holder is a run that has not ended yet.
+    pub held_by_active_run: bool,
 }
 
 /// SPEC.md's lock table. `holder` is the current lock holder (None: unlocked), `caller`
@@ -156,6 +164,9 @@ pub fn transition(
         (Some(_), LockOp::Unlock) if state.latest_intermediate_pending => {
             Err(LockError::StatePending)
         }
+        (Some(h), LockOp::ForceUnlock) if state.held_by_active_run => {
+            Err(LockError::HeldByActiveRun(h.clone()))
+        }
         (Some(_), LockOp::Unlock | LockOp::ForceUnlock) => Ok(LockOutcome::Unlocked),
     }
 }
@@ -172,10 +183,29 @@ mod tests {
     }
     const NO_STATE: StateVersions = StateVersions {
         latest_intermediate_pending: false,
+        held_by_active_run: false,
     };
     const PENDING: StateVersions = StateVersions {
         latest_intermediate_pending: true,
+        held_by_active_run: false,
     };
+
+    #[test]
+    fn force_unlock_of_an_active_runs_lock_is_409_and_of_an_ended_one_unlocks() {
+        let run = LockHolder::Run("run-1".into());
+        let active = StateVersions {
+            held_by_active_run: true,
+            ..NO_STATE
+        };
+        let e = transition(Some(&run), &LockOp::ForceUnlock, &alice(), active).unwrap_err();
+        assert_eq!(e, LockError::HeldByActiveRun(run.clone()));
+        assert_eq!(e.status(), 409);
+        assert!(e.to_string().contains("cancel the run"), "{e}");
+        assert_eq!(
+            transition(Some(&run), &LockOp::ForceUnlock, &alice(), NO_STATE),
+            Ok(LockOutcome::Unlocked)
+        );
+    }
 
     #[test]
     fn unlocked_lock_locks_with_reason() {

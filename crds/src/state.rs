@@ -166,6 +166,148 @@ pub fn check_succession(
     Ok(())
 }
 
+/// The longest lineage a state version may name (terraform writes a UUID, 36 characters).
+pub const MAX_LINEAGE_LEN: usize = 128;
+
+/// The attributes of a state version create that need no I/O to check: `md5` is 32 hex
+/// digits, `serial` is not negative and the lineage is at most [`MAX_LINEAGE_LEN`]
+/// characters of printable ASCII. Answers the attribute at fault and why.
+pub fn check_create(serial: i64, md5: &str, lineage: &str) -> Result<(), (&'static str, String)> {
+    if md5.len() != 32 || !md5.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(("md5", "md5 must be 32 hexadecimal digits".to_owned()));
+    }
+    if serial < 0 {
+        return Err(("serial", "serial must not be negative".to_owned()));
+    }
+    if lineage.len() > MAX_LINEAGE_LEN {
+        return Err((
+            "lineage",
+            format!("lineage must be at most {MAX_LINEAGE_LEN} characters"),
+        ));
+    }
+    if !lineage.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err((
+            "lineage",
+            "lineage must be printable characters without spaces".to_owned(),
+        ));
+    }
+    Ok(())
+}
+
+/// The last state version that became a workspace's current one, as the workspace's
+/// `terrace.dev/state-head` annotation records it. A version becomes current by writing
+/// this record under the workspace's resourceVersion after [`check_commit`] passed
+/// against the previous record, so versions become current one at a time, each checked
+/// against the one before it; `seq` counts them and orders the finalized versions (the
+/// current one is the finalized version with the greatest `seq`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StateHead {
+    /// The version's ID (`sv-…`).
+    pub id: String,
+    pub serial: i64,
+    #[serde(default)]
+    pub lineage: String,
+    pub md5: String,
+    /// How many versions became current before this one, plus one.
+    pub seq: i64,
+    /// When it was written (RFC 3339): a record whose version never finalized is given up
+    /// after [`HEAD_GRACE`].
+    pub at: String,
+}
+
+/// How long a state head may name a version that has not finalized yet (its writer
+/// finalizes it right after writing the head) before later writers give it up.
+pub const HEAD_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
+
+impl StateHead {
+    /// The record of a workspace's annotation value (None when absent or unreadable).
+    pub fn parse(annotation: Option<&str>) -> Option<StateHead> {
+        serde_json::from_str(annotation?).ok()
+    }
+
+    /// The annotation value.
+    pub fn annotation(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// As the succession rule sees it.
+    pub fn current(&self) -> Current<'_> {
+        Current {
+            serial: self.serial,
+            lineage: &self.lineage,
+            md5: &self.md5,
+        }
+    }
+
+    /// Whether its version may still finalize at `now` (written less than [`HEAD_GRACE`]
+    /// ago; an unreadable time counts as old).
+    pub fn young(&self, now: jiff::Timestamp) -> bool {
+        let grace = jiff::SignedDuration::from_secs(HEAD_GRACE.as_secs() as i64);
+        self.at
+            .parse::<jiff::Timestamp>()
+            .ok()
+            .and_then(|at| at.checked_add(grace).ok())
+            .is_some_and(|until| now < until)
+    }
+}
+
+/// A version about to become current, as [`check_commit`] sees it.
+#[derive(Clone, Debug)]
+pub struct Candidate<'a> {
+    pub serial: i64,
+    pub lineage: &'a str,
+    pub md5: &'a str,
+    pub force: bool,
+    /// Who wrote it.
+    pub writer: &'a LockHolder,
+    /// When it was created (whole seconds).
+    pub created: jiff::Timestamp,
+    /// Whether the writer must hold the lock now. A run's apply need not: the state it
+    /// produced is kept whatever happened to the lock meanwhile.
+    pub needs_lock: bool,
+}
+
+/// What committing a version does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Commit {
+    /// It becomes the current version.
+    Advance,
+    /// The current version is already this state (same serial and MD5: a client that
+    /// retried); it is not finalized a second time.
+    Duplicate,
+}
+
+/// Whether a version whose bytes arrived may become current, checked again at that moment
+/// (its create was checked against an earlier current state and lock): the writer still
+/// holds the lock it created the version under (`lock`, taken at `locked_at`), and the
+/// version succeeds `base`, the version current now. Never lets the current serial go
+/// down or a second version of one serial finalize, unless forced.
+pub fn check_commit(
+    lock: Option<&LockHolder>,
+    locked_at: Option<jiff::Timestamp>,
+    base: Option<Current<'_>>,
+    c: &Candidate<'_>,
+) -> Result<Commit, StateError> {
+    if c.needs_lock {
+        check_lock(lock, c.writer)?;
+        let since = locked_at.map(|t| t.as_second()).unwrap_or(i64::MIN);
+        if c.created.as_second() < since {
+            return Err(StateError::NotLockHolder(
+                "the workspace was unlocked and locked again after this state version was created: its lock is lost; create a new state version".into(),
+            ));
+        }
+    }
+    if let Some(cur) = base.as_ref().filter(|_| !c.force)
+        && c.serial == cur.serial
+        && (cur.lineage.is_empty() || c.lineage.is_empty() || cur.lineage == c.lineage)
+        && c.md5.eq_ignore_ascii_case(cur.md5)
+    {
+        return Ok(Commit::Duplicate);
+    }
+    check_succession(base, c.serial, c.lineage, c.md5, c.force)?;
+    Ok(Commit::Advance)
+}
+
 /// A state version as the unlock rule sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WrittenVersion {
@@ -173,7 +315,7 @@ pub struct WrittenVersion {
     pub created: jiff::Timestamp,
     pub serial: i64,
     pub state: StateVersionState,
-    /// Its upload URLs expired before the state arrived: it will never be finalized.
+    /// It can no longer finalize (its upload URLs expired, or it was superseded).
     pub abandoned: bool,
 }
 

@@ -101,12 +101,16 @@ pub async fn state_bytes(
 /// Which blob of a version's status (its state, its JSON state).
 pub type WhichBlob = fn(&terrace_crds::StateVersionStatus) -> Option<&terrace_crds::StateBlob>;
 
-/// The key and SHA-256 of one blob of a finalized version (`which` picks it from the
-/// status; `what` names it in errors): 404 when the version has none (pending,
-/// discarded, expired).
+/// The key and SHA-256 of one blob of a finalized version, or of a discarded one that
+/// kept its bytes (a run's apply whose state could not become current) (`which` picks it
+/// from the status; `what` names it in errors): 404 when the version has none (pending,
+/// refused, expired).
 fn blob_of(v: &StateVersion, which: WhichBlob, what: &str) -> Result<(String, String), ApiError> {
     let none = || ApiError::not_found(format!("this state version has no {what} data"));
-    if state_of(v) != StateVersionState::Finalized {
+    if !matches!(
+        state_of(v),
+        StateVersionState::Finalized | StateVersionState::Discarded
+    ) {
         return Err(none());
     }
     v.status

@@ -611,20 +611,24 @@ impl Inner {
             .and_then(|uid| self.state_versions.by_uid(uid))
     }
 
-    /// Recomputes the current state version of workspace `wk` (latest finalized: by
-    /// finalizedAt, which has milliseconds, then serial).
+    /// Recomputes the current state version of workspace `wk`: the finalized one that
+    /// became current last (the greatest `sequence`, see
+    /// [`terrace_crds::state::StateHead`]); versions from before sequences by finalizedAt,
+    /// which has milliseconds, then serial.
     fn refresh_current(&mut self, wk: &by_workspace::WorkspaceKey) {
         let finalized = terrace_crds::state::StateVersionState::Finalized.as_str();
-        let at = |v: &StateVersion| {
-            v.status
-                .as_ref()
-                .and_then(|s| s.finalized_at.clone())
-                .unwrap_or_default()
+        let order = |v: &StateVersion| {
+            let s = v.status.as_ref();
+            (
+                s.and_then(|s| s.sequence),
+                s.and_then(|s| s.finalized_at.clone()).unwrap_or_default(),
+                v.spec.serial,
+            )
         };
         let current = self
             .state_versions_of(&wk.0, &wk.1)
             .filter(|v| v.status.as_ref().and_then(|s| s.status.as_deref()) == Some(finalized))
-            .max_by(|a, b| (at(a), a.spec.serial).cmp(&(at(b), b.spec.serial)))
+            .max_by_key(|v| order(v))
             .map(|v| uid(v.as_ref()));
         self.sv_by_workspace.set_current(wk, current);
     }

@@ -128,6 +128,11 @@ crd_struct! {
         pub providers: Vec<String>,
         /// Time the bytes arrived (RFC 3339).
         pub finalized_at: Option<String>,
+        /// The order in which the workspace's versions became current (1, 2, …): the
+        /// workspace's current state is its finalized version with the greatest.
+        pub sequence: Option<i64>,
+        /// Why the version was discarded, when it was.
+        pub message: Option<String>,
         /// Time the bytes were soft-deleted (RFC 3339).
         pub backing_data_deleted_at: Option<String>,
         /// Time the bytes were deleted for good (RFC 3339).

@@ -395,3 +395,207 @@ async fn runner_endpoints_need_the_run_token() {
         .await;
     assert_eq!(st, 401);
 }
+
+/// A state file of `serial` (lineage `lin`) with one output.
+fn run_state_file(serial: i64) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "version": 4, "terraform_version": "1.11.4", "serial": serial, "lineage": "lin",
+        "outputs": {"o": {"value": serial, "type": "number"}}, "resources": [],
+    }))
+    .unwrap_or_default()
+}
+
+/// A run of the workspace made `applying`, holding the workspace's lock, with its runner
+/// token (`acme.<random>`) in its Secret as the operator writes it; answers its ID and
+/// the token.
+async fn applying_run(h: &Harness) -> (String, String) {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::{Patch, PatchParams, PostParams};
+    let cv = uploaded(h, false).await;
+    let (st, doc) = h
+        .call(
+            "POST",
+            "/api/v2/runs",
+            Some(run_body(json!({}), Some(WS), Some(&cv))),
+        )
+        .await;
+    assert_eq!(st, 201, "{doc}");
+    let id = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
+    let object = terrace_crds::ids::object_name_for_id(&id);
+    let runs = crate::write::api::<terrace_crds::Run>(&h.state, "acme");
+    let pp = PatchParams::default();
+    runs.patch_status(
+        &object,
+        &pp,
+        &Patch::Merge(json!({"status": {"status": "applying"}})),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("run status: {e}"));
+    let token = terrace_crds::run::runner_token("acme", "s3cret-run-token");
+    let secret = Secret {
+        metadata: crate::testing::meta(
+            &crate::runner_auth::secret_name(&object),
+            Some("acme"),
+            &[],
+        ),
+        data: Some(
+            [(
+                "token".to_owned(),
+                k8s_openapi::ByteString(token.clone().into_bytes()),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    };
+    crate::write::api::<Secret>(&h.state, "acme")
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap_or_else(|e| panic!("secret: {e}"));
+    let lock = json!({"metadata": {"annotations": {
+        terrace_crds::constants::ANNOTATION_LOCKED_BY: format!("run:{id}"),
+        terrace_crds::constants::ANNOTATION_LOCKED_AT: "2026-01-01T00:00:00Z",
+    }}});
+    crate::write::api::<terrace_crds::Workspace>(&h.state, "acme")
+        .patch(&WS.to_ascii_lowercase(), &pp, &Patch::Merge(lock))
+        .await
+        .unwrap_or_else(|e| panic!("lock: {e}"));
+    h.wait("the run applying and the lock", |i| {
+        i.runs()
+            .get(&id)
+            .and_then(|r| r.status.as_ref()?.status.clone())
+            .as_deref()
+            == Some("applying")
+            && i.workspace(WS).is_some_and(|w| {
+                terrace_crds::lock::holder_of(w)
+                    == Some(terrace_crds::lock::LockHolder::Run(id.clone()))
+            })
+    })
+    .await;
+    (id, token)
+}
+
+/// Force-unlock of an active run's lock is refused (cancel the run instead), so the
+/// apply keeps the right to save its state; and whatever happens to the lock, the state an
+/// apply produced is kept as a version of its run: current when it can be, else discarded
+/// with its bytes, downloadable, and the runner told which version holds it.
+#[tokio::test]
+async fn an_apply_never_loses_its_state() {
+    let h = setup().await;
+    let (id, token) = applying_run(&h).await;
+    let (st, doc) = h
+        .call("POST", &format!("{WS_PATH}/actions/force-unlock"), None)
+        .await;
+    assert_eq!(st, 409, "{doc}");
+    let detail = doc["errors"][0]["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("cancel the run"), "{detail}");
+    let auth = format!("Bearer {token}");
+    let state_path = format!("/api/v2/runner/runs/{id}/state");
+    let (st, _, body) = h
+        .raw(
+            "PUT",
+            &state_path,
+            &[("authorization", &auth)],
+            run_state_file(1),
+        )
+        .await;
+    assert_eq!(st, 204, "{}", String::from_utf8_lossy(&body));
+    let (_, cur) = h
+        .call("GET", &format!("{WS_PATH}/current-state-version"), None)
+        .await;
+    assert_eq!(cur["data"]["attributes"]["serial"], 1, "{cur}");
+    // The lock is taken away behind the API's back (kubectl) and someone writes serial 5.
+    let pp = kube::api::PatchParams::default();
+    let unlock = json!({"metadata": {"annotations": {
+        terrace_crds::constants::ANNOTATION_LOCKED_BY: null,
+        terrace_crds::constants::ANNOTATION_LOCKED_AT: null,
+    }}});
+    crate::write::api::<terrace_crds::Workspace>(&h.state, "acme")
+        .patch(
+            &WS.to_ascii_lowercase(),
+            &pp,
+            &kube::api::Patch::Merge(unlock),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("unlock: {e}"));
+    h.wait("unlocked", |i| {
+        i.workspace(WS)
+            .is_some_and(|w| terrace_crds::lock::holder_of(w).is_none())
+    })
+    .await;
+    let (st, doc) = h
+        .call("POST", &format!("{WS_PATH}/actions/lock"), Some(json!({})))
+        .await;
+    assert_eq!(st, 200, "{doc}");
+    let five = run_state_file(5);
+    let (st, doc) = h
+        .call(
+            "POST",
+            &format!("{WS_PATH}/state-versions"),
+            Some(json!({"data": {"type": "state-versions", "attributes": {
+                "serial": 5, "lineage": "lin", "md5": terrace_crds::state::md5_hex(&five),
+                "state": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &five),
+            }}})),
+        )
+        .await;
+    assert_eq!(st, 201, "{doc}");
+    // The apply's serial 2 cannot become current, but it is kept.
+    let two = run_state_file(2);
+    let (st, _, body) = h
+        .raw("PUT", &state_path, &[("authorization", &auth)], two.clone())
+        .await;
+    assert_eq!(st, 409);
+    let err: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let detail = err["errors"][0]["detail"].as_str().unwrap_or_default();
+    let kept = detail
+        .split_whitespace()
+        .find(|w| w.starts_with("sv-"))
+        .unwrap_or_default();
+    assert!(!kept.is_empty(), "{detail}");
+    let (_, v) = h
+        .call("GET", &format!("/api/v2/state-versions/{kept}"), None)
+        .await;
+    assert_eq!(v["data"]["attributes"]["status"], "discarded", "{v}");
+    assert_eq!(
+        v["data"]["relationships"]["run"]["data"]["id"],
+        id.as_str(),
+        "{v}"
+    );
+    let (st, _, bytes) = h
+        .raw(
+            "GET",
+            &format!("/api/v2/state-versions/{kept}/download"),
+            &[("authorization", &format!("Bearer {}", h.token))],
+            vec![],
+        )
+        .await;
+    assert_eq!((st, bytes.to_vec()), (200, two));
+    let (_, cur) = h
+        .call("GET", &format!("{WS_PATH}/current-state-version"), None)
+        .await;
+    assert_eq!(cur["data"]["attributes"]["serial"], 5, "{cur}");
+}
+
+/// A runner request for a run nobody knows is refused at once: the token is checked
+/// against the Secret of the run it names before anything waits for the run.
+#[tokio::test]
+async fn an_unknown_run_is_refused_without_waiting() {
+    let h = setup().await;
+    for token in ["forged", "acme.forged"] {
+        let started = std::time::Instant::now();
+        let (st, _, _) = h
+            .raw(
+                "GET",
+                "/api/v2/runner/runs/run-NoSuchRun00000001/state",
+                &[("authorization", &format!("Bearer {token}"))],
+                vec![],
+            )
+            .await;
+        assert_eq!(st, 401, "{token}");
+        // The index wait for a run is 3 s; an unauthenticated caller gets none of it.
+        assert!(
+            started.elapsed() < std::time::Duration::from_millis(1500),
+            "{token}: {:?}",
+            started.elapsed()
+        );
+    }
+}

@@ -30,6 +30,7 @@ use terrace_crds::lock::LockHolder;
 use terrace_crds::state::{self, Current, StateError, StateVersionState};
 use terrace_crds::{StateBlob, StateVersion, StateVersionSpec, Workspace};
 
+use super::commit::{self, Writer};
 use super::{JSON_STATE_UPLOAD_PATH, STATE_UPLOAD_PATH, WRITE_STATE, render, state_of, store_of};
 use crate::blobs::{AnyBlobStore, BlobError, BlobStore, Stored};
 use crate::capability::{base_url, constant_time_eq, random_token, sha256_hex};
@@ -84,15 +85,6 @@ fn decode(attr: &str, b64: &str) -> Result<Vec<u8>, ApiError> {
         .map_err(|e| ApiError::invalid_attribute(attr, format!("{attr} is not base64: {e}")))
 }
 
-/// The current state version's serial, lineage and MD5.
-fn current(state: &AppState, ws: &Workspace) -> Option<(i64, String, String)> {
-    state
-        .index
-        .read()
-        .current_state_version(ws)
-        .map(|v| (v.spec.serial, v.spec.lineage.clone(), v.spec.md5.clone()))
-}
-
 /// `POST /workspaces/:id/state-versions`.
 pub async fn create(
     State(state): State<AppState>,
@@ -112,10 +104,12 @@ pub async fn create(
         .filter(|m| !m.is_empty())
         .ok_or_else(|| ApiError::invalid_attribute("md5", "md5 is required"))?;
     let lineage = a.lineage.unwrap_or_default();
+    state::check_create(serial, &md5, &lineage)
+        .map_err(|(attr, detail)| ApiError::invalid_attribute(attr, detail))?;
     let force = a.force.unwrap_or(false);
     let me = LockHolder::User(caller.username.clone());
     state::check_lock(terrace_crds::lock::holder_of(&ws.obj).as_ref(), &me).map_err(state_error)?;
-    let cur = current(&state, &ws.obj);
+    let cur = commit::create_base(&state.index.read(), &ws.obj);
     state::check_succession(
         cur.as_ref().map(|(s, l, m)| Current {
             serial: *s,
@@ -203,7 +197,15 @@ pub async fn create(
     .await?;
     let done = match inline {
         Some((bytes, json, summary)) => {
-            match store_and_finalize(&state, &created, Bytes::from(bytes), summary).await {
+            match store_and_finalize(
+                &state,
+                &created,
+                Bytes::from(bytes),
+                summary,
+                Writer::LockHolder,
+            )
+            .await
+            {
                 // The JSON form is optional: the state stands without it.
                 Ok(v) => match json {
                     Some(j) => match store_json(&state, &v, Bytes::from(j)).await {
@@ -238,7 +240,7 @@ pub async fn create(
 }
 
 /// Stores `bytes` under `key` in the version's blob store; answers where they are.
-async fn store_blob(
+pub(super) async fn store_blob(
     state: &AppState,
     v: &StateVersion,
     key: String,
@@ -271,41 +273,17 @@ fn store_error(what: &str, e: crate::blobs::BlobError) -> ApiError {
     crate::blobs::api_error(&format!("the {what}"), e)
 }
 
-/// Stores the state bytes and marks the version finalized with its summary.
+/// Stores the state bytes and makes the version current ([`commit`]).
 pub(super) async fn store_and_finalize(
     state: &AppState,
     v: &StateVersion,
     bytes: Bytes,
     summary: state::StateSummary,
+    writer: Writer,
 ) -> Result<StateVersion, ApiError> {
     let key = terrace_crds::blobs::state_key(&id_of(v));
     let blob = store_blob(state, v, key, bytes, "state").await?;
-    finalize(state, v, blob, summary).await
-}
-
-/// Marks the version finalized with its stored state and its summary.
-async fn finalize(
-    state: &AppState,
-    v: &StateVersion,
-    blob: StateBlob,
-    summary: state::StateSummary,
-) -> Result<StateVersion, ApiError> {
-    let api = write::api::<StateVersion>(state, &v.namespace().unwrap_or_default());
-    write::patch_status(
-        &api,
-        &v.name_any(),
-        json!({
-            "status": StateVersionState::Finalized.as_str(),
-            "state": blob,
-            "terraformVersion": summary.terraform_version,
-            "resourceCount": summary.resource_count,
-            "resources": summary.resources,
-            "outputs": summary.outputs,
-            "providers": summary.providers,
-            "finalizedAt": crate::render::now(),
-        }),
-    )
-    .await
+    Ok(commit::commit(state, v, blob, summary, writer).await?)
 }
 
 /// Stores the JSON form of the state.
@@ -413,11 +391,12 @@ pub async fn upload_state(
 ) -> Result<Response, ApiError> {
     let limit = state.settings.max_state_bytes;
     let (v, key, store, upload) = begin(&state, &token, ANNOTATION_STATE_UPLOAD, state_key).await?;
-    let ingested = match ingest(body, upload, state::summarize_reader).await {
+    let ingested = match ingest(limited(body, limit), upload, state::summarize_reader).await {
         Ok(i) => i,
         Err(e) => {
-            discard(&state, &v).await;
-            return Err(body_error(e, limit));
+            let e = body_error(e, limit);
+            discard(&state, &v, &commit::reason(&e)).await;
+            return Err(e);
         }
     };
     let verdict = state::check_streamed(
@@ -432,21 +411,33 @@ pub async fn upload_state(
         Err(settled) => {
             // Nothing half-recorded: the version never becomes current; the client
             // creates a new one (terraform: `state push errored.tfstate`).
-            discard(&state, &v).await;
-            return Err(match settled {
+            let e = match settled {
                 Settled::Refused(e) => match e.status() {
                     413 => ApiError::TooLarge(e.to_string().into()),
                     _ => ApiError::invalid("/", e.to_string()),
                 },
                 Settled::Store(e) => store_error("state", e),
-            });
+            };
+            discard(&state, &v, &commit::reason(&e)).await;
+            return Err(e);
         }
     };
-    let finalized = finalize(&state, &v, state_blob(key.clone(), stored), summary);
-    let done = match record_or_remove(&store, &key, "the state of a version", finalized).await {
+    // The lock and the succession again, now that the bytes are here.
+    let committed = async {
+        commit::commit(
+            &state,
+            &v,
+            state_blob(key.clone(), stored),
+            summary,
+            Writer::LockHolder,
+        )
+        .await
+        .map_err(ApiError::from)
+    };
+    let done = match record_or_remove(&store, &key, "the state of a version", committed).await {
         Ok(done) => done,
         Err(e) => {
-            discard(&state, &v).await;
+            discard(&state, &v, &commit::reason(&e)).await;
             return Err(e);
         }
     };
@@ -463,9 +454,13 @@ pub async fn upload_json_state(
 ) -> Result<Response, ApiError> {
     let (v, key, store, upload) =
         begin(&state, &token, ANNOTATION_JSON_UPLOAD, json_state_key).await?;
-    let ingested = ingest(body, upload, state::check_json)
-        .await
-        .map_err(|e| body_error(e, state.settings.max_state_bytes))?;
+    let ingested = ingest(
+        limited(body, state.settings.max_state_bytes),
+        upload,
+        state::check_json,
+    )
+    .await
+    .map_err(|e| body_error(e, state.settings.max_state_bytes))?;
     let verdict = ingested
         .checked
         .map_err(|e| ApiError::invalid("/", format!("the JSON state is not JSON: {e}")));
@@ -481,13 +476,21 @@ pub async fn upload_json_state(
     Ok(StatusCode::OK.into_response())
 }
 
-/// Marks a version whose state was refused as discarded (it will never be finalized).
-pub(super) async fn discard(state: &AppState, v: &StateVersion) {
+/// The body of an upload, cut at `limit` bytes: what passes the limit fails the read
+/// (as [`BodyError::TooLarge`]), so the handler still discards the version. A layer in
+/// front of the route would answer 413 before the handler ran and leave it pending.
+fn limited(body: Body, limit: usize) -> Body {
+    Body::new(http_body_util::Limited::new(body, limit))
+}
+
+/// Marks a version whose state was refused as discarded (it will never be finalized),
+/// with the reason.
+pub(super) async fn discard(state: &AppState, v: &StateVersion, why: &str) {
     let api = write::api::<StateVersion>(state, &v.namespace().unwrap_or_default());
     match write::patch_status(
         &api,
         &v.name_any(),
-        json!({"status": StateVersionState::Discarded.as_str()}),
+        json!({"status": StateVersionState::Discarded.as_str(), "message": why}),
     )
     .await
     {

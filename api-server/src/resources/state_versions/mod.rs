@@ -17,7 +17,10 @@
 //! workspace gets 404 on all of it.
 
 mod backing_data;
+mod commit;
 mod create;
+#[cfg(test)]
+mod integrity_tests;
 mod outputs;
 mod read;
 mod resources;
@@ -97,11 +100,13 @@ pub fn router() -> Router<AppState> {
         )
 }
 
-/// The upload routes, with the state size limit instead of the global body limit.
+/// The upload routes, with the state size limit instead of the global body limit. The
+/// upload URLs apply it themselves while they read, so a state over it still discards its
+/// version (a layer would answer 413 before the handler and leave the version pending).
 pub fn upload_router(max_state_bytes: usize) -> Router<AppState> {
     // Room for the request beyond the state: the limit itself answers 413 in our words.
     let limit = max_state_bytes.saturating_add(1);
-    Router::new()
+    let uploads = Router::new()
         .route(
             &format!("{STATE_UPLOAD_PATH}/{{token}}"),
             put(create::upload_state),
@@ -110,12 +115,15 @@ pub fn upload_router(max_state_bytes: usize) -> Router<AppState> {
             &format!("{JSON_STATE_UPLOAD_PATH}/{{token}}"),
             put(create::upload_json_state),
         )
+        .layer(DefaultBodyLimit::disable());
+    Router::new()
         .route(
             "/api/v2/runner/runs/{id}/state",
             get(run_state::read).put(run_state::write),
         )
         .layer(DefaultBodyLimit::max(limit))
         .layer(RequestBodyLimitLayer::new(limit))
+        .merge(uploads)
 }
 
 /// 404 for a state version.

@@ -2,22 +2,24 @@
 //! /api/v2/runner/runs/:id/state`, authorized by the run token, see
 //! [`crate::runner_auth`]). The engine in the Pod works on a local state file; the runner
 //! downloads the current state before and uploads the new one after the apply. The new
-//! state becomes a state version of the run (`run` relationship), under the rules of any
-//! state write: the run must hold the workspace's lock, serial and lineage must succeed
-//! the current version's.
+//! state becomes a state version of the run (`run` relationship); it becomes current when
+//! its serial and lineage succeed the current version's, and is kept otherwise (see
+//! [`write`]).
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::http::header;
 use kube::api::PostParams;
+use terrace_crds::blobs::state_key;
 use terrace_crds::constants::LABEL_WORKSPACE_ID;
 use terrace_crds::ids::{IdKind, new_id};
 use terrace_crds::lock::LockHolder;
 use terrace_crds::run::RunState;
-use terrace_crds::state::{self, Current, StateVersionState};
+use terrace_crds::state::{self, StateVersionState};
 use terrace_crds::{Run, StateVersion, StateVersionSpec, Workspace};
 
-use super::create::{discard, state_error, store_and_finalize};
+use super::commit::{self, Writer};
+use super::create::{discard, state_error, store_blob};
 use super::state_bytes;
 use crate::index::Indexed;
 use crate::prelude::*;
@@ -54,7 +56,12 @@ pub async fn read(
     Ok(([(header::CONTENT_TYPE, "application/json")], bytes).into_response())
 }
 
-/// `PUT …/state`: the state after the run's apply, as a new finalized state version.
+/// `PUT …/state`: the state after the run's apply, as a new state version of the run.
+/// It becomes current when it succeeds the current state; the run's lock is not
+/// required (force-unlock of an active run's lock is refused, but whatever happened to
+/// the lock, the apply happened). A state that cannot become current (someone else wrote
+/// a later one meanwhile) is still kept, discarded with its bytes and the reason, and the
+/// run is told which version holds it: an apply's state is never dropped.
 pub async fn write(
     State(state): State<AppState>,
     RunnerRun { id, run }: RunnerRun,
@@ -66,31 +73,16 @@ pub async fn write(
             "only a run that is applying writes state",
         ));
     }
-    let bytes = body.map_err(|e| ApiError::bad_body(format!("unreadable body: {e}")))?;
+    let bytes = body.map_err(|e| match e.status().as_u16() {
+        413 => ApiError::TooLarge(format!("the state is over the limit: {e}").into()),
+        _ => ApiError::bad_body(format!("unreadable body: {e}")),
+    })?;
     let limit = state.settings.max_state_bytes as u64;
     state::check_size(bytes.len() as u64, limit).map_err(state_error)?;
     let summary = state::check_state(&bytes, None).map_err(state_error)?;
     let ws = workspace_of(&state, &run)?;
     let me = LockHolder::Run(id.clone());
-    state::check_lock(terrace_crds::lock::holder_of(&ws).as_ref(), &me).map_err(state_error)?;
     let md5 = state::md5_hex(&bytes);
-    let cur = state
-        .index
-        .read()
-        .current_state_version(&ws)
-        .map(|v| (v.spec.serial, v.spec.lineage.clone(), v.spec.md5.clone()));
-    state::check_succession(
-        cur.as_ref().map(|(s, l, m)| Current {
-            serial: *s,
-            lineage: l,
-            md5: m,
-        }),
-        summary.serial,
-        &summary.lineage,
-        &md5,
-        false,
-    )
-    .map_err(state_error)?;
     let ns = ws.namespace().unwrap_or_default();
     let org = state
         .index
@@ -132,14 +124,26 @@ pub async fn write(
         json!({"id": sv_id, "status": StateVersionState::Pending.as_str()}),
     )
     .await?;
-    match store_and_finalize(&state, &created, bytes, summary).await {
+    let blob = match store_blob(&state, &created, state_key(&sv_id), bytes, "state").await {
+        Ok(b) => b,
+        Err(e) => {
+            discard(&state, &created, &commit::reason(&e)).await;
+            return Err(e);
+        }
+    };
+    match commit::commit(&state, &created, blob.clone(), summary, Writer::Run).await {
         Ok(done) => {
             write::wait_seen(&state, &done).await;
             Ok(StatusCode::NO_CONTENT.into_response())
         }
-        Err(e) => {
-            discard(&state, &created).await;
-            Err(e)
+        Err(refused) => {
+            let e = ApiError::from(refused);
+            let why = commit::reason(&e);
+            let kept = commit::keep(&state, &created, blob, &why).await?;
+            write::wait_seen(&state, &kept).await;
+            Err(ApiError::conflict(format!(
+                "{why}; the apply's state is kept as state version {sv_id} (GET /api/v2/state-versions/{sv_id}/download; push it again with `terraform state push` once the workspace is sorted out)"
+            )))
         }
     }
 }

@@ -9,10 +9,10 @@ use terrace_crds::state::md5_hex;
 use crate::Edition;
 use crate::testing::{Harness, harness, rule};
 
-const WS: &str = "ws-StateVersions0001";
-const WS_PATH: &str = "/api/v2/workspaces/ws-StateVersions0001";
+pub(super) const WS: &str = "ws-StateVersions0001";
+pub(super) const WS_PATH: &str = "/api/v2/workspaces/ws-StateVersions0001";
 
-fn state_file(serial: i64, lineage: &str, resources: usize) -> Vec<u8> {
+pub(super) fn state_file(serial: i64, lineage: &str, resources: usize) -> Vec<u8> {
     let instances: Vec<Value> = (0..resources)
         .map(|i| json!({"index_key": i, "schema_version": 0, "attributes": {"id": format!("r{i}"), "input": "secret-input"}}))
         .collect();
@@ -40,26 +40,26 @@ fn state_file(serial: i64, lineage: &str, resources: usize) -> Vec<u8> {
     .unwrap_or_default()
 }
 
-fn create_body(serial: i64, lineage: &str, bytes: &[u8]) -> Value {
+pub(super) fn create_body(serial: i64, lineage: &str, bytes: &[u8]) -> Value {
     json!({"data": {"type": "state-versions", "attributes": {
         "serial": serial, "md5": md5_hex(bytes), "lineage": lineage, "force": false,
     }}})
 }
 
-fn path_of(url: &Value) -> String {
+pub(super) fn path_of(url: &Value) -> String {
     let url = url.as_str().unwrap_or_default();
     url.find("/api/v2/")
         .map(|i| url[i..].to_owned())
         .unwrap_or_default()
 }
 
-async fn setup() -> Harness {
+pub(super) async fn setup() -> Harness {
     let h = harness(Edition::SelfHosted).await;
     h.workspace(WS, "app", |_| {}).await;
     h
 }
 
-async fn lock(h: &Harness) {
+pub(super) async fn lock(h: &Harness) {
     let (st, doc) = h
         .call(
             "POST",
@@ -70,7 +70,7 @@ async fn lock(h: &Harness) {
     assert_eq!(st, 200, "{doc}");
 }
 
-async fn put(h: &Harness, path: &str, body: Vec<u8>) -> (u16, Value) {
+pub(super) async fn put(h: &Harness, path: &str, body: Vec<u8>) -> (u16, Value) {
     let (st, _, bytes) = h
         .raw(
             "PUT",
@@ -83,7 +83,7 @@ async fn put(h: &Harness, path: &str, body: Vec<u8>) -> (u16, Value) {
 }
 
 /// Creates a version of `bytes` and uploads it the CLI's way; answers its ID.
-async fn write_state(h: &Harness, serial: i64, lineage: &str, bytes: &[u8]) -> String {
+pub(super) async fn write_state(h: &Harness, serial: i64, lineage: &str, bytes: &[u8]) -> String {
     let (st, doc) = h
         .call(
             "POST",

@@ -76,22 +76,28 @@ async fn force_unlock_ws(
     lock_action(&state, f, LockOp::ForceUnlock, "force-unlock").await
 }
 
-/// What the unlock rule needs to know of the workspace's state versions: whether the
-/// latest one written under the current lock is still pending.
+/// What the unlock rules need to know besides the holder: whether the latest state
+/// version written under the current lock is still pending, and whether the lock is an
+/// active run's (force-unlock refuses it: cancel the run instead).
 fn state_facts(state: &AppState, ns: &str, ws: &Workspace) -> StateVersions {
     use terrace_crds::constants::ANNOTATION_STATE_UPLOAD_EXPIRES;
     use terrace_crds::state::{StateVersionState, WrittenVersion, latest_pending_since};
     let locked_at = lock::locked_at(ws).and_then(|t| t.parse::<jiff::Timestamp>().ok());
     let now = jiff::Timestamp::now();
     let idx = state.index.read();
+    let current_serial = idx.current_state_version(ws).map(|c| c.spec.serial);
     let versions = idx.state_versions_of(ns, &ws.name_any()).filter_map(|v| {
         let created = v.metadata.creation_timestamp.as_ref()?.0;
         let state = StateVersionState::parse(v.status.as_ref().and_then(|s| s.status.as_deref()))?;
-        let abandoned = v
+        // A version that can no longer finalize never holds the unlock back: its upload
+        // URLs expired, or a version of its serial or a later one is current already.
+        let expired = v
             .annotations()
             .get(ANNOTATION_STATE_UPLOAD_EXPIRES)
             .and_then(|t| t.parse::<jiff::Timestamp>().ok())
             .is_some_and(|t| t < now);
+        let superseded = !v.spec.force && current_serial.is_some_and(|c| v.spec.serial <= c);
+        let abandoned = expired || superseded;
         Some(WrittenVersion {
             created,
             serial: v.spec.serial,
@@ -99,8 +105,19 @@ fn state_facts(state: &AppState, ns: &str, ws: &Workspace) -> StateVersions {
             abandoned,
         })
     });
+    let latest_intermediate_pending = latest_pending_since(locked_at, versions);
+    // A run's lock while the run goes on (a run that is gone or ended leaves a stale lock
+    // that force-unlock clears).
+    let held_by_active_run = match lock::holder_of(ws) {
+        Some(LockHolder::Run(id)) => idx.runs().get(&id).is_some_and(|r| {
+            terrace_crds::run::RunState::of(r.status.as_ref().and_then(|s| s.status.as_deref()))
+                .is_ok_and(|s| !s.is_final())
+        }),
+        _ => false,
+    };
     StateVersions {
-        latest_intermediate_pending: latest_pending_since(locked_at, versions),
+        latest_intermediate_pending,
+        held_by_active_run,
     }
 }
 
