@@ -309,8 +309,12 @@ impl Simulator {
         kinds::crd::register_stored(&mut st);
         // Processes do not survive the simulator: Pods it ran before are lost.
         kubelet::node_restarted(&mut st);
+        // Absolute: Pods run as processes in their own working directories, and their
+        // volumes (the tools the engine container runs) are named by these paths.
         let pods_dir = match &config.data_dir {
-            Some(d) => d.join("pods"),
+            Some(d) => std::path::absolute(d)
+                .unwrap_or_else(|_| d.clone())
+                .join("pods"),
             None => std::env::temp_dir().join(format!("terrace-sim-{}", uuid::Uuid::new_v4())),
         };
         let (changes, _) = tokio_watch::channel(st.rv);
