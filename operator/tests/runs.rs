@@ -160,3 +160,75 @@ fn status_of(r: &Run) -> (Option<String>, Option<String>) {
     let s = r.status.clone().unwrap_or_default();
     (s.status, s.plan.pod_name)
 }
+
+/// A phase Pod whose engine cannot even start (the container runtime's StartError) errors
+/// its run with the cause in all three places a person looks: the run's status message,
+/// a Warning Event on the run, and the log the CLI shows (archived with a `terrace:` line,
+/// although the engine wrote nothing).
+#[tokio::test]
+async fn a_pod_whose_engine_cannot_start_says_why_everywhere() -> R {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::api::events::v1::Event;
+    let (_sim, client, _stop) = start().await?;
+    let runs: Api<Run> = Api::namespaced(client.clone(), NS);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let run = planned_run(&runs).await?;
+    let why = "exec: \"/tools/terrace\": no such file or directory";
+    plan_pod(
+        &pods,
+        &run,
+        json!({"terminated": {"exitCode": 128, "reason": "StartError", "message": why}}),
+    )
+    .await?;
+    pods.patch_status(
+        &format!("{}-plan", run.name_any()),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Failed"}})),
+    )
+    .await?;
+    queue_again(&runs, &run).await?;
+    let ended = eventually("the run errored", || async {
+        runs.get(&run.name_any())
+            .await
+            .ok()
+            .filter(|r| status_of(r).0.as_deref() == Some("errored"))
+    })
+    .await?;
+    let expected = format!("the plan Pod could not start its engine: {why}");
+    let message = ended
+        .status
+        .as_ref()
+        .and_then(|s| s.message.clone())
+        .unwrap_or_default();
+    assert_eq!(message, expected);
+    let events: Api<Event> = Api::namespaced(client.clone(), NS);
+    let noted = eventually("the Warning Event", || async {
+        events.list(&Default::default()).await.ok().and_then(|l| {
+            l.items.into_iter().find(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(&run.name_any())
+                    && e.type_.as_deref() == Some("Warning")
+            })
+        })
+    })
+    .await?;
+    assert!(
+        noted
+            .note
+            .as_deref()
+            .unwrap_or_default()
+            .contains(&expected),
+        "{noted:?}"
+    );
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    let archive = cms.get(&format!("{}-plan-log", run.name_any())).await?;
+    let gz = archive
+        .binary_data
+        .as_ref()
+        .and_then(|d| d.get("log.gz"))
+        .map(|b| b.0.clone())
+        .unwrap_or_default();
+    let mut log = String::new();
+    std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&gz[..]), &mut log)?;
+    assert!(log.contains(&format!("terrace: {expected}")), "{log:?}");
+    Ok(())
+}

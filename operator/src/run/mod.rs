@@ -49,7 +49,7 @@ use terrace_crds::{AgentPool, Run, Workspace, WorkspaceVariable};
 use crate::catalog::CatalogStores;
 use crate::identity::Organizations;
 use crate::testpod::{ENGINE_CONTAINER, build_log_archive_for, log_archive_name};
-use crate::testrun::observe::{EngineObs, PodObs, observe_pod};
+use crate::testrun::observe::{EngineObs, PodObs, observe_pod_as};
 use crate::watch::Feed;
 use crate::{Context, Error};
 use pod::{FINALIZER, LABEL_RUN, RunPodInputs, Variable};
@@ -246,10 +246,15 @@ async fn reconcile(run: Arc<Run>, ctx: Arc<RunContext>) -> Result<Action, Error>
     };
     let pod_name = pod::pod_name(&run.name_any(), phase);
     let current = pods.get_opt(&pod_name).await?;
-    let obs = observe_pod(
+    let what = match phase {
+        Phase::Plan => "plan Pod",
+        Phase::Apply => "apply Pod",
+    };
+    let obs = observe_pod_as(
         current.as_ref(),
         run.uid().as_deref().unwrap_or_default(),
         Timestamp::now(),
+        what,
     );
     let seen = seen(&obs);
     let flags = Flags {
@@ -282,9 +287,11 @@ async fn reconcile(run: Arc<Run>, ctx: Arc<RunContext>) -> Result<Action, Error>
         }
     }
     if let Some(to) = d.to {
-        // A phase's log is archived before the run moves on, so readers find it.
-        if matches!(seen, PodSeen::Ended(_)) {
-            archive(client, &run, &run_id, &pods, &pod_name).await;
+        // A phase's log is archived before the run moves on, so readers find it; an
+        // errored run's log ends with its cause, which the CLI shows.
+        let cause = d.message.as_deref().filter(|_| to == RunState::Errored);
+        if matches!(seen, PodSeen::Ended(_)) || cause.is_some() {
+            archive(client, &run, &run_id, &pods, &pod_name, cause).await;
         }
         // The workspace is free before the run reads as ended, so a caller that sees it
         // ended may lock it at once.
@@ -515,7 +522,7 @@ async fn release_phase(
     if !p.finalizers().iter().any(|f| f == FINALIZER) {
         return Ok(());
     }
-    archive(&ctx.base.client, run, run_id, pods, &name).await;
+    archive(&ctx.base.client, run, run_id, pods, &name, None).await;
     crate::finalizers::remove(pods, &p, FINALIZER).await?;
     match pods.delete(&name, &DeleteParams::default()).await {
         Ok(_) | Err(kube::Error::Api(_)) => Ok(()),
@@ -523,8 +530,17 @@ async fn release_phase(
     }
 }
 
-/// Copies the engine log of Pod `pod_name` into its archive ConfigMap (best effort).
-async fn archive(client: &kube::Client, run: &Run, run_id: &str, pods: &Api<Pod>, pod_name: &str) {
+/// Copies the engine log of Pod `pod_name` into its archive ConfigMap (best effort),
+/// with `terrace: <cause>` after it when the phase errored (alone when the engine has no
+/// log: it never started, or the Pod is gone).
+async fn archive(
+    client: &kube::Client,
+    run: &Run,
+    run_id: &str,
+    pods: &Api<Pod>,
+    pod_name: &str,
+    cause: Option<&str>,
+) {
     let ns = run.namespace().unwrap_or_default();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     if let Ok(Some(_)) = cms.get_opt(&log_archive_name(pod_name)).await {
@@ -536,11 +552,16 @@ async fn archive(client: &kube::Client, run: &Run, run_id: &str, pods: &Api<Pod>
     };
     let log = match pods.logs(pod_name, &lp).await {
         Ok(log) => log,
+        Err(e) if cause.is_some() => {
+            tracing::debug!(pod = %pod_name, error = %e, "no engine log; archiving the cause");
+            String::new()
+        }
         Err(e) => {
             tracing::debug!(pod = %pod_name, error = %e, "no engine log to archive");
             return;
         }
     };
+    let log = crate::testpod::with_cause(log, cause);
     let Some(owner) = run.controller_owner_ref(&()) else {
         return;
     };

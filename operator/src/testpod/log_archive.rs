@@ -98,6 +98,20 @@ pub fn build_log_archive_for(
     })
 }
 
+/// `log` with the line terrace adds when a run or test run errored: `terrace: <cause>`,
+/// so the log the CLI shows says why (an engine that never started has no log at all).
+pub fn with_cause(mut log: String, cause: Option<&str>) -> String {
+    if let Some(cause) = cause.filter(|c| !c.is_empty()) {
+        if !log.is_empty() && !log.ends_with('\n') {
+            log.push('\n');
+        }
+        log.push_str("terrace: ");
+        log.push_str(cause);
+        log.push('\n');
+    }
+    log
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,3 +176,4 @@ mod tests {
         assert_eq!(log_tail("xéy", 3), "éy");
     }
 }
+

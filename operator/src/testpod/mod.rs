@@ -58,7 +58,7 @@ pub mod log_archive;
 
 pub use log_archive::{
     LOG_ARCHIVE_KEY, LOG_ARCHIVE_MAX, build_log_archive, build_log_archive_for, gzip,
-    log_archive_name, log_tail,
+    log_archive_name, log_tail, with_cause,
 };
 
 /// Finalizer on test Pods: the controller removes it after recording the run's outcome.

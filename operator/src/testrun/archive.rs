@@ -27,9 +27,10 @@ pub(super) async fn archive_with_retries(
     run: &TestRun,
     pods: &Api<Pod>,
     pod_name: &str,
+    cause: Option<&str>,
 ) -> bool {
     let key = run.uid().unwrap_or_default();
-    let result = archive_log(&ctx.base.client, run, pods, pod_name).await;
+    let result = archive_log(&ctx.base.client, run, pods, pod_name, cause).await;
     let mut failures = ctx
         .archive_failures
         .lock()
@@ -55,14 +56,16 @@ pub(super) async fn archive_with_retries(
 }
 
 /// Copies the `engine` container's log of Pod `pod_name` into the run's log archive
-/// ConfigMap ([`testpod::build_log_archive`]). An archive that exists already is kept; a
-/// log the kubelet cannot serve (400: the container never started; 404: the Pod is gone)
-/// leaves nothing to archive.
+/// ConfigMap ([`testpod::build_log_archive`]), with `terrace: <cause>` after it when the
+/// run errored. An archive that exists already is kept; a log the kubelet cannot serve
+/// (400: the container never started; 404: the Pod is gone) leaves only the cause to
+/// archive, or nothing.
 pub async fn archive_log(
     client: &kube::Client,
     run: &TestRun,
     pods: &Api<Pod>,
     pod_name: &str,
+    cause: Option<&str>,
 ) -> Result<(), Error> {
     let ns = run
         .namespace()
@@ -78,12 +81,17 @@ pub async fn archive_log(
     };
     let log = match pods.logs(pod_name, &lp).await {
         Ok(log) => log,
+        Err(kube::Error::Api(s)) if (s.code == 400 || s.code == 404) && cause.is_some() => {
+            tracing::debug!(pod = %pod_name, message = %s.message, "no engine log; archiving the cause");
+            String::new()
+        }
         Err(kube::Error::Api(s)) if s.code == 400 || s.code == 404 => {
             tracing::debug!(pod = %pod_name, message = %s.message, "no engine log to archive");
             return Ok(());
         }
         Err(e) => return Err(e.into()),
     };
+    let log = testpod::with_cause(log, cause);
     let run_id = testpod::run_id(run).map_or_else(|| run.name_any(), str::to_owned);
     let cm = testpod::build_log_archive(run, &run_id, pod_name, &log)?;
     match cms.create(&PostParams::default(), &cm).await {

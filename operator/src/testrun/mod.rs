@@ -199,6 +199,8 @@ async fn reconcile(run: Arc<TestRun>, ctx: Arc<RunContext>) -> Result<Action, Er
     }
     let regarding = run.object_ref(&());
     let mut final_now = state.is_final();
+    // Why the run errored, for the line terrace adds to its log.
+    let mut cause: Option<String> = None;
     if let Some(grace) = plan.delete_pod {
         let dp = DeleteParams {
             grace_period_seconds: Some(u32::try_from(grace).unwrap_or(0)),
@@ -238,6 +240,9 @@ async fn reconcile(run: Arc<TestRun>, ctx: Arc<RunContext>) -> Result<Action, Er
                     Timestamp::now(),
                 );
                 write_status(&ctx, &run, &status).await?;
+                if step.to == TestRunState::Errored {
+                    cause = step.message.clone();
+                }
                 if step.to != state {
                     record_event(&ctx, &regarding, &step, plan.summary.as_ref()).await;
                 }
@@ -266,7 +271,8 @@ async fn reconcile(run: Arc<TestRun>, ctx: Arc<RunContext>) -> Result<Action, Er
     if plan.release
         && let Some(p) = &pod
     {
-        if final_now && !archive_with_retries(&ctx, &run, &pods, &pod_name).await {
+        if final_now && !archive_with_retries(&ctx, &run, &pods, &pod_name, cause.as_deref()).await
+        {
             return Ok(Action::requeue(Duration::from_secs(5)));
         }
         release(&pods, p).await?;

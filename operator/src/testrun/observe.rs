@@ -96,6 +96,11 @@ fn waiting_failure(cs: &ContainerStatus) -> Option<String> {
 /// Reduces the Pod to what [`decide`] needs. `run_uid` is the TestRun's uid, `now` the
 /// time of the observation.
 pub fn observe_pod(pod: Option<&Pod>, run_uid: &str, now: Timestamp) -> PodObs {
+    observe_pod_as(pod, run_uid, now, "test Pod")
+}
+
+/// [`observe_pod`] of a Pod that failure messages call `what` (`test Pod`, `plan Pod`).
+pub fn observe_pod_as(pod: Option<&Pod>, run_uid: &str, now: Timestamp, what: &str) -> PodObs {
     let Some(pod) = pod else {
         return PodObs::Missing;
     };
@@ -141,6 +146,22 @@ pub fn observe_pod(pod: Option<&Pod>, run_uid: &str, now: Timestamp) -> PodObs {
             failure.get_or_insert(f);
         }
         let state = cs.state.as_ref();
+        // An engine that could not even start (its program missing, not executable): the
+        // runtime says why in the terminated state's message.
+        if let Some(t) = state.and_then(|s| s.terminated.as_ref())
+            && matches!(
+                t.reason.as_deref(),
+                Some("StartError" | "ContainerCannotRun")
+            )
+        {
+            let why = t
+                .message
+                .as_deref()
+                .map(str::trim)
+                .filter(|m| !m.is_empty())
+                .unwrap_or("no message from the container runtime");
+            failure.get_or_insert(format!("the {what} could not start its engine: {why}"));
+        }
         engine = Some(if let Some(t) = state.and_then(|s| s.terminated.as_ref()) {
             EngineObs::Terminated {
                 exit_code: t.exit_code,
@@ -158,7 +179,7 @@ pub fn observe_pod(pod: Option<&Pod>, run_uid: &str, now: Timestamp) -> PodObs {
         let reason = status.and_then(|s| s.reason.as_deref()).unwrap_or("Failed");
         let message = status.and_then(|s| s.message.as_deref()).unwrap_or("");
         failure = Some(
-            format!("the test Pod failed: {reason} {message}")
+            format!("the {what} failed: {reason} {message}")
                 .trim_end()
                 .to_owned(),
         );
@@ -269,6 +290,34 @@ mod tests {
             Some("container engine cannot start: ImagePullBackOff: Back-off pulling image \"x\"")
         );
         assert_eq!(p.engine, Some(EngineObs::NotStarted));
+
+        // An engine whose program cannot be executed: the runtime's reason is the cause,
+        // named with the Pod's role.
+        let cannot_run = ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: 128,
+                reason: Some("StartError".into()),
+                message: Some("exec: \"/tools/terrace\": no such file or directory".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let st = PodStatus {
+            phase: Some("Failed".into()),
+            container_statuses: Some(vec![cs(ENGINE_CONTAINER, cannot_run)]),
+            ..Default::default()
+        };
+        let PodObs::Present(p) =
+            observe_pod_as(Some(&pod_with(st, "u")), "u", Timestamp::now(), "plan Pod")
+        else {
+            panic!()
+        };
+        assert_eq!(
+            p.failure.as_deref(),
+            Some(
+                "the plan Pod could not start its engine: exec: \"/tools/terrace\": no such file or directory"
+            )
+        );
 
         let init_failed = ContainerState {
             terminated: Some(ContainerStateTerminated {
