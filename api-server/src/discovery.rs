@@ -28,15 +28,23 @@ pub fn router() -> Router<AppState> {
         )
 }
 
+/// The services terrace serves, by the names of terraform's service discovery, and their
+/// paths: the `cloud` block (`tfe.v2`), the `remote` backend and `terraform_remote_state`
+/// (`tfe.v2.1`, `state.v2`), go-tfe (`tfe.v2.2`). Only what is served is announced: a
+/// client that finds a service here uses it.
+pub const SERVICES: [(&str, &str); 4] = [
+    ("state.v2", "/api/v2/"),
+    ("tfe.v2", "/api/v2/"),
+    ("tfe.v2.1", "/api/v2/"),
+    ("tfe.v2.2", "/api/v2/"),
+];
+
 async fn well_known() -> impl IntoResponse {
-    let body = serde_json::json!({
-        "modules.v1": "/api/registry/v1/modules/",
-        "motd.v1": "/api/terraform/motd",
-        "state.v2": "/api/v2/",
-        "tfe.v2": "/api/v2/",
-        "tfe.v2.1": "/api/v2/",
-        "tfe.v2.2": "/api/v2/",
-    });
+    let body: serde_json::Map<String, serde_json::Value> = SERVICES
+        .iter()
+        .map(|(name, path)| ((*name).to_owned(), (*path).into()))
+        .collect();
+    let body = serde_json::Value::Object(body);
     (
         [(header::CONTENT_TYPE, "application/json")],
         body.to_string(),
@@ -111,7 +119,10 @@ mod tests {
         let (status, _, body) = get("/.well-known/terraform.json").await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(body["tfe.v2"], "/api/v2/");
-        assert_eq!(body["modules.v1"], "/api/registry/v1/modules/");
+        assert_eq!(body["tfe.v2.1"], "/api/v2/");
+        // Nothing serves a module registry (yet): not announced, so the CLI says so
+        // instead of following a 404.
+        assert!(body.get("modules.v1").is_none(), "{body}");
     }
 
     #[tokio::test]

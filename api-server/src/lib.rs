@@ -40,7 +40,7 @@ pub mod auth;
 pub mod blobs;
 pub mod body;
 pub mod capability;
-mod discovery;
+pub mod discovery;
 pub mod documents;
 pub mod error;
 pub mod events;

@@ -2,8 +2,9 @@
 //! `--kube-addr`, with a self-signed CA kept in `DIR/cluster/tls` and written into the
 //! kubeconfig, so kubectl sends its token and RBAC applies), installs the CRDs, runs the
 //! operator against it in-process and serves the JSON:API on `--api-addr`. When ready it
-//! writes `DIR/kubeconfig` (for kubectl), `DIR/token` (a bearer token with full rights)
-//! and `DIR/endpoints.json`, then prints the URLs. Objects persist in `DIR/cluster`, so a
+//! writes `DIR/kubeconfig` (for kubectl), `DIR/token` (a bearer token with full rights),
+//! `DIR/terraform.rc` (the terraform CLI's configuration for `--hostname`) and
+//! `DIR/endpoints.json`, then prints the URLs. Objects persist in `DIR/cluster`, so a
 //! restart with the same directory keeps them.
 //!
 //! The operator runs without leader election (one in-process replica) and no metrics
@@ -31,6 +32,12 @@ pub struct DevArgs {
     /// Address of the JSON:API (port 0 picks a free port).
     #[arg(long, env = "TERRACE_DEV_API_ADDR", default_value = "127.0.0.1:8080")]
     pub api_addr: SocketAddr,
+    /// The hostname the terraform CLI knows this terrace by: the `cloud` block's
+    /// `hostname`, and the host of the CLI configuration `terrace dev` writes
+    /// (`DIR/terraform.rc`). The default is a reserved `.test` name, so it can never be a
+    /// real host.
+    #[arg(long, env = "TERRACE_HOSTNAME", default_value = DEFAULT_HOSTNAME, value_parser = parse_hostname)]
+    pub hostname: String,
     /// Address of the simulated Kubernetes API (port 0 picks a free port).
     #[arg(long, env = "TERRACE_DEV_KUBE_ADDR", default_value = "127.0.0.1:6443")]
     pub kube_addr: SocketAddr,
@@ -75,6 +82,41 @@ pub struct DevArgs {
     pub blobs: terrace_blobstore::BlobStoreSettings,
 }
 
+/// The default `--hostname` (RFC 2606 reserves `.test`).
+pub const DEFAULT_HOSTNAME: &str = "terrace.test";
+
+/// A hostname the terraform CLI accepts in a `cloud` block and a `host` block: lowercase
+/// letters, digits, hyphens and at least one dot.
+fn parse_hostname(s: &str) -> Result<String, String> {
+    let ok = s.contains('.')
+        && !s.starts_with(['.', '-'])
+        && !s.ends_with(['.', '-'])
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+    if ok {
+        Ok(s.to_owned())
+    } else {
+        Err(format!(
+            "{s:?} is not a hostname the terraform CLI accepts: lowercase letters, digits, hyphens and at least one dot (e.g. {DEFAULT_HOSTNAME})"
+        ))
+    }
+}
+
+/// The terraform CLI configuration of this instance: a `host` block mapping `hostname`
+/// to the services at `api_url`, and a `credentials` block with `token`.
+fn cli_config(hostname: &str, api_url: &str, token: &str) -> String {
+    let services: String = terrace_api_server::discovery::SERVICES
+        .iter()
+        .map(|(name, path)| format!("    \"{name}\" = \"{api_url}{path}\"\n"))
+        .collect();
+    format!(
+        "# Written by `terrace dev`: the terraform CLI's configuration for this instance.\n\
+         # Use it with: export TF_CLI_CONFIG_FILE=<this file>\n\
+         host \"{hostname}\" {{\n  services = {{\n{services}  }}\n}}\n\
+         credentials \"{hostname}\" {{\n  token = \"{token}\"\n}}\n"
+    )
+}
+
 /// The first of `tofu` and `terraform` found on PATH.
 fn engine_on_path() -> Option<PathBuf> {
     ["tofu", "terraform"].into_iter().find_map(on_path)
@@ -104,8 +146,12 @@ fn engine_version(engine: &std::path::Path) -> Option<String> {
 }
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
-    let dir = &args.data_dir;
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("creating {}", args.data_dir.display()))?;
+    // Absolute from here on: Pods run in directories of their own, and the paths printed
+    // and written (TF_CLI_CONFIG_FILE) must work from any directory.
+    let dir = &std::path::absolute(&args.data_dir)
+        .with_context(|| format!("resolving {}", args.data_dir.display()))?;
     // Test Pods run as local processes: `tofu` (and `terraform`) in them is the engine.
     let engine = match &args.engine {
         // A bare name is looked up on PATH, as a shell would.
@@ -233,6 +279,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let token = sim.admin_token();
     write_private(&dir.join("kubeconfig"), &sim.kubeconfig(&kube_url, &token))?;
     write_private(&dir.join("token"), &token)?;
+    let cli_rc = dir.join("terraform.rc");
+    write_private(&cli_rc, &cli_config(&args.hostname, &api_url, &token))?;
     let api_shown = (!args.cluster_only).then_some(&api_url);
     let endpoints = serde_json::json!({"api": api_shown, "kube": kube_url});
     std::fs::write(dir.join("endpoints.json"), endpoints.to_string())?;
@@ -247,6 +295,13 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         "  Kubernetes  {kube_url}    kubectl --kubeconfig {dir_shown}/kubeconfig get workspaces -A"
     );
     println!("  Metrics     {api_url}/metrics");
+    if api_shown.is_some() {
+        println!(
+            "  terraform   export TF_CLI_CONFIG_FILE={}    (cloud block: hostname = \"{}\")",
+            cli_rc.display(),
+            args.hostname
+        );
+    }
     match &engine {
         Some(e) => println!("  Engine      {} (test and run Pods)", e.display()),
         None => println!("  Engine      none: neither tofu nor terraform is on PATH (--engine)"),
