@@ -1,0 +1,134 @@
+//! The README's first hour, as a new user follows it (issue 24): `terrace dev` started as
+//! the README says (no flags: its data in `./.terrace-dev`, a relative path, and its
+//! default addresses), then the tour's shell block run as it is written in README.md,
+//! from the same directory, ending with a remote `terraform apply` through the CLI
+//! configuration `terrace dev` wrote. If the README drifts from what terrace does, this
+//! fails.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use terrace_tests::{terrace_bin, terraform_path, workspace_root};
+
+/// The marker the tour's block follows in README.md.
+const MARKER: &str = "<!-- the README tour: tests/tests/readme.rs runs the next sh block -->";
+
+/// The first ```sh block after [`MARKER`].
+fn tour(readme: &str) -> String {
+    let after = &readme[readme.find(MARKER).expect("the tour marker in README.md")..];
+    let start = after.find("```sh\n").expect("the tour's sh block") + "```sh\n".len();
+    let len = after[start..]
+        .find("\n```")
+        .expect("the end of the tour's block");
+    after[start..start + len].to_owned()
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read_dir").flatten() {
+        let path = entry.path();
+        let dest = to.join(entry.file_name());
+        if path.is_dir() {
+            copy_dir(&path, &dest);
+        } else {
+            std::fs::copy(&path, &dest).expect("copy");
+        }
+    }
+}
+
+struct Stop(Child);
+
+impl Drop for Stop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn the_readme_tour_runs_as_written() {
+    let readme = std::fs::read_to_string(workspace_root().join("README.md")).expect("README");
+    // The README's command, with the binary `cargo run -p terrace` builds.
+    assert!(
+        readme.contains("cargo run -p terrace -- dev "),
+        "the README no longer starts terrace dev with `cargo run -p terrace -- dev`"
+    );
+    let script = tour(&readme);
+    let home = tempfile::tempdir().expect("tempdir");
+    let cwd = home.path();
+    copy_dir(&workspace_root().join("examples"), &cwd.join("examples"));
+    // The engine of the run Pods: terrace dev takes tofu, else terraform, from PATH; the
+    // test's PATH gets the terraform the CLI tests use first.
+    let terraform = terraform_path();
+    let tf_dir = Path::new(&terraform)
+        .parent()
+        .expect("terraform's directory");
+    let path = format!(
+        "{}:{}",
+        tf_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let log = std::fs::File::create(cwd.join("terrace-dev.out")).expect("log");
+    let dev = Stop(
+        Command::new(terrace_bin())
+            .arg("dev")
+            .current_dir(cwd)
+            .env("PATH", &path)
+            .env("RUST_LOG", "info")
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("terrace dev"),
+    );
+    let out_file = cwd.join("terrace-dev.out");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !cwd.join(".terrace-dev/endpoints.json").exists() {
+        assert!(
+            Instant::now() < deadline,
+            "terrace dev (no flags, in {}) did not become ready; are 127.0.0.1:8080 and :6443 free?\n{}",
+            cwd.display(),
+            std::fs::read_to_string(&out_file).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let printed = std::fs::read_to_string(&out_file).unwrap_or_default();
+    let rc = cwd.join(".terrace-dev/terraform.rc");
+    assert!(
+        printed.contains(&format!("export TF_CLI_CONFIG_FILE={}", rc.display())),
+        "terrace dev prints the CLI configuration's export line:\n{printed}"
+    );
+    let started = Instant::now();
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(format!("set -euo pipefail\n{script}"))
+        .current_dir(cwd)
+        .env("PATH", &path)
+        .env("TF_IN_AUTOMATION", "1")
+        .env_remove("KUBECONFIG")
+        .env_remove("TF_CLI_CONFIG_FILE")
+        .stdin(Stdio::null())
+        .output()
+        .expect("bash");
+    let shown = terrace_tests::text(&out);
+    let dev_log = || std::fs::read_to_string(&out_file).unwrap_or_default();
+    assert!(
+        out.status.success(),
+        "the README tour failed:\n{shown}\n--- terrace dev:\n{}",
+        dev_log()
+    );
+    eprintln!("the README tour took {:?}", started.elapsed());
+    for needle in [
+        "refused, as it should be",
+        "from-curl",
+        "user:system:serviceaccount:acme:alice",
+        "Apply complete! Resources: 1 added",
+        "greeting = \"hello from a run Pod\"",
+    ] {
+        assert!(
+            shown.contains(needle),
+            "the tour's output lacks {needle:?}:\n{shown}"
+        );
+    }
+    drop(dev);
+}
