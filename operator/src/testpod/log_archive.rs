@@ -176,4 +176,3 @@ mod tests {
         assert_eq!(log_tail("xéy", 3), "éy");
     }
 }
-
