@@ -103,10 +103,13 @@ def test_unknown_and_unreadable_workspaces_are_404(tfe, tfe_with_token, token_fo
     var = tfe.variables.create(ws.id, VariableCreateOptions(key="region", value="eu", category=CategoryType.TERRAFORM))
     reader = tfe_with_token(token_for("terrace-workspace-reader"))
     assert [v.key for v in reader.variables.list(ws.id)] == ["region"]
-    with pytest.raises(NotFound):
+    # A reader sees the variables, so a write is 403, not 404 (docs/rbac.md).
+    with pytest.raises(TFEError) as refused:
         reader.variables.create(ws.id, VariableCreateOptions(key="x", value="y", category=CategoryType.ENV))
-    with pytest.raises(NotFound):
+    assert refused.value.status == 403
+    with pytest.raises(TFEError) as refused:
         reader.variables.delete(ws.id, var.id)
+    assert refused.value.status == 403
     locker = tfe_with_token(token_for("terrace-workspace-locker"))
     with pytest.raises(NotFound):
         list(locker.variables.list(ws.id))
