@@ -47,7 +47,7 @@ use terrace_crds::run::{
 use terrace_crds::{AgentPool, Run, Workspace, WorkspaceVariable};
 
 use crate::catalog::CatalogStores;
-use crate::identity::Organizations;
+use crate::identity::{Organizations, synced};
 use crate::testpod::{ENGINE_CONTAINER, build_log_archive_for, log_archive_name};
 use crate::testrun::observe::{EngineObs, PodObs, observe_pod_as};
 use crate::watch::Feed;
@@ -140,7 +140,7 @@ fn waiting_in(runs: &[Arc<Run>], ns: Option<&str>, ws: &str) -> Vec<ObjectRef<Ru
 }
 
 fn error_policy(run: Arc<Run>, err: &Error, _ctx: Arc<RunContext>) -> Action {
-    tracing::warn!(error = %err, name = %run.name_any(), "run reconcile failed");
+    err.log("run", &run.name_any());
     err.retry_or_await_change(Duration::from_secs(5))
 }
 
@@ -213,15 +213,31 @@ async fn reconcile(run: Arc<Run>, ctx: Arc<RunContext>) -> Result<Action, Error>
         // The catalog gives it an ID first.
         return Ok(Action::await_change());
     };
+    // Nothing is decided from a cache before its first list: an empty workspace cache
+    // would read as "the workspace is gone" and error every run in flight at a restart.
+    synced(&ctx.workspaces, "workspace").await?;
+    synced(&ctx.runs, "run").await?;
+    for kind in [IdKind::WorkspaceVariable, IdKind::AgentPool] {
+        ctx.catalog.synced(kind).await?;
+    }
     let client = &ctx.base.client;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let state = state_of(&run);
     if run.meta().deletion_timestamp.is_some() || state.is_final() {
         return finish(&run, &ctx, &ns, &run_id, &pods).await;
     }
-    let ws = ctx
+    let cached = ctx
         .workspaces
         .get(&ObjectRef::new(&run.spec.workspace).within(&ns));
+    // A miss is confirmed with the API server before the run errors: the watch may not
+    // have delivered a workspace created a moment ago.
+    let ws = match cached {
+        Some(ws) => Some(ws),
+        None => Api::<Workspace>::namespaced(ctx.base.client.clone(), &ns)
+            .get_opt(&run.spec.workspace)
+            .await?
+            .map(Arc::new),
+    };
     let Some(ws) = ws else {
         write_status(
             &ctx,

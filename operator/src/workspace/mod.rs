@@ -340,6 +340,7 @@ async fn reconcile(ws: Arc<Workspace>, ctx: Arc<WsContext>) -> Result<Action, Er
     .await?;
     ctx.projects.synced(IdKind::Project).await?;
     let project = lookup_project(&ctx.projects, &ns, ws.spec.project.as_deref());
+    crate::identity::synced(&ctx.workspaces, "workspace").await?;
     let siblings = same_named(&ctx.workspaces, &ctx.names, &ws);
     let claims: Vec<NameClaim<'_>> = siblings
         .iter()
