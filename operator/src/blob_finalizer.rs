@@ -74,6 +74,6 @@ where
 }
 
 fn error_policy(cv: Arc<ConfigurationVersion>, err: &Error, _s3: Arc<S3Store>) -> Action {
-    tracing::warn!(error = %err, name = %cv.name_any(), "blob finalizer reconcile failed");
+    err.log("blob finalizer", &cv.name_any());
     err.retry_or_await_change(Duration::from_secs(10))
 }

@@ -44,13 +44,29 @@ impl Error {
     /// controller: logs the failure (with the metric label) and answers
     /// [`Error::retry_or_await_change`].
     pub fn log_and_retry(&self, what: &str, name: &str, delay: Duration) -> Action {
-        tracing::warn!(
-            error = %self,
-            name = %name,
-            label = self.metric_label(),
-            "{what} reconcile failed"
-        );
+        self.log(what, name);
         self.retry_or_await_change(delay)
+    }
+
+    /// Logs a failed reconcile of object `name` by the `what` controller: a warning,
+    /// except for an object deleted while its reconcile was queued (404), which is the
+    /// ordinary end of an object's life (debug).
+    pub fn log(&self, what: &str, name: &str) {
+        if self.is_not_found() {
+            tracing::debug!(error = %self, name = %name, "{what} reconcile: the object is gone");
+        } else {
+            tracing::warn!(
+                error = %self,
+                name = %name,
+                label = self.metric_label(),
+                "{what} reconcile failed"
+            );
+        }
+    }
+
+    /// Whether the Kubernetes API answered 404 Not Found.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Error::Kube(kube::Error::Api(s)) if s.code == 404)
     }
 
     /// A controller error policy's answer: retry after `delay` when retrying may help,

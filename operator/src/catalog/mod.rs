@@ -442,12 +442,6 @@ async fn lookup_module(
 }
 
 fn error_policy(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<CatalogContext>) -> Action {
-    tracing::warn!(
-        error = %err,
-        kind = %ctx.target.id.resource.kind,
-        name = %obj.name_any(),
-        label = err.metric_label(),
-        "catalog reconcile failed"
-    );
-    err.retry_or_await_change(Duration::from_secs(5))
+    let what = format!("catalog ({})", ctx.target.id.resource.kind);
+    err.log_and_retry(&what, &obj.name_any(), Duration::from_secs(5))
 }

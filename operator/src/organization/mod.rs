@@ -218,9 +218,8 @@ async fn finish(
     })
 }
 
-fn error_policy(_org: Arc<Organization>, err: &Error, _ctx: Arc<OrgContext>) -> Action {
-    tracing::warn!(error = %err, kind = err.metric_label(), "organization reconcile failed");
-    err.retry_or_await_change(Duration::from_secs(5))
+fn error_policy(org: Arc<Organization>, err: &Error, _ctx: Arc<OrgContext>) -> Action {
+    err.log_and_retry("organization", &org.name_any(), Duration::from_secs(5))
 }
 
 /// Puts in place what namespace `ns` must carry for `org` ([`desired_namespace`]): a

@@ -71,7 +71,7 @@ where
 }
 
 fn error_policy(ws: Arc<Workspace>, err: &Error, _ctx: Arc<Ctx>) -> Action {
-    tracing::warn!(error = %err, name = %ws.name_any(), "auto-destroy reconcile failed");
+    err.log("auto-destroy", &ws.name_any());
     err.retry_or_await_change(Duration::from_secs(30))
 }
 

@@ -47,7 +47,7 @@ where
 }
 
 fn error_policy(cv: Arc<DynamicObject>, err: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(error = %err, name = %cv.name_any(), "run of an upload: reconcile failed");
+    err.log("run of an upload", &cv.name_any());
     err.retry_or_await_change(Duration::from_secs(5))
 }
 

@@ -82,7 +82,7 @@ where
 }
 
 fn error_policy(cv: Arc<DynamicObject>, err: &Error, _ctx: Arc<AutoContext>) -> Action {
-    tracing::warn!(error = %err, name = %cv.name_any(), kind = err.metric_label(), "automatic test run reconcile failed");
+    err.log("automatic test run", &cv.name_any());
     err.retry_or_await_change(Duration::from_secs(5))
 }
 

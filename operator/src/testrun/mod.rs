@@ -166,7 +166,7 @@ where
 }
 
 fn error_policy(run: Arc<TestRun>, err: &Error, _ctx: Arc<RunContext>) -> Action {
-    tracing::warn!(error = %err, name = %run.name_any(), kind = err.metric_label(), "test run reconcile failed");
+    err.log("test run", &run.name_any());
     err.retry_or_await_change(Duration::from_secs(5))
 }
 
