@@ -125,7 +125,16 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 fn crds(out_dir: Option<PathBuf>) -> anyhow::Result<()> {
     match out_dir {
-        None => print!("{}", terrace_crds::crdgen::all_crds_yaml()?),
+        None => {
+            use std::io::Write;
+            let yaml = terrace_crds::crdgen::all_crds_yaml()?;
+            let mut out = std::io::stdout().lock();
+            match out.write_all(yaml.as_bytes()).and_then(|()| out.flush()) {
+                // A reader that stopped early (`terrace crds | head`): done, quietly.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+                other => other?,
+            }
+        }
         Some(dir) => {
             std::fs::create_dir_all(&dir)?;
             for crd in terrace_crds::crdgen::all_crds() {
