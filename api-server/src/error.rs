@@ -282,10 +282,18 @@ impl From<kube::Error> for ApiError {
                     };
                     ApiError::invalid("/data", format!("the cluster refused the change: {fields}"))
                 }
-                403 => ApiError::internal(
-                    "terrace's service account lacks a permission",
-                    kube::Error::Api(s),
-                ),
+                403 => {
+                    // The caller was allowed; terrace's own identity is not: the chart's
+                    // RBAC lacks a rule. Named in the log, where an operator looks.
+                    tracing::error!(
+                        missing_permission = %s.message,
+                        "Kubernetes forbids terrace's own service account a call it needs: grant it in the chart's ClusterRole"
+                    );
+                    ApiError::internal(
+                        "terrace's service account lacks a permission",
+                        kube::Error::Api(s),
+                    )
+                }
                 429 | 500..=599 => ApiError::Unavailable(
                     "the cluster API is not available right now; retry shortly".into(),
                 ),

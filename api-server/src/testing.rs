@@ -33,7 +33,13 @@ pub const DEFAULT_PROJECT: &str = "prj-DefaultProject01";
 
 pub struct Harness {
     _sim: terrace_simulator::Simulator,
+    /// The API server, whose Kubernetes client is the chart's `terrace-api-server`
+    /// ServiceAccount bound by exactly the chart's ClusterRole ([`chart_rules`]): a right
+    /// the chart lacks fails the test that needs it.
     pub state: AppState,
+    /// A cluster admin's client, for the objects a test sets up.
+    pub admin: kube::Client,
+    /// The bearer token of a cluster admin, as a caller of the API.
     pub token: String,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -132,10 +138,12 @@ pub async fn harness(edition: Edition) -> Harness {
         edition,
         ..Default::default()
     };
-    let state = AppState::new(settings, client);
+    let own = chart_identity(&sim).await;
+    let state = AppState::new(settings, own);
     let tasks = state.start().await;
     let h = Harness {
         token: sim.admin_token(),
+        admin: client,
         _sim: sim,
         state,
         tasks,
@@ -160,6 +168,18 @@ pub async fn harness(edition: Edition) -> Harness {
     h
 }
 
+/// A client of the chart's API server ServiceAccount (`terrace-system/terrace-api-server`)
+/// bound cluster-wide by exactly the rules of the chart's ClusterRole
+/// (charts/terrace/templates/rbac-api-server.yaml), as a Helm install runs it.
+async fn chart_identity(sim: &terrace_simulator::Simulator) -> kube::Client {
+    let template = include_str!("../../charts/terrace/templates/rbac-api-server.yaml");
+    let rules = terrace_simulator::identities::chart_cluster_role_rules(template)
+        .unwrap_or_else(|e| panic!("the chart's API server rules: {e}"));
+    sim.service_account_client("terrace-system", "terrace-api-server", rules)
+        .await
+        .unwrap_or_else(|e| panic!("the chart's API server identity: {e}"))
+}
+
 impl Harness {
     /// Creates a namespaced object in `acme` (callers wait for the index themselves).
     pub async fn create<K>(&self, o: K) -> K
@@ -171,7 +191,7 @@ impl Harness {
             + serde::Serialize,
         K::DynamicType: Default,
     {
-        let api: Api<K> = Api::namespaced(self.state.client.clone(), ORG);
+        let api: Api<K> = Api::namespaced(self.admin.clone(), ORG);
         api.create(&PostParams::default(), &o)
             .await
             .unwrap_or_else(|e| panic!("create: {e}"))
@@ -251,7 +271,7 @@ impl Harness {
     /// The token of a new ServiceAccount of `acme` bound to a Role with `rules`
     /// (`None`: no binding at all).
     pub async fn token_with_role(&self, rules: Option<Vec<PolicyRule>>) -> String {
-        let client = self.state.client.clone();
+        let client = self.admin.clone();
         let name = format!(
             "sa-{}",
             crate::capability::random_token().to_ascii_lowercase()

@@ -592,9 +592,9 @@ mod handler_tests {
         let id = "ws-KeepMetadata000001";
         let ws = h.workspace(id, "keep", |_| {}).await;
         let name = ws.meta().name.clone().unwrap_or_default();
-        let wss: Api<Workspace> = Api::namespaced(h.state.client.clone(), ORG);
-        let projects: Api<Project> = Api::namespaced(h.state.client.clone(), ORG);
-        let orgs: Api<Organization> = Api::all(h.state.client.clone());
+        let wss: Api<Workspace> = Api::namespaced(h.admin.clone(), ORG);
+        let projects: Api<Project> = Api::namespaced(h.admin.clone(), ORG);
+        let orgs: Api<Organization> = Api::all(h.admin.clone());
         let ws_rv = decorate(&wss, &name).await;
         let prj_rv = decorate(&projects, "default").await;
         let org_rv = decorate(&orgs, ORG).await;
@@ -716,7 +716,7 @@ mod handler_tests {
         let id = "ws-KeepConcurrent0001";
         let ws = h.workspace(id, "concurrent", |_| {}).await;
         let name = ws.meta().name.clone().unwrap_or_default();
-        let wss: Api<Workspace> = Api::namespaced(h.state.client.clone(), ORG);
+        let wss: Api<Workspace> = Api::namespaced(h.admin.clone(), ORG);
         for round in 0..5 {
             let description = format!("kubectl {round}");
             wss.patch(

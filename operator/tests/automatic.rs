@@ -38,7 +38,7 @@ async fn start(delay: Duration) -> Result<Cluster, E> {
         api_internal_url: "http://api.test:8080".into(),
         ..Default::default()
     };
-    let tx = common::operator(&client, settings);
+    let tx = common::operator(&sim, settings).await?;
     common::organization(&client, NS).await?;
     Api::<RegistryModule>::namespaced(client.clone(), NS)
         .create(

@@ -113,8 +113,8 @@ async fn set_policy(client: &Client, ws: &str, policy: DataRetentionPolicy) -> R
 
 #[tokio::test]
 async fn old_state_data_expires_except_the_current_state() -> Result<(), E> {
-    let (_sim, client) = common::cluster(false).await?;
-    let _stop = common::operator(&client, terrace_operator::Settings::default());
+    let (sim, client) = common::cluster(false).await?;
+    let _stop = common::operator(&sim, terrace_operator::Settings::default()).await?;
     common::organization(&client, NS).await?;
     let workspaces: Api<Workspace> = Api::namespaced(client.clone(), NS);
     for name in ["app", "kept"] {

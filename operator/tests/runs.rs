@@ -27,7 +27,7 @@ async fn start() -> Result<(terrace_simulator::Simulator, Client, oneshot::Sende
         api_internal_url: "http://api.test:8080".into(),
         ..Default::default()
     };
-    let stop = common::operator(&client, settings);
+    let stop = common::operator(&sim, settings).await?;
     common::organization(&client, NS).await?;
     Api::<Workspace>::namespaced(client.clone(), NS)
         .create(&PostParams::default(), &common::workspace("w", "w", None))

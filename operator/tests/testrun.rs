@@ -44,7 +44,7 @@ impl Cluster {
             api_internal_url: "http://api.test:8080".into(),
             ..Default::default()
         };
-        let tx = common::operator(&client, settings);
+        let tx = common::operator(&sim, settings).await?;
         common::organization(&client, NS).await?;
         let modules: Api<RegistryModule> = Api::namespaced(client.clone(), NS);
         modules

@@ -19,6 +19,7 @@ pub mod schema;
 pub mod table;
 
 pub mod gc;
+pub mod identities;
 pub mod kinds;
 pub mod kubelet;
 pub mod listener;
@@ -385,8 +386,13 @@ impl Simulator {
     /// A `kube::Client` talking to the router in-process with the admin token; default
     /// namespace `default`.
     pub fn client(&self) -> kube::Client {
-        let bearer =
-            http::HeaderValue::from_str(&format!("Bearer {}", self.shared.admin_token)).ok();
+        self.client_as(&self.shared.admin_token)
+    }
+
+    /// A `kube::Client` talking to the router in-process with bearer `token` (a
+    /// ServiceAccount's, so RBAC applies to what it does); default namespace `default`.
+    pub fn client_as(&self, token: &str) -> kube::Client {
+        let bearer = http::HeaderValue::from_str(&format!("Bearer {token}")).ok();
         let svc = tower::ServiceBuilder::new()
             .map_request(move |mut req: http::Request<kube::client::Body>| {
                 if let Some(b) = &bearer {
@@ -397,6 +403,75 @@ impl Simulator {
             })
             .service(self.router());
         kube::Client::new(svc, "default")
+    }
+
+    /// A client of ServiceAccount `ns/name` (created, with its namespace when missing)
+    /// bound cluster-wide by a ClusterRole `name` of exactly `rules`: a component run
+    /// under the RBAC a chart gives it, so a right the chart lacks fails what needs it.
+    pub async fn service_account_client(
+        &self,
+        ns: &str,
+        name: &str,
+        rules: Vec<k8s_openapi::api::rbac::v1::PolicyRule>,
+    ) -> Result<kube::Client, kube::Error> {
+        use k8s_openapi::api::authentication::v1::TokenRequest;
+        use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+        use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleRef, Subject};
+        use kube::api::{Api, ObjectMeta, PostParams};
+        let admin = self.client();
+        let pp = PostParams::default();
+        let meta = |name: &str, ns: Option<&str>| ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: ns.map(str::to_owned),
+            ..Default::default()
+        };
+        let exists = |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.code == 409);
+        let ns_obj = Namespace {
+            metadata: meta(ns, None),
+            ..Default::default()
+        };
+        if let Err(e) = Api::<Namespace>::all(admin.clone())
+            .create(&pp, &ns_obj)
+            .await
+            && !exists(&e)
+        {
+            return Err(e);
+        }
+        let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), ns);
+        let sa = ServiceAccount {
+            metadata: meta(name, Some(ns)),
+            ..Default::default()
+        };
+        sas.create(&pp, &sa).await?;
+        let role = ClusterRole {
+            metadata: meta(name, None),
+            rules: Some(rules),
+            ..Default::default()
+        };
+        Api::<ClusterRole>::all(admin.clone())
+            .create(&pp, &role)
+            .await?;
+        let binding = ClusterRoleBinding {
+            metadata: meta(name, None),
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".into(),
+                kind: "ClusterRole".into(),
+                name: name.to_owned(),
+            },
+            subjects: Some(vec![Subject {
+                kind: "ServiceAccount".into(),
+                name: name.to_owned(),
+                namespace: Some(ns.to_owned()),
+                ..Default::default()
+            }]),
+        };
+        Api::<ClusterRoleBinding>::all(admin.clone())
+            .create(&pp, &binding)
+            .await?;
+        let tr = sas
+            .create_token_request(name, &pp, &TokenRequest::default())
+            .await?;
+        Ok(self.client_as(&tr.status.map(|s| s.token).unwrap_or_default()))
     }
 
     /// Bearer token of user `admin` (group `system:masters`).

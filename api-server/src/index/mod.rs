@@ -692,7 +692,7 @@ mod tests {
     async fn a_malformed_object_is_skipped_and_the_kind_still_syncs() {
         let h = harness(Edition::SelfHosted).await;
         // Loosen the Workspace schema: any spec is stored.
-        let crds: Api<CustomResourceDefinition> = Api::all(h.state.client.clone());
+        let crds: Api<CustomResourceDefinition> = Api::all(h.admin.clone());
         let loose = json!({"spec": {"versions": [{
             "name": "v1alpha1", "served": true, "storage": true,
             "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
@@ -706,7 +706,7 @@ mod tests {
         .await
         .unwrap_or_else(|e| panic!("loosen the CRD: {e}"));
         let ar = ApiResource::erase::<Workspace>(&());
-        let raw: Api<DynamicObject> = Api::namespaced_with(h.state.client.clone(), ORG, &ar);
+        let raw: Api<DynamicObject> = Api::namespaced_with(h.admin.clone(), ORG, &ar);
         let bad: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "terrace.dev/v1alpha1", "kind": "Workspace",
             "metadata": {"name": "bad", "namespace": ORG, "labels": {"terrace.dev/id": "ws-Bad0000000000001"}},
@@ -738,7 +738,7 @@ mod tests {
             .await;
         assert_eq!(st, 200);
         // A fresh index over the same cluster lists both and syncs all the same.
-        let fresh = AppState::new(Settings::default(), h.state.client.clone());
+        let fresh = AppState::new(Settings::default(), h.admin.clone());
         let tasks = fresh.index.spawn_watches(fresh.client.clone());
         assert!(
             fresh.index.wait_synced(Duration::from_secs(10)).await,

@@ -619,7 +619,7 @@ mod tests {
                 "/data/attributes/name"
             );
         }
-        let nss: Api<Namespace> = Api::all(h.state.client.clone());
+        let nss: Api<Namespace> = Api::all(h.admin.clone());
         for (name, adopt) in [("monitoring", None), ("shared", Some("shared"))] {
             let mut ns = Namespace {
                 metadata: meta(name, None, &[]),

@@ -331,7 +331,7 @@ mod tests {
             .get(&key)
             .cloned()
             .unwrap_or_else(|| panic!("key not indexed"));
-        let secrets: Api<Secret> = Api::namespaced(h.state.client.clone(), ORG);
+        let secrets: Api<Secret> = Api::namespaced(h.admin.clone(), ORG);
         let secret = secrets
             .get(&k8s_key.spec.private_key_secret_ref.name)
             .await

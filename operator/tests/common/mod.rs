@@ -59,8 +59,29 @@ pub fn workspace(object: &str, name: &str, project: Option<&str>) -> Workspace {
     }
 }
 
-/// Starts the operator with `settings`; it stops when the returned sender is dropped.
-pub fn operator(client: &Client, settings: terrace_operator::Settings) -> oneshot::Sender<()> {
+/// A client of the chart's operator ServiceAccount (`terrace-system/terrace-operator`)
+/// bound cluster-wide by exactly the rules of the chart's ClusterRole
+/// (charts/terrace/templates/rbac-operator.yaml): the operator started with it can do
+/// only what a Helm install lets it, so a right the chart lacks fails the test.
+pub async fn chart_operator(sim: &Simulator) -> Result<Client, E> {
+    let template = include_str!("../../../charts/terrace/templates/rbac-operator.yaml");
+    let rules = terrace_simulator::identities::chart_cluster_role_rules(template)?;
+    Ok(sim
+        .service_account_client("terrace-system", "terrace-operator", rules)
+        .await?)
+}
+
+/// Starts the operator with `settings` under the chart's RBAC ([`chart_operator`]); it
+/// stops when the returned sender is dropped.
+pub async fn operator(
+    sim: &Simulator,
+    settings: terrace_operator::Settings,
+) -> Result<oneshot::Sender<()>, E> {
+    Ok(operator_as(&chart_operator(sim).await?, settings))
+}
+
+/// Starts the operator with `client`'s identity; it stops when the sender is dropped.
+pub fn operator_as(client: &Client, settings: terrace_operator::Settings) -> oneshot::Sender<()> {
     let (tx, rx) = oneshot::channel::<()>();
     tokio::spawn(terrace_operator::run(
         client.clone(),

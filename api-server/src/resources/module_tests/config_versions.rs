@@ -529,7 +529,7 @@ mod tests {
             .get(&cv)
             .cloned();
         let name = obj.map(|o| o.name_any()).unwrap_or_default();
-        let api: Api<ConfigurationVersion> = Api::namespaced(h.state.client.clone(), ORG);
+        let api: Api<ConfigurationVersion> = Api::namespaced(h.admin.clone(), ORG);
         let patched = api
             .patch(
                 &name,
@@ -578,7 +578,7 @@ mod tests {
         assert_eq!(st, 201, "{doc}");
         let run_id = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
         let run_name = run_id.to_ascii_lowercase();
-        let secrets: Api<Secret> = Api::namespaced(h.state.client.clone(), ORG);
+        let secrets: Api<Secret> = Api::namespaced(h.admin.clone(), ORG);
         let mut s = Secret {
             metadata: meta(&token_secret_name(&run_name), Some(ORG), &[]),
             ..Default::default()

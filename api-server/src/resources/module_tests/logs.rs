@@ -135,7 +135,7 @@ mod tests {
             .raw("GET", &path, &[("authorization", &auth)], vec![])
             .await;
         assert_eq!((st, &body[..]), (200, &b"\x02"[..]));
-        let api: Api<TestRun> = Api::namespaced(h.state.client.clone(), ORG);
+        let api: Api<TestRun> = Api::namespaced(h.admin.clone(), ORG);
         let r = api
             .patch_status(
                 &id.to_ascii_lowercase(),
@@ -193,14 +193,14 @@ mod tests {
         enc.write_all(b"engine saw the interrupt\n")
             .unwrap_or_else(|e| panic!("{e}"));
         let gz = enc.finish().unwrap_or_else(|e| panic!("{e}"));
-        let cms: Api<ConfigMap> = Api::namespaced(h.state.client.clone(), ORG);
+        let cms: Api<ConfigMap> = Api::namespaced(h.admin.clone(), ORG);
         let mut cm = ConfigMap::default();
         cm.metadata.name = Some(archive_name("gone-run"));
         cm.binary_data = Some([(ARCHIVE_KEY.to_owned(), k8s_openapi::ByteString(gz))].into());
         cms.create(&kube::api::PostParams::default(), &cm)
             .await
             .unwrap_or_else(|e| panic!("{e}"));
-        let api: Api<TestRun> = Api::namespaced(h.state.client.clone(), ORG);
+        let api: Api<TestRun> = Api::namespaced(h.admin.clone(), ORG);
         let r = api
             .patch_status(
                 &id.to_ascii_lowercase(),

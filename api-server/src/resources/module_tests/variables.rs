@@ -343,7 +343,7 @@ mod tests {
             .cloned()
             .unwrap_or_else(|| panic!("indexed"));
         assert_eq!(obj.spec.value, "");
-        let secrets: Api<Secret> = Api::namespaced(h.state.client.clone(), ORG);
+        let secrets: Api<Secret> = Api::namespaced(h.admin.clone(), ORG);
         let s = secrets
             .get(&secret_name(&obj.name_any()))
             .await

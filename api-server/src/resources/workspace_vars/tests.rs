@@ -178,7 +178,7 @@ async fn sensitive_values_are_never_returned() {
         (from.name.clone(), from.key.as_str()),
         (secret_name(&obj.name_any()), VARIABLE_SECRET_KEY)
     );
-    let secrets: Api<Secret> = Api::namespaced(h.state.client.clone(), ORG);
+    let secrets: Api<Secret> = Api::namespaced(h.admin.clone(), ORG);
     let secret_value = |s: Secret| {
         s.data
             .and_then(|d| d.get(VARIABLE_SECRET_KEY).cloned())
@@ -600,7 +600,7 @@ async fn legacy_routes() {
 #[tokio::test]
 async fn kubectl_writes_meet_the_same_rules() {
     let h = with_workspace().await;
-    let api: Api<WorkspaceVariable> = Api::namespaced(h.state.client.clone(), ORG);
+    let api: Api<WorkspaceVariable> = Api::namespaced(h.admin.clone(), ORG);
     let spec = |f: &dyn Fn(&mut WorkspaceVariableSpec)| {
         let mut s = WorkspaceVariableSpec {
             workspace: "ws-varsworkspace0001".into(),

@@ -8,7 +8,7 @@ use terrace_crds::{ConfigurationVersion, ConfigurationVersionState, TestRun};
 use crate::testing::*;
 
 async fn set_status(h: &Mh, id: &str, status: serde_json::Value) {
-    let api: Api<TestRun> = Api::namespaced(h.state.client.clone(), ORG);
+    let api: Api<TestRun> = Api::namespaced(h.admin.clone(), ORG);
     let r = api
         .patch_status(
             &id.to_ascii_lowercase(),
@@ -405,7 +405,7 @@ async fn an_explicit_run_supersedes_the_due_automatic_run() {
     // After the operator claimed it (grace period over), an explicit run leaves the
     // marker alone: it is a run of its own.
     let cv2 = uploaded_auto_cv(&h).await;
-    let api: Api<ConfigurationVersion> = Api::namespaced(h.state.client.clone(), ORG);
+    let api: Api<ConfigurationVersion> = Api::namespaced(h.admin.clone(), ORG);
     let patched = api
         .patch(
             &cv2.to_ascii_lowercase(),
