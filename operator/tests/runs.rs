@@ -232,3 +232,94 @@ async fn a_pod_whose_engine_cannot_start_says_why_everywhere() -> R {
     assert!(log.contains(&format!("terrace: {expected}")), "{log:?}");
     Ok(())
 }
+
+/// No decision from a cache before its first list (issue 25): an operator whose
+/// Workspace cache cannot fill (its identity may not read workspaces yet, as a slow
+/// first list on a large cluster) leaves the runs in flight alone instead of erroring
+/// them with "the workspace is gone", and carries on once the cache fills.
+#[tokio::test]
+async fn a_run_is_not_decided_from_an_empty_workspace_cache() -> R {
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    // The organization, its namespace and workspace `w` as an earlier operator left them.
+    let (sim, client, first) = start().await?;
+    let workspaces: Api<Workspace> = Api::namespaced(client.clone(), NS);
+    eventually("the workspace's ID", || async {
+        workspaces
+            .get("w")
+            .await
+            .ok()
+            .filter(|w| w.status.as_ref().and_then(|s| s.id.as_ref()).is_some())
+    })
+    .await?;
+    drop(first);
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let runs: Api<Run> = Api::namespaced(client.clone(), NS);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let run = planned_run(&runs).await?;
+    plan_pod(
+        &pods,
+        &run,
+        json!({"running": {"startedAt": "2026-01-01T00:00:00Z"}}),
+    )
+    .await?;
+    runs.patch_status(
+        &run.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"status": "planning"}})),
+    )
+    .await?;
+    // The chart's rules without workspaces: the operator's workspace cache stays empty.
+    let full = common::chart_operator_rules()?;
+    let blind: Vec<_> = full
+        .iter()
+        .cloned()
+        .filter_map(|mut r| {
+            if let Some(res) = r.resources.as_mut() {
+                res.retain(|x| x != "workspaces");
+                if res.is_empty() {
+                    return None;
+                }
+            }
+            Some(r)
+        })
+        .collect();
+    let op = sim
+        .service_account_client("terrace-system", "terrace-operator-blind", blind)
+        .await?;
+    let settings = terrace_operator::Settings {
+        api_internal_url: "http://api.test:8080".into(),
+        ..Default::default()
+    };
+    let _stop = common::operator_as(&op, settings);
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let seen = runs.get(&run.name_any()).await?;
+    assert_eq!(
+        status_of(&seen).0.as_deref(),
+        Some("planning"),
+        "{:?}",
+        seen.status
+    );
+    assert!(
+        pods.get_opt(&format!("{}-plan", run.name_any()))
+            .await?
+            .is_some()
+    );
+    // The cache fills: the run goes on (its Pod runs, so it stays planning).
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    roles
+        .patch(
+            "terrace-operator-blind",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"rules": full})),
+        )
+        .await?;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let seen = runs.get(&run.name_any()).await?;
+    assert_eq!(
+        status_of(&seen).0.as_deref(),
+        Some("planning"),
+        "{:?}",
+        seen.status
+    );
+    Ok(())
+}

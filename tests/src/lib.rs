@@ -101,7 +101,18 @@ impl Component {
         kubeconfig: &Path,
         env: &[(&str, String)],
     ) -> Self {
-        let log = dev.dir().join(format!("{name}.log"));
+        Component::spawn_in(dev.dir(), name, args, kubeconfig, env)
+    }
+
+    /// [`Component::spawn`] logging to `dir/<name>.log`.
+    pub fn spawn_in(
+        dir: &Path,
+        name: &str,
+        args: &[&str],
+        kubeconfig: &Path,
+        env: &[(&str, String)],
+    ) -> Self {
+        let log = dir.join(format!("{name}.log"));
         let child = Command::new(terrace_bin())
             .args(args)
             .env("KUBECONFIG", kubeconfig)
@@ -126,7 +137,19 @@ impl Component {
 }
 
 impl Drop for Component {
+    /// SIGTERM, as Kubernetes stops a Pod (an operator hands its lease over), then
+    /// SIGKILL after 10 s.
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -390,8 +413,17 @@ impl Api {
         Api::with_token(dev, Some(&dev.token))
     }
 
+    /// A client for the JSON:API at `base` (`http://HOST:PORT`) with `token`.
+    pub fn at(base: &str, token: Option<&str>) -> Api {
+        Api::with_base(base.to_owned(), token)
+    }
+
     /// A client with another (or no) token.
     pub fn with_token(dev: &Dev, token: Option<&str>) -> Api {
+        Api::with_base(dev.api.clone(), token)
+    }
+
+    fn with_base(base: String, token: Option<&str>) -> Api {
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(Duration::from_secs(30)))
@@ -399,7 +431,7 @@ impl Api {
             .into();
         Api {
             agent,
-            base: dev.api.clone(),
+            base,
             token: token.map(str::to_owned),
         }
     }
@@ -599,16 +631,21 @@ impl Terraform {
 
     /// The CLI configuration for `dev` with another token (`DIR/cli-<hash>.tfrc`).
     pub fn with_token(dev: &Dev, token: &str) -> Terraform {
+        Terraform::for_api(dev.dir(), &dev.api, token)
+    }
+
+    /// The CLI configuration for the JSON:API at `api` with `token`, written into `dir`
+    /// (`cli-<hash>.tfrc`).
+    pub fn for_api(dir: &Path, api: &str, token: &str) -> Terraform {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        token.hash(&mut h);
+        (api, token).hash(&mut h);
         let name = format!("cli-{:x}.tfrc", h.finish());
-        let config = dev.dir().join(name);
+        let config = dir.join(name);
         std::fs::write(
             &config,
             format!(
                 "host \"{CLI_HOST}\" {{\n  services = {{\n    \"tfe.v2\" = \"{api}/api/v2/\"\n    \"tfe.v2.1\" = \"{api}/api/v2/\"\n  }}\n}}\ncredentials \"{CLI_HOST}\" {{\n  token = \"{token}\"\n}}\n",
-                api = dev.api
             ),
         )
         .expect("CLI configuration");
@@ -1041,3 +1078,44 @@ pub mod bench {
         }
     }
 }
+
+/// The chart's ServiceAccounts and RBAC objects (ServiceAccount, ClusterRole,
+/// ClusterRoleBinding, Role, RoleBinding), as `helm template` renders them with default
+/// values for release `terrace` in `namespace`.
+pub fn chart_rbac(namespace: &str) -> String {
+    let out = Command::new(helm())
+        .args([
+            "template",
+            "terrace",
+            "charts/terrace",
+            "--namespace",
+            namespace,
+        ])
+        .current_dir(workspace_root())
+        .output()
+        .expect("run helm template");
+    assert!(
+        out.status.success(),
+        "helm template failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let kinds = [
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+    ];
+    let docs: Vec<&str> = text
+        .split("\n---")
+        .filter(|d| {
+            d.lines()
+                .any(|l| kinds.iter().any(|k| l.trim_end() == format!("kind: {k}")))
+        })
+        .collect();
+    assert!(docs.len() >= 8, "unexpected rendering: {text}");
+    docs.join("\n---\n")
+}
+
+pub mod real;

@@ -10,48 +10,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use terrace_tests::{
-    Api, Component, Dev, PASS_ENGINE, free_port, have_kubectl, helm, terrace_bin, workspace_root,
+    Api, Component, Dev, PASS_ENGINE, chart_rbac, free_port, have_kubectl, terrace_bin,
     write_engine,
 };
 
 const RELEASE_NS: &str = "terrace-system";
-
-/// The chart's ServiceAccounts and RBAC objects, as rendered with default values.
-fn rendered_rbac() -> String {
-    let out = Command::new(helm())
-        .args([
-            "template",
-            "terrace",
-            "charts/terrace",
-            "--namespace",
-            RELEASE_NS,
-        ])
-        .current_dir(workspace_root())
-        .output()
-        .expect("run helm template");
-    assert!(
-        out.status.success(),
-        "helm template failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).expect("utf-8");
-    let kinds = [
-        "ServiceAccount",
-        "ClusterRole",
-        "ClusterRoleBinding",
-        "Role",
-        "RoleBinding",
-    ];
-    let docs: Vec<&str> = text
-        .split("\n---")
-        .filter(|d| {
-            d.lines()
-                .any(|l| kinds.iter().any(|k| l.trim_end() == format!("kind: {k}")))
-        })
-        .collect();
-    assert!(docs.len() >= 8, "unexpected rendering: {text}");
-    docs.join("\n---\n")
-}
 
 /// DIR/kubeconfig with the admin token replaced by `token`.
 fn kubeconfig_for(dev: &Dev, token: &str, name: &str) -> PathBuf {
@@ -71,7 +34,7 @@ fn components_work_with_exactly_the_charts_rbac() {
 
     // The chart's ServiceAccounts and RBAC, nothing else.
     dev.kubectl_ok(&["create", "namespace", RELEASE_NS]);
-    let out = dev.kubectl_stdin(&["apply", "-f", "-"], &rendered_rbac());
+    let out = dev.kubectl_stdin(&["apply", "-f", "-"], &chart_rbac(RELEASE_NS));
     assert!(
         out.status.success(),
         "applying the chart's RBAC: {}",

@@ -64,11 +64,21 @@ pub fn workspace(object: &str, name: &str, project: Option<&str>) -> Workspace {
 /// (charts/terrace/templates/rbac-operator.yaml): the operator started with it can do
 /// only what a Helm install lets it, so a right the chart lacks fails the test.
 pub async fn chart_operator(sim: &Simulator) -> Result<Client, E> {
-    let template = include_str!("../../../charts/terrace/templates/rbac-operator.yaml");
-    let rules = terrace_simulator::identities::chart_cluster_role_rules(template)?;
     Ok(sim
-        .service_account_client("terrace-system", "terrace-operator", rules)
+        .service_account_client(
+            "terrace-system",
+            "terrace-operator",
+            chart_operator_rules()?,
+        )
         .await?)
+}
+
+/// The rules of the chart's operator ClusterRole.
+pub fn chart_operator_rules() -> Result<Vec<k8s_openapi::api::rbac::v1::PolicyRule>, E> {
+    let template = include_str!("../../../charts/terrace/templates/rbac-operator.yaml");
+    Ok(terrace_simulator::identities::chart_cluster_role_rules(
+        template,
+    )?)
 }
 
 /// Starts the operator with `settings` under the chart's RBAC ([`chart_operator`]); it

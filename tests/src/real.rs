@@ -1,0 +1,267 @@
+//! The real-cluster tier (issue 25): terrace against a real kube-apiserver, as a platform
+//! team runs it. `TERRACE_E2E_KUBECONFIG` names a kubeconfig with rights to install CRDs
+//! and RBAC (`.ci/run` starts a control plane on loopback and sets it; any other cluster
+//! works: kind, k3d, …). The tier installs the CRDs and the chart's RBAC, then runs
+//! `terrace api-server` and `terrace operator` as local processes with tokens of the
+//! chart's own ServiceAccounts. Without the variable every tier test returns at once
+//! (`scripts/test` says so in one line).
+//!
+//! Pods are never run here (a control plane without nodes leaves them Pending): Pod
+//! execution stays covered on `terrace dev`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::{Api, Component, chart_rbac, free_port, terrace_bin, workspace_root};
+
+/// The namespace the chart's components run in.
+pub const RELEASE_NS: &str = "terrace-system";
+
+/// A real cluster named by `TERRACE_E2E_KUBECONFIG`, with terrace's CRDs and the chart's
+/// RBAC installed.
+pub struct RealCluster {
+    /// The admin kubeconfig.
+    pub kubeconfig: PathBuf,
+    /// The admin's bearer token (a caller of the JSON:API with every right).
+    pub admin_token: String,
+    /// Where component logs and kubeconfigs go.
+    pub dir: tempfile::TempDir,
+}
+
+impl RealCluster {
+    /// The cluster of `TERRACE_E2E_KUBECONFIG`, set up; None (with a line on stderr) when
+    /// the variable is not set.
+    pub fn from_env() -> Option<RealCluster> {
+        let Some(kubeconfig) = std::env::var_os("TERRACE_E2E_KUBECONFIG").filter(|v| !v.is_empty())
+        else {
+            eprintln!("TERRACE_E2E_KUBECONFIG is not set: the real-cluster tier is skipped");
+            return None;
+        };
+        let c = RealCluster {
+            kubeconfig: PathBuf::from(kubeconfig),
+            admin_token: String::new(),
+            dir: tempfile::tempdir().expect("tempdir"),
+        };
+        let token = c.kubectl_ok(&[
+            "config",
+            "view",
+            "--raw",
+            "--minify",
+            "-o",
+            "jsonpath={.users[0].user.token}",
+        ]);
+        assert!(
+            !token.trim().is_empty(),
+            "the tier's kubeconfig must authenticate with a bearer token (the JSON:API callers use it)"
+        );
+        let c = RealCluster {
+            admin_token: token.trim().to_owned(),
+            ..c
+        };
+        c.install();
+        Some(c)
+    }
+
+    /// kubectl with the admin kubeconfig.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .current_dir(workspace_root())
+            .output()
+            .expect("run kubectl")
+    }
+
+    /// kubectl that must succeed; its stdout.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `kubectl apply --server-side -f -` of `yaml`.
+    pub fn apply(&self, yaml: &str) {
+        use std::io::Write;
+        let mut child = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(["apply", "--server-side", "--force-conflicts", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl apply");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(yaml.as_bytes())
+            .expect("write manifests");
+        let out = child.wait_with_output().expect("kubectl apply ends");
+        assert!(
+            out.status.success(),
+            "kubectl apply: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// The CRDs (charts/terrace/crds), the release namespace and the chart's RBAC; waits
+    /// until the CRDs are established.
+    fn install(&self) {
+        self.kubectl_ok(&[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            "charts/terrace/crds",
+        ]);
+        self.kubectl_ok(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "-f",
+            "charts/terrace/crds",
+        ]);
+        self.apply(&format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {RELEASE_NS}\n"
+        ));
+        self.apply(&chart_rbac(RELEASE_NS));
+    }
+
+    /// A token of the chart's ServiceAccount `sa` (in [`RELEASE_NS`]).
+    pub fn token(&self, sa: &str) -> String {
+        self.kubectl_ok(&["create", "token", sa, "-n", RELEASE_NS, "--duration", "2h"])
+            .trim()
+            .to_owned()
+    }
+
+    /// A kubeconfig of this cluster authenticating with `token`, written as
+    /// `DIR/<name>.kubeconfig`.
+    pub fn kubeconfig_for(&self, token: &str, name: &str) -> PathBuf {
+        let view = |path: &str| {
+            self.kubectl_ok(&[
+                "config",
+                "view",
+                "--raw",
+                "--minify",
+                "-o",
+                &format!("jsonpath={path}"),
+            ])
+        };
+        let server = view("{.clusters[0].cluster.server}");
+        let ca_data = view("{.clusters[0].cluster.certificate-authority-data}");
+        let ca_file = view("{.clusters[0].cluster.certificate-authority}");
+        let ca = if !ca_data.trim().is_empty() {
+            format!("certificate-authority-data: {}", ca_data.trim())
+        } else if !ca_file.trim().is_empty() {
+            format!("certificate-authority: {}", ca_file.trim())
+        } else {
+            "insecure-skip-tls-verify: true".to_owned()
+        };
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    {ca}\nusers:\n- name: u\n  user:\n    token: {token}\ncontexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\n",
+            server.trim()
+        );
+        let path = self.dir.path().join(format!("{name}.kubeconfig"));
+        std::fs::write(&path, text).expect("write kubeconfig");
+        path
+    }
+
+    /// Starts `terrace api-server` with the chart's API server ServiceAccount's token on a
+    /// free port; answers it and its URL once it is ready.
+    pub fn api_server(&self) -> (Component, String) {
+        let kubeconfig = self.kubeconfig_for(&self.token("terrace-api-server"), "api-server");
+        let port = free_port();
+        let url = format!("http://127.0.0.1:{port}");
+        let api = Component::spawn_in(
+            self.dir.path(),
+            &format!("api-server-{port}"),
+            &["api-server"],
+            &kubeconfig,
+            &[
+                ("TERRACE_API_ADDR", format!("127.0.0.1:{port}")),
+                ("TERRACE_API_METRICS_ADDR", "127.0.0.1:0".into()),
+                ("TERRACE_BASE_URL", url.clone()),
+            ],
+        );
+        let probe = Api::at(&url, None);
+        let ready = eventually(Duration::from_secs(60), || {
+            std::net::TcpStream::connect(("127.0.0.1", port))
+                .ok()
+                .and_then(|_| (probe.get("/readyz").status == 200).then_some(()))
+        });
+        assert!(
+            ready.is_some(),
+            "the API server never became ready:\n{}",
+            api.log()
+        );
+        (api, url)
+    }
+
+    /// Starts `terrace operator` with the chart's operator ServiceAccount's token (leader
+    /// election in [`RELEASE_NS`], as the chart runs it), its internal API URL `api_url`.
+    pub fn operator(&self, api_url: &str, name: &str) -> Component {
+        let kubeconfig = self.kubeconfig_for(&self.token("terrace-operator"), "operator");
+        Component::spawn_in(
+            self.dir.path(),
+            name,
+            &["operator"],
+            &kubeconfig,
+            &[
+                ("POD_NAME", name.to_owned()),
+                ("POD_NAMESPACE", RELEASE_NS.into()),
+                ("TERRACE_OPERATOR_METRICS_ADDR", "127.0.0.1:0".into()),
+                ("TERRACE_API_INTERNAL_URL", api_url.to_owned()),
+                ("TERRACE_BINARY_PATH", terrace_bin().display().to_string()),
+            ],
+        )
+    }
+
+    /// The JSON:API at `url` with the admin's token.
+    pub fn admin(&self, url: &str) -> Api {
+        Api::at(url, Some(&self.admin_token))
+    }
+
+    /// A name no earlier run of the tier used (the cluster may be reused).
+    pub fn unique(prefix: &str) -> String {
+        let n = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        format!("{prefix}-{:x}", n % 0xff_ffff_ffff)
+    }
+
+    /// The component logs so far (for failure messages).
+    pub fn logs_of(components: &[&Component]) -> String {
+        components
+            .iter()
+            .map(|c| c.log())
+            .collect::<Vec<_>>()
+            .join("\n-----\n")
+    }
+
+    /// Where the tier keeps its files.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// Polls `f` every 100 ms until it answers Some, or `timeout` passes.
+pub fn eventually<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
