@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{ApiResource, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams};
+use kube::api::{ApiResource, DynamicObject, ObjectMeta, Patch, PatchParams};
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::Store;
 use kube::{Api, Resource, ResourceExt};
@@ -121,13 +121,15 @@ pub struct Identity {
 /// Makes sure the object described by `meta` (of `target`'s kind) has a valid ID label
 /// and the label of the Organization owning its namespace, writing them when needed, and
 /// returns them. `status_id` is the object's `status.id`: until it equals the label, the
-/// ID is checked for uniqueness across the kind. Records `IdAssigned` (and `InvalidId` /
+/// ID is checked for uniqueness across the kind, in `carriers` (the kind's synced cache). Records `IdAssigned` (and `InvalidId` /
 /// `DuplicateId` for a replaced label) events on `regarding`.
+#[allow(clippy::too_many_arguments)]
 pub async fn ensure_identity(
     client: &kube::Client,
     recorder: &Recorder,
     orgs: &Organizations,
     target: &IdTarget,
+    carriers: &(dyn IdCarriers + Sync),
     meta: &ObjectMeta,
     status_id: Option<&str>,
     regarding: &ObjectReference,
@@ -148,7 +150,7 @@ pub async fn ensure_identity(
         let mut decision = decide_id(target.kind, labels.get(LABEL_ID).map(String::as_str));
         if let IdDecision::Keep(id) = &decision
             && status_id != Some(id.as_str())
-            && held_elsewhere(client, target, &meta, id).await?
+            && held_elsewhere(carriers, &meta, id)
         {
             decision = IdDecision::Taken { id: id.clone() };
         }
@@ -204,36 +206,80 @@ pub async fn ensure_identity(
     )))
 }
 
-/// Whether another object of `target`'s kind holds `id` in a way that makes this one
-/// (described by `meta`) yield it (see [`rules::must_yield_id`]).
-async fn held_elsewhere(
-    client: &kube::Client,
-    target: &IdTarget,
-    meta: &ObjectMeta,
-    id: &str,
-) -> Result<bool, Error> {
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &target.resource);
-    let lp = ListParams::default().labels(&format!("{LABEL_ID}={id}"));
-    let carriers = api.list(&lp).await?.items;
-    let keys: Vec<(String, String, bool)> = carriers
+/// An object of one kind that carries an ID label, as the operator's cache shows it.
+pub struct Carrier {
+    pub uid: String,
+    /// `namespace/name`.
+    pub object: String,
+    pub created: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// Its `status.id` is the ID (confirmed by an earlier reconcile).
+    pub confirmed: bool,
+}
+
+impl Carrier {
+    fn of(meta: &ObjectMeta, status_id: Option<&str>, id: &str) -> Carrier {
+        Carrier {
+            uid: meta.uid.clone().unwrap_or_default(),
+            object: object_key(meta),
+            created: meta.creation_timestamp.clone(),
+            confirmed: status_id == Some(id),
+        }
+    }
+}
+
+/// The objects of a kind carrying an ID, from a synced cache of the kind: no request
+/// to the API server, so checking a new object's ID costs the same however large the
+/// cluster (a label-selector LIST made a real API server read every object of the kind
+/// from etcd, for every new object).
+pub trait IdCarriers {
+    fn carriers(&self, id: &str) -> Vec<Carrier>;
+}
+
+fn carries(meta: &ObjectMeta, id: &str) -> bool {
+    meta.labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_ID))
+        .is_some_and(|v| v == id)
+}
+
+impl IdCarriers for Store<DynamicObject> {
+    fn carriers(&self, id: &str) -> Vec<Carrier> {
+        self.state()
+            .iter()
+            .filter(|o| carries(&o.metadata, id))
+            .map(|o| {
+                let status_id = o.data.pointer("/status/id").and_then(Value::as_str);
+                Carrier::of(&o.metadata, status_id, id)
+            })
+            .collect()
+    }
+}
+
+impl IdCarriers for Store<terrace_crds::Workspace> {
+    fn carriers(&self, id: &str) -> Vec<Carrier> {
+        self.state()
+            .iter()
+            .filter(|w| carries(&w.metadata, id))
+            .map(|w| {
+                let status_id = w.status.as_ref().and_then(|s| s.id.as_deref());
+                Carrier::of(&w.metadata, status_id, id)
+            })
+            .collect()
+    }
+}
+
+/// Whether another object of the kind holds `id` in a way that makes this one
+/// (described by `meta`) yield it (see [`rules::must_yield_id`]). The watch delivers
+/// objects in order, so an object created before this one is in the cache by now.
+fn held_elsewhere(carriers: &dyn IdCarriers, meta: &ObjectMeta, id: &str) -> bool {
+    let found = carriers.carriers(id);
+    let others: Vec<IdHolder<'_>> = found
         .iter()
-        .map(|o| {
-            let confirmed = o.data.pointer("/status/id").and_then(Value::as_str) == Some(id);
-            (
-                o.uid().unwrap_or_default(),
-                object_key(&o.metadata),
-                confirmed,
-            )
-        })
-        .collect();
-    let others: Vec<IdHolder<'_>> = carriers
-        .iter()
-        .zip(&keys)
-        .map(|(o, (uid, object, confirmed))| IdHolder {
-            uid,
-            object,
-            created: o.metadata.creation_timestamp.as_ref(),
-            confirmed: *confirmed,
+        .map(|c| IdHolder {
+            uid: &c.uid,
+            object: &c.object,
+            created: c.created.as_ref(),
+            confirmed: c.confirmed,
         })
         .collect();
     let (my_uid, my_object) = (meta.uid.clone().unwrap_or_default(), object_key(meta));
@@ -243,7 +289,7 @@ async fn held_elsewhere(
         created: meta.creation_timestamp.as_ref(),
         confirmed: false,
     };
-    Ok(rules::must_yield_id(me, &others))
+    rules::must_yield_id(me, &others)
 }
 
 fn object_key(meta: &ObjectMeta) -> String {

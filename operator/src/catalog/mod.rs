@@ -317,11 +317,15 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<CatalogContext>) -> Result<
     let regarding = obj.object_ref(resource);
     let stored = StoredStatus::of(&obj);
     let policy = ctx.target.conditions;
+    let kind = ctx.target.id.kind;
+    ctx.stores.synced(kind).await?;
+    let (_, carriers) = ctx.stores.store(kind)?;
     let identity = match ensure_identity(
         &ctx.base.client,
         &ctx.recorder,
         &ctx.orgs,
         &ctx.target.id,
+        &carriers,
         obj.meta(),
         stored.id.as_deref(),
         &regarding,

@@ -328,11 +328,13 @@ async fn reconcile(ws: Arc<Workspace>, ctx: Arc<WsContext>) -> Result<Action, Er
         .ok_or_else(|| Error::Invalid("workspace has no namespace".into()))?;
     let client = &ctx.base.client;
     let regarding = ws.object_ref(&());
+    crate::identity::synced(&ctx.workspaces, "workspace").await?;
     let identity = ensure_identity(
         client,
         &ctx.recorder,
         &ctx.orgs,
         &IdTarget::of::<Workspace>(IdKind::Workspace),
+        &ctx.workspaces,
         ws.meta(),
         ws.status.as_ref().and_then(|s| s.id.as_deref()),
         &regarding,
@@ -340,7 +342,6 @@ async fn reconcile(ws: Arc<Workspace>, ctx: Arc<WsContext>) -> Result<Action, Er
     .await?;
     ctx.projects.synced(IdKind::Project).await?;
     let project = lookup_project(&ctx.projects, &ns, ws.spec.project.as_deref());
-    crate::identity::synced(&ctx.workspaces, "workspace").await?;
     let siblings = same_named(&ctx.workspaces, &ctx.names, &ws);
     let claims: Vec<NameClaim<'_>> = siblings
         .iter()
