@@ -138,6 +138,10 @@ pub struct Auth {
     client: kube::Client,
     tokens: ReviewCache<TokenKey, Option<Caller>>,
     decisions: ReviewCache<(u128, u128), bool>,
+    /// TokenReviews and SubjectAccessReviews sent: each a round trip to the cluster's
+    /// API server (`terrace_api_token_reviews_total`, `terrace_api_access_reviews_total`).
+    pub token_reviews: prometheus_client::metrics::counter::Counter,
+    pub access_reviews: prometheus_client::metrics::counter::Counter,
 }
 
 /// Review answers by key, each reused for [`CACHE_TTL`]; emptied when it grows past
@@ -191,6 +195,8 @@ impl Auth {
             client,
             tokens: ReviewCache::default(),
             decisions: ReviewCache::default(),
+            token_reviews: Default::default(),
+            access_reviews: Default::default(),
         }
     }
 
@@ -207,6 +213,7 @@ impl Auth {
             },
             ..Default::default()
         };
+        self.token_reviews.inc();
         let answer = review(&self.client, &token_review, "TokenReview failed").await?;
         let status = answer.status.unwrap_or_default();
         let who = match (status.authenticated, status.user) {
@@ -222,8 +229,33 @@ impl Auth {
         Ok(who)
     }
 
-    /// Whether `caller` may do `check`.
+    /// Whether `caller` may do `check`. A check on a named object asks first whether the
+    /// caller may do it to every object of the kind in the namespace (one review, cached,
+    /// shared by every name): in RBAC a request without a name is allowed only by rules
+    /// that name no objects, so that answer holds for every name. Only when it is no is
+    /// the named object reviewed. A page of 20 workspaces with their permission flags
+    /// costs a review per flag, not per flag per workspace.
     pub async fn allowed(&self, caller: &Caller, check: &Check) -> Result<bool, ApiError> {
+        let key = (caller.fingerprint, digest(check));
+        if let Some(ok) = self.decisions.get(&key) {
+            return Ok(ok);
+        }
+        if check.name.is_some() {
+            let every = Check {
+                name: None,
+                namespace: check.namespace.clone(),
+                ..*check
+            };
+            if self.reviewed(caller, &every).await? {
+                self.decisions.put(key, true);
+                return Ok(true);
+            }
+        }
+        self.reviewed(caller, check).await
+    }
+
+    /// The cached answer to `check`, or a SubjectAccessReview of it.
+    async fn reviewed(&self, caller: &Caller, check: &Check) -> Result<bool, ApiError> {
         let key = (caller.fingerprint, digest(check));
         if let Some(ok) = self.decisions.get(&key) {
             return Ok(ok);
@@ -246,6 +278,7 @@ impl Auth {
             },
             ..Default::default()
         };
+        self.access_reviews.inc();
         let answer = review(&self.client, &access_review, "SubjectAccessReview failed").await?;
         let ok = answer.status.is_some_and(|s| s.allowed);
         self.decisions.put(key, ok);

@@ -111,12 +111,13 @@ impl AppState {
         if let blobs::BlobBackend::Misconfigured(why) = &blobs {
             readiness.block(format!("the S3 blob store is misconfigured: {why}"));
         }
+        let auth = Arc::new(auth::Auth::new(client.clone()));
         AppState(Arc::new(Shared {
             blobs,
             readiness,
             settings: Arc::new(settings),
-            auth: Arc::new(auth::Auth::new(client.clone())),
-            metrics: Arc::new(metrics::Metrics::new(index.clone())),
+            metrics: Arc::new(metrics::Metrics::new(index.clone(), &auth)),
+            auth,
             index,
             events: events::recorder(client.clone()),
             rendered: Arc::default(),

@@ -89,8 +89,8 @@ impl std::fmt::Debug for Metrics {
 }
 
 impl Metrics {
-    /// The metrics of a server reading `index`.
-    pub fn new(index: Arc<Index>) -> Metrics {
+    /// The metrics of a server reading `index` and reviewing access with `auth`.
+    pub fn new(index: Arc<Index>, auth: &crate::auth::Auth) -> Metrics {
         let mut registry = Registry::with_prefix("terrace_api");
         let requests = Family::<RequestLabels, Counter>::default();
         let durations = Family::<RouteLabels, Histogram>::new_with_constructor(
@@ -116,6 +116,16 @@ impl Metrics {
             "index_wait_timeouts",
             "Waits for the index that gave up",
             timeouts,
+        );
+        registry.register(
+            "token_reviews",
+            "TokenReviews sent to the cluster (a round trip each; answers are cached briefly)",
+            auth.token_reviews.clone(),
+        );
+        registry.register(
+            "access_reviews",
+            "SubjectAccessReviews sent to the cluster (a round trip each; answers are cached briefly)",
+            auth.access_reviews.clone(),
         );
         registry.register_collector(Box::new(IndexCollector { index }));
         Metrics {

@@ -530,4 +530,44 @@ mod tests {
         assert_eq!(f.sort, Some((Sort::Name, true)));
         assert!(ListFilter::parse(&QueryParams::parse(Some("sort=size"))).is_err());
     }
+
+    /// Authorization round trips do not grow with the page for a caller whose rights
+    /// cover the namespace: with cold caches (a new caller each time), a page of 20
+    /// workspaces with their permission flags costs the SubjectAccessReviews of a page of
+    /// 1 (one per verb, answered for the whole namespace), and a warm page costs none
+    /// (issue 25: 185 for a cold page of 20).
+    #[tokio::test]
+    async fn reviews_per_page_do_not_grow_with_the_page() {
+        use crate::testing::{harness, rule};
+        let h = harness(crate::Edition::SelfHosted).await;
+        for i in 0..20 {
+            h.workspace(
+                &format!("ws-ReviewCount{i:07}"),
+                &format!("w{i:02}"),
+                |_| {},
+            )
+            .await;
+        }
+        let rules = vec![rule(&["*"], &["*"])];
+        let reviews = || h.state.auth.access_reviews.get();
+        let mut cost = Vec::new();
+        for size in [1, 20] {
+            let token = h.token_with_role(Some(rules.clone())).await;
+            let path = format!("/api/v2/organizations/acme/workspaces?page%5Bsize%5D={size}");
+            let before = reviews();
+            let (st, doc) = h.call_as(&token, "GET", &path, None).await;
+            assert_eq!(st, 200, "{doc}");
+            assert_eq!(doc["data"].as_array().map(Vec::len), Some(size));
+            cost.push(reviews() - before);
+            let before = reviews();
+            let (st, _) = h.call_as(&token, "GET", &path, None).await;
+            assert_eq!(st, 200);
+            assert_eq!(reviews() - before, 0, "a warm page reviews nothing");
+        }
+        assert_eq!(
+            cost[0], cost[1],
+            "reviews of a cold page of 1 and of 20: {cost:?}"
+        );
+        assert!(cost[1] <= 16, "one review per permission checked: {cost:?}");
+    }
 }
