@@ -138,6 +138,8 @@ pub struct Auth {
     client: kube::Client,
     tokens: ReviewCache<TokenKey, Option<Caller>>,
     decisions: ReviewCache<(u128, u128), bool>,
+    /// Unnamed checks whose named form was asked already (see [`Auth::allowed`]).
+    named_before: ReviewCache<(u128, u128), ()>,
     /// TokenReviews and SubjectAccessReviews sent: each a round trip to the cluster's
     /// API server (`terrace_api_token_reviews_total`, `terrace_api_access_reviews_total`).
     pub token_reviews: prometheus_client::metrics::counter::Counter,
@@ -195,6 +197,7 @@ impl Auth {
             client,
             tokens: ReviewCache::default(),
             decisions: ReviewCache::default(),
+            named_before: ReviewCache::default(),
             token_reviews: Default::default(),
             access_reviews: Default::default(),
         }
@@ -229,12 +232,13 @@ impl Auth {
         Ok(who)
     }
 
-    /// Whether `caller` may do `check`. A check on a named object asks first whether the
-    /// caller may do it to every object of the kind in the namespace (one review, cached,
-    /// shared by every name): in RBAC a request without a name is allowed only by rules
-    /// that name no objects, so that answer holds for every name. Only when it is no is
-    /// the named object reviewed. A page of 20 workspaces with their permission flags
-    /// costs a review per flag, not per flag per workspace.
+    /// Whether `caller` may do `check`. From the second named object of a kind and verb
+    /// on (a page of workspaces), a check asks once whether the caller may do it to every
+    /// object of the kind in the namespace (cached, shared by every name): in RBAC a
+    /// request without a name is allowed only by rules that name no objects, so a yes
+    /// holds for every name, and a page of 20 workspaces costs a review per allowed flag,
+    /// not one per flag per workspace. Only a no leads to the named object's own review.
+    /// A single object (a GET) is reviewed by name at once.
     pub async fn allowed(&self, caller: &Caller, check: &Check) -> Result<bool, ApiError> {
         let key = (caller.fingerprint, digest(check));
         if let Some(ok) = self.decisions.get(&key) {
@@ -246,7 +250,18 @@ impl Auth {
                 namespace: check.namespace.clone(),
                 ..*check
             };
-            if self.reviewed(caller, &every).await? {
+            let every_key = (caller.fingerprint, digest(&every));
+            let broad = match self.decisions.get(&every_key) {
+                Some(known) => known,
+                None if self.named_before.get(&every_key).is_some() => {
+                    self.reviewed(caller, &every).await?
+                }
+                None => {
+                    self.named_before.put(every_key, ());
+                    false
+                }
+            };
+            if broad {
                 self.decisions.put(key, true);
                 return Ok(true);
             }
