@@ -312,17 +312,8 @@ impl Dev {
     }
 
     /// Polls `f` until it returns Some or `timeout` passes.
-    pub fn eventually<T>(&self, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(v) = f() {
-                return Some(v);
-            }
-            if Instant::now() > deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+    pub fn eventually<T>(&self, timeout: Duration, f: impl FnMut() -> Option<T>) -> Option<T> {
+        real::eventually(timeout, f)
     }
 
     /// Stops the process with SIGTERM and waits for it to exit. Returns whether it exited
