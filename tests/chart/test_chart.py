@@ -242,6 +242,7 @@ OPERATOR_NEEDS = [
     ("terrace.dev", "testruns/finalizers", "update"),
     ("terrace.dev", "runs/finalizers", "update"),
     ("terrace.dev", "runs", "create"),
+    ("terrace.dev", "testruns", "create"),  # automatic test runs
     ("", "namespaces", "create"),
     ("", "namespaces", "patch"),
     ("", "namespaces", "watch"),
@@ -260,7 +261,7 @@ API_SERVER_NEEDS = [
     *[("terrace.dev", k, v) for k in TERRACE_KINDS for v in ("get", "list", "watch")],
     *[("terrace.dev", k, "create") for k in TERRACE_KINDS if k not in ("agentpools", "oauthtokens")],
     *[("terrace.dev", k, "patch") for k in ("organizations", "projects", "workspaces", "sshkeys", "testvariables", "workspacevariables", "configurationversions", "stateversions")],
-    *[("terrace.dev", k, "delete") for k in ("organizations", "projects", "workspaces", "sshkeys", "testvariables", "workspacevariables", "stateversions")],
+    *[("terrace.dev", k, "delete") for k in ("organizations", "projects", "workspaces", "sshkeys", "testvariables", "workspacevariables", "stateversions", "registrymodules")],
     ("terrace.dev", "workspaces", "update"),
     *[("terrace.dev", f"{k}/status", "patch") for k in ("configurationversions", "testruns", "testvariables", "stateversions", "runs")],
     *[("", "secrets", v) for v in ("get", "create", "patch", "delete")],
@@ -811,3 +812,20 @@ def test_crd_validation_rejects_bad_objects():
         bad = {**good, "spec": spec}
         assert validate_custom_resource(bad), spec
     assert validate_custom_resource({**good, "kind": "Nope"})
+
+
+def test_every_api_server_replica_signs_urls_with_one_key():
+    """A log-read URL one replica signed must work on another: the replicas read one key
+    from one Secret, the chart's own by default, or the one the values name."""
+    docs = rendered("default")
+    api = component(docs, "Deployment", "api-server")
+    ref = env_of(containers(api)[0])["TERRACE_URL_SIGNING_KEY"]["valueFrom"]["secretKeyRef"]
+    secret = one(docs, "Secret", "-url-signing-key")
+    assert ref["name"] == secret["metadata"]["name"]
+    assert len(secret["data"][ref["key"]]) > 40
+    own = render(None, "--set", "apiServer.urlSigningKey.existingSecret=mine",
+                 "--set", "apiServer.urlSigningKey.key=k")
+    ref = env_of(containers(component(own, "Deployment", "api-server"))[0])[
+        "TERRACE_URL_SIGNING_KEY"]["valueFrom"]["secretKeyRef"]
+    assert (ref["name"], ref["key"]) == ("mine", "k")
+    assert not [s for s in objects(own, "Secret") if s["metadata"]["name"].endswith("-url-signing-key")]
