@@ -130,6 +130,11 @@ impl Component {
         self.child.id()
     }
 
+    /// Whether the process still runs.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     /// Its log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
