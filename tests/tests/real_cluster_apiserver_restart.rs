@@ -14,7 +14,10 @@ use serde_json::json;
 use terrace_tests::real::{RealCluster, eventually};
 
 /// Stops the kube-apiserver whose PID is in `pids` for `down`, then starts it again with
-/// the command line it had; answers once it is ready again.
+/// the command line it had; answers once it is ready again. The new process is the
+/// cluster's, not the test's: it outlives the test (the control plane's `down` stops it by
+/// the PID file), so it is never waited for.
+#[allow(clippy::zombie_processes)]
 fn restart_apiserver(cluster: &RealCluster, pids: &Path, down: Duration) {
     let pid = std::fs::read_to_string(pids.join("kube-apiserver")).expect("kube-apiserver pid");
     let pid = pid.trim().to_owned();
