@@ -250,3 +250,50 @@ pub(crate) fn pod_spec(
         ..Default::default()
     }
 }
+
+/// The prefix of the status message of a run whose Pod waits for a node.
+pub const WAITING_FOR_NODE: &str = "waiting for a node";
+
+/// Shows in a run's (or test run's) `status.message` what its Pod waits for (`waiting`:
+/// "waiting for a node: …", see [`crate::testrun::observe::PodState::waiting`]), or clears
+/// that message once the Pod no longer waits. The run's state stays; only the message
+/// changes, so `kubectl get` and the API say why a run shows no progress. `current` is
+/// the run's message now.
+pub async fn note_waiting<K>(
+    client: &kube::Client,
+    run: &K,
+    current: Option<&str>,
+    waiting: Option<&str>,
+) -> Result<(), Error>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    use kube::api::{Api, Patch, PatchParams};
+    let wanted = match waiting {
+        Some(w) => Some(w),
+        None if current.is_some_and(|m| m.starts_with(WAITING_FOR_NODE)) => None,
+        None => return Ok(()),
+    };
+    if current == wanted {
+        return Ok(());
+    }
+    let api: Api<K> = Api::namespaced(client.clone(), &run.namespace().unwrap_or_default());
+    let body = serde_json::json!({"metadata": {"resourceVersion": run.resource_version()},
+        "status": {"message": wanted}});
+    match api
+        .patch_status(
+            &run.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(body),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        // Moved meanwhile: the next reconcile sees it.
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}

@@ -87,6 +87,13 @@ pub struct Settings {
     /// from the downward API), else the host name plus a random suffix.
     #[arg(long, env = "POD_NAME")]
     pub leader_election_identity: Option<String>,
+    /// How long a run's or test run's Pod may wait for a node before the run errors with
+    /// the scheduler's reason. The default leaves a cluster autoscaler time to add a node
+    /// (usually a few minutes) and the node time to pull the engine image, without a run
+    /// (and, for an apply, its workspace lock) waiting forever on a cluster that can never
+    /// place it.
+    #[arg(long, env = "TERRACE_POD_START_TIMEOUT", default_value = DEFAULT_POD_START_TIMEOUT, value_parser = parse_delay)]
+    pub pod_start_timeout: Duration,
     /// The namespace terrace is installed in (default: the Pod's namespace,
     /// `POD_NAMESPACE`): no Organization may use it (see `terrace_crds::namespaces`).
     #[arg(long, env = "POD_NAMESPACE")]
@@ -114,6 +121,9 @@ pub fn parse_delay(s: &str) -> Result<Duration, String> {
     Duration::try_from(d).map_err(|_| format!("{s:?}: the duration must not be negative"))
 }
 
+/// Default of [`Settings::pod_start_timeout`].
+pub const DEFAULT_POD_START_TIMEOUT: &str = "15m";
+
 /// Default of [`Settings::state_soft_delete_grace_hours`]: a week.
 pub const DEFAULT_STATE_SOFT_DELETE_GRACE_HOURS: u32 = 7 * 24;
 
@@ -130,6 +140,8 @@ impl Default for Settings {
             test_run_concurrency: 50,
             auto_test_run_delay: parse_delay(DEFAULT_AUTO_TEST_RUN_DELAY)
                 .unwrap_or(Duration::from_secs(5)),
+            pod_start_timeout: parse_delay(DEFAULT_POD_START_TIMEOUT)
+                .unwrap_or(Duration::from_secs(900)),
             terrace_image: DEFAULT_TERRACE_IMAGE.into(),
             terrace_binary: "/usr/local/bin/terrace".into(),
             api_internal_url: DEFAULT_API_INTERNAL_URL.into(),

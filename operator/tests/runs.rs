@@ -323,3 +323,60 @@ async fn a_run_is_not_decided_from_an_empty_workspace_cache() -> R {
     );
     Ok(())
 }
+
+/// A phase Pod no node takes (issue 25): the run says what it waits for, with the
+/// scheduler's words, and errors with that cause once `pod_start_timeout` has passed.
+#[tokio::test]
+async fn a_pod_no_node_takes_is_named_then_times_out() -> R {
+    let (sim, client) = common::cluster(false).await?;
+    let settings = terrace_operator::Settings {
+        api_internal_url: "http://api.test:8080".into(),
+        pod_start_timeout: std::time::Duration::from_secs(3),
+        ..Default::default()
+    };
+    let _stop = common::operator(&sim, settings).await?;
+    common::organization(&client, NS).await?;
+    Api::<Workspace>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &common::workspace("w", "w", None))
+        .await?;
+    let runs: Api<Run> = Api::namespaced(client.clone(), NS);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let run = planned_run(&runs).await?;
+    let name = format!("{}-plan", run.name_any());
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "ownerReferences": [run.controller_owner_ref(&())]},
+        "spec": {"containers": [{"name": "engine", "image": "terrace"}]},
+    }))?;
+    pods.create(&PostParams::default(), &pod).await?;
+    let why = "0/3 nodes are available: 3 Insufficient memory.";
+    pods.patch_status(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Pending", "conditions": [{
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": why,
+        }]}})),
+    )
+    .await?;
+    queue_again(&runs, &run).await?;
+    let waiting = eventually("the run names what it waits for", || async {
+        runs.get(&run.name_any()).await.ok().filter(|r| {
+            r.status.as_ref().and_then(|s| s.message.as_deref())
+                == Some(&format!("waiting for a node: {why}"))
+        })
+    })
+    .await?;
+    assert_eq!(status_of(&waiting).0.as_deref(), Some("planning"));
+    let ended = eventually("the run errored after the start timeout", || async {
+        runs.get(&run.name_any())
+            .await
+            .ok()
+            .filter(|r| status_of(r).0.as_deref() == Some("errored"))
+    })
+    .await?;
+    let message = ended.status.and_then(|s| s.message).unwrap_or_default();
+    assert!(
+        message.contains("did not start within") && message.contains(why),
+        "{message}"
+    );
+    Ok(())
+}

@@ -87,6 +87,17 @@ fn a_run_in_flight_survives_an_operator_restart() {
         )
     });
 
+    // No node runs it (this control plane has no scheduler either): the run says so.
+    let waiting = eventually(Duration::from_secs(30), || {
+        let (_, message, _) = run_state(&cluster, &org, &object);
+        (message == "waiting for a node: the Pod is not scheduled yet").then_some(())
+    });
+    assert!(
+        waiting.is_some(),
+        "the run does not say what it waits for: {:?}",
+        run_state(&cluster, &org, &object)
+    );
+
     // A restart: the first operator goes (without handing its lease over), another takes
     // over once the lease expires.
     drop(first);

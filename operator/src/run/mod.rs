@@ -205,6 +205,9 @@ fn seen(obs: &PodObs) -> PodSeen {
     }
 }
 
+/// How often a run whose Pod waits for a node is looked at again.
+const WAITING_RECHECK: Duration = Duration::from_secs(5);
+
 async fn reconcile(run: Arc<Run>, ctx: Arc<RunContext>) -> Result<Action, Error> {
     let ns = run
         .namespace()
@@ -271,6 +274,7 @@ async fn reconcile(run: Arc<Run>, ctx: Arc<RunContext>) -> Result<Action, Error>
         run.uid().as_deref().unwrap_or_default(),
         Timestamp::now(),
         what,
+        ctx.base.settings.pod_start_timeout,
     );
     let seen = seen(&obs);
     let flags = Flags {
@@ -327,6 +331,14 @@ async fn reconcile(run: Arc<Run>, ctx: Arc<RunContext>) -> Result<Action, Error>
             record_performance(&ctx, &run, to).await;
         }
         return Ok(Action::requeue(Duration::from_millis(200)));
+    }
+    if let PodObs::Present(p) = &obs {
+        let message = run.status.as_ref().and_then(|s| s.message.as_deref());
+        crate::pod_parts::note_waiting(client, run.as_ref(), message, p.waiting.as_deref()).await?;
+        if p.waiting.is_some() {
+            // Looked at again soon: the start timeout is measured on reconciles.
+            return Ok(Action::requeue(WAITING_RECHECK));
+        }
     }
     Ok(match seen {
         PodSeen::Running => Action::requeue(Duration::from_secs(30)),

@@ -71,7 +71,7 @@ use crate::{Context, Error};
 use archive::{archive_with_retries, release};
 use context::RunContext;
 use decide::decide;
-use observe::{PodObs, observe_pod};
+use observe::{PodObs, observe_pod_as};
 use status::{next_status, record_event, write_status};
 
 pub use decide::{CANCEL_GRACE_SECONDS, MSG_POD_DELETED};
@@ -191,7 +191,13 @@ async fn reconcile(run: Arc<TestRun>, ctx: Arc<RunContext>) -> Result<Action, Er
     } else {
         pods.get_opt(&pod_name).await?
     };
-    let obs = observe_pod(pod.as_ref(), &uid, Timestamp::now());
+    let obs = observe_pod_as(
+        pod.as_ref(),
+        &uid,
+        Timestamp::now(),
+        "test Pod",
+        ctx.base.settings.pod_start_timeout,
+    );
     let plan = decide(state, cancel, &obs);
 
     if plan.create_pod {
@@ -276,6 +282,21 @@ async fn reconcile(run: Arc<TestRun>, ctx: Arc<RunContext>) -> Result<Action, Er
             return Ok(Action::requeue(Duration::from_secs(5)));
         }
         release(&pods, p).await?;
+    }
+    // A Pod no node took: the test run says so (it reads queued until the Pod starts).
+    if !final_now && let PodObs::Present(p) = &obs {
+        let message = run.status.as_ref().and_then(|s| s.message.as_deref());
+        crate::pod_parts::note_waiting(
+            &ctx.base.client,
+            run.as_ref(),
+            message,
+            p.waiting.as_deref(),
+        )
+        .await?;
+        if p.waiting.is_some() {
+            // Looked at again soon: the start timeout is measured on reconciles.
+            return Ok(Action::requeue(Duration::from_secs(5)));
+        }
     }
     Ok(match (&obs, plan.release) {
         // Waiting for the engine to end before archiving its log: its Pod's status

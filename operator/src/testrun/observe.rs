@@ -4,6 +4,7 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 
+use crate::pod_parts::WAITING_FOR_NODE;
 use crate::testpod::{ENGINE_CONTAINER, FINALIZER};
 
 /// Waiting reasons that do not resolve by themselves: the run errors with the reason.
@@ -61,8 +62,12 @@ pub struct PodState {
     pub phase: Option<String>,
     pub engine: Option<EngineObs>,
     /// Why the Pod cannot make progress: a container waiting for a reason in
-    /// [`STUCK_REASONS`], a failed init container, a failed Pod (eviction).
+    /// [`STUCK_REASONS`], a failed init container, a failed Pod (eviction), a Pod that
+    /// waited for a node longer than the start timeout.
     pub failure: Option<String>,
+    /// What the Pod waits for before it can start: "waiting for a node: <the scheduler's
+    /// reason>" while no node took it.
+    pub waiting: Option<String>,
 }
 
 impl PodState {
@@ -96,11 +101,57 @@ fn waiting_failure(cs: &ContainerStatus) -> Option<String> {
 /// Reduces the Pod to what [`decide`] needs. `run_uid` is the TestRun's uid, `now` the
 /// time of the observation.
 pub fn observe_pod(pod: Option<&Pod>, run_uid: &str, now: Timestamp) -> PodObs {
-    observe_pod_as(pod, run_uid, now, "test Pod")
+    observe_pod_as(pod, run_uid, now, "test Pod", NO_START_TIMEOUT)
 }
 
-/// [`observe_pod`] of a Pod that failure messages call `what` (`test Pod`, `plan Pod`).
-pub fn observe_pod_as(pod: Option<&Pod>, run_uid: &str, now: Timestamp, what: &str) -> PodObs {
+/// A start timeout that never ends.
+pub const NO_START_TIMEOUT: std::time::Duration = std::time::Duration::MAX;
+
+/// Why a Pod no node has taken waits: the scheduler's `PodScheduled=False` reason and
+/// message, or, before any scheduler looked at it, that it is not scheduled yet.
+fn waiting_for_node(pod: &Pod) -> Option<String> {
+    if pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_ref())
+        .is_some()
+    {
+        return None;
+    }
+    let status = pod.status.as_ref();
+    if matches!(
+        status.and_then(|s| s.phase.as_deref()),
+        Some("Running" | "Succeeded" | "Failed")
+    ) {
+        return None;
+    }
+    let scheduled = status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"));
+    Some(match scheduled {
+        Some(c) if c.status == "True" => return None,
+        Some(c) => {
+            let why = c
+                .message
+                .as_deref()
+                .filter(|m| !m.trim().is_empty())
+                .or(c.reason.as_deref())
+                .unwrap_or("not scheduled");
+            format!("{WAITING_FOR_NODE}: {}", why.trim())
+        }
+        None => format!("{WAITING_FOR_NODE}: the Pod is not scheduled yet"),
+    })
+}
+
+/// [`observe_pod`] of a Pod that messages call `what` (`test Pod`, `plan Pod`), which may
+/// wait for a node at most `start_timeout` (from its creation) before it counts as failed.
+pub fn observe_pod_as(
+    pod: Option<&Pod>,
+    run_uid: &str,
+    now: Timestamp,
+    what: &str,
+    start_timeout: std::time::Duration,
+) -> PodObs {
     let Some(pod) = pod else {
         return PodObs::Missing;
     };
@@ -184,6 +235,20 @@ pub fn observe_pod_as(pod: Option<&Pod>, run_uid: &str, now: Timestamp, what: &s
                 .to_owned(),
         );
     }
+    let waiting = waiting_for_node(pod);
+    if let Some(w) = &waiting
+        && let Some(created) = pod.metadata.creation_timestamp.as_ref()
+        && let Ok(timeout) = SignedDuration::try_from(start_timeout)
+        && created
+            .0
+            .checked_add(timeout)
+            .is_ok_and(|deadline| deadline < now)
+    {
+        let minutes = start_timeout.as_secs() / 60;
+        failure.get_or_insert(format!(
+            "the {what} did not start within {minutes} minutes (--pod-start-timeout): {w}"
+        ));
+    }
     let deletion_overdue = pod
         .metadata
         .deletion_timestamp
@@ -197,6 +262,7 @@ pub fn observe_pod_as(pod: Option<&Pod>, run_uid: &str, now: Timestamp, what: &s
         phase,
         engine,
         failure,
+        waiting,
     })
 }
 
@@ -307,9 +373,13 @@ mod tests {
             container_statuses: Some(vec![cs(ENGINE_CONTAINER, cannot_run)]),
             ..Default::default()
         };
-        let PodObs::Present(p) =
-            observe_pod_as(Some(&pod_with(st, "u")), "u", Timestamp::now(), "plan Pod")
-        else {
+        let PodObs::Present(p) = observe_pod_as(
+            Some(&pod_with(st, "u")),
+            "u",
+            Timestamp::now(),
+            "plan Pod",
+            NO_START_TIMEOUT,
+        ) else {
             panic!()
         };
         assert_eq!(
