@@ -108,6 +108,33 @@ fn workspaces_projects_locks_tags_keys_modules_and_rbac() {
         logs()
     );
 
+    // A module test run whose Pod no node takes says what it waits for.
+    let t = admin.create_module(&org, "waits", "aws");
+    let cv = admin.uploaded_cv(&t);
+    let created = admin.create_test_run(&t, &cv);
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    let run = created.body["data"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let waiting = eventually(Duration::from_secs(60), || {
+        let message = cluster.kubectl_ok(&[
+            "get",
+            "testrun",
+            &run,
+            "-n",
+            &org,
+            "-o",
+            "jsonpath={.status.message}",
+        ]);
+        message.starts_with("waiting for a node").then_some(message)
+    });
+    assert!(
+        waiting.is_some(),
+        "the test run does not say it waits for a node\n{}",
+        logs()
+    );
+
     // The chart's user roles decide: a reader reads and may not lock (404, SPEC B7); a
     // locker locks.
     let sa = |role: &str| {
