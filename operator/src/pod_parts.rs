@@ -271,7 +271,6 @@ where
         + std::fmt::Debug
         + serde::de::DeserializeOwned,
 {
-    use kube::api::{Api, Patch, PatchParams};
     let wanted = match waiting {
         Some(w) => Some(w),
         None if current.is_some_and(|m| m.starts_with(WAITING_FOR_NODE)) => None,
@@ -280,20 +279,37 @@ where
     if current == wanted {
         return Ok(());
     }
-    let api: Api<K> = Api::namespaced(client.clone(), &run.namespace().unwrap_or_default());
-    let body = serde_json::json!({"metadata": {"resourceVersion": run.resource_version()},
-        "status": {"message": wanted}});
+    patch_status_guarded(client, run, serde_json::json!({"message": wanted})).await?;
+    Ok(())
+}
+
+/// A merge patch of `status` under the object's resourceVersion; false (nothing written)
+/// when the object changed meanwhile (409: the next reconcile sees the change).
+pub async fn patch_status_guarded<K>(
+    client: &kube::Client,
+    obj: &K,
+    status: serde_json::Value,
+) -> Result<bool, Error>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    use kube::api::{Api, Patch, PatchParams};
+    let api: Api<K> = Api::namespaced(client.clone(), &obj.namespace().unwrap_or_default());
+    let body = serde_json::json!({"metadata": {"resourceVersion": obj.resource_version()},
+        "status": status});
     match api
         .patch_status(
-            &run.name_any(),
+            &obj.name_any(),
             &PatchParams::default(),
             &Patch::Merge(body),
         )
         .await
     {
-        Ok(_) => Ok(()),
-        // Moved meanwhile: the next reconcile sees it.
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
         Err(e) => Err(e.into()),
     }
 }

@@ -87,25 +87,9 @@ pub(super) async fn write_status(
         }
         _ => {}
     }
-    let api: Api<Run> = Api::namespaced(
-        ctx.base.client.clone(),
-        &run.namespace().unwrap_or_default(),
-    );
-    let body = json!({"metadata": {"resourceVersion": run.resource_version()}, "status": status});
-    match api
-        .patch_status(
-            &run.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(body),
-        )
-        .await
-    {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {
-            // The API moved the run (an action): the next reconcile sees it.
-            return Ok(());
-        }
-        Err(e) => return Err(e.into()),
+    if !crate::pod_parts::patch_status_guarded(&ctx.base.client, run, status).await? {
+        // The API moved the run (an action): the next reconcile sees it.
+        return Ok(());
     }
     let note = match &message {
         Some(m) => format!("run is {to}: {m}"),
