@@ -84,8 +84,10 @@ fn check(values: Option<&str>) {
             .expect("terrace --help");
         let help = String::from_utf8_lossy(&help.stdout).into_owned();
         for (name, _) in env.iter().filter(|(n, _)| n.starts_with("TERRACE_")) {
+            // `[env: NAME=…]`, or `[env: NAME]` for a secret whose value clap hides.
             assert!(
-                help.contains(&format!("[env: {name}=")),
+                help.contains(&format!("[env: {name}="))
+                    || help.contains(&format!("[env: {name}]")),
                 "the chart sets {name} for `terrace {}`, which has no such setting",
                 sub.join(" ")
             );
