@@ -13,7 +13,7 @@
 //!    (`apiserver_storage_list_fetched_objects_total`), with the organization at
 //!    `TERRACE_BENCH_WORKSPACES` and at 10x that many workspaces (flat ≤ 1.2x, ≤ 50).
 //!
-//! Run (with a control plane: `../shared/tools/control-plane up DIR`, or any cluster):
+//! Run (against the control plane `.ci/run` starts for the tier, or any cluster):
 //! `cargo build --release -p terrace && TERRACE_BIN=target/release/terrace
 //! TERRACE_E2E_KUBECONFIG=DIR/admin.kubeconfig cargo bench -p terrace-tests --bench
 //! real_cluster` (`TERRACE_BENCH_WORKSPACES`, default 100; `TERRACE_BENCH_REPS`, default 30).
