@@ -88,14 +88,9 @@ fn main() {
     let admin = cluster.admin(&url);
     let org = admin.create_org(&RealCluster::unique("bench"));
     let raw: Api<Workspace> = Api::namespaced(client.clone(), &org);
-    eventually(Duration::from_secs(60), || {
-        let r = admin.post(
-            &format!("/api/v2/organizations/{org}/workspaces"),
-            &json!({"data": {"type": "workspaces", "attributes": {"name": "first"}}}),
-        );
-        (r.status == 201).then_some(())
-    })
-    .unwrap_or_else(|| panic!("{}", RealCluster::logs_of(&[&api, &operator])));
+    admin.first_workspace(&org, json!({"name": "first"}), || {
+        RealCluster::logs_of(&[&api, &operator])
+    });
 
     let fill = |from: usize, to: usize| {
         rt.block_on(async {

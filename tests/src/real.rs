@@ -252,6 +252,55 @@ impl RealCluster {
     }
 }
 
+impl Api {
+    /// Creates the first workspace of a new organization `org` (`attributes`), once the
+    /// operator has made the organization's namespace and default project; its ID. Panics
+    /// after a minute with `logs()` (the components' logs).
+    pub fn first_workspace(
+        &self,
+        org: &str,
+        attributes: serde_json::Value,
+        logs: impl Fn() -> String,
+    ) -> String {
+        eventually(Duration::from_secs(60), || {
+            let r = self.post(
+                &format!("/api/v2/organizations/{org}/workspaces"),
+                &serde_json::json!({"data": {"type": "workspaces", "attributes": attributes}}),
+            );
+            (r.status == 201).then(|| r.body["data"]["id"].as_str().unwrap_or_default().to_owned())
+        })
+        .unwrap_or_else(|| panic!("the first workspace of {org} was never created\n{}", logs()))
+    }
+
+    /// Uploads a one-resource configuration to workspace `ws` and queues a run of it;
+    /// the run's ID.
+    pub fn queue_run(&self, ws: &str) -> String {
+        let cv = self.post(
+            &format!("/api/v2/workspaces/{ws}/configuration-versions"),
+            &serde_json::json!({"data": {"type": "configuration-versions", "attributes": {"auto-queue-runs": false}}}),
+        );
+        assert_eq!(cv.status, 201, "{:?}", cv.body);
+        let upload = cv.body["data"]["attributes"]["upload-url"]
+            .as_str()
+            .unwrap_or_default();
+        let path = &upload[upload.find("/api/v2/").expect("upload path")..];
+        let files = [("main.tf", "resource \"terraform_data\" \"x\" {}\n")];
+        assert_eq!(self.put_unauthenticated(path, crate::targz(&files)), 200);
+        let cv_id = cv.body["data"]["id"].as_str().unwrap_or_default();
+        eventually(Duration::from_secs(30), || {
+            let r = self.post(
+                "/api/v2/runs",
+                &serde_json::json!({"data": {"type": "runs", "attributes": {}, "relationships": {
+                    "workspace": {"data": {"type": "workspaces", "id": ws}},
+                    "configuration-version": {"data": {"type": "configuration-versions", "id": cv_id}},
+                }}}),
+            );
+            (r.status == 201).then(|| r.body["data"]["id"].as_str().unwrap_or_default().to_owned())
+        })
+        .expect("queue a run")
+    }
+}
+
 /// Polls `f` every 100 ms until it answers Some, or `timeout` passes.
 pub fn eventually<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
     let deadline = Instant::now() + timeout;

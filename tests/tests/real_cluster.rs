@@ -23,14 +23,11 @@ fn workspaces_projects_locks_tags_keys_modules_and_rbac() {
     let org = admin.create_org(&RealCluster::unique("tier"));
 
     // A workspace, once the operator made the organization's namespace and default project.
-    let ws = eventually(Duration::from_secs(60), || {
-        let r = admin.post(
-            &format!("/api/v2/organizations/{org}/workspaces"),
-            &json!({"data": {"type": "workspaces", "attributes": {"name": "net", "global-remote-state": false}}}),
-        );
-        (r.status == 201).then(|| r.body["data"]["id"].as_str().unwrap_or_default().to_owned())
-    })
-    .unwrap_or_else(|| panic!("create workspace\n{}", logs()));
+    let ws = admin.first_workspace(
+        &org,
+        json!({"name": "net", "global-remote-state": false}),
+        logs,
+    );
     // Read your writes: the workspace answers at once, by ID and by name.
     assert_eq!(admin.get(&format!("/api/v2/workspaces/{ws}")).status, 200);
     let by_name = admin.get(&format!("/api/v2/organizations/{org}/workspaces/net"));
@@ -219,17 +216,10 @@ fn state_through_the_cloud_block_in_local_mode() {
     let operator = cluster.operator(&url, "terrace-operator-tier-1");
     let admin = cluster.admin(&url);
     let org = admin.create_org(&RealCluster::unique("state"));
-    let created = eventually(Duration::from_secs(60), || {
-        let r = admin.post(
-            &format!("/api/v2/organizations/{org}/workspaces"),
-            &json!({"data": {"type": "workspaces", "attributes": {"name": "local", "execution-mode": "local"}}}),
-        );
-        (r.status == 201).then_some(())
-    });
-    assert!(
-        created.is_some(),
-        "{}",
-        RealCluster::logs_of(&[&api, &operator])
+    admin.first_workspace(
+        &org,
+        json!({"name": "local", "execution-mode": "local"}),
+        || RealCluster::logs_of(&[&api, &operator]),
     );
     let tf = Terraform::for_api(cluster.path(), &url, &cluster.admin_token);
     let dir = cluster.path().join("config");

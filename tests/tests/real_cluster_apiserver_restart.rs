@@ -77,52 +77,13 @@ fn a_30s_apiserver_outage_costs_no_run_and_the_index_catches_up_promptly() {
     let operator = cluster.operator(&url, "terrace-operator-apiserver-restart");
     let admin = cluster.admin(&url);
     let org = admin.create_org(&RealCluster::unique("blip"));
-    let before = eventually(Duration::from_secs(60), || {
-        let r = admin.post(
-            &format!("/api/v2/organizations/{org}/workspaces"),
-            &json!({"data": {"type": "workspaces", "attributes": {"name": "before"}}}),
-        );
-        (r.status == 201).then_some(())
-    });
-    assert!(
-        before.is_some(),
-        "{}",
+    admin.first_workspace(&org, json!({"name": "before"}), || {
         RealCluster::logs_of(&[&api, &operator])
-    );
+    });
 
     // A run in flight through the blip (issue 25: a control-plane blip cost the runs).
     let ws = admin.create_workspace(&org, json!({"name": "busy"}));
-    let cv = admin.post(
-        &format!("/api/v2/workspaces/{ws}/configuration-versions"),
-        &json!({"data": {"type": "configuration-versions", "attributes": {"auto-queue-runs": false}}}),
-    );
-    assert_eq!(cv.status, 201, "{:?}", cv.body);
-    let upload = cv.body["data"]["attributes"]["upload-url"]
-        .as_str()
-        .unwrap_or_default();
-    let path = &upload[upload.find("/api/v2/").expect("upload path")..];
-    let files = [("main.tf", "resource \"terraform_data\" \"x\" {}\n")];
-    assert_eq!(
-        admin.put_unauthenticated(path, terrace_tests::targz(&files)),
-        200
-    );
-    let cv_id = cv.body["data"]["id"].as_str().unwrap_or_default();
-    let run = eventually(Duration::from_secs(30), || {
-        let r = admin.post(
-            "/api/v2/runs",
-            &json!({"data": {"type": "runs", "attributes": {}, "relationships": {
-                "workspace": {"data": {"type": "workspaces", "id": ws}},
-                "configuration-version": {"data": {"type": "configuration-versions", "id": cv_id}},
-            }}}),
-        );
-        (r.status == 201).then(|| {
-            r.body["data"]["id"]
-                .as_str()
-                .unwrap_or_default()
-                .to_ascii_lowercase()
-        })
-    })
-    .expect("queue a run");
+    let run = admin.queue_run(&ws).to_ascii_lowercase();
     let status = || {
         cluster.kubectl_ok(&[
             "get",

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use serde_json::json;
 use terrace_tests::real::{RELEASE_NS, RealCluster, eventually};
-use terrace_tests::targz;
 
 /// The run's `(status, message, plan Pod)` as the cluster has it.
 fn run_state(cluster: &RealCluster, ns: &str, object: &str) -> (String, String, String) {
@@ -38,41 +37,10 @@ fn a_run_in_flight_survives_an_operator_restart() {
     let first = cluster.operator(&url, "terrace-operator-restart-a");
     let admin = cluster.admin(&url);
     let org = admin.create_org(&RealCluster::unique("restart"));
-    let ws = eventually(Duration::from_secs(60), || {
-        let r = admin.post(
-            &format!("/api/v2/organizations/{org}/workspaces"),
-            &json!({"data": {"type": "workspaces", "attributes": {"name": "app"}}}),
-        );
-        (r.status == 201).then(|| r.body["data"]["id"].as_str().unwrap_or_default().to_owned())
-    })
-    .unwrap_or_else(|| panic!("{}", RealCluster::logs_of(&[&api, &first])));
-    let cv = admin.post(
-        &format!("/api/v2/workspaces/{ws}/configuration-versions"),
-        &json!({"data": {"type": "configuration-versions", "attributes": {"auto-queue-runs": false}}}),
-    );
-    assert_eq!(cv.status, 201, "{:?}", cv.body);
-    let upload = cv.body["data"]["attributes"]["upload-url"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    let path = &upload[upload.find("/api/v2/").expect("upload path")..];
-    let files = [("main.tf", "resource \"terraform_data\" \"x\" {}\n")];
-    assert_eq!(admin.put_unauthenticated(path, targz(&files)), 200);
-    let cv_id = cv.body["data"]["id"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    let run = eventually(Duration::from_secs(30), || {
-        let r = admin.post(
-            "/api/v2/runs",
-            &json!({"data": {"type": "runs", "attributes": {}, "relationships": {
-                "workspace": {"data": {"type": "workspaces", "id": ws}},
-                "configuration-version": {"data": {"type": "configuration-versions", "id": cv_id}},
-            }}}),
-        );
-        (r.status == 201).then(|| r.body["data"]["id"].as_str().unwrap_or_default().to_owned())
-    })
-    .expect("queue a run");
+    let ws = admin.first_workspace(&org, json!({"name": "app"}), || {
+        RealCluster::logs_of(&[&api, &first])
+    });
+    let run = admin.queue_run(&ws);
     let object = run.to_ascii_lowercase();
     // The plan Pod exists (Pending: no node runs it) and the run is planning.
     let planning = eventually(Duration::from_secs(60), || {
