@@ -38,12 +38,7 @@ pub(super) enum Base {
 /// workspace has no head (written before heads, or by hand): then the index's current
 /// version.
 pub(super) fn base(idx: &Inner, ws: &Workspace) -> Base {
-    let head = StateHead::parse(
-        ws.annotations()
-            .get(ANNOTATION_STATE_HEAD)
-            .map(String::as_str),
-    );
-    if let Some(h) = head {
+    if let Some(h) = head_of(ws) {
         let status = idx
             .state_versions()
             .get(&h.id)
@@ -63,6 +58,15 @@ pub(super) fn base(idx: &Inner, ws: &Workspace) -> Base {
     Base::Known(
         idx.current_state_version(ws)
             .map(|v| (v.spec.serial, v.spec.lineage.clone(), v.spec.md5.clone())),
+    )
+}
+
+/// The workspace's state head, if it has one.
+fn head_of(ws: &Workspace) -> Option<StateHead> {
+    StateHead::parse(
+        ws.annotations()
+            .get(ANNOTATION_STATE_HEAD)
+            .map(String::as_str),
     )
 }
 
@@ -142,14 +146,7 @@ pub(super) async fn commit(
         let written = write::guarded_patch(&ws_api, live, |ws| {
             let (base, head) = match base(&state.index.read(), ws) {
                 Base::Settling(_) => return Err(ApiError::Unavailable("settling".into())),
-                Base::Known(b) => (
-                    b,
-                    StateHead::parse(
-                        ws.annotations()
-                            .get(ANNOTATION_STATE_HEAD)
-                            .map(String::as_str),
-                    ),
-                ),
+                Base::Known(b) => (b, head_of(ws)),
             };
             let locked_at = lock::locked_at(ws).and_then(|t| t.parse::<jiff::Timestamp>().ok());
             let verdict = state::check_commit(
