@@ -220,13 +220,15 @@ impl AppState {
         }
     }
 
-    /// Whether the caller may see `org`.
+    /// Whether the caller may see `org`. The namespaced check goes first: the caller's
+    /// rules in the namespace answer it, so a caller who may list its workspaces costs no
+    /// review of the (cluster-scoped) organization.
     pub async fn can_see_org(&self, caller: &Caller, org: &Organization) -> Result<bool, ApiError> {
         if self
             .auth
             .allowed(
                 caller,
-                &Check::cluster("get", "organizations", Some(&org.name_any())),
+                &Check::new("list", "workspaces", org.target_namespace(), None),
             )
             .await?
         {
@@ -235,7 +237,7 @@ impl AppState {
         self.auth
             .allowed(
                 caller,
-                &Check::new("list", "workspaces", org.target_namespace(), None),
+                &Check::cluster("get", "organizations", Some(&org.name_any())),
             )
             .await
     }

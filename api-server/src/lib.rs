@@ -177,9 +177,13 @@ pub fn router(state: AppState) -> Router {
 
 /// Starts the indexes and serves the API on `listener` until `shutdown` resolves, and
 /// `/metrics` (with `/healthz`, `/readyz`) on `settings.metrics_addr` when set.
+/// `callers` is a client of the same cluster with no credentials of its own: it sends
+/// each caller's rules review under the caller's token (see [`auth`]); without it every
+/// decision is a SubjectAccessReview.
 pub async fn serve(
     settings: Settings,
     client: kube::Client,
+    callers: Option<kube::Client>,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
@@ -194,6 +198,9 @@ pub async fn serve(
     };
     let shutdown = shutdown.boxed().shared();
     let state = AppState::new(settings, client);
+    if let Some(callers) = callers {
+        state.auth.review_rules_as_callers(callers);
+    }
     let metrics_task = metrics_listener.map(|l| {
         tokio::spawn(serve_metrics(
             state.metrics.clone(),

@@ -127,6 +127,11 @@ impl Metrics {
             "SubjectAccessReviews sent to the cluster (a round trip each; answers are cached briefly)",
             auth.access_reviews.clone(),
         );
+        registry.register(
+            "rules_reviews",
+            "SelfSubjectRulesReviews sent with callers' tokens (a round trip each per caller and namespace; answers are cached briefly)",
+            auth.rules_reviews.clone(),
+        );
         registry.register_collector(Box::new(IndexCollector { index }));
         Metrics {
             registry,

@@ -140,6 +140,9 @@ pub async fn harness(edition: Edition) -> Harness {
     };
     let own = chart_identity(&sim).await;
     let state = AppState::new(settings, own);
+    state
+        .auth
+        .review_rules_as_callers(sim.uncredentialed_client());
     let tasks = state.start().await;
     let h = Harness {
         token: sim.admin_token(),

@@ -389,6 +389,13 @@ impl Simulator {
         self.client_as(&self.shared.admin_token)
     }
 
+    /// A `kube::Client` talking to the router in-process with no credentials of its own:
+    /// each request is authenticated by the Authorization header it carries (none:
+    /// `system:anonymous`).
+    pub fn uncredentialed_client(&self) -> kube::Client {
+        kube::Client::new(self.router(), "default")
+    }
+
     /// A `kube::Client` talking to the router in-process with bearer `token` (a
     /// ServiceAccount's, so RBAC applies to what it does); default namespace `default`.
     pub fn client_as(&self, token: &str) -> kube::Client {

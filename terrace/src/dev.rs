@@ -262,6 +262,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     } else {
         let state = terrace_api_server::AppState::new(api_settings, client);
         state
+            .auth
+            .review_rules_as_callers(sim.uncredentialed_client());
+        state
             .metrics
             .also_expose(terrace_operator::metrics::encode_into);
         let index_tasks = state.start().await;

@@ -158,9 +158,22 @@ async fn operator(settings: terrace_operator::Settings) -> anyhow::Result<()> {
 }
 
 async fn api_server(settings: terrace_api_server::Settings) -> anyhow::Result<()> {
-    let client = kube::Client::try_default().await?;
+    let config = kube::Config::infer().await?;
+    let client = kube::Client::try_from(config.clone())?;
+    // The same cluster without the server's credentials: callers' rules reviews go out
+    // under the callers' own tokens.
+    let mut uncredentialed = config;
+    uncredentialed.auth_info = kube::config::AuthInfo::default();
+    let callers = kube::Client::try_from(uncredentialed)?;
     let listener = tokio::net::TcpListener::bind(settings.api_addr).await?;
     tracing::info!(addr = %listener.local_addr()?, "API server listening");
-    terrace_api_server::serve(settings, client, listener, signal::shutdown()).await?;
+    terrace_api_server::serve(
+        settings,
+        client,
+        Some(callers),
+        listener,
+        signal::shutdown(),
+    )
+    .await?;
     Ok(())
 }

@@ -6,7 +6,8 @@
 //!    Workspace object (budget ≤ 2x);
 //! 2. GET one workspace vs a raw GET of its object (≤ 1x);
 //! 3. a 20-workspace list page vs a raw paged list of 20 Workspace objects (≤ 1x);
-//! 4. authorization round trips (TokenReviews + SubjectAccessReviews, from kube-apiserver's
+//! 4. authorization round trips (TokenReviews, SubjectAccessReviews and
+//!    SelfSubjectRulesReviews, from kube-apiserver's
 //!    own `apiserver_request_total`) per request of a ServiceAccount bound to
 //!    `terrace-workspace-reader`, cold and warm (≤ 2);
 //! 5. objects the API server reads from storage per workspace create
@@ -27,37 +28,8 @@ use terrace_crds::{Workspace, WorkspaceSpec};
 use terrace_tests::bench::{env_usize, median};
 use terrace_tests::real::{RealCluster, eventually};
 
-/// The sum of a counter family of kube-apiserver's /metrics whose lines contain every
-/// one of `needles`.
-fn apiserver_counter(cluster: &RealCluster, name: &str, needles: &[&str]) -> f64 {
-    cluster
-        .kubectl_ok(&["get", "--raw", "/metrics"])
-        .lines()
-        .filter(|l| l.starts_with(name) && needles.iter().all(|n| l.contains(n)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
-/// Reviews the API server sent so far (TokenReviews and SubjectAccessReviews created).
-fn reviews(cluster: &RealCluster) -> f64 {
-    ["tokenreviews", "subjectaccessreviews"]
-        .iter()
-        .map(|r| {
-            apiserver_counter(
-                cluster,
-                "apiserver_request_total{",
-                &[&format!("resource=\"{r}\""), "verb=\"POST\""],
-            )
-        })
-        .sum()
-}
-
 fn fetched(cluster: &RealCluster) -> f64 {
-    apiserver_counter(
-        cluster,
-        "apiserver_storage_list_fetched_objects_total{",
-        &[],
-    )
+    cluster.apiserver_counter("apiserver_storage_list_fetched_objects_total{", &[])
 }
 
 fn workspace(name: &str) -> Workspace {
@@ -218,12 +190,12 @@ fn main() {
     ] {
         // Past the review caches' lifetime: cold.
         std::thread::sleep(terrace_api_server::auth::CACHE_TTL + Duration::from_secs(1));
-        let before = reviews(&cluster);
+        let before = cluster.reviews();
         assert_eq!(reader.get(&path).status, 200);
-        let cold = reviews(&cluster) - before;
-        let before = reviews(&cluster);
+        let cold = cluster.reviews() - before;
+        let before = cluster.reviews();
         assert_eq!(reader.get(&path).status, 200);
-        let warm = reviews(&cluster) - before;
+        let warm = cluster.reviews() - before;
         println!("authorization round trips, {what}: {cold} cold, {warm} warm (budget <= 2)");
     }
 

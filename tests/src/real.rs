@@ -223,6 +223,34 @@ impl RealCluster {
         )
     }
 
+    /// The sum of a counter family of kube-apiserver's /metrics whose lines contain every
+    /// one of `needles`.
+    pub fn apiserver_counter(&self, name: &str, needles: &[&str]) -> f64 {
+        self.kubectl_ok(&["get", "--raw", "/metrics"])
+            .lines()
+            .filter(|l| l.starts_with(name) && needles.iter().all(|n| l.contains(n)))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    /// Authorization round trips sent to kube-apiserver so far, by anyone: TokenReviews,
+    /// SubjectAccessReviews and SelfSubjectRulesReviews created.
+    pub fn reviews(&self) -> f64 {
+        [
+            "tokenreviews",
+            "subjectaccessreviews",
+            "selfsubjectrulesreviews",
+        ]
+        .iter()
+        .map(|r| {
+            self.apiserver_counter(
+                "apiserver_request_total{",
+                &[&format!("resource=\"{r}\""), "verb=\"POST\""],
+            )
+        })
+        .sum()
+    }
+
     /// The JSON:API at `url` with the admin's token.
     pub fn admin(&self, url: &str) -> Api {
         Api::at(url, Some(&self.admin_token))

@@ -573,4 +573,48 @@ mod tests {
             "two reviews per permission checked: {cost:?}"
         );
     }
+
+    /// A request costs at most two authorization round trips with cold caches, a
+    /// TokenReview and one rules review of the namespace, whatever it renders: a page of
+    /// 20 workspaces and a GET, for a reader whose role denies most permission flags
+    /// (issue 25: 185 and 12). Warm, none.
+    #[tokio::test]
+    async fn a_request_costs_at_most_two_authorization_round_trips() {
+        use crate::testing::{harness, rule};
+        let h = harness(crate::Edition::SelfHosted).await;
+        for i in 0..20 {
+            h.workspace(&format!("ws-RoundTrip{i:08}"), &format!("w{i:02}"), |_| {})
+                .await;
+        }
+        let auth = &h.state.auth;
+        let trips =
+            || auth.token_reviews.get() + auth.access_reviews.get() + auth.rules_reviews.get();
+        let reader = vec![rule(&["get", "list"], &["workspaces", "projects"])];
+        for path in [
+            "/api/v2/organizations/acme/workspaces?page%5Bsize%5D=20",
+            "/api/v2/workspaces/ws-RoundTrip00000007",
+            "/api/v2/organizations/acme/workspaces/w03",
+        ] {
+            let token = h.token_with_role(Some(reader.clone())).await;
+            let before = trips();
+            let (st, doc) = h.call_as(&token, "GET", path, None).await;
+            assert_eq!(st, 200, "{path}: {doc}");
+            assert!(
+                trips() - before <= 2,
+                "{path}: {} round trips cold",
+                trips() - before
+            );
+            let flags = if doc["data"].is_array() {
+                doc["data"][0]["attributes"]["permissions"].clone()
+            } else {
+                doc["data"]["attributes"]["permissions"].clone()
+            };
+            assert_eq!(flags["can-update"], false, "{path}: {flags}");
+            assert_eq!(flags["can-queue-run"], false, "{path}: {flags}");
+            let before = trips();
+            let (st, _) = h.call_as(&token, "GET", path, None).await;
+            assert_eq!(st, 200);
+            assert_eq!(trips() - before, 0, "{path}: warm");
+        }
+    }
 }
