@@ -23,6 +23,7 @@ use terrace_crds::{
 };
 
 use crate::auth::{Caller, Check};
+use crate::confirm;
 use crate::index::{Indexed, Inner};
 use crate::render::id_of;
 use crate::{ApiError, AppState};
@@ -83,6 +84,10 @@ pub trait Guarded: Indexed {
         ApiError::not_found(format!("{} not found", Self::NOUN))
     }
 
+    /// Whether each object's API name is claimed by a name-claim ConfigMap (workspaces),
+    /// so a read by name that misses the index can be confirmed with the cluster.
+    const NAMES_CLAIMED: bool = false;
+
     /// The object of namespace `ns` whose API name is `name`, for kinds addressed by
     /// organization and name.
     fn by_name<'a>(_inner: &'a Inner, _ns: &str, _name: &str) -> Option<&'a Arc<Self>> {
@@ -93,6 +98,7 @@ pub trait Guarded: Indexed {
 impl Guarded for Workspace {
     const RESOURCE: &'static str = "workspaces";
     const NOUN: &'static str = "workspace";
+    const NAMES_CLAIMED: bool = true;
     fn by_name<'a>(inner: &'a Inner, ns: &str, name: &str) -> Option<&'a Arc<Self>> {
         inner.workspace_named(ns, name)
     }
@@ -197,12 +203,17 @@ impl AppState {
     }
 
     /// The organization whose TFE name is `name` (404 when unknown), whatever the caller.
-    pub fn org(&self, name: &str) -> Result<Arc<Organization>, ApiError> {
-        self.index
-            .read()
-            .organization(name)
-            .cloned()
-            .ok_or_else(org_not_found)
+    /// A miss is confirmed with the cluster ([`confirm`]): an organization created through
+    /// another replica is found.
+    pub async fn org(&self, name: &str) -> Result<Arc<Organization>, ApiError> {
+        let lookup = || self.index.read().organization(name).cloned();
+        if let Some(org) = lookup() {
+            return Ok(org);
+        }
+        if confirm::organization(self, name).await {
+            return lookup().ok_or_else(org_not_found);
+        }
+        Err(org_not_found())
     }
 
     /// The organization `name` if the caller may see it (`get` on it, or `list`
@@ -212,7 +223,7 @@ impl AppState {
         caller: &Caller,
         name: &str,
     ) -> Result<Arc<Organization>, ApiError> {
-        let org = self.org(name)?;
+        let org = self.org(name).await?;
         if self.can_see_org(caller, &org).await? {
             Ok(org)
         } else {
@@ -249,13 +260,20 @@ impl AppState {
         located(&idx, obj)
     }
 
-    /// The object with this ID if the caller may read it (`get` on it); 404 otherwise.
+    /// The object with this ID if the caller may read it (`get` on it); 404 otherwise. A
+    /// miss is confirmed with the cluster ([`confirm`]): an object written through another
+    /// replica is found.
     pub async fn readable<K: Guarded>(
         &self,
         caller: &Caller,
         id: &str,
     ) -> Result<Located<K>, ApiError> {
-        self.if_readable(caller, self.locate::<K>(id)).await
+        let found = match self.locate::<K>(id) {
+            Some(l) => Some(l),
+            None if confirm::by_id::<K>(self, id).await => self.locate::<K>(id),
+            None => None,
+        };
+        self.if_readable(caller, found).await
     }
 
     /// The object found, if the caller may read it (`get` on it); 404 otherwise, as when
@@ -280,11 +298,17 @@ impl AppState {
         org: &str,
         name: &str,
     ) -> Result<Located<K>, ApiError> {
-        let found = {
+        let ns = self.org(org).await?.target_namespace().to_owned();
+        let lookup = || {
             let idx = self.index.read();
-            idx.organization(org)
-                .and_then(|org| K::by_name(&idx, org.target_namespace(), name))
-                .and_then(|obj| located(&idx, obj.clone()))
+            K::by_name(&idx, &ns, name).and_then(|obj| located(&idx, obj.clone()))
+        };
+        let found = match lookup() {
+            Some(l) => Some(l),
+            None if K::NAMES_CLAIMED && confirm::workspace_by_name(self, &ns, name).await => {
+                lookup()
+            }
+            None => None,
         };
         self.if_readable(caller, found).await
     }

@@ -40,6 +40,7 @@ pub mod auth;
 pub mod blobs;
 pub mod body;
 pub mod capability;
+pub mod confirm;
 pub mod discovery;
 pub mod documents;
 pub mod error;

@@ -41,6 +41,8 @@ pub struct Harness {
     pub admin: kube::Client,
     /// The bearer token of a cluster admin, as a caller of the API.
     pub token: String,
+    /// The API server's own client (the chart's identity).
+    own: kube::Client,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -139,7 +141,7 @@ pub async fn harness(edition: Edition) -> Harness {
         ..Default::default()
     };
     let own = chart_identity(&sim).await;
-    let state = AppState::new(settings, own);
+    let state = AppState::new(settings, own.clone());
     state
         .auth
         .review_rules_as_callers(sim.uncredentialed_client());
@@ -147,6 +149,7 @@ pub async fn harness(edition: Edition) -> Harness {
     let h = Harness {
         token: sim.admin_token(),
         admin: client,
+        own,
         _sim: sim,
         state,
         tasks,
@@ -245,32 +248,56 @@ impl Harness {
         uri: &str,
         body: Option<Value>,
     ) -> (u16, Value) {
-        let mut req = Request::builder()
-            .method(method)
-            .uri(uri)
-            .header("authorization", format!("Bearer {token}"));
-        let body = match body {
-            Some(b) => {
-                req = req.header("content-type", "application/vnd.api+json");
-                Body::from(b.to_string())
-            }
-            None => Body::empty(),
-        };
-        let req = req.body(body).unwrap_or_else(|e| panic!("request: {e}"));
-        let resp = send(&self.state, req).await;
-        let status = resp.status().as_u16();
-        let bytes = resp
-            .into_body()
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .unwrap_or_default();
-        (
-            status,
-            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-        )
+        call_on(&self.state, token, method, uri, body).await
     }
 
+    /// A second API server replica over the same cluster, with the chart's identity and
+    /// an index of its own whose watches are not started ([`crate::index::Index::spawn_watches`]
+    /// starts them): a replica whose watch has not delivered yet.
+    pub async fn replica_not_watching(&self) -> AppState {
+        let state = AppState::new(Settings::default(), self.own.clone());
+        state
+            .auth
+            .review_rules_as_callers(self._sim.uncredentialed_client());
+        state
+    }
+}
+
+/// One request to the server of `state` with `token`: its status and JSON body.
+pub async fn call_on(
+    state: &AppState,
+    token: &str,
+    method: &str,
+    uri: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut req = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("authorization", format!("Bearer {token}"));
+    let body = match body {
+        Some(b) => {
+            req = req.header("content-type", "application/vnd.api+json");
+            Body::from(b.to_string())
+        }
+        None => Body::empty(),
+    };
+    let req = req.body(body).unwrap_or_else(|e| panic!("request: {e}"));
+    let resp = send(state, req).await;
+    let status = resp.status().as_u16();
+    let bytes = resp
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+impl Harness {
     /// The token of a new ServiceAccount of `acme` bound to a Role with `rules`
     /// (`None`: no binding at all).
     pub async fn token_with_role(&self, rules: Option<Vec<PolicyRule>>) -> String {

@@ -253,8 +253,14 @@ where
 
 /// Waits (bounded) until the index holds `o` at least at its resourceVersion.
 pub async fn wait_seen<K: Indexed>(state: &AppState, o: &K) {
-    let key = K::key(o.meta());
-    let rv = o.meta().resource_version.clone().unwrap_or_default();
+    wait_seen_meta::<K>(state, o.meta()).await;
+}
+
+/// Waits (bounded) until the index holds the object of kind `K` of `meta` at least at
+/// its resourceVersion; whether it does.
+pub async fn wait_seen_meta<K: Indexed>(state: &AppState, meta: &ObjectMeta) -> bool {
+    let key = K::key(meta);
+    let rv = meta.resource_version.clone().unwrap_or_default();
     let seen = state
         .index
         .wait_until(INDEX_WAIT, |i| {
@@ -265,6 +271,7 @@ pub async fn wait_seen<K: Indexed>(state: &AppState, o: &K) {
     if !seen {
         tracing::warn!(kind = K::NAME, %key, %rv, "index did not catch up with a write in time");
     }
+    seen
 }
 
 /// Waits (bounded) until the index no longer holds the object with this key.

@@ -234,6 +234,20 @@ impl WorkspaceSpec {
     }
 }
 
+/// The name of the ConfigMap that claims workspace name `name` in its organization's
+/// namespace (a hash of the lowercased name): the API server creates it before the
+/// workspace, so of concurrent creates of one name exactly one wins. Its data holds
+/// `name` and `workspace-id`.
+pub fn name_claim(name: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(name.to_ascii_lowercase().as_bytes());
+    let hex: String = digest.iter().take(12).map(|b| format!("{b:02x}")).collect();
+    format!("terrace-wsname-{hex}")
+}
+
+/// The data key of a name claim that holds the workspace's ID.
+pub const CLAIM_WORKSPACE_ID: &str = "workspace-id";
+
 #[cfg(test)]
 mod tests {
     use super::*;

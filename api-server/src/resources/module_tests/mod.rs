@@ -91,7 +91,7 @@ pub(crate) async fn locate(
     verb: &'static str,
     resource: &'static str,
 ) -> Result<Module, ApiError> {
-    let org = state.org(org)?;
+    let org = state.org(org).await?;
     if namespace != org.tfe_name() {
         return Err(module_not_found());
     }

@@ -67,7 +67,7 @@ async fn org_checked(
     org: &str,
     verb: &'static str,
 ) -> Result<Arc<Organization>, ApiError> {
-    let o = state.org(org)?;
+    let o = state.org(org).await?;
     let ok = state
         .allowed(
             caller,

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions};
-use sha2::{Digest, Sha256};
 use terrace_crds::Workspace;
+use terrace_crds::resources::CLAIM_WORKSPACE_ID;
 
 use crate::prelude::*;
 
@@ -20,9 +20,7 @@ pub const LABEL_CLAIM: &str = "terrace.dev/claim";
 const STALE_CLAIM: Duration = Duration::from_secs(30);
 
 fn claim_name(name: &str) -> String {
-    let digest = Sha256::digest(name.to_ascii_lowercase().as_bytes());
-    let hex: String = digest.iter().take(12).map(|b| format!("{b:02x}")).collect();
-    format!("terrace-wsname-{hex}")
+    terrace_crds::resources::name_claim(name)
 }
 
 /// 422: the name belongs to another workspace of the organization.
@@ -44,7 +42,7 @@ pub async fn claim(state: &AppState, ns: &str, name: &str, id: &str) -> Result<(
         },
         data: Some(BTreeMap::from([
             ("name".to_owned(), name.to_owned()),
-            ("workspace-id".to_owned(), id.to_owned()),
+            (CLAIM_WORKSPACE_ID.to_owned(), id.to_owned()),
         ])),
         ..Default::default()
     };
@@ -57,7 +55,7 @@ pub async fn claim(state: &AppState, ns: &str, name: &str, id: &str) -> Result<(
                 let holder = existing
                     .data
                     .as_ref()
-                    .and_then(|d| d.get("workspace-id"))
+                    .and_then(|d| d.get(CLAIM_WORKSPACE_ID))
                     .cloned()
                     .unwrap_or_default();
                 let owned = existing
@@ -100,7 +98,7 @@ pub async fn release(state: &AppState, ns: &str, name: &str, id: &str) {
         && cm
             .data
             .as_ref()
-            .and_then(|d| d.get("workspace-id"))
+            .and_then(|d| d.get(CLAIM_WORKSPACE_ID))
             .map(String::as_str)
             == Some(id)
     {
