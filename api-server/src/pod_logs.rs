@@ -7,7 +7,7 @@
 //! Like TFE's log endpoint the text is framed by STX (0x02) at the start and, once final,
 //! ETX (0x03) at the end: go-tfe's log reader stops on that frame. It asks for
 //! `?limit=N&offset=M` byte windows, which are cut from the framed text. Without Pod or
-//! archive the log reads as empty.
+//! archive the log reads as empty, but for the line saying what the Pod waited for.
 
 use axum::http::header;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -97,10 +97,15 @@ fn number(q: &QueryParams, name: &str) -> Result<Option<usize>, ApiError> {
 
 /// The framed `limit`/`offset` window (of `q`) of the log of Pod `pod` in `ns`; `finished`:
 /// the run (or phase) is final, so the archive is read first and ETX ends the text.
+/// `wait_note` (the run's `waitNote`: what its Pod first waited for, "waiting for a node:
+/// …") is the first line, `terrace: <note>`, so a CLI following a run whose Pod no node
+/// takes says why nothing happens. It is written once and never changes, so the byte
+/// offsets a reader has consumed stay valid when the Pod's own output follows.
 pub async fn respond(
     client: &kube::Client,
     ns: &str,
     pod: Option<&str>,
+    wait_note: Option<&str>,
     finished: bool,
     q: &QueryParams,
 ) -> Result<Response, ApiError> {
@@ -118,6 +123,9 @@ pub async fn respond(
     };
     let mut framed = Vec::with_capacity(output.len() + 2);
     framed.push(STX);
+    if let Some(note) = wait_note {
+        framed.extend_from_slice(format!("terrace: {note}\n").as_bytes());
+    }
     framed.extend_from_slice(&output);
     if finished {
         framed.push(ETX);

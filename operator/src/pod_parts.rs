@@ -254,16 +254,32 @@ pub(crate) fn pod_spec(
 /// The prefix of the status message of a run whose Pod waits for a node.
 pub const WAITING_FOR_NODE: &str = "waiting for a node";
 
+/// Where a run keeps the first thing its Pod waited for (`waitNote`), and whether it has
+/// one already.
+#[derive(Clone, Copy, Debug)]
+pub struct WaitNote {
+    /// The status field holding `waitNote`: `None` for the status itself (test runs),
+    /// `Some("plan")` / `Some("apply")` for a run's phase.
+    pub under: Option<&'static str>,
+    /// The note is written already (it is never rewritten: the log starts with it).
+    pub written: bool,
+}
+
 /// Shows in a run's (or test run's) `status.message` what its Pod waits for (`waiting`:
 /// "waiting for a node: …", see [`crate::testrun::observe::PodState::waiting`]), or clears
 /// that message once the Pod no longer waits. The run's state stays; only the message
 /// changes, so `kubectl get` and the API say why a run shows no progress. `current` is
-/// the run's message now.
+/// the run's message now. Once the Pod has waited a while (`waited`, see
+/// [`crate::testrun::observe::WAIT_NOTE_AFTER`]), the message is also kept as the
+/// `waitNote` of `note`, which the API server serves as the first line of the log the CLI
+/// reads.
 pub async fn note_waiting<K>(
     client: &kube::Client,
     run: &K,
     current: Option<&str>,
     waiting: Option<&str>,
+    waited: Option<&str>,
+    note: WaitNote,
 ) -> Result<(), Error>
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
@@ -276,10 +292,18 @@ where
         None if current.is_some_and(|m| m.starts_with(WAITING_FOR_NODE)) => None,
         None => return Ok(()),
     };
-    if current == wanted {
+    let first = waited.filter(|_| !note.written);
+    if current == wanted && first.is_none() {
         return Ok(());
     }
-    patch_status_guarded(client, run, serde_json::json!({"message": wanted})).await?;
+    let mut status = serde_json::json!({"message": wanted});
+    if let Some(w) = first {
+        match note.under {
+            Some(phase) => status[phase] = serde_json::json!({"waitNote": w}),
+            None => status["waitNote"] = serde_json::json!(w),
+        }
+    }
+    patch_status_guarded(client, run, status).await?;
     Ok(())
 }
 

@@ -331,7 +331,8 @@ async fn a_pod_no_node_takes_is_named_then_times_out() -> R {
     let (sim, client) = common::cluster(false).await?;
     let settings = terrace_operator::Settings {
         api_internal_url: "http://api.test:8080".into(),
-        pod_start_timeout: std::time::Duration::from_secs(3),
+        // Past the wait after which the log keeps a note (5 s).
+        pod_start_timeout: std::time::Duration::from_secs(9),
         ..Default::default()
     };
     let _stop = common::operator(&sim, settings).await?;
@@ -366,6 +367,15 @@ async fn a_pod_no_node_takes_is_named_then_times_out() -> R {
     })
     .await?;
     assert_eq!(status_of(&waiting).0.as_deref(), Some("planning"));
+    // The first wait is kept for the head of the plan's log.
+    let noted = eventually("the plan keeps what its Pod waited for", || async {
+        runs.get(&run.name_any())
+            .await
+            .ok()
+            .and_then(|r| r.status?.plan.wait_note)
+    })
+    .await?;
+    assert_eq!(noted, format!("waiting for a node: {why}"));
     let ended = eventually("the run errored after the start timeout", || async {
         runs.get(&run.name_any())
             .await
@@ -373,10 +383,16 @@ async fn a_pod_no_node_takes_is_named_then_times_out() -> R {
             .filter(|r| status_of(r).0.as_deref() == Some("errored"))
     })
     .await?;
-    let message = ended.status.and_then(|s| s.message).unwrap_or_default();
+    let status = ended.status.unwrap_or_default();
+    let message = status.message.unwrap_or_default();
     assert!(
         message.contains("did not start within") && message.contains(why),
         "{message}"
+    );
+    assert_eq!(
+        status.plan.wait_note,
+        Some(noted),
+        "the note is never rewritten"
     );
     Ok(())
 }

@@ -131,6 +131,22 @@ fn workspaces_projects_locks_tags_keys_modules_and_rbac() {
         "the test run does not say it waits for a node\n{}",
         logs()
     );
+    // So does its log, which `terraform test -cloud-run` follows.
+    let log_url = created.body["data"]["attributes"]["log-read-url"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let path = log_url.strip_prefix(url.as_str()).unwrap_or(&log_url);
+    let anonymous = Api::at(&url, None);
+    let log = eventually(Duration::from_secs(30), || {
+        let (status, log) = anonymous.get_text(path);
+        (status == 200 && log.starts_with("\u{2}terrace: waiting for a node: ")).then_some(())
+    });
+    assert!(
+        log.is_some(),
+        "the test run's log while its Pod waits: {:?}",
+        anonymous.get_text(path)
+    );
 
     // The chart's user roles decide: a reader reads and may not lock (404, SPEC B7); a
     // locker locks.

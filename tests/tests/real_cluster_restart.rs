@@ -65,6 +65,24 @@ fn a_run_in_flight_survives_an_operator_restart() {
         "the run does not say what it waits for: {:?}",
         run_state(&cluster, &org, &object)
     );
+    // So does the plan's log, which the CLI follows.
+    let plan = admin.get(&format!("/api/v2/runs/{run}/plan"));
+    let log_url = plan.body["data"]["attributes"]["log-read-url"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let path = log_url.strip_prefix(url.as_str()).unwrap_or(&log_url);
+    let want = "\u{2}terrace: waiting for a node: the Pod is not scheduled yet\n";
+    let anonymous = terrace_tests::Api::at(&url, None);
+    let log = eventually(Duration::from_secs(30), || {
+        let (status, log) = anonymous.get_text(path);
+        (status == 200 && log == want).then_some(())
+    });
+    assert!(
+        log.is_some(),
+        "the plan's log while its Pod waits: {:?}",
+        anonymous.get_text(path)
+    );
 
     // A restart: the first operator goes (without handing its lease over), another takes
     // over once the lease expires.

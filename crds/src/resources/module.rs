@@ -291,6 +291,9 @@ kind_status! {
         pub force_cancel_requested_at: Option<String>,
         /// Name of the Pod running the tests.
         pub pod_name: Option<String>,
+        /// What the Pod first waited for before it could start (`waiting for a node: …`),
+        /// kept once seen: the first line of the run's log.
+        pub wait_note: Option<String>,
         /// Human-readable reason of the current state (for example why the run errored).
         pub message: Option<String>,
     }

@@ -94,6 +94,9 @@ crd_struct! {
         pub finished_at: Option<String>,
         /// The Pod that runs (ran) this phase.
         pub pod_name: Option<String>,
+        /// What the phase's Pod first waited for before it could start (`waiting for a
+        /// node: …`), kept once seen: the first line of the phase's log.
+        pub wait_note: Option<String>,
     }
 }
 

@@ -333,8 +333,25 @@ async fn reconcile(run: Arc<Run>, ctx: Arc<RunContext>) -> Result<Action, Error>
         return Ok(Action::requeue(Duration::from_millis(200)));
     }
     if let PodObs::Present(p) = &obs {
-        let message = run.status.as_ref().and_then(|s| s.message.as_deref());
-        crate::pod_parts::note_waiting(client, run.as_ref(), message, p.waiting.as_deref()).await?;
+        let status = run.status.as_ref();
+        let message = status.and_then(|s| s.message.as_deref());
+        let (under, phase_status) = match phase {
+            Phase::Plan => ("plan", status.map(|s| &s.plan)),
+            Phase::Apply => ("apply", status.map(|s| &s.apply)),
+        };
+        let note = crate::pod_parts::WaitNote {
+            under: Some(under),
+            written: phase_status.is_some_and(|s| s.wait_note.is_some()),
+        };
+        crate::pod_parts::note_waiting(
+            client,
+            run.as_ref(),
+            message,
+            p.waiting.as_deref(),
+            p.waited.as_deref(),
+            note,
+        )
+        .await?;
         if p.waiting.is_some() {
             // Looked at again soon: the start timeout is measured on reconciles.
             return Ok(Action::requeue(WAITING_RECHECK));

@@ -286,11 +286,17 @@ async fn reconcile(run: Arc<TestRun>, ctx: Arc<RunContext>) -> Result<Action, Er
     // A Pod no node took: the test run says so (it reads queued until the Pod starts).
     if !final_now && let PodObs::Present(p) = &obs {
         let message = run.status.as_ref().and_then(|s| s.message.as_deref());
+        let note = crate::pod_parts::WaitNote {
+            under: None,
+            written: run.status.as_ref().is_some_and(|s| s.wait_note.is_some()),
+        };
         crate::pod_parts::note_waiting(
             &ctx.base.client,
             run.as_ref(),
             message,
             p.waiting.as_deref(),
+            p.waited.as_deref(),
+            note,
         )
         .await?;
         if p.waiting.is_some() {

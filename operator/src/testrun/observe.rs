@@ -68,6 +68,9 @@ pub struct PodState {
     /// What the Pod waits for before it can start: "waiting for a node: <the scheduler's
     /// reason>" while no node took it.
     pub waiting: Option<String>,
+    /// `waiting`, once the Pod has waited longer than [`WAIT_NOTE_AFTER`]: worth keeping
+    /// in the run's log (a Pod a scheduler takes at once never gets there).
+    pub waited: Option<String>,
 }
 
 impl PodState {
@@ -103,6 +106,9 @@ fn waiting_failure(cs: &ContainerStatus) -> Option<String> {
 pub fn observe_pod(pod: Option<&Pod>, run_uid: &str, now: Timestamp) -> PodObs {
     observe_pod_as(pod, run_uid, now, "test Pod", NO_START_TIMEOUT)
 }
+
+/// How long a Pod waits for a node before the wait is kept in its run's log (`waitNote`).
+pub const WAIT_NOTE_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A start timeout that never ends.
 pub const NO_START_TIMEOUT: std::time::Duration = std::time::Duration::MAX;
@@ -236,6 +242,9 @@ pub fn observe_pod_as(
         );
     }
     let waiting = waiting_for_node(pod);
+    let waited = waiting
+        .clone()
+        .filter(|_| waited_past(pod, WAIT_NOTE_AFTER, now));
     if let Some(w) = &waiting
         && let Some(created) = pod.metadata.creation_timestamp.as_ref()
         && let Ok(timeout) = SignedDuration::try_from(start_timeout)
@@ -263,7 +272,17 @@ pub fn observe_pod_as(
         engine,
         failure,
         waiting,
+        waited,
     })
+}
+
+/// Whether Pod `pod` was created more than `after` before `now`.
+fn waited_past(pod: &Pod, after: std::time::Duration, now: Timestamp) -> bool {
+    pod.metadata
+        .creation_timestamp
+        .as_ref()
+        .zip(SignedDuration::try_from(after).ok())
+        .is_some_and(|(created, after)| created.0.checked_add(after).is_ok_and(|t| t < now))
 }
 
 #[cfg(test)]

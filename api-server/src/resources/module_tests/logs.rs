@@ -94,9 +94,11 @@ async fn respond(
     q: &QueryParams,
 ) -> Result<Response, ApiError> {
     let ns = r.namespace().unwrap_or_default();
-    let pod = r.status.as_ref().and_then(|s| s.pod_name.clone());
+    let status = r.status.as_ref();
+    let pod = status.and_then(|s| s.pod_name.as_deref());
+    let note = status.and_then(|s| s.wait_note.as_deref());
     let finished = TestRunState::of(r.status.as_ref()).is_ok_and(TestRunState::is_final);
-    pod_logs::respond(&state.client, &ns, pod.as_deref(), finished, q).await
+    pod_logs::respond(&state.client, &ns, pod, note, finished, q).await
 }
 
 #[cfg(test)]

@@ -686,14 +686,22 @@ async fn log(
     let st = r.status.clone().unwrap_or_default();
     let s = state_of(&r);
     let reached = crate::documents::runs::reached_apply(&r);
-    let (pod, status) = if phase_id.starts_with("plan-") {
-        (st.plan.pod_name, s.plan_status(reached))
+    let (phase, status) = if phase_id.starts_with("plan-") {
+        (st.plan, s.plan_status(reached))
     } else {
-        (st.apply.pod_name, s.apply_status(reached))
+        (st.apply, s.apply_status(reached))
     };
     let finished = matches!(status, "finished" | "errored" | "canceled" | "unreachable");
     let ns = r.namespace().unwrap_or_default();
-    crate::pod_logs::respond(&state.client, &ns, pod.as_deref(), finished, &q).await
+    crate::pod_logs::respond(
+        &state.client,
+        &ns,
+        phase.pod_name.as_deref(),
+        phase.wait_note.as_deref(),
+        finished,
+        &q,
+    )
+    .await
 }
 
 /// The organization's runs waiting or running (`GET /organizations/:org/runs/queue`).
