@@ -23,5 +23,6 @@ pub mod run;
 pub mod state;
 pub mod testoutput;
 pub mod testrun;
+pub mod watch;
 
 pub use resources::*;

@@ -354,15 +354,21 @@ where
 /// for as long as the operator runs (issue 17).
 pub const RECONCILE_CONCURRENCY: u16 = 32;
 
-/// `controller` with the operator's settings: [`RECONCILE_CONCURRENCY`].
+/// `controller` with the operator's settings: [`RECONCILE_CONCURRENCY`] and the watch retry
+/// policy [`terrace_crds::watch::WatchBackoff`].
 pub fn bounded<K>(controller: kube::runtime::Controller<K>) -> kube::runtime::Controller<K>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone,
 {
-    controller.with_config(
-        kube::runtime::controller::Config::default().concurrency(RECONCILE_CONCURRENCY),
-    )
+    controller
+        .with_config(
+            kube::runtime::controller::Config::default().concurrency(RECONCILE_CONCURRENCY),
+        )
+        // Watches resume at once after an error (410 Gone, an API server restart), then
+        // within a second: kube's default took 20-30 s to see an object applied after a
+        // restart.
+        .trigger_backoff(terrace_crds::watch::WatchBackoff::default())
 }
 
 /// Runs a controller to its end (at most [`RECONCILE_CONCURRENCY`]

@@ -116,7 +116,11 @@ impl Component {
         let child = Command::new(terrace_bin())
             .args(args)
             .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", "info")
+            // `TERRACE_TIER_LOG` (a tracing filter) to look closer; info by default.
+            .env(
+                "RUST_LOG",
+                std::env::var("TERRACE_TIER_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log file"))
