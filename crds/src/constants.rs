@@ -54,10 +54,11 @@ pub const DEFAULT_AUTO_TEST_RUN_DELAY: &str = "5s";
 /// cloud`): a test run it creates has the source `engine`.
 pub const HEADER_TERRAFORM_INTEGRATION: &str = "x-terraform-integration";
 
-/// Annotation on a sensitive WorkspaceVariable: a random token the API server writes with
-/// each new value it puts in the variable's Secret, so the variable's `version-id` (see
-/// `WorkspaceVariableSpec::version_id`) changes with the value without the value (or a
-/// digest of it) ever being stored outside the Secret.
+/// Annotation on a WorkspaceVariable: a random token the API server writes with every
+/// update through the API (and with each new value it puts in a sensitive variable's
+/// Secret), so the variable's `version-id` (see `WorkspaceVariableSpec::version_id`) is
+/// new after every update, as TFE's is, and changes with a sensitive value without the
+/// value (or a digest of it) ever being stored outside the Secret.
 pub const ANNOTATION_VALUE_REVISION: &str = "terrace.dev/value-revision";
 /// Key of the value in the Secret of a sensitive variable created through the API.
 pub const VARIABLE_SECRET_KEY: &str = "value";

@@ -453,10 +453,12 @@ pub fn validate_test_variable_category(category: Option<&str>) -> Result<(), Rul
     }
 }
 
-/// Workspace variable keys of category `terraform`: an identifier of the configuration
-/// language (a letter or underscore, then letters, digits, underscores, dashes). Also the
-/// CRD `pattern` of `WorkspaceVariable.spec.key`.
-pub const TERRAFORM_VARIABLE_KEY_PATTERN: &str = r"^[A-Za-z_][A-Za-z0-9_-]*$";
+/// Workspace variable keys of category `terraform`: letters, digits, underscores and
+/// dashes. HCP Terraform accepts a key that begins with a digit (go-tfe's own tests use
+/// UUIDs as keys), so terrace does too; such a variable is set, but a configuration
+/// cannot declare or reference it (the language's identifiers begin with a letter or an
+/// underscore). Also the CRD `pattern` of `WorkspaceVariable.spec.key`.
+pub const TERRAFORM_VARIABLE_KEY_PATTERN: &str = r"^[A-Za-z0-9_][A-Za-z0-9_-]*$";
 /// Workspace variable keys of category `env`: a portable environment variable name (a
 /// letter or underscore, then letters, digits, underscores). Also a CEL rule of the CRD.
 pub const ENV_VARIABLE_KEY_PATTERN: &str = r"^[A-Za-z_][A-Za-z0-9_]*$";
@@ -505,7 +507,8 @@ impl VariableCategory {
 }
 
 /// A workspace variable's `key` in its category: required; a Terraform variable's key is
-/// an identifier ([`TERRAFORM_VARIABLE_KEY_PATTERN`]), an environment variable's a
+/// letters, digits, underscores and dashes ([`TERRAFORM_VARIABLE_KEY_PATTERN`]), an
+/// environment variable's a
 /// portable variable name ([`ENV_VARIABLE_KEY_PATTERN`]).
 pub fn validate_workspace_variable_key(
     key: &str,
@@ -518,7 +521,7 @@ pub fn validate_workspace_variable_key(
         VariableCategory::Terraform if !TERRAFORM_VARIABLE_KEY.is_match(key) => {
             Err(RuleViolation::new(
                 "key",
-                "must begin with a letter or underscore and contain only letters, numbers, dashes and underscores",
+                "must contain only letters, numbers, dashes and underscores",
             ))
         }
         VariableCategory::Env if !ENV_VARIABLE_KEY.is_match(key) => Err(RuleViolation::new(

@@ -113,3 +113,24 @@ def test_unknown_and_unreadable_workspaces_are_404(tfe, tfe_with_token, token_fo
     locker = tfe_with_token(token_for("terrace-workspace-locker"))
     with pytest.raises(NotFound):
         list(locker.variables.list(ws.id))
+
+
+def test_keys_as_hcp_accepts_them_and_a_new_version_on_every_update(tfe, raw, make_workspace):
+    """Issue 26: a terraform variable's key may begin with a digit (go-tfe's own tests use
+    UUIDs as keys; HCP Terraform accepts them), an env variable's may not; every update
+    issues a new `version-id`, even one that changes nothing, as TFE's does."""
+    ws = make_workspace("vars")
+    key = "3f2b1c9e-7d4a-4b8e-9c1d-2e3f4a5b6c7d"
+    v = tfe.variables.create(ws.id, VariableCreateOptions(key=key, value="x", category=CategoryType.TERRAFORM))
+    assert v.key == key
+    with pytest.raises(TFEError) as err:
+        tfe.variables.create(ws.id, VariableCreateOptions(key="1abc", value="x", category=CategoryType.ENV))
+    assert _status(err.value) == 422
+    path = f"/api/v2/workspaces/{ws.id}/vars/{v.id}"
+    versions = [raw.request("GET", path).json["data"]["attributes"]["version-id"]]
+    for _ in range(2):
+        r = raw.request("PATCH", path, body={"data": {"id": v.id, "type": "vars", "attributes": {"value": "x"}}})
+        assert r.status == 200, r.body
+        versions.append(r.json["data"]["attributes"]["version-id"])
+    assert len(set(versions)) == 3, versions
+    assert raw.request("GET", path).json["data"]["attributes"]["version-id"] == versions[-1]

@@ -14,7 +14,8 @@
 //! description of at most 512 characters. A sensitive value is written into a Secret owned
 //! by the variable (`spec.valueFrom` points at it); no response shows it (the value reads
 //! as `null`), and a sensitive variable cannot become non-sensitive. `version-id` is a
-//! digest of the variable (`WorkspaceVariableSpec::version_id`), so it changes with every
+//! digest of the variable and a revision token written by every update
+//! (`WorkspaceVariableSpec::version_id`), so it changes with every
 //! update, a new sensitive value included (through the `terrace.dev/value-revision`
 //! annotation).
 //!
@@ -442,7 +443,9 @@ async fn update_in(
         )
         .await?;
     }
-    let revision = new_secret_value.is_some().then(new_revision);
+    // Every update is a new version (TFE issues a new `version-id` even when nothing
+    // changed).
+    let revision = new_revision();
     let api = write::api::<WorkspaceVariable>(state, &ws.ns);
     let updated = write::guarded_patch(&api, (*current).clone(), |cur| {
         let mut target = spec.clone();
@@ -453,14 +456,10 @@ async fn update_in(
             });
         }
         let spec_patch = write::spec_diff(&cur.spec, &target)?;
-        if spec_patch.is_none() && revision.is_none() {
-            return Ok(None);
-        }
-        let mut patch = json!({"spec": spec_patch.unwrap_or_else(|| json!({}))});
-        if let Some(r) = &revision {
-            patch["metadata"] = json!({"annotations": {ANNOTATION_VALUE_REVISION: r}});
-        }
-        Ok(Some(patch))
+        Ok(Some(json!({
+            "spec": spec_patch.unwrap_or_else(|| json!({})),
+            "metadata": {"annotations": {ANNOTATION_VALUE_REVISION: &revision}},
+        })))
     })
     .await?;
     write::wait_seen(state, &updated).await;

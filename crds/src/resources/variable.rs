@@ -38,7 +38,7 @@ crd_kind! {
         /// Variable name. Terraform variables: an identifier (a letter or underscore, then
         /// letters, digits, underscores, dashes); environment variables: letters, digits and
         /// underscores, not starting with a digit.
-        #[schemars(regex(pattern = r"^[A-Za-z_][A-Za-z0-9_-]*$"), length(min = 1))]
+        #[schemars(regex(pattern = r"^[A-Za-z0-9_][A-Za-z0-9_-]*$"), length(min = 1))]
         pub key: String,
         @variable_value;
         /// `terraform` (an input variable of the configuration) or `env` (an environment
