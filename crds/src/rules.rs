@@ -140,6 +140,14 @@ pub fn validate_run_variable_key(key: &str) -> Result<(), RuleViolation> {
     }
 }
 
+/// The order of names in TFE's lists (projects, tags): case-insensitive, so "Default
+/// Project" sits among the d's; names equal but for case keep a stable byte order.
+pub fn name_order(a: &str, b: &str) -> std::cmp::Ordering {
+    a.to_lowercase()
+        .cmp(&b.to_lowercase())
+        .then_with(|| a.cmp(b))
+}
+
 /// Project names: 1–40 letters, digits, spaces, `-` or `_`, not only spaces (TFE's rule).
 pub fn validate_project_name(name: &str) -> Result<(), RuleViolation> {
     let ok = !name.trim().is_empty()

@@ -467,6 +467,17 @@ fn queueing_locks_and_rules_through_the_api() {
     let r = api.post(&format!("/api/v2/runs/{manual}/actions/apply"), &json!({}));
     assert_eq!(r.status, 202, "{:?}", r.body);
     wait_status(&dev, &api, &manual, &["applied"]);
+    // Who confirmed it (go-tfe dereferences `confirmed-by` of a confirmed run).
+    let confirmed = api.get(&format!("/api/v2/runs/{manual}"));
+    assert_eq!(
+        confirmed.body["data"]["relationships"]["confirmed-by"]["data"]["type"], "users",
+        "{:?}",
+        confirmed.body
+    );
+    assert_eq!(
+        confirmed.body["data"]["relationships"]["confirmed-by"]["data"]["id"],
+        confirmed.body["data"]["relationships"]["created-by"]["data"]["id"],
+    );
     let r = api.post(
         &format!("/api/v2/runs/{manual}/actions/discard"),
         &json!({}),

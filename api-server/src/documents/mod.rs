@@ -47,11 +47,6 @@ pub fn organization(org: &Organization, hosted: bool) -> Value {
             }
             linkage
         });
-    // The deprecated relationship only knows delete-older policies.
-    let legacy = policy
-        .as_ref()
-        .filter(|p| p["type"] == TYPE_DELETE_OLDER)
-        .cloned();
     json!({
         "id": name,
         "type": "organizations",
@@ -63,6 +58,9 @@ pub fn organization(org: &Organization, hosted: bool) -> Value {
             "default-execution-mode": s.default_execution_mode,
             "allow-force-delete-workspaces": s.allow_force_delete_workspaces,
             "assessments-enforced": s.assessments_enforced,
+            // Kept and returned for clients; terrace has no UI sessions.
+            "session-timeout": s.session_timeout.unwrap_or(DEFAULT_SESSION_MINUTES),
+            "session-remember": s.session_remember.unwrap_or(DEFAULT_SESSION_MINUTES),
             "collaborator-auth-policy": "password",
             "cost-estimation-enabled": false,
             "plan-expired": false,
@@ -79,12 +77,17 @@ pub fn organization(org: &Organization, hosted: bool) -> Value {
         "relationships": {
             "default-project": {"data": default_project.map(|id| json!({"id": id, "type": "projects"}))},
             "default-agent-pool": {"data": s.default_agent_pool_id.as_ref().map(|id| json!({"id": id, "type": "agent-pools"}))},
+            // go-tfe decodes its polymorphic choice (delete-older or dont-delete) from
+            // `data-retention-policy`, as the workspace's: both carry the policy.
             "data-retention-policy-choice": {"data": policy},
-            "data-retention-policy": {"data": legacy},
+            "data-retention-policy": {"data": policy},
         },
         "links": {"self": format!("/api/v2/organizations/{name}")},
     })
 }
+
+/// TFE's default `session-timeout` and `session-remember`: 14 days, in minutes.
+const DEFAULT_SESSION_MINUTES: i64 = 20_160;
 
 /// The default execution mode and agent pool a project gives its inheriting workspaces:
 /// its own where its setting-overwrites say so, else the organization's.

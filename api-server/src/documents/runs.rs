@@ -143,6 +143,12 @@ pub fn run_data(
         .created_by
         .as_deref()
         .and_then(|c| c.strip_prefix("user:"));
+    // The identity that confirmed the apply (none for an auto-apply): go-tfe dereferences
+    // `confirmed-by` once a run is confirmed.
+    let confirmed_by = st
+        .confirmed_by
+        .as_deref()
+        .and_then(|c| c.strip_prefix("user:"));
     json!({
         "id": id,
         "type": "runs",
@@ -190,6 +196,7 @@ pub fn run_data(
             "plan": rel("plans", Some(&run::plan_id(&id))),
             "apply": rel("applies", Some(&run::apply_id(&id))),
             "created-by": rel("users", created_by),
+            "confirmed-by": rel("users", confirmed_by),
             "cost-estimate": {"data": null},
             "policy-checks": {"data": []},
             "run-events": {"data": []},

@@ -41,6 +41,8 @@ struct OrgAttributes {
     default_execution_mode: Option<String>,
     #[serde(default, deserialize_with = "nullable")]
     default_agent_pool_id: Nullable<String>,
+    session_timeout: Option<i64>,
+    session_remember: Option<i64>,
 }
 
 /// The relationships of an organization request.
@@ -77,6 +79,29 @@ fn apply(
     }
     if let Some(b) = a.assessments_enforced {
         spec.settings.assessments_enforced = b;
+    }
+    for (value, attribute, field) in [
+        (
+            a.session_timeout,
+            "session-timeout",
+            &mut spec.settings.session_timeout,
+        ),
+        (
+            a.session_remember,
+            "session-remember",
+            &mut spec.settings.session_remember,
+        ),
+    ] {
+        match value {
+            Some(minutes) if minutes < 1 => {
+                return Err(ApiError::invalid_attribute(
+                    attribute,
+                    format!("must be a number of minutes greater than 0, got {minutes}"),
+                ));
+            }
+            Some(minutes) => *field = Some(minutes),
+            None => {}
+        }
     }
     if let Some(m) = &a.default_execution_mode {
         spec.settings.default_execution_mode = m.clone();
@@ -420,7 +445,8 @@ async fn entitlements(State(state): State<AppState>, o: VisibleOrg) -> Doc {
             "teams": false,
             "usage-reporting": false,
             "user-limit": Value::Null,
-            "vcs-integrations": true,
+            // No VCS connection is served (OAuth tokens are read-only records).
+            "vcs-integrations": false,
         },
         "links": {"self": format!("/api/v2/entitlement-sets/{name}")},
     }))
@@ -492,6 +518,59 @@ mod tests {
             doc["data"]["relationships"]["default-agent-pool"]["data"]["id"],
             "apool-Pool000000000009"
         );
+        // Entitlements are true only where terrace serves the feature.
+        let (st, doc) = h
+            .call(
+                "GET",
+                &format!("/api/v2/organizations/{ORG}/entitlement-set"),
+                None,
+            )
+            .await;
+        assert_eq!(st, 200, "{doc}");
+        let e = &doc["data"]["attributes"];
+        assert_eq!(
+            (&e["state-storage"], &e["operations"]),
+            (&json!(true), &json!(true))
+        );
+        for unserved in [
+            "vcs-integrations",
+            "sentinel",
+            "policy-enforcement",
+            "teams",
+            "sso",
+        ] {
+            assert_eq!(e[unserved], false, "{unserved}");
+        }
+        // Session settings are kept and returned (TFE's defaults: 14 days in minutes).
+        let (_, doc) = h
+            .call("GET", &format!("/api/v2/organizations/{ORG}"), None)
+            .await;
+        assert_eq!(doc["data"]["attributes"]["session-timeout"], 20160);
+        let (st, doc) = h
+            .call(
+                "PATCH",
+                &format!("/api/v2/organizations/{ORG}"),
+                body(json!({"session-timeout": 60, "session-remember": 120})),
+            )
+            .await;
+        assert_eq!(st, 200, "{doc}");
+        let (_, doc) = h
+            .call("GET", &format!("/api/v2/organizations/{ORG}"), None)
+            .await;
+        assert_eq!(doc["data"]["attributes"]["session-timeout"], 60);
+        assert_eq!(doc["data"]["attributes"]["session-remember"], 120);
+        let (st, doc) = h
+            .call(
+                "PATCH",
+                &format!("/api/v2/organizations/{ORG}"),
+                body(json!({"session-timeout": 0})),
+            )
+            .await;
+        assert_eq!(st, 422, "{doc}");
+        assert_eq!(
+            doc["errors"][0]["source"]["pointer"],
+            "/data/attributes/session-timeout"
+        );
         // The retention policy choice.
         let (st, _) = h
             .call("POST", &format!("/api/v2/organizations/{ORG}/relationships/data-retention-policy"), Some(json!({"data": {"type": "data-retention-policy-delete-olders", "attributes": {"delete-older-than-n-days": 30}}})))
@@ -513,6 +592,22 @@ mod tests {
             rels["data-retention-policy"]["data"]["type"],
             "data-retention-policy-delete-olders"
         );
+        // A "don't delete" choice is there too (go-tfe reads it from
+        // `data-retention-policy` and panics on null).
+        let (st, _) = h
+            .call("POST", &format!("/api/v2/organizations/{ORG}/relationships/data-retention-policy"), Some(json!({"data": {"type": "data-retention-policy-dont-deletes", "attributes": {}}})))
+            .await;
+        assert_eq!(st, 200);
+        let (_, doc) = h
+            .call("GET", &format!("/api/v2/organizations/{ORG}"), None)
+            .await;
+        for rel in ["data-retention-policy", "data-retention-policy-choice"] {
+            assert_eq!(
+                doc["data"]["relationships"][rel]["data"]["type"],
+                "data-retention-policy-dont-deletes",
+                "{rel}"
+            );
+        }
         // Bad input.
         for attrs in [
             json!({"email": ""}),

@@ -215,7 +215,7 @@ async fn list_projects(
             TagFilter::all_match(&tagged, &b)
         });
     }
-    projects.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
+    projects.sort_by(|a, b| terrace_crds::rules::name_order(&a.spec.name, &b.spec.name));
     let base = format!("/api/v2/organizations/{}/projects", o.org.tfe_name());
     let idx = state.index.read();
     let mut included = Vec::new();
@@ -480,6 +480,33 @@ mod tests {
 
     /// The project settings are stored and returned, and validated with the workspace
     /// rules and TFE's words.
+    /// Projects are listed by name ignoring case, as TFE lists them ("Default Project"
+    /// among the d's, not before every lowercase name).
+    #[tokio::test]
+    async fn projects_are_listed_by_name_ignoring_case() {
+        let h = harness(Edition::SelfHosted).await;
+        let base = format!("/api/v2/organizations/{ORG}/projects");
+        for name in ["zeta", "alpha", "Beta"] {
+            let (st, doc) = h
+                .call(
+                    "POST",
+                    &base,
+                    Some(project_body(json!({"name": name}), json!({}))),
+                )
+                .await;
+            assert_eq!(st, 201, "{doc}");
+        }
+        let (st, doc) = h.call("GET", &base, None).await;
+        assert_eq!(st, 200, "{doc}");
+        let names: Vec<&str> = doc["data"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["attributes"]["name"].as_str())
+            .collect();
+        assert_eq!(names, ["alpha", "Beta", "Default Project", "zeta"]);
+    }
+
     #[tokio::test]
     async fn settings_are_stored_and_validated() {
         let h = harness(Edition::SelfHosted).await;

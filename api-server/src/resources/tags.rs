@@ -58,7 +58,7 @@ pub fn org_tags(state: &AppState, org: &Organization) -> Vec<OrgTag> {
                 .collect()
         })
         .unwrap_or_default();
-    tags.sort_by(|a, b| a.name.cmp(&b.name));
+    tags.sort_by(|a, b| terrace_crds::rules::name_order(&a.name, &b.name));
     tags
 }
 

@@ -59,6 +59,15 @@ crd_struct! {
         /// Overrides for module test runs of this organization.
         #[serde(default)]
         pub test_runs: TestRunSettings,
+        /// TFE's `session-timeout` (minutes of inactivity before a UI session ends; default
+        /// 20160). Kept and returned for clients; terrace has no sessions, callers
+        /// authenticate with Kubernetes tokens.
+        #[schemars(range(min = 1))]
+        pub session_timeout: Option<i64>,
+        /// TFE's `session-remember` (minutes a UI session is remembered; default 20160).
+        /// Kept and returned; it governs nothing in terrace.
+        #[schemars(range(min = 1))]
+        pub session_remember: Option<i64>,
     }
 }
 
@@ -72,6 +81,8 @@ impl Default for OrganizationSettings {
             default_global_remote_state: false,
             default_data_retention_policy: None,
             test_runs: TestRunSettings::default(),
+            session_timeout: None,
+            session_remember: None,
         }
     }
 }

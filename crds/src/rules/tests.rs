@@ -512,3 +512,10 @@ fn tag_names_are_lowercased_sorted_and_deduplicated() {
     assert_eq!(tag_names(&tags), ["app:web", "beta", "prod"]);
     assert!(tag_names(&[]).is_empty());
 }
+
+#[test]
+fn names_are_listed_ignoring_case() {
+    let mut names = vec!["zeta", "Default Project", "alpha", "Beta", "beta"];
+    names.sort_by(|a, b| name_order(a, b));
+    assert_eq!(names, ["alpha", "Beta", "beta", "Default Project", "zeta"]);
+}
