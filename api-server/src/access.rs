@@ -364,8 +364,6 @@ pub fn org_not_found() -> ApiError {
 pub struct Found<K, N = Read> {
     pub caller: Caller,
     pub at: Located<K>,
-    /// Whether the path named the object by organization and name (not by ID).
-    pub by_name: bool,
     _n: PhantomData<N>,
 }
 
@@ -378,10 +376,10 @@ impl<K: Guarded, N: Need> FromRequestParts<AppState> for Found<K, N> {
             .await
             .map_err(|_| K::not_found())?;
         let param = |key: &str| params.iter().find(|(k, _)| *k == key).map(|(_, v)| v);
-        let (l, by_name) = match (param("id"), param("org"), param("name")) {
-            (Some(id), _, _) => (state.readable::<K>(&caller, id).await?, false),
+        let l = match (param("id"), param("org"), param("name")) {
+            (Some(id), _, _) => state.readable::<K>(&caller, id).await?,
             (None, Some(org), Some(name)) => {
-                (state.readable_by_name::<K>(&caller, org, name).await?, true)
+                state.readable_by_name::<K>(&caller, org, name).await?
             }
             _ => return Err(K::not_found()),
         };
@@ -389,7 +387,6 @@ impl<K: Guarded, N: Need> FromRequestParts<AppState> for Found<K, N> {
         Ok(Found {
             caller,
             at,
-            by_name,
             _n: PhantomData,
         })
     }

@@ -389,6 +389,8 @@ pub struct Flags {
     pub plan_only: bool,
     pub save_plan: bool,
     pub auto_apply: bool,
+    /// A plan with no changes still goes on to an apply (TFE's `allow-empty-apply`).
+    pub allow_empty_apply: bool,
 }
 
 /// A cancel asked through the API.
@@ -528,7 +530,7 @@ pub fn decide(state: RunState, cancel: Cancel, pod: &PodSeen, flags: Flags) -> D
 
 /// The state after a successful plan for a run with these flags.
 pub fn after_successful_plan(has_changes: bool, flags: Flags) -> RunState {
-    if flags.plan_only || !has_changes {
+    if flags.plan_only || (!has_changes && !flags.allow_empty_apply) {
         RunState::PlannedAndFinished
     } else if flags.save_plan {
         RunState::PlannedAndSaved

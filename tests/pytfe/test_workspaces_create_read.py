@@ -232,11 +232,18 @@ def test_read_by_name_and_by_id_are_identical(tfe, raw, org):
     doc_name = raw.request("GET", f"/api/v2/organizations/{org}/workspaces/{ws.name}")
     doc_id = raw.request("GET", f"/api/v2/workspaces/{ws.id}")
     assert doc_name.status == doc_id.status == 200
-    # Issue 11: links.self follows how the workspace was read (TFE does the same).
-    by_name_doc, by_id_doc = dict(doc_name.json["data"]), dict(doc_id.json["data"])
-    assert by_name_doc.pop("links")["self"] == f"/api/v2/organizations/{org}/workspaces/{ws.name}"
-    assert by_id_doc.pop("links")["self"] == f"/api/v2/workspaces/{ws.id}"
-    assert by_name_doc == by_id_doc
+    # Issue 26: one document however it is read, its links.self by organization and name
+    # (TFE's form); the create answered the same.
+    assert doc_name.json["data"] == doc_id.json["data"]
+    assert doc_id.json["data"]["links"]["self"] == f"/api/v2/organizations/{org}/workspaces/{ws.name}"
+    made = raw.request(
+        "POST",
+        f"/api/v2/organizations/{org}/workspaces",
+        body={"data": {"type": "workspaces", "attributes": {"name": unique("linked")}}},
+    )
+    assert made.status == 201, made.body
+    name = made.json["data"]["attributes"]["name"]
+    assert made.json["data"]["links"]["self"] == f"/api/v2/organizations/{org}/workspaces/{name}"
 
 
 def test_create_response_equals_a_later_read(tfe, org):

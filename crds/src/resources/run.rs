@@ -65,6 +65,22 @@ crd_kind! {
         pub source: String,
         /// The user who queued it (`user:NAME`).
         pub created_by: Option<String>,
+        /// Apply even when the plan has no changes (TFE's `allow-empty-apply`).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pub allow_empty_apply: bool,
+        /// TFE's `allow-config-generation`: kept and returned (the engine's `-generate-config-out`
+        /// is not run by terrace).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pub allow_config_generation: bool,
+        /// The engine version of a plan-only run (TFE's `terraform-version`), over the
+        /// workspace's.
+        pub terraform_version: Option<String>,
+        /// TFE's `debugging-mode`: kept and returned (the engine log level is not raised).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pub debugging_mode: bool,
+        /// TFE's `invoke-action-addrs`: kept and returned.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub invoke_action_addrs: Vec<String>,
     }
 }
 

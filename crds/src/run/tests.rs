@@ -154,6 +154,7 @@ fn decide_phases() {
         plan_only: false,
         save_plan: false,
         auto_apply: false,
+        allow_empty_apply: false,
     };
     const AUTO: Flags = Flags {
         auto_apply: true,
@@ -292,7 +293,34 @@ fn after_plan_flags() {
         plan_only,
         save_plan,
         auto_apply,
+        allow_empty_apply: false,
     };
+    // allow-empty-apply: no changes, and the run goes on to its apply all the same.
+    let empty = Flags {
+        allow_empty_apply: true,
+        ..f(false, false, false)
+    };
+    assert_eq!(after_successful_plan(false, empty), Planned);
+    assert_eq!(
+        after_successful_plan(
+            false,
+            Flags {
+                auto_apply: true,
+                ..empty
+            }
+        ),
+        Confirmed
+    );
+    assert_eq!(
+        after_successful_plan(
+            false,
+            Flags {
+                plan_only: true,
+                ..empty
+            }
+        ),
+        PlannedAndFinished
+    );
     assert_eq!(
         after_successful_plan(true, f(true, false, true)),
         PlannedAndFinished

@@ -281,6 +281,7 @@ async fn reconcile(run: Arc<Run>, ctx: Arc<RunContext>) -> Result<Action, Error>
         plan_only: run.spec.plan_only,
         save_plan: run.spec.save_plan,
         auto_apply: run.spec.auto_apply,
+        allow_empty_apply: run.spec.allow_empty_apply,
     };
     let d: Decision = run::decide(state, cancel, &seen, flags);
     if let Some(p) = d.create_pod {
@@ -642,7 +643,12 @@ async fn create_pod(
         run_id,
         organization: &org_name,
         working_directory: ws.spec.working_directory.as_deref().unwrap_or_default(),
-        terraform_version: ws.spec.terraform_version.as_deref(),
+        // A plan-only run may name its own engine version.
+        terraform_version: run
+            .spec
+            .terraform_version
+            .as_deref()
+            .or(ws.spec.terraform_version.as_deref()),
         variables: &variables,
         org_settings,
         pool_template: pool_template.as_ref(),

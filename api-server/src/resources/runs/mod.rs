@@ -99,6 +99,8 @@ struct CreateAttributes {
     terraform_version: Option<String>,
     #[serde(default)]
     debugging_mode: bool,
+    #[serde(default)]
+    invoke_action_addrs: Vec<String>,
 }
 
 impl Typed for CreateAttributes {
@@ -164,6 +166,20 @@ async fn create(
             "/data/attributes/refresh-only",
             "a run cannot be both a destroy and a refresh-only run",
         ));
+    }
+    let plan_only = a.plan_only;
+    if let Some(v) = &a.terraform_version {
+        if !plan_only {
+            errs.push(FieldError::new(
+                "/data/attributes/terraform-version",
+                "terraform-version can only be set on plan-only runs",
+            ));
+        } else if terrace_crds::run::exact_version(v).is_none() {
+            errs.push(FieldError::new(
+                "/data/attributes/terraform-version",
+                format!("must be an exact version such as 1.11.4, got {v:?}"),
+            ));
+        }
     }
     let mut variables = Vec::new();
     for (i, v) in a.variables.into_iter().enumerate() {
@@ -253,13 +269,12 @@ async fn create(
         variables,
         source: source.to_owned(),
         created_by: Some(format!("user:{}", caller.username)),
+        allow_empty_apply: a.allow_empty_apply,
+        allow_config_generation: a.allow_config_generation,
+        terraform_version: a.terraform_version,
+        debugging_mode: a.debugging_mode,
+        invoke_action_addrs: a.invoke_action_addrs,
     };
-    let _ = (
-        a.allow_empty_apply,
-        a.allow_config_generation,
-        a.terraform_version,
-        a.debugging_mode,
-    );
     let run = Run {
         metadata: write::owned_meta(&id, &ws, &[(LABEL_WORKSPACE_ID, ws.id())]),
         spec,

@@ -599,3 +599,63 @@ async fn an_unknown_run_is_refused_without_waiting() {
         );
     }
 }
+
+/// Issue 26: what go-tfe sends on a run create is kept and returned, never dropped:
+/// `allow-empty-apply`, `terraform-version` on a plan-only run (refused on any other),
+/// `invoke-action-addrs`, `allow-config-generation`, `debugging-mode`.
+#[tokio::test]
+async fn create_attributes_are_kept_not_dropped() {
+    let h = setup().await;
+    let cv = uploaded(&h, false).await;
+    let (st, doc) = h
+        .call(
+            "POST",
+            "/api/v2/runs",
+            Some(run_body(
+                json!({"allow-empty-apply": true, "invoke-action-addrs": ["action.a.b"],
+                    "allow-config-generation": true, "debugging-mode": true}),
+                Some(WS),
+                Some(&cv),
+            )),
+        )
+        .await;
+    assert_eq!(st, 201, "{doc}");
+    let id = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
+    let (_, doc) = h.call("GET", &format!("/api/v2/runs/{id}"), None).await;
+    let a = &doc["data"]["attributes"];
+    assert_eq!(a["allow-empty-apply"], true, "{a}");
+    assert_eq!(a["invoke-action-addrs"], json!(["action.a.b"]));
+    assert_eq!(a["allow-config-generation"], true);
+    assert_eq!(a["debugging-mode"], true);
+    let (st, doc) = h
+        .call(
+            "POST",
+            "/api/v2/runs",
+            Some(run_body(
+                json!({"plan-only": true, "terraform-version": "1.0.0"}),
+                Some(WS),
+                Some(&cv),
+            )),
+        )
+        .await;
+    assert_eq!(st, 201, "{doc}");
+    assert_eq!(doc["data"]["attributes"]["terraform-version"], "1.0.0");
+    assert_eq!(doc["data"]["attributes"]["plan-only"], true);
+    for attrs in [
+        json!({"terraform-version": "1.0.0"}),
+        json!({"plan-only": true, "terraform-version": "~> 1.0"}),
+    ] {
+        let (st, doc) = h
+            .call(
+                "POST",
+                "/api/v2/runs",
+                Some(run_body(attrs, Some(WS), Some(&cv))),
+            )
+            .await;
+        assert_eq!(st, 422, "{doc}");
+        assert_eq!(
+            doc["errors"][0]["source"]["pointer"],
+            "/data/attributes/terraform-version"
+        );
+    }
+}

@@ -108,7 +108,7 @@ async fn list_consumers(
     }
     let mut data = Vec::new();
     for c in page_slice(&visible, page) {
-        data.push(render_located(&state, caller, c, false).await?);
+        data.push(render_located(&state, caller, c).await?);
     }
     let (meta, links) = pagination(
         &format!("/api/v2/workspaces/{id}/relationships/remote-state-consumers"),

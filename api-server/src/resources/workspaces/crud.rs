@@ -60,7 +60,7 @@ async fn show_slow(
 ) -> Result<Response, ApiError> {
     let f = Found::<Workspace>::from_request_parts(&mut parts, &state).await?;
     let includes = QueryParams::parse(parts.uri.query()).includes(INCLUDES)?;
-    let bytes = super::one_document(&state, &f.caller, &f.at, &includes, f.by_name).await?;
+    let bytes = super::one_document(&state, &f.caller, &f.at, &includes).await?;
     if let Some(k) = key {
         state.responses.put(&state, k, &f.at, bytes.clone());
     }
@@ -148,7 +148,7 @@ async fn create(
         org,
         ns,
     };
-    respond_one(&state, &caller, &l, StatusCode::CREATED, &includes, false).await
+    respond_one(&state, &caller, &l, StatusCode::CREATED, &includes).await
 }
 
 async fn update(
@@ -156,7 +156,7 @@ async fn update(
     f: Found<Workspace, Admin>,
     JsonApi(doc): JsonApi<WorkspaceDocument>,
 ) -> Result<Response, ApiError> {
-    let (state, caller, l, by_name) = (&state, &f.caller, f.at, f.by_name);
+    let (state, caller, l) = (&state, &f.caller, f.at);
     let data = doc.checked()?;
     let input = WorkspaceInput::new(data.attributes, data.relationships, state.hosted())?;
     // Project move: blank or unchanged means no move; a move needs admin on both projects.
@@ -234,7 +234,7 @@ async fn update(
         claims::release(state, &l.ns, &old_name, &id).await;
     }
     let l = super::written(state, &l, updated).await;
-    respond_one(state, caller, &l, StatusCode::OK, &[], by_name).await
+    respond_one(state, caller, &l, StatusCode::OK, &[]).await
 }
 
 async fn force_delete(
@@ -372,12 +372,13 @@ mod tests {
             doc["data"]["links"]["self"],
             format!("/api/v2/organizations/{ORG}/workspaces/prod-app")
         );
+        // The same self link however it is read (TFE's organization/name form).
         let (_, doc) = h
             .call("GET", "/api/v2/workspaces/ws-Tagged0000000001", None)
             .await;
         assert_eq!(
             doc["data"]["links"]["self"],
-            "/api/v2/workspaces/ws-Tagged0000000001"
+            format!("/api/v2/organizations/{ORG}/workspaces/prod-app")
         );
         let eleven: Vec<Value> = (0..11)
             .map(|i| json!({"type": "tag-bindings", "attributes": {"key": format!("k{i}"), "value": "v"}}))

@@ -362,7 +362,7 @@ pub async fn list(
         if i > 0 {
             body.push(b',');
         }
-        let data = rendered_data(&state, caller, l, false).await?;
+        let data = rendered_data(&state, caller, l).await?;
         body.extend_from_slice(&with_included_linkage(&state, l, data, &includes)?);
     }
     body.extend_from_slice(b"],\"links\":");

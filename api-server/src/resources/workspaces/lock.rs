@@ -177,5 +177,5 @@ async fn lock_action(
     };
     crate::events::workspace_event(&state.events, &updated, reason, note);
     let l = super::written(state, &l, updated).await;
-    respond_one(state, caller, &l, StatusCode::OK, &[], false).await
+    respond_one(state, caller, &l, StatusCode::OK, &[]).await
 }

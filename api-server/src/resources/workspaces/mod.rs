@@ -81,14 +81,8 @@ pub async fn permissions(
     })
 }
 
-/// The `data` object of a located workspace, with the caller's permissions; `by_name`:
-/// its self link by organization and name.
-pub async fn render_located(
-    state: &AppState,
-    caller: &Caller,
-    l: &Ws,
-    by_name: bool,
-) -> Result<Value, ApiError> {
+/// The `data` object of a located workspace, with the caller's permissions.
+pub async fn render_located(state: &AppState, caller: &Caller, l: &Ws) -> Result<Value, ApiError> {
     let permissions = permissions(state, caller, l).await?;
     let (project_id, ssh_key_id, (inherited_mode, inherited_pool), current_state, current_run) = {
         let idx = state.index.read();
@@ -117,7 +111,6 @@ pub async fn render_located(
         hosted: state.hosted(),
         inherited_mode,
         inherited_pool,
-        by_name,
         current_state,
     };
     Ok(render::workspace(&l.obj, &ctx))
@@ -440,7 +433,7 @@ fn ssh_key_of(idx: &crate::index::Inner, l: &Ws) -> Option<String> {
     })
 }
 
-fn render_key(state: &AppState, caller: &Caller, l: &Ws, by_name: bool) -> u128 {
+fn render_key(state: &AppState, caller: &Caller, l: &Ws) -> u128 {
     let idx = state.index.read();
     // A key named by object name: the representation changes when that key's ID does.
     let ssh_key = ssh_key_by_name(&l.obj).and_then(|_| ssh_key_of(&idx, l));
@@ -470,23 +463,17 @@ fn render_key(state: &AppState, caller: &Caller, l: &Ws, by_name: bool) -> u128 
         ssh_key,
         caller.fingerprint,
         state.hosted(),
-        by_name,
     ))
 }
 
 /// The serialized `data` object of a workspace for this caller, from the render cache
 /// when nothing it depends on changed.
-pub async fn rendered_data(
-    state: &AppState,
-    caller: &Caller,
-    l: &Ws,
-    by_name: bool,
-) -> Result<Bytes, ApiError> {
-    let key = render_key(state, caller, l, by_name);
+pub async fn rendered_data(state: &AppState, caller: &Caller, l: &Ws) -> Result<Bytes, ApiError> {
+    let key = render_key(state, caller, l);
     if let Some(bytes) = state.rendered.get(key) {
         return Ok(bytes);
     }
-    let data = render_located(state, caller, l, by_name).await?;
+    let data = render_located(state, caller, l).await?;
     let bytes = Bytes::from(
         serde_json::to_vec(&data).map_err(|e| ApiError::internal("rendering a workspace", e))?,
     );
@@ -501,9 +488,8 @@ async fn respond_one(
     l: &Ws,
     status: StatusCode,
     includes: &[String],
-    by_name: bool,
 ) -> Result<Response, ApiError> {
-    let bytes = one_document(state, caller, l, includes, by_name).await?;
+    let bytes = one_document(state, caller, l, includes).await?;
     Ok(crate::render::DocBytes(status, bytes).into_response())
 }
 
@@ -513,21 +499,15 @@ async fn one_document(
     caller: &Caller,
     l: &Ws,
     includes: &[String],
-    by_name: bool,
 ) -> Result<Bytes, ApiError> {
     // The whole single-workspace document is cached too when nothing is included.
     let doc_key = includes
         .is_empty()
-        .then(|| crate::auth::digest(&(render_key(state, caller, l, by_name), "doc")));
+        .then(|| crate::auth::digest(&(render_key(state, caller, l), "doc")));
     if let Some(bytes) = doc_key.and_then(|k| state.rendered.get(k)) {
         return Ok(bytes);
     }
-    let data = with_included_linkage(
-        state,
-        l,
-        rendered_data(state, caller, l, by_name).await?,
-        includes,
-    )?;
+    let data = with_included_linkage(state, l, rendered_data(state, caller, l).await?, includes)?;
     let mut inc = included(state, &[l], includes);
     inc.extend(state_included(state, caller, &[l], includes).await?);
     let mut body = Vec::with_capacity(data.len() + 16);

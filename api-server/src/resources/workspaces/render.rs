@@ -44,8 +44,6 @@ pub struct RenderContext<'a> {
     pub inherited_mode: String,
     /// The agent pool it inherits with it.
     pub inherited_pool: Option<String>,
-    /// The self link: by ID, or by organization and name when read so.
-    pub by_name: bool,
     /// The current state version (the latest finalized one), if any.
     pub current_state: Option<std::sync::Arc<StateVersion>>,
     /// The current run's ID (its newest run that is not plan-only), if any.
@@ -286,11 +284,8 @@ pub fn workspace(ws: &Workspace, ctx: &RenderContext<'_>) -> Value {
             "effective-tag-bindings": {"links": {"related": format!("{base}/effective-tag-bindings")}},
         },
         "links": {
-            "self": if ctx.by_name {
-                format!("/api/v2/organizations/{org_name}/workspaces/{}", spec.name)
-            } else {
-                base.clone()
-            },
+            // By organization and name, however it was read, as TFE's.
+            "self": format!("/api/v2/organizations/{org_name}/workspaces/{}", spec.name),
             "self-html": format!("/app/{org_name}/workspaces/{}", spec.name),
         },
     })

@@ -88,7 +88,7 @@ async fn assign(
         Ok((w.spec.ssh_key != wanted).then(|| json!({"sshKey": wanted})))
     })
     .await?;
-    let data = render_located(&state, caller, &l.with(updated), false).await?;
+    let data = render_located(&state, caller, &l.with(updated)).await?;
     Ok(Doc::ok(data))
 }
 
