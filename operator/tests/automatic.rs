@@ -87,6 +87,7 @@ impl Cluster {
                 auto_queue_runs: true,
                 speculative: false,
                 source: "svc-api".into(),
+                provisional: false,
             },
         );
         if let Some(m) = marker {

@@ -70,6 +70,7 @@ impl Cluster {
                 auto_queue_runs: true,
                 speculative: false,
                 source: "svc-api".into(),
+                provisional: false,
             },
         );
         cv.metadata.labels = Some(

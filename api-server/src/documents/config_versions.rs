@@ -41,7 +41,7 @@ pub fn render(cv: &ConfigurationVersion, upload_url: Option<&str>) -> Value {
         "error-message": st.error_message,
         "source": cv.spec.source,
         "speculative": cv.spec.speculative,
-        "provisional": false,
+        "provisional": cv.spec.provisional,
         "status": status_of(cv),
         "status-timestamps": match st.uploaded_at.as_deref() {
             Some(t) => json!({"uploaded-at": t}),

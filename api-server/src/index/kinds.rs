@@ -248,7 +248,13 @@ keyed!(SshKey, ssh_keys);
 keyed!(AgentPool, agent_pools);
 keyed!(OAuthToken, oauth_tokens);
 keyed!(RegistryModule, registry_modules);
-keyed!(ConfigurationVersion, configuration_versions);
+keyed!(
+    ConfigurationVersion,
+    configuration_versions,
+    Inner::put_cv,
+    Inner::remove_cv,
+    Inner::clear_cvs
+);
 keyed!(TestRun, test_runs);
 keyed!(TestVariable, test_variables);
 keyed!(
@@ -258,7 +264,13 @@ keyed!(
     Inner::remove_run,
     Inner::clear_runs
 );
-keyed!(WorkspaceVariable, workspace_variables);
+keyed!(
+    WorkspaceVariable,
+    workspace_variables,
+    Inner::put_var,
+    Inner::remove_var,
+    Inner::clear_vars
+);
 
 impl Indexed for StateVersion {
     const NAME: &'static str = "StateVersion";

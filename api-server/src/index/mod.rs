@@ -16,6 +16,7 @@
 //! instead of failing the whole list and leaving its kind unsynced.
 
 mod by_workspace;
+mod configs;
 mod kinds;
 mod names;
 mod runs;
@@ -72,12 +73,16 @@ pub struct Inner {
     oauth_tokens: Keyed<OAuthToken>,
     registry_modules: Keyed<RegistryModule>,
     configuration_versions: Keyed<ConfigurationVersion>,
+    /// Each workspace's configuration versions and current one.
+    cv_by_workspace: by_workspace::ByWorkspace,
     test_runs: Keyed<TestRun>,
     test_variables: Keyed<TestVariable>,
     runs: Keyed<Run>,
     /// Each workspace's runs and current run.
     runs_by_workspace: by_workspace::ByWorkspace,
     workspace_variables: Keyed<WorkspaceVariable>,
+    /// Each workspace's variables.
+    vars_by_workspace: by_workspace::ByWorkspace,
     state_versions: Keyed<StateVersion>,
     /// Each workspace's state versions and current state version.
     sv_by_workspace: by_workspace::ByWorkspace,

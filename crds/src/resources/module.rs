@@ -76,6 +76,10 @@ crd_kind! {
         #[serde(default = "default_source")]
         #[schemars(extend("enum" = ["engine", "svc-api", "svc-configuration-version", "tfe-api", "terraform+cloud"]))]
         pub source: String,
+        /// A provisional version never becomes its workspace's current configuration
+        /// (TFE's `provisional`).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pub provisional: bool,
     }
 }
 

@@ -124,6 +124,7 @@ async fn create(
             )
             .as_str()
             .to_owned(),
+            provisional: false,
         },
         status: None,
     };

@@ -54,7 +54,6 @@ async fn create(
         Some(d) => d.checked()?.attributes,
         None => CvAttributes::default(),
     };
-    let _ = attrs.provisional;
     let id = new_id(IdKind::ConfigurationVersion);
     let base = write::owned_meta(&id, ws, &[(LABEL_WORKSPACE_ID, ws.id())]);
     let (token, metadata) = pending_meta(&state, base)?;
@@ -74,6 +73,7 @@ async fn create(
                 "tfe-api"
             }
             .to_owned(),
+            provisional: attrs.provisional,
         },
         status: None,
     };

@@ -29,7 +29,7 @@ use crate::blobs::BlobStore;
 use crate::capability::base_url;
 use crate::documents::runs::{RunPermissions, links_of, log_url, phase_data, run_data, state_of};
 use crate::prelude::*;
-use crate::render::{by_creation, page_slice, pagination};
+use crate::render::{page_slice, pagination};
 
 /// The RBAC resource of runs.
 pub const RESOURCE: &str = "runs";
@@ -123,16 +123,13 @@ struct CreateRelationships {
 const WS_PTR: &str = "/data/relationships/workspace/data/id";
 const CV_PTR: &str = "/data/relationships/configuration-version/data/id";
 
-/// The newest uploaded configuration version of workspace object `ws` in `ns`.
+/// The current configuration version of workspace object `ws` in `ns`: its newest
+/// uploaded one that is not provisional.
 fn latest_uploaded(state: &AppState, ns: &str, ws: &str) -> Option<Arc<ConfigurationVersion>> {
     state
         .index
         .read()
-        .configuration_versions()
-        .in_namespace(ns)
-        .filter(|c| c.spec.workspace.as_deref() == Some(ws))
-        .filter(|c| c.state() == Ok(ConfigurationVersionState::Uploaded))
-        .max_by(|a, b| by_creation(a.as_ref(), b.as_ref()))
+        .current_configuration_version(ns, ws)
         .cloned()
 }
 

@@ -21,12 +21,20 @@ async fn setup() -> Harness {
 
 /// A configuration version of the workspace, uploaded; answers its ID.
 async fn uploaded(h: &Harness, speculative: bool) -> String {
+    uploaded_with(
+        h,
+        json!({"auto-queue-runs": false, "speculative": speculative}),
+    )
+    .await
+}
+
+/// A configuration version of the workspace with `attributes`, uploaded; answers its ID.
+async fn uploaded_with(h: &Harness, attributes: Value) -> String {
     let (st, doc) = h
         .call(
             "POST",
             &format!("{WS_PATH}/configuration-versions"),
-            Some(json!({"data": {"type": "configuration-versions",
-                "attributes": {"auto-queue-runs": false, "speculative": speculative}}})),
+            Some(json!({"data": {"type": "configuration-versions", "attributes": attributes}})),
         )
         .await;
     assert_eq!(st, 201, "{doc}");
@@ -658,4 +666,66 @@ async fn create_attributes_are_kept_not_dropped() {
             "/data/attributes/terraform-version"
         );
     }
+}
+
+/// Issue 26: the workspace names its current configuration version (the newest uploaded
+/// one that is not provisional) and its variables; a provisional version is kept as such
+/// and never becomes current, nor the configuration of a run that names none.
+#[tokio::test]
+async fn the_workspace_names_its_current_configuration_and_its_variables() {
+    let h = setup().await;
+    let rels = |doc: &Value| doc["data"]["relationships"].clone();
+    let (_, doc) = h.call("GET", WS_PATH, None).await;
+    assert_eq!(
+        rels(&doc)["current-configuration-version"]["data"],
+        Value::Null
+    );
+    assert_eq!(rels(&doc)["vars"]["data"], json!([]));
+    let first = uploaded(&h, false).await;
+    let provisional =
+        uploaded_with(&h, json!({"auto-queue-runs": false, "provisional": true})).await;
+    let (_, cv) = h
+        .call(
+            "GET",
+            &format!("/api/v2/configuration-versions/{provisional}"),
+            None,
+        )
+        .await;
+    assert_eq!(cv["data"]["attributes"]["provisional"], true);
+    let (_, doc) = h.call("GET", WS_PATH, None).await;
+    assert_eq!(
+        rels(&doc)["current-configuration-version"]["data"],
+        json!({"id": first, "type": "configuration-versions"}),
+        "a provisional version is not current"
+    );
+    let (st, run) = h
+        .call(
+            "POST",
+            "/api/v2/runs",
+            Some(run_body(json!({}), Some(WS), None)),
+        )
+        .await;
+    assert_eq!(st, 201, "{run}");
+    assert_eq!(
+        run["data"]["relationships"]["configuration-version"]["data"]["id"],
+        first.as_str()
+    );
+    let second = uploaded(&h, false).await;
+    let (st, var) = h
+        .call(
+            "POST",
+            &format!("{WS_PATH}/vars"),
+            Some(json!({"data": {"type": "vars", "attributes": {"key": "region", "value": "eu", "category": "terraform"}}})),
+        )
+        .await;
+    assert_eq!(st, 201, "{var}");
+    let (_, doc) = h.call("GET", WS_PATH, None).await;
+    assert_eq!(
+        rels(&doc)["current-configuration-version"]["data"]["id"],
+        second.as_str()
+    );
+    assert_eq!(
+        rels(&doc)["vars"]["data"],
+        json!([{"id": var["data"]["id"], "type": "vars"}])
+    );
 }

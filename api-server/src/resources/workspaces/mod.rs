@@ -84,7 +84,14 @@ pub async fn permissions(
 /// The `data` object of a located workspace, with the caller's permissions.
 pub async fn render_located(state: &AppState, caller: &Caller, l: &Ws) -> Result<Value, ApiError> {
     let permissions = permissions(state, caller, l).await?;
-    let (project_id, ssh_key_id, (inherited_mode, inherited_pool), current_state, current_run) = {
+    let (
+        project_id,
+        ssh_key_id,
+        (inherited_mode, inherited_pool),
+        current_state,
+        current_run,
+        (current_configuration_version, variables),
+    ) = {
         let idx = state.index.read();
         let project = idx.project_of(&l.obj);
         (
@@ -100,6 +107,7 @@ pub async fn render_located(state: &AppState, caller: &Caller, l: &Ws) -> Result
             idx.current_state_version(&l.obj).cloned(),
             idx.current_run(&l.ns, &l.obj.name_any())
                 .map(|r| id_of(r.as_ref())),
+            configuration_and_variables(&idx, &l.ns, &l.obj),
         )
     };
     let ctx = RenderContext {
@@ -112,6 +120,8 @@ pub async fn render_located(state: &AppState, caller: &Caller, l: &Ws) -> Result
         inherited_mode,
         inherited_pool,
         current_state,
+        current_configuration_version,
+        variables,
     };
     Ok(render::workspace(&l.obj, &ctx))
 }
@@ -275,6 +285,8 @@ struct CachedResponse {
     project: Option<Arc<terrace_crds::Project>>,
     current_state: Option<Arc<terrace_crds::StateVersion>>,
     current_run: Option<Arc<terrace_crds::Run>>,
+    /// Its current configuration version's ID and its variables' IDs.
+    configuration_and_variables: (Option<String>, Vec<String>),
     bytes: Bytes,
 }
 
@@ -305,7 +317,9 @@ impl ResponseCache {
             && same_arc(
                 idx.current_run(c.org.target_namespace(), &c.ws.name_any()),
                 c.current_run.as_ref(),
-            );
+            )
+            && configuration_and_variables(&idx, c.org.target_namespace(), &c.ws)
+                == c.configuration_and_variables;
         if same {
             c.generation = generation;
         }
@@ -321,7 +335,7 @@ impl ResponseCache {
         // Read before the objects are checked below, so a change racing with this put
         // makes the entry re-validate instead of trusting it.
         let generation = state.index.generation();
-        let (project, current_state, current_run) = {
+        let (project, current_state, current_run, configuration_and_variables) = {
             let idx = state.index.read();
             if !still_indexed(&idx, &l.obj, &l.org) {
                 // Rendered from objects the index has replaced since: not worth keeping.
@@ -331,6 +345,7 @@ impl ResponseCache {
                 idx.project_of(&l.obj).cloned(),
                 idx.current_state_version(&l.obj).cloned(),
                 idx.current_run(&l.ns, &l.obj.name_any()).cloned(),
+                configuration_and_variables(&idx, &l.ns, &l.obj),
             )
         };
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
@@ -345,6 +360,7 @@ impl ResponseCache {
                 project,
                 current_state,
                 current_run,
+                configuration_and_variables,
                 bytes,
             },
         );
@@ -433,6 +449,27 @@ fn ssh_key_of(idx: &crate::index::Inner, l: &Ws) -> Option<String> {
     })
 }
 
+/// The ID of a workspace's current configuration version, and its variables' IDs (in
+/// order).
+fn configuration_and_variables(
+    idx: &crate::index::Inner,
+    ns: &str,
+    ws: &Workspace,
+) -> (Option<String>, Vec<String>) {
+    let object = ws.name_any();
+    let cv = idx
+        .current_configuration_version(ns, &object)
+        .map(|c| id_of(c.as_ref()))
+        .filter(|id| !id.is_empty());
+    let mut vars: Vec<String> = idx
+        .variables_of(ns, &object)
+        .map(|v| id_of(v.as_ref()))
+        .filter(|id| !id.is_empty())
+        .collect();
+    vars.sort();
+    (cv, vars)
+}
+
 fn render_key(state: &AppState, caller: &Caller, l: &Ws) -> u128 {
     let idx = state.index.read();
     // A key named by object name: the representation changes when that key's ID does.
@@ -452,9 +489,11 @@ fn render_key(state: &AppState, caller: &Caller, l: &Ws) -> u128 {
     let current_run = idx
         .current_run(&l.ns, &l.obj.name_any())
         .and_then(|r| r.metadata.uid.clone());
+    let configuration_and_variables = configuration_and_variables(&idx, &l.ns, &l.obj);
     crate::auth::digest(&(
         current_state,
         current_run,
+        configuration_and_variables,
         l.obj.metadata.uid.as_deref(),
         l.obj.metadata.resource_version.as_deref(),
         l.org.metadata.uid.as_deref(),

@@ -48,6 +48,11 @@ pub struct RenderContext<'a> {
     pub current_state: Option<std::sync::Arc<StateVersion>>,
     /// The current run's ID (its newest run that is not plan-only), if any.
     pub current_run: Option<String>,
+    /// The current configuration version's ID (its newest uploaded one that is not
+    /// provisional), if any.
+    pub current_configuration_version: Option<String>,
+    /// The IDs of its variables.
+    pub variables: Vec<String>,
 }
 
 /// The ID of the SSH key a workspace uses: `spec.sshKey` is an SSH key ID (what the API
@@ -275,11 +280,11 @@ pub fn workspace(ws: &Workspace, ctx: &RenderContext<'_>) -> Value {
             "outputs": {"data": output_linkage},
             "remote-state-consumers": {"links": {"related": format!("{base}/relationships/remote-state-consumers")}},
             "current-state-version": {"data": current_id.map(|i| json!({"id": i, "type": "state-versions"}))},
-            "current-configuration-version": {"data": Value::Null},
+            "current-configuration-version": {"data": ctx.current_configuration_version.as_ref().map(|id| json!({"id": id, "type": "configuration-versions"}))},
             "agent-pool": {"data": agent_pool.as_ref().map(|a| json!({"id": a, "type": "agent-pools"}))},
             "readme": {"data": Value::Null},
             "current-assessment-result": {"data": Value::Null},
-            "vars": {"data": []},
+            "vars": {"data": ctx.variables.iter().map(|id| json!({"id": id, "type": "vars"})).collect::<Vec<_>>()},
             "tag-bindings": {"links": {"related": format!("{base}/tag-bindings")}},
             "effective-tag-bindings": {"links": {"related": format!("{base}/effective-tag-bindings")}},
         },
