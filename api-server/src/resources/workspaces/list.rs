@@ -252,14 +252,25 @@ pub fn select(idx: &Inner, ns: &str, f: &ListFilter, page: Page) -> (usize, Vec<
             .collect()
     };
     match f.sort {
-        // Workspaces without a run sort first (as the oldest), then by name.
-        Some((Sort::CurrentRunCreatedAt, desc)) => sorted_page(kept(), desc, start, take, |w| {
-            (
-                idx.current_run(ns, &w.name_any())
-                    .and_then(|r| r.metadata.creation_timestamp.clone()),
-                w.spec.name.to_ascii_lowercase(),
-            )
-        }),
+        // Workspaces without a run come last in both directions (TFE's order), by name.
+        Some((Sort::CurrentRunCreatedAt, desc)) => {
+            let mut all = kept();
+            all.sort_by_cached_key(|w| {
+                let created = idx
+                    .current_run(ns, &w.name_any())
+                    .and_then(|r| r.metadata.creation_timestamp.clone());
+                (created.is_none(), created, w.spec.name.to_ascii_lowercase())
+            });
+            if desc {
+                let with_runs = all
+                    .iter()
+                    .take_while(|w| idx.current_run(ns, &w.name_any()).is_some())
+                    .count();
+                all[..with_runs].reverse();
+            }
+            let total = all.len();
+            (total, all.into_iter().skip(start).take(take).collect())
+        }
         Some((Sort::LatestChangeAt, desc)) => {
             let key = |w: &Arc<Workspace>| {
                 w.status
@@ -616,5 +627,68 @@ mod tests {
             assert_eq!(st, 200);
             assert_eq!(trips() - before, 0, "{path}: warm");
         }
+    }
+}
+
+#[cfg(test)]
+mod current_run_order {
+    use crate::testing::{harness, meta};
+    use terrace_crds::constants::LABEL_ID;
+    use terrace_crds::{Run, RunSpec};
+
+    /// `sort=current-run.created-at`: workspaces without a run come last in both
+    /// directions, as TFE lists them (issue 26: they came first).
+    #[tokio::test]
+    async fn workspaces_without_a_run_come_last_both_ways() {
+        let h = harness(crate::Edition::SelfHosted).await;
+        for (i, name) in ["idle-a", "busy-old", "busy-new", "idle-b"]
+            .iter()
+            .enumerate()
+        {
+            h.workspace(&format!("ws-Order{i:013}"), name, |_| {}).await;
+        }
+        for (run, ws) in [
+            ("run-old", "ws-order0000000000001"),
+            ("run-new", "ws-order0000000000002"),
+        ] {
+            h.create(Run {
+                metadata: meta(run, Some(crate::testing::ORG), &[(LABEL_ID, run)]),
+                spec: RunSpec {
+                    workspace: ws.to_owned(),
+                    configuration_version: "cv".into(),
+                    ..Default::default()
+                },
+                status: None,
+            })
+            .await;
+            // Creation times a second apart.
+            tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+        }
+        h.wait("both runs", |i| {
+            i.current_run(crate::testing::ORG, "ws-order0000000000002")
+                .is_some()
+        })
+        .await;
+        let names = |doc: &serde_json::Value| -> Vec<String> {
+            doc["data"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|w| w["attributes"]["name"].as_str().map(str::to_owned))
+                .collect()
+        };
+        let base = format!(
+            "/api/v2/organizations/{}/workspaces?sort=",
+            crate::testing::ORG
+        );
+        let (st, doc) = h
+            .call("GET", &format!("{base}current-run.created-at"), None)
+            .await;
+        assert_eq!(st, 200, "{doc}");
+        assert_eq!(names(&doc), ["busy-old", "busy-new", "idle-a", "idle-b"]);
+        let (_, doc) = h
+            .call("GET", &format!("{base}-current-run.created-at"), None)
+            .await;
+        assert_eq!(names(&doc), ["busy-new", "busy-old", "idle-a", "idle-b"]);
     }
 }
