@@ -361,7 +361,7 @@ pub fn validate_default_execution(
     match mode {
         Some(ExecutionMode::Agent) if !has_pool => out.push(RuleViolation::new(
             pool_attr,
-            "is required when using 'agent' execution mode",
+            "must be specified when using 'agent' execution mode",
         )),
         Some(ExecutionMode::Agent) => {}
         _ if has_pool => out.push(RuleViolation::new(
@@ -371,6 +371,22 @@ pub fn validate_default_execution(
         _ => {}
     }
     out
+}
+
+/// `setting-overwrites` of a workspace (`execution-mode`, `agent-pool`) or a project
+/// (`default-execution-mode`, `default-agent-pool`) as sent: when both keys are given
+/// they must agree, TFE's rule (the pool goes with the mode).
+pub fn validate_setting_overwrites(
+    mode: Option<bool>,
+    pool: Option<bool>,
+) -> Result<(), RuleViolation> {
+    match (mode, pool) {
+        (Some(m), Some(p)) if m != p => Err(RuleViolation::new(
+            "setting-overwrites",
+            "If agent-pool and execution-mode are both included in setting-overwrites, their values must be the same.",
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The `vcs-repo` keys that take part in its rules.

@@ -113,6 +113,8 @@ fn apply(
         spec.default_agent_pool_id = p.filter(|p| !p.is_empty());
     }
     if let Some(o) = &a.setting_overwrites {
+        rules::validate_setting_overwrites(o.default_execution_mode, o.default_agent_pool)
+            .map_err(invalid)?;
         so.default_execution_mode = o.default_execution_mode.or(so.default_execution_mode);
         so.default_agent_pool = o.default_agent_pool.or(so.default_agent_pool);
     }
@@ -586,5 +588,63 @@ mod tests {
             )
             .await;
         assert_eq!(st, 422, "unknown setting-overwrites keys are refused");
+        // TFE's words: agent mode without a pool; overwrites that disagree (projects and
+        // workspaces alike).
+        let (st, doc) = h
+            .call(
+                "POST",
+                &base,
+                Some(project_body(
+                    json!({"name": "agents", "default-execution-mode": "agent"}),
+                    json!({}),
+                )),
+            )
+            .await;
+        assert_eq!(st, 422, "{doc}");
+        assert!(
+            doc["errors"][0]["detail"]
+                .as_str()
+                .is_some_and(|d| d.ends_with("must be specified when using 'agent' execution mode")),
+            "{doc}"
+        );
+        let mismatch = "If agent-pool and execution-mode are both included in setting-overwrites, their values must be the same.";
+        let (st, doc) = h
+            .call(
+                "POST",
+                &base,
+                Some(project_body(
+                    json!({"name": "mixed", "setting-overwrites": {"default-execution-mode": true, "default-agent-pool": false}}),
+                    json!({}),
+                )),
+            )
+            .await;
+        assert_eq!(st, 422, "{doc}");
+        assert!(
+            doc["errors"][0]["detail"]
+                .as_str()
+                .is_some_and(|d| d.ends_with(mismatch)),
+            "{doc}"
+        );
+        let (st, doc) = h
+            .call(
+                "POST",
+                &format!("/api/v2/organizations/{ORG}/workspaces"),
+                Some(
+                    json!({"data": {"type": "workspaces", "attributes": {"name": "mixed",
+                    "setting-overwrites": {"execution-mode": false, "agent-pool": true}}}}),
+                ),
+            )
+            .await;
+        assert_eq!(st, 422, "{doc}");
+        assert!(
+            doc["errors"][0]["detail"]
+                .as_str()
+                .is_some_and(|d| d.ends_with(mismatch)),
+            "{doc}"
+        );
+        assert_eq!(
+            doc["errors"][0]["source"]["pointer"],
+            "/data/attributes/setting-overwrites"
+        );
     }
 }

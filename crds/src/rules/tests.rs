@@ -35,7 +35,7 @@ fn default_execution_rules() {
     );
     assert_eq!(
         v(Some("agent"), None),
-        ["default-agent-pool-id is required when using 'agent' execution mode"]
+        ["default-agent-pool-id must be specified when using 'agent' execution mode"]
     );
     assert_eq!(
         v(Some("cloud"), None),
@@ -518,4 +518,14 @@ fn names_are_listed_ignoring_case() {
     let mut names = vec!["zeta", "Default Project", "alpha", "Beta", "beta"];
     names.sort_by(|a, b| name_order(a, b));
     assert_eq!(names, ["alpha", "Beta", "beta", "Default Project", "zeta"]);
+}
+
+#[test]
+fn setting_overwrites_agree_when_both_are_given() {
+    assert!(validate_setting_overwrites(Some(true), Some(true)).is_ok());
+    assert!(validate_setting_overwrites(Some(false), None).is_ok());
+    assert!(validate_setting_overwrites(None, Some(true)).is_ok());
+    let e = validate_setting_overwrites(Some(true), Some(false)).err();
+    assert_eq!(e.as_ref().map(|e| e.attribute), Some("setting-overwrites"));
+    assert!(e.is_some_and(|e| e.message.contains("their values must be the same")));
 }

@@ -360,6 +360,8 @@ pub fn apply(
     }
     let mut overwrites = spec.setting_overwrites.clone().unwrap_or_default();
     if let Some(so) = &input.setting_overwrites {
+        terrace_crds::rules::validate_setting_overwrites(so.execution_mode, so.agent_pool)
+            .map_err(|v| ApiError::Invalid(vec![v.into()]))?;
         if so.execution_mode.is_some() {
             overwrites.execution_mode = so.execution_mode;
         }
