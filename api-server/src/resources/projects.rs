@@ -646,5 +646,40 @@ mod tests {
             doc["errors"][0]["source"]["pointer"],
             "/data/attributes/setting-overwrites"
         );
+        // A workspace created in a project with an auto-destroy activity duration inherits
+        // it (and says so) unless it sets its own.
+        let (st, p) = h
+            .call(
+                "POST",
+                &base,
+                Some(project_body(
+                    json!({"name": "ephemeral", "auto-destroy-activity-duration": "14d"}),
+                    json!({}),
+                )),
+            )
+            .await;
+        assert_eq!(st, 201, "{p}");
+        let pid = p["data"]["id"].clone();
+        for (name, own, want, inherits) in [
+            ("inherits", None, "14d", true),
+            ("own", Some("3d"), "3d", false),
+        ] {
+            let mut attrs = json!({"name": name});
+            if let Some(d) = own {
+                attrs["auto-destroy-activity-duration"] = json!(d);
+            }
+            let (st, ws) = h
+                .call(
+                    "POST",
+                    &format!("/api/v2/organizations/{ORG}/workspaces"),
+                    Some(json!({"data": {"type": "workspaces", "attributes": attrs,
+                        "relationships": {"project": {"data": {"type": "projects", "id": pid}}}}})),
+                )
+                .await;
+            assert_eq!(st, 201, "{ws}");
+            let a = &ws["data"]["attributes"];
+            assert_eq!(a["auto-destroy-activity-duration"], want, "{name}");
+            assert_eq!(a["inherits-project-auto-destroy"], inherits, "{name}");
+        }
     }
 }

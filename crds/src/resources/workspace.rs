@@ -65,6 +65,10 @@ crd_kind! {
             pattern = r"^([1-9][0-9]{0,3}|0[1-9][0-9]{0,2}|00[1-9][0-9]?|000[1-9])[dh]$"
         ))]
         pub auto_destroy_activity_duration: Option<String>,
+        /// The auto-destroy activity duration came from the workspace's project when it was
+        /// created (TFE's `inherits-project-auto-destroy`); setting one clears it.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pub inherits_project_auto_destroy: bool,
         /// Execution mode: remote, local (state storage only) or agent. Not together with
         /// operations. Absent: the organization's default execution mode.
         #[schemars(extend("enum" = ["remote", "local", "agent"]))]

@@ -75,6 +75,23 @@ fn org_defaults(state: &AppState, org: &Organization) -> OrgDefaults {
     }
 }
 
+/// A new workspace that sets no auto-destroy of its own takes its project's
+/// `auto-destroy-activity-duration` (TFE's inheritance), and says so.
+fn inherit_auto_destroy(state: &AppState, ns: &str, spec: &mut WorkspaceSpec) {
+    if spec.auto_destroy_activity_duration.is_some() || spec.auto_destroy_at.is_some() {
+        return;
+    }
+    let idx = state.index.read();
+    let project = match spec.project.as_deref() {
+        Some(name) => idx.project_named(ns, name),
+        None => idx.default_project(ns),
+    };
+    if let Some(d) = project.and_then(|p| p.spec.auto_destroy_activity_duration.clone()) {
+        spec.auto_destroy_activity_duration = Some(d);
+        spec.inherits_project_auto_destroy = true;
+    }
+}
+
 /// The object name of the project with this ID in namespace `ns` (422 when none).
 fn project_from_input(state: &AppState, ns: &str, project_id: &str) -> Result<String, ApiError> {
     let idx = state.index.read();
@@ -115,6 +132,7 @@ async fn create(
     let mut spec = WorkspaceSpec::default_for_create();
     input::apply(&mut spec, input, true, &org_defaults(&state, &org))?;
     spec.project = project;
+    inherit_auto_destroy(&state, &ns, &mut spec);
     references::check(&state, &ns, None, None, &spec)?;
     if state
         .index

@@ -449,6 +449,7 @@ pub fn apply(
             rules::parse_auto_destroy_activity_duration(d).map_err(violation)?;
         }
         spec.auto_destroy_activity_duration = v;
+        spec.inherits_project_auto_destroy = false;
     }
     match input.terraform_version {
         Some(Some(v)) if !v.is_empty() => {

@@ -188,7 +188,7 @@ pub fn workspace(ws: &Workspace, ctx: &RenderContext<'_>) -> Value {
         "auto-destroy-at": spec.auto_destroy_at,
         "auto-destroy-activity-duration": spec.auto_destroy_activity_duration,
         "auto-destroy-status": Value::Null,
-        "inherits-project-auto-destroy": false,
+        "inherits-project-auto-destroy": spec.inherits_project_auto_destroy,
         "created-at": created,
         "updated-at": latest_change,
         "latest-change-at": latest_change,
