@@ -70,33 +70,29 @@ async fn list_consumers(
                         .collect()
                 })
                 .unwrap_or_default()
+        } else if l.obj.spec.project_remote_state {
+            // Shared with its project: the project's other workspaces, and only those (a
+            // consumer named in another project does not read it, as in TFE).
+            let project = idx.project_of(&l.obj).map(|p| p.name_any());
+            idx.workspaces_in(&l.ns)
+                .map(|n| {
+                    n.uids_by_name()
+                        .filter_map(|u| idx.workspace_by_uid(u))
+                        .filter(|w| {
+                            let wid = workspace_id(w);
+                            !wid.is_empty()
+                                && wid != id
+                                && idx.project_of(w).map(|p| p.name_any()) == project
+                        })
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default()
         } else {
-            let mut wss: Vec<Arc<Workspace>> = consumer_ids(&idx, &l.obj)
+            consumer_ids(&idx, &l.obj)
                 .iter()
                 .filter_map(|c| resolve(&idx, &l.ns, c).cloned())
-                .collect();
-            if l.obj.spec.project_remote_state {
-                // The other workspaces of the same project may read it too.
-                let project = idx.project_of(&l.obj).map(|p| p.name_any());
-                let same: Vec<Arc<Workspace>> = idx
-                    .workspaces_in(&l.ns)
-                    .map(|n| {
-                        n.uids_by_name()
-                            .filter_map(|u| idx.workspace_by_uid(u))
-                            .filter(|w| {
-                                let wid = workspace_id(w);
-                                !wid.is_empty()
-                                    && wid != id
-                                    && idx.project_of(w).map(|p| p.name_any()) == project
-                                    && !wss.iter().any(|c| workspace_id(c) == wid)
-                            })
-                            .cloned()
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                wss.extend(same);
-            }
-            wss
+                .collect()
         };
         wss.into_iter().map(|ws| l.with((*ws).clone())).collect()
     };

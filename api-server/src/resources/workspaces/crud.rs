@@ -449,7 +449,28 @@ mod tests {
     #[tokio::test]
     async fn project_remote_state() {
         let h = harness(Edition::SelfHosted).await;
-        h.workspace("ws-ProjectState00001", "a", |_| {}).await;
+        // c is in another project, and named as a consumer of a.
+        h.create(terrace_crds::Project {
+            metadata: crate::testing::meta(
+                "elsewhere",
+                Some(ORG),
+                &[(terrace_crds::constants::LABEL_ID, "prj-Elsewhere0000001")],
+            ),
+            spec: terrace_crds::ProjectSpec {
+                name: "Elsewhere".into(),
+                ..Default::default()
+            },
+            status: None,
+        })
+        .await;
+        h.workspace("ws-ProjectState00003", "c", |s| {
+            s.project = Some("elsewhere".into());
+        })
+        .await;
+        h.workspace("ws-ProjectState00001", "a", |s| {
+            s.remote_state_consumers = vec!["ws-ProjectState00003".into()];
+        })
+        .await;
         h.workspace("ws-ProjectState00002", "b", |_| {}).await;
         let (st, doc) = h
             .call(
@@ -476,7 +497,7 @@ mod tests {
                 None,
             )
             .await;
-        assert_eq!(names(&doc), ["b"]);
+        assert_eq!(names(&doc), ["b"], "the project's other workspaces only");
     }
 
     /// A Role limited to one workspace by name reads it by organization and name as by ID
