@@ -56,13 +56,21 @@ impl Inner {
         self.cv_by_workspace = Default::default();
     }
 
-    /// Recomputes the current configuration version of workspace `wk`: its newest
-    /// (creation time, then name) that [`may_be_current`].
+    /// Recomputes the current configuration version of workspace `wk`: its last uploaded
+    /// (upload time in milliseconds, then creation time, then name) that
+    /// [`may_be_current`].
     fn refresh_current_cv(&mut self, wk: &WorkspaceKey) {
         let current = self
             .configuration_versions_of(&wk.0, &wk.1)
             .filter(|c| may_be_current(c))
-            .max_by(|a, b| crate::render::by_creation(a.as_ref(), b.as_ref()))
+            .max_by(|a, b| {
+                let uploaded = |c: &ConfigurationVersion| {
+                    c.status.as_ref().and_then(|s| s.uploaded_at.clone())
+                };
+                uploaded(a)
+                    .cmp(&uploaded(b))
+                    .then_with(|| crate::render::by_creation(a.as_ref(), b.as_ref()))
+            })
             .map(|c| uid(c.as_ref()));
         self.cv_by_workspace.set_current(wk, current);
     }

@@ -318,7 +318,32 @@ async fn render(
         RunPermissions { act },
         None,
     );
-    let base = "";
+    let included = included_of(
+        state,
+        &at.obj,
+        &at.org,
+        ws_id.as_deref(),
+        cv_id.as_deref(),
+        includes,
+    );
+    let mut doc = json!({ "data": data });
+    if !included.is_empty() {
+        doc["included"] = json!(included);
+    }
+    Ok(doc)
+}
+
+/// The `included` documents of run `r` for `includes` (TFE's run includes; those terrace
+/// has no objects for, such as `cost_estimate` and `task_stages`, include nothing).
+fn included_of(
+    state: &AppState,
+    r: &Run,
+    org: &Organization,
+    ws_id: Option<&str>,
+    cv_id: Option<&str>,
+    includes: &[String],
+) -> Vec<Value> {
+    let id = id_of(r);
     let mut included = Vec::new();
     for inc in includes {
         match inc.as_str() {
@@ -328,33 +353,53 @@ async fn render(
                 } else {
                     Phase::Apply
                 };
-                let url = log_url(state, base, &phase.id(&at.id()));
-                included.push(phase_data(&at.obj, phase, &url));
+                let url = log_url(state, "", &phase.id(&id));
+                included.push(phase_data(r, phase, &url));
             }
             "workspace" => {
-                if let Some(w) = ws_id
-                    .as_deref()
-                    .and_then(|id| state.index.read().workspace(id).cloned())
-                {
-                    included.push(workspace_brief(&w, &at.org));
+                if let Some(w) = ws_id.and_then(|id| state.index.read().workspace(id).cloned()) {
+                    included.push(workspace_brief(&w, org));
                 }
             }
-            "configuration_version" => {
+            "configuration_version" | "configuration_version.ingress_attributes" => {
                 if let Some(c) = cv_id
-                    .as_deref()
                     .and_then(|id| state.index.read().configuration_versions().get(id).cloned())
                 {
                     included.push(crate::documents::config_versions::render(&c, None));
                 }
             }
+            "created_by" => {
+                if let Some(user) = r
+                    .spec
+                    .created_by
+                    .as_deref()
+                    .and_then(|c| c.strip_prefix("user:"))
+                {
+                    included.push(user_document(user));
+                }
+            }
             _ => {}
         }
     }
-    let mut doc = json!({ "data": data });
-    if !included.is_empty() {
-        doc["included"] = json!(included);
-    }
-    Ok(doc)
+    included
+}
+
+/// A `users` document for a Kubernetes identity: its name is the ID and the `username`;
+/// ServiceAccounts say so (`is-service-account`). terrace keeps no profile, so there is
+/// no e-mail or avatar.
+fn user_document(username: &str) -> Value {
+    json!({
+        "id": username,
+        "type": "users",
+        "attributes": {
+            "username": username,
+            "is-service-account": username.starts_with("system:serviceaccount:"),
+            "avatar-url": Value::Null,
+            "two-factor": {"enabled": false, "verified": false},
+            "permissions": {"can-create-organizations": false, "can-change-email": false, "can-change-username": false},
+        },
+        "links": {"self": format!("/api/v2/users/{username}")},
+    })
 }
 
 /// A workspace as a run's `included` shows it: what the CLI reads of it (name,
@@ -419,9 +464,11 @@ fn absolutize(doc: &mut Value, base: &str) {
 async fn list(
     State(state): State<AppState>,
     f: Found<Workspace>,
+    headers: HeaderMap,
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
     let page = q.page()?;
+    let includes = q.includes(RUN_INCLUDES)?;
     q.supported_filters(&[
         "filter[status]",
         "filter[operation]",
@@ -469,18 +516,23 @@ async fn list(
         (runs, cv_ids)
     };
     let ws_id = ws.id();
+    let mut included: Vec<Value> = Vec::new();
     let data: Vec<Value> = page_slice(&runs, page)
         .iter()
         .map(|r| {
-            run_data(
-                r,
-                Some(&ws_id),
-                cv_ids
-                    .get(&r.spec.configuration_version)
-                    .map(String::as_str),
-                RunPermissions { act },
-                None,
-            )
+            let cv_id = cv_ids
+                .get(&r.spec.configuration_version)
+                .map(String::as_str);
+            for doc in included_of(&state, r, &ws.org, Some(&ws_id), cv_id, &includes) {
+                // Each included document once (a page's runs share their workspace).
+                if !included
+                    .iter()
+                    .any(|i| i["type"] == doc["type"] && i["id"] == doc["id"])
+                {
+                    included.push(doc);
+                }
+            }
+            run_data(r, Some(&ws_id), cv_id, RunPermissions { act }, None)
         })
         .collect();
     let (meta, links) = pagination(
@@ -488,10 +540,12 @@ async fn list(
         page,
         runs.len(),
     );
-    Ok(Doc(
-        StatusCode::OK,
-        json!({"data": data, "meta": meta, "links": links}),
-    ))
+    let mut doc = json!({"data": data, "meta": meta, "links": links});
+    if !included.is_empty() {
+        doc["included"] = json!(included);
+    }
+    absolutize(&mut doc, &base_url(&state, &headers));
+    Ok(Doc(StatusCode::OK, doc))
 }
 
 /// The run actions.

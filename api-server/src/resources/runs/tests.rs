@@ -729,3 +729,46 @@ async fn the_workspace_names_its_current_configuration_and_its_variables() {
         json!([{"id": var["data"]["id"], "type": "vars"}])
     );
 }
+
+/// Issue 26: runs serve their includes: `created_by` (a `users` document for the
+/// Kubernetes identity that queued it) on a run, `workspace` on a workspace's run list
+/// (once, however many of its runs the page holds).
+#[tokio::test]
+async fn runs_include_who_created_them_and_their_workspace() {
+    let h = setup().await;
+    let cv = uploaded(&h, false).await;
+    for _ in 0..2 {
+        let (st, doc) = h
+            .call(
+                "POST",
+                "/api/v2/runs",
+                Some(run_body(json!({}), Some(WS), Some(&cv))),
+            )
+            .await;
+        assert_eq!(st, 201, "{doc}");
+    }
+    let (st, doc) = h
+        .call(
+            "GET",
+            &format!("{WS_PATH}/runs?include=workspace,created_by"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{doc}");
+    let included = doc["included"].as_array().cloned().unwrap_or_default();
+    let of_type = |t: &str| included.iter().filter(|i| i["type"] == t).count();
+    assert_eq!((of_type("workspaces"), of_type("users")), (1, 1), "{doc}");
+    let run = doc["data"][0]["id"].as_str().unwrap_or_default().to_owned();
+    let (st, doc) = h
+        .call(
+            "GET",
+            &format!("/api/v2/runs/{run}?include=created_by"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{doc}");
+    let creator = &doc["data"]["relationships"]["created-by"]["data"];
+    assert_eq!(doc["included"][0]["type"], "users");
+    assert_eq!(&doc["included"][0]["id"], &creator["id"]);
+    assert_eq!(doc["included"][0]["attributes"]["username"], creator["id"]);
+}
