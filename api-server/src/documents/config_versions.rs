@@ -107,3 +107,36 @@ pub async fn create_pending(
     let url = format!("{}{UPLOAD_PATH}/{token}", base_url(state, headers));
     Ok(Doc::created(render(&created, Some(&url))))
 }
+
+/// The uploaded tar.gz of configuration version `cv` of namespace `ns` as a response, byte
+/// for byte from the blob store (its SHA-256 checked as it streams); 409 without one,
+/// `missing` when the store has none.
+pub async fn archive_response(
+    state: &AppState,
+    ns: &str,
+    cv: &ConfigurationVersion,
+    missing: &'static str,
+) -> Result<Response, ApiError> {
+    use crate::blobs::BlobStore;
+    let (key, sha256) = cv
+        .status
+        .as_ref()
+        .and_then(|s| s.archive.as_ref())
+        .map(|a| (a.key.clone(), a.sha256.clone()))
+        .ok_or_else(|| ApiError::conflict("the configuration version has no uploaded archive"))?;
+    let blob = crate::blobs::store(state, ns, None)
+        .get_stream(&key, Some(&sha256))
+        .await
+        .map_err(|e| crate::blobs::read_error("the archive", missing, e))?;
+    Ok((
+        [
+            (
+                axum::http::header::CONTENT_TYPE,
+                "application/gzip".to_owned(),
+            ),
+            (axum::http::header::CONTENT_LENGTH, blob.size.to_string()),
+        ],
+        axum::body::Body::from_stream(blob.pieces),
+    )
+        .into_response())
+}

@@ -25,7 +25,7 @@
 
 use axum::body::Body;
 use axum::extract::DefaultBodyLimit;
-use axum::http::{HeaderMap, header};
+use axum::http::HeaderMap;
 use k8s_openapi::api::core::v1::Secret;
 use terrace_crds::constants::ANNOTATION_AUTOMATIC_TEST_RUN;
 use terrace_crds::ids::{IdKind, new_id};
@@ -333,24 +333,7 @@ async fn archive(
     // resourceVersion, so of two concurrent fetches one wins) before the archive is served.
     let removal = json!({"data": {TOKEN_KEY: null}});
     write::consume(&secrets, holder, holds, removal, unauthorized).await?;
-    let (key, sha256) = cv
-        .status
-        .as_ref()
-        .and_then(|s| s.archive.as_ref())
-        .map(|a| (a.key.clone(), a.sha256.clone()))
-        .ok_or_else(|| ApiError::conflict("the configuration version has no uploaded archive"))?;
-    let blob = crate::blobs::store(&state, &ns, None)
-        .get_stream(&key, Some(&sha256))
-        .await
-        .map_err(|e| crate::blobs::read_error("the archive", "archive not found", e))?;
-    Ok((
-        [
-            (header::CONTENT_TYPE, "application/gzip".to_owned()),
-            (header::CONTENT_LENGTH, blob.size.to_string()),
-        ],
-        Body::from_stream(blob.pieces),
-    )
-        .into_response())
+    crate::documents::config_versions::archive_response(&state, &ns, &cv, "archive not found").await
 }
 
 #[cfg(test)]

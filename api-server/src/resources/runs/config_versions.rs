@@ -9,17 +9,101 @@ use axum::http::HeaderMap;
 use terrace_crds::constants::LABEL_WORKSPACE_ID;
 use terrace_crds::ids::{IdKind, new_id};
 use terrace_crds::resources::ConfigurationVersionSpec;
-use terrace_crds::{ConfigurationVersion, Workspace};
+use terrace_crds::{ConfigurationVersion, ConfigurationVersionState, Workspace};
 
 use crate::documents::config_versions::{create_pending, pending_meta, render};
 use crate::prelude::*;
 use crate::render::{by_creation, page_slice, pagination};
 
 pub fn router() -> Router<AppState> {
-    Router::new().route(
-        "/api/v2/workspaces/{id}/configuration-versions",
-        post(create).get(list),
+    Router::new()
+        .route(
+            "/api/v2/workspaces/{id}/configuration-versions",
+            post(create).get(list),
+        )
+        .route(
+            "/api/v2/configuration-versions/{id}/download",
+            get(download),
+        )
+        .route(
+            "/api/v2/configuration-versions/{id}/actions/archive",
+            post(archive),
+        )
+}
+
+/// `GET /configuration-versions/:id/download`: the uploaded tar.gz, byte for byte, to a
+/// caller who may read the configuration version; 404 before the upload and once it is
+/// archived.
+async fn download(
+    State(state): State<AppState>,
+    f: Found<ConfigurationVersion>,
+) -> Result<Response, ApiError> {
+    let cv = &f.at.obj;
+    let missing = || ApiError::not_found("configuration version archive not found");
+    if cv.state() != Ok(ConfigurationVersionState::Uploaded) {
+        return Err(missing());
+    }
+    if cv
+        .status
+        .as_ref()
+        .and_then(|s| s.archive.as_ref())
+        .is_none()
+    {
+        return Err(missing());
+    }
+    crate::documents::config_versions::archive_response(
+        &state,
+        &f.at.ns,
+        cv,
+        "configuration version archive not found",
     )
+    .await
+}
+
+/// `POST /configuration-versions/:id/actions/archive`: an uploaded version that is not
+/// its workspace's current one becomes `archived` (no run can use it, its archive is no
+/// longer served; the bytes go with the object). The current one is 409, as in TFE.
+async fn archive(
+    State(state): State<AppState>,
+    f: Found<ConfigurationVersion>,
+) -> Result<Response, ApiError> {
+    // The right to act on a workspace's runs and configurations (`patch`, as runs'
+    // actions), which the chart's workspace admin and locker roles hold.
+    state
+        .require_or_403(
+            &f.caller,
+            &f.at.check("patch"),
+            "not authorized to archive this configuration version",
+        )
+        .await?;
+    let at = &f.at;
+    let cv = &at.obj;
+    let is_current = cv.spec.workspace.as_deref().is_some_and(|ws| {
+        state
+            .index
+            .read()
+            .current_configuration_version(&at.ns, ws)
+            .is_some_and(|c| c.metadata.uid == cv.metadata.uid)
+    });
+    if is_current {
+        return Err(ApiError::conflict(
+            "transition not allowed: configuration could not be archived because it is current",
+        ));
+    }
+    let api = write::api::<ConfigurationVersion>(&state, &at.ns);
+    let written = write::guarded_status_patch(&api, (**cv).clone(), |c| match c.state() {
+        Ok(ConfigurationVersionState::Archived) => Ok(None),
+        Ok(ConfigurationVersionState::Uploaded) => Ok(Some(json!({
+            "status": ConfigurationVersionState::Archived.as_str(),
+        }))),
+        _ => Err(ApiError::conflict(format!(
+            "transition not allowed: a configuration version that is {} cannot be archived",
+            crate::documents::config_versions::status_of(c)
+        ))),
+    })
+    .await?;
+    write::wait_seen(&state, &written).await;
+    Ok(StatusCode::ACCEPTED.into_response())
 }
 
 /// The attributes of a configuration version request (the body may be empty).

@@ -772,3 +772,73 @@ async fn runs_include_who_created_them_and_their_workspace() {
     assert_eq!(&doc["included"][0]["id"], &creator["id"]);
     assert_eq!(doc["included"][0]["attributes"]["username"], creator["id"]);
 }
+
+/// Issue 26: a configuration version's upload downloads byte for byte; an older one is
+/// archived (then neither downloadable nor usable by a run), the current one is 409.
+#[tokio::test]
+async fn configuration_versions_download_and_archive() {
+    let h = setup().await;
+    let older = uploaded(&h, false).await;
+    let current = uploaded(&h, false).await;
+    let auth = format!("Bearer {}", h.token);
+    let (st, _, bytes) = h
+        .raw(
+            "GET",
+            &format!("/api/v2/configuration-versions/{older}/download"),
+            &[("authorization", &auth)],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(st, 200, "{}", String::from_utf8_lossy(&bytes));
+    assert_eq!(
+        bytes,
+        targz(&[("main.tf", "")]),
+        "the upload, byte for byte"
+    );
+    let (st, doc) = h
+        .call(
+            "POST",
+            &format!("/api/v2/configuration-versions/{current}/actions/archive"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 409, "{doc}");
+    assert!(
+        doc["errors"][0]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("because it is current"))
+    );
+    let (st, doc) = h
+        .call(
+            "POST",
+            &format!("/api/v2/configuration-versions/{older}/actions/archive"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 202, "{doc}");
+    let (_, doc) = h
+        .call(
+            "GET",
+            &format!("/api/v2/configuration-versions/{older}"),
+            None,
+        )
+        .await;
+    assert_eq!(doc["data"]["attributes"]["status"], "archived");
+    let (st, _, _) = h
+        .raw(
+            "GET",
+            &format!("/api/v2/configuration-versions/{older}/download"),
+            &[("authorization", &auth)],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(st, 404);
+    let (st, doc) = h
+        .call(
+            "POST",
+            "/api/v2/runs",
+            Some(run_body(json!({}), Some(WS), Some(&older))),
+        )
+        .await;
+    assert_eq!(st, 422, "an archived configuration runs nothing: {doc}");
+}
