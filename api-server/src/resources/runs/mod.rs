@@ -63,6 +63,7 @@ pub fn router() -> Router<AppState> {
         )
         .route("/api/v2/plans/{plan}/log/{token}", get(log))
         .route("/api/v2/applies/{apply}/log/{token}", get(log))
+        .route("/api/v2/organizations/{org}/runs", get(org_list))
         .route("/api/v2/organizations/{org}/runs/queue", get(queue))
         .route("/api/v2/organizations/{org}/capacity", get(capacity))
         .merge(config_versions::router())
@@ -384,6 +385,19 @@ fn included_of(
     included
 }
 
+/// Adds `docs` to a list's `included`, each document once (a page's runs share their
+/// workspace and creator).
+fn include_once(included: &mut Vec<Value>, docs: Vec<Value>) {
+    for doc in docs {
+        if !included
+            .iter()
+            .any(|i| i["type"] == doc["type"] && i["id"] == doc["id"])
+        {
+            included.push(doc);
+        }
+    }
+}
+
 /// A `users` document for a Kubernetes identity: its name is the ID and the `username`;
 /// ServiceAccounts say so (`is-service-account`). terrace keeps no profile, so there is
 /// no e-mail or avatar.
@@ -523,15 +537,10 @@ async fn list(
             let cv_id = cv_ids
                 .get(&r.spec.configuration_version)
                 .map(String::as_str);
-            for doc in included_of(&state, r, &ws.org, Some(&ws_id), cv_id, &includes) {
-                // Each included document once (a page's runs share their workspace).
-                if !included
-                    .iter()
-                    .any(|i| i["type"] == doc["type"] && i["id"] == doc["id"])
-                {
-                    included.push(doc);
-                }
-            }
+            include_once(
+                &mut included,
+                included_of(&state, r, &ws.org, Some(&ws_id), cv_id, &includes),
+            );
             run_data(r, Some(&ws_id), cv_id, RunPermissions { act }, None)
         })
         .collect();
@@ -811,6 +820,96 @@ async fn queue(
         StatusCode::OK,
         json!({"data": data, "meta": meta, "links": links}),
     ))
+}
+
+/// `GET /organizations/:org/runs`: the organization's runs the caller may list, newest
+/// first, paged, with `include` as a run's and the filters TFE's list takes:
+/// `filter[workspace_names]`, `filter[status]`, `filter[agent_pool_names]` (each a
+/// comma-separated list).
+async fn org_list(
+    State(state): State<AppState>,
+    o: VisibleOrg,
+    headers: HeaderMap,
+    q: QueryParams,
+) -> Result<Doc, ApiError> {
+    let page = q.page()?;
+    let includes = q.includes(RUN_INCLUDES)?;
+    q.supported_filters(&[
+        "filter[workspace_names]",
+        "filter[status]",
+        "filter[agent_pool_names]",
+        "filter[source]",
+        "filter[operation]",
+        "filter[status_group]",
+    ])?;
+    let list = |name: &str| -> Vec<String> {
+        q.get(name)
+            .map(|s| {
+                s.split(',')
+                    .map(|x| x.trim().to_owned())
+                    .filter(|x| !x.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let (names, statuses, pools) = (
+        list("filter[workspace_names]"),
+        list("filter[status]"),
+        list("filter[agent_pool_names]"),
+    );
+    let ns = o.org.target_namespace().to_owned();
+    let mut runs: Vec<Arc<Run>> = {
+        let listed = state.listable::<Run>(&o.caller, &o.org).await?;
+        let idx = state.index.read();
+        listed
+            .into_iter()
+            .filter(|r| statuses.is_empty() || statuses.iter().any(|s| s == state_of(r).as_str()))
+            .filter(|r| {
+                let ws = idx.workspace_object(&ns, &r.spec.workspace);
+                let named =
+                    names.is_empty() || ws.is_some_and(|w| names.iter().any(|n| *n == w.spec.name));
+                let pooled = pools.is_empty()
+                    || ws
+                        .and_then(|w| w.spec.agent_pool_id.as_deref())
+                        .and_then(|p| idx.agent_pools().get(p))
+                        .is_some_and(|p| pools.iter().any(|n| *n == p.spec.name));
+                named && pooled
+            })
+            .collect()
+    };
+    runs.sort_by_cached_key(|r| std::cmp::Reverse((r.queued_at(), r.name_any())));
+    let act = state
+        .allowed(&o.caller, &Check::new("patch", RESOURCE, &ns, None))
+        .await?;
+    let mut included: Vec<Value> = Vec::new();
+    let data: Vec<Value> = page_slice(&runs, page)
+        .iter()
+        .map(|r| {
+            let (ws, cv) = links_of(&state.index.read(), r);
+            include_once(
+                &mut included,
+                included_of(&state, r, &o.org, ws.as_deref(), cv.as_deref(), &includes),
+            );
+            run_data(
+                r,
+                ws.as_deref(),
+                cv.as_deref(),
+                RunPermissions { act },
+                None,
+            )
+        })
+        .collect();
+    let (meta, links) = pagination(
+        &format!("/api/v2/organizations/{}/runs", o.org.tfe_name()),
+        page,
+        runs.len(),
+    );
+    let mut doc = json!({"data": data, "meta": meta, "links": links});
+    if !included.is_empty() {
+        doc["included"] = json!(included);
+    }
+    absolutize(&mut doc, &base_url(&state, &headers));
+    Ok(Doc(StatusCode::OK, doc))
 }
 
 /// How many of the organization's runs wait and run (`GET /organizations/:org/capacity`).

@@ -842,3 +842,56 @@ async fn configuration_versions_download_and_archive() {
         .await;
     assert_eq!(st, 422, "an archived configuration runs nothing: {doc}");
 }
+
+/// Issue 26: `GET /organizations/:org/runs` lists the organization's runs, newest first,
+/// with `include=workspace` and `filter[workspace_names]` / `filter[status]`.
+#[tokio::test]
+async fn the_organization_lists_its_runs() {
+    let h = setup().await;
+    let cv = uploaded(&h, false).await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let (st, doc) = h
+            .call(
+                "POST",
+                "/api/v2/runs",
+                Some(run_body(json!({}), Some(WS), Some(&cv))),
+            )
+            .await;
+        assert_eq!(st, 201, "{doc}");
+        ids.push(doc["data"]["id"].as_str().unwrap_or_default().to_owned());
+    }
+    let base = format!("/api/v2/organizations/{}/runs", crate::testing::ORG);
+    let (st, doc) = h
+        .call(
+            "GET",
+            &format!("{base}?include=workspace&page%5Bsize%5D=2"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{doc}");
+    assert_eq!(doc["meta"]["pagination"]["total-count"], 3);
+    assert_eq!(doc["data"].as_array().map(Vec::len), Some(2));
+    assert_eq!(doc["included"][0]["type"], "workspaces");
+    assert_eq!(doc["included"][0]["attributes"]["name"], "app");
+    let (_, doc) = h
+        .call(
+            "GET",
+            &format!("{base}?filter%5Bworkspace_names%5D=nope"),
+            None,
+        )
+        .await;
+    assert_eq!(doc["data"], json!([]));
+    let (_, doc) = h
+        .call(
+            "GET",
+            &format!("{base}?filter%5Bworkspace_names%5D=app&filter%5Bstatus%5D=pending"),
+            None,
+        )
+        .await;
+    assert_eq!(doc["meta"]["pagination"]["total-count"], 3, "{doc}");
+    let (st, _) = h
+        .call("GET", &format!("{base}?filter%5Bcolor%5D=red"), None)
+        .await;
+    assert_eq!(st, 400);
+}
