@@ -158,7 +158,9 @@ async fn operator(settings: terrace_operator::Settings) -> anyhow::Result<()> {
 }
 
 async fn api_server(settings: terrace_api_server::Settings) -> anyhow::Result<()> {
-    let config = kube::Config::infer().await?;
+    let config = kube::Config::infer()
+        .await
+        .map_err(kube::Error::InferConfig)?;
     let client = kube::Client::try_from(config.clone())?;
     // The same cluster without the server's credentials: callers' rules reviews go out
     // under the callers' own tokens.

@@ -791,6 +791,11 @@ fn force_cancel_after_cancel() {
     assert_eq!(r.status, 202, "{:?}", r.body);
     let shown = run(&api, &id);
     assert_eq!(shown["attributes"]["actions"]["is-force-cancelable"], true);
+    // go-tfe waits for this before it force-cancels.
+    assert!(
+        shown["attributes"]["force-cancel-available-at"].is_string(),
+        "{shown}"
+    );
     let r = api.post(
         &format!("/api/v2/runs/{id}/actions/force-cancel"),
         &json!({}),

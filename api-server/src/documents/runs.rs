@@ -149,6 +149,12 @@ pub fn run_data(
         .confirmed_by
         .as_deref()
         .and_then(|c| c.strip_prefix("user:"));
+    // A cancel that left the run going can be forced from then on (no cool-off: the
+    // cancel already gives the engine its grace period); go-tfe waits for this time.
+    let force_at = st
+        .cancel_requested_at
+        .as_deref()
+        .filter(|_| state.is_cancelable());
     json!({
         "id": id,
         "type": "runs",
@@ -157,8 +163,9 @@ pub fn run_data(
                 "is-cancelable": state.is_cancelable(),
                 "is-confirmable": state.is_confirmable(),
                 "is-discardable": state.is_discardable(),
-                "is-force-cancelable": state.is_cancelable() && st.cancel_requested_at.is_some(),
+                "is-force-cancelable": force_at.is_some(),
             },
+            "force-cancel-available-at": force_at,
             "allow-config-generation": r.spec.allow_config_generation,
             "allow-empty-apply": r.spec.allow_empty_apply,
             "debugging-mode": r.spec.debugging_mode,

@@ -328,11 +328,12 @@ async fn actions_only_in_their_states() {
     assert_eq!(st, 404);
     let (st, _) = h.call("POST", &act("cancel"), Some(json!({}))).await;
     assert_eq!(st, 202);
+    // The cancel left the run going (no operator here): it can be forced from now on, and
+    // says since when (go-tfe waits for `force-cancel-available-at`).
     let (_, doc) = h.call("GET", &format!("/api/v2/runs/{id}"), None).await;
-    assert_eq!(
-        doc["data"]["attributes"]["actions"]["is-force-cancelable"],
-        true
-    );
+    let a = &doc["data"]["attributes"];
+    assert_eq!(a["actions"]["is-force-cancelable"], true, "{a}");
+    assert!(a["force-cancel-available-at"].is_string(), "{a}");
     let (st, _) = h.call("POST", &act("discard"), Some(json!({}))).await;
     assert_eq!(st, 202);
     let (_, doc) = h.call("GET", &format!("/api/v2/runs/{id}"), None).await;
