@@ -70,6 +70,10 @@ pub const ANNOTATION_ADOPT: &str = "terrace.dev/adopt";
 /// Organization's `metadata.name`): terrace created it, so deleting the Organization
 /// deletes it.
 pub const ANNOTATION_CREATED_FOR: &str = "terrace.dev/created-for";
+/// Annotation the API sets on objects whose lists sort by creation (agent pools): the
+/// creation time in milliseconds (RFC 3339), as creationTimestamp has whole seconds and
+/// objects created within one second must keep their order.
+pub const ANNOTATION_CREATED_AT: &str = "terrace.dev/created-at";
 
 /// kstatus condition: the object is reconciled and usable.
 pub const CONDITION_READY: &str = "Ready";

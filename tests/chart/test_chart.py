@@ -259,9 +259,9 @@ API_SERVER_NEEDS = [
     ("authentication.k8s.io", "tokenreviews", "create"),
     ("authorization.k8s.io", "subjectaccessreviews", "create"),
     *[("terrace.dev", k, v) for k in TERRACE_KINDS for v in ("get", "list", "watch")],
-    *[("terrace.dev", k, "create") for k in TERRACE_KINDS if k not in ("agentpools", "oauthtokens")],
-    *[("terrace.dev", k, "patch") for k in ("organizations", "projects", "workspaces", "sshkeys", "testvariables", "workspacevariables", "configurationversions", "stateversions")],
-    *[("terrace.dev", k, "delete") for k in ("organizations", "projects", "workspaces", "sshkeys", "testvariables", "workspacevariables", "stateversions", "registrymodules")],
+    *[("terrace.dev", k, "create") for k in TERRACE_KINDS if k != "oauthtokens"],
+    *[("terrace.dev", k, "patch") for k in ("organizations", "projects", "workspaces", "sshkeys", "agentpools", "testvariables", "workspacevariables", "configurationversions", "stateversions")],
+    *[("terrace.dev", k, "delete") for k in ("organizations", "projects", "workspaces", "sshkeys", "agentpools", "testvariables", "workspacevariables", "stateversions", "registrymodules")],
     ("terrace.dev", "workspaces", "update"),
     *[("terrace.dev", f"{k}/status", "patch") for k in ("configurationversions", "testruns", "testvariables", "stateversions", "runs")],
     *[("", "secrets", v) for v in ("get", "create", "patch", "delete")],
@@ -296,7 +296,7 @@ def test_api_server_cluster_role_grants_what_the_handlers_use():
             assert not allows(rules, "", res, verb), f"api server may {verb} {res}"
     assert not allows(rules, "", "pods", "create")
     assert not allows(rules, "", "namespaces", "create")
-    assert not allows(rules, "terrace.dev", "agentpools", "create")
+    assert not allows(rules, "terrace.dev", "oauthtokens", "create")
 
 
 @pytest.mark.parametrize("values", VALUES)

@@ -49,6 +49,15 @@ crd_kind! {
         /// Workspaces (IDs or TFE names) allowed to use the pool when not organization-scoped.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         pub allowed_workspaces: Vec<String>,
+        /// Projects (IDs or names) whose workspaces may use the pool when not
+        /// organization-scoped.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub allowed_projects: Vec<String>,
+        /// Workspaces (IDs or TFE names) that may not use the pool although it is
+        /// organization-scoped or allowed to their project (an allowedWorkspaces entry
+        /// still admits them).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub excluded_workspaces: Vec<String>,
         /// What the Pods of runs in this pool get over the organization's Pod template (node
         /// selector, tolerations, service account, labels, annotations, resources): the
         /// Kubernetes meaning of an agent pool.
@@ -80,5 +89,74 @@ crd_kind! {
         pub api_url: Option<String>,
         /// Secret key holding the OAuth token.
         pub token_secret_ref: Option<SecretKeyRef>,
+    }
+}
+
+/// A workspace or project as an agent pool's lists name it: by ID or by TFE name (names
+/// compare case-insensitively, as TFE names are unique that way).
+#[derive(Clone, Copy, Debug)]
+pub struct Named<'a> {
+    pub id: Option<&'a str>,
+    pub name: &'a str,
+}
+
+impl Named<'_> {
+    /// Whether `entries` names it.
+    pub fn listed_in(&self, entries: &[String]) -> bool {
+        entries
+            .iter()
+            .any(|e| Some(e.as_str()) == self.id || e.eq_ignore_ascii_case(self.name))
+    }
+}
+
+impl AgentPoolSpec {
+    /// Whether workspace `ws` of project `project` may use the pool: named in
+    /// allowedWorkspaces; otherwise not excluded, and the pool is organization-scoped or
+    /// allowed to the project.
+    pub fn admits(&self, ws: Named<'_>, project: Option<Named<'_>>) -> bool {
+        if ws.listed_in(&self.allowed_workspaces) {
+            return true;
+        }
+        !ws.listed_in(&self.excluded_workspaces)
+            && (self.organization_scoped
+                || project.is_some_and(|p| p.listed_in(&self.allowed_projects)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(scoped: bool, ws: &[&str], projects: &[&str], excluded: &[&str]) -> AgentPoolSpec {
+        let v = |l: &[&str]| l.iter().map(|s| (*s).to_owned()).collect();
+        AgentPoolSpec {
+            name: "p".into(),
+            organization_scoped: scoped,
+            allowed_workspaces: v(ws),
+            allowed_projects: v(projects),
+            excluded_workspaces: v(excluded),
+            pod_template: None,
+        }
+    }
+
+    #[test]
+    fn a_pool_admits_what_its_lists_say() {
+        let ws = Named {
+            id: Some("ws-1"),
+            name: "Web",
+        };
+        let prj = Some(Named {
+            id: Some("prj-1"),
+            name: "Apps",
+        });
+        assert!(pool(true, &[], &[], &[]).admits(ws, prj));
+        assert!(!pool(true, &[], &[], &["web"]).admits(ws, prj));
+        assert!(pool(true, &["ws-1"], &[], &["web"]).admits(ws, prj));
+        assert!(!pool(false, &[], &[], &[]).admits(ws, prj));
+        assert!(pool(false, &["WEB"], &[], &[]).admits(ws, prj));
+        assert!(pool(false, &[], &["prj-1"], &[]).admits(ws, prj));
+        assert!(pool(false, &[], &["apps"], &[]).admits(ws, prj));
+        assert!(!pool(false, &[], &["apps"], &["ws-1"]).admits(ws, prj));
+        assert!(!pool(false, &[], &["apps"], &[]).admits(ws, None));
     }
 }

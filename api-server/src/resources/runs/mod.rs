@@ -418,7 +418,7 @@ fn user_document(username: &str) -> Value {
 
 /// A workspace as a run's `included` shows it: what the CLI reads of it (name,
 /// organization, lock, structured run output: off, as terrace's logs are plain text).
-fn workspace_brief(w: &Workspace, org: &Organization) -> Value {
+pub fn workspace_brief(w: &Workspace, org: &Organization) -> Value {
     let holder = terrace_crds::lock::holder_of(w);
     json!({
         "id": id_of(w),

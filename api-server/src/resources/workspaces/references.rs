@@ -4,6 +4,7 @@
 //! workspace whose pool was deleted later can still be edited in other ways.
 
 use terrace_crds::WorkspaceSpec;
+use terrace_crds::resources::Named;
 
 use crate::prelude::*;
 
@@ -33,11 +34,21 @@ pub fn check(
                     format!("agent pool {pool_id:?} not found in this organization"),
                 )
             })?;
-        let allowed =
-            pool.spec.organization_scoped
-                || pool.spec.allowed_workspaces.iter().any(|a| {
-                    Some(a.as_str()) == workspace_id || a.eq_ignore_ascii_case(&next.name)
-                });
+        let project = match next.project.as_deref().filter(|p| !p.is_empty()) {
+            Some(name) => idx.project_named(ns, name),
+            None => idx.default_project(ns),
+        };
+        let project_id = project.map(|p| id_of(p.as_ref()));
+        let allowed = pool.spec.admits(
+            Named {
+                id: workspace_id,
+                name: &next.name,
+            },
+            project.map(|p| Named {
+                id: project_id.as_deref(),
+                name: &p.spec.name,
+            }),
+        );
         if !allowed {
             return Err(ApiError::invalid(
                 pointer,
@@ -86,6 +97,8 @@ mod tests {
                 name: "pool".into(),
                 organization_scoped: false,
                 allowed_workspaces: vec!["allowed".into()],
+                allowed_projects: Vec::new(),
+                excluded_workspaces: Vec::new(),
                 pod_template: None,
             },
             status: None,
