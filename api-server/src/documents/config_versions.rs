@@ -14,6 +14,12 @@ use crate::prelude::*;
 pub const ANNOTATION_UPLOAD_SHA256: &str = "terrace.dev/upload-token-sha256";
 /// Annotation with the RFC 3339 time after which the upload URL no longer works.
 pub const ANNOTATION_UPLOAD_EXPIRES: &str = "terrace.dev/upload-expires-at";
+/// Annotation of a workspace's configuration version while an upload to it streams (the
+/// RFC 3339 time it began): one upload at a time, as its URL stays open for more.
+pub const ANNOTATION_UPLOADING: &str = "terrace.dev/uploading-since";
+/// After how long an upload still marked as streaming is taken as dead (its server
+/// stopped), so the URL works again.
+pub const UPLOADING_STALE: jiff::SignedDuration = jiff::SignedDuration::from_mins(10);
 /// How long an upload URL works.
 pub const UPLOAD_TTL: jiff::SignedDuration = jiff::SignedDuration::from_hours(1);
 /// Path prefix of upload URLs.

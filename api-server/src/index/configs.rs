@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use kube::ResourceExt;
-use terrace_crds::{ConfigurationVersion, ConfigurationVersionState, WorkspaceVariable};
+use terrace_crds::{ConfigurationVersion, WorkspaceVariable};
 
 use super::by_workspace::WorkspaceKey;
 use super::{Inner, uid};
@@ -23,7 +23,7 @@ fn workspace_of_var(v: &WorkspaceVariable) -> WorkspaceKey {
 /// Whether a configuration version may be its workspace's current one: uploaded, and not
 /// provisional (a provisional version never becomes current, TFE's rule).
 pub fn may_be_current(c: &ConfigurationVersion) -> bool {
-    !c.spec.provisional && c.state() == Ok(ConfigurationVersionState::Uploaded)
+    !c.spec.provisional && c.usable()
 }
 
 impl Inner {

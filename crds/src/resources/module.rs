@@ -114,6 +114,11 @@ kind_status! {
         pub archive: Option<ArchiveRef>,
         /// Time of the upload (RFC 3339).
         pub uploaded_at: Option<String>,
+        /// When its archive was soft-deleted (TFE's `soft_delete_backing_data`): hidden
+        /// from downloads and runs until restored.
+        pub backing_data_deleted_at: Option<String>,
+        /// When its archive was deleted for good (`permanently_delete_backing_data`).
+        pub backing_data_permanently_deleted_at: Option<String>,
     }
 }
 
@@ -176,7 +181,79 @@ impl ConfigurationVersionStatus {
     }
 }
 
+/// Where a configuration version's archive stands for TFE's backing data actions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfigurationData {
+    /// Stored and served.
+    Kept,
+    /// Hidden, restorable.
+    SoftDeleted,
+    /// Gone.
+    PermanentlyDeleted,
+}
+
+/// The data state a backing data action leads a configuration version to: soft delete
+/// and permanent deletion of an uploaded version that is neither its workspace's current
+/// configuration nor used by a run in progress; restore of a soft-deleted one. Anything
+/// else is refused with the reason ("transition not allowed: …").
+pub fn configuration_data_transition(
+    state: ConfigurationVersionState,
+    data: ConfigurationData,
+    action: crate::state::BackingDataAction,
+    current: bool,
+    in_use: bool,
+) -> Result<ConfigurationData, String> {
+    use crate::state::BackingDataAction::*;
+    let deleting = matches!(action, SoftDelete | PermanentlyDelete);
+    if deleting && current {
+        return Err("transition not allowed: the workspace's current configuration version's data cannot be deleted".into());
+    }
+    if deleting && in_use {
+        return Err(
+            "transition not allowed: a run in progress uses this configuration version".into(),
+        );
+    }
+    match (state, data, action) {
+        (ConfigurationVersionState::Uploaded, ConfigurationData::Kept, SoftDelete) => {
+            Ok(ConfigurationData::SoftDeleted)
+        }
+        (_, ConfigurationData::SoftDeleted, Restore) => Ok(ConfigurationData::Kept),
+        (
+            ConfigurationVersionState::Uploaded | ConfigurationVersionState::Archived,
+            ConfigurationData::Kept | ConfigurationData::SoftDeleted,
+            PermanentlyDelete,
+        ) => Ok(ConfigurationData::PermanentlyDeleted),
+        (state, data, _) => Err(format!(
+            "transition not allowed: the configuration version is {} and its data {}",
+            state.as_str(),
+            match data {
+                ConfigurationData::Kept => "kept",
+                ConfigurationData::SoftDeleted => "soft-deleted",
+                ConfigurationData::PermanentlyDeleted => "permanently deleted",
+            }
+        )),
+    }
+}
+
 impl ConfigurationVersion {
+    /// Where its archive stands for the backing data actions.
+    pub fn data(&self) -> ConfigurationData {
+        let st = self.status.as_ref();
+        if st.is_some_and(|s| s.backing_data_permanently_deleted_at.is_some()) {
+            ConfigurationData::PermanentlyDeleted
+        } else if st.is_some_and(|s| s.backing_data_deleted_at.is_some()) {
+            ConfigurationData::SoftDeleted
+        } else {
+            ConfigurationData::Kept
+        }
+    }
+
+    /// Whether runs may use it and its archive is served: uploaded, data kept.
+    pub fn usable(&self) -> bool {
+        self.state() == Ok(ConfigurationVersionState::Uploaded)
+            && self.data() == ConfigurationData::Kept
+    }
+
     /// The upload state of this configuration version: `pending` until a status is
     /// written.
     pub fn state(&self) -> Result<ConfigurationVersionState, UnknownValue> {

@@ -22,7 +22,7 @@ use serde_json::json;
 use terrace_crds::constants::{LABEL_ID, LABEL_ORGANIZATION, LABEL_WORKSPACE_ID};
 use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
 use terrace_crds::run;
-use terrace_crds::{ConfigurationVersion, ConfigurationVersionState, Run, RunSpec, Workspace};
+use terrace_crds::{ConfigurationVersion, Run, RunSpec, Workspace};
 
 use crate::events::publish_event;
 use crate::{Context, Error};
@@ -113,7 +113,7 @@ async fn reconcile(ws: Arc<Workspace>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let cv = list
         .items
         .into_iter()
-        .filter(|c| c.state() == Ok(ConfigurationVersionState::Uploaded))
+        .filter(|c| c.usable())
         .max_by(|a, b| {
             a.metadata
                 .creation_timestamp

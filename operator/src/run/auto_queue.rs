@@ -16,7 +16,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use terrace_crds::constants::{LABEL_ID, LABEL_ORGANIZATION, LABEL_WORKSPACE_ID};
 use terrace_crds::ids::{IdKind, object_name_for_id};
-use terrace_crds::{ConfigurationVersion, ConfigurationVersionState, Run, RunSpec, Workspace};
+use terrace_crds::{ConfigurationVersion, Run, RunSpec, Workspace};
 
 use crate::catalog::{Catalog, typed};
 use crate::{Context, Error};
@@ -64,7 +64,7 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
         return Ok(Action::await_change());
     };
     if !cv.spec.auto_queue_runs
-        || cv.state() != Ok(ConfigurationVersionState::Uploaded)
+        || !cv.usable()
         || cv.annotations().contains_key(ANNOTATION_RUN_QUEUED)
         || cv.meta().deletion_timestamp.is_some()
     {

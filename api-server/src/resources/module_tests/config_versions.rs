@@ -72,7 +72,8 @@ pub fn upload_router() -> Router<AppState> {
 }
 
 pub use crate::documents::config_versions::{
-    ANNOTATION_UPLOAD_EXPIRES, ANNOTATION_UPLOAD_SHA256, UPLOAD_PATH, UPLOAD_TTL, render, status_of,
+    ANNOTATION_UPLOAD_EXPIRES, ANNOTATION_UPLOAD_SHA256, ANNOTATION_UPLOADING, UPLOAD_PATH,
+    UPLOAD_TTL, UPLOADING_STALE, render, status_of,
 };
 use crate::documents::config_versions::{create_pending, pending_meta};
 
@@ -164,34 +165,94 @@ fn by_token(state: &AppState, token: &str) -> Option<Arc<ConfigurationVersion>> 
         .cloned()
 }
 
+/// 409 when a run uses configuration version `cv`: its archive may no longer change.
+fn not_used_by_a_run(state: &AppState, cv: &ConfigurationVersion) -> Result<(), ApiError> {
+    let ns = cv.namespace().unwrap_or_default();
+    let name = cv.name_any();
+    let idx = state.index.read();
+    match idx
+        .runs()
+        .in_namespace(&ns)
+        .find(|r| r.spec.configuration_version == name)
+    {
+        Some(r) => Err(ApiError::conflict(format!(
+            "configuration version {} is used by run {}: upload to a new configuration version",
+            id_of(cv),
+            id_of(r.as_ref())
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// `PUT /api/v2/uploads/v1/object/<token>`. A module's configuration version takes one
+/// upload (SPEC.md A3). A workspace's takes a new archive again, through the same URL
+/// while it works, until a run uses the version (TFE accepts a second PUT, and go-tfe's
+/// tests make one): the new archive is stored beside the old one and replaces it only
+/// once valid; a refused one leaves the version as it was (422).
 async fn upload(
     State(state): State<AppState>,
     Path(token): Path<String>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    use crate::ingest::{BodyError, Settled, ingest, record_or_remove, settle};
     let cv = by_token(&state, &token).ok_or_else(gone)?;
     let expired = cv
         .annotations()
         .get(ANNOTATION_UPLOAD_EXPIRES)
         .and_then(|t| t.parse::<jiff::Timestamp>().ok())
         .is_none_or(|t| t < jiff::Timestamp::now());
-    if expired || cv.state() != Ok(ConfigurationVersionState::Pending) {
+    let again = cv.spec.workspace.is_some() && cv.usable();
+    if expired || !(cv.state() == Ok(ConfigurationVersionState::Pending) || again) {
         return Err(gone());
+    }
+    if again {
+        not_used_by_a_run(&state, &cv)?;
     }
     let ns = cv.namespace().unwrap_or_default();
     let name = cv.name_any();
     let api = write::api::<ConfigurationVersion>(&state, &ns);
     // Claimed before the body is read: of two concurrent PUTs only one streams.
     claim(&api, &cv).await?;
-    let key = format!("configuration-versions/{}", id_of(cv.as_ref()));
-    let store = crate::blobs::store(&state, &ns, cv.controller_owner_ref(&()));
+    let result = receive(&state, &api, &cv, again, body).await;
+    if cv.spec.workspace.is_some() {
+        release(&api, &name).await;
+    }
+    result
+}
+
+/// Streams the archive of an upload claimed on `cv` into the store and records it;
+/// `again`: it replaces an archive the version has.
+async fn receive(
+    state: &AppState,
+    api: &kube::Api<ConfigurationVersion>,
+    cv: &ConfigurationVersion,
+    again: bool,
+    body: Body,
+) -> Result<Response, ApiError> {
+    use crate::ingest::{BodyError, Settled, ingest, record_or_remove, settle};
+    let ns = cv.namespace().unwrap_or_default();
+    let name = cv.name_any();
+    let old = cv.status.as_ref().and_then(|s| s.archive.clone());
+    let key = if again {
+        format!(
+            "configuration-versions/{}-{}",
+            id_of(cv),
+            jiff::Timestamp::now().as_millisecond()
+        )
+    } else {
+        format!("configuration-versions/{}", id_of(cv))
+    };
+    let store = crate::blobs::store(state, &ns, cv.controller_owner_ref(&()));
     let upload = store.upload(&key).await;
+    // A first upload that fails leaves the version errored, saying why (TFE's); a
+    // replacement that fails leaves it as it was.
     let errored = |message: String| {
         let api = api.clone();
         let name = name.clone();
         let state = state.clone();
         async move {
+            if again {
+                return Ok::<(), ApiError>(());
+            }
             let errored = write::patch_status(
                 &api,
                 &name,
@@ -205,7 +266,6 @@ async fn upload(
     let ingested = match ingest(body, upload, validate_archive_reader).await {
         Ok(i) => i,
         Err(e) => {
-            // The token is spent: the version says why it never got its archive.
             let answer = match e {
                 BodyError::TooLarge => ApiError::TooLarge(
                     format!("the archive exceeds {} bytes", max_upload_bytes()).into(),
@@ -219,12 +279,23 @@ async fn upload(
     };
     let (_, stored) = match settle(ingested.upload, ingested.checked).await {
         Ok(done) => done,
+        Err(Settled::Refused(message)) if again => {
+            return Err(ApiError::invalid(
+                "/",
+                format!("archive refused: {message}"),
+            ));
+        }
         Err(Settled::Refused(message)) => {
             errored(message).await?;
             return Ok(StatusCode::OK.into_response());
         }
         Err(Settled::Store(e)) => return Err(crate::blobs::api_error("the archive", e)),
     };
+    if again && let Err(e) = not_used_by_a_run(state, cv) {
+        // A run took the version while the archive streamed: it keeps the old one.
+        let _ = store.delete(&key).await;
+        return Err(e);
+    }
     let archive = ArchiveRef {
         key: key.clone(),
         size: i64::try_from(stored.size).unwrap_or(i64::MAX),
@@ -235,28 +306,72 @@ async fn upload(
         &key,
         "an archive",
         write::patch_status(
-            &api,
+            api,
             &name,
             json!({"status": ConfigurationVersionState::Uploaded.as_str(), "archive": archive, "uploadedAt": crate::render::now(), "errorMessage": null}),
         ),
     )
     .await?;
-    write::wait_seen(&state, &uploaded).await;
+    if let Some(old) = old.filter(|o| o.key != key) {
+        match store.delete(&old.key).await {
+            Ok(()) | Err(crate::blobs::BlobError::NotFound(_)) => {}
+            Err(e) => {
+                tracing::warn!(key = %old.key, error = %e, "a replaced archive was not deleted")
+            }
+        }
+    }
+    write::wait_seen(state, &uploaded).await;
     Ok(StatusCode::OK.into_response())
 }
 
-/// Consumes the upload token: removes its annotations with a resourceVersion
-/// precondition, so of concurrent uploads exactly one proceeds. The same write marks a
-/// module's configuration version with `auto-queue-runs` due for its automatic test run.
+/// Ends the upload mark of a workspace's configuration version `name` (its URL takes the
+/// next upload).
+async fn release(api: &kube::Api<ConfigurationVersion>, name: &str) {
+    let patch = json!({"metadata": {"annotations": {ANNOTATION_UPLOADING: null}}});
+    if let Err(e) = api
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+    {
+        tracing::warn!(configuration_version = %name, error = %e, "the upload mark was not removed; it lapses on its own");
+    }
+}
+
+/// Claims the upload token, with a resourceVersion precondition so that of concurrent
+/// uploads exactly one proceeds. A module's token is consumed (its annotations removed),
+/// and the same write marks a module's configuration version with `auto-queue-runs` due
+/// for its automatic test run. A workspace's token stays for another upload; the write
+/// marks the upload as streaming ([`ANNOTATION_UPLOADING`]), and a second PUT meanwhile
+/// is 409.
 async fn claim(
     api: &kube::Api<ConfigurationVersion>,
     cv: &ConfigurationVersion,
 ) -> Result<(), ApiError> {
     let sha = cv.annotations().get(ANNOTATION_UPLOAD_SHA256).cloned();
     let mut claimed = false;
+    let now = jiff::Timestamp::now();
     write::guarded_patch(api, cv.clone(), |current| {
         if sha.is_none() || current.annotations().get(ANNOTATION_UPLOAD_SHA256) != sha.as_ref() {
             return Err(gone());
+        }
+        if current.spec.workspace.is_some() {
+            let streaming = current
+                .annotations()
+                .get(ANNOTATION_UPLOADING)
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                .is_some_and(|t| now.duration_since(t) < UPLOADING_STALE);
+            if streaming {
+                return Err(ApiError::conflict(
+                    "another upload to this configuration version is in progress",
+                ));
+            }
+            claimed = true;
+            return Ok(Some(json!({"metadata": {
+                "annotations": {ANNOTATION_UPLOADING: now.to_string()},
+            }})));
         }
         claimed = true;
         let due = (current.spec.auto_queue_runs && current.spec.module.is_some())

@@ -29,6 +29,103 @@ pub fn router() -> Router<AppState> {
             "/api/v2/configuration-versions/{id}/actions/archive",
             post(archive),
         )
+        .route(
+            "/api/v2/configuration-versions/{id}/actions/{action}",
+            post(backing_data),
+        )
+}
+
+/// `POST /configuration-versions/:id/actions/{soft_delete,restore,permanently_delete}_backing_data`:
+/// TFE's backing data actions, as state versions have them. A soft-deleted archive is
+/// kept but no longer downloaded nor used by runs until it is restored; a permanent
+/// deletion removes it from the blob store and the version reads `archived`. The
+/// workspace's current configuration and one a run in progress uses cannot be deleted
+/// (409). The right is `delete` on configurationversions (owners have it).
+async fn backing_data(
+    State(state): State<AppState>,
+    Path((_, action)): Path<(String, String)>,
+    f: Found<ConfigurationVersion>,
+) -> Result<Response, ApiError> {
+    use terrace_crds::state::BackingDataAction;
+    let action = match action.as_str() {
+        "soft_delete_backing_data" => BackingDataAction::SoftDelete,
+        "restore_backing_data" => BackingDataAction::Restore,
+        "permanently_delete_backing_data" => BackingDataAction::PermanentlyDelete,
+        _ => {
+            return Err(ApiError::not_found(format!(
+                "no configuration version action {action:?}; one of: archive, soft_delete_backing_data, restore_backing_data, permanently_delete_backing_data"
+            )));
+        }
+    };
+    state
+        .require_or_403(
+            &f.caller,
+            &f.at.check("delete"),
+            "managing a configuration version's data needs the delete right on configurationversions",
+        )
+        .await?;
+    let at = &f.at;
+    let object = at.obj.name_any();
+    let (current, in_use) = {
+        let idx = state.index.read();
+        let current = at.obj.spec.workspace.as_deref().is_some_and(|ws| {
+            idx.current_configuration_version(&at.ns, ws)
+                .is_some_and(|c| c.metadata.uid == at.obj.metadata.uid)
+        });
+        let in_ns = |ns: Option<String>| ns.as_deref() == Some(at.ns.as_str());
+        let runs = idx.runs().in_namespace(&at.ns).any(|r| {
+            r.spec.configuration_version == object
+                && !crate::documents::runs::state_of(r).is_final()
+        });
+        let tests = idx.test_runs().iter().any(|t| {
+            in_ns(t.namespace())
+                && t.spec.configuration_version == object
+                && !terrace_crds::testrun::TestRunState::of(t.status.as_ref())
+                    .is_ok_and(terrace_crds::testrun::TestRunState::is_final)
+        });
+        (current, runs || tests)
+    };
+    let now = crate::render::now();
+    let api = write::api::<ConfigurationVersion>(&state, &at.ns);
+    let done = write::guarded_status_patch(&api, (*at.obj).clone(), |c| {
+        let state = c
+            .state()
+            .map_err(|e| ApiError::conflict(format!("transition not allowed: {e}")))?;
+        let to = terrace_crds::resources::configuration_data_transition(
+            state,
+            c.data(),
+            action,
+            current,
+            in_use,
+        )
+        .map_err(ApiError::conflict)?;
+        use terrace_crds::resources::ConfigurationData;
+        Ok(Some(match to {
+            ConfigurationData::Kept => json!({"backingDataDeletedAt": null}),
+            ConfigurationData::SoftDeleted => json!({"backingDataDeletedAt": now}),
+            ConfigurationData::PermanentlyDeleted => json!({
+                "status": ConfigurationVersionState::Archived.as_str(),
+                "backingDataPermanentlyDeletedAt": now,
+            }),
+        }))
+    })
+    .await?;
+    if action == BackingDataAction::PermanentlyDelete
+        && let Some(key) = at
+            .obj
+            .status
+            .as_ref()
+            .and_then(|s| s.archive.as_ref())
+            .map(|a| a.key.clone())
+    {
+        use crate::blobs::BlobStore;
+        match crate::blobs::store(&state, &at.ns, None).delete(&key).await {
+            Ok(()) | Err(crate::blobs::BlobError::NotFound(_)) => {}
+            Err(e) => return Err(crate::blobs::api_error("the archive", e)),
+        }
+    }
+    write::wait_seen(&state, &done).await;
+    Ok(StatusCode::OK.into_response())
 }
 
 /// `GET /configuration-versions/:id/download`: the uploaded tar.gz, byte for byte, to a
@@ -40,7 +137,7 @@ async fn download(
 ) -> Result<Response, ApiError> {
     let cv = &f.at.obj;
     let missing = || ApiError::not_found("configuration version archive not found");
-    if cv.state() != Ok(ConfigurationVersionState::Uploaded) {
+    if !cv.usable() {
         return Err(missing());
     }
     if cv
