@@ -100,3 +100,8 @@ pub const DEFAULT_TEST_DIRECTORY: &str = "tests";
 pub const METRICS_RUN_WINDOW: usize = 30;
 /// Longest workspace name TFE accepts.
 pub const MAX_WORKSPACE_NAME_LEN: usize = 90;
+
+/// Most comments a run holds (they live in its status, and etcd objects are small).
+pub const MAX_RUN_COMMENTS: usize = 100;
+/// Longest comment on a run, in bytes.
+pub const MAX_COMMENT_BYTES: usize = 4096;

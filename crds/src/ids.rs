@@ -27,11 +27,12 @@ pub enum IdKind {
     StateVersion,
     StateVersionOutput,
     Run,
+    Comment,
 }
 
 impl IdKind {
     /// Every kind, for exhaustive tests and lookups.
-    pub const ALL: [IdKind; 15] = [
+    pub const ALL: [IdKind; 16] = [
         IdKind::Project,
         IdKind::Workspace,
         IdKind::RegistryModule,
@@ -47,6 +48,7 @@ impl IdKind {
         IdKind::StateVersion,
         IdKind::StateVersionOutput,
         IdKind::Run,
+        IdKind::Comment,
     ];
 
     /// The prefix, including its dash.
@@ -67,6 +69,7 @@ impl IdKind {
             IdKind::StateVersion => "sv-",
             IdKind::StateVersionOutput => "wsout-",
             IdKind::Run => "run-",
+            IdKind::Comment => "wsc-",
         }
     }
 

@@ -16,6 +16,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::testrun::UnknownValue;
 
+pub mod events;
+
 /// The states of a run (TFE's run statuses that terrace uses).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum RunState {
@@ -360,6 +362,106 @@ pub fn may_start(
         Some(holder) => Err(Wait::Locked(holder.annotation())),
         None => Ok(()),
     }
+}
+
+/// Why a comment cannot be added to a run that has `existing` comments: a blank body, a
+/// body over [`MAX_COMMENT_BYTES`](crate::constants::MAX_COMMENT_BYTES), or a run that
+/// holds [`MAX_RUN_COMMENTS`](crate::constants::MAX_RUN_COMMENTS) already.
+pub fn check_comment(body: &str, existing: usize) -> Result<(), String> {
+    use crate::constants::{MAX_COMMENT_BYTES, MAX_RUN_COMMENTS};
+    if body.trim().is_empty() {
+        return Err("body can't be blank".to_owned());
+    }
+    if body.len() > MAX_COMMENT_BYTES {
+        return Err(format!(
+            "body is too long (at most {MAX_COMMENT_BYTES} bytes)"
+        ));
+    }
+    if existing >= MAX_RUN_COMMENTS {
+        return Err(format!(
+            "the run has {MAX_RUN_COMMENTS} comments already, the most one run holds"
+        ));
+    }
+    Ok(())
+}
+
+/// Why `POST /runs/:id/actions/force-execute` is refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ForceExecuteRefusal {
+    /// Only a pending run can be forced.
+    NotPending(RunState),
+    /// Nothing is ahead of it: it starts on its own.
+    NothingAhead,
+    /// A run ahead of it cannot be discarded (it is planning, applying, …).
+    Undiscardable { name: String, state: RunState },
+    /// The workspace is locked by someone other than a run.
+    Locked(String),
+}
+
+impl fmt::Display for ForceExecuteRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ForceExecuteRefusal::NotPending(s) => write!(
+                f,
+                "transition not allowed: the run is {s}; only a pending run can be force-executed"
+            ),
+            ForceExecuteRefusal::NothingAhead => f.write_str(
+                "transition not allowed: no run is ahead of this one, it starts on its own",
+            ),
+            ForceExecuteRefusal::Undiscardable { name, state } => write!(
+                f,
+                "transition not allowed: run {name} ahead of this one is {state} and cannot be discarded; cancel it instead"
+            ),
+            ForceExecuteRefusal::Locked(h) => write!(
+                f,
+                "transition not allowed: the workspace is locked by {h}; unlock it instead"
+            ),
+        }
+    }
+}
+
+/// The runs a force-execute of pending run `name` discards so that it goes next (TFE's
+/// "run this plan now"): every apply run of the workspace that holds it or waits before
+/// it. Refused unless the run is pending, something is ahead of it, each run ahead can
+/// be discarded (pending, planned or saved), and nobody but a run locks the workspace.
+pub fn force_execute<'a>(
+    name: &str,
+    runs: &'a [QueuedRun<'a>],
+    lock: Option<&crate::lock::LockHolder>,
+) -> Result<Vec<&'a str>, ForceExecuteRefusal> {
+    let me = runs
+        .iter()
+        .find(|r| r.name == name)
+        .ok_or(ForceExecuteRefusal::NothingAhead)?;
+    if me.state != RunState::Pending {
+        return Err(ForceExecuteRefusal::NotPending(me.state));
+    }
+    if let Some(holder @ (crate::lock::LockHolder::User(_) | crate::lock::LockHolder::Team(_))) =
+        lock
+    {
+        return Err(ForceExecuteRefusal::Locked(holder.annotation()));
+    }
+    if me.plan_only {
+        return Err(ForceExecuteRefusal::NothingAhead);
+    }
+    let mut ahead = Vec::new();
+    for r in runs.iter().filter(|r| !r.plan_only && r.name != name) {
+        let before = r.state == RunState::Pending && (r.created, r.name) < (me.created, me.name);
+        if !(r.state.holds_workspace() || before) {
+            continue;
+        }
+        if !r.state.is_discardable() {
+            return Err(ForceExecuteRefusal::Undiscardable {
+                name: r.name.to_owned(),
+                state: r.state,
+            });
+        }
+        ahead.push(r.name);
+    }
+    if ahead.is_empty() {
+        return Err(ForceExecuteRefusal::NothingAhead);
+    }
+    Ok(ahead)
 }
 
 /// Why a pending run waits.

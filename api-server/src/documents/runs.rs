@@ -4,6 +4,8 @@
 
 use serde_json::Map;
 use terrace_crds::constants::LABEL_WORKSPACE_ID;
+use terrace_crds::resources::RunComment;
+use terrace_crds::run::events::{RunEvent, event_id, events};
 use terrace_crds::run::{self, Phase, RunState};
 use terrace_crds::{Run, RunPhaseStatus};
 
@@ -192,9 +194,9 @@ pub fn run_data(
             "permissions": {
                 "can-apply": perms.act,
                 "can-cancel": perms.act,
-                "can-comment": false,
+                "can-comment": perms.act,
                 "can-discard": perms.act,
-                "can-force-execute": false,
+                "can-force-execute": perms.act,
                 "can-force-cancel": perms.act,
                 "can-override-policy-check": false,
             },
@@ -208,9 +210,9 @@ pub fn run_data(
             "confirmed-by": rel("users", confirmed_by),
             "cost-estimate": {"data": null},
             "policy-checks": {"data": []},
-            "run-events": {"data": []},
+            "run-events": {"data": events(r).iter().map(|e| json!({"id": event_id(&id, &e.key), "type": "run-events"})).collect::<Vec<_>>()},
             "task-stages": {"data": []},
-            "comments": {"data": []},
+            "comments": {"data": st.comments.iter().map(|c| json!({"id": c.id, "type": "comments"})).collect::<Vec<_>>()},
         },
         "links": {"self": format!("/api/v2/runs/{id}")},
     })
@@ -286,4 +288,46 @@ pub fn phase_data(r: &Run, phase: Phase, log_url: &str) -> Value {
             json!(format!("/api/v2/plans/{id}/json-output-redacted"));
     }
     data
+}
+
+/// The user name of a recorded actor (`user:NAME`; `auto-apply` and the like are none).
+pub fn actor_name(who: &str) -> Option<&str> {
+    who.strip_prefix("user:")
+}
+
+/// The JSON:API `data` of a comment on run `run_id`.
+pub fn comment_data(run_id: &str, c: &RunComment) -> Value {
+    let event = event_id(run_id, &c.id);
+    json!({
+        "id": c.id,
+        "type": "comments",
+        "attributes": {"body": c.body},
+        "relationships": {
+            "run-event": {
+                "data": {"id": event, "type": "run-events"},
+                "links": {"related": format!("/api/v2/run-events/{event}")},
+            },
+        },
+        "links": {"self": format!("/api/v2/comments/{}", c.id)},
+    })
+}
+
+/// The JSON:API `data` of event `e` of run `run_id`.
+pub fn event_data(run_id: &str, e: &RunEvent<'_>) -> Value {
+    let id = event_id(run_id, &e.key);
+    let actor = e.actor.and_then(actor_name);
+    json!({
+        "id": id,
+        "type": "run-events",
+        "attributes": {
+            "action": e.action,
+            "created-at": e.at,
+            "description": e.description,
+        },
+        "relationships": {
+            "actor": {"data": actor.map(|a| json!({"id": a, "type": "users"}))},
+            "comment": {"data": e.comment.map(|c| json!({"id": c.id, "type": "comments"}))},
+        },
+        "links": {"self": format!("/api/v2/run-events/{id}")},
+    })
 }

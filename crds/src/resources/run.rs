@@ -143,6 +143,30 @@ kind_status! {
         pub force_cancel_requested_at: Option<String>,
         /// Why the run errored, or what it waits for.
         pub message: Option<String>,
+        /// Who asked for each action other than the confirmation (`discard`, `cancel`,
+        /// `force-cancel`; a force-execute discards as `discard`): `user:NAME`.
+        #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+        pub acted_by: std::collections::BTreeMap<String, String>,
+        /// Comments on the run, oldest first (`POST /runs/:id/comments`, or the
+        /// `comment` of an action).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub comments: Vec<RunComment>,
+    }
+}
+
+crd_struct! {
+    /// A comment on a run.
+    pub struct RunComment {
+        /// Its API ID (`wsc-…`).
+        pub id: String,
+        /// The text.
+        pub body: String,
+        /// Who wrote it (`user:NAME`).
+        pub author: String,
+        /// When, RFC 3339.
+        pub created_at: String,
+        /// The action it came with (`apply`, `discard`, `cancel`, `force-cancel`), if any.
+        pub action: Option<String>,
     }
 }
 

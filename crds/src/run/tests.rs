@@ -115,6 +115,50 @@ fn phase_ids() {
 }
 
 #[test]
+fn force_execute_discards_what_is_ahead_or_says_why_not() {
+    let runs = [
+        q("a", "2026-01-01T00:00:01Z", RunState::Planned, false),
+        q("b", "2026-01-01T00:00:02Z", RunState::Pending, false),
+        q("c", "2026-01-01T00:00:03Z", RunState::Pending, false),
+        q("p", "2026-01-01T00:00:04Z", RunState::Pending, true),
+        q("d", "2026-01-01T00:00:00Z", RunState::Applied, false),
+    ];
+    assert_eq!(force_execute("c", &runs, None), Ok(vec!["a", "b"]));
+    assert_eq!(force_execute("b", &runs, None), Ok(vec!["a"]));
+    assert_eq!(
+        force_execute("a", &runs, None),
+        Err(ForceExecuteRefusal::NotPending(RunState::Planned))
+    );
+    assert_eq!(
+        force_execute("p", &runs, None),
+        Err(ForceExecuteRefusal::NothingAhead)
+    );
+    let applying = [
+        q("a", "2026-01-01T00:00:01Z", RunState::Applying, false),
+        runs[1].clone(),
+    ];
+    assert_eq!(
+        force_execute("b", &applying, None),
+        Err(ForceExecuteRefusal::Undiscardable {
+            name: "a".into(),
+            state: RunState::Applying
+        })
+    );
+    let first = [runs[1].clone(), runs[4].clone()];
+    assert_eq!(
+        force_execute("b", &first, None),
+        Err(ForceExecuteRefusal::NothingAhead)
+    );
+    let user = LockHolder::User("ann".into());
+    assert!(matches!(
+        force_execute("c", &runs, Some(&user)),
+        Err(ForceExecuteRefusal::Locked(_))
+    ));
+    let by_run = LockHolder::Run("run-a".into());
+    assert_eq!(force_execute("b", &runs, Some(&by_run)), Ok(vec!["a"]));
+}
+
+#[test]
 fn queue_one_apply_run_at_a_time_in_order() {
     let runs = [
         q("a", "2026-01-01T00:00:01Z", RunState::Applying, false),

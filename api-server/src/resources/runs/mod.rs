@@ -10,6 +10,7 @@
 //! patches of the status under the resourceVersion read, decided on the fresh object
 //! after a conflict, so an action never applies to a run that moved on.
 
+pub mod comments;
 pub mod config_versions;
 pub mod runner;
 #[cfg(test)]
@@ -47,7 +48,6 @@ pub fn router() -> Router<AppState> {
         .route("/api/v2/runs/{id}", get(show))
         .route("/api/v2/workspaces/{id}/runs", get(list))
         .route("/api/v2/runs/{id}/actions/{action}", post(act))
-        .route("/api/v2/runs/{id}/run-events", get(run_events))
         .route("/api/v2/runs/{id}/plan", get(phase_of_run::<PlanRoute>))
         .route("/api/v2/runs/{id}/apply", get(phase_of_run::<ApplyRoute>))
         .route("/api/v2/plans/{plan}", get(show_phase::<PlanRoute>))
@@ -66,6 +66,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/v2/organizations/{org}/runs", get(org_list))
         .route("/api/v2/organizations/{org}/runs/queue", get(queue))
         .route("/api/v2/organizations/{org}/capacity", get(capacity))
+        .merge(comments::router())
         .merge(config_versions::router())
         .merge(runner::router())
 }
@@ -215,6 +216,13 @@ async fn create(
                             "configuration version is not uploaded (it is {})",
                             crate::documents::config_versions::status_of(&c)
                         ),
+                    ));
+                    None
+                }
+                Some(c) if !c.usable() => {
+                    errs.push(FieldError::new(
+                        CV_PTR,
+                        "configuration version's data was deleted (restore it first)",
                     ));
                     None
                 }
@@ -401,7 +409,7 @@ fn include_once(included: &mut Vec<Value>, docs: Vec<Value>) {
 /// A `users` document for a Kubernetes identity: its name is the ID and the `username`;
 /// ServiceAccounts say so (`is-service-account`). terrace keeps no profile, so there is
 /// no e-mail or avatar.
-fn user_document(username: &str) -> Value {
+pub fn user_document(username: &str) -> Value {
     json!({
         "id": username,
         "type": "users",
@@ -558,10 +566,17 @@ async fn list(
 }
 
 /// The run actions.
-const ACTIONS: [&str; 4] = ["apply", "discard", "cancel", "force-cancel"];
+const ACTIONS: [&str; 5] = [
+    "apply",
+    "discard",
+    "cancel",
+    "force-cancel",
+    "force-execute",
+];
 
 /// The status patch that records `action` on run `r` asked by `who` at `now`: None when
 /// it is recorded already (a repeated cancel), 409 when the run's state does not allow it.
+/// Who asked a discard or a cancel is kept for the run's events (`actedBy`).
 fn action_patch(action: &str, r: &Run, who: &str, now: &str) -> Result<Option<Value>, ApiError> {
     let s = state_of(r);
     let refuse = |what: &str| {
@@ -583,26 +598,40 @@ fn action_patch(action: &str, r: &Run, who: &str, now: &str) -> Result<Option<Va
         "discard" if s.is_discardable() => Ok(Some(json!({
             "status": RunState::Discarded.as_str(),
             "statusTimestamps": {run::timestamp_key(RunState::Discarded): now},
+            "actedBy": {"discard": who},
         }))),
         "discard" => Err(refuse("discarded")),
         "cancel" if !s.is_cancelable() => Err(refuse("canceled")),
         "cancel" if cancel_requested => Ok(None),
-        "cancel" => Ok(Some(json!({"cancelRequestedAt": now}))),
+        "cancel" => Ok(Some(
+            json!({"cancelRequestedAt": now, "actedBy": {"cancel": who}}),
+        )),
         "force-cancel" if !s.is_cancelable() => Err(refuse("force-canceled")),
         "force-cancel" if !cancel_requested => Err(ApiError::conflict(
             "transition not allowed: force-cancel is available after a cancel",
         )),
-        "force-cancel" => Ok(Some(json!({"forceCancelRequestedAt": now}))),
+        "force-cancel" => Ok(Some(
+            json!({"forceCancelRequestedAt": now, "actedBy": {"force-cancel": who}}),
+        )),
         _ => Err(ApiError::not_found("unknown run action")),
     }
 }
 
-/// `POST /runs/:id/actions/{apply,discard,cancel,force-cancel}`: 202 when recorded, 409
-/// when the run is not in a state that allows it.
+/// The body an action may carry: `{"comment": "…"}` (or nothing).
+#[derive(Debug, Default, Deserialize)]
+struct ActionBody {
+    #[serde(default)]
+    comment: Option<String>,
+}
+
+/// `POST /runs/:id/actions/{apply,discard,cancel,force-cancel,force-execute}`: 202 when
+/// recorded, 409 when the run is not in a state that allows it. A `comment` is kept as
+/// one of the run's comments, in the same write as the action.
 async fn act(
     State(state): State<AppState>,
     Path((id, action)): Path<(String, String)>,
     caller: Caller,
+    JsonApi(body): JsonApi<Option<ActionBody>>,
 ) -> Result<Response, ApiError> {
     let at = state.readable::<Run>(&caller, &id).await?;
     state
@@ -617,7 +646,24 @@ async fn act(
     }
     let who = format!("user:{}", caller.username);
     let now = crate::render::now();
-    let change = |r: &Run| action_patch(&action, r, &who, &now);
+    let comment = body
+        .and_then(|b| b.comment)
+        .filter(|c| !c.trim().is_empty())
+        .map(|c| comments::new_comment(&c, &who, &now, Some(&action)));
+    if action == "force-execute" {
+        return force_execute(&state, &at, &who, &now).await;
+    }
+    let change = |r: &Run| {
+        let patch = action_patch(&action, r, &who, &now)?;
+        match &comment {
+            None => Ok(patch),
+            Some(c) => {
+                let mut patch = patch.unwrap_or_else(|| json!({}));
+                patch["comments"] = comments::comments_patch(r, c)?;
+                Ok(Some(patch))
+            }
+        }
+    };
     let api = write::api::<Run>(&state, &at.ns);
     // Decided on the indexed copy first; a conflict re-reads the live object.
     let written = write::guarded_status_patch(&api, (*at.obj).clone(), change).await?;
@@ -625,18 +671,50 @@ async fn act(
     Ok(StatusCode::ACCEPTED.into_response())
 }
 
-/// `GET /runs/:id/run-events`: no events are recorded (policy and task enforcement
-/// changes are what the CLI shows from it).
-async fn run_events(f: Found<Run>, q: QueryParams) -> Result<Doc, ApiError> {
-    let (meta, links) = pagination(
-        &format!("/api/v2/runs/{}/run-events", f.at.id()),
-        q.page()?,
-        0,
-    );
-    Ok(Doc(
-        StatusCode::OK,
-        json!({"data": [], "meta": meta, "links": links}),
-    ))
+/// `POST /runs/:id/actions/force-execute`: the pending run goes next, by discarding every
+/// run of the workspace ahead of it ([`run::force_execute`] decides which, or why not:
+/// 409). Each discard is its own guarded write, so a run that moved on meanwhile (started
+/// planning) stops it with 409.
+async fn force_execute(
+    state: &AppState,
+    at: &Located<Run>,
+    who: &str,
+    now: &str,
+) -> Result<Response, ApiError> {
+    let ahead: Vec<Arc<Run>> = {
+        let idx = state.index.read();
+        let runs: Vec<(String, Arc<Run>)> = idx
+            .runs_of(&at.ns, &at.obj.spec.workspace)
+            .map(|r| (r.queued_at(), r.clone()))
+            .collect();
+        let queue: Vec<run::QueuedRun<'_>> = runs
+            .iter()
+            .map(|(t, r)| run::QueuedRun {
+                name: r.metadata.name.as_deref().unwrap_or_default(),
+                created: t,
+                state: state_of(r),
+                plan_only: r.spec.plan_only,
+            })
+            .collect();
+        let lock = idx
+            .workspace_object(&at.ns, &at.obj.spec.workspace)
+            .and_then(|w| terrace_crds::lock::holder_of(w));
+        let names = run::force_execute(&at.obj.name_any(), &queue, lock.as_ref())
+            .map_err(|e| ApiError::conflict(e.to_string()))?;
+        runs.iter()
+            .filter(|(_, r)| names.contains(&r.metadata.name.as_deref().unwrap_or_default()))
+            .map(|(_, r)| r.clone())
+            .collect()
+    };
+    let api = write::api::<Run>(state, &at.ns);
+    for r in ahead {
+        let written = write::guarded_status_patch(&api, (*r).clone(), |r| {
+            action_patch("discard", r, who, now)
+        })
+        .await?;
+        write::wait_seen(state, &written).await;
+    }
+    Ok(StatusCode::ACCEPTED.into_response())
 }
 
 /// The run of plan or apply `phase_id`, if the caller may read it.

@@ -229,7 +229,11 @@ async fn create_rules_and_the_document_the_cli_reads() {
     let (st, doc) = h
         .call("GET", &format!("/api/v2/runs/{id}/run-events"), None)
         .await;
-    assert_eq!((st, doc["data"].clone()), (200, json!([])));
+    assert_eq!(
+        (st, doc["data"][0]["attributes"]["action"].as_str()),
+        (200, Some("created")),
+        "a new run has one event: {doc}"
+    );
     let (st, doc) = h
         .call("GET", &format!("/api/v2/plans/plan-{suffix}"), None)
         .await;
@@ -895,4 +899,421 @@ async fn the_organization_lists_its_runs() {
         .call("GET", &format!("{base}?filter%5Bcolor%5D=red"), None)
         .await;
     assert_eq!(st, 400);
+}
+
+/// A new run of the workspace on `cv`; answers its ID.
+async fn new_run(h: &Harness, cv: &str) -> String {
+    let (st, doc) = h
+        .call(
+            "POST",
+            "/api/v2/runs",
+            Some(run_body(json!({}), Some(WS), Some(cv))),
+        )
+        .await;
+    assert_eq!(st, 201, "{doc}");
+    doc["data"]["id"].as_str().unwrap_or_default().to_owned()
+}
+
+/// Moves run `id` to `status` as the operator would (no operator runs here).
+async fn set_status(h: &Harness, id: &str, status: &str) {
+    use kube::api::{Patch, PatchParams};
+    crate::write::api::<terrace_crds::Run>(&h.state, "acme")
+        .patch_status(
+            &terrace_crds::ids::object_name_for_id(id),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"status": status}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("run status: {e}"));
+    h.wait(status, |i| {
+        i.runs()
+            .get(id)
+            .and_then(|r| r.status.as_ref()?.status.clone())
+            .as_deref()
+            == Some(status)
+    })
+    .await;
+}
+
+/// go-tfe's comments and run events: comments through their endpoint and with an action,
+/// each readable by ID and listed on the run; the run's events follow its status with
+/// their actors, the comment events carry their comment (included on request), and each
+/// event reads by ID. Commenting needs the right to act on runs.
+#[tokio::test]
+async fn comments_and_run_events() {
+    let h = setup().await;
+    let cv = uploaded(&h, false).await;
+    let id = new_run(&h, &cv).await;
+    let comments = format!("/api/v2/runs/{id}/comments");
+    let comment =
+        |body: &str| Some(json!({"data": {"type": "comments", "attributes": {"body": body}}}));
+    let (st, doc) = h.call("POST", &comments, comment("looks fine")).await;
+    assert_eq!(st, 201, "{doc}");
+    assert_eq!(doc["data"]["type"], "comments");
+    assert_eq!(doc["data"]["attributes"]["body"], "looks fine");
+    let first = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
+    assert!(first.starts_with("wsc-"), "{first}");
+    let (st, _) = h.call("POST", &comments, comment("  ")).await;
+    assert_eq!(st, 422, "a blank comment");
+    let (st, _) = h.call("POST", &comments, comment(&"x".repeat(5000))).await;
+    assert_eq!(st, 422, "a comment over the limit");
+    let (st, _) = h
+        .call(
+            "POST",
+            &format!("/api/v2/runs/{id}/actions/discard"),
+            Some(json!({"comment": "not today"})),
+        )
+        .await;
+    assert_eq!(st, 202);
+
+    let (_, doc) = h.call("GET", &comments, None).await;
+    let bodies: Vec<&str> = doc["data"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|c| c["attributes"]["body"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(bodies, ["looks fine", "not today"]);
+    assert_eq!(doc["meta"]["pagination"]["total-count"], 2);
+    let (st, doc) = h
+        .call("GET", &format!("/api/v2/comments/{first}"), None)
+        .await;
+    assert_eq!(
+        (st, doc["data"]["attributes"]["body"].as_str()),
+        (200, Some("looks fine"))
+    );
+    let (st, _) = h
+        .call("GET", "/api/v2/comments/wsc-NoSuchComment01", None)
+        .await;
+    assert_eq!(st, 404);
+    let (_, run) = h.call("GET", &format!("/api/v2/runs/{id}"), None).await;
+    assert_eq!(
+        run["data"]["relationships"]["comments"]["data"]
+            .as_array()
+            .map(Vec::len),
+        Some(2)
+    );
+    assert_eq!(
+        run["data"]["attributes"]["permissions"]["can-comment"],
+        true
+    );
+
+    // Events: the run's life, in time, with who did what.
+    let (st, doc) = h
+        .call("GET", &format!("/api/v2/runs/{id}/run-events"), None)
+        .await;
+    assert_eq!(st, 200, "{doc}");
+    let events = doc["data"].as_array().cloned().unwrap_or_default();
+    let actions: Vec<&str> = events
+        .iter()
+        .filter_map(|e| e["attributes"]["action"].as_str())
+        .collect();
+    assert_eq!(actions, ["created", "commented", "commented", "discarded"]);
+    let discarded = &events[3];
+    assert_eq!(discarded["relationships"]["actor"]["data"]["type"], "users");
+    assert_eq!(discarded["relationships"]["actor"]["data"]["id"], "admin");
+    assert!(
+        discarded["attributes"]["description"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("discarded by admin")
+    );
+    let commented = &events[1];
+    assert_eq!(
+        commented["relationships"]["comment"]["data"]["id"],
+        first.as_str()
+    );
+    assert!(doc.get("included").is_none());
+    assert_eq!(
+        run["data"]["relationships"]["run-events"]["data"]
+            .as_array()
+            .map(Vec::len),
+        Some(4),
+        "the run names its events"
+    );
+
+    let (_, doc) = h
+        .call(
+            "GET",
+            &format!("/api/v2/runs/{id}/run-events?include=actor,comment"),
+            None,
+        )
+        .await;
+    let included = doc["included"].as_array().cloned().unwrap_or_default();
+    assert!(
+        included
+            .iter()
+            .any(|i| i["type"] == "users" && i["attributes"]["username"] == "admin")
+    );
+    assert_eq!(
+        included.iter().filter(|i| i["type"] == "comments").count(),
+        2,
+        "{doc}"
+    );
+    let event_id = commented["id"].as_str().unwrap_or_default();
+    let (st, doc) = h
+        .call(
+            "GET",
+            &format!("/api/v2/run-events/{event_id}?include=comment"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{doc}");
+    assert_eq!(doc["data"]["attributes"]["action"], "commented");
+    assert_eq!(doc["included"][0]["attributes"]["body"], "looks fine");
+    for bad in ["re-nope", "re-NoSuchRun000000-planned", "ws-x"] {
+        let (st, _) = h
+            .call("GET", &format!("/api/v2/run-events/{bad}"), None)
+            .await;
+        assert_eq!(st, 404, "{bad}");
+    }
+    let (st, _) = h
+        .call(
+            "GET",
+            &format!("/api/v2/runs/{id}/run-events?include=plan"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 400);
+
+    // A reader reads comments and events but may not comment.
+    let reader = h
+        .token_with_role(Some(vec![crate::testing::rule(
+            &["get", "list"],
+            &["workspaces", "runs"],
+        )]))
+        .await;
+    let (st, _) = h.call_as(&reader, "GET", &comments, None).await;
+    assert_eq!(st, 200);
+    let (st, _) = h
+        .call_as(&reader, "POST", &comments, comment("me too"))
+        .await;
+    assert_eq!(st, 403);
+}
+
+/// Force-execute discards the runs ahead of a pending run (TFE's "run this plan now"),
+/// and refuses what TFE refuses: a run that is not pending, one with nothing ahead, and
+/// a run ahead that cannot be discarded.
+#[tokio::test]
+async fn force_execute_discards_the_runs_ahead() {
+    let h = setup().await;
+    let cv = uploaded(&h, false).await;
+    let a = new_run(&h, &cv).await;
+    set_status(&h, &a, "planned").await;
+    let b = new_run(&h, &cv).await;
+    let c = new_run(&h, &cv).await;
+    let force = |id: &str| format!("/api/v2/runs/{id}/actions/force-execute");
+    let status = |id: &str| {
+        h.state
+            .index
+            .read()
+            .runs()
+            .get(id)
+            .and_then(|r| r.status.as_ref()?.status.clone())
+            .unwrap_or_default()
+    };
+    let (st, doc) = h.call("POST", &force(&a), None).await;
+    assert_eq!(st, 409, "a planned run is not pending: {doc}");
+    let (_, doc) = h.call("GET", &format!("/api/v2/runs/{c}"), None).await;
+    assert_eq!(
+        doc["data"]["attributes"]["permissions"]["can-force-execute"],
+        true
+    );
+    let (st, doc) = h.call("POST", &force(&c), None).await;
+    assert_eq!(st, 202, "{doc}");
+    assert_eq!(status(&a), "discarded");
+    assert_eq!(status(&b), "discarded");
+    assert_eq!(
+        status(&c),
+        "",
+        "the forced run itself is untouched (pending)"
+    );
+    let (_, doc) = h
+        .call("GET", &format!("/api/v2/runs/{a}/run-events"), None)
+        .await;
+    let last = doc["data"]
+        .as_array()
+        .and_then(|a| a.last())
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(last["attributes"]["action"], "discarded");
+    assert_eq!(last["relationships"]["actor"]["data"]["id"], "admin");
+    let (st, doc) = h.call("POST", &force(&c), None).await;
+    assert_eq!(st, 409, "nothing ahead any more: {doc}");
+    set_status(&h, &c, "applying").await;
+    let d = new_run(&h, &cv).await;
+    let (st, doc) = h.call("POST", &force(&d), None).await;
+    assert_eq!(st, 409, "{doc}");
+    assert!(
+        doc["errors"][0]["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("cannot be discarded"),
+        "{doc}"
+    );
+}
+
+/// The backing data actions of configuration versions, as state versions have them: a
+/// soft-deleted archive is neither downloaded nor run until restored; a permanent
+/// deletion archives the version; the current one is 409.
+#[tokio::test]
+async fn configuration_version_backing_data() {
+    let h = setup().await;
+    let older = uploaded(&h, false).await;
+    let current = uploaded(&h, false).await;
+    let auth = format!("Bearer {}", h.token);
+    let act = |cv: &str, a: &str| format!("/api/v2/configuration-versions/{cv}/actions/{a}");
+    let download = |cv: &str| {
+        let path = format!("/api/v2/configuration-versions/{cv}/download");
+        let auth = auth.clone();
+        let h = &h;
+        async move {
+            h.raw("GET", &path, &[("authorization", &auth)], Vec::new())
+                .await
+                .0
+        }
+    };
+    let (st, doc) = h
+        .call("POST", &act(&current, "soft_delete_backing_data"), None)
+        .await;
+    assert_eq!(st, 409, "the current configuration's data stays: {doc}");
+    let (st, doc) = h
+        .call("POST", &act(&older, "soft_delete_backing_data"), None)
+        .await;
+    assert_eq!(st, 200, "{doc}");
+    assert_eq!(download(&older).await, 404);
+    let (st, doc) = h
+        .call(
+            "POST",
+            "/api/v2/runs",
+            Some(run_body(json!({}), Some(WS), Some(&older))),
+        )
+        .await;
+    assert_eq!(st, 422, "{doc}");
+    let (st, _) = h
+        .call("POST", &act(&older, "restore_backing_data"), None)
+        .await;
+    assert_eq!(st, 200);
+    assert_eq!(download(&older).await, 200);
+    let (st, _) = h
+        .call("POST", &act(&older, "restore_backing_data"), None)
+        .await;
+    assert_eq!(st, 409, "nothing to restore");
+    let (st, _) = h
+        .call(
+            "POST",
+            &act(&older, "permanently_delete_backing_data"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200);
+    let (_, doc) = h
+        .call(
+            "GET",
+            &format!("/api/v2/configuration-versions/{older}"),
+            None,
+        )
+        .await;
+    assert_eq!(doc["data"]["attributes"]["status"], "archived");
+    assert_eq!(download(&older).await, 404);
+    let (st, _) = h
+        .call("POST", &act(&older, "restore_backing_data"), None)
+        .await;
+    assert_eq!(st, 409, "a permanent deletion is final");
+    let (st, _) = h.call("POST", &act(&older, "nope"), None).await;
+    assert_eq!(st, 404);
+    let reader = h
+        .token_with_role(Some(vec![crate::testing::rule(
+            &["get", "list"],
+            &["workspaces", "configurationversions"],
+        )]))
+        .await;
+    let (st, _) = h
+        .call_as(
+            &reader,
+            "POST",
+            &act(&current, "soft_delete_backing_data"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 403);
+}
+
+/// A workspace's configuration version takes a new archive through its upload URL until
+/// a run uses it (TFE's behaviour, which go-tfe's tests rely on); a refused replacement
+/// leaves the version as it was.
+#[tokio::test]
+async fn a_workspace_upload_url_takes_a_new_archive_until_a_run_uses_it() {
+    let h = setup().await;
+    let (st, doc) = h
+        .call(
+            "POST",
+            &format!("{WS_PATH}/configuration-versions"),
+            Some(json!({"data": {"type": "configuration-versions", "attributes": {"auto-queue-runs": false}}})),
+        )
+        .await;
+    assert_eq!(st, 201, "{doc}");
+    let id = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
+    let url = doc["data"]["attributes"]["upload-url"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let path = url[url.find("/api/v2/").unwrap_or(0)..].to_owned();
+    let put = |body: Vec<u8>| {
+        let path = path.clone();
+        let h = &h;
+        async move {
+            h.raw(
+                "PUT",
+                &path,
+                &[("content-type", "application/octet-stream")],
+                body,
+            )
+            .await
+        }
+    };
+    let auth = format!("Bearer {}", h.token);
+    let download = || {
+        let path = format!("/api/v2/configuration-versions/{id}/download");
+        let auth = auth.clone();
+        let h = &h;
+        async move {
+            h.raw("GET", &path, &[("authorization", &auth)], Vec::new())
+                .await
+                .2
+        }
+    };
+    let first = targz(&[("main.tf", "# first")]);
+    let second = targz(&[("main.tf", "# second")]);
+    assert_eq!(put(first.clone()).await.0, 200);
+    h.wait("uploaded", |i| {
+        i.configuration_versions()
+            .get(&id)
+            .is_some_and(|c| c.state() == Ok(ConfigurationVersionState::Uploaded))
+    })
+    .await;
+    assert_eq!(download().await, first);
+    assert_eq!(
+        put(second.clone()).await.0,
+        200,
+        "a second upload replaces the archive"
+    );
+    assert_eq!(download().await, second);
+    let (st, _, body) = put(b"not a tar.gz".to_vec()).await;
+    assert_eq!(st, 422, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(
+        download().await,
+        second,
+        "a refused replacement changes nothing"
+    );
+    let (_, doc) = h
+        .call("GET", &format!("/api/v2/configuration-versions/{id}"), None)
+        .await;
+    assert_eq!(doc["data"]["attributes"]["status"], "uploaded");
+    let _run = new_run(&h, &id).await;
+    let (st, _, body) = put(first).await;
+    assert_eq!(st, 409, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(download().await, second, "what the run plans stays");
 }
