@@ -149,6 +149,19 @@ impl QueryParams {
     pub fn non_empty(&self, key: &str) -> Option<&str> {
         self.get(key).filter(|v| !v.is_empty())
     }
+
+    /// The comma-separated values of `key` (`filter[status]=planned,applied`), trimmed,
+    /// empty ones left out; none when it is not given.
+    pub fn values(&self, key: &str) -> Vec<String> {
+        self.get(key)
+            .map(|s| {
+                s.split(',')
+                    .map(|x| x.trim().to_owned())
+                    .filter(|x| !x.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
 }
 
 /// One `filter[tagged][i]`: a key and optionally a value a tag binding must have.

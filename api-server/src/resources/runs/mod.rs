@@ -24,7 +24,7 @@ use terrace_crds::constants::LABEL_WORKSPACE_ID;
 use terrace_crds::ids::{IdKind, new_id};
 use terrace_crds::resources::RunVariable;
 use terrace_crds::run::{self, Phase, RunState};
-use terrace_crds::{ConfigurationVersion, ConfigurationVersionState, Run, RunSpec, Workspace};
+use terrace_crds::{ConfigurationVersionState, Run, RunSpec, Workspace};
 
 use crate::blobs::BlobStore;
 use crate::capability::base_url;
@@ -125,16 +125,6 @@ struct CreateRelationships {
 const WS_PTR: &str = "/data/relationships/workspace/data/id";
 const CV_PTR: &str = "/data/relationships/configuration-version/data/id";
 
-/// The current configuration version of workspace object `ws` in `ns`: its newest
-/// uploaded one that is not provisional.
-fn latest_uploaded(state: &AppState, ns: &str, ws: &str) -> Option<Arc<ConfigurationVersion>> {
-    state
-        .index
-        .read()
-        .current_configuration_version(ns, ws)
-        .cloned()
-}
-
 async fn create(
     Authed { state, caller }: Authed,
     headers: HeaderMap,
@@ -230,7 +220,12 @@ async fn create(
             }
         }
         None => {
-            let latest = latest_uploaded(&state, &ws.ns, &ws_object);
+            // The workspace's current configuration: its newest uploaded, not provisional.
+            let latest = state
+                .index
+                .read()
+                .current_configuration_version(&ws.ns, &ws_object)
+                .cloned();
             if latest.is_none() {
                 errs.push(FieldError::new(
                     CV_PTR,
@@ -497,15 +492,7 @@ async fn list(
         "filter[source]",
         "filter[status_group]",
     ])?;
-    let statuses: Vec<String> = q
-        .get("filter[status]")
-        .map(|s| {
-            s.split(',')
-                .map(|x| x.trim().to_owned())
-                .filter(|x| !x.is_empty())
-                .collect()
-        })
-        .unwrap_or_default();
+    let statuses = q.values("filter[status]");
     let ws = &f.at;
     if !state
         .allowed(&f.caller, &Check::new("list", RESOURCE, &ws.ns, None))
@@ -920,20 +907,10 @@ async fn org_list(
         "filter[operation]",
         "filter[status_group]",
     ])?;
-    let list = |name: &str| -> Vec<String> {
-        q.get(name)
-            .map(|s| {
-                s.split(',')
-                    .map(|x| x.trim().to_owned())
-                    .filter(|x| !x.is_empty())
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
     let (names, statuses, pools) = (
-        list("filter[workspace_names]"),
-        list("filter[status]"),
-        list("filter[agent_pool_names]"),
+        q.values("filter[workspace_names]"),
+        q.values("filter[status]"),
+        q.values("filter[agent_pool_names]"),
     );
     let ns = o.org.target_namespace().to_owned();
     let mut runs: Vec<Arc<Run>> = {

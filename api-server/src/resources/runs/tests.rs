@@ -28,8 +28,9 @@ async fn uploaded(h: &Harness, speculative: bool) -> String {
     .await
 }
 
-/// A configuration version of the workspace with `attributes`, uploaded; answers its ID.
-async fn uploaded_with(h: &Harness, attributes: Value) -> String {
+/// A new configuration version of the workspace with `attributes`; answers its ID and
+/// the path of its upload URL.
+async fn created_cv(h: &Harness, attributes: Value) -> (String, String) {
     let (st, doc) = h
         .call(
             "POST",
@@ -43,7 +44,22 @@ async fn uploaded_with(h: &Harness, attributes: Value) -> String {
     let url = doc["data"]["attributes"]["upload-url"]
         .as_str()
         .unwrap_or_default();
-    let path = &url[url.find("/api/v2/").unwrap_or(0)..];
+    (id, url[url.find("/api/v2/").unwrap_or(0)..].to_owned())
+}
+
+/// The token of a reader of the workspace's `resources` (`get` and `list` on them).
+async fn reader_of(h: &Harness, resources: &[&str]) -> String {
+    h.token_with_role(Some(vec![crate::testing::rule(
+        &["get", "list"],
+        resources,
+    )]))
+    .await
+}
+
+/// A configuration version of the workspace with `attributes`, uploaded; answers its ID.
+async fn uploaded_with(h: &Harness, attributes: Value) -> String {
+    let (id, path) = created_cv(h, attributes).await;
+    let path = path.as_str();
     let (st, _, _) = h
         .raw(
             "PUT",
@@ -1079,12 +1095,7 @@ async fn comments_and_run_events() {
     assert_eq!(st, 400);
 
     // A reader reads comments and events but may not comment.
-    let reader = h
-        .token_with_role(Some(vec![crate::testing::rule(
-            &["get", "list"],
-            &["workspaces", "runs"],
-        )]))
-        .await;
+    let reader = reader_of(&h, &["workspaces", "runs"]).await;
     let (st, _) = h.call_as(&reader, "GET", &comments, None).await;
     assert_eq!(st, 200);
     let (st, _) = h
@@ -1224,12 +1235,7 @@ async fn configuration_version_backing_data() {
     assert_eq!(st, 409, "a permanent deletion is final");
     let (st, _) = h.call("POST", &act(&older, "nope"), None).await;
     assert_eq!(st, 404);
-    let reader = h
-        .token_with_role(Some(vec![crate::testing::rule(
-            &["get", "list"],
-            &["workspaces", "configurationversions"],
-        )]))
-        .await;
+    let reader = reader_of(&h, &["workspaces", "configurationversions"]).await;
     let (st, _) = h
         .call_as(
             &reader,
@@ -1247,20 +1253,7 @@ async fn configuration_version_backing_data() {
 #[tokio::test]
 async fn a_workspace_upload_url_takes_a_new_archive_until_a_run_uses_it() {
     let h = setup().await;
-    let (st, doc) = h
-        .call(
-            "POST",
-            &format!("{WS_PATH}/configuration-versions"),
-            Some(json!({"data": {"type": "configuration-versions", "attributes": {"auto-queue-runs": false}}})),
-        )
-        .await;
-    assert_eq!(st, 201, "{doc}");
-    let id = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
-    let url = doc["data"]["attributes"]["upload-url"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    let path = url[url.find("/api/v2/").unwrap_or(0)..].to_owned();
+    let (id, path) = created_cv(&h, json!({"auto-queue-runs": false})).await;
     let put = |body: Vec<u8>| {
         let path = path.clone();
         let h = &h;
