@@ -58,6 +58,36 @@ pub struct CallerInfo {
     /// The bearer token the caller authenticated with: it sends the caller's own rules
     /// review. Never printed.
     token: BearerToken,
+    /// A run's engine ([`RunScope`]): decided by its scope, never by Kubernetes RBAC.
+    pub scope: Option<std::sync::Arc<RunScope>>,
+}
+
+/// What the engine of a run may read with its credential
+/// ([`terrace_crds::run::run_credential`]), in its organization's namespace and nowhere
+/// else: its own workspace and those that share their state with it (outputs and state,
+/// for `terraform_remote_state`), and the registry's modules. Nothing is written with it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RunScope {
+    pub namespace: String,
+    /// Object names of the workspaces it may read.
+    pub workspaces: std::collections::BTreeSet<String>,
+}
+
+impl RunScope {
+    /// Whether the scope allows `check`.
+    pub fn allows(&self, check: &Check) -> bool {
+        if check.group != GROUP || check.namespace.as_deref() != Some(self.namespace.as_str()) {
+            return false;
+        }
+        match (check.resource, check.verb) {
+            ("workspaces", "get" | "read-outputs" | "read-state") => check
+                .name
+                .as_ref()
+                .is_some_and(|n| self.workspaces.contains(n)),
+            ("registrymodules", "get" | "list") => true,
+            _ => false,
+        }
+    }
 }
 
 /// A bearer token whose `Debug` prints nothing of it.
@@ -87,6 +117,22 @@ impl Caller {
             extra,
             fingerprint,
             token: BearerToken(token.to_owned()),
+            scope: None,
+        }))
+    }
+
+    /// The engine of run `run_id`, authenticated by its credential, allowed `scope`.
+    pub fn for_run(run_id: &str, scope: RunScope, token: &str) -> Caller {
+        let username = format!("system:terrace:run:{run_id}");
+        let fingerprint = digest(&(&username, &scope));
+        Caller(std::sync::Arc::new(CallerInfo {
+            username,
+            uid: String::new(),
+            groups: Vec::new(),
+            extra: BTreeMap::new(),
+            fingerprint,
+            token: BearerToken(token.to_owned()),
+            scope: Some(std::sync::Arc::new(scope)),
         }))
     }
 }
@@ -353,6 +399,9 @@ impl Auth {
     /// not one per flag per workspace. Only a no leads to the named object's own review.
     /// A single object (a GET) is reviewed by name at once.
     pub async fn allowed(&self, caller: &Caller, check: &Check) -> Result<bool, ApiError> {
+        if let Some(scope) = &caller.scope {
+            return Ok(scope.allows(check));
+        }
         let key = (caller.fingerprint, digest(check));
         if let Some(ok) = self.decisions.get(&key) {
             return Ok(ok);
@@ -528,6 +577,11 @@ impl FromRequestParts<AppState> for Caller {
     ) -> Result<Self, Self::Rejection> {
         let unauthorized = || ApiError::Unauthorized("unauthorized".into());
         let token = bearer(parts).ok_or_else(unauthorized)?;
+        if token.starts_with(terrace_crds::run::RUN_CREDENTIAL_PREFIX) {
+            return crate::runner_auth::run_caller(state, token)
+                .await?
+                .ok_or_else(unauthorized);
+        }
         state
             .auth
             .authenticate(token)

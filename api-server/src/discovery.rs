@@ -28,16 +28,8 @@ pub fn router() -> Router<AppState> {
         )
 }
 
-/// The services terrace serves, by the names of terraform's service discovery, and their
-/// paths: the `cloud` block (`tfe.v2`), the `remote` backend and `terraform_remote_state`
-/// (`tfe.v2.1`, `state.v2`), go-tfe (`tfe.v2.2`). Only what is served is announced: a
-/// client that finds a service here uses it.
-pub const SERVICES: [(&str, &str); 4] = [
-    ("state.v2", "/api/v2/"),
-    ("tfe.v2", "/api/v2/"),
-    ("tfe.v2.1", "/api/v2/"),
-    ("tfe.v2.2", "/api/v2/"),
-];
+/// The services terrace serves (see the constant's words).
+pub use terrace_crds::constants::DISCOVERY_SERVICES as SERVICES;
 
 async fn well_known() -> impl IntoResponse {
     let body: serde_json::Map<String, serde_json::Value> = SERVICES

@@ -93,6 +93,63 @@ async fn authorize(
     }
 }
 
+/// The caller of a run's API credential ([`terrace_crds::run::run_credential`], the
+/// token in the CLI configuration of the run's engine): the run's token checked against
+/// its Secret, the run not final, and its scope ([`RunScope`]) taken from the index now:
+/// its workspace and the workspaces that share their state with it. None when any of it
+/// fails (401).
+pub async fn run_caller(state: &AppState, credential: &str) -> Result<Option<Caller>, ApiError> {
+    use terrace_crds::resources::Named;
+    let Some((object, token)) = terrace_crds::run::parse_run_credential(credential) else {
+        return Ok(None);
+    };
+    let Some(ns) = terrace_crds::run::runner_token_namespace(token) else {
+        return Ok(None);
+    };
+    if !holds_token(state, ns, object, token).await? {
+        return Ok(None);
+    }
+    let idx = state.index.read();
+    let Some(run) = idx
+        .runs()
+        .in_namespace(ns)
+        .find(|r| r.metadata.name.as_deref() == Some(object))
+        .cloned()
+    else {
+        return Ok(None);
+    };
+    let status = RunState::of(run.status.as_ref().and_then(|s| s.status.as_deref()));
+    if status.is_ok_and(RunState::is_final) {
+        return Ok(None);
+    }
+    let mut workspaces = std::collections::BTreeSet::from([run.spec.workspace.clone()]);
+    if let Some(own) = idx.workspace_object(ns, &run.spec.workspace) {
+        let own_id = id_of(own.as_ref());
+        let me = Named {
+            id: Some(&own_id),
+            name: &own.spec.name,
+        };
+        let own_project = idx.project_of(own).map(|p| p.name_any());
+        if let Some(all) = idx.workspaces_in(ns) {
+            for w in all.uids_by_name().filter_map(|u| idx.workspace_by_uid(u)) {
+                let same_project = idx.project_of(w).map(|p| p.name_any()) == own_project;
+                if w.spec.shares_state_with(me, same_project) {
+                    workspaces.insert(w.name_any());
+                }
+            }
+        }
+    }
+    let scope = crate::auth::RunScope {
+        namespace: ns.to_owned(),
+        workspaces,
+    };
+    Ok(Some(Caller::for_run(
+        &id_of(run.as_ref()),
+        scope,
+        credential,
+    )))
+}
+
 /// Whether the Secret of run object `object` in `ns` holds `presented` as its token.
 async fn holds_token(
     state: &AppState,

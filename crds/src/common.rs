@@ -82,3 +82,19 @@ pub trait HasConditions {
 pub fn timestamp(t: &jiff::Timestamp) -> String {
     t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
 }
+
+/// The terraform CLI configuration of a terrace instance: a `host` block mapping
+/// `hostname` to the services at `api_url` (no trailing slash), so the CLI skips service
+/// discovery (and may reach the API over plain HTTP), and a `credentials` block with
+/// `token`. `terrace dev` writes it for people; a run's engine gets one with its run
+/// credential.
+pub fn cli_config(hostname: &str, api_url: &str, token: &str) -> String {
+    let services: String = crate::constants::DISCOVERY_SERVICES
+        .iter()
+        .map(|(name, path)| format!("    \"{name}\" = \"{api_url}{path}\"\n"))
+        .collect();
+    format!(
+        "host \"{hostname}\" {{\n  services = {{\n{services}  }}\n}}\n\
+         credentials \"{hostname}\" {{\n  token = \"{token}\"\n}}\n"
+    )
+}

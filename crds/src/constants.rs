@@ -105,3 +105,14 @@ pub const MAX_WORKSPACE_NAME_LEN: usize = 90;
 pub const MAX_RUN_COMMENTS: usize = 100;
 /// Longest comment on a run, in bytes.
 pub const MAX_COMMENT_BYTES: usize = 4096;
+
+/// The services terrace serves, by the names of terraform's service discovery, and their
+/// paths: the `cloud` block (`tfe.v2`), the `remote` backend and `terraform_remote_state`
+/// (`tfe.v2.1`, `state.v2`), go-tfe (`tfe.v2.2`). Only what is served is announced: a
+/// client that finds a service here uses it.
+pub const DISCOVERY_SERVICES: [(&str, &str); 4] = [
+    ("state.v2", "/api/v2/"),
+    ("tfe.v2", "/api/v2/"),
+    ("tfe.v2.1", "/api/v2/"),
+    ("tfe.v2.2", "/api/v2/"),
+];

@@ -198,6 +198,26 @@ pub fn runner_token_namespace(token: &str) -> Option<&str> {
         .filter(|ns| !ns.is_empty() && ns.len() <= 63)
 }
 
+/// What starts a run's API credential ([`run_credential`]).
+pub const RUN_CREDENTIAL_PREFIX: &str = "tfrun.";
+
+/// The credential the engine of run object `run_object` presents to the API (its CLI
+/// configuration's `credentials` block), made from the run's runner token: the prefix, the
+/// run object, a dot and the runner token (`tfrun.<run object>.<namespace>.<secret>`). It
+/// holds nothing more than the runner token, so the run's Secret stays its one source;
+/// the prefix keeps it apart from Kubernetes tokens (JWTs never start with it).
+pub fn run_credential(runner_token: &str, run_object: &str) -> String {
+    format!("{RUN_CREDENTIAL_PREFIX}{run_object}.{runner_token}")
+}
+
+/// The run object and the runner token of a [`run_credential`].
+pub fn parse_run_credential(credential: &str) -> Option<(&str, &str)> {
+    let (object, token) = credential
+        .strip_prefix(RUN_CREDENTIAL_PREFIX)?
+        .split_once('.')?;
+    (!object.is_empty() && runner_token_namespace(token).is_some()).then_some((object, token))
+}
+
 /// The plan ID of run `run-…` (`plan-…`, the same suffix).
 pub fn plan_id(run_id: &str) -> String {
     format!("plan-{}", run_id.strip_prefix("run-").unwrap_or(run_id))

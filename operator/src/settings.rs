@@ -56,6 +56,12 @@ pub struct Settings {
         default_value = DEFAULT_API_INTERNAL_URL
     )]
     pub api_internal_url: String,
+    /// The hostname the terraform CLI knows terrace by (the `cloud` block's `hostname`):
+    /// every run's engine gets a CLI configuration mapping it to `api_internal_url`, with
+    /// a credential of the run, so `terraform_remote_state` (backend `remote`) and the
+    /// private registry work inside runs. Empty: no such configuration.
+    #[arg(long, env = "TERRACE_HOSTNAME", default_value = "")]
+    pub hostname: String,
     /// Address of the operator's metrics and health endpoints.
     #[arg(
         long,
@@ -145,6 +151,7 @@ impl Default for Settings {
             terrace_image: DEFAULT_TERRACE_IMAGE.into(),
             terrace_binary: "/usr/local/bin/terrace".into(),
             api_internal_url: DEFAULT_API_INTERNAL_URL.into(),
+            hostname: String::new(),
             metrics_addr: std::net::SocketAddr::from(([127, 0, 0, 1], 9090)),
             test_pod_template: PodTemplateOverrides::default(),
             // In-process uses (`terrace dev`, tests) run one operator: no election.

@@ -105,15 +105,10 @@ fn parse_hostname(s: &str) -> Result<String, String> {
 /// The terraform CLI configuration of this instance: a `host` block mapping `hostname`
 /// to the services at `api_url`, and a `credentials` block with `token`.
 fn cli_config(hostname: &str, api_url: &str, token: &str) -> String {
-    let services: String = terrace_api_server::discovery::SERVICES
-        .iter()
-        .map(|(name, path)| format!("    \"{name}\" = \"{api_url}{path}\"\n"))
-        .collect();
     format!(
         "# Written by `terrace dev`: the terraform CLI's configuration for this instance.\n\
-         # Use it with: export TF_CLI_CONFIG_FILE=<this file>\n\
-         host \"{hostname}\" {{\n  services = {{\n{services}  }}\n}}\n\
-         credentials \"{hostname}\" {{\n  token = \"{token}\"\n}}\n"
+         # Use it with: export TF_CLI_CONFIG_FILE=<this file>\n{}",
+        terrace_crds::common::cli_config(hostname, api_url, token)
     )
 }
 
@@ -225,6 +220,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             .display()
             .to_string(),
         api_internal_url: api_url.clone(),
+        hostname: args.hostname.clone(),
         test_run_concurrency: args.test_run_concurrency,
         auto_test_run_delay: args.auto_test_run_delay,
         blobs: args.blobs.clone(),

@@ -501,6 +501,19 @@ def test_operator_environment():
         assert url == m.group(1)
 
 
+def test_runs_get_the_hostname_terrace_is_known_by():
+    def hostname(*extra: str) -> str:
+        docs = render(None, *extra)
+        c = component(docs, "Deployment", "operator")["spec"]["template"]["spec"]["containers"][0]
+        return env_of(c)["TERRACE_HOSTNAME"]["value"]
+
+    assert hostname() == ""
+    assert hostname("--set", "apiServer.ingress.enabled=true", "--set", "apiServer.ingress.host=tfe.example.com") == "tfe.example.com"
+    assert hostname("--set", "apiServer.hostname=terrace.example.com") == "terrace.example.com"
+    bad = run_helm(*template_args(None, "--set", "apiServer.hostname=https://x"))
+    assert bad.returncode != 0, "a URL is not a hostname"
+
+
 def test_operator_environment_nondefault():
     docs = rendered("nondefault")
     c = component(docs, "Deployment", "operator")["spec"]["template"]["spec"]["containers"][0]

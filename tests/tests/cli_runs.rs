@@ -826,3 +826,87 @@ fn restart_mid_apply_errors_the_run_with_the_cause() {
     assert!(pods.matches("-apply").count() <= 1, "{pods}");
     wait_unlocked(&dev, &api, "restarted", "the workspace stayed locked");
 }
+
+/// A consumer configuration reading `producer` through `terraform_remote_state`
+/// (backend `remote`, as HCP Terraform users write it).
+fn reading_producer(what: &str) -> String {
+    format!(
+        r#"
+data "terraform_remote_state" "producer" {{
+  backend = "remote"
+  config = {{
+    hostname     = "{CLI_HOST}"
+    organization = "{ORG}"
+    workspaces = {{
+      name = "producer"
+    }}
+  }}
+}}
+output "{what}" {{
+  value = data.terraform_remote_state.producer.outputs.endpoint
+}}
+"#
+    )
+}
+
+/// Issue 27 §1: the engine inside a run reaches terrace as the CLI does, with a
+/// credential of the run: a consumer's remote apply prints an output read through
+/// `terraform_remote_state` from a producer that shares its state with it; a workspace
+/// the producer does not share with gets the engine's error and none of its values.
+#[test]
+fn a_run_reads_the_remote_state_its_workspace_may_read() {
+    let (_dev, api, tf, dir) = setup();
+    let p = dir.path().join("producer");
+    config(
+        &p,
+        "producer",
+        r#"output "endpoint" { value = "db.internal:5432" }"#,
+    );
+    ok(tf.run(&p, &["init", "-input=false"]), "init");
+    ok(
+        tf.run(&p, &["apply", "-auto-approve", "-input=false"]),
+        "apply",
+    );
+    let producer = workspace(&api, "producer")["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let consumer = api.create_workspace(ORG, json!({"name": "consumer"}));
+    api.create_workspace(ORG, json!({"name": "outsider"}));
+    let r = api.post(
+        &format!("/api/v2/workspaces/{producer}/relationships/remote-state-consumers"),
+        &json!({"data": [{"type": "workspaces", "id": consumer}]}),
+    );
+    assert_eq!(r.status, 204, "{:?}", r.body);
+
+    let c = dir.path().join("consumer");
+    config(&c, "consumer", &reading_producer("seen"));
+    ok(tf.run(&c, &["init", "-input=false"]), "init");
+    let shown = ok(
+        tf.run(&c, &["apply", "-auto-approve", "-input=false"]),
+        "apply",
+    );
+    assert!(shown.contains("seen = \"db.internal:5432\""), "{shown}");
+    assert!(
+        !shown.contains("tfrun."),
+        "the run's credential in the log: {shown}"
+    );
+
+    let o = dir.path().join("outsider");
+    config(&o, "outsider", &reading_producer("stolen"));
+    ok(tf.run(&o, &["init", "-input=false"]), "init");
+    let out = tf.run(&o, &["apply", "-auto-approve", "-input=false"]);
+    let shown = text(&out);
+    assert!(
+        !out.status.success(),
+        "an outsider read the producer: {shown}"
+    );
+    // The producer is hidden from the outsider's run (404), so the remote backend tries
+    // to create it, which the run's credential may not (403): the engine's error.
+    assert!(shown.contains("error loading the remote state"), "{shown}");
+    assert!(!shown.contains("db.internal"), "{shown}");
+    assert!(
+        !shown.contains("tfrun."),
+        "the run's credential in the log: {shown}"
+    );
+}

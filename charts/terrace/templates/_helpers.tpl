@@ -100,6 +100,15 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 
 {{/* Where test Pods reach the API server: the in-cluster Service unless overridden. */}}
+{{/* The hostname runs' engines know terrace by: set explicitly, else the Ingress host. */}}
+{{- define "terrace.hostname" -}}
+{{- if .Values.apiServer.hostname }}
+{{- .Values.apiServer.hostname }}
+{{- else if .Values.apiServer.ingress.enabled }}
+{{- .Values.apiServer.ingress.host }}
+{{- end }}
+{{- end }}
+
 {{- define "terrace.apiInternalUrl" -}}
 {{- if .Values.testRuns.apiInternalUrl }}
 {{- .Values.testRuns.apiInternalUrl }}

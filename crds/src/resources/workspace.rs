@@ -252,6 +252,18 @@ pub fn name_claim(name: &str) -> String {
 /// The data key of a name claim that holds the workspace's ID.
 pub const CLAIM_WORKSPACE_ID: &str = "workspace-id";
 
+impl WorkspaceSpec {
+    /// Whether this workspace shares its state (and outputs) with workspace `consumer`:
+    /// with every workspace of the organization (`globalRemoteState`), with those of its
+    /// project (`projectRemoteState`, `same_project`), or with those it lists as remote
+    /// state consumers (by ID or name). TFE's rule for `terraform_remote_state`.
+    pub fn shares_state_with(&self, consumer: super::Named<'_>, same_project: bool) -> bool {
+        self.global_remote_state
+            || (self.project_remote_state && same_project)
+            || consumer.listed_in(&self.remote_state_consumers)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -264,5 +276,25 @@ mod tests {
         assert!(!s.global_remote_state && !s.queue_all_runs);
         assert!(s.trigger_patterns.is_empty() && s.trigger_prefixes.is_empty());
         assert_eq!((s.operations, s.execution_mode.as_deref()), (None, None));
+    }
+
+    #[test]
+    fn a_workspace_shares_its_state_as_its_settings_say() {
+        let me = super::super::Named {
+            id: Some("ws-1"),
+            name: "consumer",
+        };
+        let mut p = WorkspaceSpec::default_for_create();
+        assert!(!p.shares_state_with(me, true));
+        p.remote_state_consumers = vec!["CONSUMER".into()];
+        assert!(p.shares_state_with(me, false), "listed by name");
+        p.remote_state_consumers = vec!["ws-1".into()];
+        assert!(p.shares_state_with(me, false), "listed by ID");
+        p.remote_state_consumers.clear();
+        p.project_remote_state = true;
+        assert!(p.shares_state_with(me, true) && !p.shares_state_with(me, false));
+        p.project_remote_state = false;
+        p.global_remote_state = true;
+        assert!(p.shares_state_with(me, false));
     }
 }

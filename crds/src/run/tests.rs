@@ -405,3 +405,17 @@ fn counting_changes() {
             "o": {"actions": ["create"]}}}));
     assert!(outputs.has_changes);
 }
+
+#[test]
+fn a_run_credential_carries_its_run_and_runner_token() {
+    let token = runner_token("acme", "s3cret");
+    let cred = run_credential(&token, "run-abc");
+    assert_eq!(cred, "tfrun.run-abc.acme.s3cret");
+    assert_eq!(
+        parse_run_credential(&cred),
+        Some(("run-abc", "acme.s3cret"))
+    );
+    assert_eq!(parse_run_credential("eyJhbGciOi.x.y"), None);
+    assert_eq!(parse_run_credential("tfrun.run-abc"), None);
+    assert_eq!(parse_run_credential("tfrun..acme.s"), None);
+}

@@ -638,6 +638,11 @@ async fn create_pod(
     let variables = variables_of(&ctx.catalog, &ns, &ws.name_any());
     let pool = agent_pool_of(&ctx.catalog, &ns, ws);
     let pool_template = pool.as_ref().and_then(|p| p.spec.pod_template.clone());
+    let org_tfe_name = org
+        .as_ref()
+        .map(|o| o.tfe_name().to_owned())
+        .unwrap_or_default();
+    let project_name = project_name_of(&ctx.catalog, &ns, ws);
     let inputs = RunPodInputs {
         run,
         run_id,
@@ -653,6 +658,11 @@ async fn create_pod(
         org_settings,
         pool_template: pool_template.as_ref(),
         settings: &ctx.base.settings,
+        environment: pod::RunNames {
+            organization_name: &org_tfe_name,
+            workspace_name: &ws.spec.name,
+            project_name: &project_name,
+        },
     };
     let secrets: Api<Secret> = Api::namespaced(ctx.base.client.clone(), &ns);
     // Created once (409: it exists, from the plan phase or before a restart).
@@ -698,6 +708,27 @@ fn variables_of(catalog: &CatalogStores, ns: &str, ws: &str) -> Vec<Variable> {
 }
 
 /// The agent pool of an `agent`-mode workspace (its `agent-pool-id`), from the catalog.
+/// The TFE name of the workspace's project (its named project, else the namespace's
+/// default one); empty when the cache has neither.
+fn project_name_of(catalog: &CatalogStores, ns: &str, ws: &Workspace) -> String {
+    let projects = catalog.in_namespace(IdKind::Project, ns);
+    let wanted = ws.spec.project.as_deref().filter(|p| !p.is_empty());
+    projects
+        .iter()
+        .find(|p| match wanted {
+            Some(name) => p.metadata.name.as_deref() == Some(name),
+            None => {
+                p.labels()
+                    .get(terrace_crds::constants::LABEL_DEFAULT_PROJECT)
+                    .map(String::as_str)
+                    == Some("true")
+            }
+        })
+        .and_then(|p| crate::catalog::typed::<terrace_crds::Project>(p))
+        .map(|p| p.spec.name)
+        .unwrap_or_default()
+}
+
 fn agent_pool_of(catalog: &CatalogStores, ns: &str, ws: &Workspace) -> Option<AgentPool> {
     if ws.spec.execution_mode.as_deref() != Some("agent") {
         return None;

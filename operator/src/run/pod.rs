@@ -131,6 +131,16 @@ pub struct RunPodInputs<'a> {
     /// The agent pool's Pod template (an `agent`-mode workspace), over the organization's.
     pub pool_template: Option<&'a PodTemplateOverrides>,
     pub settings: &'a Settings,
+    /// The names TFE's run environment gives.
+    pub environment: RunNames<'a>,
+}
+
+/// The TFE names of a run's organization, workspace and project.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RunNames<'a> {
+    pub organization_name: &'a str,
+    pub workspace_name: &'a str,
+    pub project_name: &'a str,
 }
 
 fn labels(inputs: &RunPodInputs<'_>) -> BTreeMap<String, String> {
@@ -138,28 +148,51 @@ fn labels(inputs: &RunPodInputs<'_>) -> BTreeMap<String, String> {
 }
 
 /// The run's options as the runner reads them.
-pub fn options(run: &Run, working_directory: &str, terraform_version: Option<&str>) -> RunOptions {
+pub fn options(inputs: &RunPodInputs<'_>) -> RunOptions {
+    let run = inputs.run;
     RunOptions {
-        working_directory: working_directory.to_owned(),
+        working_directory: inputs.working_directory.to_owned(),
         is_destroy: run.spec.is_destroy,
         refresh: run.spec.refresh,
         refresh_only: run.spec.refresh_only,
         target_addrs: run.spec.target_addrs.clone(),
         replace_addrs: run.spec.replace_addrs.clone(),
-        terraform_version: terraform_version
+        terraform_version: inputs
+            .terraform_version
             .filter(|v| !v.is_empty() && *v != "latest")
             .map(str::to_owned),
+        hostname: Some(inputs.settings.hostname.clone()).filter(|h| !h.is_empty()),
+        run_object: run.name_any(),
+        environment: run_environment(inputs),
     }
+}
+
+/// TFE's run environment variables: the run, its workspace (name and
+/// `organization/workspace` slug) and project, and the configuration's VCS origin (empty:
+/// terrace configurations come from uploads).
+pub fn run_environment(inputs: &RunPodInputs<'_>) -> BTreeMap<String, String> {
+    let e = inputs.environment;
+    [
+        ("TFC_RUN_ID", inputs.run_id.to_owned()),
+        ("TFC_WORKSPACE_NAME", e.workspace_name.to_owned()),
+        (
+            "TFC_WORKSPACE_SLUG",
+            format!("{}/{}", e.organization_name, e.workspace_name),
+        ),
+        ("TFC_PROJECT_NAME", e.project_name.to_owned()),
+        ("TFC_CONFIGURATION_VERSION_GIT_BRANCH", String::new()),
+        ("TFC_CONFIGURATION_VERSION_GIT_COMMIT_SHA", String::new()),
+        ("TFC_CONFIGURATION_VERSION_GIT_TAG", String::new()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
 }
 
 /// The run's Secret (see the module docs).
 pub fn build_secret(inputs: &RunPodInputs<'_>, token: &str) -> Result<Secret, Error> {
-    let options = serde_json::to_vec(&options(
-        inputs.run,
-        inputs.working_directory,
-        inputs.terraform_version,
-    ))
-    .map_err(|e| Error::Invalid(format!("the run's options: {e}")))?;
+    let options = serde_json::to_vec(&options(inputs))
+        .map_err(|e| Error::Invalid(format!("the run's options: {e}")))?;
     let metadata = owned_meta(
         inputs.run,
         "run",
@@ -328,6 +361,11 @@ mod tests {
             org_settings: &org,
             pool_template: Some(&pool),
             settings: &settings,
+            environment: RunNames {
+                organization_name: "acme",
+                workspace_name: "web",
+                project_name: "Default Project",
+            },
         };
         let pod = build_pod(&inputs, Phase::Apply).unwrap();
         assert_eq!(pod.metadata.name.as_deref(), Some("run-abc-apply"));
@@ -361,6 +399,33 @@ mod tests {
             ("envs/dev", Some("1.11.4"))
         );
         assert_eq!(&data[SECRET_KEY_TOKEN].0, b"tok");
+        // TFE's run environment; no hostname configured, no CLI configuration.
+        assert_eq!(opts.environment["TFC_RUN_ID"], "run-ABC");
+        assert_eq!(opts.environment["TFC_WORKSPACE_SLUG"], "acme/web");
+        assert_eq!(opts.environment["TFC_PROJECT_NAME"], "Default Project");
+        assert_eq!(opts.environment["TFC_CONFIGURATION_VERSION_GIT_BRANCH"], "");
+        assert_eq!((opts.hostname, opts.run_object.as_str()), (None, "run-abc"));
+        let with_host = Settings {
+            hostname: "terrace.example.com".into(),
+            ..Settings::default()
+        };
+        let opts = options(&RunPodInputs {
+            settings: &with_host,
+            ..inputs
+        });
+        assert_eq!(opts.hostname.as_deref(), Some("terrace.example.com"));
+        let rc = crate::runner::remote::cli_config_for_run(
+            "terrace.example.com",
+            "http://terrace-api.terrace.svc:8080/",
+            "acme.s3cret",
+            "run-abc",
+        );
+        assert!(rc.contains("host \"terrace.example.com\""), "{rc}");
+        assert!(
+            rc.contains("\"tfe.v2.1\" = \"http://terrace-api.terrace.svc:8080/api/v2/\""),
+            "{rc}"
+        );
+        assert!(rc.contains("token = \"tfrun.run-abc.acme.s3cret\""), "{rc}");
     }
 
     #[test]

@@ -65,6 +65,34 @@ pub struct RunOptions {
     /// The workspace's `terraform-version`: the engine must satisfy it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub terraform_version: Option<String>,
+    /// The hostname terrace is known by: with it, the engine gets a CLI configuration for
+    /// that host with the run's credential ([`cli_config_for_run`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    /// The Run object's name (the run's credential names it).
+    #[serde(default)]
+    pub run_object: String,
+    /// TFE's run environment (`TFC_RUN_ID`, `TFC_WORKSPACE_NAME`, …), for the engine.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub environment: std::collections::BTreeMap<String, String>,
+}
+
+/// The file of the engine's CLI configuration, in the runner's directory.
+pub const CLI_CONFIG_FILE: &str = "terraform.rc";
+
+/// The engine's CLI configuration in a run: `hostname` mapped to the API at `api`, with
+/// the run's credential (made from its runner token).
+pub fn cli_config_for_run(
+    hostname: &str,
+    api: &str,
+    runner_token: &str,
+    run_object: &str,
+) -> String {
+    terrace_crds::common::cli_config(
+        hostname,
+        api.trim_end_matches('/'),
+        &terrace_crds::run::run_credential(runner_token, run_object),
+    )
 }
 
 fn yes() -> bool {
@@ -101,6 +129,19 @@ pub struct RemoteArgs {
     /// The engine program.
     #[arg(last = true, required = true)]
     pub engine: Vec<String>,
+}
+
+/// Writes `text` to a new file only its owner may read (it holds the run's credential).
+fn write_private(path: &Path, text: &str) -> io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(text.as_bytes())
 }
 
 /// A failure of a step, said in the log and the report.
@@ -243,6 +284,10 @@ fn listen(current: Arc<Current>) -> Result<(), StepError> {
     Ok(())
 }
 
+/// What the runner adds to the engine's environment (set once per phase, before the
+/// engine first runs): TFE's run variables and the CLI configuration.
+static ENGINE_ENV: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
+
 /// Runs `program args…` in `dir` with stdout and stderr going to the log (inherited);
 /// answers whether it exited 0.
 fn run_logged(
@@ -253,6 +298,7 @@ fn run_logged(
 ) -> Result<bool, StepError> {
     let mut child = std::process::Command::new(program)
         .args(args)
+        .envs(ENGINE_ENV.get().into_iter().flatten().map(|(k, v)| (k, v)))
         .current_dir(dir)
         .stdin(Stdio::null())
         .spawn()
@@ -267,6 +313,7 @@ fn run_logged(
 fn run_quiet(dir: &Path, program: &str, args: &[&str]) -> Result<Vec<u8>, StepError> {
     let out = std::process::Command::new(program)
         .args(args)
+        .envs(ENGINE_ENV.get().into_iter().flatten().map(|(k, v)| (k, v)))
         .current_dir(dir)
         .stdin(Stdio::null())
         .output()
@@ -437,7 +484,7 @@ fn phase(args: &RemoteArgs) -> Result<PhaseReport, StepError> {
     if let Some(wanted) = opts.terraform_version.as_deref() {
         check_version(program, wanted)?;
     }
-    let api = Api::new(&args.api, &args.run, token);
+    let api = Api::new(&args.api, &args.run, token.clone());
     let limits = FetchLimits::default();
     let archive = api
         .get("archive", limits.max_archive_bytes)?
@@ -453,6 +500,25 @@ fn phase(args: &RemoteArgs) -> Result<PhaseReport, StepError> {
     let state_file = dir.join(&state_rel);
     std::fs::write(dir.join(OVERRIDE_FILE), override_text(&state_rel))
         .map_err(step("writing the backend override"))?;
+    let mut env: Vec<(String, String)> = opts
+        .environment
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    // The engine reaches terrace as the CLI does (its own configuration, if the
+    // workspace sets TF_CLI_CONFIG_FILE, wins).
+    if let Some(host) = opts.hostname.as_deref().filter(|h| !h.is_empty())
+        && std::env::var_os("TF_CLI_CONFIG_FILE").is_none()
+    {
+        let file = data.join(CLI_CONFIG_FILE);
+        write_private(
+            &file,
+            &cli_config_for_run(host, &args.api, &token, &opts.run_object),
+        )
+        .map_err(step("writing the CLI configuration"))?;
+        env.push(("TF_CLI_CONFIG_FILE".to_owned(), file.display().to_string()));
+    }
+    let _ = ENGINE_ENV.set(env);
     let before = api.get("state", 1 << 30)?;
     if let Some(s) = &before {
         std::fs::write(&state_file, s).map_err(step("writing the current state"))?;

@@ -1310,3 +1310,77 @@ async fn a_workspace_upload_url_takes_a_new_archive_until_a_run_uses_it() {
     assert_eq!(st, 409, "{}", String::from_utf8_lossy(&body));
     assert_eq!(download().await, second, "what the run plans stays");
 }
+
+/// Issue 27 §1: the credential of a run's engine (`tfrun.<run>.<runner token>`, in its
+/// CLI configuration) reads what the run's workspace may read and nothing else: its own
+/// workspace and those sharing their state with it (by consumer list, project or
+/// globally), by name and their current state; never another workspace, a list, or a
+/// write; and it ends with the run.
+#[tokio::test]
+async fn a_run_credential_reads_what_its_workspace_may_read() {
+    let h = setup().await;
+    h.workspace("ws-Producer000000001", "producer", |s| {
+        s.remote_state_consumers = vec![WS.to_owned()];
+    })
+    .await;
+    h.workspace("ws-GlobalShare000001", "everyone", |s| {
+        s.global_remote_state = true
+    })
+    .await;
+    h.workspace("ws-PrivateState00001", "private", |_| {}).await;
+    let (run, token) = applying_run(&h).await;
+    let object = terrace_crds::ids::object_name_for_id(&run);
+    let cred = terrace_crds::run::run_credential(&token, &object);
+    let read = |name: &str| format!("/api/v2/organizations/acme/workspaces/{name}");
+    for name in ["app", "producer", "everyone"] {
+        let (st, doc) = h.call_as(&cred, "GET", &read(name), None).await;
+        assert_eq!(st, 200, "{name}: {doc}");
+    }
+    let (st, _) = h.call_as(&cred, "GET", &read("private"), None).await;
+    assert_eq!(st, 404, "not shared with the run's workspace");
+    let (st, _) = h
+        .call_as(
+            &cred,
+            "GET",
+            "/api/v2/workspaces/ws-PrivateState00001/current-state-version",
+            None,
+        )
+        .await;
+    assert_eq!(st, 404);
+    let (st, doc) = h
+        .call_as(&cred, "GET", "/api/v2/organizations/acme/workspaces", None)
+        .await;
+    assert_eq!(
+        (st, doc["data"].as_array().map(Vec::len)),
+        (200, Some(0)),
+        "no lists"
+    );
+    let (st, _) = h
+        .call_as(
+            &cred,
+            "POST",
+            "/api/v2/organizations/acme/workspaces",
+            Some(json!({"data": {"type": "workspaces", "attributes": {"name": "sneaky"}}})),
+        )
+        .await;
+    assert_eq!(st, 403, "nothing is written with it");
+    let (st, _) = h
+        .call_as(
+            &cred,
+            "POST",
+            &format!("/api/v2/workspaces/{WS}/actions/unlock"),
+            Some(json!({})),
+        )
+        .await;
+    assert!(matches!(st, 403 | 404), "no lock right: {st}");
+    assert!(
+        terrace_crds::lock::holder_of(&h.ws(WS)).is_some(),
+        "the run's lock stays"
+    );
+    let forged = terrace_crds::run::run_credential("acme.not-the-token", &object);
+    let (st, _) = h.call_as(&forged, "GET", &read("app"), None).await;
+    assert_eq!(st, 401);
+    set_status(&h, &run, "applied").await;
+    let (st, _) = h.call_as(&cred, "GET", &read("app"), None).await;
+    assert_eq!(st, 401, "the credential ends with the run");
+}
