@@ -389,6 +389,50 @@ pub fn validate_setting_overwrites(
     }
 }
 
+/// Most run trigger sources a workspace has (TFE's limit).
+pub const MAX_RUN_TRIGGER_SOURCES: usize = 20;
+
+/// Whether `source` may trigger `target` given the triggers there are (`edges`: each
+/// source with a workspace it triggers): not itself, at most
+/// [`MAX_RUN_TRIGGER_SOURCES`] sources on `target`, and no cycle (an apply of `target`
+/// must never lead back to `source`). Workspaces by any one key (IDs).
+pub fn validate_run_trigger(
+    edges: &[(String, String)],
+    source: &str,
+    target: &str,
+) -> Result<(), RuleViolation> {
+    if source == target {
+        return Err(RuleViolation::new(
+            "sourceable",
+            "a workspace cannot trigger runs in itself",
+        ));
+    }
+    if edges.iter().filter(|(_, t)| t == target).count() >= MAX_RUN_TRIGGER_SOURCES {
+        return Err(RuleViolation::new(
+            "sourceable",
+            format!("a workspace has at most {MAX_RUN_TRIGGER_SOURCES} run trigger sources"),
+        ));
+    }
+    // A cycle: `source` is reachable from `target` already.
+    let mut seen = vec![target.to_owned()];
+    let mut next = vec![target.to_owned()];
+    while let Some(w) = next.pop() {
+        for (_, t) in edges.iter().filter(|(s, _)| *s == w) {
+            if t == source {
+                return Err(RuleViolation::new(
+                    "sourceable",
+                    "this run trigger would make a cycle: the source is already triggered (directly or not) by this workspace",
+                ));
+            }
+            if !seen.contains(t) {
+                seen.push(t.clone());
+                next.push(t.clone());
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The `vcs-repo` keys that take part in its rules.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct VcsRepoInput<'a> {

@@ -129,6 +129,10 @@ impl Watched for Workspace {
             tags: spec.tags,
             tag_bindings: spec.tag_bindings,
             remote_state_consumers: spec.remote_state_consumers,
+            // The run controller queues the runs a successful apply triggers.
+            run_trigger_sources: spec.run_trigger_sources,
+            auto_apply: spec.auto_apply,
+            auto_apply_run_trigger: spec.auto_apply_run_trigger,
             // The state retention controller reads the policy.
             data_retention_policy: spec.data_retention_policy,
             // The run controller reads where the configuration is, and when the

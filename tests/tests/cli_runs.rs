@@ -910,3 +910,67 @@ fn a_run_reads_the_remote_state_its_workspace_may_read() {
         "the run's credential in the log: {shown}"
     );
 }
+
+/// Issue 27 §4: a run trigger. The CLI's apply of `network` queues a run in `app`,
+/// which names `network` as its trigger source: on app's current configuration, with
+/// TFE's message, and auto-applied (`auto-apply-run-trigger`). One run per source apply.
+#[test]
+fn an_apply_triggers_a_run_in_the_workspaces_it_triggers() {
+    let (dev, api, tf, dir) = setup();
+    let network = api.create_workspace(ORG, json!({"name": "network"}));
+    let app = api.create_workspace(ORG, json!({"name": "app", "auto-apply-run-trigger": true}));
+    upload(
+        &api,
+        &app,
+        false,
+        &[(
+            "main.tf",
+            "resource \"terraform_data\" \"app\" {\n  input = \"deployed\"\n}\n",
+        )],
+    );
+    let r = api.post(
+        &format!("/api/v2/workspaces/{app}/run-triggers"),
+        &json!({"data": {"type": "run-triggers", "relationships": {
+            "sourceable": {"data": {"type": "workspaces", "id": network}}}}}),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+
+    let d = dir.path().join("network");
+    config(
+        &d,
+        "network",
+        "resource \"terraform_data\" \"vpc\" {\n  input = \"10.0.0.0/16\"\n}\n",
+    );
+    ok(tf.run(&d, &["init", "-input=false"]), "init");
+    ok(
+        tf.run(&d, &["apply", "-auto-approve", "-input=false"]),
+        "apply",
+    );
+    let source_run = runs(&api, &network)[0]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+
+    let triggered = dev
+        .eventually(Duration::from_secs(60), || {
+            runs(&api, &app).into_iter().next()
+        })
+        .expect("no run was triggered in app");
+    let id = triggered["id"].as_str().unwrap_or_default().to_owned();
+    let message = triggered["attributes"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.contains(&source_run) && message.contains("network"),
+        "{message}"
+    );
+    let done = wait_status(&dev, &api, &id, &["applied", "errored"]);
+    assert_eq!(status(&done), "applied", "{done}");
+    assert_eq!(done["attributes"]["auto-apply"], true);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        runs(&api, &app).len(),
+        1,
+        "one triggered run per source apply"
+    );
+}

@@ -131,6 +131,11 @@ crd_kind! {
         /// workspace's state while globalRemoteState is false.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         pub remote_state_consumers: Vec<String>,
+        /// Workspaces (IDs `ws-…` or TFE names in the same organization) whose successful
+        /// applies queue a run in this one (TFE's inbound run triggers), at most 20.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        #[schemars(length(max = 20))]
+        pub run_trigger_sources: Vec<String>,
         /// SSH key used for module sources: an SshKey ID (`sshkey-…`) or the name of an
         /// SshKey object in this namespace.
         pub ssh_key: Option<String>,

@@ -529,3 +529,29 @@ fn setting_overwrites_agree_when_both_are_given() {
     assert_eq!(e.as_ref().map(|e| e.attribute), Some("setting-overwrites"));
     assert!(e.is_some_and(|e| e.message.contains("their values must be the same")));
 }
+
+#[test]
+fn run_triggers_refuse_themselves_cycles_and_more_than_twenty_sources() {
+    let e = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+            .collect()
+    };
+    assert!(validate_run_trigger(&[], "a", "b").is_ok());
+    assert!(validate_run_trigger(&[], "a", "a").is_err());
+    // a -> b -> c: c -> a closes a cycle, c -> d does not.
+    let chain = e(&[("a", "b"), ("b", "c")]);
+    assert!(validate_run_trigger(&chain, "c", "a").is_err());
+    assert!(validate_run_trigger(&chain, "b", "a").is_err());
+    assert!(validate_run_trigger(&chain, "c", "d").is_ok());
+    assert!(
+        validate_run_trigger(&chain, "a", "c").is_ok(),
+        "a second path is no cycle"
+    );
+    let full: Vec<(String, String)> = (0..MAX_RUN_TRIGGER_SOURCES)
+        .map(|i| (format!("s{i}"), "t".to_owned()))
+        .collect();
+    assert!(validate_run_trigger(&full, "x", "t").is_err());
+    assert!(validate_run_trigger(&full[1..], "x", "t").is_ok());
+}

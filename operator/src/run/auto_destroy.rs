@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ListParams, ObjectMeta, PostParams};
+use kube::api::{ObjectMeta, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::Store;
@@ -22,7 +22,7 @@ use serde_json::json;
 use terrace_crds::constants::{LABEL_ID, LABEL_ORGANIZATION, LABEL_WORKSPACE_ID};
 use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
 use terrace_crds::run;
-use terrace_crds::{ConfigurationVersion, Run, RunSpec, Workspace};
+use terrace_crds::{Run, RunSpec, Workspace};
 
 use crate::events::publish_event;
 use crate::{Context, Error};
@@ -105,20 +105,7 @@ async fn reconcile(ws: Arc<Workspace>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let Some(ws_id) = ws.labels().get(LABEL_ID).cloned() else {
         return Ok(Action::await_change());
     };
-    // The newest uploaded configuration version of the workspace.
-    let cvs: Api<ConfigurationVersion> = Api::namespaced(ctx.base.client.clone(), &ns);
-    let list = cvs
-        .list(&ListParams::default().labels(&format!("{LABEL_WORKSPACE_ID}={ws_id}")))
-        .await?;
-    let cv = list
-        .items
-        .into_iter()
-        .filter(|c| c.usable())
-        .max_by(|a, b| {
-            a.metadata
-                .creation_timestamp
-                .cmp(&b.metadata.creation_timestamp)
-        });
+    let cv = super::current_configuration(&ctx.base.client, &ns, &ws_id).await?;
     let regarding = ws.object_ref(&());
     let Some(cv) = cv else {
         publish_event(

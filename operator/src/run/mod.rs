@@ -21,6 +21,7 @@ pub mod auto_destroy;
 pub mod auto_queue;
 pub mod pod;
 mod status;
+pub mod triggers;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -542,6 +543,12 @@ async fn finish(
         release_phase(ctx, run, run_id, pods, phase).await?;
     }
     unlock_workspace(ctx, ns, &run.spec.workspace, run_id).await?;
+    if state_of(run) == RunState::Applied
+        && run.meta().deletion_timestamp.is_none()
+        && triggers::pending(run)
+    {
+        triggers::queue(ctx, run, run_id).await?;
+    }
     let secrets: Api<Secret> = Api::namespaced(ctx.base.client.clone(), ns);
     match secrets
         .delete(&pod::secret_name(&run.name_any()), &DeleteParams::default())
@@ -708,6 +715,35 @@ fn variables_of(catalog: &CatalogStores, ns: &str, ws: &str) -> Vec<Variable> {
 }
 
 /// The agent pool of an `agent`-mode workspace (its `agent-pool-id`), from the catalog.
+/// The current configuration version of workspace `ws_id` in `ns`: its newest uploaded,
+/// usable one that is not provisional (what a run queued without one uses).
+pub async fn current_configuration(
+    client: &kube::Client,
+    ns: &str,
+    ws_id: &str,
+) -> Result<Option<terrace_crds::ConfigurationVersion>, Error> {
+    let cvs: Api<terrace_crds::ConfigurationVersion> = Api::namespaced(client.clone(), ns);
+    let list = cvs
+        .list(&kube::api::ListParams::default().labels(&format!(
+            "{}={ws_id}",
+            terrace_crds::constants::LABEL_WORKSPACE_ID
+        )))
+        .await?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|c| c.usable() && !c.spec.provisional)
+        .max_by(|a, b| {
+            let at = |c: &terrace_crds::ConfigurationVersion| {
+                (
+                    c.status.as_ref().and_then(|s| s.uploaded_at.clone()),
+                    c.metadata.creation_timestamp.clone(),
+                )
+            };
+            at(a).cmp(&at(b))
+        }))
+}
+
 /// The TFE name of the workspace's project (its named project, else the namespace's
 /// default one); empty when the cache has neither.
 fn project_name_of(catalog: &CatalogStores, ns: &str, ws: &Workspace) -> String {

@@ -19,6 +19,7 @@ pub mod list;
 mod lock;
 pub mod references;
 pub mod render;
+mod run_triggers;
 mod ssh_key;
 
 use axum::body::Bytes;
@@ -32,7 +33,7 @@ use render::{Permissions, RenderContext};
 pub type Ws = Located<Workspace>;
 
 pub fn router() -> Router<AppState> {
-    merged_routers![crud, lock, consumers, ssh_key]
+    merged_routers![crud, lock, consumers, ssh_key, run_triggers]
 }
 
 /// Whether the caller may force delete: `force-delete`, or `update` when the organization
