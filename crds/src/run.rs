@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::testrun::UnknownValue;
 
 pub mod events;
+pub mod redact;
 
 /// The states of a run (TFE's run statuses that terrace uses).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -974,3 +974,83 @@ fn an_apply_triggers_a_run_in_the_workspaces_it_triggers() {
         "one triggered run per source apply"
     );
 }
+
+/// The run ID the CLI names in its "view this run" link.
+fn run_id_in(shown: &str) -> String {
+    shown
+        .split("/runs/")
+        .nth(1)
+        .map(|rest| {
+            rest.chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Issue 27 §2: saved plans. `terraform plan -out` saves a cloud plan; `terraform show`
+/// renders it from the redacted JSON plan (sensitive values never in it), `show -json`
+/// prints the plan; `terraform apply FILE` applies exactly that run.
+#[test]
+fn a_saved_plan_shows_and_applies_that_run() {
+    let (_dev, api, tf, dir) = setup();
+    let d = dir.path().join("saved");
+    config(
+        &d,
+        "saved",
+        r#"
+variable "pw" {
+  default   = "hunter2"
+  sensitive = true
+}
+resource "terraform_data" "x" {
+  input = var.pw
+}
+output "o" { value = "visible" }
+"#,
+    );
+    ok(tf.run(&d, &["init", "-input=false"]), "init");
+    let planned = ok(
+        tf.run(&d, &["plan", "-input=false", "-out=saved.plan"]),
+        "plan -out",
+    );
+    let run_id = run_id_in(&planned);
+    assert!(run_id.starts_with("run-"), "{planned}");
+    assert_eq!(status(&run(&api, &run_id)), "planned_and_saved");
+
+    let shown = ok(tf.run(&d, &["show", "saved.plan"]), "show");
+    assert!(
+        shown.contains("terraform_data.x will be created"),
+        "{shown}"
+    );
+    assert!(shown.contains("(sensitive value)"), "{shown}");
+    assert!(!shown.contains("hunter2"), "{shown}");
+    let json = ok(tf.run(&d, &["show", "-json", "saved.plan"]), "show -json");
+    assert!(json.contains("\"resource_changes\""), "{json}");
+
+    let plan_id = format!("plan-{}", run_id.trim_start_matches("run-"));
+    let redacted = api.get(&format!("/api/v2/plans/{plan_id}/json-output-redacted"));
+    assert_eq!(redacted.status, 200, "{:?}", redacted.body);
+    assert!(
+        redacted.body["provider_schemas"].is_object(),
+        "{:?}",
+        redacted.body
+    );
+    assert!(
+        !redacted.body.to_string().contains("hunter2"),
+        "{:?}",
+        redacted.body
+    );
+
+    let applied = ok(
+        tf.run(&d, &["apply", "-input=false", "saved.plan"]),
+        "apply FILE",
+    );
+    assert_eq!(
+        run_id_in(&applied),
+        run_id,
+        "the saved run is the one applied"
+    );
+    assert!(applied.contains("Apply complete!"), "{applied}");
+    assert_eq!(status(&run(&api, &run_id)), "applied");
+}

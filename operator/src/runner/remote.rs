@@ -564,6 +564,17 @@ fn phase(args: &RemoteArgs) -> Result<PhaseReport, StepError> {
                 make_bundle(&plan, lock.as_deref()).map_err(step("packing the plan bundle"))?;
             api.put("plan", &bundle)?;
             api.put("plan-json", &json)?;
+            // The redacted plan the CLI renders (`terraform show` of a saved plan): the
+            // provider schemas come from the engine.
+            let schemas = run_quiet(&dir, program, &["providers", "schema", "-json"])?;
+            let schemas: serde_json::Value =
+                serde_json::from_slice(&schemas).map_err(step("reading the provider schemas"))?;
+            let salt: [u8; 16] = rand::random();
+            let redacted = terrace_crds::run::redact::redacted_plan(&parsed, &schemas, &salt);
+            api.put(
+                "plan-json-redacted",
+                &serde_json::to_vec(&redacted).map_err(step("writing the redacted plan"))?,
+            )?;
             Ok(count_changes(&parsed))
         }
         Phase::Apply => {

@@ -41,6 +41,10 @@ pub fn plan_key(run_id: &str) -> String {
 pub fn plan_json_key(run_id: &str) -> String {
     format!("runs/{run_id}/plan.json")
 }
+/// Blob key of a run's redacted JSON plan (`json-output-redacted`).
+pub fn plan_json_redacted_key(run_id: &str) -> String {
+    format!("runs/{run_id}/plan.redacted.json")
+}
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -55,7 +59,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/v2/plans/{plan}/json-output", get(json_output))
         .route(
             "/api/v2/plans/{plan}/json-output-redacted",
-            get(json_output),
+            get(json_output_redacted),
         )
         .route(
             "/api/v2/runs/{id}/plan/json-output",
@@ -796,6 +800,31 @@ async fn json_output(
 ) -> Result<Response, ApiError> {
     let at = run_of_phase(&state, &caller, &plan).await?;
     json_plan(&state, &caller, &at).await
+}
+
+/// `GET /plans/:id/json-output-redacted`: the plan as the CLI renders it (`terraform
+/// show` of a saved plan), sensitive values replaced
+/// ([`terrace_crds::run::redact`]), so whoever may read the run may read it.
+async fn json_output_redacted(
+    Authed { state, caller }: Authed,
+    Path(plan): Path<String>,
+) -> Result<Response, ApiError> {
+    let at = run_of_phase(&state, &caller, &plan).await?;
+    let bytes = crate::blobs::store(&state, &at.ns, at.obj.controller_owner_ref(&()))
+        .get(&plan_json_redacted_key(&at.id()), None)
+        .await
+        .map_err(|e| {
+            crate::blobs::read_error(
+                "the redacted JSON plan",
+                "this plan has no redacted JSON output (yet)",
+                e,
+            )
+        })?;
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        bytes,
+    )
+        .into_response())
 }
 
 async fn json_output_of_run(

@@ -35,6 +35,10 @@ pub fn upload_router() -> Router<AppState> {
             "/api/v2/runner/runs/{id}/plan-json",
             put(put_upload::<PlanJson>),
         )
+        .route(
+            "/api/v2/runner/runs/{id}/plan-json-redacted",
+            put(put_upload::<PlanJsonRedacted>),
+        )
         .layer(DefaultBodyLimit::max(MAX_PLAN_BYTES))
         .layer(RequestBodyLimitLayer::new(MAX_PLAN_BYTES))
 }
@@ -113,6 +117,18 @@ trait PlanUpload: Send + Sync + 'static {
 
 /// `PUT …/plan`.
 struct PlanFile;
+/// `PUT …/plan-json-redacted`.
+struct PlanJsonRedacted;
+
+impl PlanUpload for PlanJsonRedacted {
+    const WHAT: &'static str = "the redacted JSON plan";
+    fn key(run_id: &str) -> String {
+        super::plan_json_redacted_key(run_id)
+    }
+    fn check(bytes: &Bytes) -> Result<(), ApiError> {
+        PlanJson::check(bytes)
+    }
+}
 /// `PUT …/plan-json`.
 struct PlanJson;
 

@@ -1384,3 +1384,64 @@ async fn a_run_credential_reads_what_its_workspace_may_read() {
     let (st, _) = h.call_as(&cred, "GET", &read("app"), None).await;
     assert_eq!(st, 401, "the credential ends with the run");
 }
+
+/// The redacted JSON plan the runner uploads is served to whoever may read the run; the
+/// full JSON plan (sensitive values in it) needs `read-state`.
+#[tokio::test]
+async fn the_redacted_plan_needs_only_the_run_read_right() {
+    let h = setup().await;
+    let (run, token) = applying_run(&h).await;
+    set_status(&h, &run, "planning").await;
+    let auth = format!("Bearer {token}");
+    for (what, body) in [
+        (
+            "plan-json",
+            json!({"variables": {"pw": {"value": "hunter2"}}}),
+        ),
+        (
+            "plan-json-redacted",
+            json!({"plan_format_version": "1.2", "resource_changes": []}),
+        ),
+    ] {
+        let (st, _, _) = h
+            .raw(
+                "PUT",
+                &format!("/api/v2/runner/runs/{run}/{what}"),
+                &[("authorization", &auth)],
+                body.to_string().into_bytes(),
+            )
+            .await;
+        assert_eq!(st, 204, "{what}");
+    }
+    let reader = reader_of(&h, &["workspaces", "runs"]).await;
+    let plan = format!("plan-{}", run.trim_start_matches("run-"));
+    let (st, doc) = h
+        .call_as(
+            &reader,
+            "GET",
+            &format!("/api/v2/plans/{plan}/json-output-redacted"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (st, doc["plan_format_version"].as_str()),
+        (200, Some("1.2")),
+        "{doc}"
+    );
+    let (st, _) = h
+        .call_as(
+            &reader,
+            "GET",
+            &format!("/api/v2/plans/{plan}/json-output"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 403, "the full JSON plan needs read-state");
+    let (st, doc) = h
+        .call("GET", &format!("/api/v2/plans/{plan}/json-output"), None)
+        .await;
+    assert_eq!(
+        (st, doc["variables"]["pw"]["value"].as_str()),
+        (200, Some("hunter2"))
+    );
+}
