@@ -714,7 +714,6 @@ fn variables_of(catalog: &CatalogStores, ns: &str, ws: &str) -> Vec<Variable> {
         .collect()
 }
 
-/// The agent pool of an `agent`-mode workspace (its `agent-pool-id`), from the catalog.
 /// The current configuration version of workspace `ws_id` in `ns`: its newest uploaded,
 /// usable one that is not provisional (what a run queued without one uses).
 pub async fn current_configuration(
@@ -765,6 +764,7 @@ fn project_name_of(catalog: &CatalogStores, ns: &str, ws: &Workspace) -> String 
         .unwrap_or_default()
 }
 
+/// The agent pool of an `agent`-mode workspace (its `agent-pool-id`), from the catalog.
 fn agent_pool_of(catalog: &CatalogStores, ns: &str, ws: &Workspace) -> Option<AgentPool> {
     if ws.spec.execution_mode.as_deref() != Some("agent") {
         return None;
