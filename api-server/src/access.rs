@@ -19,7 +19,7 @@ use axum::http::request::Parts;
 use kube::{Resource, ResourceExt};
 use terrace_crds::{
     AgentPool, ConfigurationVersion, OAuthToken, Organization, Project, RegistryModule, Run,
-    SshKey, StateVersion, TestRun, TestVariable, Workspace, WorkspaceVariable,
+    SshKey, StateVersion, TestRun, TestVariable, VariableSet, Workspace, WorkspaceVariable,
 };
 
 use crate::auth::{Caller, Check};
@@ -116,6 +116,7 @@ guarded!(Project, "projects", "project");
 guarded!(SshKey, "sshkeys", "ssh key");
 guarded!(AgentPool, "agentpools", "agent pool");
 guarded!(OAuthToken, "oauthtokens", "oauth token");
+guarded!(VariableSet, "variablesets", "variable set");
 guarded!(RegistryModule, "registrymodules", "registry module");
 guarded!(
     ConfigurationVersion,

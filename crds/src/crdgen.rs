@@ -23,6 +23,7 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
         OAuthToken::crd(),
         StateVersion::crd(),
         Run::crd(),
+        VariableSet::crd(),
     ]
 }
 

@@ -28,11 +28,12 @@ pub enum IdKind {
     StateVersionOutput,
     Run,
     Comment,
+    VariableSet,
 }
 
 impl IdKind {
     /// Every kind, for exhaustive tests and lookups.
-    pub const ALL: [IdKind; 16] = [
+    pub const ALL: [IdKind; 17] = [
         IdKind::Project,
         IdKind::Workspace,
         IdKind::RegistryModule,
@@ -49,6 +50,7 @@ impl IdKind {
         IdKind::StateVersionOutput,
         IdKind::Run,
         IdKind::Comment,
+        IdKind::VariableSet,
     ];
 
     /// The prefix, including its dash.
@@ -70,6 +72,7 @@ impl IdKind {
             IdKind::StateVersionOutput => "wsout-",
             IdKind::Run => "run-",
             IdKind::Comment => "wsc-",
+            IdKind::VariableSet => "varset-",
         }
     }
 

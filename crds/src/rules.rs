@@ -389,6 +389,81 @@ pub fn validate_setting_overwrites(
     }
 }
 
+/// How a variable set applies to a workspace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetScope {
+    /// To every workspace of the organization.
+    Global,
+    /// Through the workspace's project.
+    Project,
+    /// To the workspace itself.
+    Workspace,
+}
+
+/// Where a variable of a run comes from, in TFE's order of precedence: each wins over
+/// the ones before it. Non-priority sets: global, then project, then workspace-scoped;
+/// the workspace's own variables; the run's (`-var`); then priority sets, the widest
+/// winning (a priority global set wins over everything).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum VariableSource {
+    GlobalSet,
+    ProjectSet,
+    WorkspaceSet,
+    Workspace,
+    Run,
+    PriorityWorkspaceSet,
+    PriorityProjectSet,
+    PriorityGlobalSet,
+}
+
+impl VariableSource {
+    /// The source of a set applied with `scope`.
+    pub fn of_set(scope: SetScope, priority: bool) -> VariableSource {
+        match (scope, priority) {
+            (SetScope::Global, false) => VariableSource::GlobalSet,
+            (SetScope::Project, false) => VariableSource::ProjectSet,
+            (SetScope::Workspace, false) => VariableSource::WorkspaceSet,
+            (SetScope::Workspace, true) => VariableSource::PriorityWorkspaceSet,
+            (SetScope::Project, true) => VariableSource::PriorityProjectSet,
+            (SetScope::Global, true) => VariableSource::PriorityGlobalSet,
+        }
+    }
+
+    /// Whether it wins over the run's own variables.
+    pub fn overrides_run(self) -> bool {
+        self > VariableSource::Run
+    }
+}
+
+/// One candidate value of a run's variable.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Candidate<T> {
+    pub source: VariableSource,
+    /// The set's name (empty for other sources): of two sets of one source, the one whose
+    /// name sorts first wins, as in TFE.
+    pub set_name: String,
+    pub category: String,
+    pub key: String,
+    pub item: T,
+}
+
+/// The winner of each category and key among `candidates`: the highest source, and
+/// between sets of one source the set whose name sorts first. Ordered by category, key.
+pub fn winning_variables<T>(candidates: Vec<Candidate<T>>) -> Vec<Candidate<T>> {
+    let mut best: std::collections::BTreeMap<(String, String), Candidate<T>> =
+        std::collections::BTreeMap::new();
+    for c in candidates {
+        let slot = (c.category.clone(), c.key.clone());
+        let better = best.get(&slot).is_none_or(|b| {
+            c.source > b.source || (c.source == b.source && c.set_name < b.set_name)
+        });
+        if better {
+            best.insert(slot, c);
+        }
+    }
+    best.into_values().collect()
+}
+
 /// Most run trigger sources a workspace has (TFE's limit).
 pub const MAX_RUN_TRIGGER_SOURCES: usize = 20;
 

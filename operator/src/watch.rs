@@ -42,8 +42,8 @@ use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 use terrace_crds::{
     AgentPool, ConfigurationVersion, OAuthToken, Organization, Project, RegistryModule, Run,
-    SshKey, StateVersion, TestRun, TestVariable, Workspace, WorkspaceSpec, WorkspaceStatus,
-    WorkspaceVariable,
+    SshKey, StateVersion, TestRun, TestVariable, VariableSet, Workspace, WorkspaceSpec,
+    WorkspaceStatus, WorkspaceVariable,
 };
 
 use crate::events::{new_recorder, publish_event};
@@ -112,6 +112,7 @@ watched_crds!(
     AgentPool,
     OAuthToken,
     Run,
+    VariableSet,
 );
 
 impl Watched for Workspace {

@@ -220,6 +220,7 @@ TERRACE_KINDS = [
     "oauthtokens",
     "stateversions",
     "runs",
+    "variablesets",
 ]
 
 
@@ -260,8 +261,8 @@ API_SERVER_NEEDS = [
     ("authorization.k8s.io", "subjectaccessreviews", "create"),
     *[("terrace.dev", k, v) for k in TERRACE_KINDS for v in ("get", "list", "watch")],
     *[("terrace.dev", k, "create") for k in TERRACE_KINDS if k != "oauthtokens"],
-    *[("terrace.dev", k, "patch") for k in ("organizations", "projects", "workspaces", "sshkeys", "agentpools", "testvariables", "workspacevariables", "configurationversions", "stateversions")],
-    *[("terrace.dev", k, "delete") for k in ("organizations", "projects", "workspaces", "sshkeys", "agentpools", "testvariables", "workspacevariables", "stateversions", "registrymodules")],
+    *[("terrace.dev", k, "patch") for k in ("organizations", "projects", "workspaces", "sshkeys", "agentpools", "variablesets", "testvariables", "workspacevariables", "configurationversions", "stateversions")],
+    *[("terrace.dev", k, "delete") for k in ("organizations", "projects", "workspaces", "sshkeys", "agentpools", "variablesets", "testvariables", "workspacevariables", "stateversions", "registrymodules")],
     ("terrace.dev", "workspaces", "update"),
     *[("terrace.dev", f"{k}/status", "patch") for k in ("configurationversions", "testruns", "testvariables", "stateversions", "runs")],
     *[("", "secrets", v) for v in ("get", "create", "patch", "delete")],

@@ -1054,3 +1054,84 @@ output "o" { value = "visible" }
     assert!(applied.contains("Apply complete!"), "{applied}");
     assert_eq!(status(&run(&api, &run_id)), "applied");
 }
+
+/// Issue 27 §3: variable sets reach runs in TFE's order of precedence: a global set's
+/// value when nothing else sets the key, the workspace's own over a set's, the CLI's
+/// `-var` over the workspace's, and a priority set over all of them; a sensitive set
+/// value reaches the run and never its log.
+#[test]
+fn variable_sets_reach_runs_in_tfe_order() {
+    let (_dev, api, tf, dir) = setup();
+    let ws = api.create_workspace(ORG, json!({"name": "sets"}));
+    let set = |attrs: Value, rels: Value| -> String {
+        let r = api.post(
+            &format!("/api/v2/organizations/{ORG}/varsets"),
+            &json!({"data": {"type": "varsets", "attributes": attrs, "relationships": rels}}),
+        );
+        assert_eq!(r.status, 201, "{:?}", r.body);
+        r.body["data"]["id"].as_str().unwrap_or_default().to_owned()
+    };
+    let var = |set: &str, key: &str, value: &str, sensitive: bool| {
+        let r = api.post(
+            &format!("/api/v2/varsets/{set}/relationships/vars"),
+            &json!({"data": {"type": "vars", "attributes": {
+                "key": key, "value": value, "category": "terraform", "sensitive": sensitive}}}),
+        );
+        assert_eq!(r.status, 201, "{:?}", r.body);
+    };
+    let global = set(json!({"name": "defaults", "global": true}), json!({}));
+    var(&global, "region", "from-the-global-set", false);
+    var(&global, "tier", "from-the-global-set", false);
+    var(&global, "password", "hunter2", true);
+    let priority = set(
+        json!({"name": "platform", "priority": true}),
+        json!({"workspaces": {"data": [{"type": "workspaces", "id": ws}]}}),
+    );
+    var(&priority, "owner", "platform", false);
+    for (key, value) in [("tier", "workspace"), ("owner", "workspace")] {
+        let r = api.post(
+            &format!("/api/v2/workspaces/{ws}/vars"),
+            &json!({"data": {"type": "vars", "attributes": {"key": key, "value": value, "category": "terraform"}}}),
+        );
+        assert_eq!(r.status, 201, "{:?}", r.body);
+    }
+    let d = dir.path().join("sets");
+    config(
+        &d,
+        "sets",
+        r#"
+variable "region" { type = string }
+variable "tier" { type = string }
+variable "owner" { type = string }
+variable "cli" { type = string }
+variable "password" {
+  type      = string
+  sensitive = true
+}
+output "shown" {
+  value = "${var.region}|${var.tier}|${var.owner}|${var.cli}|${length(nonsensitive(var.password))}"
+}
+"#,
+    );
+    ok(tf.run(&d, &["init", "-input=false"]), "init");
+    let shown = ok(
+        tf.run(
+            &d,
+            &[
+                "apply",
+                "-auto-approve",
+                "-input=false",
+                "-var",
+                "owner=the CLI",
+                "-var",
+                "cli=the CLI",
+            ],
+        ),
+        "apply",
+    );
+    assert!(
+        shown.contains("from-the-global-set|workspace|platform|the CLI|7"),
+        "{shown}"
+    );
+    assert!(!shown.contains("hunter2"), "{shown}");
+}

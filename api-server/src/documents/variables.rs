@@ -2,6 +2,11 @@
 //! a module's test variables both accept, and the Secret of a sensitive value.
 
 use serde::Deserialize;
+use terrace_crds::WorkspaceVariableSpec;
+use terrace_crds::rules::{
+    VariableCategory, validate_variable_description, validate_workspace_variable_hcl,
+    validate_workspace_variable_key,
+};
 
 use crate::body::{Attr, Typed};
 use crate::error::FieldError;
@@ -59,5 +64,73 @@ impl VarAttributes {
             hcl: self.hcl.take(&ptr("hcl"), "a boolean", errs),
             sensitive: self.sensitive.take(&ptr("sensitive"), "a boolean", errs),
         }
+    }
+}
+
+/// The variable a create or update leaves, checked against the rules of the CRD: every
+/// broken rule is one error in `errs`. `current` is the variable updated (None: create).
+pub fn checked_spec(
+    input: &VarInput,
+    current: Option<&WorkspaceVariableSpec>,
+    workspace: &str,
+    errs: &mut Vec<FieldError>,
+) -> WorkspaceVariableSpec {
+    let given = |attr: &str, errs: &[FieldError]| errs.iter().any(|e| e.pointer == ptr(attr));
+    let cur = current.cloned().unwrap_or_default();
+    let category_text = input
+        .category
+        .clone()
+        .or_else(|| current.map(|c| c.category.clone()))
+        .unwrap_or_default();
+    let category = if given("category", errs) {
+        None
+    } else {
+        match VariableCategory::parse(&category_text) {
+            Ok(c) => Some(c),
+            Err(v) => {
+                errs.push(v.into());
+                None
+            }
+        }
+    };
+    let key = input.key.clone().unwrap_or(cur.key.clone());
+    if let Some(c) = category
+        && !given("key", errs)
+        && let Err(v) = validate_workspace_variable_key(&key, c)
+    {
+        errs.push(v.into());
+    }
+    let hcl = input.hcl.unwrap_or(cur.hcl);
+    if let Some(c) = category
+        && !given("hcl", errs)
+        && let Err(v) = validate_workspace_variable_hcl(hcl, c)
+    {
+        errs.push(v.into());
+    }
+    if let Some(d) = &input.description
+        && let Err(v) = validate_variable_description(d)
+    {
+        errs.push(v.into());
+    }
+    if cur.sensitive && input.sensitive == Some(false) {
+        errs.push(FieldError::attribute(
+            "sensitive",
+            "Sensitive cannot be changed from true to false; delete and recreate the variable",
+        ));
+    }
+    let sensitive = cur.sensitive || input.sensitive == Some(true);
+    WorkspaceVariableSpec {
+        workspace: workspace.to_owned(),
+        key,
+        value: if sensitive {
+            String::new()
+        } else {
+            input.value.clone().unwrap_or(cur.value)
+        },
+        value_from: None,
+        description: input.description.clone().or(cur.description),
+        category: category_text,
+        hcl,
+        sensitive,
     }
 }

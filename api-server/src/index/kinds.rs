@@ -9,7 +9,7 @@ use kube::Resource;
 use kube::api::ObjectMeta;
 use terrace_crds::{
     AgentPool, ConfigurationVersion, OAuthToken, Organization, Project, RegistryModule, Run,
-    SshKey, StateVersion, TestRun, TestVariable, Workspace, WorkspaceVariable,
+    SshKey, StateVersion, TestRun, TestVariable, VariableSet, Workspace, WorkspaceVariable,
 };
 
 use super::Inner;
@@ -78,6 +78,7 @@ indexed_kinds!(
     SshKey,
     AgentPool,
     OAuthToken,
+    VariableSet,
     RegistryModule,
     ConfigurationVersion,
     TestRun,
@@ -247,6 +248,7 @@ macro_rules! keyed {
 keyed!(SshKey, ssh_keys);
 keyed!(AgentPool, agent_pools);
 keyed!(OAuthToken, oauth_tokens);
+keyed!(VariableSet, variable_sets);
 keyed!(RegistryModule, registry_modules);
 keyed!(
     ConfigurationVersion,

@@ -39,7 +39,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use terrace_crds::constants::LABEL_ID;
 use terrace_crds::{
     AgentPool, ConfigurationVersion, OAuthToken, Organization, Project, RegistryModule, Run,
-    SshKey, StateVersion, TestRun, TestVariable, Workspace, WorkspaceVariable,
+    SshKey, StateVersion, TestRun, TestVariable, VariableSet, Workspace, WorkspaceVariable,
 };
 
 mod live;
@@ -71,6 +71,7 @@ pub struct Inner {
     ssh_keys: Keyed<SshKey>,
     agent_pools: Keyed<AgentPool>,
     oauth_tokens: Keyed<OAuthToken>,
+    variable_sets: Keyed<VariableSet>,
     registry_modules: Keyed<RegistryModule>,
     configuration_versions: Keyed<ConfigurationVersion>,
     /// Each workspace's configuration versions and current one.
@@ -542,6 +543,10 @@ impl Inner {
     }
 
     /// SSH keys.
+    pub fn variable_sets(&self) -> &Keyed<VariableSet> {
+        &self.variable_sets
+    }
+
     pub fn ssh_keys(&self) -> &Keyed<SshKey> {
         &self.ssh_keys
     }

@@ -14,6 +14,7 @@ pub mod ssh_keys;
 pub mod state_versions;
 pub mod tag_bindings;
 pub mod tags;
+pub mod varsets;
 pub mod workspace_vars;
 pub mod workspaces;
 
@@ -36,7 +37,8 @@ pub fn router() -> Router<AppState> {
         module_tests,
         state_versions,
         runs,
-        workspace_vars
+        workspace_vars,
+        varsets
     ]
 }
 

@@ -8,6 +8,7 @@ mod references;
 mod run;
 mod state;
 mod variable;
+mod varset;
 mod workspace;
 
 pub use module::*;
@@ -17,6 +18,7 @@ pub use references::*;
 pub use run::*;
 pub use state::*;
 pub use variable::*;
+pub use varset::*;
 pub use workspace::*;
 
 pub(crate) fn default_true() -> bool {

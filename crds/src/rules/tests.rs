@@ -555,3 +555,91 @@ fn run_triggers_refuse_themselves_cycles_and_more_than_twenty_sources() {
     assert!(validate_run_trigger(&full, "x", "t").is_err());
     assert!(validate_run_trigger(&full[1..], "x", "t").is_ok());
 }
+
+/// Every rule of TFE's variable precedence, one row each: the candidates and the source
+/// that wins.
+#[test]
+fn variable_precedence_follows_tfe() {
+    use VariableSource::*;
+    let c = |source: VariableSource, set: &str, item: &str| Candidate {
+        source,
+        set_name: set.to_owned(),
+        category: "terraform".to_owned(),
+        key: "region".to_owned(),
+        item: item.to_owned(),
+    };
+    let rows: Vec<(Vec<Candidate<String>>, &str)> = vec![
+        (vec![c(GlobalSet, "g", "global")], "global"),
+        (
+            vec![c(GlobalSet, "g", "global"), c(ProjectSet, "p", "project")],
+            "project",
+        ),
+        (
+            vec![
+                c(ProjectSet, "p", "project"),
+                c(WorkspaceSet, "w", "ws-set"),
+            ],
+            "ws-set",
+        ),
+        (
+            vec![
+                c(WorkspaceSet, "w", "ws-set"),
+                c(Workspace, "", "workspace"),
+            ],
+            "workspace",
+        ),
+        (
+            vec![c(Workspace, "", "workspace"), c(Run, "", "run")],
+            "run",
+        ),
+        (
+            vec![c(Run, "", "run"), c(PriorityWorkspaceSet, "w", "prio-ws")],
+            "prio-ws",
+        ),
+        (
+            vec![
+                c(PriorityWorkspaceSet, "w", "prio-ws"),
+                c(PriorityProjectSet, "p", "prio-prj"),
+            ],
+            "prio-prj",
+        ),
+        (
+            vec![
+                c(PriorityProjectSet, "p", "prio-prj"),
+                c(PriorityGlobalSet, "g", "prio-global"),
+            ],
+            "prio-global",
+        ),
+        // Two sets of one source: the name that sorts first.
+        (
+            vec![c(ProjectSet, "B_set", "b"), c(ProjectSet, "A_set", "a")],
+            "a",
+        ),
+        (
+            vec![
+                c(GlobalSet, "a", "a"),
+                c(Workspace, "", "workspace"),
+                c(GlobalSet, "b", "b"),
+            ],
+            "workspace",
+        ),
+    ];
+    for (candidates, want) in rows {
+        let won = winning_variables(candidates);
+        assert_eq!(won.len(), 1);
+        assert_eq!(won[0].item, want);
+    }
+    // Categories do not shadow each other.
+    let mut env = c(Workspace, "", "env");
+    env.category = "env".into();
+    assert_eq!(
+        winning_variables(vec![c(GlobalSet, "g", "tf"), env]).len(),
+        2
+    );
+    assert!(PriorityWorkspaceSet.overrides_run() && !Workspace.overrides_run());
+    assert_eq!(
+        VariableSource::of_set(SetScope::Global, true),
+        PriorityGlobalSet
+    );
+    assert_eq!(VariableSource::of_set(SetScope::Project, false), ProjectSet);
+}

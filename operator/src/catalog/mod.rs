@@ -44,7 +44,7 @@ use terrace_crds::constants::{FIELD_MANAGER_OPERATOR, LABEL_ID};
 use terrace_crds::ids::{IdKind, is_valid_id};
 use terrace_crds::{
     AgentPool, ConfigurationVersion, OAuthToken, Organization, Project, RegistryModule, Run,
-    SshKey, TestRun, TestVariable, WorkspaceVariable,
+    SshKey, TestRun, TestVariable, VariableSet, WorkspaceVariable,
 };
 
 use crate::conditions::{Outcome, REASON_ASSIGNING_ID, kstatus_conditions};
@@ -89,6 +89,7 @@ pub fn targets() -> Vec<Target> {
         t(IdTarget::of::<SshKey>(IdKind::SshKey), Identity),
         t(IdTarget::of::<AgentPool>(IdKind::AgentPool), Identity),
         t(IdTarget::of::<OAuthToken>(IdKind::OAuthToken), Identity),
+        t(IdTarget::of::<VariableSet>(IdKind::VariableSet), Identity),
     ]
 }
 

@@ -221,7 +221,12 @@ async fn reconcile(run: Arc<Run>, ctx: Arc<RunContext>) -> Result<Action, Error>
     // would read as "the workspace is gone" and error every run in flight at a restart.
     synced(&ctx.workspaces, "workspace").await?;
     synced(&ctx.runs, "run").await?;
-    for kind in [IdKind::WorkspaceVariable, IdKind::AgentPool] {
+    for kind in [
+        IdKind::WorkspaceVariable,
+        IdKind::AgentPool,
+        IdKind::VariableSet,
+        IdKind::Project,
+    ] {
         ctx.catalog.synced(kind).await?;
     }
     let client = &ctx.base.client;
@@ -642,7 +647,7 @@ async fn create_pod(
     let org_settings = org
         .as_ref()
         .map_or(&default_settings, |o| &o.spec.settings.test_runs);
-    let variables = variables_of(&ctx.catalog, &ns, &ws.name_any());
+    let variables = variables_of(&ctx.catalog, &ns, ws);
     let pool = agent_pool_of(&ctx.catalog, &ns, ws);
     let pool_template = pool.as_ref().and_then(|p| p.spec.pod_template.clone());
     let org_tfe_name = org
@@ -691,26 +696,100 @@ async fn create_pod(
     }
 }
 
-/// The workspace's variables as the run needs them, from the catalog's cache (a key
-/// defined twice in a category keeps the variable with the smallest object name).
-fn variables_of(catalog: &CatalogStores, ns: &str, ws: &str) -> Vec<Variable> {
-    let mut vars: Vec<(String, WorkspaceVariable)> = catalog
+/// The workspace's variables as the run needs them, from the catalog's cache: its own
+/// (a key defined twice in a category keeps the variable with the smallest object name)
+/// and those of the variable sets applied to it, the winner of each key by TFE's
+/// precedence ([`terrace_crds::rules::winning_variables`]). A variable of a priority set
+/// says so (`overrides_run`): it wins over the run's own.
+fn variables_of(catalog: &CatalogStores, ns: &str, ws: &Workspace) -> Vec<Variable> {
+    use terrace_crds::resources::Named;
+    use terrace_crds::rules::{Candidate, VariableSource, winning_variables};
+    let mut own: Vec<(String, WorkspaceVariable)> = catalog
         .in_namespace(IdKind::WorkspaceVariable, ns)
         .into_iter()
         .filter_map(|o| crate::catalog::typed::<WorkspaceVariable>(&o).map(|v| (o.name_any(), v)))
-        .filter(|(_, v)| v.spec.workspace == ws)
+        .filter(|(_, v)| v.spec.workspace == ws.name_any())
         .collect();
-    vars.sort_by(|a, b| a.0.cmp(&b.0));
+    own.sort_by(|a, b| a.0.cmp(&b.0));
     let mut seen = std::collections::HashSet::new();
-    vars.into_iter()
+    let mut candidates: Vec<Candidate<Variable>> = own
+        .into_iter()
         .filter(|(_, v)| seen.insert((v.spec.category.clone(), v.spec.key.clone())))
-        .map(|(_, v)| Variable {
-            key: v.spec.key,
-            value: v.spec.value,
-            category: v.spec.category,
-            hcl: v.spec.hcl,
-            value_from: v.spec.value_from,
+        .map(|(_, v)| Candidate {
+            source: VariableSource::Workspace,
+            set_name: String::new(),
+            category: v.spec.category.clone(),
+            key: v.spec.key.clone(),
+            item: Variable {
+                key: v.spec.key,
+                value: v.spec.value,
+                category: v.spec.category,
+                hcl: v.spec.hcl,
+                value_from: v.spec.value_from,
+                overrides_run: false,
+            },
         })
+        .collect();
+    let ws_id = ws.labels().get(LABEL_ID).cloned();
+    let me = Named {
+        id: ws_id.as_deref(),
+        name: &ws.spec.name,
+    };
+    let project = catalog
+        .in_namespace(IdKind::Project, ns)
+        .into_iter()
+        .find(
+            |p| match ws.spec.project.as_deref().filter(|p| !p.is_empty()) {
+                Some(name) => p.metadata.name.as_deref() == Some(name),
+                None => {
+                    p.labels()
+                        .get(terrace_crds::constants::LABEL_DEFAULT_PROJECT)
+                        .map(String::as_str)
+                        == Some("true")
+                }
+            },
+        );
+    let project_id = project
+        .as_ref()
+        .and_then(|p| p.labels().get(LABEL_ID).cloned());
+    let project_name = project
+        .as_ref()
+        .and_then(|p| crate::catalog::typed::<terrace_crds::Project>(p))
+        .map(|p| p.spec.name)
+        .unwrap_or_default();
+    let project = project.as_ref().map(|_| Named {
+        id: project_id.as_deref(),
+        name: &project_name,
+    });
+    for set in catalog
+        .in_namespace(IdKind::VariableSet, ns)
+        .iter()
+        .filter_map(|o| crate::catalog::typed::<terrace_crds::VariableSet>(o))
+    {
+        let Some(scope) = set.spec.scope_for(me, project) else {
+            continue;
+        };
+        let source = VariableSource::of_set(scope, set.spec.priority);
+        for v in &set.spec.variables {
+            candidates.push(Candidate {
+                source,
+                set_name: set.spec.name.clone(),
+                category: v.category.clone(),
+                key: v.key.clone(),
+                item: Variable {
+                    key: v.key.clone(),
+                    value: v.value.clone(),
+                    category: v.category.clone(),
+                    hcl: v.hcl,
+                    value_from: v.value_from.clone(),
+                    overrides_run: source.overrides_run(),
+                },
+            });
+        }
+    }
+    winning_variables(candidates)
+        .into_iter()
+        .map(|c| c.item)
         .collect()
 }
 

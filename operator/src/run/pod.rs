@@ -61,6 +61,8 @@ pub struct Variable {
     pub category: String,
     pub hcl: bool,
     pub value_from: Option<SecretKeyRef>,
+    /// From a priority variable set: the run's own variable of this key is dropped.
+    pub overrides_run: bool,
 }
 
 /// The var-file of the workspace's `terraform` variables with a value in the spec (a
@@ -79,11 +81,17 @@ pub fn workspace_tfvars(vars: &[Variable]) -> String {
     out
 }
 
-/// The var-file of the run's own variables (HCL literals, as the CLI sends them).
-pub fn run_tfvars(run: &Run) -> String {
+/// The var-file of the run's own variables (HCL literals, as the CLI sends them),
+/// without those a priority variable set overrides (`vars`' `overrides_run`).
+pub fn run_tfvars(run: &Run, vars: &[Variable]) -> String {
     let mut last: BTreeMap<&str, &str> = BTreeMap::new();
     for v in &run.spec.variables {
-        last.insert(&v.key, &v.value);
+        let overridden = vars
+            .iter()
+            .any(|w| w.overrides_run && w.category == "terraform" && w.key == v.key);
+        if !overridden {
+            last.insert(&v.key, &v.value);
+        }
     }
     last.into_iter()
         .map(|(k, v)| format!("{k} = {v}\n"))
@@ -208,7 +216,10 @@ pub fn build_secret(inputs: &RunPodInputs<'_>, token: &str) -> Result<Secret, Er
                 SECRET_KEY_WORKSPACE_VARS,
                 workspace_tfvars(inputs.variables).into_bytes(),
             ),
-            (SECRET_KEY_RUN_VARS, run_tfvars(inputs.run).into_bytes()),
+            (
+                SECRET_KEY_RUN_VARS,
+                run_tfvars(inputs.run, inputs.variables).into_bytes(),
+            ),
         ],
     ))
 }
@@ -314,6 +325,7 @@ mod tests {
                 name: format!("{key}-value"),
                 key: "value".into(),
             }),
+            overrides_run: false,
         }
     }
 
@@ -477,6 +489,14 @@ mod tests {
                 ..RunSpec::default()
             },
         );
-        assert_eq!(run_tfvars(&run), "a = 1\nb = \"x\"\n");
+        assert_eq!(run_tfvars(&run, &[]), "a = 1\nb = \"x\"\n");
+        // A priority variable set's `a` wins over the run's: the run's is dropped.
+        let priority = Variable {
+            overrides_run: true,
+            ..var("a", "2", "terraform", false, false)
+        };
+        assert_eq!(run_tfvars(&run, &[priority]), "b = \"x\"\n");
+        let plain = var("a", "2", "terraform", false, false);
+        assert_eq!(run_tfvars(&run, &[plain]), "a = 1\nb = \"x\"\n");
     }
 }

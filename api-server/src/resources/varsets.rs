@@ -1,0 +1,960 @@
+//! Variable sets (TFE's Variable Sets API, JSON:API type `varsets`): VariableSet objects
+//! in the organization's namespace, declared with kubectl or GitOps or managed here.
+//!
+//! - `GET/POST /organizations/:org/varsets`, `GET/PATCH/DELETE /varsets/:id`;
+//! - `GET/POST /varsets/:id/relationships/vars`, `PATCH/DELETE
+//!   /varsets/:id/relationships/vars/:var_id` (the variables, with the rules of workspace
+//!   variables; a sensitive value goes into a Secret owned by the set and is never shown);
+//! - `POST/DELETE /varsets/:id/relationships/workspaces` and `…/projects` (where the set
+//!   applies, besides `global`);
+//! - `GET /workspaces/:id/varsets`, `GET /projects/:id/varsets`: the sets applied there.
+//!
+//! Rights: `list`/`get`/`create`/`update`/`delete` on `variablesets` in the
+//! organization's namespace. Which variable a run gets is the operator's, by TFE's
+//! precedence ([`terrace_crds::rules::winning_variables`]).
+
+use terrace_crds::common::SecretKeyRef;
+use terrace_crds::constants::VARIABLE_SECRET_KEY;
+use terrace_crds::ids::{IdKind, new_id};
+use terrace_crds::resources::Named;
+use terrace_crds::rules::new_secret_value;
+use terrace_crds::{
+    Project, VariableSet, VariableSetSpec, VariableSetVariable, Workspace, WorkspaceVariableSpec,
+};
+
+use crate::documents::variables::{VarAttributes, checked_spec, ptr};
+use crate::index::Inner;
+use crate::prelude::*;
+
+/// The RBAC resource of variable sets.
+const RESOURCE: &str = "variablesets";
+
+pub fn router() -> Router<AppState> {
+    crate::read_only::org_scoped(
+        "varsets",
+        get(list_sets).post(create),
+        get(show).patch(update).delete(remove),
+    )
+    .route(
+        "/api/v2/varsets/{id}/relationships/vars",
+        get(list_vars).post(create_var),
+    )
+    .route(
+        "/api/v2/varsets/{id}/relationships/vars/{var}",
+        get(show_var).patch(update_var).delete(remove_var),
+    )
+    .route(
+        "/api/v2/varsets/{id}/relationships/workspaces",
+        post(relate::<WorkspaceEntry, true>).delete(relate::<WorkspaceEntry, false>),
+    )
+    .route(
+        "/api/v2/varsets/{id}/relationships/projects",
+        post(relate::<ProjectEntry, true>).delete(relate::<ProjectEntry, false>),
+    )
+    .route("/api/v2/workspaces/{id}/varsets", get(of_workspace))
+    .route("/api/v2/projects/{id}/varsets", get(of_project))
+}
+
+/// The ID a set's entry (an ID or a name) resolves to in `ns`, for workspaces or projects.
+fn resolve(idx: &Inner, ns: &str, projects: bool, entry: &str) -> Option<String> {
+    if projects {
+        idx.project(entry)
+            .filter(|p| p.namespace().as_deref() == Some(ns))
+            .or_else(|| {
+                idx.projects_in(ns)
+                    .find(|p| p.spec.name.eq_ignore_ascii_case(entry))
+            })
+            .map(|p| id_of(p.as_ref()))
+    } else {
+        idx.workspace(entry)
+            .filter(|w| w.namespace().as_deref() == Some(ns))
+            .or_else(|| idx.workspace_named(ns, entry))
+            .map(|w| id_of(w.as_ref()))
+    }
+}
+
+fn linkage(idx: &Inner, ns: &str, projects: bool, entries: &[String]) -> Vec<Value> {
+    let kind = if projects { "projects" } else { "workspaces" };
+    entries
+        .iter()
+        .filter_map(|e| resolve(idx, ns, projects, e))
+        .map(|id| json!({"id": id, "type": kind}))
+        .collect()
+}
+
+/// The JSON:API `data` of a variable of set `set_id`; a sensitive value reads `null`.
+fn render_var(set_id: &str, v: &VariableSetVariable) -> Value {
+    let id = v.id_in(set_id);
+    json!({
+        "id": id,
+        "type": "vars",
+        "attributes": {
+            "key": v.key,
+            "value": if v.sensitive { Value::Null } else { json!(v.value) },
+            "description": v.description,
+            "category": v.category,
+            "hcl": v.hcl,
+            "sensitive": v.sensitive,
+        },
+        "relationships": {"varset": {"data": {"id": set_id, "type": "varsets"}}},
+        "links": {"self": format!("/api/v2/varsets/{set_id}/relationships/vars/{id}")},
+    })
+}
+
+/// The JSON:API `data` of a set.
+fn render(idx: &Inner, s: &VariableSet, org: &Organization) -> Value {
+    let id = id_of(s);
+    let ns = s.namespace().unwrap_or_default();
+    let workspaces = linkage(idx, &ns, false, &s.spec.workspaces);
+    let projects = linkage(idx, &ns, true, &s.spec.projects);
+    let vars: Vec<Value> = s
+        .spec
+        .variables
+        .iter()
+        .map(|v| json!({"id": v.id_in(&id), "type": "vars"}))
+        .collect();
+    json!({
+        "id": id,
+        "type": "varsets",
+        "attributes": {
+            "name": s.spec.name,
+            "description": s.spec.description,
+            "global": s.spec.global,
+            "priority": s.spec.priority,
+            "created-at": created_at(s),
+            "var-count": vars.len(),
+            "workspace-count": workspaces.len(),
+            "project-count": projects.len(),
+        },
+        "relationships": {
+            "organization": {"data": {"id": org.tfe_name(), "type": "organizations"}},
+            "vars": {"data": vars},
+            "workspaces": {"data": workspaces},
+            "projects": {"data": projects},
+        },
+        "links": {"self": format!("/api/v2/varsets/{id}")},
+    })
+}
+
+fn sorted(mut sets: Vec<Arc<VariableSet>>) -> Vec<Arc<VariableSet>> {
+    sets.sort_by(|a, b| terrace_crds::rules::name_order(&a.spec.name, &b.spec.name));
+    sets
+}
+
+async fn list_sets(
+    State(state): State<AppState>,
+    o: VisibleOrg,
+    q: QueryParams,
+) -> Result<Doc, ApiError> {
+    let page = q.page()?;
+    q.supported_filters(&[])?;
+    let mut sets = state.listable::<VariableSet>(&o.caller, &o.org).await?;
+    if let Some(text) = q.non_empty("q") {
+        let text = text.to_ascii_lowercase();
+        sets.retain(|s| s.spec.name.to_ascii_lowercase().contains(&text));
+    }
+    let sets = sorted(sets);
+    let idx = state.index.read();
+    let base = format!("/api/v2/organizations/{}/varsets", o.org.tfe_name());
+    Ok(list(&base, page, &sets, |s| render(&idx, s, &o.org)))
+}
+
+async fn show(State(state): State<AppState>, f: Found<VariableSet>) -> Doc {
+    Doc::ok(render(&state.index.read(), &f.at.obj, &f.at.org))
+}
+
+/// The attributes of a set request.
+#[derive(Debug, Default, Deserialize)]
+struct SetAttributes {
+    name: Option<String>,
+    description: Option<String>,
+    global: Option<bool>,
+    priority: Option<bool>,
+}
+
+impl Typed for SetAttributes {
+    const TYPE: &'static str = "varsets";
+}
+
+struct WorkspaceEntry;
+impl Typed for WorkspaceEntry {
+    const TYPE: &'static str = "workspaces";
+}
+
+struct ProjectEntry;
+impl Typed for ProjectEntry {
+    const TYPE: &'static str = "projects";
+}
+
+/// A set's relationships on create and update: each given replaces its list.
+#[derive(Default, Deserialize)]
+struct SetRelationships {
+    workspaces: Option<ToMany<WorkspaceEntry>>,
+    projects: Option<ToMany<ProjectEntry>>,
+}
+
+/// The IDs of `given`, each a workspace (project) of `ns`; 422 with the entry's pointer.
+fn ids_of<T: Typed>(
+    idx: &Inner,
+    ns: &str,
+    pointer: &str,
+    given: ToMany<T>,
+) -> Result<Vec<String>, ApiError> {
+    let projects = T::TYPE == "projects";
+    let mut out = Vec::new();
+    for (i, e) in given.checked()?.iter().enumerate() {
+        let id = e.id.as_deref().unwrap_or_default();
+        let found = if projects {
+            idx.project(id)
+                .is_some_and(|p| p.namespace().as_deref() == Some(ns))
+        } else {
+            idx.workspace(id)
+                .is_some_and(|w| w.namespace().as_deref() == Some(ns))
+        };
+        if !found {
+            return Err(ApiError::invalid(
+                format!("{pointer}/{i}/id"),
+                format!("{id:?} not found in this organization"),
+            ));
+        }
+        if !out.iter().any(|o| o == id) {
+            out.push(id.to_owned());
+        }
+    }
+    Ok(out)
+}
+
+/// The name: not blank, at most 90 characters, not another set's (ignoring case).
+fn checked_name(idx: &Inner, ns: &str, name: &str, this: Option<&str>) -> Result<String, ApiError> {
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(ApiError::invalid_attribute("name", "name can't be blank"));
+    }
+    if name.chars().count() > 90 {
+        return Err(ApiError::invalid_attribute(
+            "name",
+            "name is too long (maximum is 90 characters)",
+        ));
+    }
+    let taken = idx.variable_sets().in_namespace(ns).any(|s| {
+        s.spec.name.eq_ignore_ascii_case(name) && Some(id_of(s.as_ref()).as_str()) != this
+    });
+    if taken {
+        return Err(ApiError::invalid_attribute(
+            "name",
+            "name has already been taken",
+        ));
+    }
+    Ok(name.to_owned())
+}
+
+async fn create(
+    State(state): State<AppState>,
+    o: VisibleOrg,
+    JsonApi(doc): JsonApi<Document<SetAttributes, SetRelationships>>,
+) -> Result<Doc, ApiError> {
+    state
+        .require_or_403(
+            &o.caller,
+            &o.check("create", RESOURCE),
+            "not authorized to create variable sets in this organization",
+        )
+        .await?;
+    let data = doc.checked()?;
+    let ns = o.ns().to_owned();
+    let spec = {
+        let idx = state.index.read();
+        let a = data.attributes;
+        let name = a
+            .name
+            .ok_or_else(|| ApiError::invalid_attribute("name", "name is required"))?;
+        let r = data.relationships;
+        VariableSetSpec {
+            name: checked_name(&idx, &ns, &name, None)?,
+            description: a.description,
+            global: a.global.unwrap_or(false),
+            priority: a.priority.unwrap_or(false),
+            workspaces: r
+                .workspaces
+                .map(|w| ids_of(&idx, &ns, "/data/relationships/workspaces/data", w))
+                .transpose()?
+                .unwrap_or_default(),
+            projects: r
+                .projects
+                .map(|p| ids_of(&idx, &ns, "/data/relationships/projects/data", p))
+                .transpose()?
+                .unwrap_or_default(),
+            variables: Vec::new(),
+        }
+    };
+    let id = new_id(IdKind::VariableSet);
+    let set = VariableSet {
+        metadata: write::new_meta(&id, &ns, o.org.name_any(), &[]),
+        spec,
+        status: None,
+    };
+    let created = write::create(&state, &ns, &set).await?;
+    Ok(Doc::created(render(&state.index.read(), &created, &o.org)))
+}
+
+/// Writes `change` of the set's spec (re-decided on a fresh object after a conflict).
+async fn change_spec(
+    state: &AppState,
+    at: &Located<VariableSet>,
+    mut change: impl FnMut(&mut VariableSetSpec) -> Result<(), ApiError>,
+) -> Result<VariableSet, ApiError> {
+    write::update_spec(state, &at.ns, (*at.obj).clone(), |s| {
+        let mut next = s.spec.clone();
+        change(&mut next)?;
+        write::spec_diff(&s.spec, &next)
+    })
+    .await
+}
+
+async fn need(
+    state: &AppState,
+    f: &Found<VariableSet>,
+    verb: &'static str,
+) -> Result<(), ApiError> {
+    state
+        .require_or_403(
+            &f.caller,
+            &f.at.check(verb),
+            "not authorized to change this variable set",
+        )
+        .await
+}
+
+async fn update(
+    State(state): State<AppState>,
+    f: Found<VariableSet>,
+    JsonApi(doc): JsonApi<Document<SetAttributes, SetRelationships>>,
+) -> Result<Doc, ApiError> {
+    need(&state, &f, "update").await?;
+    let data = doc.checked()?;
+    let ns = f.at.ns.clone();
+    let (name, workspaces, projects) = {
+        let idx = state.index.read();
+        let r = data.relationships;
+        (
+            data.attributes
+                .name
+                .as_deref()
+                .map(|n| checked_name(&idx, &ns, n, Some(&f.at.id())))
+                .transpose()?,
+            r.workspaces
+                .map(|w| ids_of(&idx, &ns, "/data/relationships/workspaces/data", w))
+                .transpose()?,
+            r.projects
+                .map(|p| ids_of(&idx, &ns, "/data/relationships/projects/data", p))
+                .transpose()?,
+        )
+    };
+    let a = data.attributes;
+    let updated = change_spec(&state, &f.at, |s| {
+        if let Some(n) = &name {
+            s.name.clone_from(n);
+        }
+        if a.description.is_some() {
+            s.description.clone_from(&a.description);
+        }
+        if let Some(g) = a.global {
+            s.global = g;
+        }
+        if let Some(p) = a.priority {
+            s.priority = p;
+        }
+        if let Some(w) = &workspaces {
+            s.workspaces.clone_from(w);
+        }
+        if let Some(p) = &projects {
+            s.projects.clone_from(p);
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(Doc::ok(render(&state.index.read(), &updated, &f.at.org)))
+}
+
+async fn remove(
+    State(state): State<AppState>,
+    f: Found<VariableSet>,
+) -> Result<Response, ApiError> {
+    need(&state, &f, "delete").await?;
+    // The Secrets of its sensitive values are owned by it: the garbage collector takes them.
+    write::delete_if_present(&state, f.at.obj.as_ref()).await?;
+    Ok(no_content())
+}
+
+/// `POST` (add) or `DELETE` (remove) of `/varsets/:id/relationships/{workspaces,projects}`.
+async fn relate<T: Typed + Send + Sync + 'static, const ADD: bool>(
+    State(state): State<AppState>,
+    f: Found<VariableSet>,
+    JsonApi(body): JsonApi<ToMany<T>>,
+) -> Result<Response, ApiError> {
+    need(&state, &f, "update").await?;
+    let projects = T::TYPE == "projects";
+    let ids = ids_of(&state.index.read(), &f.at.ns, "/data", body)?;
+    let ns = f.at.ns.clone();
+    change_spec(&state, &f.at, |s| {
+        let list = if projects {
+            &mut s.projects
+        } else {
+            &mut s.workspaces
+        };
+        if ADD {
+            for id in &ids {
+                if !list.iter().any(|e| e == id) {
+                    list.push(id.clone());
+                }
+            }
+        } else {
+            let idx = state.index.read();
+            list.retain(|e| resolve(&idx, &ns, projects, e).is_none_or(|id| !ids.contains(&id)));
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(no_content())
+}
+
+// ---- the set's variables ----
+
+async fn list_vars(f: Found<VariableSet>, q: QueryParams) -> Result<Doc, ApiError> {
+    q.supported_filters(&[])?;
+    let id = f.at.id();
+    let vars: Vec<&VariableSetVariable> = f.at.obj.spec.variables.iter().collect();
+    let page = match (q.get("page[number]"), q.get("page[size]")) {
+        (None, None) => terrace_crds::rules::Page {
+            number: 1,
+            size: u32::try_from(vars.len().max(1)).unwrap_or(u32::MAX),
+        },
+        _ => q.page()?,
+    };
+    Ok(list(
+        &format!("/api/v2/varsets/{id}/relationships/vars"),
+        page,
+        &vars,
+        |v| render_var(&id, v),
+    ))
+}
+
+fn var_in<'a>(
+    set: &'a VariableSet,
+    set_id: &str,
+    var: &str,
+) -> Result<&'a VariableSetVariable, ApiError> {
+    set.spec
+        .variables
+        .iter()
+        .find(|v| v.id_in(set_id) == var)
+        .ok_or_else(|| ApiError::not_found("variable not found"))
+}
+
+async fn show_var(
+    f: Found<VariableSet>,
+    Path((_, var)): Path<(String, String)>,
+) -> Result<Doc, ApiError> {
+    let id = f.at.id();
+    Ok(Doc::ok(render_var(&id, var_in(&f.at.obj, &id, &var)?)))
+}
+
+/// The workspace-variable spec a set variable stands for (for the shared rules).
+fn as_spec(v: &VariableSetVariable) -> WorkspaceVariableSpec {
+    WorkspaceVariableSpec {
+        workspace: String::new(),
+        key: v.key.clone(),
+        value: v.value.clone(),
+        value_from: v.value_from.clone(),
+        description: v.description.clone(),
+        category: v.category.clone(),
+        hcl: v.hcl,
+        sensitive: v.sensitive,
+    }
+}
+
+/// Name of the Secret of sensitive variable `var_id` of set object `set_object`.
+fn secret_name(set_object: &str, var_id: &str) -> String {
+    format!("{set_object}-{}", var_id.to_ascii_lowercase())
+}
+
+/// The variable `spec` leaves, as the set keeps it (a sensitive value by reference).
+fn stored(id: &str, set_object: &str, spec: WorkspaceVariableSpec) -> VariableSetVariable {
+    VariableSetVariable {
+        id: Some(id.to_owned()),
+        value_from: spec.sensitive.then(|| SecretKeyRef {
+            name: secret_name(set_object, id),
+            key: VARIABLE_SECRET_KEY.to_owned(),
+        }),
+        key: spec.key,
+        value: if spec.sensitive {
+            String::new()
+        } else {
+            spec.value
+        },
+        description: spec.description,
+        category: spec.category,
+        hcl: spec.hcl,
+        sensitive: spec.sensitive,
+    }
+}
+
+/// 422 when another variable of the set has this key in this category.
+fn key_taken(
+    set: &VariableSet,
+    set_id: &str,
+    v: &VariableSetVariable,
+    except: Option<&str>,
+) -> Result<(), ApiError> {
+    let taken = set.spec.variables.iter().any(|o| {
+        o.key == v.key && o.category == v.category && Some(o.id_in(set_id).as_str()) != except
+    });
+    if taken {
+        return Err(ApiError::Invalid(vec![FieldError::attribute(
+            "key",
+            "Key has already been taken",
+        )]));
+    }
+    Ok(())
+}
+
+async fn create_var(
+    State(state): State<AppState>,
+    f: Found<VariableSet>,
+    JsonApi(doc): JsonApi<Document<VarAttributes>>,
+) -> Result<Doc, ApiError> {
+    need(&state, &f, "update").await?;
+    let mut errs = Vec::new();
+    let input = doc.checked()?.attributes.parse(&mut errs);
+    if input.key.is_none() && !errs.iter().any(|e| e.pointer == ptr("key")) {
+        errs.push(FieldError::attribute("key", "Key can't be blank"));
+    }
+    let spec = checked_spec(&input, None, "", &mut errs);
+    if !errs.is_empty() {
+        return Err(ApiError::Invalid(errs));
+    }
+    let set_id = f.at.id();
+    let var_id = new_id(IdKind::WorkspaceVariable);
+    let object = f.at.obj.name_any();
+    let var = stored(&var_id, &object, spec);
+    key_taken(&f.at.obj, &set_id, &var, None)?;
+    if var.sensitive {
+        let value = input.value.clone().unwrap_or_default();
+        write::owned_secret(
+            &state,
+            f.at.obj.as_ref(),
+            &secret_name(&object, &var_id),
+            VARIABLE_SECRET_KEY,
+            &value,
+        )
+        .await?;
+    }
+    change_spec(&state, &f.at, |s| {
+        key_taken_in(s, &set_id, &var)?;
+        s.variables.push(var.clone());
+        Ok(())
+    })
+    .await?;
+    Ok(Doc::created(render_var(&set_id, &var)))
+}
+
+/// [`key_taken`] on a spec being changed.
+fn key_taken_in(
+    s: &VariableSetSpec,
+    set_id: &str,
+    v: &VariableSetVariable,
+) -> Result<(), ApiError> {
+    let taken = s
+        .variables
+        .iter()
+        .any(|o| o.key == v.key && o.category == v.category && o.id_in(set_id) != v.id_in(set_id));
+    if taken {
+        return Err(ApiError::Invalid(vec![FieldError::attribute(
+            "key",
+            "Key has already been taken",
+        )]));
+    }
+    Ok(())
+}
+
+async fn update_var(
+    State(state): State<AppState>,
+    f: Found<VariableSet>,
+    Path((_, var)): Path<(String, String)>,
+    JsonApi(doc): JsonApi<Document<VarAttributes>>,
+) -> Result<Doc, ApiError> {
+    need(&state, &f, "update").await?;
+    let set_id = f.at.id();
+    let current = var_in(&f.at.obj, &set_id, &var)?.clone();
+    let mut errs = Vec::new();
+    let input = doc.checked()?.attributes.parse(&mut errs);
+    let cur_spec = as_spec(&current);
+    let spec = checked_spec(&input, Some(&cur_spec), "", &mut errs);
+    if !errs.is_empty() {
+        return Err(ApiError::Invalid(errs));
+    }
+    let object = f.at.obj.name_any();
+    let next = stored(&var, &object, spec);
+    key_taken(&f.at.obj, &set_id, &next, Some(&var))?;
+    if let Some(value) = new_secret_value(
+        next.sensitive,
+        input.value.as_deref(),
+        current.sensitive,
+        &current.value,
+    ) {
+        write::owned_secret(
+            &state,
+            f.at.obj.as_ref(),
+            &secret_name(&object, &var),
+            VARIABLE_SECRET_KEY,
+            &value,
+        )
+        .await?;
+    }
+    change_spec(&state, &f.at, |s| {
+        key_taken_in(s, &set_id, &next)?;
+        let slot = s
+            .variables
+            .iter_mut()
+            .find(|v| v.id_in(&set_id) == var)
+            .ok_or_else(|| ApiError::not_found("variable not found"))?;
+        *slot = next.clone();
+        Ok(())
+    })
+    .await?;
+    Ok(Doc::ok(render_var(&set_id, &next)))
+}
+
+async fn remove_var(
+    State(state): State<AppState>,
+    f: Found<VariableSet>,
+    Path((_, var)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    need(&state, &f, "update").await?;
+    let set_id = f.at.id();
+    let current = var_in(&f.at.obj, &set_id, &var)?.clone();
+    change_spec(&state, &f.at, |s| {
+        s.variables.retain(|v| v.id_in(&set_id) != var);
+        Ok(())
+    })
+    .await?;
+    if let Some(r) = &current.value_from
+        && r.name == secret_name(&f.at.obj.name_any(), &var)
+    {
+        use k8s_openapi::api::core::v1::Secret;
+        let secrets = write::api::<Secret>(&state, &f.at.ns);
+        if let Err(e) = secrets
+            .delete(&r.name, &kube::api::DeleteParams::default())
+            .await
+        {
+            tracing::debug!(error = %e, "a removed variable's Secret (the set's deletion takes it)");
+        }
+    }
+    Ok(no_content())
+}
+
+// ---- the sets applied to a workspace or project ----
+
+/// The sets of `ns` that apply to workspace `ws` (`Some`) or that name project `p`.
+fn applied(
+    idx: &Inner,
+    ns: &str,
+    ws: Option<&Workspace>,
+    p: Option<&Project>,
+) -> Vec<Arc<VariableSet>> {
+    let named = |o: Option<String>, n: &str| (o, n.to_owned());
+    idx.variable_sets()
+        .in_namespace(ns)
+        .filter(|s| match (ws, p) {
+            (Some(w), _) => {
+                let (wid, wname) = named(Some(id_of(w)), &w.spec.name);
+                let project = idx.project_of(w);
+                let (pid, pname) = named(
+                    project.map(|p| id_of(p.as_ref())),
+                    project.map_or("", |p| p.spec.name.as_str()),
+                );
+                s.spec
+                    .scope_for(
+                        Named {
+                            id: wid.as_deref(),
+                            name: &wname,
+                        },
+                        project.map(|_| Named {
+                            id: pid.as_deref(),
+                            name: &pname,
+                        }),
+                    )
+                    .is_some()
+            }
+            (None, Some(p)) => Named {
+                id: Some(&id_of(p)),
+                name: &p.spec.name,
+            }
+            .listed_in(&s.spec.projects),
+            (None, None) => false,
+        })
+        .cloned()
+        .collect()
+}
+
+async fn of_workspace(
+    State(state): State<AppState>,
+    f: Found<Workspace>,
+    q: QueryParams,
+) -> Result<Doc, ApiError> {
+    let page = q.page()?;
+    if !state
+        .allowed(&f.caller, &Check::new("list", RESOURCE, &f.at.ns, None))
+        .await?
+    {
+        return Ok(list(
+            &format!("/api/v2/workspaces/{}/varsets", f.at.id()),
+            page,
+            &[] as &[Arc<VariableSet>],
+            |_| Value::Null,
+        ));
+    }
+    let idx = state.index.read();
+    let sets = sorted(applied(&idx, &f.at.ns, Some(&f.at.obj), None));
+    Ok(list(
+        &format!("/api/v2/workspaces/{}/varsets", f.at.id()),
+        page,
+        &sets,
+        |s| render(&idx, s, &f.at.org),
+    ))
+}
+
+async fn of_project(
+    State(state): State<AppState>,
+    f: Found<Project>,
+    q: QueryParams,
+) -> Result<Doc, ApiError> {
+    let page = q.page()?;
+    let allowed = state
+        .allowed(&f.caller, &Check::new("list", RESOURCE, &f.at.ns, None))
+        .await?;
+    let idx = state.index.read();
+    let sets = if allowed {
+        sorted(applied(&idx, &f.at.ns, None, Some(&f.at.obj)))
+    } else {
+        Vec::new()
+    };
+    Ok(list(
+        &format!("/api/v2/projects/{}/varsets", f.at.id()),
+        page,
+        &sets,
+        |s| render(&idx, s, &f.at.org),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Edition;
+    use crate::testing::{ORG, harness, rule};
+
+    const SETS: &str = "/api/v2/organizations/acme/varsets";
+    const WS: &str = "ws-VarsetUser0000001";
+
+    fn set_body(attrs: Value, rels: Value) -> Option<Value> {
+        Some(json!({"data": {"type": "varsets", "attributes": attrs, "relationships": rels}}))
+    }
+
+    fn var_body(attrs: Value) -> Option<Value> {
+        Some(json!({"data": {"type": "vars", "attributes": attrs}}))
+    }
+
+    /// TFE's variable set flow: create, name rules, variables (a sensitive value kept in a
+    /// Secret owned by the set and never shown, key uniqueness, the workspace variable
+    /// rules), applying to workspaces and projects, the sets of a workspace, update,
+    /// delete; a reader reads but may not write.
+    #[tokio::test]
+    async fn variable_sets_through_the_api() {
+        let h = harness(Edition::SelfHosted).await;
+        h.workspace(WS, "app", |_| {}).await;
+        let (st, doc) = h
+            .call(
+                "POST",
+                SETS,
+                set_body(json!({"name": "creds", "priority": true}), json!({})),
+            )
+            .await;
+        assert_eq!(st, 201, "{doc}");
+        let id = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
+        assert!(id.starts_with("varset-"), "{id}");
+        assert_eq!(doc["data"]["attributes"]["priority"], true);
+        assert_eq!(doc["data"]["attributes"]["global"], false);
+        let (st, _) = h
+            .call("POST", SETS, set_body(json!({"name": "CREDS"}), json!({})))
+            .await;
+        assert_eq!(st, 422, "names are unique in the organization");
+        let (st, _) = h.call("POST", SETS, set_body(json!({}), json!({}))).await;
+        assert_eq!(st, 422, "a name is required");
+
+        let vars = format!("/api/v2/varsets/{id}/relationships/vars");
+        let (st, doc) = h
+            .call(
+                "POST",
+                &vars,
+                var_body(json!({"key": "token", "value": "s3cret", "category": "env", "sensitive": true})),
+            )
+            .await;
+        assert_eq!(st, 201, "{doc}");
+        assert_eq!(doc["data"]["attributes"]["value"], Value::Null);
+        let token_id = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
+        let (st, doc) = h
+            .call(
+                "POST",
+                &vars,
+                var_body(json!({"key": "region", "value": "eu", "category": "terraform"})),
+            )
+            .await;
+        assert_eq!(st, 201, "{doc}");
+        let region_id = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
+        let (st, _) = h
+            .call(
+                "POST",
+                &vars,
+                var_body(json!({"key": "region", "value": "us", "category": "terraform"})),
+            )
+            .await;
+        assert_eq!(st, 422, "a key once per category");
+        let (st, _) = h
+            .call(
+                "POST",
+                &vars,
+                var_body(json!({"key": "1bad", "value": "x", "category": "env"})),
+            )
+            .await;
+        assert_eq!(st, 422, "the workspace variable key rules");
+        let stored = h
+            .state
+            .index
+            .read()
+            .variable_sets()
+            .get(&id)
+            .cloned()
+            .unwrap_or_else(|| panic!("set not indexed"));
+        assert!(
+            !serde_json::to_string(&*stored)
+                .unwrap_or_default()
+                .contains("s3cret")
+        );
+        let token = stored
+            .spec
+            .variables
+            .iter()
+            .find(|v| v.key == "token")
+            .cloned()
+            .unwrap_or_default();
+        let secret =
+            kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(h.admin.clone(), ORG)
+                .get(&token.value_from.clone().unwrap_or_default().name)
+                .await
+                .unwrap_or_else(|e| panic!("secret: {e}"));
+        assert_eq!(
+            secret.data.unwrap_or_default()[VARIABLE_SECRET_KEY].0,
+            b"s3cret".to_vec()
+        );
+        let (_, doc) = h.call("GET", &vars, None).await;
+        assert_eq!(doc["data"].as_array().map(Vec::len), Some(2));
+        assert!(!doc.to_string().contains("s3cret"));
+        let (st, doc) = h
+            .call(
+                "PATCH",
+                &format!("{vars}/{region_id}"),
+                var_body(json!({"value": "eu-west-1"})),
+            )
+            .await;
+        assert_eq!(
+            (st, doc["data"]["attributes"]["value"].as_str()),
+            (200, Some("eu-west-1"))
+        );
+        let (st, _) = h
+            .call(
+                "PATCH",
+                &format!("{vars}/{token_id}"),
+                var_body(json!({"sensitive": false})),
+            )
+            .await;
+        assert_eq!(st, 422, "sensitive stays sensitive");
+
+        // Where it applies.
+        let (st, _) = h
+            .call(
+                "POST",
+                &format!("/api/v2/varsets/{id}/relationships/workspaces"),
+                Some(json!({"data": [{"type": "workspaces", "id": WS}]})),
+            )
+            .await;
+        assert_eq!(st, 204);
+        let (_, doc) = h
+            .call("GET", &format!("/api/v2/workspaces/{WS}/varsets"), None)
+            .await;
+        assert_eq!(doc["data"][0]["id"], id.as_str());
+        assert_eq!(
+            doc["data"][0]["relationships"]["workspaces"]["data"][0]["id"],
+            WS
+        );
+        let (st, _) = h
+            .call(
+                "DELETE",
+                &format!("/api/v2/varsets/{id}/relationships/workspaces"),
+                Some(json!({"data": [{"type": "workspaces", "id": WS}]})),
+            )
+            .await;
+        assert_eq!(st, 204);
+        let (_, doc) = h
+            .call("GET", &format!("/api/v2/workspaces/{WS}/varsets"), None)
+            .await;
+        assert_eq!(doc["data"].as_array().map(Vec::len), Some(0));
+        let (st, doc) = h
+            .call(
+                "PATCH",
+                &format!("/api/v2/varsets/{id}"),
+                set_body(json!({"global": true}), json!({})),
+            )
+            .await;
+        assert_eq!(
+            (st, doc["data"]["attributes"]["global"].as_bool()),
+            (200, Some(true))
+        );
+        let (_, doc) = h
+            .call("GET", &format!("/api/v2/workspaces/{WS}/varsets"), None)
+            .await;
+        assert_eq!(
+            doc["data"].as_array().map(Vec::len),
+            Some(1),
+            "a global set applies everywhere"
+        );
+
+        let reader = h
+            .token_with_role(Some(vec![rule(
+                &["get", "list"],
+                &["workspaces", "variablesets"],
+            )]))
+            .await;
+        let (st, doc) = h.call_as(&reader, "GET", SETS, None).await;
+        assert_eq!((st, doc["data"].as_array().map(Vec::len)), (200, Some(1)));
+        let (st, _) = h
+            .call_as(
+                &reader,
+                "POST",
+                &vars,
+                var_body(json!({"key": "k", "value": "v"})),
+            )
+            .await;
+        assert_eq!(st, 403);
+
+        let (st, _) = h.call("DELETE", &format!("{vars}/{region_id}"), None).await;
+        assert_eq!(st, 204);
+        let (st, _) = h.call("GET", &format!("{vars}/{region_id}"), None).await;
+        assert_eq!(st, 404);
+        let (st, _) = h
+            .call("DELETE", &format!("/api/v2/varsets/{id}"), None)
+            .await;
+        assert_eq!(st, 204);
+        let (st, _) = h.call("GET", &format!("/api/v2/varsets/{id}"), None).await;
+        assert_eq!(st, 404);
+    }
+}

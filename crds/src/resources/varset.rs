@@ -1,0 +1,131 @@
+//! Variable sets (TFE's varsets): variables shared by many workspaces of an organization,
+//! applied to all of them (`global`), to the workspaces of some projects, or to some
+//! workspaces; a `priority` set wins over the workspaces' own variables and the run's.
+//! The order of precedence is [`crate::rules::VariableSource`].
+
+use crate::common::SecretKeyRef;
+
+crd_kind! {
+    /// A set of Terraform and environment variables shared by workspaces of the
+    /// organization. Sensitive values live in a Secret (valueFrom), never in the spec.
+    #[kube(
+        kind = "VariableSet",
+        doc = "A set of variables shared by workspaces of an organization.",
+        namespaced,
+        status = "VariableSetStatus",
+        shortname = "tfvarset",
+        printcolumn = r#"{"name":"Global","type":"boolean","jsonPath":".spec.global"}"#,
+        printcolumn = r#"{"name":"Priority","type":"boolean","jsonPath":".spec.priority"}"#
+    )]
+    columns: tfe_name, id, age;
+    pub struct VariableSetSpec {
+        /// The set's name, unique in the organization (ignoring case).
+        #[schemars(length(min = 1, max = 90))]
+        pub name: String,
+        /// What the set is for.
+        pub description: Option<String>,
+        /// Applied to every workspace of the organization.
+        #[serde(default)]
+        pub global: bool,
+        /// Its variables win over the workspaces' own and the run's (`-var`).
+        #[serde(default)]
+        pub priority: bool,
+        /// Workspaces (IDs `ws-…` or TFE names) the set is applied to.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub workspaces: Vec<String>,
+        /// Projects (IDs `prj-…` or names) whose workspaces the set is applied to.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub projects: Vec<String>,
+        /// The variables, each key once per category.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        #[schemars(extend("x-kubernetes-validations" = [
+            {"rule": "self.all(v, self.exists_one(w, w.key == v.key && w.category == v.category))",
+             "message": "a key may appear once per category in a variable set"}
+        ]))]
+        pub variables: Vec<VariableSetVariable>,
+    }
+}
+
+crd_struct! {
+    /// A variable of a set.
+    #[derive(Default)]
+    pub struct VariableSetVariable {
+        /// Its API ID (`var-…`); given by the API, derived from the set and the key when
+        /// absent (a set written with kubectl).
+        pub id: Option<String>,
+        /// Variable name (the rules of workspace variables).
+        #[schemars(regex(pattern = r"^[A-Za-z0-9_][A-Za-z0-9_-]*$"), length(min = 1))]
+        pub key: String,
+        /// The value (non-sensitive variables only).
+        #[serde(default)]
+        pub value: String,
+        /// The value from a Secret key (sensitive variables).
+        pub value_from: Option<SecretKeyRef>,
+        /// Description of the variable (at most 512 characters).
+        #[schemars(length(max = 512))]
+        pub description: Option<String>,
+        /// `terraform` or `env`.
+        #[serde(default = "default_category")]
+        #[schemars(extend("enum" = ["terraform", "env"]))]
+        pub category: String,
+        /// The value is an HCL expression (terraform variables only).
+        #[serde(default)]
+        pub hcl: bool,
+        /// Write-once: the value is never shown again.
+        #[serde(default)]
+        pub sensitive: bool,
+    }
+}
+
+fn default_category() -> String {
+    crate::rules::VariableCategory::Terraform
+        .as_str()
+        .to_owned()
+}
+
+kind_status! {
+    /// Observed state of a variable set.
+    pub struct VariableSetStatus {
+        /// The set's ID (`varset-…`).
+        pub id: Option<String>,
+    }
+}
+
+impl VariableSetVariable {
+    /// Its ID: the one stored, else one derived from set `set_id`, the category and key.
+    pub fn id_in(&self, set_id: &str) -> String {
+        use sha2::{Digest, Sha256};
+        if let Some(id) = self.id.as_deref().filter(|i| !i.is_empty()) {
+            return id.to_owned();
+        }
+        let digest = Sha256::digest(format!("{set_id}\0{}\0{}", self.category, self.key));
+        const BASE62: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+        let tail: String = digest
+            .iter()
+            .take(16)
+            .map(|b| char::from(BASE62[usize::from(*b) % BASE62.len()]))
+            .collect();
+        format!("var-{tail}")
+    }
+}
+
+impl VariableSetSpec {
+    /// How the set applies to workspace `ws` of project `project` (None: it does not):
+    /// globally, through the project, or to the workspace itself.
+    pub fn scope_for(
+        &self,
+        ws: super::Named<'_>,
+        project: Option<super::Named<'_>>,
+    ) -> Option<crate::rules::SetScope> {
+        use crate::rules::SetScope;
+        if ws.listed_in(&self.workspaces) {
+            Some(SetScope::Workspace)
+        } else if project.is_some_and(|p| p.listed_in(&self.projects)) {
+            Some(SetScope::Project)
+        } else if self.global {
+            Some(SetScope::Global)
+        } else {
+            None
+        }
+    }
+}
