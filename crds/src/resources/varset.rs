@@ -49,6 +49,7 @@ crd_kind! {
 crd_struct! {
     /// A variable of a set.
     #[derive(Default)]
+    #[schemars(transform = without_defaults)]
     pub struct VariableSetVariable {
         /// Its API ID (`var-…`); given by the API, derived from the set and the key when
         /// absent (a set written with kubectl).
@@ -74,6 +75,22 @@ crd_struct! {
         /// Write-once: the value is never shown again.
         #[serde(default)]
         pub sensitive: bool,
+    }
+}
+
+/// The schema of a list item without `default`s: the API server would fill them in, and
+/// `kubectl apply` (a JSON merge patch replaces a list whole) would then find the list
+/// changed on every apply. Omitted fields still read as their defaults.
+fn without_defaults(schema: &mut schemars::Schema) {
+    if let Some(props) = schema
+        .get_mut("properties")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        for prop in props.values_mut() {
+            if let Some(p) = prop.as_object_mut() {
+                p.remove("default");
+            }
+        }
     }
 }
 
