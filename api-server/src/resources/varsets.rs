@@ -95,6 +95,9 @@ fn render_var(set_id: &str, v: &VariableSetVariable) -> Value {
             "category": v.category,
             "hcl": v.hcl,
             "sensitive": v.sensitive,
+            // A digest of the variable (its Secret's name for a sensitive value, whose
+            // every write goes to a new revision of the set).
+            "version-id": as_spec(v).version_id(None),
         },
         "relationships": {"varset": {"data": {"id": set_id, "type": "varsets"}}},
         "links": {"self": format!("/api/v2/varsets/{set_id}/relationships/vars/{id}")},
@@ -128,12 +131,63 @@ fn render(idx: &Inner, s: &VariableSet, org: &Organization) -> Value {
         },
         "relationships": {
             "organization": {"data": {"id": org.tfe_name(), "type": "organizations"}},
+            "parent": {"data": {"id": org.tfe_name(), "type": "organizations"}},
             "vars": {"data": vars},
             "workspaces": {"data": workspaces},
             "projects": {"data": projects},
         },
         "links": {"self": format!("/api/v2/varsets/{id}")},
     })
+}
+
+/// What `include` may name on sets.
+const INCLUDES: &[&str] = &["vars", "workspaces", "projects"];
+
+/// The `included` documents of `sets` for `includes`, each once.
+fn included(
+    idx: &Inner,
+    sets: &[&VariableSet],
+    org: &Organization,
+    includes: &[String],
+) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::new();
+    let mut add = |doc: Value| {
+        if !out
+            .iter()
+            .any(|d| d["type"] == doc["type"] && d["id"] == doc["id"])
+        {
+            out.push(doc);
+        }
+    };
+    for s in sets {
+        let id = id_of(*s);
+        let ns = s.namespace().unwrap_or_default();
+        for inc in includes {
+            match inc.as_str() {
+                "vars" => s
+                    .spec
+                    .variables
+                    .iter()
+                    .for_each(|v| add(render_var(&id, v))),
+                "workspaces" => s
+                    .spec
+                    .workspaces
+                    .iter()
+                    .filter_map(|e| resolve(idx, &ns, false, e))
+                    .filter_map(|w| idx.workspace(&w).cloned())
+                    .for_each(|w| add(crate::resources::runs::workspace_brief(&w, org))),
+                "projects" => s
+                    .spec
+                    .projects
+                    .iter()
+                    .filter_map(|e| resolve(idx, &ns, true, e))
+                    .filter_map(|p| idx.project(&p).cloned())
+                    .for_each(|p| add(crate::documents::project_in(idx, &p, org))),
+                _ => {}
+            }
+        }
+    }
+    out
 }
 
 fn sorted(mut sets: Vec<Arc<VariableSet>>) -> Vec<Arc<VariableSet>> {
@@ -148,6 +202,7 @@ async fn list_sets(
 ) -> Result<Doc, ApiError> {
     let page = q.page()?;
     q.supported_filters(&[])?;
+    let includes = q.includes(INCLUDES)?;
     let mut sets = state.listable::<VariableSet>(&o.caller, &o.org).await?;
     if let Some(text) = q.non_empty("q") {
         let text = text.to_ascii_lowercase();
@@ -156,11 +211,29 @@ async fn list_sets(
     let sets = sorted(sets);
     let idx = state.index.read();
     let base = format!("/api/v2/organizations/{}/varsets", o.org.tfe_name());
-    Ok(list(&base, page, &sets, |s| render(&idx, s, &o.org)))
+    let mut doc = list(&base, page, &sets, |s| render(&idx, s, &o.org));
+    if !includes.is_empty() {
+        let on_page: Vec<&VariableSet> = crate::render::page_slice(&sets, page)
+            .iter()
+            .map(AsRef::as_ref)
+            .collect();
+        doc.1["included"] = json!(included(&idx, &on_page, &o.org, &includes));
+    }
+    Ok(doc)
 }
 
-async fn show(State(state): State<AppState>, f: Found<VariableSet>) -> Doc {
-    Doc::ok(render(&state.index.read(), &f.at.obj, &f.at.org))
+async fn show(
+    State(state): State<AppState>,
+    f: Found<VariableSet>,
+    q: QueryParams,
+) -> Result<Doc, ApiError> {
+    let includes = q.includes(INCLUDES)?;
+    let idx = state.index.read();
+    let mut doc = json!({"data": render(&idx, &f.at.obj, &f.at.org)});
+    if !includes.is_empty() {
+        doc["included"] = json!(included(&idx, &[f.at.obj.as_ref()], &f.at.org, &includes));
+    }
+    Ok(Doc(StatusCode::OK, doc))
 }
 
 /// The attributes of a set request.
@@ -858,6 +931,17 @@ mod tests {
         );
         let (_, doc) = h.call("GET", &vars, None).await;
         assert_eq!(doc["data"].as_array().map(Vec::len), Some(2));
+        assert!(doc["data"][0]["attributes"]["version-id"].is_string());
+        let (st, doc) = h
+            .call("GET", &format!("/api/v2/varsets/{id}?include=vars"), None)
+            .await;
+        assert_eq!(st, 200, "{doc}");
+        assert_eq!(doc["included"].as_array().map(Vec::len), Some(2));
+        assert!(!doc.to_string().contains("s3cret"));
+        let (st, _) = h
+            .call("GET", &format!("/api/v2/varsets/{id}?include=nope"), None)
+            .await;
+        assert_eq!(st, 400);
         assert!(!doc.to_string().contains("s3cret"));
         let (st, doc) = h
             .call(
