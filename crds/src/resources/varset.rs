@@ -36,12 +36,13 @@ crd_kind! {
         /// Projects (IDs `prj-…` or names) whose workspaces the set is applied to.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         pub projects: Vec<String>,
-        /// The variables, each key once per category.
+        /// The variables, each key once per category (a list map: the API server refuses
+        /// a second entry with the same key and category).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        #[schemars(extend("x-kubernetes-validations" = [
-            {"rule": "self.all(v, self.exists_one(w, w.key == v.key && w.category == v.category))",
-             "message": "a key may appear once per category in a variable set"}
-        ]))]
+        #[schemars(extend(
+            "x-kubernetes-list-type" = "map",
+            "x-kubernetes-list-map-keys" = ["key", "category"]
+        ))]
         pub variables: Vec<VariableSetVariable>,
     }
 }
@@ -65,8 +66,7 @@ crd_struct! {
         /// Description of the variable (at most 512 characters).
         #[schemars(length(max = 512))]
         pub description: Option<String>,
-        /// `terraform` or `env`.
-        #[serde(default = "default_category")]
+        /// `terraform` or `env` (required: with the key, it names the variable).
         #[schemars(extend("enum" = ["terraform", "env"]))]
         pub category: String,
         /// The value is an HCL expression (terraform variables only).
@@ -92,12 +92,6 @@ fn without_defaults(schema: &mut schemars::Schema) {
             }
         }
     }
-}
-
-fn default_category() -> String {
-    crate::rules::VariableCategory::Terraform
-        .as_str()
-        .to_owned()
 }
 
 kind_status! {
