@@ -53,6 +53,7 @@ pub mod pod_logs;
 pub mod prelude;
 pub mod query;
 pub mod read_only;
+pub mod relations;
 pub mod render;
 pub mod request;
 pub mod resources;

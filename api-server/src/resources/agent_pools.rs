@@ -18,6 +18,7 @@ use terrace_crds::{AgentPool, AgentPoolSpec, Workspace};
 
 use crate::index::Inner;
 use crate::prelude::*;
+use crate::relations::{ProjectEntry, Related, WorkspaceEntry, ids_of, linkage, unique_name};
 
 /// The RBAC resource of agent pools.
 const RESOURCE: &str = "agentpools";
@@ -45,42 +46,10 @@ fn users_by_pool(idx: &Inner, ns: &str) -> BTreeMap<String, Vec<Arc<Workspace>>>
     out
 }
 
-/// The ID of a workspace of `ns` that `entry` names (an ID or a TFE name).
-fn workspace_id_of(idx: &Inner, ns: &str, entry: &str) -> Option<String> {
-    idx.workspace(entry)
-        .filter(|w| w.namespace().as_deref() == Some(ns))
-        .or_else(|| idx.workspace_named(ns, entry))
-        .map(|w| id_of(w.as_ref()))
-}
-
-/// The ID of a project of `ns` that `entry` names (an ID or a name).
-fn project_id_of(idx: &Inner, ns: &str, entry: &str) -> Option<String> {
-    idx.project(entry)
-        .filter(|p| p.namespace().as_deref() == Some(ns))
-        .or_else(|| {
-            idx.projects_in(ns)
-                .find(|p| p.spec.name.eq_ignore_ascii_case(entry))
-        })
-        .map(|p| id_of(p.as_ref()))
-}
-
-/// A to-many relationship of `kind` over the IDs that `entries` resolve to (an entry
-/// naming nothing, such as a deleted workspace, is left out).
-fn linkage(kind: &str, entries: &[String], resolve: impl Fn(&str) -> Option<String>) -> Value {
-    let data: Vec<Value> = entries
-        .iter()
-        .filter_map(|e| resolve(e))
-        .map(|id| json!({"id": id, "type": kind}))
-        .collect();
-    json!({ "data": data })
-}
-
 /// The JSON:API `data` of an agent pool; `users`: the workspaces that use it.
 pub fn render(idx: &Inner, p: &AgentPool, org: &Organization, users: &[Arc<Workspace>]) -> Value {
     let id = id_of(p);
     let ns = p.namespace().unwrap_or_default();
-    let ws = |e: &str| workspace_id_of(idx, &ns, e);
-    let prj = |e: &str| project_id_of(idx, &ns, e);
     let used: Vec<Value> = users
         .iter()
         .map(|w| json!({"id": id_of(w.as_ref()), "type": "workspaces"}))
@@ -97,9 +66,9 @@ pub fn render(idx: &Inner, p: &AgentPool, org: &Organization, users: &[Arc<Works
         "relationships": {
             "organization": {"data": {"id": org.tfe_name(), "type": "organizations"}},
             "workspaces": {"data": used},
-            "allowed-workspaces": linkage("workspaces", &p.spec.allowed_workspaces, ws),
-            "allowed-projects": linkage("projects", &p.spec.allowed_projects, prj),
-            "excluded-workspaces": linkage("workspaces", &p.spec.excluded_workspaces, ws),
+            "allowed-workspaces": linkage(idx, &ns, Related::Workspace, &p.spec.allowed_workspaces),
+            "allowed-projects": linkage(idx, &ns, Related::Project, &p.spec.allowed_projects),
+            "excluded-workspaces": linkage(idx, &ns, Related::Workspace, &p.spec.excluded_workspaces),
             "agents": {"links": {"related": format!("/api/v2/agent-pools/{id}/agents")}},
             "authentication-tokens": {"links": {"related": format!("/api/v2/agent-pools/{id}/authentication-tokens")}},
         },
@@ -267,16 +236,6 @@ impl Typed for PoolAttributes {
     const TYPE: &'static str = "agent-pools";
 }
 
-struct WorkspaceEntry;
-impl Typed for WorkspaceEntry {
-    const TYPE: &'static str = "workspaces";
-}
-
-struct ProjectEntry;
-impl Typed for ProjectEntry {
-    const TYPE: &'static str = "projects";
-}
-
 /// The relationships of an agent pool request: each, when given, replaces the list.
 #[derive(Default, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -286,59 +245,20 @@ struct PoolRelationships {
     excluded_workspaces: Option<ToMany<WorkspaceEntry>>,
 }
 
-/// The IDs a given relationship names, each checked to be a workspace (project) of
-/// namespace `ns`: 422 with the entry's pointer otherwise.
+/// The IDs of a given relationship `rel` (see [`ids_of`]); None when not given.
 fn related_ids<T: Typed>(
     idx: &Inner,
     ns: &str,
     rel: &'static str,
     given: Option<ToMany<T>>,
 ) -> Result<Option<Vec<String>>, ApiError> {
-    let Some(given) = given else {
-        return Ok(None);
-    };
-    let mut ids = Vec::new();
-    let mut errors = Vec::new();
-    for (i, e) in given.entries.iter().enumerate() {
-        let pointer = format!("/data/relationships/{rel}/data/{i}");
-        if e.kind.as_deref() != Some(T::TYPE) {
-            errors.push(FieldError::new(
-                format!("{pointer}/type"),
-                format!("type must be {:?}", T::TYPE),
-            ));
-            continue;
-        }
-        let id = e.id.as_deref().unwrap_or_default();
-        let found = if T::TYPE == "projects" {
-            idx.project(id)
-                .is_some_and(|p| p.namespace().as_deref() == Some(ns))
-        } else {
-            idx.workspace(id)
-                .is_some_and(|w| w.namespace().as_deref() == Some(ns))
-        };
-        if found {
-            if !ids.iter().any(|x| x == id) {
-                ids.push(id.to_owned());
-            }
-        } else {
-            errors.push(FieldError::new(
-                format!("{pointer}/id"),
-                format!(
-                    "{} {id:?} not found in this organization",
-                    &T::TYPE[..T::TYPE.len() - 1]
-                ),
-            ));
-        }
-    }
-    if errors.is_empty() {
-        Ok(Some(ids))
-    } else {
-        Err(ApiError::Invalid(errors))
-    }
+    given
+        .map(|g| ids_of(idx, ns, &format!("/data/relationships/{rel}/data"), g))
+        .transpose()
 }
 
-/// The pool's name: given, not blank, at most 90 characters, and not another pool's of
-/// the organization (case-insensitively, as TFE's "has already been taken").
+/// The pool's name, if given (`required`: it must be): [`unique_name`] among the
+/// organization's pools but `this`.
 fn checked_name(
     idx: &Inner,
     ns: &str,
@@ -353,26 +273,12 @@ fn checked_name(
             Ok(None)
         };
     };
-    let name = name.trim();
-    if name.is_empty() {
-        return Err(ApiError::invalid_attribute("name", "name can't be blank"));
-    }
-    if name.chars().count() > 90 {
-        return Err(ApiError::invalid_attribute(
-            "name",
-            "name is too long (maximum is 90 characters)",
-        ));
-    }
-    let taken = idx.agent_pools().in_namespace(ns).any(|p| {
-        p.spec.name.eq_ignore_ascii_case(name) && Some(id_of(p.as_ref()).as_str()) != this
-    });
-    if taken {
-        return Err(ApiError::invalid_attribute(
-            "name",
-            "name has already been taken",
-        ));
-    }
-    Ok(Some(name.to_owned()))
+    unique_name(name, |n| {
+        idx.agent_pools().in_namespace(ns).any(|p| {
+            p.spec.name.eq_ignore_ascii_case(n) && Some(id_of(p.as_ref()).as_str()) != this
+        })
+    })
+    .map(Some)
 }
 
 async fn create(

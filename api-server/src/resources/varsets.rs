@@ -25,6 +25,7 @@ use terrace_crds::{
 use crate::documents::variables::{VarAttributes, checked_spec, ptr};
 use crate::index::Inner;
 use crate::prelude::*;
+use crate::relations::{self, ProjectEntry, Related, WorkspaceEntry, ids_of, linkage, unique_name};
 
 /// The RBAC resource of variable sets.
 const RESOURCE: &str = "variablesets";
@@ -55,31 +56,18 @@ pub fn router() -> Router<AppState> {
     .route("/api/v2/projects/{id}/varsets", get(of_project))
 }
 
-/// The ID a set's entry (an ID or a name) resolves to in `ns`, for workspaces or projects.
-fn resolve(idx: &Inner, ns: &str, projects: bool, entry: &str) -> Option<String> {
+/// The kind of a set's list: projects or workspaces.
+fn kind(projects: bool) -> Related {
     if projects {
-        idx.project(entry)
-            .filter(|p| p.namespace().as_deref() == Some(ns))
-            .or_else(|| {
-                idx.projects_in(ns)
-                    .find(|p| p.spec.name.eq_ignore_ascii_case(entry))
-            })
-            .map(|p| id_of(p.as_ref()))
+        Related::Project
     } else {
-        idx.workspace(entry)
-            .filter(|w| w.namespace().as_deref() == Some(ns))
-            .or_else(|| idx.workspace_named(ns, entry))
-            .map(|w| id_of(w.as_ref()))
+        Related::Workspace
     }
 }
 
-fn linkage(idx: &Inner, ns: &str, projects: bool, entries: &[String]) -> Vec<Value> {
-    let kind = if projects { "projects" } else { "workspaces" };
-    entries
-        .iter()
-        .filter_map(|e| resolve(idx, ns, projects, e))
-        .map(|id| json!({"id": id, "type": kind}))
-        .collect()
+/// The ID a set's entry (an ID or a name) resolves to in `ns`.
+fn resolve(idx: &Inner, ns: &str, projects: bool, entry: &str) -> Option<String> {
+    relations::resolve(idx, ns, kind(projects), entry)
 }
 
 /// The JSON:API `data` of a variable of set `set_id`; a sensitive value reads `null`.
@@ -108,8 +96,8 @@ fn render_var(set_id: &str, v: &VariableSetVariable) -> Value {
 fn render(idx: &Inner, s: &VariableSet, org: &Organization) -> Value {
     let id = id_of(s);
     let ns = s.namespace().unwrap_or_default();
-    let workspaces = linkage(idx, &ns, false, &s.spec.workspaces);
-    let projects = linkage(idx, &ns, true, &s.spec.projects);
+    let workspaces = linkage(idx, &ns, Related::Workspace, &s.spec.workspaces)["data"].clone();
+    let projects = linkage(idx, &ns, Related::Project, &s.spec.projects)["data"].clone();
     let vars: Vec<Value> = s
         .spec
         .variables
@@ -126,8 +114,8 @@ fn render(idx: &Inner, s: &VariableSet, org: &Organization) -> Value {
             "priority": s.spec.priority,
             "created-at": created_at(s),
             "var-count": vars.len(),
-            "workspace-count": workspaces.len(),
-            "project-count": projects.len(),
+            "workspace-count": workspaces.as_array().map_or(0, Vec::len),
+            "project-count": projects.as_array().map_or(0, Vec::len),
         },
         "relationships": {
             "organization": {"data": {"id": org.tfe_name(), "type": "organizations"}},
@@ -249,16 +237,6 @@ impl Typed for SetAttributes {
     const TYPE: &'static str = "varsets";
 }
 
-struct WorkspaceEntry;
-impl Typed for WorkspaceEntry {
-    const TYPE: &'static str = "workspaces";
-}
-
-struct ProjectEntry;
-impl Typed for ProjectEntry {
-    const TYPE: &'static str = "projects";
-}
-
 /// A set's relationships on create and update: each given replaces its list.
 #[derive(Default, Deserialize)]
 struct SetRelationships {
@@ -266,59 +244,13 @@ struct SetRelationships {
     projects: Option<ToMany<ProjectEntry>>,
 }
 
-/// The IDs of `given`, each a workspace (project) of `ns`; 422 with the entry's pointer.
-fn ids_of<T: Typed>(
-    idx: &Inner,
-    ns: &str,
-    pointer: &str,
-    given: ToMany<T>,
-) -> Result<Vec<String>, ApiError> {
-    let projects = T::TYPE == "projects";
-    let mut out = Vec::new();
-    for (i, e) in given.checked()?.iter().enumerate() {
-        let id = e.id.as_deref().unwrap_or_default();
-        let found = if projects {
-            idx.project(id)
-                .is_some_and(|p| p.namespace().as_deref() == Some(ns))
-        } else {
-            idx.workspace(id)
-                .is_some_and(|w| w.namespace().as_deref() == Some(ns))
-        };
-        if !found {
-            return Err(ApiError::invalid(
-                format!("{pointer}/{i}/id"),
-                format!("{id:?} not found in this organization"),
-            ));
-        }
-        if !out.iter().any(|o| o == id) {
-            out.push(id.to_owned());
-        }
-    }
-    Ok(out)
-}
-
-/// The name: not blank, at most 90 characters, not another set's (ignoring case).
+/// The name: [`unique_name`] among the organization's sets but `this`.
 fn checked_name(idx: &Inner, ns: &str, name: &str, this: Option<&str>) -> Result<String, ApiError> {
-    let name = name.trim();
-    if name.is_empty() {
-        return Err(ApiError::invalid_attribute("name", "name can't be blank"));
-    }
-    if name.chars().count() > 90 {
-        return Err(ApiError::invalid_attribute(
-            "name",
-            "name is too long (maximum is 90 characters)",
-        ));
-    }
-    let taken = idx.variable_sets().in_namespace(ns).any(|s| {
-        s.spec.name.eq_ignore_ascii_case(name) && Some(id_of(s.as_ref()).as_str()) != this
-    });
-    if taken {
-        return Err(ApiError::invalid_attribute(
-            "name",
-            "name has already been taken",
-        ));
-    }
-    Ok(name.to_owned())
+    unique_name(name, |n| {
+        idx.variable_sets().in_namespace(ns).any(|s| {
+            s.spec.name.eq_ignore_ascii_case(n) && Some(id_of(s.as_ref()).as_str()) != this
+        })
+    })
 }
 
 async fn create(
