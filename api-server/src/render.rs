@@ -153,26 +153,9 @@ pub fn id_of<K: Resource>(o: &K) -> String {
         .unwrap_or_default()
 }
 
-const BASE62: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-
-/// A stable TFE-shaped ID for something derived rather than stored (a tag, a tag
-/// binding, a policy): `prefix` and 16 base62 characters of the SHA-256 of `parts`, so it
-/// is the same on every read and after a restart.
-pub fn stable_id(prefix: &str, parts: &[&str]) -> String {
-    use sha2::{Digest, Sha256};
-    let mut h = Sha256::new();
-    for p in parts {
-        h.update(p.as_bytes());
-        h.update([0u8]);
-    }
-    let digest = h.finalize();
-    let mut out = String::with_capacity(prefix.len() + 16);
-    out.push_str(prefix);
-    for b in digest.iter().take(16) {
-        out.push(char::from(BASE62[usize::from(*b) % BASE62.len()]));
-    }
-    out
-}
+/// A stable TFE-shaped ID for something derived rather than stored (see
+/// [`terrace_crds::ids::stable_id`]).
+pub use terrace_crds::ids::stable_id;
 
 /// A to-one relationship: `{"data": {"id": id, "type": kind}}`, or `{"data": null}`.
 pub fn to_one(kind: &str, id: Option<&str>) -> Value {

@@ -98,6 +98,26 @@ pub fn new_id(kind: IdKind) -> String {
     new_id_with(kind, &mut rand::rng())
 }
 
+/// A stable TFE-shaped ID for something derived rather than stored (a tag, a tag
+/// binding, a policy, a variable set's variable written without one): `prefix` and 16
+/// base62 characters of the SHA-256 of `parts`, so it is the same on every read and
+/// after a restart.
+pub fn stable_id(prefix: &str, parts: &[&str]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p.as_bytes());
+        h.update([0u8]);
+    }
+    let digest = h.finalize();
+    let mut out = String::with_capacity(prefix.len() + ID_RANDOM_LEN);
+    out.push_str(prefix);
+    for b in digest.iter().take(ID_RANDOM_LEN) {
+        out.push(char::from(BASE62[usize::from(*b) % BASE62.len()]));
+    }
+    out
+}
+
 /// Whether `id` is a well-formed ID of `kind`.
 pub fn is_valid_id(kind: IdKind, id: &str) -> bool {
     id.strip_prefix(kind.prefix()).is_some_and(|rest| {

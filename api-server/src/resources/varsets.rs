@@ -504,16 +504,12 @@ fn stored(id: &str, set_object: &str, spec: WorkspaceVariableSpec) -> VariableSe
     }
 }
 
-/// 422 when another variable of the set has this key in this category.
-fn key_taken(
-    set: &VariableSet,
-    set_id: &str,
-    v: &VariableSetVariable,
-    except: Option<&str>,
-) -> Result<(), ApiError> {
-    let taken = set.spec.variables.iter().any(|o| {
-        o.key == v.key && o.category == v.category && Some(o.id_in(set_id).as_str()) != except
-    });
+/// 422 when another variable of set `s` (ID `set_id`) has `v`'s key in its category.
+fn key_taken(s: &VariableSetSpec, set_id: &str, v: &VariableSetVariable) -> Result<(), ApiError> {
+    let taken = s
+        .variables
+        .iter()
+        .any(|o| o.key == v.key && o.category == v.category && o.id_in(set_id) != v.id_in(set_id));
     if taken {
         return Err(ApiError::Invalid(vec![FieldError::attribute(
             "key",
@@ -521,6 +517,17 @@ fn key_taken(
         )]));
     }
     Ok(())
+}
+
+/// Writes sensitive `value` of variable `var_id` into its Secret, owned by the set.
+async fn store_value(
+    state: &AppState,
+    set: &VariableSet,
+    var_id: &str,
+    value: &str,
+) -> Result<(), ApiError> {
+    let name = secret_name(&set.name_any(), var_id);
+    write::owned_secret(state, set, &name, VARIABLE_SECRET_KEY, value).await
 }
 
 async fn create_var(
@@ -542,44 +549,18 @@ async fn create_var(
     let var_id = new_id(IdKind::WorkspaceVariable);
     let object = f.at.obj.name_any();
     let var = stored(&var_id, &object, spec);
-    key_taken(&f.at.obj, &set_id, &var, None)?;
+    key_taken(&f.at.obj.spec, &set_id, &var)?;
     if var.sensitive {
         let value = input.value.clone().unwrap_or_default();
-        write::owned_secret(
-            &state,
-            f.at.obj.as_ref(),
-            &secret_name(&object, &var_id),
-            VARIABLE_SECRET_KEY,
-            &value,
-        )
-        .await?;
+        store_value(&state, &f.at.obj, &var_id, &value).await?;
     }
     change_spec(&state, &f.at, |s| {
-        key_taken_in(s, &set_id, &var)?;
+        key_taken(s, &set_id, &var)?;
         s.variables.push(var.clone());
         Ok(())
     })
     .await?;
     Ok(Doc::created(render_var(&set_id, &var)))
-}
-
-/// [`key_taken`] on a spec being changed.
-fn key_taken_in(
-    s: &VariableSetSpec,
-    set_id: &str,
-    v: &VariableSetVariable,
-) -> Result<(), ApiError> {
-    let taken = s
-        .variables
-        .iter()
-        .any(|o| o.key == v.key && o.category == v.category && o.id_in(set_id) != v.id_in(set_id));
-    if taken {
-        return Err(ApiError::Invalid(vec![FieldError::attribute(
-            "key",
-            "Key has already been taken",
-        )]));
-    }
-    Ok(())
 }
 
 async fn update_var(
@@ -600,24 +581,17 @@ async fn update_var(
     }
     let object = f.at.obj.name_any();
     let next = stored(&var, &object, spec);
-    key_taken(&f.at.obj, &set_id, &next, Some(&var))?;
+    key_taken(&f.at.obj.spec, &set_id, &next)?;
     if let Some(value) = new_secret_value(
         next.sensitive,
         input.value.as_deref(),
         current.sensitive,
         &current.value,
     ) {
-        write::owned_secret(
-            &state,
-            f.at.obj.as_ref(),
-            &secret_name(&object, &var),
-            VARIABLE_SECRET_KEY,
-            &value,
-        )
-        .await?;
+        store_value(&state, &f.at.obj, &var, &value).await?;
     }
     change_spec(&state, &f.at, |s| {
-        key_taken_in(s, &set_id, &next)?;
+        key_taken(s, &set_id, &next)?;
         let slot = s
             .variables
             .iter_mut()
@@ -660,46 +634,58 @@ async fn remove_var(
 
 // ---- the sets applied to a workspace or project ----
 
-/// The sets of `ns` that apply to workspace `ws` (`Some`) or that name project `p`.
-fn applied(
-    idx: &Inner,
-    ns: &str,
-    ws: Option<&Workspace>,
-    p: Option<&Project>,
-) -> Vec<Arc<VariableSet>> {
-    let named = |o: Option<String>, n: &str| (o, n.to_owned());
-    idx.variable_sets()
-        .in_namespace(ns)
-        .filter(|s| match (ws, p) {
-            (Some(w), _) => {
-                let (wid, wname) = named(Some(id_of(w)), &w.spec.name);
-                let project = idx.project_of(w);
-                let (pid, pname) = named(
-                    project.map(|p| id_of(p.as_ref())),
-                    project.map_or("", |p| p.spec.name.as_str()),
-                );
-                s.spec
-                    .scope_for(
-                        Named {
-                            id: wid.as_deref(),
-                            name: &wname,
-                        },
-                        project.map(|_| Named {
-                            id: pid.as_deref(),
-                            name: &pname,
-                        }),
-                    )
-                    .is_some()
-            }
-            (None, Some(p)) => Named {
-                id: Some(&id_of(p)),
-                name: &p.spec.name,
-            }
-            .listed_in(&s.spec.projects),
-            (None, None) => false,
-        })
-        .cloned()
-        .collect()
+/// Whether set `s` applies to workspace `w` (globally, through its project, or named).
+fn applies_to(idx: &Inner, s: &VariableSet, w: &Workspace) -> bool {
+    let ws_id = id_of(w);
+    let project = idx.project_of(w);
+    let project_id = project.map(|p| id_of(p.as_ref()));
+    let me = Named {
+        id: Some(&ws_id),
+        name: &w.spec.name,
+    };
+    let prj = project.map(|p| Named {
+        id: project_id.as_deref(),
+        name: &p.spec.name,
+    });
+    s.spec.scope_for(me, prj).is_some()
+}
+
+/// Whether set `s` names project `p`.
+fn names_project(s: &VariableSet, p: &Project) -> bool {
+    Named {
+        id: Some(&id_of(p)),
+        name: &p.spec.name,
+    }
+    .listed_in(&s.spec.projects)
+}
+
+/// The list at `path` of the sets of `at`'s organization that `keep` selects, sorted by
+/// name; empty to a caller who may not list variable sets.
+async fn sets_where<K: Resource>(
+    state: &AppState,
+    caller: &Caller,
+    at: &Located<K>,
+    path: String,
+    q: &QueryParams,
+    keep: impl Fn(&Inner, &VariableSet) -> bool,
+) -> Result<Doc, ApiError> {
+    let page = q.page()?;
+    let allowed = state
+        .allowed(caller, &Check::new("list", RESOURCE, &at.ns, None))
+        .await?;
+    let idx = state.index.read();
+    let sets = if allowed {
+        sorted(
+            idx.variable_sets()
+                .in_namespace(&at.ns)
+                .filter(|s| keep(&idx, s))
+                .cloned()
+                .collect(),
+        )
+    } else {
+        Vec::new()
+    };
+    Ok(list(&path, page, &sets, |s| render(&idx, s, &at.org)))
 }
 
 async fn of_workspace(
@@ -707,26 +693,11 @@ async fn of_workspace(
     f: Found<Workspace>,
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
-    let page = q.page()?;
-    if !state
-        .allowed(&f.caller, &Check::new("list", RESOURCE, &f.at.ns, None))
-        .await?
-    {
-        return Ok(list(
-            &format!("/api/v2/workspaces/{}/varsets", f.at.id()),
-            page,
-            &[] as &[Arc<VariableSet>],
-            |_| Value::Null,
-        ));
-    }
-    let idx = state.index.read();
-    let sets = sorted(applied(&idx, &f.at.ns, Some(&f.at.obj), None));
-    Ok(list(
-        &format!("/api/v2/workspaces/{}/varsets", f.at.id()),
-        page,
-        &sets,
-        |s| render(&idx, s, &f.at.org),
-    ))
+    let path = format!("/api/v2/workspaces/{}/varsets", f.at.id());
+    sets_where(&state, &f.caller, &f.at, path, &q, |idx, s| {
+        applies_to(idx, s, &f.at.obj)
+    })
+    .await
 }
 
 async fn of_project(
@@ -734,22 +705,11 @@ async fn of_project(
     f: Found<Project>,
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
-    let page = q.page()?;
-    let allowed = state
-        .allowed(&f.caller, &Check::new("list", RESOURCE, &f.at.ns, None))
-        .await?;
-    let idx = state.index.read();
-    let sets = if allowed {
-        sorted(applied(&idx, &f.at.ns, None, Some(&f.at.obj)))
-    } else {
-        Vec::new()
-    };
-    Ok(list(
-        &format!("/api/v2/projects/{}/varsets", f.at.id()),
-        page,
-        &sets,
-        |s| render(&idx, s, &f.at.org),
-    ))
+    let path = format!("/api/v2/projects/{}/varsets", f.at.id());
+    sets_where(&state, &f.caller, &f.at, path, &q, |_, s| {
+        names_project(s, &f.at.obj)
+    })
+    .await
 }
 
 #[cfg(test)]

@@ -105,18 +105,13 @@ kind_status! {
 impl VariableSetVariable {
     /// Its ID: the one stored, else one derived from set `set_id`, the category and key.
     pub fn id_in(&self, set_id: &str) -> String {
-        use sha2::{Digest, Sha256};
-        if let Some(id) = self.id.as_deref().filter(|i| !i.is_empty()) {
-            return id.to_owned();
+        match self.id.as_deref().filter(|i| !i.is_empty()) {
+            Some(id) => id.to_owned(),
+            None => crate::ids::stable_id(
+                crate::ids::IdKind::WorkspaceVariable.prefix(),
+                &[set_id, &self.category, &self.key],
+            ),
         }
-        let digest = Sha256::digest(format!("{set_id}\0{}\0{}", self.category, self.key));
-        const BASE62: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-        let tail: String = digest
-            .iter()
-            .take(16)
-            .map(|b| char::from(BASE62[usize::from(*b) % BASE62.len()]))
-            .collect();
-        format!("var-{tail}")
     }
 }
 

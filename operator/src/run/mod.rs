@@ -735,26 +735,13 @@ fn variables_of(catalog: &CatalogStores, ns: &str, ws: &Workspace) -> Vec<Variab
         id: ws_id.as_deref(),
         name: &ws.spec.name,
     };
-    let project = catalog
-        .in_namespace(IdKind::Project, ns)
-        .into_iter()
-        .find(
-            |p| match ws.spec.project.as_deref().filter(|p| !p.is_empty()) {
-                Some(name) => p.metadata.name.as_deref() == Some(name),
-                None => {
-                    p.labels()
-                        .get(terrace_crds::constants::LABEL_DEFAULT_PROJECT)
-                        .map(String::as_str)
-                        == Some("true")
-                }
-            },
-        );
+    let project = project_of(catalog, ns, ws);
     let project_id = project
         .as_ref()
         .and_then(|p| p.labels().get(LABEL_ID).cloned());
     let project_name = project
-        .as_ref()
-        .and_then(|p| crate::catalog::typed::<terrace_crds::Project>(p))
+        .as_deref()
+        .and_then(crate::catalog::typed::<terrace_crds::Project>)
         .map(|p| p.spec.name)
         .unwrap_or_default();
     let project = project.as_ref().map(|_| Named {
@@ -822,13 +809,17 @@ pub async fn current_configuration(
         }))
 }
 
-/// The TFE name of the workspace's project (its named project, else the namespace's
-/// default one); empty when the cache has neither.
-fn project_name_of(catalog: &CatalogStores, ns: &str, ws: &Workspace) -> String {
-    let projects = catalog.in_namespace(IdKind::Project, ns);
+/// The workspace's Project object from the catalog: its named project, else the
+/// namespace's default one.
+fn project_of(
+    catalog: &CatalogStores,
+    ns: &str,
+    ws: &Workspace,
+) -> Option<Arc<kube::api::DynamicObject>> {
     let wanted = ws.spec.project.as_deref().filter(|p| !p.is_empty());
-    projects
-        .iter()
+    catalog
+        .in_namespace(IdKind::Project, ns)
+        .into_iter()
         .find(|p| match wanted {
             Some(name) => p.metadata.name.as_deref() == Some(name),
             None => {
@@ -838,7 +829,13 @@ fn project_name_of(catalog: &CatalogStores, ns: &str, ws: &Workspace) -> String 
                     == Some("true")
             }
         })
-        .and_then(|p| crate::catalog::typed::<terrace_crds::Project>(p))
+}
+
+/// The TFE name of the workspace's project; empty when the cache has none.
+fn project_name_of(catalog: &CatalogStores, ns: &str, ws: &Workspace) -> String {
+    project_of(catalog, ns, ws)
+        .as_deref()
+        .and_then(crate::catalog::typed::<terrace_crds::Project>)
         .map(|p| p.spec.name)
         .unwrap_or_default()
 }

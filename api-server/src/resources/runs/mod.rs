@@ -781,12 +781,29 @@ async fn json_plan(
             "reading a plan's JSON output needs the read-state right on the workspace",
         )
         .await?;
+    json_blob(
+        state,
+        at,
+        &plan_json_key(&at.id()),
+        "the JSON plan",
+        "this plan has no JSON output (yet)",
+    )
+    .await
+}
+
+/// The JSON blob `key` of run `at` as a response (`what`/`missing`: the words of a read
+/// error).
+async fn json_blob(
+    state: &AppState,
+    at: &Located<Run>,
+    key: &str,
+    what: &'static str,
+    missing: &'static str,
+) -> Result<Response, ApiError> {
     let bytes = crate::blobs::store(state, &at.ns, at.obj.controller_owner_ref(&()))
-        .get(&plan_json_key(&at.id()), None)
+        .get(key, None)
         .await
-        .map_err(|e| {
-            crate::blobs::read_error("the JSON plan", "this plan has no JSON output (yet)", e)
-        })?;
+        .map_err(|e| crate::blobs::read_error(what, missing, e))?;
     Ok((
         [(axum::http::header::CONTENT_TYPE, "application/json")],
         bytes,
@@ -810,21 +827,14 @@ async fn json_output_redacted(
     Path(plan): Path<String>,
 ) -> Result<Response, ApiError> {
     let at = run_of_phase(&state, &caller, &plan).await?;
-    let bytes = crate::blobs::store(&state, &at.ns, at.obj.controller_owner_ref(&()))
-        .get(&plan_json_redacted_key(&at.id()), None)
-        .await
-        .map_err(|e| {
-            crate::blobs::read_error(
-                "the redacted JSON plan",
-                "this plan has no redacted JSON output (yet)",
-                e,
-            )
-        })?;
-    Ok((
-        [(axum::http::header::CONTENT_TYPE, "application/json")],
-        bytes,
+    json_blob(
+        &state,
+        &at,
+        &plan_json_redacted_key(&at.id()),
+        "the redacted JSON plan",
+        "this plan has no redacted JSON output (yet)",
     )
-        .into_response())
+    .await
 }
 
 async fn json_output_of_run(
