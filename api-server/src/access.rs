@@ -18,8 +18,9 @@ use axum::extract::{FromRequestParts, RawPathParams};
 use axum::http::request::Parts;
 use kube::{Resource, ResourceExt};
 use terrace_crds::{
-    AgentPool, ConfigurationVersion, OAuthToken, Organization, Project, RegistryModule, Run,
-    SshKey, StateVersion, TestRun, TestVariable, VariableSet, Workspace, WorkspaceVariable,
+    AgentPool, ConfigurationVersion, NotificationConfiguration, OAuthToken, Organization, Project,
+    RegistryModule, Run, SshKey, StateVersion, TestRun, TestVariable, VariableSet, Workspace,
+    WorkspaceVariable,
 };
 
 use crate::auth::{Caller, Check};
@@ -117,6 +118,11 @@ guarded!(SshKey, "sshkeys", "ssh key");
 guarded!(AgentPool, "agentpools", "agent pool");
 guarded!(OAuthToken, "oauthtokens", "oauth token");
 guarded!(VariableSet, "variablesets", "variable set");
+guarded!(
+    NotificationConfiguration,
+    "notificationconfigurations",
+    "notification configuration"
+);
 guarded!(RegistryModule, "registrymodules", "registry module");
 guarded!(
     ConfigurationVersion,

@@ -116,3 +116,24 @@ pub const DISCOVERY_SERVICES: [(&str, &str); 4] = [
     ("tfe.v2.1", "/api/v2/"),
     ("tfe.v2.2", "/api/v2/"),
 ];
+
+/// Notifications (docs/notifications.md): how long after a run reaches a trigger its
+/// notification is still sent (the operator catching up after a restart), and how long
+/// a configuration remembers what it delivered.
+pub const NOTIFICATION_WINDOW_SECS: i64 = 24 * 3600;
+/// Attempts of one notification before it is given up (the first and four retries).
+pub const NOTIFICATION_MAX_ATTEMPTS: u32 = 5;
+/// The first retry's delay; each next one waits three times longer (5 s, 15 s, 45 s,
+/// 135 s).
+pub const NOTIFICATION_FIRST_RETRY_SECS: u64 = 5;
+/// How long one delivery may take, connecting and answering included.
+pub const NOTIFICATION_TIMEOUT_SECS: u64 = 10;
+/// Deliveries shown per configuration (`delivery-responses`), newest first.
+pub const NOTIFICATION_RESPONSES_KEPT: usize = 10;
+/// Bytes of a destination's answer kept in a delivery response.
+pub const NOTIFICATION_BODY_KEPT: usize = 1024;
+/// Annotation the API server sets on a NotificationConfiguration to have the operator
+/// send a verification (value: a token the status's `verified` then repeats).
+pub const ANNOTATION_VERIFY_REQUESTED: &str = "terrace.dev/verify-requested";
+/// Header of a generic destination's signature: the hex HMAC-SHA512 of the body.
+pub const NOTIFICATION_SIGNATURE_HEADER: &str = "X-TFE-Notification-Signature";

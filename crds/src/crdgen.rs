@@ -21,6 +21,7 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
         SshKey::crd(),
         AgentPool::crd(),
         OAuthToken::crd(),
+        NotificationConfiguration::crd(),
         StateVersion::crd(),
         Run::crd(),
         VariableSet::crd(),

@@ -29,11 +29,12 @@ pub enum IdKind {
     Run,
     Comment,
     VariableSet,
+    NotificationConfiguration,
 }
 
 impl IdKind {
     /// Every kind, for exhaustive tests and lookups.
-    pub const ALL: [IdKind; 17] = [
+    pub const ALL: [IdKind; 18] = [
         IdKind::Project,
         IdKind::Workspace,
         IdKind::RegistryModule,
@@ -51,6 +52,7 @@ impl IdKind {
         IdKind::Run,
         IdKind::Comment,
         IdKind::VariableSet,
+        IdKind::NotificationConfiguration,
     ];
 
     /// The prefix, including its dash.
@@ -73,6 +75,7 @@ impl IdKind {
             IdKind::Run => "run-",
             IdKind::Comment => "wsc-",
             IdKind::VariableSet => "varset-",
+            IdKind::NotificationConfiguration => "nc-",
         }
     }
 

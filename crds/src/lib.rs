@@ -17,6 +17,7 @@ pub mod crdgen;
 pub mod ids;
 pub mod lock;
 pub mod namespaces;
+pub mod notification;
 pub mod resources;
 pub mod rules;
 pub mod run;

@@ -29,6 +29,7 @@ pub mod group_index;
 pub mod identity;
 pub mod leader;
 pub mod metrics;
+pub mod notify;
 pub mod organization;
 mod pod_parts;
 pub mod retention;
@@ -212,6 +213,19 @@ async fn run_controllers(
             futures::future::ready(()).boxed()
         }
     };
+    let notifications = match notify::controller(
+        ctx.clone(),
+        orgs.clone(),
+        workspace_feed.store(),
+        &mut catalog,
+        shutdown.clone(),
+    ) {
+        Ok(c) => c.boxed(),
+        Err(e) => {
+            tracing::error!(error = %e, "no notifications: a cache they need is missing");
+            futures::future::ready(()).boxed()
+        }
+    };
     let runs = run::controller(
         ctx.clone(),
         orgs.clone(),
@@ -253,6 +267,7 @@ async fn run_controllers(
         runs,
         auto_destroy,
         auto_queue,
+        notifications,
         state_retention,
         archives
     );

@@ -23,7 +23,10 @@
 //!   with `--leader-election=false`), else 0;
 //! - `terrace_leader_transitions_total` — times this replica started leading;
 //! - `terrace_watch_malformed_objects_total{kind}` — watched objects (each version once)
-//!   that do not deserialize and are skipped (see [`crate::watch`]).
+//!   that do not deserialize and are skipped (see [`crate::watch`]);
+//! - `terrace_notification_deliveries_total{outcome}` — notification deliveries
+//!   ([`crate::notify`]): `delivered` (2xx), `failed` (an error answer or none) or
+//!   `refused` (a destination the operator may not reach).
 
 use std::future::Future;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -69,6 +72,8 @@ pub const CONTROLLER_STATE_RETENTION: &str = "state-retention";
 pub const CONTROLLER_BLOB_FINALIZER: &str = "blob-finalizer";
 /// Controller label of the runs of uploads (`run::auto_queue`).
 pub const CONTROLLER_RUN_AUTO_QUEUE: &str = "run-auto-queue";
+/// Controller label of the notification deliveries ([`crate::notify`]).
+pub const CONTROLLER_NOTIFY: &str = "notify";
 
 /// Content type of the OpenMetrics text exposition.
 pub const OPENMETRICS_CONTENT_TYPE: &str =
@@ -150,6 +155,7 @@ struct Metrics {
     leader: Gauge,
     leader_transitions: Counter,
     malformed_objects: Family<KindLabels, Counter>,
+    notification_deliveries: Family<OutcomeLabels, Counter>,
     test_runs: Arc<TestRunCollector>,
 }
 
@@ -178,6 +184,7 @@ impl Metrics {
         let leader = Gauge::default();
         let leader_transitions = Counter::default();
         let malformed_objects = Family::<KindLabels, Counter>::default();
+        let notification_deliveries = Family::<OutcomeLabels, Counter>::default();
         let test_runs = Arc::new(TestRunCollector::default());
         registry.register(
             "reconciles",
@@ -219,6 +226,11 @@ impl Metrics {
             "Watched objects that do not deserialize and are skipped, per kind",
             malformed_objects.clone(),
         );
+        registry.register(
+            "notification_deliveries",
+            "Notification deliveries, per outcome (delivered, failed, refused)",
+            notification_deliveries.clone(),
+        );
         registry.register_collector(Box::new(test_runs.clone()));
         // Outcome series exist from the start, so rate() and absent() behave.
         for o in TestRunOutcome::ALL {
@@ -237,6 +249,7 @@ impl Metrics {
             leader,
             leader_transitions,
             malformed_objects,
+            notification_deliveries,
             test_runs,
         }
     }
@@ -294,6 +307,14 @@ pub fn malformed_object(kind: &str) {
         kind: kind.to_owned(),
     };
     METRICS.malformed_objects.get_or_create(&labels).inc();
+}
+
+/// Records a notification delivery with `outcome` (`delivered`, `failed`, `refused`).
+pub fn notification_delivered(outcome: &'static str) {
+    METRICS
+        .notification_deliveries
+        .get_or_create(&OutcomeLabels { outcome })
+        .inc();
 }
 
 /// A short random ID telling one reconcile's log lines from the next one's.

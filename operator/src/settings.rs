@@ -112,6 +112,12 @@ pub struct Settings {
         default_value_t = DEFAULT_STATE_SOFT_DELETE_GRACE_HOURS
     )]
     pub state_soft_delete_grace_hours: u32,
+    /// Addresses notifications may be sent to although they are inside the cluster's or
+    /// the machine's reach (loopback, private, link-local): comma-separated CIDRs, e.g.
+    /// `10.20.0.0/16` for an in-cluster receiver. Every other such address is refused
+    /// (docs/notifications.md). `terrace dev` allows loopback.
+    #[arg(long, env = "TERRACE_NOTIFICATION_ALLOWED_CIDRS", default_value = "", value_parser = parse_allowed_cidrs)]
+    pub notification_allowed_cidrs: AllowedCidrs,
     /// Where blobs are kept: the operator deletes them (retention, deleted state
     /// versions). The same flags as `terrace api-server`'s.
     #[command(flatten, next_help_heading = "Blob store")]
@@ -132,6 +138,15 @@ pub const DEFAULT_POD_START_TIMEOUT: &str = "15m";
 
 /// Default of [`Settings::state_soft_delete_grace_hours`]: a week.
 pub const DEFAULT_STATE_SOFT_DELETE_GRACE_HOURS: u32 = 7 * 24;
+
+/// [`Settings::notification_allowed_cidrs`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AllowedCidrs(pub Vec<ipnet::IpNet>);
+
+/// Parses [`Settings::notification_allowed_cidrs`].
+pub fn parse_allowed_cidrs(s: &str) -> Result<AllowedCidrs, String> {
+    terrace_crds::notification::parse_cidrs(s).map(AllowedCidrs)
+}
 
 /// Parses [`Settings::test_pod_template`].
 fn parse_pod_template(s: &str) -> Result<PodTemplateOverrides, String> {
@@ -160,6 +175,7 @@ impl Default for Settings {
             leader_election_identity: None,
             release_namespace: None,
             state_soft_delete_grace_hours: DEFAULT_STATE_SOFT_DELETE_GRACE_HOURS,
+            notification_allowed_cidrs: AllowedCidrs::default(),
             blobs: Default::default(),
         }
     }

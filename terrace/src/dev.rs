@@ -77,10 +77,18 @@ pub struct DevArgs {
     /// blob store takes no blob over 32 MiB, an S3 store any size).
     #[arg(long, env = "TERRACE_MAX_STATE_BYTES", default_value_t = terrace_api_server::settings::DEFAULT_MAX_STATE_BYTES)]
     pub max_state_bytes: usize,
+    /// Addresses notifications may be sent to although inside the machine's reach (as
+    /// `terrace operator --notification-allowed-cidrs`): loopback by default, so a
+    /// receiver on this machine gets them.
+    #[arg(long, env = "TERRACE_NOTIFICATION_ALLOWED_CIDRS", default_value = DEV_NOTIFICATION_CIDRS, value_parser = terrace_operator::settings::parse_allowed_cidrs)]
+    pub notification_allowed_cidrs: terrace_operator::settings::AllowedCidrs,
     /// Where blobs are kept (as `terrace api-server`'s and `terrace operator`'s flags).
     #[command(flatten, next_help_heading = "Blob store")]
     pub blobs: terrace_blobstore::BlobStoreSettings,
 }
+
+/// The default `--notification-allowed-cidrs` of `terrace dev`: loopback.
+const DEV_NOTIFICATION_CIDRS: &str = "127.0.0.0/8,::1/128";
 
 /// The default `--hostname` (RFC 2606 reserves `.test`).
 pub const DEFAULT_HOSTNAME: &str = "terrace.test";
@@ -224,6 +232,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         test_run_concurrency: args.test_run_concurrency,
         auto_test_run_delay: args.auto_test_run_delay,
         blobs: args.blobs.clone(),
+        notification_allowed_cidrs: args.notification_allowed_cidrs.clone(),
         ..Default::default()
     };
     let operator_task = (!args.cluster_only).then(|| {

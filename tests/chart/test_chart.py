@@ -221,6 +221,7 @@ TERRACE_KINDS = [
     "stateversions",
     "runs",
     "variablesets",
+    "notificationconfigurations",
 ]
 
 
@@ -249,7 +250,7 @@ OPERATOR_NEEDS = [
     ("", "namespaces", "watch"),
     *[("", "pods", v) for v in ("get", "list", "watch", "create", "patch", "delete")],
     ("", "pods/log", "get"),
-    *[("", "secrets", v) for v in ("create", "delete")],
+    *[("", "secrets", v) for v in ("get", "create", "delete")],
     ("", "configmaps", "get"),
     ("", "configmaps", "create"),
     ("events.k8s.io", "events", "create"),
@@ -261,8 +262,8 @@ API_SERVER_NEEDS = [
     ("authorization.k8s.io", "subjectaccessreviews", "create"),
     *[("terrace.dev", k, v) for k in TERRACE_KINDS for v in ("get", "list", "watch")],
     *[("terrace.dev", k, "create") for k in TERRACE_KINDS if k != "oauthtokens"],
-    *[("terrace.dev", k, "patch") for k in ("organizations", "projects", "workspaces", "sshkeys", "agentpools", "variablesets", "testvariables", "workspacevariables", "configurationversions", "stateversions")],
-    *[("terrace.dev", k, "delete") for k in ("organizations", "projects", "workspaces", "sshkeys", "agentpools", "variablesets", "testvariables", "workspacevariables", "stateversions", "registrymodules")],
+    *[("terrace.dev", k, "patch") for k in ("organizations", "projects", "workspaces", "sshkeys", "agentpools", "variablesets", "notificationconfigurations", "testvariables", "workspacevariables", "configurationversions", "stateversions")],
+    *[("terrace.dev", k, "delete") for k in ("organizations", "projects", "workspaces", "sshkeys", "agentpools", "variablesets", "notificationconfigurations", "testvariables", "workspacevariables", "stateversions", "registrymodules")],
     ("terrace.dev", "workspaces", "update"),
     *[("terrace.dev", f"{k}/status", "patch") for k in ("configurationversions", "testruns", "testvariables", "stateversions", "runs")],
     *[("", "secrets", v) for v in ("get", "create", "patch", "delete")],
@@ -276,8 +277,9 @@ def test_operator_cluster_role_grants_what_the_controllers_use():
     rules = rules_of(rendered("default"), "ClusterRole", "terrace-operator")
     missing = [n for n in OPERATOR_NEEDS if not allows(rules, *n)]
     assert not missing, missing
-    # Tight: no rights the operator has no use for (it never reads a Secret).
-    for verb in ("get", "list", "watch"):
+    # Tight: no rights the operator has no use for (it reads one Secret by name, a
+    # notification token; it never lists or watches them).
+    for verb in ("list", "watch"):
         assert not allows(rules, "", "secrets", verb), f"operator may {verb} secrets"
     assert not allows(rules, "", "secrets", "update")
     assert not allows(rules, "", "secrets", "patch")

@@ -1119,3 +1119,4 @@ pub fn chart_rbac(namespace: &str) -> String {
 }
 
 pub mod real;
+pub mod receiver;

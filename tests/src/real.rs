@@ -219,6 +219,8 @@ impl RealCluster {
                 ("TERRACE_OPERATOR_METRICS_ADDR", "127.0.0.1:0".into()),
                 ("TERRACE_API_INTERNAL_URL", api_url.to_owned()),
                 ("TERRACE_BINARY_PATH", terrace_bin().display().to_string()),
+                // The tests' webhook receivers listen on loopback.
+                ("TERRACE_NOTIFICATION_ALLOWED_CIDRS", "127.0.0.0/8".into()),
             ],
         )
     }

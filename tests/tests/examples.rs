@@ -326,6 +326,24 @@ fn examples_apply_in_one_go_and_become_what_they_promise() {
     // shared with exactly app-frontend and datacenter; the tag filter finds it.
     let (net_id, net) = ws("networking-prod");
     assert_eq!(net_id, "ws-NetworkingProd01");
+    // Its notification configurations (named by the workspace's TFE name) show under it,
+    // the token never.
+    let ncs = dev
+        .eventually(SETTLE, || {
+            let r = api.get(&format!(
+                "/api/v2/workspaces/{net_id}/notification-configurations"
+            ));
+            let data = r.body["data"].as_array().cloned().unwrap_or_default();
+            (data.len() == 2).then_some(data)
+        })
+        .expect("the example notification configurations under networking-prod");
+    assert!(ncs.iter().all(|n| str_at(n, "/id").starts_with("nc-")));
+    assert!(ncs.iter().all(|n| n["attributes"]["token"].is_null()));
+    assert!(
+        !json!(ncs)
+            .to_string()
+            .contains("example-not-a-real-hook-token")
+    );
     let platform_id = dev.kubectl_ok(&[
         "get",
         "project",

@@ -196,6 +196,38 @@ fn workspaces_projects_locks_tags_keys_modules_and_rbac() {
     );
     assert_eq!(force.status, 200, "{:?}", force.body);
 
+    // A notification configuration: its token in a Secret the API server writes, read by
+    // the operator (by name, under the chart's rights) to sign the verification it sends.
+    let receiver = terrace_tests::receiver::Receiver::start(|_, _| (200, Duration::ZERO));
+    let r = admin.post(
+        &format!("/api/v2/workspaces/{ws}/notification-configurations"),
+        &json!({"data": {"type": "notification-configurations", "attributes": {
+            "name": "hooks", "destination-type": "generic", "enabled": true,
+            "token": "tier-token", "url": receiver.url("/hook"), "triggers": ["run:completed"]}}}),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let nc = r.body["data"]["id"].as_str().unwrap_or_default().to_owned();
+    let r = admin.post(
+        &format!("/api/v2/notification-configurations/{nc}/actions/verify"),
+        &json!({}),
+    );
+    assert_eq!(r.status, 200, "{:?}\n{}", r.body, logs());
+    assert_eq!(
+        r.body["data"]["attributes"]["delivery-responses"][0]["successful"], "true",
+        "{:?}",
+        r.body
+    );
+    let got = receiver.at("/hook");
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        got[0].headers.get("x-tfe-notification-signature"),
+        Some(&terrace_crds::notification::signature(
+            "tier-token",
+            &got[0].body
+        )),
+        "signed with the token from its Secret"
+    );
+
     // Deletes: safe delete of a workspace without state, force delete.
     let safe = admin.post(
         &format!("/api/v2/workspaces/{app}/actions/safe-delete"),

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use kube::Resource;
 use kube::api::ObjectMeta;
 use terrace_crds::{
-    AgentPool, ConfigurationVersion, OAuthToken, Organization, Project, RegistryModule, Run,
-    SshKey, StateVersion, TestRun, TestVariable, VariableSet, Workspace, WorkspaceVariable,
+    AgentPool, ConfigurationVersion, NotificationConfiguration, OAuthToken, Organization, Project,
+    RegistryModule, Run, SshKey, StateVersion, TestRun, TestVariable, VariableSet, Workspace,
+    WorkspaceVariable,
 };
 
 use super::Inner;
@@ -79,6 +80,7 @@ indexed_kinds!(
     AgentPool,
     OAuthToken,
     VariableSet,
+    NotificationConfiguration,
     RegistryModule,
     ConfigurationVersion,
     TestRun,
@@ -249,6 +251,7 @@ keyed!(SshKey, ssh_keys);
 keyed!(AgentPool, agent_pools);
 keyed!(OAuthToken, oauth_tokens);
 keyed!(VariableSet, variable_sets);
+keyed!(NotificationConfiguration, notification_configurations);
 keyed!(RegistryModule, registry_modules);
 keyed!(
     ConfigurationVersion,

@@ -38,8 +38,9 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use terrace_crds::constants::LABEL_ID;
 use terrace_crds::{
-    AgentPool, ConfigurationVersion, OAuthToken, Organization, Project, RegistryModule, Run,
-    SshKey, StateVersion, TestRun, TestVariable, VariableSet, Workspace, WorkspaceVariable,
+    AgentPool, ConfigurationVersion, NotificationConfiguration, OAuthToken, Organization, Project,
+    RegistryModule, Run, SshKey, StateVersion, TestRun, TestVariable, VariableSet, Workspace,
+    WorkspaceVariable,
 };
 
 mod live;
@@ -72,6 +73,7 @@ pub struct Inner {
     agent_pools: Keyed<AgentPool>,
     oauth_tokens: Keyed<OAuthToken>,
     variable_sets: Keyed<VariableSet>,
+    notification_configurations: Keyed<NotificationConfiguration>,
     registry_modules: Keyed<RegistryModule>,
     configuration_versions: Keyed<ConfigurationVersion>,
     /// Each workspace's configuration versions and current one.
@@ -542,11 +544,17 @@ impl Inner {
         self.workspaces.len()
     }
 
-    /// SSH keys.
+    /// Variable sets.
     pub fn variable_sets(&self) -> &Keyed<VariableSet> {
         &self.variable_sets
     }
 
+    /// Notification configurations.
+    pub fn notification_configurations(&self) -> &Keyed<NotificationConfiguration> {
+        &self.notification_configurations
+    }
+
+    /// SSH keys.
     pub fn ssh_keys(&self) -> &Keyed<SshKey> {
         &self.ssh_keys
     }

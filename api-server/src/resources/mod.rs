@@ -5,6 +5,7 @@
 
 pub mod agent_pools;
 pub mod module_tests;
+pub mod notifications;
 pub mod oauth_tokens;
 pub mod organizations;
 pub mod projects;
@@ -38,7 +39,8 @@ pub fn router() -> Router<AppState> {
         state_versions,
         runs,
         workspace_vars,
-        varsets
+        varsets,
+        notifications
     ]
 }
 

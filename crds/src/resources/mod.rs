@@ -2,6 +2,7 @@
 //! Doc comments become the CRD field descriptions (`kubectl explain`).
 
 mod module;
+mod notification;
 mod organization;
 mod project;
 mod references;
@@ -12,6 +13,7 @@ mod varset;
 mod workspace;
 
 pub use module::*;
+pub use notification::*;
 pub use organization::*;
 pub use project::*;
 pub use references::*;

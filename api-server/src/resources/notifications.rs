@@ -1,0 +1,451 @@
+//! Notification configurations (TFE's Notification Configurations API, JSON:API type
+//! `notification-configurations`): NotificationConfiguration objects in the
+//! organization's namespace, declared with kubectl or GitOps or managed here.
+//!
+//! - `GET/POST /workspaces/:id/notification-configurations`;
+//! - `GET/PATCH/DELETE /notification-configurations/:id`;
+//! - `POST /notification-configurations/:id/actions/verify`: has the operator send a
+//!   verification and answers the configuration with its delivery response.
+//!
+//! The operator delivers (docs/notifications.md); the API server never calls a
+//! destination itself. A token goes into a Secret the configuration owns and is never
+//! shown (`token` reads `null`). Rights: `list`/`get`/`create`/`update`/`delete` on
+//! `notificationconfigurations` in the organization's namespace, and reading the
+//! workspace.
+
+use std::time::Duration;
+
+use terrace_crds::common::SecretKeyRef;
+use terrace_crds::constants::{ANNOTATION_CREATED_AT, ANNOTATION_VERIFY_REQUESTED};
+use terrace_crds::ids::{IdKind, new_id};
+use terrace_crds::notification::{DESTINATION_TYPES, TRIGGERS, check_url};
+use terrace_crds::{
+    DeliveryResponse, NotificationConfiguration, NotificationConfigurationSpec, Workspace,
+};
+
+use crate::access::Guarded;
+use crate::prelude::*;
+
+/// The RBAC resource of notification configurations.
+const RESOURCE: &str = "notificationconfigurations";
+/// Key of the token in a configuration's Secret.
+const TOKEN_KEY: &str = "token";
+/// How long a verify waits for the operator's delivery.
+const VERIFY_WAIT: Duration = Duration::from_secs(20);
+/// Annotation: when the API last changed the configuration (its `updated-at`).
+const ANNOTATION_UPDATED_AT: &str = "terrace.dev/updated-at";
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/api/v2/workspaces/{id}/notification-configurations",
+            get(list_of_workspace).post(create),
+        )
+        .route(
+            "/api/v2/notification-configurations/{id}",
+            get(show).patch(update).delete(remove),
+        )
+        .route(
+            "/api/v2/notification-configurations/{id}/actions/verify",
+            post(verify),
+        )
+}
+
+/// A time annotation, else the object's creation.
+fn time_of(n: &NotificationConfiguration, annotation: &str) -> Value {
+    match n.annotations().get(annotation) {
+        Some(t) => json!(t),
+        None => created_at(n),
+    }
+}
+
+/// A delivery response as TFE shows it (code and success as strings, as go-tfe reads).
+fn render_response(d: &DeliveryResponse) -> Value {
+    json!({
+        "url": d.url,
+        "body": d.body,
+        "code": d.code,
+        "headers": d.headers,
+        "sent-at": d.sent_at,
+        "successful": d.successful.to_string(),
+    })
+}
+
+/// The ID of the workspace a configuration names (an ID, or a TFE name in `ns`).
+fn workspace_id(state: &AppState, ns: &str, entry: &str) -> Option<String> {
+    crate::relations::resolve(
+        &state.index.read(),
+        ns,
+        crate::relations::Related::Workspace,
+        entry,
+    )
+}
+
+/// The JSON:API `data` of a configuration.
+fn render(state: &AppState, n: &NotificationConfiguration) -> Value {
+    let id = id_of(n);
+    let ns = n.namespace().unwrap_or_default();
+    let ws =
+        workspace_id(state, &ns, &n.spec.workspace).unwrap_or_else(|| n.spec.workspace.clone());
+    let responses: Vec<Value> = n
+        .status
+        .as_ref()
+        .map(|s| s.delivery_responses.iter().map(render_response).collect())
+        .unwrap_or_default();
+    json!({
+        "id": id,
+        "type": "notification-configurations",
+        "attributes": {
+            "name": n.spec.name,
+            "destination-type": n.spec.destination_type,
+            "enabled": n.spec.enabled,
+            "url": n.spec.url,
+            // Write-only: set or not, it is never shown.
+            "token": Value::Null,
+            "triggers": n.spec.triggers,
+            "email-addresses": [],
+            "delivery-responses": responses,
+            "created-at": time_of(n, ANNOTATION_CREATED_AT),
+            "updated-at": time_of(n, ANNOTATION_UPDATED_AT),
+        },
+        "relationships": {
+            "subscribable": {"data": {"id": ws, "type": "workspaces"}},
+            "users": {"data": []},
+        },
+        "links": {"self": format!("/api/v2/notification-configurations/{id}")},
+    })
+}
+
+/// The attributes of a configuration request.
+#[derive(Debug, Default, Deserialize)]
+struct Attributes {
+    name: Option<String>,
+    #[serde(rename = "destination-type")]
+    destination_type: Option<String>,
+    enabled: Option<bool>,
+    url: Option<String>,
+    token: Option<String>,
+    triggers: Option<Vec<String>>,
+    #[serde(rename = "email-addresses")]
+    email_addresses: Option<Vec<String>>,
+}
+
+impl Typed for Attributes {
+    const TYPE: &'static str = "notification-configurations";
+}
+
+/// A configuration's relationships: users (email destinations) are refused.
+#[derive(Default, Deserialize)]
+struct Relationships {
+    users: Option<ToMany<UserEntry>>,
+}
+
+struct UserEntry;
+impl Typed for UserEntry {
+    const TYPE: &'static str = "users";
+}
+
+/// The spec the attributes leave on `current` (None: a create), or every broken rule.
+fn checked_spec(
+    a: &Attributes,
+    r: &Relationships,
+    current: Option<&NotificationConfigurationSpec>,
+    workspace: &str,
+) -> Result<NotificationConfigurationSpec, ApiError> {
+    let mut errs = Vec::new();
+    let mut spec = current
+        .cloned()
+        .unwrap_or_else(|| NotificationConfigurationSpec {
+            workspace: workspace.to_owned(),
+            ..Default::default()
+        });
+    if let Some(n) = &a.name {
+        spec.name = n.trim().to_owned();
+    }
+    if spec.name.is_empty() {
+        errs.push(FieldError::attribute("name", "Name can't be blank"));
+    } else if spec.name.len() > 255 {
+        errs.push(FieldError::attribute(
+            "name",
+            "Name is too long (maximum is 255 characters)",
+        ));
+    }
+    match (&a.destination_type, current) {
+        (Some(t), Some(c)) if *t != c.destination_type => errs.push(FieldError::attribute(
+            "destination-type",
+            "Destination type cannot be changed; create a new configuration",
+        )),
+        (Some(t), None) if t == "email" => errs.push(FieldError::attribute(
+            "destination-type",
+            "email destinations are not supported: terrace has no mail server (use generic, slack or microsoft-teams)",
+        )),
+        (Some(t), None) if !DESTINATION_TYPES.contains(&t.as_str()) => {
+            errs.push(FieldError::attribute(
+                "destination-type",
+                format!("{t:?} is not a destination type: generic, slack or microsoft-teams"),
+            ))
+        }
+        (Some(t), None) => spec.destination_type.clone_from(t),
+        (None, None) => errs.push(FieldError::attribute(
+            "destination-type",
+            "Destination type can't be blank",
+        )),
+        _ => {}
+    }
+    if let Some(e) = a.enabled {
+        spec.enabled = e;
+    }
+    if let Some(u) = &a.url {
+        spec.url = u.trim().to_owned();
+    }
+    if spec.url.is_empty() {
+        errs.push(FieldError::attribute("url", "URL can't be blank"));
+    } else if let Err(why) = check_url(&spec.url) {
+        errs.push(FieldError::attribute("url", format!("URL {why}")));
+    }
+    if let Some(t) = &a.triggers {
+        for (i, trigger) in t.iter().enumerate() {
+            if !TRIGGERS.contains(&trigger.as_str()) {
+                errs.push(FieldError::new(
+                    format!("/data/attributes/triggers/{i}"),
+                    format!("{trigger:?} is not a notification trigger"),
+                ));
+            }
+        }
+        let mut unique: Vec<String> = Vec::new();
+        for trigger in t {
+            if !unique.contains(trigger) {
+                unique.push(trigger.clone());
+            }
+        }
+        spec.triggers = unique;
+    }
+    if a.email_addresses.as_ref().is_some_and(|e| !e.is_empty()) {
+        errs.push(FieldError::attribute(
+            "email-addresses",
+            "email addresses apply to email destinations, which terrace does not support",
+        ));
+    }
+    if r.users.as_ref().is_some_and(|u| !u.entries.is_empty()) {
+        errs.push(FieldError::new(
+            "/data/relationships/users",
+            "users apply to email destinations, which terrace does not support",
+        ));
+    }
+    if errs.is_empty() {
+        Ok(spec)
+    } else {
+        Err(ApiError::Invalid(errs))
+    }
+}
+
+/// Name of the Secret of configuration object `object`'s token.
+fn token_secret(object: &str) -> String {
+    format!("{object}-token")
+}
+
+/// Writes `token` into the configuration's Secret (owned by it).
+async fn store_token(
+    state: &AppState,
+    n: &NotificationConfiguration,
+    token: &str,
+) -> Result<(), ApiError> {
+    write::owned_secret(state, n, &token_secret(&n.name_any()), TOKEN_KEY, token).await
+}
+
+async fn list_of_workspace(
+    State(state): State<AppState>,
+    f: Found<Workspace>,
+    q: QueryParams,
+) -> Result<Doc, ApiError> {
+    let page = q.page()?;
+    q.supported_filters(&[])?;
+    let ws_id = f.at.id();
+    let mut items: Vec<Arc<NotificationConfiguration>> = state
+        .listable::<NotificationConfiguration>(&f.caller, &f.at.org)
+        .await?
+        .into_iter()
+        .filter(|n| workspace_id(&state, &f.at.ns, &n.spec.workspace).as_deref() == Some(&ws_id))
+        .collect();
+    items.sort_by_cached_key(|n| {
+        (
+            time_of(n, ANNOTATION_CREATED_AT)
+                .as_str()
+                .map(str::to_owned),
+            n.name_any(),
+        )
+    });
+    let base = format!("/api/v2/workspaces/{ws_id}/notification-configurations");
+    Ok(list(&base, page, &items, |n| render(&state, n)))
+}
+
+async fn show(State(state): State<AppState>, f: Found<NotificationConfiguration>) -> Doc {
+    Doc::ok(render(&state, &f.at.obj))
+}
+
+async fn create(
+    State(state): State<AppState>,
+    f: Found<Workspace>,
+    JsonApi(doc): JsonApi<Document<Attributes, Relationships>>,
+) -> Result<Doc, ApiError> {
+    state
+        .require_or_403(
+            &f.caller,
+            &Check::new("create", RESOURCE, &f.at.ns, None),
+            "not authorized to create notification configurations for this workspace",
+        )
+        .await?;
+    let data = doc.checked()?;
+    let ws_id = f.at.id();
+    let mut spec = checked_spec(&data.attributes, &data.relationships, None, &ws_id)?;
+    let id = new_id(IdKind::NotificationConfiguration);
+    let mut metadata = write::new_meta(&id, &f.at.ns, f.at.org.name_any(), &[]);
+    let token = data.attributes.token.filter(|t| !t.is_empty());
+    if token.is_some() {
+        spec.token_from = Some(SecretKeyRef {
+            name: token_secret(metadata.name.as_deref().unwrap_or_default()),
+            key: TOKEN_KEY.to_owned(),
+        });
+    }
+    let now = crate::render::now();
+    let notes = metadata.annotations.get_or_insert_default();
+    notes.insert(ANNOTATION_CREATED_AT.to_owned(), now.clone());
+    notes.insert(ANNOTATION_UPDATED_AT.to_owned(), now);
+    let n = NotificationConfiguration {
+        metadata,
+        spec,
+        status: None,
+    };
+    let created = write::create(&state, &f.at.ns, &n).await?;
+    if let Some(t) = &token {
+        store_token(&state, &created, t).await?;
+    }
+    Ok(Doc::created(render(&state, &created)))
+}
+
+async fn need(
+    state: &AppState,
+    f: &Found<NotificationConfiguration>,
+    verb: &'static str,
+) -> Result<(), ApiError> {
+    state
+        .require_or_403(
+            &f.caller,
+            &f.at.check(verb),
+            "not authorized to change this notification configuration",
+        )
+        .await
+}
+
+async fn update(
+    State(state): State<AppState>,
+    f: Found<NotificationConfiguration>,
+    JsonApi(doc): JsonApi<Document<Attributes, Relationships>>,
+) -> Result<Doc, ApiError> {
+    need(&state, &f, "update").await?;
+    let data = doc.checked()?;
+    let a = &data.attributes;
+    let object = f.at.obj.name_any();
+    let token = a.token.clone();
+    let r = &data.relationships;
+    // Checked once here (a clear 422 before anything is written), then applied to the
+    // live object.
+    checked_spec(a, r, Some(&f.at.obj.spec), "")?;
+    if let Some(t) = token.as_deref().filter(|t| !t.is_empty()) {
+        store_token(&state, &f.at.obj, t).await?;
+    }
+    let now = crate::render::now();
+    let updated = write::guarded_patch(
+        &write::api::<NotificationConfiguration>(&state, &f.at.ns),
+        (*f.at.obj).clone(),
+        |cur| {
+            let mut next = checked_spec(a, r, Some(&cur.spec), "")?;
+            match token.as_deref() {
+                Some("") => next.token_from = None,
+                Some(_) => {
+                    next.token_from = Some(SecretKeyRef {
+                        name: token_secret(&object),
+                        key: TOKEN_KEY.to_owned(),
+                    })
+                }
+                None => {}
+            }
+            let spec = serde_json::to_value(&next).map_err(|e| ApiError::internal("a spec", e))?;
+            Ok(Some(json!({
+                "metadata": {"annotations": {ANNOTATION_UPDATED_AT: now}},
+                // A merge patch replaces the spec's fields; an unset token is removed.
+                "spec": merge_spec(&cur.spec, spec),
+            })))
+        },
+    )
+    .await?;
+    write::wait_seen(&state, &updated).await;
+    Ok(Doc::ok(render(&state, &updated)))
+}
+
+/// The merge patch turning spec `cur` into `next` (JSON): `next`'s fields, and `null` for
+/// an optional field `next` no longer has.
+fn merge_spec(cur: &NotificationConfigurationSpec, mut next: Value) -> Value {
+    if cur.token_from.is_some() && next.get("tokenFrom").is_none() {
+        next["tokenFrom"] = Value::Null;
+    }
+    if !cur.triggers.is_empty() && next.get("triggers").is_none() {
+        next["triggers"] = json!([]);
+    }
+    next
+}
+
+async fn remove(
+    State(state): State<AppState>,
+    f: Found<NotificationConfiguration>,
+) -> Result<Response, ApiError> {
+    need(&state, &f, "delete").await?;
+    // The token's Secret is owned by it: the garbage collector takes it.
+    write::delete_if_present(&state, f.at.obj.as_ref()).await?;
+    Ok(no_content())
+}
+
+/// Has the operator send a verification: sets the request annotation to a new token and
+/// waits until the status says it was answered.
+async fn verify(
+    State(state): State<AppState>,
+    f: Found<NotificationConfiguration>,
+) -> Result<Doc, ApiError> {
+    need(&state, &f, "update").await?;
+    let token = crate::capability::random_token();
+    let api = write::api::<NotificationConfiguration>(&state, &f.at.ns);
+    let asked = write::guarded_patch(&api, (*f.at.obj).clone(), |_| {
+        Ok(Some(
+            json!({"metadata": {"annotations": {ANNOTATION_VERIFY_REQUESTED: token}}}),
+        ))
+    })
+    .await?;
+    let key = asked.uid().unwrap_or_default();
+    let answered = state
+        .index
+        .wait_until(VERIFY_WAIT, |i| {
+            i.notification_configurations()
+                .by_uid(&key)
+                .is_some_and(|n| {
+                    n.status.as_ref().and_then(|s| s.verified.as_deref()) == Some(token.as_str())
+                })
+        })
+        .await;
+    if !answered {
+        return Err(ApiError::Unavailable(
+            "the operator did not send the verification in time: is terrace's operator running?"
+                .into(),
+        ));
+    }
+    let idx_copy = state
+        .index
+        .read()
+        .notification_configurations()
+        .by_uid(&key)
+        .cloned();
+    let n = idx_copy.ok_or_else(NotificationConfiguration::not_found)?;
+    Ok(Doc::ok(render(&state, &n)))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,513 @@
+//! The notification controller (docs/notifications.md): delivers each workspace's run
+//! notifications to its NotificationConfigurations, apart from the Run controller, so a
+//! slow or failing destination never delays a run.
+//!
+//! One reconcile per configuration (woken by its own changes and by every change of a
+//! run of its workspace, through the catalog's feeds):
+//! - observe: the configuration, its workspace (cache), the workspace's runs (cache),
+//!   its token (its Secret, read by name, only when a payload is signed);
+//! - decide: the notifications owed ([`notification::due`]: a trigger it listens to,
+//!   reached since it exists and within the delivery window, not yet done), and a
+//!   verification when the API server asked for one (the `terrace.dev/verify-requested`
+//!   annotation differs from `status.verified`);
+//! - act: send each, oldest first, on a blocking thread ([`send`]); record each delivery
+//!   response (the ten newest) and what is done with (`status.delivered`: delivered, or
+//!   given up after the last attempt) in one status patch. A failed attempt is retried
+//!   after [`notification::retry_delay`] (kept in memory: an operator restart starts the
+//!   count again, so a notification is delivered at least once).
+
+pub mod send;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{EventType, Recorder};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+use terrace_crds::constants::{
+    ANNOTATION_VERIFY_REQUESTED, FIELD_MANAGER_OPERATOR, LABEL_ID, NOTIFICATION_RESPONSES_KEPT,
+};
+use terrace_crds::ids::IdKind;
+use terrace_crds::notification::{
+    RunFacts, Subject, at_or_after, due, notices, notify_since, payload, prune_delivered,
+    retry_delay, signature,
+};
+use terrace_crds::resources::Named;
+use terrace_crds::{
+    DeliveredNotification, DeliveryResponse, NotificationConfiguration, Run, Workspace,
+};
+
+use crate::catalog::{Catalog, typed};
+use crate::identity::Organizations;
+use crate::{Context, Error};
+use send::{Outcome, Sender};
+
+/// What every reconcile shares.
+pub struct NotifyContext {
+    base: Arc<Context>,
+    orgs: Organizations,
+    workspaces: Store<Workspace>,
+    runs: Store<DynamicObject>,
+    sender: Sender,
+    recorder: Recorder,
+    /// Failed attempts of notifications not yet done: (configuration uid, key) → the
+    /// attempts so far and when the next may go.
+    attempts: Mutex<HashMap<(String, String), (u32, Instant)>>,
+    /// What each configuration (uid) was last written to have done with, until the
+    /// cache shows that write.
+    written: Mutex<HashMap<String, Vec<DeliveredNotification>>>,
+}
+
+/// The controller, run until `shutdown` resolves (call before the catalog runs).
+pub fn controller<S>(
+    ctx: Arc<Context>,
+    orgs: Organizations,
+    workspaces: Store<Workspace>,
+    catalog: &mut Catalog,
+    shutdown: S,
+) -> Result<impl Future<Output = ()> + Send + 'static + use<S>, Error>
+where
+    S: Future<Output = ()> + Send + Sync + 'static,
+{
+    let stores = catalog.stores();
+    let (resource, configs) = stores.store(IdKind::NotificationConfiguration)?;
+    let (_, runs) = stores.store(IdKind::Run)?;
+    let changes = catalog.subscribe(IdKind::NotificationConfiguration);
+    let run_changes = catalog.subscribe(IdKind::Run);
+    let (by_run, ws_for_map, res_for_map) = (configs.clone(), workspaces.clone(), resource.clone());
+    let controller = Controller::for_stream_with(changes, configs, resource.clone())
+        .watches_stream_with(
+            run_changes,
+            move |run: DynamicObject| configs_of_run(&res_for_map, &by_run, &ws_for_map, &run),
+            resource,
+        )
+        .graceful_shutdown_on(shutdown);
+    let nctx = Arc::new(NotifyContext {
+        sender: Sender::new(ctx.settings.notification_allowed_cidrs.0.clone()),
+        recorder: crate::events::new_recorder(&ctx.client),
+        base: ctx,
+        orgs,
+        workspaces,
+        runs,
+        attempts: Mutex::default(),
+        written: Mutex::default(),
+    });
+    Ok(crate::metrics::run(
+        controller,
+        crate::metrics::CONTROLLER_NOTIFY,
+        reconcile,
+        error_policy,
+        nctx,
+    ))
+}
+
+fn error_policy(nc: Arc<DynamicObject>, err: &Error, _ctx: Arc<NotifyContext>) -> Action {
+    err.log_and_retry("notification", &nc.name_any(), Duration::from_secs(10))
+}
+
+/// The workspace's names: its ID and TFE name.
+fn named(ws: &Workspace) -> Named<'_> {
+    Named {
+        id: ws.labels().get(LABEL_ID).map(String::as_str),
+        name: &ws.spec.name,
+    }
+}
+
+/// The cached workspace of namespace `ns` a configuration names (`ws-…` or TFE name).
+fn workspace_of(workspaces: &Store<Workspace>, ns: &str, entry: &str) -> Option<Arc<Workspace>> {
+    let entry = [entry.to_owned()];
+    workspaces
+        .state()
+        .into_iter()
+        .find(|w| w.namespace().as_deref() == Some(ns) && named(w).listed_in(&entry))
+}
+
+/// The configurations a change of `run` concerns: those of its workspace.
+fn configs_of_run(
+    resource: &ApiResource,
+    configs: &Store<DynamicObject>,
+    workspaces: &Store<Workspace>,
+    run: &DynamicObject,
+) -> Vec<ObjectRef<DynamicObject>> {
+    let ns = run.namespace().unwrap_or_default();
+    let Some(ws_object) = run.data["spec"]["workspace"].as_str() else {
+        return Vec::new();
+    };
+    let Some(ws) = workspaces.get(&ObjectRef::new(ws_object).within(&ns)) else {
+        return Vec::new();
+    };
+    let names = named(&ws);
+    configs
+        .state()
+        .into_iter()
+        .filter(|c| c.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|c| {
+            c.data["spec"]["workspace"]
+                .as_str()
+                .is_some_and(|w| names.listed_in(&[w.to_owned()]))
+        })
+        .map(|c| ObjectRef::from_obj_with(c.as_ref(), resource.clone()))
+        .collect()
+}
+
+/// One notification to send: its key, the payload and what to record.
+struct Job {
+    key: String,
+    run: String,
+    trigger: String,
+    at: String,
+    body: Vec<u8>,
+    attempt: u32,
+}
+
+async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<NotifyContext>) -> Result<Action, Error> {
+    let Some(nc) = typed::<NotificationConfiguration>(&obj) else {
+        return Ok(Action::await_change());
+    };
+    let (Some(id), Some(uid)) = (nc.labels().get(LABEL_ID).cloned(), nc.uid()) else {
+        // The catalog gives it its ID first.
+        return Ok(Action::await_change());
+    };
+    if nc.meta().deletion_timestamp.is_some() {
+        forget(&ctx, &uid);
+        return Ok(Action::await_change());
+    }
+    let ns = nc.namespace().unwrap_or_default();
+    let status = nc.status.clone().unwrap_or_default();
+    let asked = nc
+        .annotations()
+        .get(ANNOTATION_VERIFY_REQUESTED)
+        .filter(|a| Some(*a) != status.verified.as_ref())
+        .cloned();
+    let ws = workspace_of(&ctx.workspaces, &ns, &nc.spec.workspace);
+    let org = ctx.orgs.owner(&ns).await?;
+    let org_name = org
+        .as_ref()
+        .map(|o| o.tfe_name().to_owned())
+        .unwrap_or_default();
+    let ws_id = ws
+        .as_ref()
+        .and_then(|w| w.labels().get(LABEL_ID).cloned())
+        .unwrap_or_else(|| nc.spec.workspace.clone());
+    let ws_name = ws
+        .as_ref()
+        .map_or(nc.spec.workspace.clone(), |w| w.spec.name.clone());
+    let subject = Subject {
+        configuration_id: &id,
+        configuration_name: &nc.spec.name,
+        workspace_id: &ws_id,
+        workspace_name: &ws_name,
+        organization: &org_name,
+    };
+
+    let now = Timestamp::now();
+    let created = nc.metadata.creation_timestamp.as_ref().map_or(now, |t| t.0);
+    let (enabled_since, enabled_changed) = enabled_since(&nc, created, now);
+    let since = notify_since(enabled_since.unwrap_or(created), now);
+    let mut ledger = status.delivered.clone();
+    if let Some(mine) = ctx.written.lock().expect("lock").get(&uid) {
+        for d in mine {
+            if !ledger
+                .iter()
+                .any(|l| l.run == d.run && l.trigger == d.trigger)
+            {
+                ledger.push(d.clone());
+            }
+        }
+    }
+    prune_delivered(&mut ledger, since);
+
+    // What is owed, and what waits for its retry.
+    let mut jobs = Vec::new();
+    let mut next_retry: Option<Duration> = None;
+    if let (true, Some(ws)) = (nc.spec.enabled, ws.as_ref()) {
+        let runs = runs_of(&ctx.runs, &ns, &ws.name_any(), since);
+        let attempts = ctx.attempts.lock().expect("lock");
+        for run in &runs {
+            let run_id = run.labels().get(LABEL_ID).cloned().unwrap_or_default();
+            if run_id.is_empty() {
+                continue;
+            }
+            let owed = due(&run_id, notices(run), &nc.spec.triggers, since, &ledger);
+            for n in owed {
+                let key = n.key(&run_id);
+                let (tried, next) = attempts
+                    .get(&(uid.clone(), key.clone()))
+                    .copied()
+                    .unwrap_or((0, Instant::now()));
+                let wait = next.saturating_duration_since(Instant::now());
+                if !wait.is_zero() {
+                    next_retry = Some(next_retry.map_or(wait, |w| w.min(wait)));
+                    continue;
+                }
+                let facts = run_facts(&ctx, run, &run_id, &org_name, &ws_name);
+                let body = payload(&nc.spec.destination_type, &subject, Some((&facts, &n)));
+                jobs.push(Job {
+                    key,
+                    run: run_id.clone(),
+                    trigger: n.trigger.to_owned(),
+                    at: n.at.clone(),
+                    body: serde_json::to_vec(&body)?,
+                    attempt: tried + 1,
+                });
+            }
+        }
+    }
+    jobs.sort_by(|a, b| a.at.cmp(&b.at));
+    if jobs.is_empty() && asked.is_none() && !enabled_changed {
+        remember(&ctx, &uid, &ledger);
+        return Ok(next_retry.map_or_else(Action::await_change, Action::requeue));
+    }
+
+    let token = if jobs.is_empty() && asked.is_none() {
+        None
+    } else {
+        token_of(&ctx, &nc, &ns).await?
+    };
+    let sign = |body: &[u8]| {
+        (nc.spec.destination_type == "generic")
+            .then(|| token.as_deref().map(|t| signature(t, body)))
+            .flatten()
+    };
+    let mut responses: Vec<DeliveryResponse> = Vec::new();
+    let mut verified = None;
+    if let Some(asked) = &asked {
+        let body = serde_json::to_vec(&payload(&nc.spec.destination_type, &subject, None))?;
+        let (mut r, outcome) = deliver(&ctx.sender, &nc.spec.url, body.clone(), sign(&body)).await;
+        r.notification = "verification".to_owned();
+        r.attempt = 1;
+        crate::metrics::notification_delivered(outcome.as_str());
+        responses.push(r);
+        verified = Some(asked.clone());
+    }
+    for job in jobs {
+        let sig = sign(&job.body);
+        let (mut r, outcome) = deliver(&ctx.sender, &nc.spec.url, job.body, sig).await;
+        r.notification = job.key.clone();
+        r.attempt = job.attempt;
+        crate::metrics::notification_delivered(outcome.as_str());
+        let slot = (uid.clone(), job.key.clone());
+        let done = match (outcome, retry_delay(job.attempt)) {
+            (Outcome::Delivered, _) => true,
+            (_, Some(delay)) => {
+                next_retry = Some(next_retry.map_or(delay, |w| w.min(delay)));
+                ctx.attempts
+                    .lock()
+                    .expect("lock")
+                    .insert(slot.clone(), (job.attempt, Instant::now() + delay));
+                false
+            }
+            (_, None) => {
+                give_up_event(&ctx, &nc, &job.key, &r).await;
+                true
+            }
+        };
+        if done {
+            ctx.attempts.lock().expect("lock").remove(&slot);
+            ledger.push(DeliveredNotification {
+                run: job.run,
+                trigger: job.trigger,
+                at: job.at,
+            });
+        }
+        responses.push(r);
+    }
+
+    // Newest first, then the earlier ones.
+    responses.reverse();
+    responses.extend(status.delivery_responses.iter().cloned());
+    responses.truncate(NOTIFICATION_RESPONSES_KEPT);
+    let mut patch = json!({"status": {
+        "deliveryResponses": responses,
+        "delivered": ledger,
+        "enabledSince": enabled_since.map(|t| terrace_crds::common::timestamp(&t)),
+    }});
+    if let Some(v) = verified {
+        patch["status"]["verified"] = json!(v);
+    }
+    let api: Api<NotificationConfiguration> = Api::namespaced(ctx.base.client.clone(), &ns);
+    let pp = PatchParams {
+        field_manager: Some(FIELD_MANAGER_OPERATOR.to_owned()),
+        ..Default::default()
+    };
+    api.patch_status(&nc.name_any(), &pp, &Patch::Merge(&patch))
+        .await?;
+    remember(&ctx, &uid, &ledger);
+    Ok(next_retry.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// Since when configuration `nc` is enabled (None: it is not), and whether that differs
+/// from its status. Enabled when first seen: since its creation if its spec never changed
+/// (created enabled), else since now.
+fn enabled_since(
+    nc: &NotificationConfiguration,
+    created: Timestamp,
+    now: Timestamp,
+) -> (Option<Timestamp>, bool) {
+    let recorded = nc
+        .status
+        .as_ref()
+        .and_then(|s| s.enabled_since.as_deref())
+        .and_then(|t| t.parse::<Timestamp>().ok());
+    let since = match (nc.spec.enabled, recorded) {
+        (false, _) => None,
+        (true, Some(t)) => Some(t),
+        (true, None) if nc.metadata.generation.unwrap_or(1) <= 1 => Some(created),
+        (true, None) => Some(now),
+    };
+    (since, since != recorded)
+}
+
+/// Remembers configuration `uid`'s ledger as written.
+fn remember(ctx: &NotifyContext, uid: &str, ledger: &[DeliveredNotification]) {
+    ctx.written
+        .lock()
+        .expect("lock")
+        .insert(uid.to_owned(), ledger.to_vec());
+}
+
+/// Forgets what was kept of configuration `uid` (it is going).
+fn forget(ctx: &NotifyContext, uid: &str) {
+    ctx.written.lock().expect("lock").remove(uid);
+    ctx.attempts
+        .lock()
+        .expect("lock")
+        .retain(|(u, _), _| u != uid);
+}
+
+/// The cached runs of workspace object `ws_object` in `ns` that reached a state since
+/// `since` (the others owe nothing: a workspace's history is not read whole on every
+/// change of one of its runs).
+fn runs_of(runs: &Store<DynamicObject>, ns: &str, ws_object: &str, since: Timestamp) -> Vec<Run> {
+    let recent = |r: &DynamicObject| {
+        let stamps = r.data["status"]["statusTimestamps"].as_object();
+        stamps
+            .into_iter()
+            .flat_map(|m| m.values())
+            .filter_map(|v| v.as_str())
+            .any(|t| at_or_after(t, since))
+            || r.metadata
+                .creation_timestamp
+                .as_ref()
+                .is_some_and(|t| t.0 >= since)
+    };
+    runs.state()
+        .into_iter()
+        .filter(|r| r.namespace().as_deref() == Some(ns))
+        .filter(|r| r.data["spec"]["workspace"].as_str() == Some(ws_object))
+        .filter(|r| recent(r))
+        .filter_map(|r| typed::<Run>(&r))
+        .collect()
+}
+
+/// What a payload says of run `run`.
+fn run_facts<'a>(
+    ctx: &NotifyContext,
+    run: &'a Run,
+    run_id: &'a str,
+    org: &str,
+    ws: &str,
+) -> RunFacts<'a> {
+    let settings = &ctx.base.settings;
+    let base = if settings.hostname.is_empty() {
+        settings.api_internal_url.trim_end_matches('/').to_owned()
+    } else {
+        format!("https://{}", settings.hostname)
+    };
+    RunFacts {
+        id: run_id,
+        message: &run.spec.message,
+        created_at: run
+            .status
+            .as_ref()
+            .and_then(|s| s.status_timestamps.get(terrace_crds::run::QUEUEABLE_AT))
+            .map_or("", String::as_str),
+        created_by: run.spec.created_by.as_deref(),
+        url: format!("{base}/app/{org}/{ws}/runs/{run_id}"),
+    }
+}
+
+/// The configuration's token, from its Secret (None: unsigned). A missing Secret is
+/// an error to retry: the API server writes it just after the configuration.
+async fn token_of(
+    ctx: &NotifyContext,
+    nc: &NotificationConfiguration,
+    ns: &str,
+) -> Result<Option<String>, Error> {
+    let Some(r) = nc.spec.token_from.as_ref() else {
+        return Ok(None);
+    };
+    if nc.spec.destination_type != "generic" {
+        return Ok(None);
+    }
+    let secrets: Api<Secret> = Api::namespaced(ctx.base.client.clone(), ns);
+    // Retried until the Secret is there: a Secret's change does not wake the controller.
+    let missing = || {
+        Error::Unavailable(format!(
+            "the token's Secret {} has no key {}",
+            r.name, r.key
+        ))
+    };
+    let secret = secrets.get_opt(&r.name).await?.ok_or_else(missing)?;
+    let value = secret
+        .data
+        .and_then(|d| d.get(&r.key).cloned())
+        .ok_or_else(missing)?;
+    Ok(Some(String::from_utf8_lossy(&value.0).into_owned()))
+}
+
+/// Sends on a blocking thread.
+async fn deliver(
+    sender: &Sender,
+    url: &str,
+    body: Vec<u8>,
+    sig: Option<String>,
+) -> (DeliveryResponse, Outcome) {
+    let (sender, url_owned) = (sender.clone(), url.to_owned());
+    let sent = tokio::task::spawn_blocking(move || sender.send(&url_owned, &body, sig.as_deref()));
+    match sent.await {
+        Ok(r) => r,
+        Err(e) => (
+            DeliveryResponse {
+                url: url.to_owned(),
+                body: format!("not sent: {e}"),
+                sent_at: terrace_crds::common::timestamp(&Timestamp::now()),
+                ..Default::default()
+            },
+            Outcome::Failed,
+        ),
+    }
+}
+
+/// A Warning Event: notification `key` was given up after its last attempt.
+async fn give_up_event(
+    ctx: &NotifyContext,
+    nc: &NotificationConfiguration,
+    key: &str,
+    r: &DeliveryResponse,
+) {
+    let answer = if r.code.is_empty() {
+        "no answer".to_owned()
+    } else {
+        format!("HTTP {}", r.code)
+    };
+    crate::events::publish_event(
+        &ctx.recorder,
+        &nc.object_ref(&()),
+        EventType::Warning,
+        "NotificationFailed",
+        "Deliver",
+        format!(
+            "gave up on {key} after {} attempts ({answer})",
+            terrace_crds::constants::NOTIFICATION_MAX_ATTEMPTS
+        ),
+    )
+    .await;
+}
