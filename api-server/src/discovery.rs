@@ -10,6 +10,11 @@ use crate::AppState;
 
 /// API version reported in `TFP-API-Version` (go-tfe reads it on ping).
 pub const TFP_API_VERSION: &str = "2.6";
+/// The TFE release announced in `X-TFE-Version`. The terraform CLI reads it (against an
+/// instance that is not HCP Terraform) to decide whether the release renders CLI runs as
+/// structured run output (202302-1 and later do); terrace's runs log the engine's JSON UI
+/// for workspaces with `structured-run-output-enabled`, so it announces a release that does.
+pub const TFE_VERSION: &str = "v202502-1";
 /// Requests per second announced in `X-RateLimit-Limit` (TFE's figure).
 pub const RATE_LIMIT: &str = "30";
 
@@ -55,9 +60,10 @@ async fn ping() -> impl IntoResponse {
                 HeaderName::from_static("tfp-appname"),
                 HeaderValue::from_static("terrace"),
             ),
-            // No `X-TFE-Version`: the terraform CLI parses it as a TFE release date
-            // (`v202410-1`) to decide on structured run output; terrace's run logs are
-            // plain text, which the CLI prints as they are without it.
+            (
+                HeaderName::from_static("x-tfe-version"),
+                HeaderValue::from_static(TFE_VERSION),
+            ),
             // go-tfe limits itself to two thirds of this per second, as against TFE (the
             // CLI polls a queued test run in a loop with no pause of its own).
             (
@@ -104,6 +110,7 @@ mod tests {
         assert_eq!(status, StatusCode::NO_CONTENT);
         assert_eq!(headers["tfp-api-version"], "2.6");
         assert_eq!(headers["x-ratelimit-limit"], "30");
+        assert_eq!(headers["x-tfe-version"], super::TFE_VERSION);
     }
 
     #[tokio::test]

@@ -101,12 +101,15 @@ fn number(q: &QueryParams, name: &str) -> Result<Option<usize>, ApiError> {
 /// …") is the first line, `terrace: <note>`, so a CLI following a run whose Pod no node
 /// takes says why nothing happens. It is written once and never changes, so the byte
 /// offsets a reader has consumed stay valid when the Pod's own output follows.
+/// `readable`: the engine's `-json` UI lines are served as text
+/// ([`terrace_crds::run::ui_log::readable`]), for every reader but the terraform CLI.
 pub async fn respond(
     client: &kube::Client,
     ns: &str,
     pod: Option<&str>,
     wait_note: Option<&str>,
     finished: bool,
+    readable: bool,
     q: &QueryParams,
 ) -> Result<Response, ApiError> {
     let (offset, limit) = (number(q, "offset")?, number(q, "limit")?);
@@ -120,6 +123,11 @@ pub async fn respond(
             None => archived(client, ns, p).await.unwrap_or_default(),
         },
         None => Vec::new(),
+    };
+    let output = if readable {
+        terrace_crds::run::ui_log::readable(&output, finished)
+    } else {
+        output
     };
     let mut framed = Vec::with_capacity(output.len() + 2);
     framed.push(STX);

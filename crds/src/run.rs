@@ -18,6 +18,7 @@ use crate::testrun::UnknownValue;
 
 pub mod events;
 pub mod redact;
+pub mod ui_log;
 
 /// The states of a run (TFE's run statuses that terrace uses).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -135,6 +135,8 @@ impl Watched for Workspace {
             run_trigger_sources: spec.run_trigger_sources,
             auto_apply: spec.auto_apply,
             auto_apply_run_trigger: spec.auto_apply_run_trigger,
+            // The run controller logs the engine's JSON UI for these workspaces.
+            structured_run_output_enabled: spec.structured_run_output_enabled,
             // The state retention controller reads the policy.
             data_retention_policy: spec.data_retention_policy,
             // The run controller reads where the configuration is, and when the

@@ -490,8 +490,16 @@ impl Api {
 
     /// GETs `path` and answers the status and the body as text (logs).
     pub fn get_text(&self, path: &str) -> (u16, String) {
+        self.get_text_with(path, &[])
+    }
+
+    /// `get_text` with extra request headers.
+    pub fn get_text_with(&self, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
         let url = format!("{}{}", self.base, path);
         let mut builder = ureq::http::Request::builder().method("GET").uri(&url);
+        for (k, v) in headers {
+            builder = builder.header(*k, *v);
+        }
         if let Some(t) = &self.token {
             builder = builder.header("Authorization", format!("Bearer {t}"));
         }

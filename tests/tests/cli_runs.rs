@@ -1135,3 +1135,128 @@ output "shown" {
     );
     assert!(!shown.contains("hunter2"), "{shown}");
 }
+
+/// Issue 27 §2: structured run output. terrace announces a TFE release that renders it
+/// (`X-TFE-Version`) and the workspace's `structured-run-output-enabled`; runs log the
+/// engine's JSON UI. The CLI renders the plan from the redacted JSON plan and the apply
+/// from the JSON lines (no raw JSON, no engine text); any other reader of the same log
+/// gets readable text; with the attribute off the engine's plain text is the log again.
+#[test]
+fn structured_run_output_renders_in_the_cli_and_reads_as_text_elsewhere() {
+    let (_dev, api, tf, dir) = setup();
+    let d = dir.path().join("sro");
+    config(&d, "sro", ITEMS);
+    ok(tf.run(&d, &["init", "-input=false"]), "init");
+    let ws = workspace(&api, "sro");
+    assert_eq!(ws["attributes"]["structured-run-output-enabled"], true);
+    let ws_id = ws["id"].as_str().unwrap_or_default().to_owned();
+
+    let shown = ok(tf.run(&d, &["plan", "-input=false"]), "plan");
+    println!("--- structured plan ---\n{shown}");
+    assert!(
+        shown.contains("Terraform will perform the following actions:"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("# terraform_data.item[0] will be created"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("Plan: 2 to add, 0 to change, 0 to destroy."),
+        "{shown}"
+    );
+    assert!(
+        !shown.contains("\"@level\""),
+        "raw JSON in the CLI: {shown}"
+    );
+    assert!(
+        !shown.contains("Saved the plan to"),
+        "the engine's text: {shown}"
+    );
+
+    // The same log: JSON lines for the CLI, text for everyone else.
+    let run_id = runs(&api, &ws_id)[0]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let plan = api.get(&format!("/api/v2/runs/{run_id}/plan"));
+    let url = plan.body["data"]["attributes"]["log-read-url"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let path = &url[url.find("/api/v2/").unwrap_or(0)..];
+    let anyone = Api::with_token(&_dev, None);
+    let (st, text_log) = anyone.get_text(path);
+    assert_eq!(st, 200);
+    println!("--- the plan's log as text ---\n{text_log}");
+    assert!(
+        text_log.contains("terraform_data.item[0]: Plan to create"),
+        "{text_log}"
+    );
+    assert!(
+        text_log.contains("Plan: 2 to add, 0 to change, 0 to destroy."),
+        "{text_log}"
+    );
+    assert!(!text_log.contains("{\"@"), "{text_log}");
+    let (_, json_log) = anyone.get_text_with(path, &[("X-Terraform-Integration", "cloud")]);
+    assert!(
+        json_log.contains("\"type\":\"planned_change\""),
+        "{json_log}"
+    );
+
+    let shown = ok(
+        tf.run(&d, &["apply", "-auto-approve", "-input=false"]),
+        "apply",
+    );
+    println!("--- structured apply ---\n{shown}");
+    assert!(
+        shown.contains("terraform_data.item[1]: Creation complete"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("Apply complete! Resources: 2 added, 0 changed, 0 destroyed."),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("Outputs:") && shown.contains("\"item-1\""),
+        "{shown}"
+    );
+    assert!(!shown.contains("\"@level\""), "{shown}");
+
+    // Off: the engine's plain text again.
+    let r = api.call(
+        "PATCH",
+        &format!("/api/v2/workspaces/{ws_id}"),
+        Some(&json!({"data": {"type": "workspaces", "attributes": {"structured-run-output-enabled": false}}})),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(
+        r.body["data"]["attributes"]["structured-run-output-enabled"],
+        false
+    );
+    config(&d, "sro", &ITEMS.replace("default = 2", "default = 3"));
+    let shown = ok(tf.run(&d, &["plan", "-input=false"]), "plan");
+    assert!(
+        shown.contains("Plan: 1 to add, 0 to change, 0 to destroy."),
+        "{shown}"
+    );
+    assert!(!shown.contains("\"@level\""), "{shown}");
+    let run_id = runs(&api, &ws_id)[0]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let plan = api.get(&format!("/api/v2/runs/{run_id}/plan"));
+    let url = plan.body["data"]["attributes"]["log-read-url"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let (_, cli_log) = anyone.get_text_with(
+        &url[url.find("/api/v2/").unwrap_or(0)..],
+        &[("X-Terraform-Integration", "cloud")],
+    );
+    assert!(
+        cli_log.contains("Terraform will perform the following actions:")
+            && !cli_log.contains("\"@level\""),
+        "the engine's plain text is the log: {cli_log}"
+    );
+}

@@ -98,6 +98,11 @@ crd_kind! {
         /// Whether automatic speculative plans (for example on pull requests) are allowed.
         #[serde(default = "default_true")]
         pub speculative_enabled: bool,
+        /// Structured run output: runs log the engine's JSON UI, which the terraform CLI
+        /// renders (its structured plan output) and other readers get as text; when false
+        /// the engine's plain text is the log.
+        #[serde(default = "default_true")]
+        pub structured_run_output_enabled: bool,
         /// Engine version or constraint (for example `1.9.5` or `~> 1.9.0`). Absent: the
         /// latest release.
         pub terraform_version: Option<String>,
@@ -277,6 +282,7 @@ mod tests {
     fn create_defaults_match_spec_table() {
         let s = WorkspaceSpec::default_for_create();
         assert!(s.allow_destroy_plan && s.file_triggers_enabled && s.speculative_enabled);
+        assert!(s.structured_run_output_enabled);
         assert!(!s.assessments_enabled && !s.auto_apply && !s.auto_apply_run_trigger);
         assert!(!s.global_remote_state && !s.queue_all_runs);
         assert!(s.trigger_patterns.is_empty() && s.trigger_prefixes.is_empty());

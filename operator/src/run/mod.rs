@@ -660,6 +660,7 @@ async fn create_pod(
         run_id,
         organization: &org_name,
         working_directory: ws.spec.working_directory.as_deref().unwrap_or_default(),
+        structured_output: ws.spec.structured_run_output_enabled,
         // A plan-only run may name its own engine version.
         terraform_version: run
             .spec

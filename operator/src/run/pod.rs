@@ -134,6 +134,8 @@ pub struct RunPodInputs<'a> {
     pub working_directory: &'a str,
     /// The workspace's `terraform-version`.
     pub terraform_version: Option<&'a str>,
+    /// The workspace's structured run output: the engine logs its JSON UI.
+    pub structured_output: bool,
     pub variables: &'a [Variable],
     pub org_settings: &'a TestRunSettings,
     /// The agent pool's Pod template (an `agent`-mode workspace), over the organization's.
@@ -172,6 +174,7 @@ pub fn options(inputs: &RunPodInputs<'_>) -> RunOptions {
         hostname: Some(inputs.settings.hostname.clone()).filter(|h| !h.is_empty()),
         run_object: run.name_any(),
         environment: run_environment(inputs),
+        json_log: inputs.structured_output,
     }
 }
 
@@ -369,6 +372,7 @@ mod tests {
             organization: "acme",
             working_directory: "envs/dev",
             terraform_version: Some("1.11.4"),
+            structured_output: true,
             variables: &vars,
             org_settings: &org,
             pool_template: Some(&pool),

@@ -2,7 +2,9 @@
 //! run's Pod (docs/runs.md, "What runs where").
 //!
 //! The engine container runs this command; everything it and the engine print is the
-//! phase's log, which the terraform CLI prints line by line (plain text: `-no-color`).
+//! phase's log: the engine's JSON UI (`-json`) with structured run output, which the
+//! terraform CLI renders and the API serves as text to other readers, else plain text
+//! (`-no-color`) the CLI prints line by line.
 //! The steps:
 //!
 //! 1. Three preamble lines (the engine's version, the platform, "Initializing…"): the
@@ -75,6 +77,17 @@ pub struct RunOptions {
     /// TFE's run environment (`TFC_RUN_ID`, `TFC_WORKSPACE_NAME`, …), for the engine.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub environment: std::collections::BTreeMap<String, String>,
+    /// Structured run output: the engine's plan and apply write their JSON UI (`-json`)
+    /// instead of plain text (`-no-color`).
+    #[serde(default)]
+    pub json_log: bool,
+}
+
+impl RunOptions {
+    /// The engine's output flag: `-json` or `-no-color`.
+    fn output_flag(&self) -> String {
+        if self.json_log { "-json" } else { "-no-color" }.to_owned()
+    }
 }
 
 /// The file of the engine's CLI configuration, in the runner's directory.
@@ -418,7 +431,7 @@ pub fn plan_args(opts: &RunOptions, plan_file: &Path, var_files: &[PathBuf]) -> 
     let mut args = vec![
         "plan".to_owned(),
         "-input=false".to_owned(),
-        "-no-color".to_owned(),
+        opts.output_flag(),
         format!("-out={}", plan_file.display()),
     ];
     if opts.is_destroy {
@@ -585,7 +598,7 @@ fn phase(args: &RemoteArgs) -> Result<PhaseReport, StepError> {
                 &[
                     "apply".to_owned(),
                     "-input=false".to_owned(),
-                    "-no-color".to_owned(),
+                    opts.output_flag(),
                     plan_file.display().to_string(),
                 ],
             )?;
@@ -739,6 +752,12 @@ mod tests {
         );
         let defaults: RunOptions = serde_json::from_str("{}").unwrap();
         assert!(defaults.refresh);
+        let structured = RunOptions {
+            json_log: true,
+            ..RunOptions::default()
+        };
+        let args = plan_args(&structured, Path::new("/p"), &[]);
+        assert_eq!(args[..4], ["plan", "-input=false", "-json", "-out=/p"]);
     }
 
     #[test]

@@ -98,7 +98,7 @@ async fn respond(
     let pod = status.and_then(|s| s.pod_name.as_deref());
     let note = status.and_then(|s| s.wait_note.as_deref());
     let finished = TestRunState::of(r.status.as_ref()).is_ok_and(TestRunState::is_final);
-    pod_logs::respond(&state.client, &ns, pod, note, finished, q).await
+    pod_logs::respond(&state.client, &ns, pod, note, finished, false, q).await
 }
 
 #[cfg(test)]

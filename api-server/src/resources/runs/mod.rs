@@ -424,7 +424,8 @@ pub fn user_document(username: &str) -> Value {
 }
 
 /// A workspace as a run's `included` shows it: what the CLI reads of it (name,
-/// organization, lock, structured run output: off, as terrace's logs are plain text).
+/// organization, lock, structured run output: whether its runs log the engine's JSON UI,
+/// which the CLI then renders).
 pub fn workspace_brief(w: &Workspace, org: &Organization) -> Value {
     let holder = terrace_crds::lock::holder_of(w);
     json!({
@@ -433,7 +434,7 @@ pub fn workspace_brief(w: &Workspace, org: &Organization) -> Value {
         "attributes": {
             "name": w.spec.name,
             "locked": holder.is_some(),
-            "structured-run-output-enabled": false,
+            "structured-run-output-enabled": w.spec.structured_run_output_enabled,
             "execution-mode": w.spec.execution_mode,
             "auto-apply": w.spec.auto_apply,
             "working-directory": w.spec.working_directory,
@@ -846,9 +847,13 @@ async fn json_output_of_run(
 
 /// `GET /plans/:id/log/:token`, `GET /applies/:id/log/:token`: a phase's log through its
 /// capability URL (no Authorization; another phase's ID, a forged or expired token: 404).
+/// The terraform CLI's `cloud` backend (`X-Terraform-Integration: cloud`) reads the
+/// engine's `-json` UI lines and renders them (structured run output); every other reader
+/// gets them as text (docs/runs.md, "Structured run output").
 async fn log(
     State(state): State<AppState>,
     Path((phase_id, token)): Path<(String, String)>,
+    headers: axum::http::HeaderMap,
     q: QueryParams,
 ) -> Result<Response, ApiError> {
     if !crate::documents::runs::log_token_ok(&state, &phase_id, &token) {
@@ -878,9 +883,19 @@ async fn log(
         phase.pod_name.as_deref(),
         phase.wait_note.as_deref(),
         finished,
+        !renders_structured_output(&headers),
         &q,
     )
     .await
+}
+
+/// Whether the caller is the terraform CLI's `cloud` backend, which renders the engine's
+/// JSON UI lines itself.
+fn renders_structured_output(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(terrace_crds::constants::HEADER_TERRAFORM_INTEGRATION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("cloud"))
 }
 
 /// The organization's runs waiting or running (`GET /organizations/:org/runs/queue`).

@@ -52,6 +52,8 @@ pub struct WorkspaceAttributes {
     pub source_url: Nullable<String>,
     #[serde(default, deserialize_with = "present")]
     pub speculative_enabled: Option<bool>,
+    #[serde(default, deserialize_with = "present")]
+    pub structured_run_output_enabled: Option<bool>,
     #[serde(default, deserialize_with = "nullable")]
     pub terraform_version: Nullable<String>,
     #[serde(default, deserialize_with = "null_as_empty")]
@@ -181,6 +183,7 @@ pub struct WorkspaceInput {
     pub source_name: Nullable<String>,
     pub source_url: Nullable<String>,
     pub speculative_enabled: Option<bool>,
+    pub structured_run_output_enabled: Option<bool>,
     pub terraform_version: Nullable<String>,
     pub trigger_patterns: Option<Vec<String>>,
     pub trigger_prefixes: Option<Vec<String>>,
@@ -235,6 +238,7 @@ impl WorkspaceInput {
             source_name: a.source_name,
             source_url: a.source_url,
             speculative_enabled: a.speculative_enabled,
+            structured_run_output_enabled: a.structured_run_output_enabled,
             terraform_version: a.terraform_version,
             trigger_patterns: a.trigger_patterns,
             trigger_prefixes: a.trigger_prefixes,
@@ -421,6 +425,7 @@ pub fn apply(
     set!(source_name);
     set!(source_url);
     set!(speculative_enabled);
+    set!(structured_run_output_enabled);
     set!(trigger_patterns);
     set!(trigger_prefixes);
     set!(working_directory);

@@ -201,7 +201,7 @@ pub fn workspace(ws: &Workspace, ctx: &RenderContext<'_>) -> Value {
         "project-remote-state": spec.project_remote_state,
         "queue-all-runs": spec.queue_all_runs,
         "speculative-enabled": spec.speculative_enabled,
-        "structured-run-output-enabled": true,
+        "structured-run-output-enabled": spec.structured_run_output_enabled,
         "terraform-version": spec.terraform_version.clone().unwrap_or_default(),
         "trigger-prefixes": spec.trigger_prefixes,
         "trigger-patterns": spec.trigger_patterns,
