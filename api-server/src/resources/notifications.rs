@@ -299,7 +299,8 @@ async fn create(
     let ws_id = f.at.id();
     let mut spec = checked_spec(&data.attributes, &data.relationships, None, &ws_id)?;
     let id = new_id(IdKind::NotificationConfiguration);
-    let mut metadata = write::new_meta(&id, &f.at.ns, f.at.org.name_any(), &[]);
+    // Owned by the workspace: deleting it deletes its configurations (and their tokens).
+    let mut metadata = write::owned_meta(&id, &f.at, &[]);
     let token = data.attributes.token.filter(|t| !t.is_empty());
     if token.is_some() {
         spec.token_from = Some(SecretKeyRef {

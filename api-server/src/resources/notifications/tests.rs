@@ -53,6 +53,8 @@ async fn notification_configurations_through_the_api() {
         .get(&id)
         .cloned()
         .expect("indexed");
+    let owner = &n.metadata.owner_references.clone().unwrap_or_default()[0];
+    assert_eq!(owner.kind, "Workspace", "deleted with its workspace");
     let secret_ref = n.spec.token_from.clone().expect("a token reference");
     let secrets: kube::Api<Secret> = kube::Api::namespaced(h.admin.clone(), "acme");
     let secret = secrets
