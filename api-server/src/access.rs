@@ -18,9 +18,9 @@ use axum::extract::{FromRequestParts, RawPathParams};
 use axum::http::request::Parts;
 use kube::{Resource, ResourceExt};
 use terrace_crds::{
-    AgentPool, ConfigurationVersion, NotificationConfiguration, OAuthToken, Organization, Project,
-    RegistryModule, Run, SshKey, StateVersion, TestRun, TestVariable, VariableSet, Workspace,
-    WorkspaceVariable,
+    AgentPool, ConfigurationVersion, ModuleVersion, NotificationConfiguration, OAuthToken,
+    Organization, Project, RegistryModule, Run, SshKey, StateVersion, TestRun, TestVariable,
+    VariableSet, Workspace, WorkspaceVariable,
 };
 
 use crate::auth::{Caller, Check};
@@ -124,6 +124,7 @@ guarded!(
     "notification configuration"
 );
 guarded!(RegistryModule, "registrymodules", "registry module");
+guarded!(ModuleVersion, "moduleversions", "registry module version");
 guarded!(
     ConfigurationVersion,
     "configurationversions",

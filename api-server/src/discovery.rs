@@ -119,9 +119,8 @@ mod tests {
         assert_eq!(status, StatusCode::OK);
         assert_eq!(body["tfe.v2"], "/api/v2/");
         assert_eq!(body["tfe.v2.1"], "/api/v2/");
-        // Nothing serves a module registry (yet): not announced, so the CLI says so
-        // instead of following a 404.
-        assert!(body.get("modules.v1").is_none(), "{body}");
+        // The private module registry's protocol.
+        assert_eq!(body["modules.v1"], "/api/registry/v1/modules/");
     }
 
     #[tokio::test]

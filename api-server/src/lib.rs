@@ -76,6 +76,9 @@ pub use settings::{Edition, Settings};
 #[derive(Clone)]
 pub struct AppState(Arc<Shared>);
 
+/// Bytes of module archives the registry keeps in memory per API server.
+pub const MODULE_ARCHIVE_CACHE_BYTES: usize = 64 << 20;
+
 impl std::ops::Deref for AppState {
     type Target = Shared;
     fn deref(&self) -> &Shared {
@@ -101,6 +104,8 @@ pub struct Shared {
     /// Whether the server may take traffic (`/readyz`): not while the blob store fails
     /// its probe.
     pub readiness: Arc<blobs::Readiness>,
+    /// Module archives recently downloaded through the registry.
+    pub module_archives: Arc<resources::module_tests::protocol::ArchiveCache>,
 }
 
 impl AppState {
@@ -117,6 +122,9 @@ impl AppState {
         AppState(Arc::new(Shared {
             blobs,
             readiness,
+            module_archives: Arc::new(resources::module_tests::protocol::ArchiveCache::new(
+                MODULE_ARCHIVE_CACHE_BYTES,
+            )),
             settings: Arc::new(settings),
             metrics: Arc::new(metrics::Metrics::new(index.clone(), &auth)),
             auth,

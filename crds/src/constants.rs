@@ -108,9 +108,11 @@ pub const MAX_COMMENT_BYTES: usize = 4096;
 
 /// The services terrace serves, by the names of terraform's service discovery, and their
 /// paths: the `cloud` block (`tfe.v2`), the `remote` backend and `terraform_remote_state`
-/// (`tfe.v2.1`, `state.v2`), go-tfe (`tfe.v2.2`). Only what is served is announced: a
+/// (`tfe.v2.1`, `state.v2`), go-tfe (`tfe.v2.2`), the private module registry
+/// (`modules.v1`, the Module Registry Protocol). Only what is served is announced: a
 /// client that finds a service here uses it.
-pub const DISCOVERY_SERVICES: [(&str, &str); 4] = [
+pub const DISCOVERY_SERVICES: [(&str, &str); 5] = [
+    ("modules.v1", "/api/registry/v1/modules/"),
     ("state.v2", "/api/v2/"),
     ("tfe.v2", "/api/v2/"),
     ("tfe.v2.1", "/api/v2/"),

@@ -22,6 +22,7 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
         AgentPool::crd(),
         OAuthToken::crd(),
         NotificationConfiguration::crd(),
+        ModuleVersion::crd(),
         StateVersion::crd(),
         Run::crd(),
         VariableSet::crd(),

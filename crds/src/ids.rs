@@ -30,11 +30,12 @@ pub enum IdKind {
     Comment,
     VariableSet,
     NotificationConfiguration,
+    ModuleVersion,
 }
 
 impl IdKind {
     /// Every kind, for exhaustive tests and lookups.
-    pub const ALL: [IdKind; 18] = [
+    pub const ALL: [IdKind; 19] = [
         IdKind::Project,
         IdKind::Workspace,
         IdKind::RegistryModule,
@@ -53,6 +54,7 @@ impl IdKind {
         IdKind::Comment,
         IdKind::VariableSet,
         IdKind::NotificationConfiguration,
+        IdKind::ModuleVersion,
     ];
 
     /// The prefix, including its dash.
@@ -76,6 +78,7 @@ impl IdKind {
             IdKind::Comment => "wsc-",
             IdKind::VariableSet => "varset-",
             IdKind::NotificationConfiguration => "nc-",
+            IdKind::ModuleVersion => "modver-",
         }
     }
 

@@ -29,6 +29,7 @@ pub mod group_index;
 pub mod identity;
 pub mod leader;
 pub mod metrics;
+pub mod module_versions;
 pub mod notify;
 pub mod organization;
 mod pod_parts;
@@ -226,6 +227,17 @@ async fn run_controllers(
             futures::future::ready(()).boxed()
         }
     };
+    let module_versions = match module_versions::controller(
+        ctx.clone(),
+        &mut catalog,
+        shutdown.clone(),
+    ) {
+        Ok(c) => c.boxed(),
+        Err(e) => {
+            tracing::error!(error = %e, "no module version status: a cache it needs is missing");
+            futures::future::ready(()).boxed()
+        }
+    };
     let runs = run::controller(
         ctx.clone(),
         orgs.clone(),
@@ -268,6 +280,7 @@ async fn run_controllers(
         auto_destroy,
         auto_queue,
         notifications,
+        module_versions,
         state_retention,
         archives
     );

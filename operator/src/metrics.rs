@@ -72,6 +72,9 @@ pub const CONTROLLER_STATE_RETENTION: &str = "state-retention";
 pub const CONTROLLER_BLOB_FINALIZER: &str = "blob-finalizer";
 /// Controller label of the runs of uploads (`run::auto_queue`).
 pub const CONTROLLER_RUN_AUTO_QUEUE: &str = "run-auto-queue";
+/// Controller label of the status of registry module versions
+/// ([`crate::module_versions`]).
+pub const CONTROLLER_MODULE_VERSIONS: &str = "module-versions";
 /// Controller label of the notification deliveries ([`crate::notify`]).
 pub const CONTROLLER_NOTIFY: &str = "notify";
 

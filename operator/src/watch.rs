@@ -41,9 +41,9 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 use terrace_crds::{
-    AgentPool, ConfigurationVersion, NotificationConfiguration, OAuthToken, Organization, Project,
-    RegistryModule, Run, SshKey, StateVersion, TestRun, TestVariable, VariableSet, Workspace,
-    WorkspaceSpec, WorkspaceStatus, WorkspaceVariable,
+    AgentPool, ConfigurationVersion, ModuleVersion, NotificationConfiguration, OAuthToken,
+    Organization, Project, RegistryModule, Run, SshKey, StateVersion, TestRun, TestVariable,
+    VariableSet, Workspace, WorkspaceSpec, WorkspaceStatus, WorkspaceVariable,
 };
 
 use crate::events::{new_recorder, publish_event};
@@ -114,6 +114,7 @@ watched_crds!(
     Run,
     VariableSet,
     NotificationConfiguration,
+    ModuleVersion,
 );
 
 impl Watched for Workspace {

@@ -50,6 +50,7 @@ async fn start(delay: Duration) -> Result<Cluster, E> {
                     provider: "aws".into(),
                     namespace: None,
                     registry_name: "private".into(),
+                    publish_only_tested: None,
                 },
             ),
         )

@@ -57,6 +57,7 @@ impl Cluster {
                         provider: "aws".into(),
                         namespace: None,
                         registry_name: "private".into(),
+                        publish_only_tested: None,
                     },
                 ),
             )

@@ -222,6 +222,7 @@ TERRACE_KINDS = [
     "runs",
     "variablesets",
     "notificationconfigurations",
+    "moduleversions",
 ]
 
 
@@ -262,8 +263,8 @@ API_SERVER_NEEDS = [
     ("authorization.k8s.io", "subjectaccessreviews", "create"),
     *[("terrace.dev", k, v) for k in TERRACE_KINDS for v in ("get", "list", "watch")],
     *[("terrace.dev", k, "create") for k in TERRACE_KINDS if k != "oauthtokens"],
-    *[("terrace.dev", k, "patch") for k in ("organizations", "projects", "workspaces", "sshkeys", "agentpools", "variablesets", "notificationconfigurations", "testvariables", "workspacevariables", "configurationversions", "stateversions")],
-    *[("terrace.dev", k, "delete") for k in ("organizations", "projects", "workspaces", "sshkeys", "agentpools", "variablesets", "notificationconfigurations", "testvariables", "workspacevariables", "stateversions", "registrymodules")],
+    *[("terrace.dev", k, "patch") for k in ("organizations", "projects", "workspaces", "sshkeys", "agentpools", "variablesets", "notificationconfigurations", "testvariables", "workspacevariables", "configurationversions", "stateversions", "registrymodules")],
+    *[("terrace.dev", k, "delete") for k in ("organizations", "projects", "workspaces", "sshkeys", "agentpools", "variablesets", "notificationconfigurations", "testvariables", "workspacevariables", "stateversions", "registrymodules", "moduleversions")],
     ("terrace.dev", "workspaces", "update"),
     *[("terrace.dev", f"{k}/status", "patch") for k in ("configurationversions", "testruns", "testvariables", "stateversions", "runs")],
     *[("", "secrets", v) for v in ("get", "create", "patch", "delete")],

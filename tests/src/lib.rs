@@ -650,11 +650,10 @@ impl Terraform {
         (api, token).hash(&mut h);
         let name = format!("cli-{:x}.tfrc", h.finish());
         let config = dir.join(name);
+        // The configuration `terrace dev` writes for people (every service it serves).
         std::fs::write(
             &config,
-            format!(
-                "host \"{CLI_HOST}\" {{\n  services = {{\n    \"tfe.v2\" = \"{api}/api/v2/\"\n    \"tfe.v2.1\" = \"{api}/api/v2/\"\n  }}\n}}\ncredentials \"{CLI_HOST}\" {{\n  token = \"{token}\"\n}}\n",
-            ),
+            terrace_crds::common::cli_config(CLI_HOST, api, token),
         )
         .expect("CLI configuration");
         Terraform { config }

@@ -101,6 +101,32 @@ pub async fn create_pending(
     id: &str,
     token: &str,
 ) -> Result<Doc, ApiError> {
+    let (created, url) = create_pending_object(state, headers, cv, id, token).await?;
+    Ok(Doc::created(render(&created, Some(&url))))
+}
+
+/// [`create_pending`] for a caller that shows the upload URL in its own document (a
+/// module version's `upload` link): answers the URL.
+pub async fn create_pending_raw(
+    state: &AppState,
+    headers: &HeaderMap,
+    cv: &ConfigurationVersion,
+    id: &str,
+    token: &str,
+) -> Result<String, ApiError> {
+    Ok(create_pending_object(state, headers, cv, id, token)
+        .await?
+        .1)
+}
+
+/// Creates pending `cv` and answers it with its upload URL.
+async fn create_pending_object(
+    state: &AppState,
+    headers: &HeaderMap,
+    cv: &ConfigurationVersion,
+    id: &str,
+    token: &str,
+) -> Result<(ConfigurationVersion, String), ApiError> {
     let ns = cv.namespace().unwrap_or_default();
     let created = write::create_with_status(
         state,
@@ -111,7 +137,7 @@ pub async fn create_pending(
     .await?;
     write::wait_seen(state, &created).await;
     let url = format!("{}{UPLOAD_PATH}/{token}", base_url(state, headers));
-    Ok(Doc::created(render(&created, Some(&url))))
+    Ok((created, url))
 }
 
 /// The uploaded tar.gz of configuration version `cv` of namespace `ns` as a response, byte

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use kube::Resource;
 use kube::api::ObjectMeta;
 use terrace_crds::{
-    AgentPool, ConfigurationVersion, NotificationConfiguration, OAuthToken, Organization, Project,
-    RegistryModule, Run, SshKey, StateVersion, TestRun, TestVariable, VariableSet, Workspace,
-    WorkspaceVariable,
+    AgentPool, ConfigurationVersion, ModuleVersion, NotificationConfiguration, OAuthToken,
+    Organization, Project, RegistryModule, Run, SshKey, StateVersion, TestRun, TestVariable,
+    VariableSet, Workspace, WorkspaceVariable,
 };
 
 use super::Inner;
@@ -82,6 +82,7 @@ indexed_kinds!(
     VariableSet,
     NotificationConfiguration,
     RegistryModule,
+    ModuleVersion,
     ConfigurationVersion,
     TestRun,
     TestVariable,
@@ -253,6 +254,7 @@ keyed!(OAuthToken, oauth_tokens);
 keyed!(VariableSet, variable_sets);
 keyed!(NotificationConfiguration, notification_configurations);
 keyed!(RegistryModule, registry_modules);
+keyed!(ModuleVersion, module_versions);
 keyed!(
     ConfigurationVersion,
     configuration_versions,

@@ -38,9 +38,9 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use terrace_crds::constants::LABEL_ID;
 use terrace_crds::{
-    AgentPool, ConfigurationVersion, NotificationConfiguration, OAuthToken, Organization, Project,
-    RegistryModule, Run, SshKey, StateVersion, TestRun, TestVariable, VariableSet, Workspace,
-    WorkspaceVariable,
+    AgentPool, ConfigurationVersion, ModuleVersion, NotificationConfiguration, OAuthToken,
+    Organization, Project, RegistryModule, Run, SshKey, StateVersion, TestRun, TestVariable,
+    VariableSet, Workspace, WorkspaceVariable,
 };
 
 mod live;
@@ -75,6 +75,7 @@ pub struct Inner {
     variable_sets: Keyed<VariableSet>,
     notification_configurations: Keyed<NotificationConfiguration>,
     registry_modules: Keyed<RegistryModule>,
+    module_versions: Keyed<ModuleVersion>,
     configuration_versions: Keyed<ConfigurationVersion>,
     /// Each workspace's configuration versions and current one.
     cv_by_workspace: by_workspace::ByWorkspace,
@@ -572,6 +573,11 @@ impl Inner {
     /// Registry modules.
     pub fn registry_modules(&self) -> &Keyed<RegistryModule> {
         &self.registry_modules
+    }
+
+    /// Registry module versions.
+    pub fn module_versions(&self) -> &Keyed<ModuleVersion> {
+        &self.module_versions
     }
 
     /// Configuration versions.

@@ -29,6 +29,10 @@ crd_kind! {
         #[serde(default = "default_registry")]
         #[schemars(extend("enum" = ["private"]))]
         pub registry_name: String,
+        /// Versions are installable only once their tests passed (a terrace extension,
+        /// TFE's `test-config.publish-only-tested`). Absent: the organization's
+        /// `settings.testRuns.publishOnlyTested` (default false).
+        pub publish_only_tested: Option<bool>,
     }
 }
 
@@ -482,5 +486,51 @@ mod tests {
             .map(|s| s.as_str())
             .collect();
         assert_eq!(values, &serde_json::json!(wire));
+    }
+}
+
+crd_kind! {
+    /// A published version of a private registry module: its archive (a configuration
+    /// version of the module, which also runs the version's tests) and what became of it.
+    #[kube(
+        kind = "ModuleVersion",
+        doc = "A published version of a private registry module.",
+        namespaced,
+        status = "ModuleVersionStatus",
+        shortname = "tfmodver",
+        printcolumn = r#"{"name":"Module","type":"string","jsonPath":".spec.module"}"#,
+        printcolumn = r#"{"name":"Version","type":"string","jsonPath":".spec.version"}"#,
+        printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.status"}"#,
+        printcolumn = r#"{"name":"Tests","type":"string","jsonPath":".status.testStatus"}"#
+    )]
+    columns: wide_id, age;
+    pub struct ModuleVersionSpec {
+        /// The RegistryModule object (same namespace) this is a version of.
+        #[schemars(length(min = 1))]
+        pub module: String,
+        /// The version, semantic versioning (`1.2.0`, `2.0.0-rc.1`).
+        #[schemars(regex(pattern = r"^v?(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$"))]
+        pub version: String,
+        /// The commit the version was made from, when the publisher said.
+        pub commit_sha: Option<String>,
+        /// The ConfigurationVersion object (same namespace) holding the version's archive.
+        pub configuration_version: Option<String>,
+    }
+}
+
+kind_status! {
+    /// Observed state of a module version.
+    pub struct ModuleVersionStatus {
+        /// The version's ID (`modver-…`).
+        pub id: Option<String>,
+        /// `pending` (no archive yet), `ok` (installable), `reg_ingress_failed` (the
+        /// archive was refused; `error` says why).
+        pub status: Option<String>,
+        /// Why the version failed.
+        pub error: Option<String>,
+        /// The test run of the version's archive (`trun-…`).
+        pub test_run: Option<String>,
+        /// Its result: `pending`, `pass`, `fail` or `error`.
+        pub test_status: Option<String>,
     }
 }

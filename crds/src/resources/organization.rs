@@ -103,6 +103,10 @@ crd_struct! {
         /// Overrides applied to the Pods that run tests.
         #[serde(default)]
         pub pod_template: PodTemplateOverrides,
+        /// The default of a registry module's `publishOnlyTested`: a version is installable
+        /// only once its tests passed.
+        #[serde(default)]
+        pub publish_only_tested: bool,
     }
 }
 

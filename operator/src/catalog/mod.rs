@@ -43,8 +43,9 @@ use serde_json::{Value, json};
 use terrace_crds::constants::{FIELD_MANAGER_OPERATOR, LABEL_ID};
 use terrace_crds::ids::{IdKind, is_valid_id};
 use terrace_crds::{
-    AgentPool, ConfigurationVersion, NotificationConfiguration, OAuthToken, Organization, Project,
-    RegistryModule, Run, SshKey, TestRun, TestVariable, VariableSet, WorkspaceVariable,
+    AgentPool, ConfigurationVersion, ModuleVersion, NotificationConfiguration, OAuthToken,
+    Organization, Project, RegistryModule, Run, SshKey, TestRun, TestVariable, VariableSet,
+    WorkspaceVariable,
 };
 
 use crate::conditions::{Outcome, REASON_ASSIGNING_ID, kstatus_conditions};
@@ -92,6 +93,10 @@ pub fn targets() -> Vec<Target> {
         t(IdTarget::of::<VariableSet>(IdKind::VariableSet), Identity),
         t(
             IdTarget::of::<NotificationConfiguration>(IdKind::NotificationConfiguration),
+            Identity,
+        ),
+        t(
+            IdTarget::of::<ModuleVersion>(IdKind::ModuleVersion),
             Identity,
         ),
     ]

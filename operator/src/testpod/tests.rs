@@ -458,6 +458,7 @@ fn pod_with_organization_overrides() {
     };
     let org = TestRunSettings {
         concurrency: Some(2),
+        publish_only_tested: false,
         engine_image: Some("hashicorp/terraform:1.9".into()),
         pod_template: PodTemplateOverrides {
             labels: BTreeMap::from([

@@ -15,9 +15,11 @@
 
 pub mod config_versions;
 pub mod logs;
+pub mod protocol;
 pub mod registry;
 pub mod test_runs;
 pub mod variables;
+pub mod versions;
 
 use kube::api::ObjectMeta;
 use terrace_crds::{RegistryModule, TestRun, TestVariable};
@@ -31,7 +33,15 @@ pub use terrace_crds::constants::LABEL_MODULE;
 
 /// Routes behind the global body limit (everything but the upload).
 pub fn router() -> Router<AppState> {
-    merged_routers![registry, config_versions, variables, test_runs, logs]
+    merged_routers![
+        registry,
+        config_versions,
+        variables,
+        test_runs,
+        logs,
+        versions,
+        protocol
+    ]
 }
 
 /// The upload route, which has its own, larger body limit and must be merged outside the

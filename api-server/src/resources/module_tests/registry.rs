@@ -20,7 +20,7 @@ pub fn router() -> Router<AppState> {
         )
         .route(
             "/api/v2/organizations/{org}/registry-modules/private/{namespace}/{name}/{provider}",
-            get(show).delete(delete_provider),
+            get(show).patch(update).delete(delete_provider),
         )
         .route(
             "/api/v2/organizations/{org}/registry-modules/private/{namespace}/{name}",
@@ -34,6 +34,16 @@ pub fn router() -> Router<AppState> {
 
 /// The JSON:API `data` of a module; `can_delete`: whether the caller may delete it.
 pub fn render(m: &RegistryModule, org: &Organization, can_delete: bool) -> Value {
+    render_with(m, org, can_delete, &[])
+}
+
+/// [`render`] with the module's `version-statuses`.
+pub fn render_with(
+    m: &RegistryModule,
+    org: &Organization,
+    can_delete: bool,
+    versions: &[Value],
+) -> Value {
     let namespace = m
         .spec
         .namespace
@@ -48,7 +58,11 @@ pub fn render(m: &RegistryModule, org: &Organization, can_delete: bool) -> Value
             "provider": m.spec.provider,
             "registry-name": m.spec.registry_name,
             "status": "setup_complete",
-            "version-statuses": [],
+            "version-statuses": versions,
+            "test-config": {
+                "tests-enabled": true,
+                "publish-only-tested": super::versions::publish_only_tested(m, org),
+            },
             "no-code": false,
             "created-at": created_at(m),
             "updated-at": created_at(m),
@@ -129,7 +143,15 @@ async fn list_modules(
     mods.sort_by(|a, b| (&a.spec.name, &a.spec.provider).cmp(&(&b.spec.name, &b.spec.provider)));
     let can_delete = may_delete(&state, &caller, &o).await?;
     let base = format!("/api/v2/organizations/{org}/registry-modules");
-    Ok(list(&base, page, &mods, |m| render(m, &o, can_delete)))
+    let idx = state.index.read();
+    Ok(list(&base, page, &mods, |m| {
+        render_with(
+            m,
+            &o,
+            can_delete,
+            &super::versions::version_statuses(&idx, m),
+        )
+    }))
 }
 
 async fn show(
@@ -145,7 +167,10 @@ async fn show(
     )
     .await?;
     let can_delete = may_delete(&state, &caller, &m.org).await?;
-    Ok(Doc::ok(render(&m.module, &m.org, can_delete)))
+    let statuses = super::versions::version_statuses(&state.index.read(), &m.module);
+    Ok(Doc::ok(render_with(
+        &m.module, &m.org, can_delete, &statuses,
+    )))
 }
 
 /// Deletes the modules of `org` named `name` (every provider, or only `provider`) that
@@ -188,6 +213,65 @@ async fn delete_modules(
     Ok(no_content())
 }
 
+/// `PATCH /organizations/:org/registry-modules/private/:namespace/:name/:provider`: the
+/// module's `test-config` (`publish-only-tested`; `null` follows the organization's
+/// default). Needs `update` on `registrymodules`.
+async fn update(
+    Authed { state, caller }: Authed,
+    Path((org, namespace, name, provider)): Path<(String, String, String, String)>,
+    JsonApi(doc): JsonApi<Document<ModuleAttributes>>,
+) -> Result<Doc, ApiError> {
+    let m = locate(
+        &state,
+        &caller,
+        (&org, &namespace, &name, &provider),
+        "get",
+        "registrymodules",
+    )
+    .await?;
+    state
+        .require_or_403(
+            &caller,
+            &m.check("update", "registrymodules"),
+            "changing registry modules needs the owners team",
+        )
+        .await?;
+    let attrs = doc.checked()?.attributes;
+    let renamed = attrs
+        .name
+        .as_ref()
+        .is_some_and(|n| *n != m.module.spec.name)
+        || attrs
+            .provider
+            .as_ref()
+            .is_some_and(|p| *p != m.module.spec.provider);
+    if renamed {
+        return Err(ApiError::invalid_attribute(
+            "name",
+            "a module's name and provider cannot change; publish a new module",
+        ));
+    }
+    let updated = match attrs.test_config {
+        Some(TestConfig {
+            publish_only_tested: Some(gate),
+        }) => {
+            write::guarded_patch(
+                &write::api::<RegistryModule>(&state, &m.ns),
+                (*m.module).clone(),
+                |_| Ok(Some(json!({"spec": {"publishOnlyTested": gate}}))),
+            )
+            .await?
+        }
+        _ => (*m.module).clone(),
+    };
+    write::wait_seen(&state, &updated).await;
+    let can_delete = may_delete(&state, &caller, &m.org).await?;
+    let statuses = super::versions::version_statuses(&state.index.read(), &updated);
+    Ok(Doc::ok(render_with(
+        &updated, &m.org, can_delete, &statuses,
+    )))
+}
+
 /// `DELETE /organizations/:org/registry-modules/private/:namespace/:name/:provider`.
 async fn delete_provider(
     Authed { state, caller }: Authed,
@@ -220,6 +304,16 @@ struct ModuleAttributes {
     provider: Option<String>,
     namespace: Option<String>,
     registry_name: Option<String>,
+    test_config: Option<TestConfig>,
+}
+
+/// A module's `test-config`: TFE's `tests-enabled` (tests always run here) and terrace's
+/// `publish-only-tested` (null: the organization's default).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct TestConfig {
+    #[serde(default, deserialize_with = "nullable")]
+    publish_only_tested: Nullable<bool>,
 }
 
 impl Typed for ModuleAttributes {
@@ -286,6 +380,9 @@ async fn create(
             provider,
             namespace: Some(namespace),
             registry_name: registry,
+            publish_only_tested: attrs
+                .test_config
+                .and_then(|t| t.publish_only_tested.flatten()),
         },
         status: None,
     };
