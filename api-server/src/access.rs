@@ -379,6 +379,20 @@ pub struct Found<K, N = Read> {
     _n: PhantomData<N>,
 }
 
+impl<K: Guarded, N> Found<K, N> {
+    /// 403 (`detail`) unless the caller may `verb` the object (they may read it).
+    pub async fn require(
+        &self,
+        state: &AppState,
+        verb: &'static str,
+        detail: &'static str,
+    ) -> Result<(), ApiError> {
+        state
+            .require_or_403(&self.caller, &self.at.check(verb), detail)
+            .await
+    }
+}
+
 impl<K: Guarded, N: Need> FromRequestParts<AppState> for Found<K, N> {
     type Rejection = ApiError;
 

@@ -18,29 +18,15 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use terrace_tests::bench::{env_usize, median};
 use terrace_tests::receiver::Receiver;
-use terrace_tests::{Api, Dev, targz, terraform_path};
+use terrace_tests::{Api, Dev, terraform_path};
 
 const ORG: &str = "benchnotify";
 const DESTINATIONS: usize = 10;
 
-fn upload(api: &Api, ws: &str) -> String {
-    let r = api.post(
-        &format!("/api/v2/workspaces/{ws}/configuration-versions"),
-        &json!({"data": {"type": "configuration-versions", "attributes": {"auto-queue-runs": false}}}),
-    );
-    assert_eq!(r.status, 201, "{:?}", r.body);
-    let url = r.body["data"]["attributes"]["upload-url"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    let path = &url[url.find("/api/v2/").expect("upload path")..];
-    let files = [(
-        "main.tf",
-        "resource \"terraform_data\" \"x\" {\n  input = timestamp()\n}\n",
-    )];
-    assert_eq!(api.put_unauthenticated(path, targz(&files)), 200);
-    r.body["data"]["id"].as_str().unwrap_or_default().to_owned()
-}
+const FILES: &[(&str, &str)] = &[(
+    "main.tf",
+    "resource \"terraform_data\" \"x\" {\n  input = timestamp()\n}\n",
+)];
 
 /// Runs an auto-applied run in `ws` and answers its ID and its own time (queueable to
 /// applied).
@@ -101,7 +87,10 @@ fn main() {
         );
         assert_eq!(r.status, 201, "{:?}", r.body);
     }
-    let (cv_quiet, cv_loud) = (upload(&api, &quiet), upload(&api, &loud));
+    let (cv_quiet, cv_loud) = (
+        api.upload_config(&quiet, FILES),
+        api.upload_config(&loud, FILES),
+    );
     // One of each first, unmeasured (the engine's first start).
     timed_run(&dev, &api, &quiet, &cv_quiet);
     timed_run(&dev, &api, &loud, &cv_loud);

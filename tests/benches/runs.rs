@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use terrace_tests::bench::{PeakRss, env_usize, median, rss_kib};
-use terrace_tests::{Api, CLI_HOST, Dev, Terraform, targz, terraform_path, text};
+use terrace_tests::{Api, CLI_HOST, Dev, Terraform, terraform_path, text};
 
 const ORG: &str = "benchruns";
 
@@ -125,18 +125,7 @@ fn main() {
             ORG,
             json!({"name": format!("many-{i}"), "auto-apply": true}),
         );
-        let r = api.post(
-            &format!("/api/v2/workspaces/{ws}/configuration-versions"),
-            &json!({"data": {"type": "configuration-versions", "attributes": {"auto-queue-runs": false}}}),
-        );
-        assert_eq!(r.status, 201, "{:?}", r.body);
-        let url = r.body["data"]["attributes"]["upload-url"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        let path = &url[url.find("/api/v2/").expect("upload path")..];
-        assert_eq!(api.put_unauthenticated(path, targz(&files)), 200);
-        cvs.push(r.body["data"]["id"].as_str().unwrap_or_default().to_owned());
+        cvs.push(api.upload_config(&ws, &files));
         ws_ids.push(ws);
     }
     let before = rss_kib(pid);

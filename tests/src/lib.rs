@@ -550,6 +550,26 @@ impl Api {
     }
 }
 
+impl Api {
+    /// Uploads `files` as a new configuration version of workspace `ws` (no run of its
+    /// own); answers its ID.
+    pub fn upload_config(&self, ws: &str, files: &[(&str, &str)]) -> String {
+        let r = self.post(
+            &format!("/api/v2/workspaces/{ws}/configuration-versions"),
+            &serde_json::json!({"data": {"type": "configuration-versions",
+                "attributes": {"auto-queue-runs": false}}}),
+        );
+        assert_eq!(r.status, 201, "{:?}", r.body);
+        let url = r.body["data"]["attributes"]["upload-url"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let path = &url[url.find("/api/v2/").expect("upload path")..];
+        assert_eq!(self.put_unauthenticated(path, targz(files)), 200);
+        r.body["data"]["id"].as_str().unwrap_or_default().to_owned()
+    }
+}
+
 /// A gzip-compressed tar archive of `files` (path, content), like `tar czf`.
 pub fn targz(files: &[(&str, &str)]) -> Vec<u8> {
     let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use terrace_crds::notification::signature;
 use terrace_tests::receiver::Receiver;
-use terrace_tests::{Api, Dev, targz, terraform_path};
+use terrace_tests::{Api, Dev, terraform_path};
 
 const ORG: &str = "notifyorg";
 const TOKEN: &str = "hook-s3cret";
@@ -21,21 +21,6 @@ fn nc(api: &Api, ws: &str, attrs: Value) -> String {
         &json!({"data": {"type": "notification-configurations", "attributes": attrs}}),
     );
     assert_eq!(r.status, 201, "{:?}", r.body);
-    r.body["data"]["id"].as_str().unwrap_or_default().to_owned()
-}
-
-fn upload(api: &Api, ws: &str, files: &[(&str, &str)]) -> String {
-    let r = api.post(
-        &format!("/api/v2/workspaces/{ws}/configuration-versions"),
-        &json!({"data": {"type": "configuration-versions", "attributes": {"auto-queue-runs": false}}}),
-    );
-    assert_eq!(r.status, 201, "{:?}", r.body);
-    let url = r.body["data"]["attributes"]["upload-url"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    let path = &url[url.find("/api/v2/").expect("upload path")..];
-    assert_eq!(api.put_unauthenticated(path, targz(files)), 200);
     r.body["data"]["id"].as_str().unwrap_or_default().to_owned()
 }
 
@@ -105,8 +90,7 @@ fn a_runs_notifications_reach_their_destinations() {
     assert_eq!(verification["run_id"], Value::Null);
 
     // A run, applied automatically.
-    let cv = upload(
-        &api,
+    let cv = api.upload_config(
         &ws,
         &[(
             "main.tf",

@@ -324,26 +324,15 @@ async fn create(
     Ok(Doc::created(render(&state, &created)))
 }
 
-async fn need(
-    state: &AppState,
-    f: &Found<NotificationConfiguration>,
-    verb: &'static str,
-) -> Result<(), ApiError> {
-    state
-        .require_or_403(
-            &f.caller,
-            &f.at.check(verb),
-            "not authorized to change this notification configuration",
-        )
-        .await
-}
+/// Why a caller who reads the object may not change it.
+const NOT_YOURS: &str = "not authorized to change this notification configuration";
 
 async fn update(
     State(state): State<AppState>,
     f: Found<NotificationConfiguration>,
     JsonApi(doc): JsonApi<Document<Attributes, Relationships>>,
 ) -> Result<Doc, ApiError> {
-    need(&state, &f, "update").await?;
+    f.require(&state, "update", NOT_YOURS).await?;
     let data = doc.checked()?;
     let a = &data.attributes;
     let object = f.at.obj.name_any();
@@ -400,7 +389,7 @@ async fn remove(
     State(state): State<AppState>,
     f: Found<NotificationConfiguration>,
 ) -> Result<Response, ApiError> {
-    need(&state, &f, "delete").await?;
+    f.require(&state, "delete", NOT_YOURS).await?;
     // The token's Secret is owned by it: the garbage collector takes it.
     write::delete_if_present(&state, f.at.obj.as_ref()).await?;
     Ok(no_content())
@@ -412,7 +401,7 @@ async fn verify(
     State(state): State<AppState>,
     f: Found<NotificationConfiguration>,
 ) -> Result<Doc, ApiError> {
-    need(&state, &f, "update").await?;
+    f.require(&state, "update", NOT_YOURS).await?;
     let token = crate::capability::random_token();
     let api = write::api::<NotificationConfiguration>(&state, &f.at.ns);
     let asked = write::guarded_patch(&api, (*f.at.obj).clone(), |_| {

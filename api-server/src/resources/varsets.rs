@@ -316,26 +316,15 @@ async fn change_spec(
     .await
 }
 
-async fn need(
-    state: &AppState,
-    f: &Found<VariableSet>,
-    verb: &'static str,
-) -> Result<(), ApiError> {
-    state
-        .require_or_403(
-            &f.caller,
-            &f.at.check(verb),
-            "not authorized to change this variable set",
-        )
-        .await
-}
+/// Why a caller who reads the object may not change it.
+const NOT_YOURS: &str = "not authorized to change this variable set";
 
 async fn update(
     State(state): State<AppState>,
     f: Found<VariableSet>,
     JsonApi(doc): JsonApi<Document<SetAttributes, SetRelationships>>,
 ) -> Result<Doc, ApiError> {
-    need(&state, &f, "update").await?;
+    f.require(&state, "update", NOT_YOURS).await?;
     let data = doc.checked()?;
     let ns = f.at.ns.clone();
     let (name, workspaces, projects) = {
@@ -385,7 +374,7 @@ async fn remove(
     State(state): State<AppState>,
     f: Found<VariableSet>,
 ) -> Result<Response, ApiError> {
-    need(&state, &f, "delete").await?;
+    f.require(&state, "delete", NOT_YOURS).await?;
     // The Secrets of its sensitive values are owned by it: the garbage collector takes them.
     write::delete_if_present(&state, f.at.obj.as_ref()).await?;
     Ok(no_content())
@@ -397,7 +386,7 @@ async fn relate<T: Typed + Send + Sync + 'static, const ADD: bool>(
     f: Found<VariableSet>,
     JsonApi(body): JsonApi<ToMany<T>>,
 ) -> Result<Response, ApiError> {
-    need(&state, &f, "update").await?;
+    f.require(&state, "update", NOT_YOURS).await?;
     let projects = T::TYPE == "projects";
     let ids = ids_of(&state.index.read(), &f.at.ns, "/data", body)?;
     let ns = f.at.ns.clone();
@@ -535,7 +524,7 @@ async fn create_var(
     f: Found<VariableSet>,
     JsonApi(doc): JsonApi<Document<VarAttributes>>,
 ) -> Result<Doc, ApiError> {
-    need(&state, &f, "update").await?;
+    f.require(&state, "update", NOT_YOURS).await?;
     let mut errs = Vec::new();
     let input = doc.checked()?.attributes.parse(&mut errs);
     if input.key.is_none() && !errs.iter().any(|e| e.pointer == ptr("key")) {
@@ -569,7 +558,7 @@ async fn update_var(
     Path((_, var)): Path<(String, String)>,
     JsonApi(doc): JsonApi<Document<VarAttributes>>,
 ) -> Result<Doc, ApiError> {
-    need(&state, &f, "update").await?;
+    f.require(&state, "update", NOT_YOURS).await?;
     let set_id = f.at.id();
     let current = var_in(&f.at.obj, &set_id, &var)?.clone();
     let mut errs = Vec::new();
@@ -609,7 +598,7 @@ async fn remove_var(
     f: Found<VariableSet>,
     Path((_, var)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    need(&state, &f, "update").await?;
+    f.require(&state, "update", NOT_YOURS).await?;
     let set_id = f.at.id();
     let current = var_in(&f.at.obj, &set_id, &var)?.clone();
     change_spec(&state, &f.at, |s| {

@@ -8,7 +8,7 @@
 use kube::api::PostParams;
 use terrace_crds::{RegistryModule, RegistryModuleSpec};
 
-use super::locate;
+use super::locate_path;
 use crate::prelude::*;
 use crate::render::stable_id;
 
@@ -156,21 +156,22 @@ async fn list_modules(
 
 async fn show(
     Authed { state, caller }: Authed,
-    Path((org, namespace, name, provider)): Path<(String, String, String, String)>,
+    Path(path): Path<super::ModulePath>,
 ) -> Result<Doc, ApiError> {
-    let m = locate(
-        &state,
-        &caller,
-        (&org, &namespace, &name, &provider),
-        "get",
-        "registrymodules",
-    )
-    .await?;
-    let can_delete = may_delete(&state, &caller, &m.org).await?;
-    let statuses = super::versions::version_statuses(&state.index.read(), &m.module);
-    Ok(Doc::ok(render_with(
-        &m.module, &m.org, can_delete, &statuses,
-    )))
+    let m = locate_path(&state, &caller, &path, "get", "registrymodules").await?;
+    module_doc(&state, &caller, &m.module, &m.org).await
+}
+
+/// The document of module `m` as `caller` sees it: its versions, whether they may delete it.
+async fn module_doc(
+    state: &AppState,
+    caller: &Caller,
+    m: &RegistryModule,
+    org: &Organization,
+) -> Result<Doc, ApiError> {
+    let can_delete = may_delete(state, caller, org).await?;
+    let statuses = super::versions::version_statuses(&state.index.read(), m);
+    Ok(Doc::ok(render_with(m, org, can_delete, &statuses)))
 }
 
 /// Deletes the modules of `org` named `name` (every provider, or only `provider`) that
@@ -218,17 +219,10 @@ async fn delete_modules(
 /// default). Needs `update` on `registrymodules`.
 async fn update(
     Authed { state, caller }: Authed,
-    Path((org, namespace, name, provider)): Path<(String, String, String, String)>,
+    Path(path): Path<super::ModulePath>,
     JsonApi(doc): JsonApi<Document<ModuleAttributes>>,
 ) -> Result<Doc, ApiError> {
-    let m = locate(
-        &state,
-        &caller,
-        (&org, &namespace, &name, &provider),
-        "get",
-        "registrymodules",
-    )
-    .await?;
+    let m = locate_path(&state, &caller, &path, "get", "registrymodules").await?;
     state
         .require_or_403(
             &caller,
@@ -265,11 +259,7 @@ async fn update(
         _ => (*m.module).clone(),
     };
     write::wait_seen(&state, &updated).await;
-    let can_delete = may_delete(&state, &caller, &m.org).await?;
-    let statuses = super::versions::version_statuses(&state.index.read(), &updated);
-    Ok(Doc::ok(render_with(
-        &updated, &m.org, can_delete, &statuses,
-    )))
+    module_doc(&state, &caller, &updated, &m.org).await
 }
 
 /// `DELETE /organizations/:org/registry-modules/private/:namespace/:name/:provider`.
