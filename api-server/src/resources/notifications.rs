@@ -360,29 +360,16 @@ async fn update(
                 }
                 None => {}
             }
-            let spec = serde_json::to_value(&next).map_err(|e| ApiError::internal("a spec", e))?;
-            Ok(Some(json!({
-                "metadata": {"annotations": {ANNOTATION_UPDATED_AT: now}},
-                // A merge patch replaces the spec's fields; an unset token is removed.
-                "spec": merge_spec(&cur.spec, spec),
-            })))
+            let mut patch = json!({"metadata": {"annotations": {ANNOTATION_UPDATED_AT: now}}});
+            if let Some(spec) = write::spec_diff(&cur.spec, &next)? {
+                patch["spec"] = spec;
+            }
+            Ok(Some(patch))
         },
     )
     .await?;
     write::wait_seen(&state, &updated).await;
     Ok(Doc::ok(render(&state, &updated)))
-}
-
-/// The merge patch turning spec `cur` into `next` (JSON): `next`'s fields, and `null` for
-/// an optional field `next` no longer has.
-fn merge_spec(cur: &NotificationConfigurationSpec, mut next: Value) -> Value {
-    if cur.token_from.is_some() && next.get("tokenFrom").is_none() {
-        next["tokenFrom"] = Value::Null;
-    }
-    if !cur.triggers.is_empty() && next.get("triggers").is_none() {
-        next["triggers"] = json!([]);
-    }
-    next
 }
 
 async fn remove(

@@ -20,7 +20,7 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use terrace_crds::registry::{latest, parse_version};
 use terrace_crds::{ModuleVersion, RegistryModule};
 
-use super::versions::{Lookup, facts, versions_of};
+use super::versions::{Lookup, versions_of};
 use super::{Module, locate};
 use crate::index::Inner;
 use crate::prelude::*;
@@ -62,44 +62,61 @@ async fn module(
     .await
 }
 
-/// The module's installable versions, newest first.
-fn installable<'a>(idx: &'a Inner, m: &Module) -> Vec<&'a Arc<ModuleVersion>> {
-    let lookup = Lookup::of(idx, &m.ns);
-    let mut all: Vec<&Arc<ModuleVersion>> = versions_of(idx, &m.module)
-        .into_iter()
-        .filter(|v| lookup.installable(v, &m.module, &m.org))
-        .collect();
-    all.sort_by_cached_key(|v| std::cmp::Reverse(parse_version(&v.spec.version)));
-    all
+/// A module's installable versions, newest first, and what each is.
+struct Offered<'a> {
+    lookup: Lookup<'a>,
+    versions: Vec<&'a Arc<ModuleVersion>>,
 }
 
-/// The protocol's document of version `v` of module `m`.
-fn describe(
-    idx: &Inner,
-    m: &RegistryModule,
-    org: &Organization,
-    v: &ModuleVersion,
-    versions: &[&Arc<ModuleVersion>],
-) -> Value {
-    let ns = org.tfe_name();
-    let f = facts(idx, v);
-    json!({
-        "id": format!("{ns}/{}/{}/{}", m.spec.name, m.spec.provider, v.spec.version),
-        "owner": "",
-        "namespace": ns,
-        "name": m.spec.name,
-        "version": v.spec.version,
-        "provider": m.spec.provider,
-        "provider_logo_url": "",
-        "description": "",
-        "source": "",
-        "tag": "",
-        "published_at": created_at(v),
-        "downloads": 0,
-        "verified": false,
-        "test_status": f.tests,
-        "versions": versions.iter().map(|x| x.spec.version.clone()).collect::<Vec<_>>(),
-    })
+impl<'a> Offered<'a> {
+    /// The installable versions of `m`.
+    fn of(idx: &'a Inner, m: &Module) -> Offered<'a> {
+        let lookup = Lookup::of(idx, &m.ns);
+        let mut versions: Vec<&Arc<ModuleVersion>> = versions_of(idx, &m.module)
+            .into_iter()
+            .filter(|v| lookup.installable(v, &m.module, &m.org))
+            .collect();
+        versions.sort_by_cached_key(|v| std::cmp::Reverse(parse_version(&v.spec.version)));
+        Offered { lookup, versions }
+    }
+
+    /// Version `version`, if offered.
+    fn find(&self, version: &str) -> Result<&'a Arc<ModuleVersion>, ApiError> {
+        let want = parse_version(version).ok_or_else(version_not_found)?;
+        self.versions
+            .iter()
+            .find(|v| parse_version(&v.spec.version).as_ref() == Some(&want))
+            .copied()
+            .ok_or_else(version_not_found)
+    }
+
+    /// The latest offered version.
+    fn latest(&self) -> Result<&'a ModuleVersion, ApiError> {
+        latest(self.versions.iter().map(|v| Arc::as_ref(*v))).ok_or_else(version_not_found)
+    }
+
+    /// The protocol's document of version `v` of module `m`.
+    fn describe(&self, m: &RegistryModule, org: &Organization, v: &ModuleVersion) -> Value {
+        let ns = org.tfe_name();
+        let f = self.lookup.facts(v);
+        json!({
+            "id": format!("{ns}/{}/{}/{}", m.spec.name, m.spec.provider, v.spec.version),
+            "owner": "",
+            "namespace": ns,
+            "name": m.spec.name,
+            "version": v.spec.version,
+            "provider": m.spec.provider,
+            "provider_logo_url": "",
+            "description": "",
+            "source": "",
+            "tag": "",
+            "published_at": created_at(v),
+            "downloads": 0,
+            "verified": false,
+            "test_status": f.tests,
+            "versions": self.versions.iter().map(|x| x.spec.version.clone()).collect::<Vec<_>>(),
+        })
+    }
 }
 
 async fn list_versions(
@@ -108,7 +125,8 @@ async fn list_versions(
 ) -> Result<Response, ApiError> {
     let m = module(&state, &caller, &p).await?;
     let idx = state.index.read();
-    let versions: Vec<Value> = installable(&idx, &m)
+    let versions: Vec<Value> = Offered::of(&idx, &m)
+        .versions
         .iter()
         .map(|v| json!({"version": v.spec.version, "root": {"providers": [], "dependencies": []}, "submodules": []}))
         .collect();
@@ -127,28 +145,15 @@ fn version_not_found() -> ApiError {
     ApiError::not_found("module version not found")
 }
 
-/// The installable version `version` of `m`.
-fn installable_version<'a>(
-    idx: &'a Inner,
-    m: &Module,
-    version: &str,
-) -> Result<&'a Arc<ModuleVersion>, ApiError> {
-    let want = parse_version(version).ok_or_else(version_not_found)?;
-    installable(idx, m)
-        .into_iter()
-        .find(|v| parse_version(&v.spec.version).as_ref() == Some(&want))
-        .ok_or_else(version_not_found)
-}
-
 async fn show_version(
     Authed { state, caller }: Authed,
     Path((ns, name, provider, version)): Path<(String, String, String, String)>,
 ) -> Result<Response, ApiError> {
     let m = module(&state, &caller, &(ns, name, provider)).await?;
     let idx = state.index.read();
-    let v = installable_version(&idx, &m, &version)?;
-    let all = installable(&idx, &m);
-    Ok(plain_json(describe(&idx, &m.module, &m.org, v, &all)))
+    let offered = Offered::of(&idx, &m);
+    let v = offered.find(&version)?;
+    Ok(plain_json(offered.describe(&m.module, &m.org, v)))
 }
 
 async fn show_latest(
@@ -157,9 +162,9 @@ async fn show_latest(
 ) -> Result<Response, ApiError> {
     let m = module(&state, &caller, &p).await?;
     let idx = state.index.read();
-    let all = installable(&idx, &m);
-    let v = latest(all.iter().map(|v| v.as_ref())).ok_or_else(version_not_found)?;
-    Ok(plain_json(describe(&idx, &m.module, &m.org, v, &all)))
+    let offered = Offered::of(&idx, &m);
+    let v = offered.latest()?;
+    Ok(plain_json(offered.describe(&m.module, &m.org, v)))
 }
 
 async fn download(
@@ -170,7 +175,7 @@ async fn download(
     let m = module(&state, &caller, &(ns, name, provider)).await?;
     let id = {
         let idx = state.index.read();
-        id_of(installable_version(&idx, &m, &version)?.as_ref())
+        id_of(Offered::of(&idx, &m).find(&version)?.as_ref())
     };
     let token = state.signer.sign(ARCHIVE_PURPOSE, &id, ARCHIVE_URL_TTL);
     let url = format!(
@@ -190,12 +195,7 @@ async fn download_latest(
     let m = module(&state, &caller, &p).await?;
     let version = {
         let idx = state.index.read();
-        let all = installable(&idx, &m);
-        latest(all.iter().map(|v| v.as_ref()))
-            .ok_or_else(version_not_found)?
-            .spec
-            .version
-            .clone()
+        Offered::of(&idx, &m).latest()?.spec.version.clone()
     };
     let to = format!("{BASE}{}/{}/{}/{version}/download", p.0, p.1, p.2);
     let location = HeaderValue::from_str(&to).map_err(|e| ApiError::internal("a redirect", e))?;
@@ -239,9 +239,9 @@ async fn search(Authed { state, caller }: Authed, q: QueryParams) -> Result<Resp
             continue;
         };
         let idx = state.index.read();
-        let all = installable(&idx, &m);
-        if let Some(v) = latest(all.iter().map(|v| v.as_ref())) {
-            found.push(describe(&idx, &m.module, &m.org, v, &all));
+        let offered = Offered::of(&idx, &m);
+        if let Ok(v) = offered.latest() {
+            found.push(offered.describe(&m.module, &m.org, v));
         }
     }
     found.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
