@@ -247,6 +247,37 @@ pub fn validate_reader(
     reader: &mut dyn Read,
     limits: &ArchiveLimits,
 ) -> Result<ArchiveStats, ArchiveError> {
+    validate_keeping(reader, limits, &Keep::nothing()).map(|(stats, _)| stats)
+}
+
+/// Which regular files a check keeps the contents of while it validates (a module
+/// version's configuration files and READMEs, to describe it), and at most how many bytes
+/// of them in all.
+pub struct Keep<'a> {
+    pub wanted: &'a dyn Fn(&Path) -> bool,
+    pub budget: u64,
+}
+
+impl Keep<'_> {
+    /// Keeps nothing.
+    pub fn nothing() -> Keep<'static> {
+        Keep {
+            wanted: &|_| false,
+            budget: 0,
+        }
+    }
+}
+
+/// Files kept by [`validate_keeping`], by their relative path.
+pub type KeptFiles = std::collections::BTreeMap<PathBuf, Vec<u8>>;
+
+/// [`validate_reader`] that also keeps the contents of the regular files `keep` wants;
+/// more than `keep.budget` bytes of them refuse the archive.
+pub fn validate_keeping(
+    reader: &mut dyn Read,
+    limits: &ArchiveLimits,
+    keep: &Keep<'_>,
+) -> Result<(ArchiveStats, KeptFiles), ArchiveError> {
     let mut magic = [0u8; 2];
     let mut got = 0;
     while got < magic.len() {
@@ -266,7 +297,7 @@ pub fn validate_reader(
         flate2::read::GzDecoder::new(io::BufReader::new(io::Cursor::new(magic).chain(reader))),
         limits.max_unpacked_bytes.saturating_add(TAR_OVERHEAD_BYTES),
     );
-    let result = walk(tar::Archive::new(stream), limits);
+    let result = walk(tar::Archive::new(stream), limits, keep);
     if exceeded.get() {
         return Err(ArchiveError::TooLarge {
             what: "unpacked size",
@@ -279,7 +310,10 @@ pub fn validate_reader(
 fn walk<R: Read>(
     mut archive: tar::Archive<R>,
     limits: &ArchiveLimits,
-) -> Result<ArchiveStats, ArchiveError> {
+    keep: &Keep<'_>,
+) -> Result<(ArchiveStats, KeptFiles), ArchiveError> {
+    let mut kept = KeptFiles::new();
+    let mut left = keep.budget;
     let unreadable = |e: io::Error| ArchiveError::Unreadable(e.to_string());
     // A virtual root; symbolic links seen so far, by their path under it.
     let root = PathBuf::from("/archive-root");
@@ -297,7 +331,7 @@ fn walk<R: Read>(
         }
         let physical = |rel: &Path| Ok(follow(&root, &links, rel));
         let checked = check_entry(&entry, &root, physical, &mut stats, limits)?;
-        if let Checked::Unpack(rel) = checked
+        if let Checked::Unpack(rel) = &checked
             && entry.header().entry_type().is_symlink()
             && let Some(target) = entry.link_name().map_err(unreadable)?
         {
@@ -306,12 +340,30 @@ fn walk<R: Read>(
             let resolved =
                 resolve_physically(&root, &at, &target, &physical).map_err(unreadable)?;
             if let Some(resolved) = resolved {
-                links.insert(root.join(&rel), resolved);
+                links.insert(root.join(rel), resolved);
             }
+        }
+        if let Checked::Unpack(rel) = checked
+            && entry.header().entry_type().is_file()
+            && (keep.wanted)(&rel)
+        {
+            let mut content = Vec::new();
+            entry
+                .by_ref()
+                .take(left.saturating_add(1))
+                .read_to_end(&mut content)
+                .map_err(unreadable)?;
+            left = left
+                .checked_sub(content.len() as u64)
+                .ok_or(ArchiveError::TooLarge {
+                    what: "size of the files to describe",
+                    limit: keep.budget,
+                })?;
+            kept.insert(rel, content);
         }
         io::copy(&mut entry, &mut io::sink()).map_err(unreadable)?;
     }
-    Ok(stats)
+    Ok((stats, kept))
 }
 
 /// Where `rel` lands under `root` once the links of `links` are followed (at most 40, as

@@ -1,6 +1,8 @@
 //! The private module registry's rules (docs/registry.md): what a version's state is,
 //! when it may be installed, and which is the latest.
 
+pub mod doc;
+
 use crate::resources::{ConfigurationVersion, ModuleVersion, TestRun};
 
 /// A version string as semver (a leading `v` allowed), or None.
@@ -78,6 +80,110 @@ pub fn installable(state: &str, tests: Option<&str>, publish_only_tested: bool) 
     state == "ok" && (!publish_only_tested || tests == Some("pass"))
 }
 
+/// A deprecation from its reason and link (empty ones are none), or the field that is
+/// wrong and why: a reason of at most 1,000 characters, an http or https link of at most
+/// 2,048.
+pub fn deprecation(
+    reason: Option<String>,
+    link: Option<String>,
+) -> Result<crate::resources::VersionDeprecation, (&'static str, String)> {
+    let reason = reason.filter(|r| !r.is_empty());
+    if reason.as_ref().is_some_and(|r| r.chars().count() > 1000) {
+        return Err((
+            "deprecation/reason",
+            "reason is too long (at most 1,000 characters)".to_owned(),
+        ));
+    }
+    let link = link.filter(|l| !l.is_empty());
+    if let Some(l) = &link {
+        if l.len() > 2048 {
+            return Err((
+                "deprecation/link",
+                "link is too long (at most 2,048 characters)".to_owned(),
+            ));
+        }
+        crate::notification::check_url(l).map_err(|e| ("deprecation/link", format!("link {e}")))?;
+    }
+    Ok(crate::resources::VersionDeprecation { reason, link })
+}
+
+/// A registry module an engine's `init` installed from terrace's registry at `host`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Installed {
+    /// The module call's key (`vpc`, `vpc.subnets`).
+    pub key: String,
+    /// `ORG/NAME/PROVIDER`.
+    pub module: String,
+    pub version: String,
+}
+
+/// The modules of `host`'s registry in an engine's `.terraform/modules/modules.json`
+/// (`{"Modules": [{"Key", "Source", "Version"}]}`), each once.
+pub fn installed_from(modules_json: &[u8], host: &str) -> Vec<Installed> {
+    #[derive(serde::Deserialize)]
+    struct Manifest {
+        #[serde(rename = "Modules", default)]
+        modules: Vec<Entry>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        #[serde(rename = "Key", default)]
+        key: String,
+        #[serde(rename = "Source", default)]
+        source: String,
+        #[serde(rename = "Version", default)]
+        version: String,
+    }
+    let Ok(m) = serde_json::from_slice::<Manifest>(modules_json) else {
+        return Vec::new();
+    };
+    let mut out: Vec<Installed> = Vec::new();
+    for e in m.modules {
+        let Some((h, module)) = e.source.split_once('/') else {
+            continue;
+        };
+        let ours = h.eq_ignore_ascii_case(host) && module.split('/').count() == 3;
+        if ours
+            && !e.version.is_empty()
+            && !out
+                .iter()
+                .any(|i| i.module == module && i.version == e.version)
+        {
+            out.push(Installed {
+                key: e.key,
+                module: module.to_owned(),
+                version: e.version,
+            });
+        }
+    }
+    out
+}
+
+/// The warning a run prints for installed module `i` whose version is deprecated (the
+/// registry's `deprecation`: `reason`, `link`): its summary and detail.
+pub fn deprecation_warning(
+    i: &Installed,
+    host: &str,
+    reason: &str,
+    link: &str,
+) -> (String, String) {
+    let summary = format!(
+        "Deprecated module version: {host}/{} {}",
+        i.module, i.version
+    );
+    let mut detail = format!(
+        "Module \"{}\" uses version {} of {host}/{}, which its publisher deprecated.",
+        i.key, i.version, i.module
+    );
+    if !reason.is_empty() {
+        detail.push_str(&format!(" Reason: {reason}"));
+    }
+    if !link.is_empty() {
+        detail.push_str(&format!(" More: {link}"));
+    }
+    (summary, detail)
+}
+
 /// The latest of `versions`: the highest release, else (only pre-releases) the highest
 /// pre-release.
 pub fn latest<'a>(
@@ -110,6 +216,55 @@ mod tests {
                 ..Default::default()
             },
         )
+    }
+
+    #[test]
+    fn the_installed_modules_of_our_registry_are_found_once() {
+        let manifest = br#"{"Modules":[
+            {"Key":"","Source":"","Dir":"."},
+            {"Key":"vpc","Source":"terrace.example/acme/vpc/aws","Version":"1.2.0","Dir":".terraform/modules/vpc"},
+            {"Key":"vpc2","Source":"TERRACE.example/acme/vpc/aws","Version":"1.2.0"},
+            {"Key":"public","Source":"registry.terraform.io/hashicorp/consul/aws","Version":"0.1.0"},
+            {"Key":"local","Source":"./modules/x"},
+            {"Key":"old","Source":"terrace.example/acme/vpc/aws","Version":"1.0.0"}
+        ]}"#;
+        let got = installed_from(manifest, "terrace.example");
+        let keys: Vec<(&str, &str)> = got
+            .iter()
+            .map(|i| (i.key.as_str(), i.version.as_str()))
+            .collect();
+        assert_eq!(keys, [("vpc", "1.2.0"), ("old", "1.0.0")]);
+        assert_eq!(got[0].module, "acme/vpc/aws");
+        assert!(installed_from(b"not json", "h").is_empty());
+        let (summary, detail) =
+            deprecation_warning(&got[0], "terrace.example", "use 2.x", "https://x/y");
+        assert!(
+            summary.contains("terrace.example/acme/vpc/aws 1.2.0"),
+            "{summary}"
+        );
+        assert!(
+            detail.contains("Reason: use 2.x") && detail.contains("More: https://x/y"),
+            "{detail}"
+        );
+    }
+
+    #[test]
+    fn a_deprecation_has_a_short_reason_and_a_web_link() {
+        let d = deprecation(
+            Some("use 2.x".into()),
+            Some("https://example.com/up".into()),
+        )
+        .unwrap();
+        assert_eq!(d.reason.as_deref(), Some("use 2.x"));
+        assert_eq!(deprecation(Some(String::new()), None).unwrap().reason, None);
+        assert_eq!(
+            deprecation(None, Some("ftp://x".into())).unwrap_err().0,
+            "deprecation/link"
+        );
+        assert_eq!(
+            deprecation(Some("x".repeat(1001)), None).unwrap_err().0,
+            "deprecation/reason"
+        );
     }
 
     #[test]

@@ -37,6 +37,17 @@ fn create_module(api: &Api, name: &str, only_tested: bool) {
 
 /// Publishes `version` of module `name` (go-tfe's create path) with `test` as its test.
 fn publish(api: &Api, name: &str, version: &str, cidr: &str, test: &str) -> Value {
+    let main = main_tf(cidr);
+    publish_files(
+        api,
+        name,
+        version,
+        &[("main.tf", main.as_str()), ("tests/main.tftest.hcl", test)],
+    )
+}
+
+/// Publishes `version` of module `name` with an archive of `files`.
+fn publish_files(api: &Api, name: &str, version: &str, files: &[(&str, &str)]) -> Value {
     let r = api.post(
         &format!("/api/v2/registry-modules/{ORG}/{name}/aws/versions"),
         &json!({"data": {"type": "registry-module-versions", "attributes": {"version": version, "commit-sha": "abc123"}}}),
@@ -48,9 +59,7 @@ fn publish(api: &Api, name: &str, version: &str, cidr: &str, test: &str) -> Valu
         .unwrap_or_default()
         .to_owned();
     let path = &upload[upload.find("/api/v2/").expect("upload path")..];
-    let main = main_tf(cidr);
-    let files = [("main.tf", main.as_str()), ("tests/main.tftest.hcl", test)];
-    assert_eq!(api.put_unauthenticated(path, targz(&files)), 200);
+    assert_eq!(api.put_unauthenticated(path, targz(files)), 200);
     r.body["data"].clone()
 }
 
@@ -212,7 +221,7 @@ fn published_versions_install_with_the_cli_and_untested_ones_are_held_back() {
     ));
     assert_eq!(
         listed.body["modules"][0]["versions"],
-        json!([{"version": "1.0.0", "root": {"providers": [], "dependencies": []}, "submodules": []}])
+        json!([{"version": "1.0.0", "root": {"path": "", "providers": [], "dependencies": []}, "submodules": []}])
     );
 
     // The module shows its versions; kubectl shows them with their tests.
@@ -242,4 +251,193 @@ fn published_versions_install_with_the_cli_and_untested_ones_are_held_back() {
         (r.body["modules"][0]["versions"].as_array().map(Vec::len) == Some(0)).then_some(())
     });
     assert!(gone.is_some(), "the deleted version is still offered");
+}
+
+/// The version document of `name` `version` once `ready` holds of it.
+fn version_when(
+    dev: &Dev,
+    api: &Api,
+    name: &str,
+    version: &str,
+    ready: impl Fn(&Value) -> bool,
+) -> Value {
+    dev.eventually(Duration::from_secs(60), || {
+        let r = api.get(&format!(
+            "/api/v2/organizations/{ORG}/registry-modules/private/{ORG}/{name}/aws/version?module_version={version}"
+        ));
+        (r.status == 200 && ready(&r.body["data"])).then(|| r.body["data"].clone())
+    })
+    .unwrap_or_else(|| panic!("{name} {version} never got there: {}", dev.log()))
+}
+
+const LB_MAIN: &str = r#"
+variable "cidr" {
+  type        = string
+  description = "The network's range."
+  default     = "10.9.0.0/16"
+}
+
+variable "name" {
+  type = string
+  default = "lb"
+}
+
+resource "terraform_data" "marker" {
+  input = var.name
+}
+
+module "listener" {
+  source = "./modules/listener"
+}
+
+output "cidr" {
+  description = "The range in use."
+  value       = var.cidr
+}
+"#;
+
+const DEPRECATE: &str = "deprecation";
+
+#[test]
+fn a_version_shows_what_its_modules_hold_and_deprecated_versions_warn_their_consumers() {
+    let dev = Dev::start_with(&["--engine", &terraform_path()]);
+    let api = Api::admin(&dev);
+    api.create_org(ORG);
+    let tf = Terraform::for_dev(&dev);
+    let work = tempfile::tempdir().expect("work dir");
+    create_module(&api, "lb", false);
+
+    // What the archive holds, read at upload: inputs, outputs, resources, the README,
+    // submodules and examples, as the registry protocol shows a version.
+    publish_files(
+        &api,
+        "lb",
+        "1.0.0",
+        &[
+            ("main.tf", LB_MAIN),
+            ("README.md", "# lb\n\nA load balancer.\n"),
+            (
+                "modules/listener/main.tf",
+                "variable \"port\" {\n  type    = number\n  default = 443\n}\n",
+            ),
+            (
+                "examples/basic/main.tf",
+                "module \"lb\" {\n  source = \"../..\"\n}\n",
+            ),
+        ],
+    );
+    version_when(&dev, &api, "lb", "1.0.0", |d| {
+        d["attributes"]["status"] == "ok"
+    });
+    let shown = api.get(&format!("/api/registry/v1/modules/{ORG}/lb/aws/1.0.0"));
+    assert_eq!(shown.status, 200, "{:?}", shown.body);
+    let root = &shown.body["root"];
+    assert_eq!(root["readme"], "# lb\n\nA load balancer.\n", "{root}");
+    assert_eq!(root["inputs"][0]["name"], "cidr", "{root}");
+    assert_eq!(root["inputs"][0]["description"], "The network's range.");
+    assert_eq!(root["inputs"][0]["default"], "\"10.9.0.0/16\"");
+    assert_eq!(root["inputs"][0]["required"], false);
+    assert_eq!(root["outputs"][0]["name"], "cidr");
+    assert_eq!(root["outputs"][0]["description"], "The range in use.");
+    assert_eq!(
+        root["resources"],
+        json!([{"name": "marker", "type": "terraform_data"}])
+    );
+    assert_eq!(root["dependencies"][0]["source"], "./modules/listener");
+    assert_eq!(shown.body["submodules"][0]["path"], "modules/listener");
+    assert_eq!(shown.body["submodules"][0]["inputs"][0]["default"], "443");
+    assert_eq!(shown.body["examples"][0]["path"], "examples/basic");
+    assert_eq!(shown.body["deprecation"], Value::Null);
+
+    // A file that is not HCL refuses the version, saying which and why; it is never offered.
+    publish_files(&api, "lb", "1.0.1", &[("main.tf", "variable \"x\" {\n")]);
+    let refused = version_when(&dev, &api, "lb", "1.0.1", |d| {
+        d["attributes"]["status"] == "reg_ingress_failed"
+    });
+    let why = refused["attributes"]["error"].as_str().unwrap_or_default();
+    assert!(why.contains("main.tf"), "{refused}");
+    let listed = api.get(&format!("/api/registry/v1/modules/{ORG}/lb/aws/versions"));
+    assert_eq!(
+        listed.body["modules"][0]["versions"][0]["version"], "1.0.0",
+        "{:?}",
+        listed.body
+    );
+    assert_eq!(
+        listed.body["modules"][0]["versions"]
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+
+    // Deprecating (TFE's manage module versions API): bad requests are 422s.
+    let at = format!("/api/v2/organizations/{ORG}/registry-modules/private/{ORG}/lb/aws/1.0.0");
+    let body = |attrs: Value| json!({"data": {"type": "module-versions", "attributes": {DEPRECATE: attrs}}});
+    let r = api.call(
+        "PATCH",
+        &at,
+        Some(&body(json!({"deprecated-status": "Gone"}))),
+    );
+    assert_eq!(r.status, 422, "{:?}", r.body);
+    let r = api.call(
+        "PATCH",
+        &at,
+        Some(&body(
+            json!({"deprecated-status": "Deprecated", "link": "ftp://example.com"}),
+        )),
+    );
+    assert_eq!(r.status, 422, "{:?}", r.body);
+    let r = api.call(
+        "PATCH",
+        &at,
+        Some(&body(json!({
+            "deprecated-status": "Deprecated",
+            "reason": "Replaced by 2.x: it leaks connections.",
+            "link": "https://example.com/lb-upgrade",
+        }))),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(r.body["included"][0]["type"], "deprecations");
+    assert_eq!(
+        r.body["data"]["attributes"][DEPRECATE]["reason"],
+        "Replaced by 2.x: it leaks connections."
+    );
+    let shown = api.get(&format!("/api/registry/v1/modules/{ORG}/lb/aws/1.0.0"));
+    assert_eq!(
+        shown.body[DEPRECATE]["link"],
+        "https://example.com/lb-upgrade"
+    );
+    let wide = dev.kubectl_ok(&["get", "moduleversions", "-n", ORG, "-o", "wide"]);
+    assert!(wide.contains("Replaced by 2.x"), "{wide}");
+
+    // Still installable; a remote run that installs it warns in its output.
+    let d = work.path().join("consumer");
+    std::fs::create_dir_all(&d).expect("dir");
+    std::fs::write(
+        d.join("main.tf"),
+        format!(
+            "terraform {{\n  cloud {{\n    hostname     = \"{CLI_HOST}\"\n    organization = \"{ORG}\"\n    workspaces {{\n      name = \"lb-consumer\"\n    }}\n  }}\n}}\n\nmodule \"net\" {{\n  source  = \"{CLI_HOST}/{ORG}/lb/aws\"\n  version = \"~> 1.0\"\n}}\n\noutput \"cidr\" {{\n  value = module.net.cidr\n}}\n"
+        ),
+    )
+    .expect("main.tf");
+    let out = tf.run(&d, &["init", "-input=false"]);
+    assert!(out.status.success(), "init: {}", text(&out));
+    let out = tf.run(&d, &["apply", "-auto-approve", "-input=false"]);
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert!(
+        shown.contains("Deprecated module version") && shown.contains("it leaks connections"),
+        "the remote run warns of the deprecated version: {shown}"
+    );
+    assert!(shown.contains("10.9.0.0/16"), "{shown}");
+
+    // Reverted, the version is as it was.
+    let r = api.call(
+        "PATCH",
+        &at,
+        Some(&body(json!({"deprecated-status": "Undeprecated"}))),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(r.body["data"]["attributes"][DEPRECATE], Value::Null);
+    let shown = api.get(&format!("/api/registry/v1/modules/{ORG}/lb/aws/1.0.0"));
+    assert_eq!(shown.body[DEPRECATE], Value::Null);
 }

@@ -123,6 +123,9 @@ kind_status! {
         pub backing_data_deleted_at: Option<String>,
         /// When its archive was deleted for good (`permanently_delete_backing_data`).
         pub backing_data_permanently_deleted_at: Option<String>,
+        /// A module version's archive: what its modules hold (inputs, outputs,
+        /// resources, providers, submodules, examples), read when it was uploaded.
+        pub module_doc: Option<crate::registry::doc::ModuleDoc>,
     }
 }
 
@@ -501,7 +504,8 @@ crd_kind! {
         printcolumn = r#"{"name":"Module","type":"string","jsonPath":".spec.module"}"#,
         printcolumn = r#"{"name":"Version","type":"string","jsonPath":".spec.version"}"#,
         printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.status"}"#,
-        printcolumn = r#"{"name":"Tests","type":"string","jsonPath":".status.testStatus"}"#
+        printcolumn = r#"{"name":"Tests","type":"string","jsonPath":".status.testStatus"}"#,
+        printcolumn = r#"{"name":"Deprecated","type":"string","jsonPath":".spec.deprecation.reason","priority":1}"#
     )]
     columns: wide_id, age;
     pub struct ModuleVersionSpec {
@@ -515,6 +519,23 @@ crd_kind! {
         pub commit_sha: Option<String>,
         /// The ConfigurationVersion object (same namespace) holding the version's archive.
         pub configuration_version: Option<String>,
+        /// Set when the version is deprecated: it stays installable, and its consumers
+        /// are warned (the registry's documents, remote runs' output) with this reason
+        /// and link.
+        pub deprecation: Option<VersionDeprecation>,
+    }
+}
+
+crd_struct! {
+    /// Why a module version is deprecated.
+    #[derive(Default)]
+    pub struct VersionDeprecation {
+        /// Why (at most 1,000 characters).
+        #[schemars(length(max = 1000))]
+        pub reason: Option<String>,
+        /// Where to read more, such as an upgrade guide (an http or https URL).
+        #[schemars(length(max = 2048))]
+        pub link: Option<String>,
     }
 }
 

@@ -365,6 +365,66 @@ fn not_started(program: &str, e: &io::Error) -> StepError {
     }
 }
 
+/// Warns, in the plan's log, of each module `init` installed from terrace's registry
+/// whose version is deprecated (the registry's document of the version, read with the
+/// run's credential). Best effort: a registry that does not answer warns of nothing.
+fn warn_of_deprecated_modules(dir: &Path, opts: &RunOptions, api: &str, runner_token: &str) {
+    use terrace_crds::registry::{deprecation_warning, installed_from};
+    let Some(host) = opts.hostname.as_deref().filter(|h| !h.is_empty()) else {
+        return;
+    };
+    let Ok(manifest) = std::fs::read(dir.join(".terraform/modules/modules.json")) else {
+        return;
+    };
+    let installed = installed_from(&manifest, host);
+    if installed.is_empty() {
+        return;
+    }
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(10)))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let credential = terrace_crds::run::run_credential(runner_token, &opts.run_object);
+    for i in installed {
+        let url = format!(
+            "{}/api/registry/v1/modules/{}/{}",
+            api.trim_end_matches('/'),
+            i.module,
+            i.version
+        );
+        let doc: Option<serde_json::Value> = agent
+            .get(&url)
+            .header("Authorization", format!("Bearer {credential}"))
+            .call()
+            .ok()
+            .filter(|r| r.status() == 200)
+            .and_then(|mut r| r.body_mut().read_to_vec().ok())
+            .and_then(|b| serde_json::from_slice(&b).ok());
+        let Some(d) = doc
+            .as_ref()
+            .map(|d| &d["deprecation"])
+            .filter(|d| d.is_object())
+        else {
+            continue;
+        };
+        let text = |k: &str| d[k].as_str().unwrap_or_default().to_owned();
+        let (summary, detail) = deprecation_warning(&i, host, &text("reason"), &text("link"));
+        if opts.json_log {
+            say(&serde_json::json!({
+                "@level": "warn",
+                "@message": format!("Warning: {summary}"),
+                "@module": "terraform.ui",
+                "type": "diagnostic",
+                "diagnostic": {"severity": "warning", "summary": summary, "detail": detail},
+            })
+            .to_string());
+        } else {
+            say(&format!("\nWarning: {summary}\n\n{detail}\n"));
+        }
+    }
+}
+
 /// The three preamble lines (the CLI skips the first three lines of an apply's log).
 fn preamble(program: &str) {
     let version = std::process::Command::new(program)
@@ -550,6 +610,9 @@ fn phase(args: &RemoteArgs) -> Result<PhaseReport, StepError> {
         }
     }
     run_quiet(&dir, program, &["init", "-input=false", "-no-color"])?;
+    if phase == Phase::Plan {
+        warn_of_deprecated_modules(&dir, &opts, &args.api, &token);
+    }
     match phase {
         Phase::Plan => {
             if !run_logged(

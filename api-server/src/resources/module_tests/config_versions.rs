@@ -29,10 +29,11 @@ use axum::http::HeaderMap;
 use k8s_openapi::api::core::v1::Secret;
 use terrace_crds::constants::ANNOTATION_AUTOMATIC_TEST_RUN;
 use terrace_crds::ids::{IdKind, new_id};
+use terrace_crds::registry::doc::ModuleDoc;
 use terrace_crds::resources::{ArchiveRef, ConfigurationVersionSpec};
 use terrace_crds::testrun::automatic::Marker;
 use terrace_crds::testrun::{HEADER_TERRAFORM_INTEGRATION, TestSource};
-use terrace_crds::{ConfigurationVersion, ConfigurationVersionState};
+use terrace_crds::{ConfigurationVersion, ConfigurationVersionState, ModuleVersion};
 use tower_http::limit::RequestBodyLimitLayer;
 
 use super::locate;
@@ -155,6 +156,34 @@ pub fn validate_archive_reader(reader: &mut dyn std::io::Read) -> Result<u64, St
         .map_err(|e| e.to_string())
 }
 
+/// The check of an upload to `cv`: the archive rules, and for a module version's archive
+/// the description of its modules too ([`terrace_crds::registry::doc`]; a file that is
+/// not valid HCL refuses it).
+fn archive_check(
+    cv: &ConfigurationVersion,
+) -> impl FnOnce(&mut dyn std::io::Read) -> Result<Option<ModuleDoc>, String> + Send + 'static {
+    let describe = cv
+        .owner_references()
+        .iter()
+        .any(|o| o.kind == ModuleVersion::kind(&()));
+    move |reader| {
+        use terrace_crds::archive::{ArchiveLimits, Keep, validate_keeping};
+        use terrace_crds::registry::doc;
+        if !describe {
+            return validate_archive_reader(reader).map(|_| None);
+        }
+        let keep = Keep {
+            wanted: &doc::wanted,
+            budget: doc::WANTED_BYTES,
+        };
+        let (_, files) = validate_keeping(reader, &ArchiveLimits::default(), &keep)
+            .map_err(|e| e.to_string())?;
+        doc::describe(&files)
+            .map(Some)
+            .map_err(|e| format!("the module cannot be read: {e}"))
+    }
+}
+
 /// The configuration version whose pending upload token is `token`.
 fn by_token(state: &AppState, token: &str) -> Option<Arc<ConfigurationVersion>> {
     let sha = sha256_hex(token.as_bytes());
@@ -263,7 +292,7 @@ async fn receive(
             Ok::<(), ApiError>(())
         }
     };
-    let ingested = match ingest(body, upload, validate_archive_reader).await {
+    let ingested = match ingest(body, upload, archive_check(cv)).await {
         Ok(i) => i,
         Err(e) => {
             let answer = match e {
@@ -277,7 +306,7 @@ async fn receive(
             return Err(answer);
         }
     };
-    let (_, stored) = match settle(ingested.upload, ingested.checked).await {
+    let (module_doc, stored) = match settle(ingested.upload, ingested.checked).await {
         Ok(done) => done,
         Err(Settled::Refused(message)) if again => {
             return Err(ApiError::invalid(
@@ -308,7 +337,7 @@ async fn receive(
         write::patch_status(
             api,
             &name,
-            json!({"status": ConfigurationVersionState::Uploaded.as_str(), "archive": archive, "uploadedAt": crate::render::now(), "errorMessage": null}),
+            json!({"status": ConfigurationVersionState::Uploaded.as_str(), "archive": archive, "uploadedAt": crate::render::now(), "errorMessage": null, "moduleDoc": module_doc}),
         ),
     )
     .await?;

@@ -17,6 +17,7 @@
 use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue, header};
+use terrace_crds::registry::doc::{self, ModuleDescription};
 use terrace_crds::registry::{latest, parse_version};
 use terrace_crds::{ModuleVersion, RegistryModule};
 
@@ -95,10 +96,16 @@ impl<'a> Offered<'a> {
         latest(self.versions.iter().map(|v| Arc::as_ref(*v))).ok_or_else(version_not_found)
     }
 
-    /// The protocol's document of version `v` of module `m`.
+    /// The protocol's document of version `v` of module `m`: what its modules hold
+    /// ([`doc::protocol_json`]), whether it is deprecated, its tests.
     fn describe(&self, m: &RegistryModule, org: &Organization, v: &ModuleVersion) -> Value {
         let ns = org.tfe_name();
         let f = self.lookup.facts(v);
+        let described = self.lookup.doc(v);
+        let root = described.map(|d| d.root.clone()).unwrap_or_default();
+        let list = |l: Option<&Vec<ModuleDescription>>| -> Vec<Value> {
+            l.into_iter().flatten().map(doc::protocol_json).collect()
+        };
         json!({
             "id": format!("{ns}/{}/{}/{}", m.spec.name, m.spec.provider, v.spec.version),
             "owner": "",
@@ -114,6 +121,11 @@ impl<'a> Offered<'a> {
             "downloads": 0,
             "verified": false,
             "test_status": f.tests,
+            "deprecation": deprecation_json(v),
+            "root": doc::protocol_json(&root),
+            "submodules": list(described.map(|d| &d.submodules)),
+            "examples": list(described.map(|d| &d.examples)),
+            "providers": [m.spec.provider],
             "versions": self.versions.iter().map(|x| x.spec.version.clone()).collect::<Vec<_>>(),
         })
     }
@@ -125,15 +137,43 @@ async fn list_versions(
 ) -> Result<Response, ApiError> {
     let m = module(&state, &caller, &p).await?;
     let idx = state.index.read();
-    let versions: Vec<Value> = Offered::of(&idx, &m)
+    let offered = Offered::of(&idx, &m);
+    let versions: Vec<Value> = offered
         .versions
         .iter()
-        .map(|v| json!({"version": v.spec.version, "root": {"providers": [], "dependencies": []}, "submodules": []}))
+        .map(|v| {
+            let d = offered.lookup.doc(v);
+            let summary = |m: &ModuleDescription| {
+                json!({
+                    "path": m.path,
+                    "providers": doc::providers_json(m),
+                    "dependencies": m.dependencies.iter().map(|d| json!({
+                        "name": d.name, "source": d.source, "version": d.version,
+                    })).collect::<Vec<_>>(),
+                })
+            };
+            let root = d
+                .map(|d| summary(&d.root))
+                .unwrap_or_else(|| json!({"path": "", "providers": [], "dependencies": []}));
+            let submodules: Vec<Value> = d
+                .into_iter()
+                .flat_map(|d| &d.submodules)
+                .map(summary)
+                .collect();
+            json!({"version": v.spec.version, "root": root, "submodules": submodules})
+        })
         .collect();
     Ok(plain_json(json!({"modules": [{
         "source": format!("{}/{}/{}", p.0, p.1, p.2),
         "versions": versions,
     }]})))
+}
+
+/// A version's deprecation as the registry shows it (`reason`, `link`), or null.
+pub fn deprecation_json(v: &ModuleVersion) -> Value {
+    v.spec.deprecation.as_ref().map_or(Value::Null, |d| {
+        json!({"reason": d.reason.clone().unwrap_or_default(), "link": d.link.clone().unwrap_or_default()})
+    })
 }
 
 /// A protocol answer: plain JSON (not JSON:API).

@@ -18,8 +18,11 @@ use std::collections::HashMap;
 
 use axum::http::HeaderMap;
 use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
-use terrace_crds::registry::{VersionFacts, installable, parse_version, version_facts};
-use terrace_crds::resources::{ConfigurationVersionSpec, ModuleVersionSpec};
+use terrace_crds::registry::doc::ModuleDoc;
+use terrace_crds::registry::{
+    VersionFacts, deprecation, installable, parse_version, version_facts,
+};
+use terrace_crds::resources::{ConfigurationVersionSpec, ModuleVersionSpec, VersionDeprecation};
 use terrace_crds::{ConfigurationVersion, ModuleVersion, RegistryModule, TestRun};
 
 use super::{Module, ModulePath, locate, locate_path};
@@ -41,7 +44,10 @@ pub fn router() -> Router<AppState> {
             post(create_short),
         )
         .route(&format!("{MODULE}/version"), get(read))
-        .route(&format!("{MODULE}/{{version}}"), delete(remove))
+        .route(
+            &format!("{MODULE}/{{version}}"),
+            delete(remove).patch(deprecate),
+        )
 }
 
 /// The module's versions (any order).
@@ -94,6 +100,16 @@ impl<'a> Lookup<'a> {
         version_facts(self.cvs.get(cv).copied(), runs)
     }
 
+    /// What version `v`'s modules hold, read when its archive was uploaded (None before,
+    /// and for versions uploaded before terrace described them).
+    pub fn doc(&self, v: &ModuleVersion) -> Option<&'a ModuleDoc> {
+        let cv = v.spec.configuration_version.as_deref().unwrap_or_default();
+        self.cvs
+            .get(cv)
+            .and_then(|c| c.status.as_ref())
+            .and_then(|s| s.module_doc.as_ref())
+    }
+
     /// Whether version `v` of `m` may be installed.
     pub fn installable(&self, v: &ModuleVersion, m: &RegistryModule, org: &Organization) -> bool {
         let f = self.facts(v);
@@ -128,9 +144,11 @@ pub fn render(idx: &Inner, v: &ModuleVersion, m: &RegistryModule, org: &Organiza
             "installable": installable(f.state, f.tests, gate),
             "created-at": created_at(v),
             "updated-at": created_at(v),
+            "deprecation": super::protocol::deprecation_json(v),
         },
         "relationships": {
             "registry-module": {"data": {"id": id_of(m), "type": "registry-modules"}},
+            "deprecation": {"data": v.spec.deprecation.as_ref().map(|_| json!({"id": id_of(v), "type": "deprecations"}))},
             "test-run": {"data": f.test_run.map(|id| json!({"id": id, "type": "test-runs"}))},
         },
         "links": {
@@ -232,6 +250,7 @@ async fn create(
             version: version.clone(),
             commit_sha: a.commit_sha.filter(|s| !s.is_empty()),
             configuration_version: Some(object_name_for_id(&cv_id)),
+            deprecation: None,
         },
         status: None,
     };
@@ -311,4 +330,100 @@ async fn remove(
     // Its configuration version (and so its archive) is owned by it.
     write::delete_if_present(&state, v.as_ref()).await?;
     Ok(no_content())
+}
+
+/// The attributes of a deprecation request (TFE's manage module versions API).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct DeprecateAttributes {
+    deprecation: Option<DeprecationRequest>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct DeprecationRequest {
+    deprecated_status: Option<String>,
+    reason: Option<String>,
+    link: Option<String>,
+}
+
+impl Typed for DeprecateAttributes {
+    const TYPE: &'static str = "module-versions";
+}
+
+/// The deprecation a request asks for: `Deprecated` with an optional reason and link, or
+/// `Undeprecated` (None).
+fn requested_deprecation(a: DeprecateAttributes) -> Result<Option<VersionDeprecation>, ApiError> {
+    const STATUS: &str = "deprecation/deprecated-status";
+    let d = a
+        .deprecation
+        .ok_or_else(|| ApiError::invalid_attribute("deprecation", "deprecation is required"))?;
+    match d.deprecated_status.as_deref() {
+        Some("Deprecated") => {}
+        Some("Undeprecated") => return Ok(None),
+        other => {
+            return Err(ApiError::invalid_attribute(
+                STATUS,
+                format!(
+                    "deprecated-status must be \"Deprecated\" or \"Undeprecated\", got {other:?}"
+                ),
+            ));
+        }
+    }
+    deprecation(d.reason, d.link)
+        .map(Some)
+        .map_err(|(field, message)| ApiError::invalid_attribute(field, message))
+}
+
+/// `PATCH /organizations/:org/registry-modules/private/:ns/:name/:provider/:version`:
+/// deprecates a version (`deprecated-status: Deprecated`, with a reason and a link) or
+/// reverts that (`Undeprecated`). A deprecated version stays installable; the registry's
+/// documents show the deprecation and remote runs that install it warn. Needs `update`
+/// on `moduleversions`.
+async fn deprecate(
+    Authed { state, caller }: Authed,
+    Path((org, namespace, name, provider, version)): Path<(String, String, String, String, String)>,
+    JsonApi(doc): JsonApi<Document<DeprecateAttributes>>,
+) -> Result<Doc, ApiError> {
+    let m = locate(
+        &state,
+        &caller,
+        (&org, &namespace, &name, &provider),
+        "get",
+        RESOURCE,
+    )
+    .await?;
+    let v = find(&state.index.read(), &m.module, &version)
+        .cloned()
+        .ok_or_else(version_not_found)?;
+    state
+        .require_or_403(
+            &caller,
+            &m.check("update", RESOURCE),
+            "deprecating module versions needs the owners team",
+        )
+        .await?;
+    let wanted = requested_deprecation(doc.checked()?.attributes)?;
+    let updated = write::patch_spec(
+        &write::api::<ModuleVersion>(&state, &m.ns),
+        (*v).clone(),
+        |cur| Ok((cur.spec.deprecation != wanted).then(|| json!({"deprecation": wanted}))),
+    )
+    .await?;
+    write::wait_seen(&state, &updated).await;
+    let data = render(&state.index.read(), &updated, &m.module, &m.org);
+    let included: Vec<Value> = updated
+        .spec
+        .deprecation
+        .iter()
+        .map(|d| {
+            json!({"id": id_of(&updated), "type": "deprecations", "attributes": {
+                "reason": d.reason, "link": d.link,
+            }})
+        })
+        .collect();
+    Ok(Doc(
+        StatusCode::OK,
+        json!({"data": data, "included": included}),
+    ))
 }
