@@ -61,6 +61,7 @@ pub mod runner_auth;
 pub mod settings;
 #[cfg(test)]
 pub(crate) mod testing;
+pub mod ui;
 pub mod write;
 
 use std::sync::Arc;
@@ -171,18 +172,27 @@ pub fn router(state: AppState) -> Router {
             axum::routing::get(move || async move { metrics::scrape(&metrics) }),
         )
     });
-    Router::new()
+    let api = Router::new()
         .merge(discovery::router())
         .merge(resources::router())
-        .fallback(|| async { ApiError::not_found("no such endpoint") })
+        .fallback(|uri: axum::http::Uri| async move {
+            let p = uri.path();
+            if p == "/app" || p.starts_with("/app/") {
+                ui::not_found()
+            } else {
+                axum::response::IntoResponse::into_response(ApiError::not_found("no such endpoint"))
+            }
+        })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(layer.clone().with_body_limit(state.settings.max_body_bytes))
         .merge(
             resources::upload_router(&state.settings)
                 .merge(scrape.unwrap_or_default())
-                .layer(layer),
+                .layer(layer.clone()),
         )
-        .with_state(state)
+        .with_state(state.clone());
+    // The web view sends its requests to the API router itself (ui::Ui::call).
+    ui::router(state, api.clone(), layer).merge(api)
 }
 
 /// Starts the indexes and serves the API on `listener` until `shutdown` resolves, and

@@ -550,12 +550,13 @@ fn error_response(status: StatusCode, detail: Option<String>) -> Response<AxumBo
 /// status (and `Allow`, for a 405); a short plain-text body becomes its detail.
 async fn json_api_errors(resp: Response<AxumBody>) -> Response<AxumBody> {
     let status = resp.status();
-    let is_json_api = resp
+    let answered = resp
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| ct.starts_with(MEDIA_TYPE));
-    if status.as_u16() < 400 || is_json_api {
+        .is_some_and(|ct| ct.starts_with(MEDIA_TYPE) || ct.starts_with("text/html"));
+    // The web view's error pages (text/html) are pages, not API errors.
+    if status.as_u16() < 400 || answered {
         return resp;
     }
     let (parts, body) = resp.into_parts();

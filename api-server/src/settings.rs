@@ -75,6 +75,9 @@ pub struct Settings {
     pub release_namespace: Option<String>,
     #[command(flatten)]
     pub limits: ConnectionLimits,
+    /// How long a web view session lasts after signing in (e.g. 8h, 30m).
+    #[arg(long, env = "TERRACE_UI_SESSION_TTL", default_value = "8h", value_parser = parse_duration)]
+    pub ui_session_ttl: Duration,
 }
 
 /// What one client may hold of the API listener (see the `listener` module): timeouts
@@ -116,7 +119,7 @@ impl Default for ConnectionLimits {
 }
 
 /// A positive duration such as `30s`, `1m30s` or `500ms`.
-fn parse_duration(s: &str) -> Result<Duration, String> {
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let d: jiff::SignedDuration = s
         .trim()
         .parse()
@@ -142,6 +145,7 @@ impl Default for Settings {
             url_signing_key: None,
             release_namespace: None,
             limits: ConnectionLimits::default(),
+            ui_session_ttl: Duration::from_secs(8 * 3600),
         }
     }
 }

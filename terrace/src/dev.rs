@@ -77,6 +77,9 @@ pub struct DevArgs {
     /// blob store takes no blob over 32 MiB, an S3 store any size).
     #[arg(long, env = "TERRACE_MAX_STATE_BYTES", default_value_t = terrace_api_server::settings::DEFAULT_MAX_STATE_BYTES)]
     pub max_state_bytes: usize,
+    /// How long a web view session lasts after signing in (as `terrace api-server`'s).
+    #[arg(long, env = "TERRACE_UI_SESSION_TTL", default_value = "8h", value_parser = terrace_api_server::settings::parse_duration)]
+    pub ui_session_ttl: std::time::Duration,
     /// Addresses notifications may be sent to although inside the machine's reach (as
     /// `terrace operator --notification-allowed-cidrs`): loopback by default, so a
     /// receiver on this machine gets them.
@@ -253,6 +256,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         url_signing_key: args.url_signing_key.clone(),
         blobs: args.blobs.clone(),
         max_state_bytes: args.max_state_bytes,
+        ui_session_ttl: args.ui_session_ttl,
         // Workspaces created without a terraform-version get the engine's own (the
         // "latest release" terrace dev has): runs check it.
         default_terraform_version: engine

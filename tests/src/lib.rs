@@ -1145,5 +1145,6 @@ pub fn chart_rbac(namespace: &str) -> String {
     docs.join("\n---\n")
 }
 
+pub mod browser;
 pub mod real;
 pub mod receiver;

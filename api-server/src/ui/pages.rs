@@ -1,0 +1,775 @@
+//! The organization, workspace and state pages of the web view (docs/ui.md), each made
+//! from the JSON:API documents the signed-in person may read.
+
+use askama::Template;
+use axum::extract::{Form, Path, Query, State};
+use axum::http::{HeaderMap, Method, Uri};
+use axum::response::{IntoResponse, Redirect, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{Nav, Ui, UiError, render, urlencode};
+
+/// A document attribute as display text (`-` when absent).
+pub fn text(v: &Value) -> String {
+    match v {
+        Value::Null => "-".to_owned(),
+        Value::String(s) if s.is_empty() => "-".to_owned(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// An RFC 3339 time as `2026-11-28 09:12:05 UTC`.
+pub fn when(v: &Value) -> String {
+    match v.as_str().and_then(|s| s.parse::<jiff::Timestamp>().ok()) {
+        Some(t) => t.strftime("%Y-%m-%d %H:%M:%S UTC").to_string(),
+        None => "-".to_owned(),
+    }
+}
+
+/// The included document of `kind` and `id`.
+pub fn included<'a>(doc: &'a Value, kind: &str, id: &str) -> Option<&'a Value> {
+    doc["included"]
+        .as_array()?
+        .iter()
+        .find(|i| i["type"] == kind && i["id"] == id)
+}
+
+#[derive(Template)]
+#[template(path = "organizations.html")]
+struct OrganizationsPage {
+    nav: Nav,
+    orgs: Vec<String>,
+}
+
+/// `GET /app`: the organizations the person can see.
+pub async fn organizations(State(ui): State<Ui>, headers: HeaderMap) -> Result<Response, UiError> {
+    let s = ui.session(&headers, "/app")?;
+    let doc = ui
+        .call(
+            &s,
+            &headers,
+            Method::GET,
+            "/api/v2/organizations?page%5Bsize%5D=100",
+            None,
+        )
+        .await?;
+    let orgs = doc["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|o| o["attributes"]["name"].as_str().map(str::to_owned))
+        .collect();
+    Ok(render(&OrganizationsPage {
+        nav: Nav::of(&s, ""),
+        orgs,
+    }))
+}
+
+/// `GET /app/:org`: its workspaces.
+pub async fn organization(Path(org): Path<String>) -> Response {
+    Redirect::to(&format!("/app/{}/workspaces", urlencode(&org))).into_response()
+}
+
+#[derive(Deserialize, Default)]
+pub struct ListQuery {
+    #[serde(default)]
+    q: String,
+    #[serde(default)]
+    tag: String,
+    #[serde(default)]
+    project: String,
+    #[serde(default)]
+    sort: String,
+    #[serde(default)]
+    page: Option<u32>,
+}
+
+/// One row of the workspace list.
+pub struct WsRow {
+    pub name: String,
+    pub project: String,
+    pub mode: String,
+    pub locked: bool,
+    pub holder: String,
+    pub run_status: String,
+    pub resources: String,
+    pub changed: String,
+}
+
+/// An option of a filter.
+pub struct Choice {
+    pub value: String,
+    pub label: String,
+    pub selected: bool,
+}
+
+#[derive(Template)]
+#[template(path = "workspaces.html")]
+struct WorkspacesPage {
+    nav: Nav,
+    rows: Vec<WsRow>,
+    q: String,
+    tag: String,
+    projects: Vec<Choice>,
+    sorts: Vec<Choice>,
+    total: String,
+    page: u32,
+    pages: u32,
+    prev: String,
+    next: String,
+}
+
+/// The sorts the list offers (the API's `sort`).
+const SORTS: [(&str, &str); 4] = [
+    ("name", "Name"),
+    ("-latest-change-at", "Latest change"),
+    ("-current-run.created-at", "Latest run"),
+    ("-name", "Name, Z to A"),
+];
+
+/// `GET /app/:org/workspaces`: search by name, filter by tag and project, sort, pages of
+/// 20 (the API's list, so 10,000 workspaces page as fast as 10).
+pub async fn workspaces(
+    State(ui): State<Ui>,
+    Path(org): Path<String>,
+    Query(q): Query<ListQuery>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Result<Response, UiError> {
+    let s = ui.session(&headers, &uri.to_string())?;
+    let page = q.page.unwrap_or(1).max(1);
+    let sort = SORTS
+        .iter()
+        .find(|(k, _)| *k == q.sort)
+        .map_or("name", |(k, _)| k);
+    let mut path = format!(
+        "/api/v2/organizations/{}/workspaces?include=current_run,project&page%5Bsize%5D=20&page%5Bnumber%5D={page}&sort={sort}",
+        urlencode(&org)
+    );
+    if !q.q.is_empty() {
+        path.push_str(&format!("&search%5Bname%5D={}", urlencode(&q.q)));
+    }
+    if !q.tag.is_empty() {
+        path.push_str(&format!("&search%5Btags%5D={}", urlencode(&q.tag)));
+    }
+    if !q.project.is_empty() {
+        path.push_str(&format!(
+            "&filter%5Bproject%5D%5Bid%5D={}",
+            urlencode(&q.project)
+        ));
+    }
+    let doc = ui.call(&s, &headers, Method::GET, &path, None).await?;
+    let rows = doc["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|w| ws_row(&doc, w))
+        .collect();
+    let projects_doc = ui
+        .call(
+            &s,
+            &headers,
+            Method::GET,
+            &format!(
+                "/api/v2/organizations/{}/projects?page%5Bsize%5D=100",
+                urlencode(&org)
+            ),
+            None,
+        )
+        .await
+        .unwrap_or(Value::Null);
+    let mut projects = vec![Choice {
+        value: String::new(),
+        label: "All projects".into(),
+        selected: q.project.is_empty(),
+    }];
+    projects.extend(
+        projects_doc["data"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| {
+                let id = p["id"].as_str().unwrap_or_default().to_owned();
+                Choice {
+                    selected: id == q.project,
+                    label: text(&p["attributes"]["name"]),
+                    value: id,
+                }
+            }),
+    );
+    let sorts = SORTS
+        .iter()
+        .map(|(k, l)| Choice {
+            value: (*k).to_owned(),
+            label: (*l).to_owned(),
+            selected: *k == sort,
+        })
+        .collect();
+    let p = &doc["meta"]["pagination"];
+    let pages = p["total-pages"].as_u64().unwrap_or(1).max(1) as u32;
+    let link = |n: u32| {
+        format!(
+            "/app/{}/workspaces?q={}&tag={}&project={}&sort={}&page={n}",
+            urlencode(&org),
+            urlencode(&q.q),
+            urlencode(&q.tag),
+            urlencode(&q.project),
+            urlencode(sort)
+        )
+    };
+    Ok(render(&WorkspacesPage {
+        nav: Nav::of(&s, &org),
+        rows,
+        tag: q.tag.clone(),
+        q: q.q.clone(),
+        projects,
+        sorts,
+        total: text(&p["total-count"]),
+        page,
+        pages,
+        prev: if page > 1 {
+            link(page - 1)
+        } else {
+            String::new()
+        },
+        next: if page < pages {
+            link(page + 1)
+        } else {
+            String::new()
+        },
+    }))
+}
+
+fn ws_row(doc: &Value, w: &Value) -> WsRow {
+    let a = &w["attributes"];
+    let r = &w["relationships"];
+    let project = r["project"]["data"]["id"]
+        .as_str()
+        .and_then(|id| included(doc, "projects", id))
+        .map_or_else(|| "-".to_owned(), |p| text(&p["attributes"]["name"]));
+    let run_status = r["current-run"]["data"]["id"]
+        .as_str()
+        .and_then(|id| included(doc, "runs", id))
+        .map_or_else(|| "-".to_owned(), |run| text(&run["attributes"]["status"]));
+    WsRow {
+        name: text(&a["name"]),
+        project,
+        mode: text(&a["execution-mode"]),
+        locked: a["locked"].as_bool().unwrap_or(false),
+        holder: holder(&r["locked-by"]["data"]),
+        run_status,
+        resources: text(&a["resource-count"]),
+        changed: when(&a["latest-change-at"]),
+    }
+}
+
+/// Who holds a lock, from the `locked-by` relationship.
+fn holder(data: &Value) -> String {
+    match (data["type"].as_str(), data["id"].as_str()) {
+        (Some("runs"), Some(id)) => format!("run {id}"),
+        (Some(kind), Some(id)) => format!("{} {id}", kind.trim_end_matches('s')),
+        _ => String::new(),
+    }
+}
+
+/// A name and value shown in a table (sensitive values masked).
+pub struct Pair {
+    pub name: String,
+    pub value: String,
+    pub note: String,
+}
+
+/// A run in a list.
+pub struct RunRow {
+    pub id: String,
+    pub status: String,
+    pub message: String,
+    pub created: String,
+    pub changes: String,
+}
+
+/// A run's change counts as `+1 ~0 -0`, from its plan (included in `doc`); `-` before
+/// the plan counted them.
+pub fn changes(doc: &Value, run: &Value) -> String {
+    let plan = run["relationships"]["plan"]["data"]["id"]
+        .as_str()
+        .and_then(|id| included(doc, "plans", id));
+    let Some(a) = plan
+        .map(|p| &p["attributes"])
+        .filter(|a| !a["resource-additions"].is_null())
+    else {
+        return "-".to_owned();
+    };
+    let n = |k: &str| a[k].as_u64().unwrap_or(0);
+    format!(
+        "+{} ~{} -{}",
+        n("resource-additions"),
+        n("resource-changes"),
+        n("resource-destructions")
+    )
+}
+
+/// The rows of a run list document.
+pub fn run_rows(doc: &Value) -> Vec<RunRow> {
+    doc["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| RunRow {
+            id: text(&r["id"]),
+            status: text(&r["attributes"]["status"]),
+            message: text(&r["attributes"]["message"]),
+            created: when(&r["attributes"]["created-at"]),
+            changes: changes(doc, r),
+        })
+        .collect()
+}
+
+#[derive(Template)]
+#[template(path = "workspace.html")]
+struct WorkspacePage {
+    nav: Nav,
+    ws: String,
+    id: String,
+    settings: Vec<Pair>,
+    tags: Vec<String>,
+    locked: bool,
+    holder: String,
+    lock_reason: String,
+    can_lock: bool,
+    can_unlock: bool,
+    can_force_unlock: bool,
+    current_run: Option<RunRow>,
+    serial: String,
+    outputs: Vec<Pair>,
+    outputs_note: String,
+    variables: Vec<Pair>,
+    sharing: String,
+    runs: Vec<RunRow>,
+}
+
+/// `GET /app/:org/workspaces/:ws`.
+pub async fn workspace(
+    State(ui): State<Ui>,
+    Path((org, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Result<Response, UiError> {
+    let s = ui.session(&headers, &uri.to_string())?;
+    let doc = ui
+        .call(
+            &s,
+            &headers,
+            Method::GET,
+            &format!(
+                "/api/v2/organizations/{}/workspaces/{}?include=current_run,current_run.plan,project",
+                urlencode(&org),
+                urlencode(&name)
+            ),
+            None,
+        )
+        .await?;
+    let w = &doc["data"];
+    let id = text(&w["id"]);
+    let a = &w["attributes"];
+    let p = &a["permissions"];
+    let allowed = |k: &str| p[k].as_bool().unwrap_or(false);
+    let project = w["relationships"]["project"]["data"]["id"]
+        .as_str()
+        .and_then(|pid| included(&doc, "projects", pid))
+        .map_or_else(|| "-".to_owned(), |p| text(&p["attributes"]["name"]));
+    let setting = |name: &str, v: String| Pair {
+        name: name.to_owned(),
+        value: v,
+        note: String::new(),
+    };
+    let settings = vec![
+        setting("Project", project),
+        setting("Execution mode", text(&a["execution-mode"])),
+        setting("Terraform version", text(&a["terraform-version"])),
+        setting("Working directory", text(&a["working-directory"])),
+        setting("Auto apply", text(&a["auto-apply"])),
+        setting("Resources", text(&a["resource-count"])),
+        setting("Latest change", when(&a["latest-change-at"])),
+    ];
+    let tags = a["tag-names"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.as_str().map(str::to_owned))
+        .collect();
+    let current_run = w["relationships"]["current-run"]["data"]["id"]
+        .as_str()
+        .and_then(|rid| included(&doc, "runs", rid))
+        .map(|r| RunRow {
+            id: text(&r["id"]),
+            status: text(&r["attributes"]["status"]),
+            message: text(&r["attributes"]["message"]),
+            created: when(&r["attributes"]["created-at"]),
+            changes: changes(&doc, r),
+        });
+    // The latest state: its serial, and its outputs (sensitive ones masked) for those
+    // who may read them.
+    let sv = ui
+        .call(
+            &s,
+            &headers,
+            Method::GET,
+            &format!("/api/v2/workspaces/{id}/current-state-version"),
+            None,
+        )
+        .await
+        .ok();
+    let serial = sv.as_ref().map_or_else(
+        || "none yet".to_owned(),
+        |d| text(&d["data"]["attributes"]["serial"]),
+    );
+    let (outputs, outputs_note) = match ui
+        .call(
+            &s,
+            &headers,
+            Method::GET,
+            &format!("/api/v2/workspaces/{id}/current-state-version-outputs"),
+            None,
+        )
+        .await
+    {
+        Ok(d) => (outputs_of(&d), String::new()),
+        Err(UiError::Forbidden(_) | UiError::NotFound) if sv.is_some() => (
+            Vec::new(),
+            "You may not read this workspace's outputs.".to_owned(),
+        ),
+        Err(_) => (Vec::new(), String::new()),
+    };
+    let variables = ui
+        .call(
+            &s,
+            &headers,
+            Method::GET,
+            &format!("/api/v2/workspaces/{id}/vars"),
+            None,
+        )
+        .await
+        .map(|d| {
+            d["data"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|v| {
+                    let va = &v["attributes"];
+                    let sensitive = va["sensitive"].as_bool().unwrap_or(false);
+                    Pair {
+                        name: text(&va["key"]),
+                        value: if sensitive {
+                            "(sensitive)".into()
+                        } else {
+                            text(&va["value"])
+                        },
+                        note: text(&va["category"]),
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let sharing = if a["global-remote-state"].as_bool().unwrap_or(false) {
+        "Shared with every workspace of the organization".to_owned()
+    } else {
+        let consumers = ui
+            .call(
+                &s,
+                &headers,
+                Method::GET,
+                &format!("/api/v2/workspaces/{id}/relationships/remote-state-consumers"),
+                None,
+            )
+            .await
+            .map(|d| {
+                d["data"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|c| text(&c["attributes"]["name"]))
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        if consumers.is_empty() {
+            "Not shared".to_owned()
+        } else {
+            format!("Shared with {}", consumers.join(", "))
+        }
+    };
+    let runs = ui
+        .call(
+            &s,
+            &headers,
+            Method::GET,
+            &format!("/api/v2/workspaces/{id}/runs?page%5Bsize%5D=5&include=plan"),
+            None,
+        )
+        .await
+        .map(|d| run_rows(&d))
+        .unwrap_or_default();
+    let locked = a["locked"].as_bool().unwrap_or(false);
+    Ok(render(&WorkspacePage {
+        nav: Nav::of(&s, &org),
+        ws: text(&a["name"]),
+        settings,
+        tags,
+        locked,
+        holder: holder(&w["relationships"]["locked-by"]["data"]),
+        lock_reason: a["locked-reason"].as_str().unwrap_or_default().to_owned(),
+        can_lock: !locked && allowed("can-lock"),
+        can_unlock: locked && allowed("can-unlock"),
+        can_force_unlock: locked && allowed("can-force-unlock"),
+        current_run,
+        serial,
+        outputs,
+        outputs_note,
+        variables,
+        sharing,
+        runs,
+        id,
+    }))
+}
+
+/// Outputs of a state version outputs document, sensitive values masked.
+fn outputs_of(d: &Value) -> Vec<Pair> {
+    d["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|o| {
+            let oa = &o["attributes"];
+            let sensitive = oa["sensitive"].as_bool().unwrap_or(false);
+            Pair {
+                name: text(&oa["name"]),
+                value: if sensitive {
+                    "(sensitive)".into()
+                } else {
+                    text(&oa["value"])
+                },
+                note: text(&oa["type"]),
+            }
+        })
+        .collect()
+}
+
+#[derive(Deserialize)]
+pub struct LockForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    reason: String,
+}
+
+/// `POST /app/:org/workspaces/:ws/actions/(lock|unlock|force-unlock)`: the API's action.
+pub async fn workspace_action(
+    State(ui): State<Ui>,
+    Path((org, name, action)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    Form(f): Form<LockForm>,
+) -> Result<Response, UiError> {
+    let s = ui.form_session(&headers, &f.csrf)?;
+    if !["lock", "unlock", "force-unlock"].contains(&action.as_str()) {
+        return Err(UiError::NotFound);
+    }
+    let doc = ui
+        .call(
+            &s,
+            &headers,
+            Method::GET,
+            &format!(
+                "/api/v2/organizations/{}/workspaces/{}",
+                urlencode(&org),
+                urlencode(&name)
+            ),
+            None,
+        )
+        .await?;
+    let id = text(&doc["data"]["id"]);
+    let body = (action == "lock").then(|| json!({"reason": f.reason}));
+    ui.call(
+        &s,
+        &headers,
+        Method::POST,
+        &format!("/api/v2/workspaces/{id}/actions/{action}"),
+        body,
+    )
+    .await?;
+    Ok(Redirect::to(&format!(
+        "/app/{}/workspaces/{}",
+        urlencode(&org),
+        urlencode(&name)
+    ))
+    .into_response())
+}
+
+/// A state version in the list.
+pub struct StateRow {
+    pub serial: String,
+    pub created: String,
+    pub outputs: Vec<Pair>,
+    pub download: String,
+}
+
+#[derive(Template)]
+#[template(path = "states.html")]
+struct StatesPage {
+    nav: Nav,
+    ws: String,
+    states: Vec<StateRow>,
+}
+
+/// `GET /app/:org/workspaces/:ws/states`: the state versions, newest first, with their
+/// outputs (sensitive ones masked), and a download for those who may read state.
+pub async fn states(
+    State(ui): State<Ui>,
+    Path((org, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Result<Response, UiError> {
+    let s = ui.session(&headers, &uri.to_string())?;
+    let ws = ui
+        .call(
+            &s,
+            &headers,
+            Method::GET,
+            &format!(
+                "/api/v2/organizations/{}/workspaces/{}",
+                urlencode(&org),
+                urlencode(&name)
+            ),
+            None,
+        )
+        .await?;
+    let can_read_state = ws["data"]["attributes"]["permissions"]["can-read-state-versions"]
+        .as_bool()
+        .unwrap_or(false);
+    let doc = ui
+        .call(
+            &s,
+            &headers,
+            Method::GET,
+            &format!(
+                "/api/v2/state-versions?filter%5Borganization%5D%5Bname%5D={}&filter%5Bworkspace%5D%5Bname%5D={}&include=outputs&page%5Bsize%5D=20",
+                urlencode(&org),
+                urlencode(&name)
+            ),
+            None,
+        )
+        .await?;
+    let states = doc["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|sv| {
+            let a = &sv["attributes"];
+            let outputs = sv["relationships"]["outputs"]["data"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|o| included(&doc, "state-version-outputs", o["id"].as_str()?))
+                .map(|o| {
+                    let oa = &o["attributes"];
+                    let sensitive = oa["sensitive"].as_bool().unwrap_or(false);
+                    Pair {
+                        name: text(&oa["name"]),
+                        value: if sensitive {
+                            "(sensitive)".into()
+                        } else {
+                            text(&oa["value"])
+                        },
+                        note: String::new(),
+                    }
+                })
+                .collect();
+            StateRow {
+                serial: text(&a["serial"]),
+                created: when(&a["created-at"]),
+                outputs,
+                download: if can_read_state {
+                    format!(
+                        "/app/{}/workspaces/{}/states/{}/download",
+                        urlencode(&org),
+                        urlencode(&name),
+                        urlencode(sv["id"].as_str().unwrap_or_default())
+                    )
+                } else {
+                    String::new()
+                },
+            }
+        })
+        .collect();
+    Ok(render(&StatesPage {
+        nav: Nav::of(&s, &org),
+        ws: name,
+        states,
+    }))
+}
+
+/// `GET /app/:org/workspaces/:ws/states/:sv/download`: the state file, for those who may
+/// read state (the API's download, refused as it refuses).
+pub async fn state_download(
+    State(ui): State<Ui>,
+    Path((org, name, sv)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Result<Response, UiError> {
+    let s = ui.session(&headers, &uri.to_string())?;
+    let doc = ui
+        .call(
+            &s,
+            &headers,
+            Method::GET,
+            &format!("/api/v2/state-versions/{}", urlencode(&sv)),
+            None,
+        )
+        .await?;
+    let ws = doc["data"]["relationships"]["workspace"]["data"]["id"]
+        .as_str()
+        .unwrap_or_default();
+    let owner = ui
+        .call(
+            &s,
+            &headers,
+            Method::GET,
+            &format!("/api/v2/workspaces/{ws}"),
+            None,
+        )
+        .await?;
+    if owner["data"]["attributes"]["name"].as_str() != Some(name.as_str())
+        || owner["data"]["relationships"]["organization"]["data"]["id"].as_str()
+            != Some(org.as_str())
+    {
+        return Err(UiError::NotFound);
+    }
+    let (status, bytes) = ui
+        .raw(
+            Some(&s),
+            &headers,
+            Method::GET,
+            &format!("/api/v2/state-versions/{}/download", urlencode(&sv)),
+            None,
+        )
+        .await?;
+    if !status.is_success() {
+        return Err(match status.as_u16() {
+            403 => UiError::Forbidden("You may not read this workspace's state.".into()),
+            _ => UiError::NotFound,
+        });
+    }
+    let file = format!("attachment; filename=\"{name}-{sv}.tfstate\"");
+    Ok((
+        [
+            (
+                axum::http::header::CONTENT_TYPE,
+                "application/json".to_owned(),
+            ),
+            (axum::http::header::CONTENT_DISPOSITION, file),
+        ],
+        bytes,
+    )
+        .into_response())
+}

@@ -1,0 +1,422 @@
+//! The run pages of the web view (docs/ui.md, "Runs"): a workspace's runs, and a run with
+//! its status timeline, change counts, plan and apply logs (streamed by the page's
+//! script from [`log`]) and the buttons its state and the person's rights allow.
+
+use askama::Template;
+use axum::Json;
+use axum::extract::{Form, Path, Query, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Redirect, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::pages::{RunRow, changes, included, run_rows, text, when};
+use super::session::Session;
+use super::{Nav, Ui, UiError, render, urlencode};
+
+/// Bytes of log one poll reads at most.
+const LOG_CHUNK: usize = 256 << 10;
+/// Framing of the API's log streams (STX first, ETX once the phase is final).
+const STX: u8 = 0x02;
+const ETX: u8 = 0x03;
+
+/// The workspace `org/name` as the person may read it (its document).
+async fn workspace_doc(
+    ui: &Ui,
+    s: &Session,
+    headers: &HeaderMap,
+    org: &str,
+    name: &str,
+) -> Result<Value, UiError> {
+    ui.call(
+        s,
+        headers,
+        Method::GET,
+        &format!(
+            "/api/v2/organizations/{}/workspaces/{}",
+            urlencode(org),
+            urlencode(name)
+        ),
+        None,
+    )
+    .await
+}
+
+#[derive(Template)]
+#[template(path = "runs.html")]
+struct RunsPage {
+    nav: Nav,
+    ws: String,
+    runs: Vec<RunRow>,
+}
+
+/// `GET /app/:org/workspaces/:ws/runs`: the workspace's runs, newest first.
+pub async fn list(
+    State(ui): State<Ui>,
+    Path((org, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Result<Response, UiError> {
+    let s = ui.session(&headers, &uri.to_string())?;
+    let ws = workspace_doc(&ui, &s, &headers, &org, &name).await?;
+    let id = text(&ws["data"]["id"]);
+    let doc = ui
+        .call(
+            &s,
+            &headers,
+            Method::GET,
+            &format!("/api/v2/workspaces/{id}/runs?page%5Bsize%5D=50&include=plan"),
+            None,
+        )
+        .await?;
+    Ok(render(&RunsPage {
+        nav: Nav::of(&s, &org),
+        ws: name,
+        runs: run_rows(&doc),
+    }))
+}
+
+/// `GET /app/:org/:ws/runs/:run` (the URL the terraform CLI prints): the run's page.
+pub async fn cli_link(Path((org, ws, run)): Path<(String, String, String)>) -> Response {
+    Redirect::permanent(&format!(
+        "/app/{}/workspaces/{}/runs/{}",
+        urlencode(&org),
+        urlencode(&ws),
+        urlencode(&run)
+    ))
+    .into_response()
+}
+
+/// A step of the timeline.
+pub struct Step {
+    pub state: String,
+    pub at: String,
+}
+
+/// A button the run page shows.
+pub struct Button {
+    pub action: String,
+    pub label: String,
+    pub danger: bool,
+}
+
+/// A phase's log as the page first shows it.
+pub struct PhaseLog {
+    pub phase: String,
+    pub text: String,
+    pub offset: usize,
+    pub done: bool,
+}
+
+#[derive(Template)]
+#[template(path = "run.html")]
+struct RunPage {
+    nav: Nav,
+    ws: String,
+    id: String,
+    status: String,
+    message: String,
+    source: String,
+    changes: String,
+    timeline: Vec<Step>,
+    buttons: Vec<Button>,
+    logs: Vec<PhaseLog>,
+    final_state: bool,
+}
+
+/// The run `run` of workspace `org/name` (404 when it is another's), with its plan and
+/// apply included.
+async fn run_doc(
+    ui: &Ui,
+    s: &Session,
+    headers: &HeaderMap,
+    org: &str,
+    name: &str,
+    run: &str,
+) -> Result<Value, UiError> {
+    let ws = workspace_doc(ui, s, headers, org, name).await?;
+    let doc = ui
+        .call(
+            s,
+            headers,
+            Method::GET,
+            &format!("/api/v2/runs/{}?include=plan,apply", urlencode(run)),
+            None,
+        )
+        .await?;
+    if doc["data"]["relationships"]["workspace"]["data"]["id"] != ws["data"]["id"] {
+        return Err(UiError::NotFound);
+    }
+    Ok(doc)
+}
+
+/// Run states after which nothing more happens.
+const FINAL: [&str; 7] = [
+    "applied",
+    "planned_and_finished",
+    "planned_and_saved",
+    "errored",
+    "discarded",
+    "canceled",
+    "force_canceled",
+];
+
+/// `GET /app/:org/workspaces/:ws/runs/:run`.
+pub async fn show(
+    State(ui): State<Ui>,
+    Path((org, name, run)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Result<Response, UiError> {
+    let s = ui.session(&headers, &uri.to_string())?;
+    let doc = run_doc(&ui, &s, &headers, &org, &name, &run).await?;
+    let r = &doc["data"];
+    let a = &r["attributes"];
+    let status = text(&a["status"]);
+    let mut timeline: Vec<(String, Step)> = a["status-timestamps"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| {
+            let at = v.as_str()?.to_owned();
+            Some((
+                at.clone(),
+                Step {
+                    state: k.trim_end_matches("-at").replace('-', " "),
+                    at: when(&json!(at)),
+                },
+            ))
+        })
+        .collect();
+    timeline.sort_by(|x, y| x.0.cmp(&y.0));
+    let actions = &a["actions"];
+    let perms = &a["permissions"];
+    let offer = |act: &str, perm: &str| {
+        actions[act].as_bool().unwrap_or(false) && perms[perm].as_bool().unwrap_or(false)
+    };
+    let mut buttons = Vec::new();
+    for (act, perm, action, label, danger) in [
+        (
+            "is-confirmable",
+            "can-apply",
+            "apply",
+            "Confirm & apply",
+            false,
+        ),
+        ("is-discardable", "can-discard", "discard", "Discard", true),
+        ("is-cancelable", "can-cancel", "cancel", "Cancel", true),
+        (
+            "is-force-cancelable",
+            "can-force-cancel",
+            "force-cancel",
+            "Force cancel",
+            true,
+        ),
+    ] {
+        if offer(act, perm) {
+            buttons.push(Button {
+                action: action.to_owned(),
+                label: label.to_owned(),
+                danger,
+            });
+        }
+    }
+    let mut logs = Vec::new();
+    for (phase, kind) in [("plan", "plans"), ("apply", "applies")] {
+        let Some(p) = r["relationships"][phase]["data"]["id"]
+            .as_str()
+            .and_then(|id| included(&doc, kind, id))
+        else {
+            continue;
+        };
+        let st = p["attributes"]["status"].as_str().unwrap_or_default();
+        if phase == "apply" && ["pending", "unreachable", ""].contains(&st) {
+            continue;
+        }
+        let chunk = read_log(&ui, &headers, p, 0).await?;
+        logs.push(PhaseLog {
+            phase: phase.to_owned(),
+            text: chunk.text,
+            offset: chunk.next,
+            done: chunk.done,
+        });
+    }
+    Ok(render(&RunPage {
+        nav: Nav::of(&s, &org),
+        ws: name,
+        id: text(&r["id"]),
+        final_state: FINAL.contains(&status.as_str()),
+        status,
+        message: text(&a["message"]),
+        source: text(&a["source"]),
+        changes: changes(&doc, r),
+        timeline: timeline.into_iter().map(|(_, s)| s).collect(),
+        buttons,
+        logs,
+    }))
+}
+
+/// A piece of a phase's log.
+struct Chunk {
+    text: String,
+    /// The offset to read from next.
+    next: usize,
+    done: bool,
+}
+
+/// The log of phase document `p` from byte `offset` of the API's framed stream (its
+/// capability URL, as any log reader), as text.
+async fn read_log(
+    ui: &Ui,
+    headers: &HeaderMap,
+    p: &Value,
+    offset: usize,
+) -> Result<Chunk, UiError> {
+    let url = p["attributes"]["log-read-url"].as_str().unwrap_or_default();
+    let Some(path) = url.find("/api/").map(|i| &url[i..]) else {
+        return Ok(Chunk {
+            text: String::new(),
+            next: offset,
+            done: false,
+        });
+    };
+    let sep = if path.contains('?') { '&' } else { '?' };
+    let (status, bytes) = ui
+        .raw(
+            None,
+            headers,
+            Method::GET,
+            &format!("{path}{sep}offset={offset}&limit={LOG_CHUNK}"),
+            None,
+        )
+        .await?;
+    if !status.is_success() {
+        return Ok(Chunk {
+            text: String::new(),
+            next: offset,
+            done: false,
+        });
+    }
+    Ok(chunk_of(&bytes, offset))
+}
+
+/// The text of framed log bytes read from `offset`: STX and ETX dropped, a character cut
+/// at the end left for the next read.
+fn chunk_of(bytes: &[u8], offset: usize) -> Chunk {
+    let done = bytes.contains(&ETX);
+    let usable = match std::str::from_utf8(bytes) {
+        Ok(_) => bytes.len(),
+        Err(e) if e.error_len().is_none() => e.valid_up_to(),
+        Err(_) => bytes.len(),
+    };
+    let text: String = String::from_utf8_lossy(&bytes[..usable])
+        .chars()
+        .filter(|c| *c != STX as char && *c != ETX as char)
+        .collect();
+    Chunk {
+        text,
+        next: offset + usable,
+        done,
+    }
+}
+
+#[derive(Deserialize)]
+pub struct LogQuery {
+    #[serde(default)]
+    offset: usize,
+}
+
+/// `GET /app/:org/workspaces/:ws/runs/:run/log/(plan|apply)?offset=N`: the log from byte
+/// N as JSON (`text`, `next`, `done`) with the run's `status`, for the page's script.
+pub async fn log(
+    State(ui): State<Ui>,
+    Path((org, name, run, phase)): Path<(String, String, String, String)>,
+    Query(q): Query<LogQuery>,
+    headers: HeaderMap,
+) -> Result<Response, UiError> {
+    let s = ui.sessions.of(&headers).ok_or(UiError::Refused(
+        StatusCode::UNAUTHORIZED,
+        "signed out".into(),
+    ))?;
+    let kind = match phase.as_str() {
+        "plan" => "plans",
+        "apply" => "applies",
+        _ => return Err(UiError::NotFound),
+    };
+    let doc = run_doc(&ui, &s, &headers, &org, &name, &run).await?;
+    let p = doc["data"]["relationships"][phase.as_str()]["data"]["id"]
+        .as_str()
+        .and_then(|id| included(&doc, kind, id))
+        .ok_or(UiError::NotFound)?;
+    let chunk = read_log(&ui, &headers, p, q.offset).await?;
+    Ok(Json(json!({
+        "text": chunk.text,
+        "next": chunk.next,
+        "done": chunk.done,
+        "status": doc["data"]["attributes"]["status"],
+    }))
+    .into_response())
+}
+
+#[derive(Deserialize)]
+pub struct ActionForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    comment: String,
+}
+
+/// `POST /app/:org/workspaces/:ws/runs/:run/actions/(apply|discard|cancel|force-cancel)`
+/// with an optional comment: the API's run action.
+pub async fn action(
+    State(ui): State<Ui>,
+    Path((org, name, run, action)): Path<(String, String, String, String)>,
+    headers: HeaderMap,
+    Form(f): Form<ActionForm>,
+) -> Result<Response, UiError> {
+    let s = ui.form_session(&headers, &f.csrf)?;
+    if !["apply", "discard", "cancel", "force-cancel"].contains(&action.as_str()) {
+        return Err(UiError::NotFound);
+    }
+    let doc = run_doc(&ui, &s, &headers, &org, &name, &run).await?;
+    let id = text(&doc["data"]["id"]);
+    let comment = f.comment.trim();
+    let body = (!comment.is_empty()).then(|| json!({"comment": comment}));
+    ui.call(
+        &s,
+        &headers,
+        Method::POST,
+        &format!("/api/v2/runs/{id}/actions/{action}"),
+        body,
+    )
+    .await?;
+    Ok(Redirect::to(&format!(
+        "/app/{}/workspaces/{}/runs/{}",
+        urlencode(&org),
+        urlencode(&name),
+        urlencode(&run)
+    ))
+    .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_chunks_drop_the_framing_and_keep_a_cut_character_for_later() {
+        let mut b = vec![STX];
+        b.extend_from_slice("plan é".as_bytes());
+        let cut = &b[..b.len() - 1];
+        let c = chunk_of(cut, 0);
+        assert_eq!(c.text, "plan ");
+        assert_eq!(c.next, cut.len() - 1);
+        assert!(!c.done);
+        let mut whole = b.clone();
+        whole.push(ETX);
+        let c = chunk_of(&whole[3..], 3);
+        assert_eq!(c.text, "an é");
+        assert!(c.done);
+        assert_eq!(c.next, whole.len());
+    }
+}

@@ -1,0 +1,455 @@
+//! The web view in a real browser (issue 29, docs/ui.md): headless Chromium through its
+//! WebDriver against `terrace dev`. Signing in and out, finding workspaces, locking, a
+//! run started by the terraform CLI followed live from the URL the CLI printed and
+//! confirmed in the browser, another discarded, what a reader may not do, CSRF, and an
+//! expired session. The main pages are saved as PNGs into docs/ui/.
+
+use std::io::Read;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+use terrace_tests::browser::Browser;
+use terrace_tests::{Api, Dev, Terraform, terraform_path, workspace_root};
+
+const ORG: &str = "acme";
+
+fn shot(b: &Browser, name: &str) {
+    b.screenshot(&workspace_root().join("docs/ui").join(format!("{name}.png")));
+}
+
+fn sign_in(b: &Browser, dev: &Dev, token: &str) {
+    b.goto(&format!("{}/app", dev.api));
+    assert!(
+        b.wait(Duration::from_secs(10), |b| b.find("#token").is_some()),
+        "the sign-in page: {}",
+        b.source()
+    );
+    b.fill("#token", token);
+    b.click("#sign-in");
+    assert!(
+        b.wait(Duration::from_secs(10), |b| b.find("#sign-out").is_some()),
+        "signed in: {}",
+        b.source()
+    );
+}
+
+/// A token of a new ServiceAccount of the organization bound to ClusterRole `role`.
+fn token_for(dev: &Dev, name: &str, role: &str) -> String {
+    dev.kubectl_ok(&["create", "serviceaccount", name, "-n", ORG]);
+    dev.kubectl_ok(&[
+        "create",
+        "rolebinding",
+        name,
+        "-n",
+        ORG,
+        &format!("--clusterrole={role}"),
+        &format!("--serviceaccount={ORG}:{name}"),
+    ]);
+    dev.kubectl_ok(&["create", "token", name, "-n", ORG])
+        .trim()
+        .to_owned()
+}
+
+/// A form POST as the browser's session would send it (its cookie), with `csrf`.
+fn post_form(dev: &Dev, cookie: &str, path: &str, csrf: &str) -> (u16, String) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .build()
+        .into();
+    let mut res = agent
+        .post(&format!("{}{path}", dev.api))
+        .header("Cookie", format!("terrace_session={cookie}"))
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .send(format!("csrf={csrf}&reason=forged"))
+        .expect("POST");
+    let status = res.status().as_u16();
+    (status, res.body_mut().read_to_string().unwrap_or_default())
+}
+
+/// The CSRF token of the page the browser shows.
+fn csrf_of(b: &Browser) -> String {
+    b.execute("return document.querySelector('input[name=csrf]').value")
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[test]
+fn people_sign_in_find_workspaces_lock_them_and_sign_out() {
+    let dev = Dev::start();
+    let api = Api::admin(&dev);
+    api.create_org(ORG);
+    for i in 0..25 {
+        let tags = if i % 5 == 0 {
+            json!(["prod"])
+        } else {
+            json!(["dev"])
+        };
+        api.create_workspace(
+            ORG,
+            json!({"name": format!("svc-{i:02}"), "tag-names": tags}),
+        );
+    }
+    let b = Browser::start();
+
+    // Every page asks for a token first, then comes back.
+    b.goto(&format!("{}/app/{ORG}/workspaces", dev.api));
+    assert!(b.wait(Duration::from_secs(10), |b| b.find("#token").is_some()));
+    shot(&b, "sign-in");
+    b.fill("#token", "not-a-token");
+    b.click("#sign-in");
+    assert!(
+        b.wait(Duration::from_secs(10), |b| b
+            .text("#signin-error")
+            .contains("not accepted")),
+        "{}",
+        b.source()
+    );
+    b.fill("#token", &dev.token);
+    b.click("#sign-in");
+    assert!(
+        b.wait(Duration::from_secs(10), |b| b
+            .url()
+            .ends_with(&format!("/app/{ORG}/workspaces"))),
+        "back where the person was going: {}",
+        b.url()
+    );
+    assert!(b.text("#count").starts_with("25"), "{}", b.text("#count"));
+    assert!(b.find("a[rel=next]").is_some(), "a second page");
+    shot(&b, "workspaces");
+
+    // Search by name, filter by tag, page.
+    b.fill("#q", "svc-1");
+    b.click("#filter");
+    assert!(b.wait(Duration::from_secs(10), |b| {
+        b.text("#count").starts_with("10 ")
+    }));
+    b.goto(&format!("{}/app/{ORG}/workspaces?tag=prod", dev.api));
+    assert!(b.wait(Duration::from_secs(10), |b| {
+        b.text("#count").starts_with("5 ")
+    }));
+    let listed = b.text("#workspaces");
+    assert!(
+        listed.contains("svc-05") && !listed.contains("svc-01"),
+        "{listed}"
+    );
+    b.goto(&format!("{}/app/{ORG}/workspaces?page=2", dev.api));
+    assert!(b.wait(Duration::from_secs(10), |b| {
+        b.text("#workspaces").contains("svc-24")
+    }));
+
+    // Lock with a reason, then unlock.
+    b.goto(&format!("{}/app/{ORG}/workspaces/svc-03", dev.api));
+    assert!(b.wait(Duration::from_secs(10), |b| b.find("#lock").is_some()));
+    b.fill("#reason", "maintenance window");
+    b.click("#lock");
+    assert!(
+        b.wait(Duration::from_secs(10), |b| b
+            .text("#lock-state")
+            .contains("maintenance window")),
+        "{}",
+        b.source()
+    );
+    let ws = api.get(&format!("/api/v2/organizations/{ORG}/workspaces/svc-03"));
+    assert_eq!(ws.body["data"]["attributes"]["locked"], true);
+    assert!(b.find("#lock").is_none() && b.find("#unlock").is_some());
+    shot(&b, "workspace");
+
+    // A form without the session's CSRF token is refused, whoever sends it.
+    let cookie = b.cookie("terrace_session").expect("the session cookie");
+    let (status, page) = post_form(
+        &dev,
+        &cookie,
+        &format!("/app/{ORG}/workspaces/svc-03/actions/unlock"),
+        "forged",
+    );
+    assert_eq!(status, 403, "{page}");
+    assert!(page.contains("CSRF"), "{page}");
+    let ws = api.get(&format!("/api/v2/organizations/{ORG}/workspaces/svc-03"));
+    assert_eq!(
+        ws.body["data"]["attributes"]["locked"], true,
+        "the forged unlock did nothing"
+    );
+
+    b.click("#unlock");
+    assert!(b.wait(Duration::from_secs(10), |b| {
+        b.text("#lock-state").contains("Unlocked")
+    }));
+
+    // Unknown pages answer 404 in the same look.
+    b.goto(&format!("{}/app/{ORG}/workspaces/nope", dev.api));
+    assert!(b.wait(Duration::from_secs(10), |b| {
+        b.text("h1").contains("Not found")
+    }));
+
+    // Signing out ends the session: its cookie no longer opens a page.
+    b.goto(&format!("{}/app/{ORG}/workspaces", dev.api));
+    b.click("#sign-out");
+    assert!(b.wait(Duration::from_secs(10), |b| b.find("#token").is_some()));
+    let (status, _) = post_form(
+        &dev,
+        &cookie,
+        &format!("/app/{ORG}/workspaces/svc-03/actions/lock"),
+        "x",
+    );
+    assert_eq!(status, 303, "an ended session is sent to sign in");
+    b.goto(&format!("{}/app", dev.api));
+    assert!(b.wait(Duration::from_secs(10), |b| b.find("#token").is_some()));
+}
+
+const MAIN_TF: &str = r#"
+terraform {
+  cloud {
+    hostname     = "terrace.test"
+    organization = "acme"
+    workspaces {
+      name = "web"
+    }
+  }
+}
+
+resource "terraform_data" "slow" {
+  input = var.round
+
+  provisioner "local-exec" {
+    command = "for i in 1 2 3 4 5 6 7 8; do echo tick-$i; sleep 1; done"
+  }
+}
+
+variable "round" {
+  type    = string
+  default = "one"
+}
+
+output "greeting" {
+  value = "hello ${var.round}"
+}
+"#;
+
+/// `terraform apply` waiting for its confirmation, its output gathered as it comes.
+struct Waiting {
+    child: std::process::Child,
+    out: Arc<Mutex<String>>,
+}
+
+impl Waiting {
+    fn start(tf: &Terraform, dir: &Path, args: &[&str]) -> Waiting {
+        let mut child = tf
+            .command(dir, args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("terraform apply");
+        let out = Arc::new(Mutex::new(String::new()));
+        for mut pipe in [
+            Box::new(child.stdout.take().expect("stdout")) as Box<dyn Read + Send>,
+            Box::new(child.stderr.take().expect("stderr")),
+        ] {
+            let out = out.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = pipe.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    out.lock()
+                        .expect("out")
+                        .push_str(&String::from_utf8_lossy(&buf[..n]));
+                }
+            });
+        }
+        Waiting { child, out }
+    }
+
+    fn text(&self) -> String {
+        terrace_tests::strip_colours(&self.out.lock().expect("out"))
+    }
+
+    /// The run page's path from the URL the CLI printed.
+    fn run_path(&self, dev: &Dev) -> String {
+        let found = dev.eventually(Duration::from_secs(60), || {
+            let t = self.text();
+            let at = t.find("/app/")?;
+            let url: String = t[at..].chars().take_while(|c| !c.is_whitespace()).collect();
+            url.contains("/runs/run-").then_some(url)
+        });
+        found.unwrap_or_else(|| panic!("the CLI printed no run URL: {}", self.text()))
+    }
+
+    /// Waits for the CLI to end by itself (its stdin stays open: the browser, not the
+    /// keyboard, decides).
+    fn finish(mut self) -> (bool, String) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        let ok = loop {
+            if let Some(st) = self.child.try_wait().expect("wait") {
+                break st.success();
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = self.child.kill();
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        (ok, self.text())
+    }
+}
+
+#[test]
+fn a_cli_run_is_followed_live_from_its_link_confirmed_in_the_browser_and_another_discarded() {
+    let dev = Dev::start_with(&["--engine", &terraform_path()]);
+    let api = Api::admin(&dev);
+    api.create_org(ORG);
+    let tf = Terraform::for_dev(&dev);
+    let work = tempfile::tempdir().expect("work");
+    std::fs::write(work.path().join("main.tf"), MAIN_TF).expect("main.tf");
+    let out = tf.run(work.path(), &["init", "-input=false"]);
+    assert!(out.status.success(), "{}", terrace_tests::text(&out));
+    let b = Browser::start();
+    sign_in(&b, &dev, &dev.token);
+
+    // The CLI plans remotely and waits for "yes"; its link opens the run's page.
+    let apply = Waiting::start(&tf, work.path(), &["apply"]);
+    let path = apply.run_path(&dev);
+    b.goto(&format!("{}{path}", dev.api));
+    assert!(
+        b.wait(Duration::from_secs(90), |b| b
+            .find("#action-apply")
+            .is_some()),
+        "the run waits for confirmation: {}\nCLI: {}",
+        b.source(),
+        apply.text()
+    );
+    assert!(b.url().contains("/workspaces/web/runs/run-"), "{}", b.url());
+    assert!(
+        b.text("#log-plan").contains("Plan: 1 to add"),
+        "{}",
+        b.text("#log-plan")
+    );
+    assert_eq!(b.text("#changes"), "+1 ~0 -0");
+    assert!(b.find("#action-discard").is_some());
+    shot(&b, "run-planned");
+
+    // Confirmed here, the CLI sees it and streams the apply, while the page's apply log
+    // grows without a reload.
+    b.fill("#comment-apply", "looks good");
+    b.click("#action-apply");
+    assert!(
+        b.wait(Duration::from_secs(60), |b| b
+            .text("#log-apply")
+            .contains("tick-2")),
+        "the apply log streams: {}",
+        b.source()
+    );
+    b.execute("window.__stayed = 'yes'; return 1;");
+    assert!(
+        b.wait(Duration::from_secs(30), |b| b
+            .text("#log-apply")
+            .contains("tick-5")),
+        "{}",
+        b.text("#log-apply")
+    );
+    assert_eq!(
+        b.execute("return window.__stayed || 'reloaded'"),
+        "yes",
+        "the log grew in place"
+    );
+    assert!(
+        b.wait(Duration::from_secs(60), |b| b.text("#run-status")
+            == "applied"),
+        "{}",
+        b.source()
+    );
+    assert!(b.text("#log-apply").contains("Apply complete"));
+    assert!(
+        b.find("#action-apply").is_none(),
+        "no buttons on a finished run"
+    );
+    shot(&b, "run-applied");
+    let (ok, cli) = apply.finish();
+    assert!(ok && cli.contains("Apply complete"), "{cli}");
+    let id = path.rsplit('/').next().unwrap_or_default();
+    let comments = api.get(&format!("/api/v2/runs/{id}/comments"));
+    assert!(
+        comments.body.to_string().contains("looks good"),
+        "the comment was kept: {:?}",
+        comments.body
+    );
+
+    // A second run, discarded from the browser: the CLI says so and fails.
+    let apply = Waiting::start(&tf, work.path(), &["apply", "-var", "round=two"]);
+    let path = apply.run_path(&dev);
+    b.goto(&format!("{}{path}", dev.api));
+    assert!(b.wait(Duration::from_secs(90), |b| {
+        b.find("#action-discard").is_some()
+    }));
+    b.click("#action-discard");
+    assert!(b.wait(Duration::from_secs(30), |b| b.text("#run-status")
+        == "discarded"));
+    let (ok, cli) = apply.finish();
+    assert!(!ok && cli.to_lowercase().contains("discarded"), "{cli}");
+
+    // The workspace shows the state and its outputs; the states page lists it.
+    b.goto(&format!("{}/app/{ORG}/workspaces/web", dev.api));
+    assert!(b.wait(Duration::from_secs(10), |b| {
+        b.text("#outputs").contains("hello one")
+    }));
+    b.goto(&format!("{}/app/{ORG}/workspaces/web/states", dev.api));
+    assert!(b.wait(Duration::from_secs(10), |b| b.source().contains("Serial 1")));
+    assert!(b.find("a.download").is_some());
+}
+
+#[test]
+fn a_reader_sees_no_buttons_and_their_forged_post_is_refused() {
+    let dev = Dev::start();
+    let api = Api::admin(&dev);
+    api.create_org(ORG);
+    api.create_workspace(ORG, json!({"name": "shared"}));
+    let reader = token_for(&dev, "reader", "terrace-workspace-reader");
+    let b = Browser::start();
+    sign_in(&b, &dev, &reader);
+    b.goto(&format!("{}/app/{ORG}/workspaces/shared", dev.api));
+    assert!(
+        b.wait(Duration::from_secs(10), |b| b.find("#lock-state").is_some()),
+        "{}",
+        b.source()
+    );
+    assert!(
+        b.find("#lock").is_none(),
+        "a reader is offered no lock: {}",
+        b.source()
+    );
+    assert!(b.find("#force-unlock").is_none());
+    let cookie = b.cookie("terrace_session").expect("cookie");
+    let csrf = csrf_of(&b);
+    let (status, page) = post_form(
+        &dev,
+        &cookie,
+        &format!("/app/{ORG}/workspaces/shared/actions/lock"),
+        &csrf,
+    );
+    assert!(status == 403 || status == 404, "{status}: {page}");
+    let ws = api.get(&format!("/api/v2/organizations/{ORG}/workspaces/shared"));
+    assert_eq!(ws.body["data"]["attributes"]["locked"], false);
+}
+
+#[test]
+fn an_expired_session_signs_in_again() {
+    let dev = Dev::start_with(&["--ui-session-ttl", "3s"]);
+    let api = Api::admin(&dev);
+    api.create_org(ORG);
+    let b = Browser::start();
+    sign_in(&b, &dev, &dev.token);
+    std::thread::sleep(Duration::from_secs(4));
+    b.goto(&format!("{}/app/{ORG}/workspaces", dev.api));
+    assert!(
+        b.wait(Duration::from_secs(10), |b| b.find("#token").is_some()),
+        "an expired session asks for the token again: {}",
+        b.source()
+    );
+}
