@@ -779,3 +779,98 @@ mod tests {
         );
     }
 }
+
+/// One test file's result as the web view shows it: its status and each run block's.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FileResult {
+    pub path: String,
+    pub status: String,
+    /// Run blocks in the order they first appear, with their status.
+    pub runs: Vec<(String, String)>,
+}
+
+/// The per-file, per-run-block results in a test run's log (`-json` lines; the latest
+/// status of each wins, `pending` until one is given).
+pub fn results(log: &str) -> Vec<FileResult> {
+    let mut files: Vec<FileResult> = Vec::new();
+    fn file<'a>(files: &'a mut Vec<FileResult>, path: &str) -> &'a mut FileResult {
+        if let Some(i) = files.iter().position(|f| f.path == path) {
+            return &mut files[i];
+        }
+        files.push(FileResult {
+            path: path.to_owned(),
+            status: "pending".to_owned(),
+            runs: Vec::new(),
+        });
+        files.last_mut().expect("just pushed")
+    }
+    for line in log.lines() {
+        let Line::Json { payload, .. } = parse_line(line) else {
+            continue;
+        };
+        match payload {
+            Message::Abstract { files: found } => {
+                for (path, runs) in found {
+                    let f = file(&mut files, &path);
+                    for r in runs {
+                        if !f.runs.iter().any(|(n, _)| *n == r) {
+                            f.runs.push((r, "pending".to_owned()));
+                        }
+                    }
+                }
+            }
+            Message::File { path, status, .. } => {
+                let f = file(&mut files, &path);
+                if let Some(s) = status {
+                    f.status = s.as_str().to_owned();
+                }
+            }
+            Message::Run {
+                path, run, status, ..
+            } => {
+                let f = file(&mut files, &path);
+                let at = match f.runs.iter().position(|(n, _)| *n == run) {
+                    Some(i) => i,
+                    None => {
+                        f.runs.push((run, "pending".to_owned()));
+                        f.runs.len() - 1
+                    }
+                };
+                if let Some(s) = status {
+                    f.runs[at].1 = s.as_str().to_owned();
+                }
+            }
+            _ => {}
+        }
+    }
+    files
+}
+
+#[cfg(test)]
+mod results_tests {
+    use super::*;
+
+    #[test]
+    fn files_and_run_blocks_keep_their_latest_status() {
+        let log = [
+            r#"{"@level":"info","@message":"Found 1 file and 2 run blocks","type":"test_abstract","test_abstract":{"tests/a.tftest.hcl":["one","two"]}}"#,
+            r#"{"@level":"info","@message":"tests/a.tftest.hcl... in progress","type":"test_file","test_file":{"path":"tests/a.tftest.hcl","progress":"starting"}}"#,
+            r#"{"@level":"info","@message":"  \"one\"... pass","type":"test_run","test_run":{"path":"tests/a.tftest.hcl","run":"one","progress":"complete","status":"pass"}}"#,
+            r#"{"@level":"info","@message":"  \"two\"... fail","type":"test_run","test_run":{"path":"tests/a.tftest.hcl","run":"two","progress":"complete","status":"fail"}}"#,
+            r#"{"@level":"info","@message":"tests/a.tftest.hcl... fail","type":"test_file","test_file":{"path":"tests/a.tftest.hcl","progress":"complete","status":"fail"}}"#,
+            "plain text from a provider",
+            r#"{"@level":"info","@message":"tests/b.tftest.hcl... pass","type":"test_file","test_file":{"path":"tests/b.tftest.hcl","status":"pass"}}"#,
+        ]
+        .join("\n");
+        let got = results(&log);
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].status, "fail");
+        assert_eq!(
+            got[0].runs,
+            [("one".into(), "pass".into()), ("two".into(), "fail".into())]
+        );
+        assert_eq!(got[1].path, "tests/b.tftest.hcl");
+        assert_eq!(got[1].status, "pass");
+        assert!(results("no json at all").is_empty());
+    }
+}

@@ -188,6 +188,8 @@ impl RealCluster {
                 ("TERRACE_API_ADDR", format!("127.0.0.1:{port}")),
                 ("TERRACE_API_METRICS_ADDR", "127.0.0.1:0".into()),
                 ("TERRACE_BASE_URL", url.clone()),
+                // As the chart sets it (the web view's sessions live there).
+                ("POD_NAMESPACE", RELEASE_NS.to_owned()),
             ],
         );
         let probe = Api::at(&url, None);

@@ -453,3 +453,69 @@ fn an_expired_session_signs_in_again() {
         b.source()
     );
 }
+
+#[test]
+fn a_module_shows_its_versions_variables_and_test_results() {
+    let dev = Dev::start_with(&["--engine", &terraform_path()]);
+    let api = Api::admin(&dev);
+    api.create_org(ORG);
+    let t = api.create_module(ORG, "vpc", "aws");
+    let r = api.post(
+        &format!("{t}/vars"),
+        &json!({"data": {"type": "vars", "attributes": {
+            "key": "TF_VAR_secret", "value": "hunter2", "category": "env", "sensitive": true}}}),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let cv = api.uploaded_cv(&t);
+    let run = api.create_test_run(&t, &cv);
+    assert_eq!(run.status, 201, "{:?}", run.body);
+    let id = run.body["data"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let b = Browser::start();
+    sign_in(&b, &dev, &dev.token);
+    b.goto(&format!("{}/app/{ORG}/registry/modules", dev.api));
+    assert!(b.wait(Duration::from_secs(10), |b| {
+        b.text("#modules").contains("vpc")
+    }));
+    b.click("#modules a");
+    assert!(
+        b.wait(Duration::from_secs(10), |b| b
+            .text("#test-runs")
+            .contains(&id)),
+        "{}",
+        b.source()
+    );
+    let vars = b.text("#variables");
+    assert!(
+        vars.contains("TF_VAR_secret") && vars.contains("(sensitive)"),
+        "{vars}"
+    );
+    assert!(
+        !b.source().contains("hunter2"),
+        "a sensitive value never reaches a page"
+    );
+    b.goto(&format!(
+        "{}/app/{ORG}/registry/modules/vpc/aws/test-runs/{id}",
+        dev.api
+    ));
+    assert!(
+        b.wait(Duration::from_secs(120), |b| b.text("#run-status")
+            == "finished"),
+        "{}",
+        b.source()
+    );
+    assert_eq!(b.text("#test-status"), "pass");
+    let results = b.text("#results");
+    assert!(
+        results.contains("tests/main.tftest.hcl") && results.contains("run \"ok\""),
+        "{results}"
+    );
+    assert!(
+        b.text("#log-test").contains("Success!"),
+        "{}",
+        b.text("#log-test")
+    );
+    shot(&b, "test-run");
+}

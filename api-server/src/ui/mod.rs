@@ -11,6 +11,7 @@
 //! binary. Pages read without JavaScript; the script only streams run logs and follows a
 //! run's status.
 
+pub mod modules;
 pub mod pages;
 pub mod runs;
 pub mod session;
@@ -53,7 +54,13 @@ pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; 
 pub fn router(state: AppState, api: Router, layer: crate::request::RequestLayer) -> Router {
     let layer = layer.with_body_limit(state.settings.max_body_bytes);
     let ui = Ui {
-        sessions: Arc::new(Sessions::new(state.settings.ui_session_ttl)),
+        sessions: Arc::new(match state.settings.release_namespace.as_deref() {
+            Some(ns) => Sessions::shared(
+                state.settings.ui_session_ttl,
+                kube::Api::namespaced(state.client.clone(), ns),
+            ),
+            None => Sessions::new(state.settings.ui_session_ttl),
+        }),
         state,
         api,
     };
@@ -88,6 +95,23 @@ pub fn router(state: AppState, api: Router, layer: crate::request::RequestLayer)
             get(runs::log),
         )
         .route("/app/{org}/{ws}/runs/{run}", get(runs::cli_link))
+        .route("/app/{org}/registry/modules", get(modules::list))
+        .route(
+            "/app/{org}/registry/modules/{name}/{provider}",
+            get(modules::show),
+        )
+        .route(
+            "/app/{org}/registry/modules/{name}/{provider}/test-runs/{id}",
+            get(modules::show_test_run),
+        )
+        .route(
+            "/app/{org}/registry/modules/{name}/{provider}/test-runs/{id}/log",
+            get(modules::test_run_log),
+        )
+        .route(
+            "/app/{org}/registry/modules/{name}/{provider}/test-runs/{id}/cancel",
+            post(modules::cancel_test_run),
+        )
         .layer(axum::middleware::map_response(secure_headers))
         .layer(layer)
         .with_state(ui)
@@ -241,16 +265,19 @@ pub fn urlencode(s: &str) -> String {
 
 impl Ui {
     /// The live session of a request, or the sign-in page (then back to `path`).
-    pub fn session(&self, headers: &HeaderMap, path: &str) -> Result<Session, UiError> {
-        self.sessions.of(headers).ok_or_else(|| UiError::SignIn {
-            next: path.to_owned(),
-        })
+    pub async fn session(&self, headers: &HeaderMap, path: &str) -> Result<Session, UiError> {
+        self.sessions
+            .of(headers)
+            .await
+            .ok_or_else(|| UiError::SignIn {
+                next: path.to_owned(),
+            })
     }
 
     /// The session of a form POST whose CSRF token (`csrf`) must match, from the same
     /// origin.
-    pub fn form_session(&self, headers: &HeaderMap, csrf: &str) -> Result<Session, UiError> {
-        let s = self.session(headers, "/app")?;
+    pub async fn form_session(&self, headers: &HeaderMap, csrf: &str) -> Result<Session, UiError> {
+        let s = self.session(headers, "/app").await?;
         let same_origin = match headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) {
             None | Some("null") => true,
             Some(origin) => {
@@ -417,7 +444,10 @@ async fn sign_in(State(ui): State<Ui>, headers: HeaderMap, Form(f): Form<SignInF
         };
         return (StatusCode::UNAUTHORIZED, render(&page)).into_response();
     };
-    let id = ui.sessions.start(token, caller.username.clone());
+    let id = match ui.sessions.start(token, caller.username.clone()).await {
+        Ok(id) => id,
+        Err(e) => return UiError::Internal(e.to_string()).into_response(),
+    };
     let secure = session::over_https(&headers, ui.state.settings.base_url.as_deref());
     let mut res = Redirect::to(&safe_next(&f.next)).into_response();
     res.headers_mut()
@@ -433,10 +463,12 @@ pub struct CsrfForm {
 
 /// `POST /app/session/delete`: signs out.
 async fn sign_out(State(ui): State<Ui>, headers: HeaderMap, Form(f): Form<CsrfForm>) -> Response {
-    if let Err(e) = ui.form_session(&headers, &f.csrf) {
+    if let Err(e) = ui.form_session(&headers, &f.csrf).await {
         return e.into_response();
     }
-    ui.sessions.end(&headers);
+    if let Err(e) = ui.sessions.end(&headers).await {
+        return UiError::Internal(e.to_string()).into_response();
+    }
     let secure = session::over_https(&headers, ui.state.settings.base_url.as_deref());
     let mut res = Redirect::to("/app/session/new").into_response();
     res.headers_mut()

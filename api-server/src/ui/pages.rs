@@ -45,7 +45,7 @@ struct OrganizationsPage {
 
 /// `GET /app`: the organizations the person can see.
 pub async fn organizations(State(ui): State<Ui>, headers: HeaderMap) -> Result<Response, UiError> {
-    let s = ui.session(&headers, "/app")?;
+    let s = ui.session(&headers, "/app").await?;
     let doc = ui
         .call(
             &s,
@@ -138,7 +138,7 @@ pub async fn workspaces(
     headers: HeaderMap,
     uri: Uri,
 ) -> Result<Response, UiError> {
-    let s = ui.session(&headers, &uri.to_string())?;
+    let s = ui.session(&headers, &uri.to_string()).await?;
     let page = q.page.unwrap_or(1).max(1);
     let sort = SORTS
         .iter()
@@ -357,7 +357,7 @@ pub async fn workspace(
     headers: HeaderMap,
     uri: Uri,
 ) -> Result<Response, UiError> {
-    let s = ui.session(&headers, &uri.to_string())?;
+    let s = ui.session(&headers, &uri.to_string()).await?;
     let doc = ui
         .call(
             &s,
@@ -571,7 +571,7 @@ pub async fn workspace_action(
     headers: HeaderMap,
     Form(f): Form<LockForm>,
 ) -> Result<Response, UiError> {
-    let s = ui.form_session(&headers, &f.csrf)?;
+    let s = ui.form_session(&headers, &f.csrf).await?;
     if !["lock", "unlock", "force-unlock"].contains(&action.as_str()) {
         return Err(UiError::NotFound);
     }
@@ -630,7 +630,7 @@ pub async fn states(
     headers: HeaderMap,
     uri: Uri,
 ) -> Result<Response, UiError> {
-    let s = ui.session(&headers, &uri.to_string())?;
+    let s = ui.session(&headers, &uri.to_string()).await?;
     let ws = ui
         .call(
             &s,
@@ -717,7 +717,7 @@ pub async fn state_download(
     headers: HeaderMap,
     uri: Uri,
 ) -> Result<Response, UiError> {
-    let s = ui.session(&headers, &uri.to_string())?;
+    let s = ui.session(&headers, &uri.to_string()).await?;
     let doc = ui
         .call(
             &s,

@@ -57,7 +57,7 @@ pub async fn list(
     headers: HeaderMap,
     uri: Uri,
 ) -> Result<Response, UiError> {
-    let s = ui.session(&headers, &uri.to_string())?;
+    let s = ui.session(&headers, &uri.to_string()).await?;
     let ws = workspace_doc(&ui, &s, &headers, &org, &name).await?;
     let id = text(&ws["data"]["id"]);
     let doc = ui
@@ -168,7 +168,7 @@ pub async fn show(
     headers: HeaderMap,
     uri: Uri,
 ) -> Result<Response, UiError> {
-    let s = ui.session(&headers, &uri.to_string())?;
+    let s = ui.session(&headers, &uri.to_string()).await?;
     let doc = run_doc(&ui, &s, &headers, &org, &name, &run).await?;
     let r = &doc["data"];
     let a = &r["attributes"];
@@ -334,7 +334,7 @@ pub async fn log(
     Query(q): Query<LogQuery>,
     headers: HeaderMap,
 ) -> Result<Response, UiError> {
-    let s = ui.sessions.of(&headers).ok_or(UiError::Refused(
+    let s = ui.sessions.of(&headers).await.ok_or(UiError::Refused(
         StatusCode::UNAUTHORIZED,
         "signed out".into(),
     ))?;
@@ -374,7 +374,7 @@ pub async fn action(
     headers: HeaderMap,
     Form(f): Form<ActionForm>,
 ) -> Result<Response, UiError> {
-    let s = ui.form_session(&headers, &f.csrf)?;
+    let s = ui.form_session(&headers, &f.csrf).await?;
     if !["apply", "discard", "cancel", "force-cancel"].contains(&action.as_str()) {
         return Err(UiError::NotFound);
     }

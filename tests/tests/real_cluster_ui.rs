@@ -1,0 +1,100 @@
+//! The real-cluster tier (issue 29): the web view's sessions with the chart's RBAC. Two
+//! API server replicas answer one person's requests: a session started on one is known
+//! to the other (they share it through a Secret of the release namespace), and a
+//! sign-out on one ends it on both within the replicas' freshness window.
+
+use std::time::Duration;
+
+use terrace_tests::real::{RealCluster, eventually};
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .build()
+        .into()
+}
+
+/// GET `path` of `base` with session `cookie`: the status and the page.
+fn page(base: &str, cookie: &str, path: &str) -> (u16, String) {
+    let mut r = agent()
+        .get(&format!("{base}{path}"))
+        .header("Cookie", format!("terrace_session={cookie}"))
+        .call()
+        .expect("GET");
+    (
+        r.status().as_u16(),
+        r.body_mut().read_to_string().unwrap_or_default(),
+    )
+}
+
+#[test]
+fn a_session_started_on_one_replica_works_on_the_other_until_signed_out() {
+    let Some(cluster) = RealCluster::from_env() else {
+        return;
+    };
+    let (a, url_a) = cluster.api_server();
+    let (b, url_b) = cluster.api_server();
+    let org = RealCluster::unique("ui");
+    let admin = cluster.admin(&url_a);
+    admin.create_org(&org);
+
+    // Sign in on replica A.
+    let r = agent()
+        .post(&format!("{url_a}/app/session"))
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .send(format!("token={}&next=/app", cluster.admin_token))
+        .expect("sign in");
+    assert_eq!(r.status().as_u16(), 303, "{}", RealCluster::logs_of(&[&a]));
+    let set = r
+        .headers()
+        .get("set-cookie")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+        "{set}"
+    );
+    let cookie = set
+        .split(';')
+        .next()
+        .and_then(|kv| kv.split_once('='))
+        .map(|(_, v)| v.to_owned())
+        .expect("the session cookie");
+
+    // Replica B knows the session; the token is nowhere in the shared Secret's keys.
+    let (status, body) = page(&url_b, &cookie, "/app");
+    assert_eq!(status, 200, "{body}\n{}", RealCluster::logs_of(&[&b]));
+    assert!(body.contains(&org), "{body}");
+    let keys = cluster.kubectl_ok(&[
+        "get",
+        "secret",
+        "terrace-ui-sessions",
+        "-n",
+        terrace_tests::real::RELEASE_NS,
+        "-o",
+        "jsonpath={.data}",
+    ]);
+    assert!(!keys.contains(&cookie), "the cookie's value is not stored");
+
+    // Signed out on B, the session ends on A too (within the freshness window).
+    let csrf = body
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_default()
+        .to_owned();
+    let r = agent()
+        .post(&format!("{url_b}/app/session/delete"))
+        .header("Cookie", format!("terrace_session={cookie}"))
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .send(format!("csrf={csrf}"))
+        .expect("sign out");
+    assert_eq!(r.status().as_u16(), 303);
+    let ended = eventually(Duration::from_secs(30), || {
+        (page(&url_a, &cookie, "/app").0 == 303).then_some(())
+    });
+    assert!(ended.is_some(), "replica A still honours the ended session");
+    drop((a, b));
+}
