@@ -259,6 +259,24 @@ impl Dev {
         Dev::log_of(&self.dir)
     }
 
+    /// A token of a new ServiceAccount `name` of namespace `ns` bound there to ClusterRole
+    /// `role`.
+    pub fn role_token(&self, ns: &str, name: &str, role: &str) -> String {
+        self.kubectl_ok(&["create", "serviceaccount", name, "-n", ns]);
+        self.kubectl_ok(&[
+            "create",
+            "rolebinding",
+            name,
+            "-n",
+            ns,
+            &format!("--clusterrole={role}"),
+            &format!("--serviceaccount={ns}:{name}"),
+        ]);
+        self.kubectl_ok(&["create", "token", name, "-n", ns])
+            .trim()
+            .to_owned()
+    }
+
     /// The process ID of the running `terrace dev` (None once stopped).
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)

@@ -86,19 +86,7 @@ fn state_versions(dev: &Dev) -> Vec<String> {
 
 /// A token of a new ServiceAccount of the organization bound to ClusterRole `role`.
 fn token_for(dev: &Dev, name: &str, role: &str) -> String {
-    dev.kubectl_ok(&["create", "serviceaccount", name, "-n", ORG]);
-    dev.kubectl_ok(&[
-        "create",
-        "rolebinding",
-        name,
-        "-n",
-        ORG,
-        &format!("--clusterrole={role}"),
-        &format!("--serviceaccount={ORG}:{name}"),
-    ]);
-    dev.kubectl_ok(&["create", "token", name, "-n", ORG])
-        .trim()
-        .to_owned()
+    dev.role_token(ORG, name, role)
 }
 
 fn setup() -> (Dev, Api, Terraform, tempfile::TempDir) {

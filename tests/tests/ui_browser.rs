@@ -2,7 +2,8 @@
 //! WebDriver against `terrace dev`. Signing in and out, finding workspaces, locking, a
 //! run started by the terraform CLI followed live from the URL the CLI printed and
 //! confirmed in the browser, another discarded, what a reader may not do, CSRF, and an
-//! expired session. The main pages are saved as PNGs into docs/ui/.
+//! expired session. The main pages are saved as PNGs (into docs/ui/ with
+//! `TERRACE_UI_SCREENSHOTS=1`).
 
 use std::io::Read;
 use std::path::Path;
@@ -16,8 +17,16 @@ use terrace_tests::{Api, Dev, Terraform, terraform_path, workspace_root};
 
 const ORG: &str = "acme";
 
+/// Saves a PNG of the page: into docs/ui/ (the screenshots docs/ui.md shows) with
+/// `TERRACE_UI_SCREENSHOTS=1`, else into target/ui-screenshots/ (so a test run leaves
+/// the committed ones alone).
 fn shot(b: &Browser, name: &str) {
-    b.screenshot(&workspace_root().join("docs/ui").join(format!("{name}.png")));
+    let dir = if std::env::var_os("TERRACE_UI_SCREENSHOTS").is_some() {
+        workspace_root().join("docs/ui")
+    } else {
+        workspace_root().join("target/ui-screenshots")
+    };
+    b.screenshot(&dir.join(format!("{name}.png")));
 }
 
 fn sign_in(b: &Browser, dev: &Dev, token: &str) {
@@ -38,19 +47,7 @@ fn sign_in(b: &Browser, dev: &Dev, token: &str) {
 
 /// A token of a new ServiceAccount of the organization bound to ClusterRole `role`.
 fn token_for(dev: &Dev, name: &str, role: &str) -> String {
-    dev.kubectl_ok(&["create", "serviceaccount", name, "-n", ORG]);
-    dev.kubectl_ok(&[
-        "create",
-        "rolebinding",
-        name,
-        "-n",
-        ORG,
-        &format!("--clusterrole={role}"),
-        &format!("--serviceaccount={ORG}:{name}"),
-    ]);
-    dev.kubectl_ok(&["create", "token", name, "-n", ORG])
-        .trim()
-        .to_owned()
+    dev.role_token(ORG, name, role)
 }
 
 /// A form POST as the browser's session would send it (its cookie), with `csrf`.

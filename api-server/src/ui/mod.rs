@@ -326,6 +326,25 @@ impl Ui {
         }
     }
 
+    /// [`Ui::call`] of a GET.
+    pub async fn get(
+        &self,
+        s: &Session,
+        headers: &HeaderMap,
+        path: &str,
+    ) -> Result<Value, UiError> {
+        self.call(s, headers, Method::GET, path, None).await
+    }
+
+    /// The session of a page script's request (a 401 answer, not the sign-in page, when
+    /// there is none).
+    pub async fn script_session(&self, headers: &HeaderMap) -> Result<Session, UiError> {
+        self.sessions.of(headers).await.ok_or(UiError::Refused(
+            StatusCode::UNAUTHORIZED,
+            "signed out".into(),
+        ))
+    }
+
     /// [`Ui::call`]'s request, answered as its status and bytes (`s`: None sends no
     /// token, for capability URLs).
     pub async fn raw(

@@ -5,13 +5,13 @@
 use askama::Template;
 use axum::Json;
 use axum::extract::{Form, Path, Query, State};
-use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::http::{HeaderMap, Method, Uri};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use terrace_crds::testoutput::{FileResult, results};
 
-use super::pages::{Pair, text, when};
+use super::pages::{Pair, text, variables_of, when};
 use super::session::Session;
 use super::{CsrfForm, Nav, Ui, UiError, render, urlencode};
 
@@ -39,15 +39,13 @@ pub async fn list(
 ) -> Result<Response, UiError> {
     let s = ui.session(&headers, &uri.to_string()).await?;
     let doc = ui
-        .call(
+        .get(
             &s,
             &headers,
-            Method::GET,
             &format!(
                 "/api/v2/organizations/{}/registry-modules?page%5Bsize%5D=100",
                 urlencode(&org)
             ),
-            None,
         )
         .await?;
     let modules = doc["data"]
@@ -141,17 +139,15 @@ pub async fn show(
 ) -> Result<Response, UiError> {
     let s = ui.session(&headers, &uri.to_string()).await?;
     let doc = ui
-        .call(
+        .get(
             &s,
             &headers,
-            Method::GET,
             &format!(
                 "/api/v2/organizations/{o}/registry-modules/private/{o}/{}/{}",
                 urlencode(&name),
                 urlencode(&provider),
                 o = urlencode(&org)
             ),
-            None,
         )
         .await?;
     let versions = doc["data"]["attributes"]["version-statuses"]
@@ -166,13 +162,7 @@ pub async fn show(
         .collect();
     let base = tests_path(&org, &name, &provider);
     let runs = ui
-        .call(
-            &s,
-            &headers,
-            Method::GET,
-            &format!("{base}/test-runs?page%5Bsize%5D=20"),
-            None,
-        )
+        .get(&s, &headers, &format!("{base}/test-runs?page%5Bsize%5D=20"))
         .await
         .map(|d| {
             let mut rows: Vec<TestRunRow> = d["data"]
@@ -186,28 +176,9 @@ pub async fn show(
         })
         .unwrap_or_default();
     let variables = ui
-        .call(&s, &headers, Method::GET, &format!("{base}/vars"), None)
+        .get(&s, &headers, &format!("{base}/vars"))
         .await
-        .map(|d| {
-            d["data"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|v| {
-                    let a = &v["attributes"];
-                    let sensitive = a["sensitive"].as_bool().unwrap_or(false);
-                    Pair {
-                        name: text(&a["key"]),
-                        value: if sensitive {
-                            "(sensitive)".into()
-                        } else {
-                            text(&a["value"])
-                        },
-                        note: text(&a["category"]),
-                    }
-                })
-                .collect()
-        })
+        .map(|d| variables_of(&d))
         .unwrap_or_default();
     Ok(render(&ModulePage {
         nav: Nav::of(&s, &org),
@@ -244,16 +215,14 @@ async fn test_run(
     (org, name, provider, id): (&str, &str, &str, &str),
 ) -> Result<(Value, String, Vec<FileResult>), UiError> {
     let doc = ui
-        .call(
+        .get(
             s,
             headers,
-            Method::GET,
             &format!(
                 "{}/test-runs/{}",
                 tests_path(org, name, provider),
                 urlencode(id)
             ),
-            None,
         )
         .await?;
     let status = doc["data"]["attributes"]["status"]
@@ -320,10 +289,7 @@ pub async fn test_run_log(
     Query(q): Query<LogQuery>,
     headers: HeaderMap,
 ) -> Result<Response, UiError> {
-    let s = ui.sessions.of(&headers).await.ok_or(UiError::Refused(
-        StatusCode::UNAUTHORIZED,
-        "signed out".into(),
-    ))?;
+    let s = ui.script_session(&headers).await?;
     let (doc, log, _) = test_run(&ui, &s, &headers, (&org, &name, &provider, &id)).await?;
     let status = doc["data"]["attributes"]["status"].clone();
     let from = q.offset.min(log.len());

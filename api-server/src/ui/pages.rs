@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::session::Session;
 use super::{Nav, Ui, UiError, render, urlencode};
 
 /// A document attribute as display text (`-` when absent).
@@ -26,6 +27,58 @@ pub fn when(v: &Value) -> String {
         Some(t) => t.strftime("%Y-%m-%d %H:%M:%S UTC").to_string(),
         None => "-".to_owned(),
     }
+}
+
+/// A name and value for a table, the value masked when `sensitive`.
+pub fn masked(name: &Value, value: &Value, sensitive: bool, note: String) -> Pair {
+    Pair {
+        name: text(name),
+        value: if sensitive {
+            "(sensitive)".into()
+        } else {
+            text(value)
+        },
+        note,
+    }
+}
+
+/// The variables of a `vars` list document (a workspace's or a module's tests'),
+/// sensitive values masked.
+pub fn variables_of(d: &Value) -> Vec<Pair> {
+    d["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|v| {
+            let a = &v["attributes"];
+            masked(
+                &a["key"],
+                &a["value"],
+                a["sensitive"].as_bool().unwrap_or(false),
+                text(&a["category"]),
+            )
+        })
+        .collect()
+}
+
+/// The workspace `org/name` as the person may read it (its document).
+pub async fn workspace_doc(
+    ui: &Ui,
+    s: &Session,
+    headers: &HeaderMap,
+    org: &str,
+    name: &str,
+) -> Result<Value, UiError> {
+    ui.get(
+        s,
+        headers,
+        &format!(
+            "/api/v2/organizations/{}/workspaces/{}",
+            urlencode(org),
+            urlencode(name)
+        ),
+    )
+    .await
 }
 
 /// The included document of `kind` and `id`.
@@ -47,13 +100,7 @@ struct OrganizationsPage {
 pub async fn organizations(State(ui): State<Ui>, headers: HeaderMap) -> Result<Response, UiError> {
     let s = ui.session(&headers, "/app").await?;
     let doc = ui
-        .call(
-            &s,
-            &headers,
-            Method::GET,
-            "/api/v2/organizations?page%5Bsize%5D=100",
-            None,
-        )
+        .get(&s, &headers, "/api/v2/organizations?page%5Bsize%5D=100")
         .await?;
     let orgs = doc["data"]
         .as_array()
@@ -160,7 +207,7 @@ pub async fn workspaces(
             urlencode(&q.project)
         ));
     }
-    let doc = ui.call(&s, &headers, Method::GET, &path, None).await?;
+    let doc = ui.get(&s, &headers, &path).await?;
     let rows = doc["data"]
         .as_array()
         .into_iter()
@@ -168,15 +215,13 @@ pub async fn workspaces(
         .map(|w| ws_row(&doc, w))
         .collect();
     let projects_doc = ui
-        .call(
+        .get(
             &s,
             &headers,
-            Method::GET,
             &format!(
                 "/api/v2/organizations/{}/projects?page%5Bsize%5D=100",
                 urlencode(&org)
             ),
-            None,
         )
         .await
         .unwrap_or(Value::Null);
@@ -359,17 +404,11 @@ pub async fn workspace(
 ) -> Result<Response, UiError> {
     let s = ui.session(&headers, &uri.to_string()).await?;
     let doc = ui
-        .call(
-            &s,
-            &headers,
-            Method::GET,
-            &format!(
+        .get(&s, &headers, &format!(
                 "/api/v2/organizations/{}/workspaces/{}?include=current_run,current_run.plan,project",
                 urlencode(&org),
                 urlencode(&name)
-            ),
-            None,
-        )
+            ))
         .await?;
     let w = &doc["data"];
     let id = text(&w["id"]);
@@ -413,12 +452,10 @@ pub async fn workspace(
     // The latest state: its serial, and its outputs (sensitive ones masked) for those
     // who may read them.
     let sv = ui
-        .call(
+        .get(
             &s,
             &headers,
-            Method::GET,
             &format!("/api/v2/workspaces/{id}/current-state-version"),
-            None,
         )
         .await
         .ok();
@@ -427,12 +464,10 @@ pub async fn workspace(
         |d| text(&d["data"]["attributes"]["serial"]),
     );
     let (outputs, outputs_note) = match ui
-        .call(
+        .get(
             &s,
             &headers,
-            Method::GET,
             &format!("/api/v2/workspaces/{id}/current-state-version-outputs"),
-            None,
         )
         .await
     {
@@ -444,45 +479,18 @@ pub async fn workspace(
         Err(_) => (Vec::new(), String::new()),
     };
     let variables = ui
-        .call(
-            &s,
-            &headers,
-            Method::GET,
-            &format!("/api/v2/workspaces/{id}/vars"),
-            None,
-        )
+        .get(&s, &headers, &format!("/api/v2/workspaces/{id}/vars"))
         .await
-        .map(|d| {
-            d["data"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|v| {
-                    let va = &v["attributes"];
-                    let sensitive = va["sensitive"].as_bool().unwrap_or(false);
-                    Pair {
-                        name: text(&va["key"]),
-                        value: if sensitive {
-                            "(sensitive)".into()
-                        } else {
-                            text(&va["value"])
-                        },
-                        note: text(&va["category"]),
-                    }
-                })
-                .collect()
-        })
+        .map(|d| variables_of(&d))
         .unwrap_or_default();
     let sharing = if a["global-remote-state"].as_bool().unwrap_or(false) {
         "Shared with every workspace of the organization".to_owned()
     } else {
         let consumers = ui
-            .call(
+            .get(
                 &s,
                 &headers,
-                Method::GET,
                 &format!("/api/v2/workspaces/{id}/relationships/remote-state-consumers"),
-                None,
             )
             .await
             .map(|d| {
@@ -501,12 +509,10 @@ pub async fn workspace(
         }
     };
     let runs = ui
-        .call(
+        .get(
             &s,
             &headers,
-            Method::GET,
             &format!("/api/v2/workspaces/{id}/runs?page%5Bsize%5D=5&include=plan"),
-            None,
         )
         .await
         .map(|d| run_rows(&d))
@@ -542,16 +548,12 @@ fn outputs_of(d: &Value) -> Vec<Pair> {
         .flatten()
         .map(|o| {
             let oa = &o["attributes"];
-            let sensitive = oa["sensitive"].as_bool().unwrap_or(false);
-            Pair {
-                name: text(&oa["name"]),
-                value: if sensitive {
-                    "(sensitive)".into()
-                } else {
-                    text(&oa["value"])
-                },
-                note: text(&oa["type"]),
-            }
+            masked(
+                &oa["name"],
+                &oa["value"],
+                oa["sensitive"].as_bool().unwrap_or(false),
+                text(&oa["type"]),
+            )
         })
         .collect()
 }
@@ -575,19 +577,7 @@ pub async fn workspace_action(
     if !["lock", "unlock", "force-unlock"].contains(&action.as_str()) {
         return Err(UiError::NotFound);
     }
-    let doc = ui
-        .call(
-            &s,
-            &headers,
-            Method::GET,
-            &format!(
-                "/api/v2/organizations/{}/workspaces/{}",
-                urlencode(&org),
-                urlencode(&name)
-            ),
-            None,
-        )
-        .await?;
+    let doc = workspace_doc(&ui, &s, &headers, &org, &name).await?;
     let id = text(&doc["data"]["id"]);
     let body = (action == "lock").then(|| json!({"reason": f.reason}));
     ui.call(
@@ -631,34 +621,16 @@ pub async fn states(
     uri: Uri,
 ) -> Result<Response, UiError> {
     let s = ui.session(&headers, &uri.to_string()).await?;
-    let ws = ui
-        .call(
-            &s,
-            &headers,
-            Method::GET,
-            &format!(
-                "/api/v2/organizations/{}/workspaces/{}",
-                urlencode(&org),
-                urlencode(&name)
-            ),
-            None,
-        )
-        .await?;
+    let ws = workspace_doc(&ui, &s, &headers, &org, &name).await?;
     let can_read_state = ws["data"]["attributes"]["permissions"]["can-read-state-versions"]
         .as_bool()
         .unwrap_or(false);
     let doc = ui
-        .call(
-            &s,
-            &headers,
-            Method::GET,
-            &format!(
+        .get(&s, &headers, &format!(
                 "/api/v2/state-versions?filter%5Borganization%5D%5Bname%5D={}&filter%5Bworkspace%5D%5Bname%5D={}&include=outputs&page%5Bsize%5D=20",
                 urlencode(&org),
                 urlencode(&name)
-            ),
-            None,
-        )
+            ))
         .await?;
     let states = doc["data"]
         .as_array()
@@ -673,16 +645,12 @@ pub async fn states(
                 .filter_map(|o| included(&doc, "state-version-outputs", o["id"].as_str()?))
                 .map(|o| {
                     let oa = &o["attributes"];
-                    let sensitive = oa["sensitive"].as_bool().unwrap_or(false);
-                    Pair {
-                        name: text(&oa["name"]),
-                        value: if sensitive {
-                            "(sensitive)".into()
-                        } else {
-                            text(&oa["value"])
-                        },
-                        note: String::new(),
-                    }
+                    masked(
+                        &oa["name"],
+                        &oa["value"],
+                        oa["sensitive"].as_bool().unwrap_or(false),
+                        String::new(),
+                    )
                 })
                 .collect();
             StateRow {
@@ -719,25 +687,17 @@ pub async fn state_download(
 ) -> Result<Response, UiError> {
     let s = ui.session(&headers, &uri.to_string()).await?;
     let doc = ui
-        .call(
+        .get(
             &s,
             &headers,
-            Method::GET,
             &format!("/api/v2/state-versions/{}", urlencode(&sv)),
-            None,
         )
         .await?;
     let ws = doc["data"]["relationships"]["workspace"]["data"]["id"]
         .as_str()
         .unwrap_or_default();
     let owner = ui
-        .call(
-            &s,
-            &headers,
-            Method::GET,
-            &format!("/api/v2/workspaces/{ws}"),
-            None,
-        )
+        .get(&s, &headers, &format!("/api/v2/workspaces/{ws}"))
         .await?;
     if owner["data"]["attributes"]["name"].as_str() != Some(name.as_str())
         || owner["data"]["relationships"]["organization"]["data"]["id"].as_str()

@@ -5,12 +5,12 @@
 use askama::Template;
 use axum::Json;
 use axum::extract::{Form, Path, Query, State};
-use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::http::{HeaderMap, Method, Uri};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::pages::{RunRow, changes, included, run_rows, text, when};
+use super::pages::{RunRow, changes, included, run_rows, text, when, workspace_doc};
 use super::session::Session;
 use super::{Nav, Ui, UiError, render, urlencode};
 
@@ -19,28 +19,6 @@ const LOG_CHUNK: usize = 256 << 10;
 /// Framing of the API's log streams (STX first, ETX once the phase is final).
 const STX: u8 = 0x02;
 const ETX: u8 = 0x03;
-
-/// The workspace `org/name` as the person may read it (its document).
-async fn workspace_doc(
-    ui: &Ui,
-    s: &Session,
-    headers: &HeaderMap,
-    org: &str,
-    name: &str,
-) -> Result<Value, UiError> {
-    ui.call(
-        s,
-        headers,
-        Method::GET,
-        &format!(
-            "/api/v2/organizations/{}/workspaces/{}",
-            urlencode(org),
-            urlencode(name)
-        ),
-        None,
-    )
-    .await
-}
 
 #[derive(Template)]
 #[template(path = "runs.html")]
@@ -61,12 +39,10 @@ pub async fn list(
     let ws = workspace_doc(&ui, &s, &headers, &org, &name).await?;
     let id = text(&ws["data"]["id"]);
     let doc = ui
-        .call(
+        .get(
             &s,
             &headers,
-            Method::GET,
             &format!("/api/v2/workspaces/{id}/runs?page%5Bsize%5D=50&include=plan"),
-            None,
         )
         .await?;
     Ok(render(&RunsPage {
@@ -136,12 +112,10 @@ async fn run_doc(
 ) -> Result<Value, UiError> {
     let ws = workspace_doc(ui, s, headers, org, name).await?;
     let doc = ui
-        .call(
+        .get(
             s,
             headers,
-            Method::GET,
             &format!("/api/v2/runs/{}?include=plan,apply", urlencode(run)),
-            None,
         )
         .await?;
     if doc["data"]["relationships"]["workspace"]["data"]["id"] != ws["data"]["id"] {
@@ -334,10 +308,7 @@ pub async fn log(
     Query(q): Query<LogQuery>,
     headers: HeaderMap,
 ) -> Result<Response, UiError> {
-    let s = ui.sessions.of(&headers).await.ok_or(UiError::Refused(
-        StatusCode::UNAUTHORIZED,
-        "signed out".into(),
-    ))?;
+    let s = ui.script_session(&headers).await?;
     let kind = match phase.as_str() {
         "plan" => "plans",
         "apply" => "applies",
