@@ -75,6 +75,11 @@ pub struct Settings {
     pub release_namespace: Option<String>,
     #[command(flatten)]
     pub limits: ConnectionLimits,
+    /// The hostname the terraform CLI knows terrace by (the `cloud` block's `hostname`;
+    /// the chart's `apiServer.hostname`): the web view shows it in the `cloud` block of
+    /// each workspace.
+    #[arg(long, env = "TERRACE_HOSTNAME", value_parser = parse_hostname)]
+    pub hostname: Option<String>,
     /// How long a web view session lasts after signing in (e.g. 8h, 30m).
     #[arg(long, env = "TERRACE_UI_SESSION_TTL", default_value = "8h", value_parser = parse_duration)]
     pub ui_session_ttl: Duration,
@@ -118,6 +123,23 @@ impl Default for ConnectionLimits {
     }
 }
 
+/// A hostname the terraform CLI accepts in a `cloud` block and a `host` block: lowercase
+/// letters, digits, hyphens and at least one dot.
+pub fn parse_hostname(s: &str) -> Result<String, String> {
+    let ok = s.contains('.')
+        && !s.starts_with(['.', '-'])
+        && !s.ends_with(['.', '-'])
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+    if ok {
+        Ok(s.to_owned())
+    } else {
+        Err(format!(
+            "{s:?} is not a hostname the terraform CLI accepts: lowercase letters, digits, hyphens and at least one dot (e.g. terrace.example.com)"
+        ))
+    }
+}
+
 /// A positive duration such as `30s`, `1m30s` or `500ms`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let d: jiff::SignedDuration = s
@@ -146,6 +168,7 @@ impl Default for Settings {
             release_namespace: None,
             limits: ConnectionLimits::default(),
             ui_session_ttl: Duration::from_secs(8 * 3600),
+            hostname: None,
         }
     }
 }

@@ -36,7 +36,7 @@ pub struct DevArgs {
     /// `hostname`, and the host of the CLI configuration `terrace dev` writes
     /// (`DIR/terraform.rc`). The default is a reserved `.test` name, so it can never be a
     /// real host.
-    #[arg(long, env = "TERRACE_HOSTNAME", default_value = DEFAULT_HOSTNAME, value_parser = parse_hostname)]
+    #[arg(long, env = "TERRACE_HOSTNAME", default_value = DEFAULT_HOSTNAME, value_parser = terrace_api_server::settings::parse_hostname)]
     pub hostname: String,
     /// Address of the simulated Kubernetes API (port 0 picks a free port).
     #[arg(long, env = "TERRACE_DEV_KUBE_ADDR", default_value = "127.0.0.1:6443")]
@@ -95,23 +95,6 @@ const DEV_NOTIFICATION_CIDRS: &str = "127.0.0.0/8,::1/128";
 
 /// The default `--hostname` (RFC 2606 reserves `.test`).
 pub const DEFAULT_HOSTNAME: &str = "terrace.test";
-
-/// A hostname the terraform CLI accepts in a `cloud` block and a `host` block: lowercase
-/// letters, digits, hyphens and at least one dot.
-fn parse_hostname(s: &str) -> Result<String, String> {
-    let ok = s.contains('.')
-        && !s.starts_with(['.', '-'])
-        && !s.ends_with(['.', '-'])
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
-    if ok {
-        Ok(s.to_owned())
-    } else {
-        Err(format!(
-            "{s:?} is not a hostname the terraform CLI accepts: lowercase letters, digits, hyphens and at least one dot (e.g. {DEFAULT_HOSTNAME})"
-        ))
-    }
-}
 
 /// The terraform CLI configuration of this instance: a `host` block mapping `hostname`
 /// to the services at `api_url`, and a `credentials` block with `token`.
@@ -257,6 +240,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         blobs: args.blobs.clone(),
         max_state_bytes: args.max_state_bytes,
         ui_session_ttl: args.ui_session_ttl,
+        hostname: Some(args.hostname.clone()),
         // Workspaces created without a terraform-version get the engine's own (the
         // "latest release" terrace dev has): runs check it.
         default_terraform_version: engine

@@ -154,6 +154,12 @@ fn people_sign_in_find_workspaces_lock_them_and_sign_out() {
     let ws = api.get(&format!("/api/v2/organizations/{ORG}/workspaces/svc-03"));
     assert_eq!(ws.body["data"]["attributes"]["locked"], true);
     assert!(b.find("#lock").is_none() && b.find("#unlock").is_some());
+    assert!(
+        b.text("#cloud-block")
+            .contains("hostname     = \"terrace.test\""),
+        "the cloud block names the CLI's hostname: {}",
+        b.text("#cloud-block")
+    );
     shot(&b, "workspace");
 
     // A form without the session's CSRF token is refused, whoever sends it.

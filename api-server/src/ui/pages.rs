@@ -393,6 +393,8 @@ struct WorkspacePage {
     variables: Vec<Pair>,
     sharing: String,
     runs: Vec<RunRow>,
+    /// The hostname of the `cloud` block (`--hostname`), empty when not set.
+    hostname: String,
 }
 
 /// `GET /app/:org/workspaces/:ws`.
@@ -537,6 +539,7 @@ pub async fn workspace(
         sharing,
         runs,
         id,
+        hostname: ui.state.settings.hostname.clone().unwrap_or_default(),
     }))
 }
 
