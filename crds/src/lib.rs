@@ -18,6 +18,7 @@ pub mod ids;
 pub mod lock;
 pub mod namespaces;
 pub mod notification;
+pub mod policy;
 pub mod registry;
 pub mod resources;
 pub mod rules;

@@ -1,0 +1,464 @@
+//! Policy as code (issue 30, docs/policies.md): OPA policies in Rego, evaluated
+//! in-process by the `regorus` interpreter against TFE's OPA input document. This module
+//! is the pure core — compiling a policy, building the input, evaluating one policy with
+//! bounds, and reading its result as TFE does; the objects, the run's task stage and the
+//! API build on it.
+//!
+//! TFE's reading of a policy's `query` (such as `data.terraform.policies.tags.deny`):
+//! the policy **passes** when the query is undefined or its value is empty (an empty set
+//! or array, `false`, `null`), and **fails** otherwise; the values of a set or array are
+//! its messages (strings as they are; an object's `msg` or `message`, else its JSON).
+//! A policy that does not compile, whose query errors, or that runs past its time limit
+//! **errors**, which counts as a failure of its enforcement level.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// Longest one policy may evaluate by default; then it errors with a clear reason.
+pub const DEFAULT_TIME_LIMIT: Duration = Duration::from_secs(5);
+/// Largest Rego module accepted (bytes).
+pub const MAX_POLICY_BYTES: usize = 256 << 10;
+/// Most messages kept of one failed policy, and most bytes of each.
+pub const MAX_MESSAGES: usize = 50;
+pub const MAX_MESSAGE_BYTES: usize = 1024;
+
+/// A policy's enforcement level.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Enforcement {
+    /// A failure warns; the run goes on.
+    #[default]
+    Advisory,
+    /// A failure stops the run before apply (unless overridden where allowed).
+    Mandatory,
+}
+
+/// One policy as evaluated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Policy {
+    pub name: String,
+    /// The Rego module.
+    pub rego: String,
+    /// The query whose value decides (`data.terraform.deny`).
+    pub query: String,
+    pub enforcement: Enforcement,
+}
+
+/// What a policy came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Passed,
+    Failed,
+    /// It could not be evaluated (compile error, runtime error, time limit).
+    Errored,
+}
+
+/// A policy's outcome (TFE's policy set outcome entry).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outcome {
+    pub policy_name: String,
+    pub enforcement_level: Enforcement,
+    pub status: Verdict,
+    /// The query's messages (a failure), or why it errored.
+    pub messages: Vec<String>,
+}
+
+impl Outcome {
+    /// Whether this outcome stops the run: a mandatory policy that did not pass.
+    pub fn blocks(&self) -> bool {
+        self.enforcement_level == Enforcement::Mandatory && self.status != Verdict::Passed
+    }
+}
+
+fn engine(limit: Duration) -> regorus::Engine {
+    let mut e = regorus::Engine::new();
+    e.set_execution_timer_config(regorus::utils::limits::ExecutionTimerConfig {
+        limit,
+        check_interval: NonZeroU32::new(64).expect("non-zero"),
+    });
+    e
+}
+
+/// Checks that `rego` compiles (as the API and the operator do when a policy is
+/// stored); answers the compiler's words otherwise.
+pub fn compile(name: &str, rego: &str) -> Result<(), String> {
+    if rego.len() > MAX_POLICY_BYTES {
+        return Err(format!(
+            "the policy is {} bytes, over the limit of {MAX_POLICY_BYTES}",
+            rego.len()
+        ));
+    }
+    let mut e = engine(DEFAULT_TIME_LIMIT);
+    e.add_policy(format!("{name}.rego"), rego.to_owned())
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// Checks a query's shape: a reference into `data` (`data.terraform.deny`).
+pub fn check_query(query: &str) -> Result<(), String> {
+    let ok = query.starts_with("data.")
+        && query.len() > 5
+        && query
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '[' | ']' | '"'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "query {query:?} must be a reference into data, such as data.terraform.deny"
+        ))
+    }
+}
+
+/// TFE's OPA input document: `plan` is the engine's JSON plan, `run` the run's
+/// metadata (without sensitive variable values).
+pub fn input(plan: &Value, run: &RunFacts) -> Value {
+    json!({
+        "plan": plan,
+        "run": {
+            "id": run.id,
+            "created_at": run.created_at,
+            "message": run.message,
+            "commit_sha": run.commit_sha,
+            "is_destroy": run.is_destroy,
+            "refresh": true,
+            "refresh_only": run.refresh_only,
+            "replace_addrs": run.replace_addrs,
+            "speculative": run.speculative,
+            "target_addrs": run.target_addrs,
+            "variables": run.variables,
+            "organization": {"name": run.organization},
+            "workspace": {
+                "id": run.workspace_id,
+                "name": run.workspace,
+                "execution_mode": run.execution_mode,
+                "tags": run.tags,
+            },
+            "project": {"id": run.project_id, "name": run.project},
+        },
+    })
+}
+
+/// What the input document says of a run.
+#[derive(Clone, Debug, Default)]
+pub struct RunFacts {
+    pub id: String,
+    pub created_at: String,
+    pub message: String,
+    pub commit_sha: Option<String>,
+    pub is_destroy: bool,
+    pub refresh_only: bool,
+    pub speculative: bool,
+    pub replace_addrs: Vec<String>,
+    pub target_addrs: Vec<String>,
+    /// Non-sensitive variables only, by key.
+    pub variables: serde_json::Map<String, Value>,
+    pub organization: String,
+    pub workspace_id: String,
+    pub workspace: String,
+    pub execution_mode: String,
+    pub tags: Vec<String>,
+    pub project_id: String,
+    pub project: String,
+}
+
+/// Evaluates `policy` against `input`, with the policy set's `parameters` as
+/// `data.parameters`, stopping it after `limit`.
+pub fn evaluate(policy: &Policy, input: &Value, parameters: &Value, limit: Duration) -> Outcome {
+    let outcome = |status, messages| Outcome {
+        policy_name: policy.name.clone(),
+        enforcement_level: policy.enforcement,
+        status,
+        messages,
+    };
+    let errored = |why: String| outcome(Verdict::Errored, vec![why]);
+    if let Err(e) = check_query(&policy.query) {
+        return errored(e);
+    }
+    if policy.rego.len() > MAX_POLICY_BYTES {
+        return errored(format!("the policy is over {MAX_POLICY_BYTES} bytes"));
+    }
+    let mut e = engine(limit);
+    if let Err(err) = e.add_policy(format!("{}.rego", policy.name), policy.rego.clone()) {
+        return errored(format!("the policy does not compile: {err}"));
+    }
+    if let Err(err) = e.add_data(regorus::Value::from(json!({"parameters": parameters}))) {
+        return errored(format!("the parameters: {err}"));
+    }
+    e.set_input(regorus::Value::from(input.clone()));
+    let results = match e.eval_query(policy.query.clone(), false) {
+        Ok(r) => r,
+        Err(err) => {
+            let text = err.to_string();
+            let why = if text.to_ascii_lowercase().contains("time limit")
+                || text.to_ascii_lowercase().contains("execution timer")
+            {
+                format!(
+                    "the policy ran past its limit of {} ms and was stopped",
+                    limit.as_millis()
+                )
+            } else {
+                format!("the policy failed to evaluate: {text}")
+            };
+            return errored(why);
+        }
+    };
+    let value = results
+        .result
+        .first()
+        .and_then(|r| r.expressions.first())
+        .map(|x| serde_json::to_value(&x.value).unwrap_or(Value::Null));
+    match value.as_ref().map(violations) {
+        None | Some(None) => outcome(Verdict::Passed, Vec::new()),
+        Some(Some(messages)) => outcome(Verdict::Failed, messages),
+    }
+}
+
+/// The violations a query's value holds (None: none, the policy passes).
+fn violations(v: &Value) -> Option<Vec<String>> {
+    let items: Vec<&Value> = match v {
+        Value::Null | Value::Bool(false) => return None,
+        Value::Array(a) if a.is_empty() => return None,
+        Value::Object(o) if o.is_empty() => return None,
+        Value::String(s) if s.is_empty() => return None,
+        Value::Array(a) => a.iter().collect(),
+        Value::Bool(true) => return Some(Vec::new()),
+        other => vec![other],
+    };
+    Some(
+        items
+            .into_iter()
+            .take(MAX_MESSAGES)
+            .map(|m| {
+                let text = match m {
+                    Value::String(s) => s.clone(),
+                    Value::Object(o) => o
+                        .get("msg")
+                        .or_else(|| o.get("message"))
+                        .and_then(Value::as_str)
+                        .map_or_else(|| m.to_string(), str::to_owned),
+                    other => other.to_string(),
+                };
+                cut(text)
+            })
+            .collect(),
+    )
+}
+
+fn cut(mut s: String) -> String {
+    if s.len() > MAX_MESSAGE_BYTES {
+        let mut end = MAX_MESSAGE_BYTES;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        s.push('…');
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(name: &str, rego: &str, query: &str, enforcement: Enforcement) -> Policy {
+        Policy {
+            name: name.into(),
+            rego: rego.into(),
+            query: query.into(),
+            enforcement,
+        }
+    }
+
+    /// A JSON plan with the given resource changes (`type`, `name`, `after`).
+    fn plan(resources: &[(&str, &str, Value)]) -> Value {
+        json!({
+            "format_version": "1.2",
+            "resource_changes": resources.iter().map(|(t, n, after)| json!({
+                "address": format!("{t}.{n}"),
+                "type": t,
+                "name": n,
+                "change": {"actions": ["create"], "after": after},
+            })).collect::<Vec<_>>(),
+        })
+    }
+
+    fn run() -> RunFacts {
+        RunFacts {
+            id: "run-x".into(),
+            organization: "acme".into(),
+            workspace: "web".into(),
+            ..Default::default()
+        }
+    }
+
+    const TAGS: &str = r#"
+package terraform.policies.tags
+
+import rego.v1
+
+deny contains msg if {
+    some rc in input.plan.resource_changes
+    rc.type == "aws_instance"
+    not rc.change.after.tags.owner
+    msg := sprintf("%s has no owner tag", [rc.address])
+}
+"#;
+
+    #[test]
+    fn required_tags_fail_with_a_message_per_resource() {
+        let p = policy(
+            "tags",
+            TAGS,
+            "data.terraform.policies.tags.deny",
+            Enforcement::Mandatory,
+        );
+        let bad = plan(&[
+            ("aws_instance", "a", json!({"tags": {"owner": "team-a"}})),
+            ("aws_instance", "b", json!({"tags": {}})),
+        ]);
+        let o = evaluate(&p, &input(&bad, &run()), &json!({}), DEFAULT_TIME_LIMIT);
+        assert_eq!(o.status, Verdict::Failed, "{o:?}");
+        assert_eq!(o.messages, ["aws_instance.b has no owner tag"]);
+        assert!(o.blocks());
+        let good = plan(&[("aws_instance", "a", json!({"tags": {"owner": "x"}}))]);
+        let o = evaluate(&p, &input(&good, &run()), &json!({}), DEFAULT_TIME_LIMIT);
+        assert_eq!(o.status, Verdict::Passed, "{o:?}");
+        assert!(!o.blocks());
+    }
+
+    #[test]
+    fn forbidden_resource_types_from_parameters() {
+        let rego = r#"
+package terraform.policies.types
+
+import rego.v1
+
+deny contains msg if {
+    some rc in input.plan.resource_changes
+    rc.type in data.parameters.forbidden
+    msg := sprintf("%s: resource type %s is not allowed", [rc.address, rc.type])
+}
+"#;
+        let p = policy(
+            "types",
+            rego,
+            "data.terraform.policies.types.deny",
+            Enforcement::Advisory,
+        );
+        let pl = plan(&[
+            ("aws_iam_user", "u", json!({})),
+            ("aws_s3_bucket", "b", json!({})),
+        ]);
+        let params = json!({"forbidden": ["aws_iam_user"]});
+        let o = evaluate(&p, &input(&pl, &run()), &params, DEFAULT_TIME_LIMIT);
+        assert_eq!(o.status, Verdict::Failed);
+        assert_eq!(
+            o.messages,
+            ["aws_iam_user.u: resource type aws_iam_user is not allowed"]
+        );
+        assert!(!o.blocks(), "advisory failures warn");
+        let o = evaluate(
+            &p,
+            &input(&pl, &run()),
+            &json!({"forbidden": []}),
+            DEFAULT_TIME_LIMIT,
+        );
+        assert_eq!(o.status, Verdict::Passed);
+    }
+
+    #[test]
+    fn the_run_is_in_the_input_and_object_messages_read_as_text() {
+        let rego = r#"
+package terraform.runs
+
+import rego.v1
+
+deny contains {"msg": sprintf("no changes to %s on Fridays", [input.run.workspace.name])} if {
+    input.run.organization.name == "acme"
+    not input.run.speculative
+}
+"#;
+        let p = policy(
+            "friday",
+            rego,
+            "data.terraform.runs.deny",
+            Enforcement::Mandatory,
+        );
+        let o = evaluate(
+            &p,
+            &input(&plan(&[]), &run()),
+            &json!({}),
+            DEFAULT_TIME_LIMIT,
+        );
+        assert_eq!(o.messages, ["no changes to web on Fridays"]);
+        let mut spec = run();
+        spec.speculative = true;
+        let o = evaluate(
+            &p,
+            &input(&plan(&[]), &spec),
+            &json!({}),
+            DEFAULT_TIME_LIMIT,
+        );
+        assert_eq!(o.status, Verdict::Passed);
+    }
+
+    #[test]
+    fn broken_or_endless_policies_error_with_a_reason() {
+        assert!(compile("bad", "package x\n\ndeny contains msg if {").is_err());
+        assert!(compile("ok", TAGS).is_ok());
+        let bad = policy(
+            "bad",
+            "package x\n deny[",
+            "data.x.deny",
+            Enforcement::Mandatory,
+        );
+        let o = evaluate(&bad, &json!({}), &json!({}), DEFAULT_TIME_LIMIT);
+        assert_eq!(o.status, Verdict::Errored);
+        assert!(o.messages[0].contains("does not compile"), "{o:?}");
+        assert!(o.blocks(), "a mandatory policy that errors stops the run");
+        // Nested iteration over 25 million pairs: stopped by the time limit.
+        let slow = r#"
+package slow
+
+import rego.v1
+
+deny contains x if {
+    some a in numbers.range(1, 5000)
+    some b in numbers.range(1, 5000)
+    x := a * b
+    x < 0
+}
+"#;
+        let p = policy("slow", slow, "data.slow.deny", Enforcement::Advisory);
+        let started = std::time::Instant::now();
+        let o = evaluate(&p, &json!({}), &json!({}), Duration::from_millis(200));
+        assert_eq!(o.status, Verdict::Errored, "{o:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        let q = policy("q", TAGS, "input.plan", Enforcement::Advisory);
+        assert!(
+            evaluate(&q, &json!({}), &json!({}), DEFAULT_TIME_LIMIT).messages[0]
+                .contains("reference into data")
+        );
+    }
+
+    #[test]
+    fn empty_false_and_undefined_pass_true_fails() {
+        assert_eq!(violations(&json!([])), None);
+        assert_eq!(violations(&json!(false)), None);
+        assert_eq!(violations(&Value::Null), None);
+        assert_eq!(violations(&json!(true)), Some(vec![]));
+        assert_eq!(
+            violations(&json!(["a", 1])),
+            Some(vec!["a".into(), "1".into()])
+        );
+    }
+}
