@@ -183,6 +183,25 @@ fn people_sign_in_find_workspaces_lock_them_and_sign_out() {
         b.text("#lock-state").contains("Unlocked")
     }));
 
+    // Another site's form cannot sign a browser in (no session yet, so no CSRF token:
+    // the Origin decides).
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .build()
+        .into();
+    let cross = agent
+        .post(&format!("{}/app/session", dev.api))
+        .header("Origin", "https://evil.example")
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .send(format!("token={}", dev.token))
+        .expect("POST");
+    assert_eq!(cross.status().as_u16(), 403);
+    assert!(
+        cross.headers().get("set-cookie").is_none(),
+        "no session for another site"
+    );
+
     // Unknown pages answer 404 in the same look.
     b.goto(&format!("{}/app/{ORG}/workspaces/nope", dev.api));
     assert!(b.wait(Duration::from_secs(10), |b| {

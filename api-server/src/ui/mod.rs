@@ -278,17 +278,7 @@ impl Ui {
     /// origin.
     pub async fn form_session(&self, headers: &HeaderMap, csrf: &str) -> Result<Session, UiError> {
         let s = self.session(headers, "/app").await?;
-        let same_origin = match headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) {
-            None | Some("null") => true,
-            Some(origin) => {
-                let host = headers
-                    .get(header::HOST)
-                    .and_then(|h| h.to_str().ok())
-                    .unwrap_or_default();
-                origin.split_once("://").map(|(_, h)| h) == Some(host)
-            }
-        };
-        if !same_origin || !s.csrf_ok(csrf) {
+        if !same_origin(headers) || !s.csrf_ok(csrf) {
             return Err(UiError::Csrf);
         }
         Ok(s)
@@ -388,6 +378,21 @@ impl Ui {
     }
 }
 
+/// Whether a request's `Origin`, when it sends one, is this server's own (`null`, from a
+/// sandboxed frame or a `data:` page, is not).
+pub fn same_origin(headers: &HeaderMap) -> bool {
+    match headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) {
+        None => true,
+        Some(origin) => {
+            let host = headers
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .unwrap_or_default();
+            origin.split_once("://").map(|(_, h)| h) == Some(host)
+        }
+    }
+}
+
 /// The words of a JSON:API error document (its errors' titles and details).
 pub fn api_words(doc: &Value) -> String {
     let words: Vec<String> = doc["errors"]
@@ -449,6 +454,11 @@ struct SignInForm {
 
 /// `POST /app/session`: a token the API accepts starts a session.
 async fn sign_in(State(ui): State<Ui>, headers: HeaderMap, Form(f): Form<SignInForm>) -> Response {
+    // No session yet, so no CSRF token: another site's form must not sign a browser in
+    // (as someone else).
+    if !same_origin(&headers) {
+        return UiError::Csrf.into_response();
+    }
     let token = f.token.trim();
     let caller = if token.is_empty() {
         None
@@ -493,4 +503,40 @@ async fn sign_out(State(ui): State<Ui>, headers: HeaderMap, Form(f): Form<CsrfFo
     res.headers_mut()
         .insert(header::SET_COOKIE, session::set_cookie(None, secure));
     res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(header::HeaderName, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(k.clone(), HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn only_this_servers_origin_or_none_is_same_origin() {
+        let host = (header::HOST, "terrace.example.com");
+        assert!(same_origin(&headers(std::slice::from_ref(&host))));
+        assert!(same_origin(&headers(&[
+            host.clone(),
+            (header::ORIGIN, "https://terrace.example.com"),
+        ])));
+        assert!(!same_origin(&headers(&[
+            host.clone(),
+            (header::ORIGIN, "https://evil.example"),
+        ])));
+        assert!(!same_origin(&headers(&[host, (header::ORIGIN, "null")])));
+    }
+
+    #[test]
+    fn the_next_page_is_always_one_of_this_view() {
+        assert_eq!(safe_next("/app/acme/workspaces"), "/app/acme/workspaces");
+        assert_eq!(safe_next("https://evil.example/app"), "/app");
+        assert_eq!(safe_next("//evil.example/app"), "/app");
+        assert_eq!(safe_next("/app\\evil"), "/app");
+    }
 }
