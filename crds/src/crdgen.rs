@@ -26,6 +26,7 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
         StateVersion::crd(),
         Run::crd(),
         VariableSet::crd(),
+        PolicySet::crd(),
     ]
 }
 

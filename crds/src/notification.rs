@@ -54,7 +54,9 @@ impl Notice {
         match self.state {
             RunState::Pending => "Run Created",
             RunState::Planning => "Run Planning",
-            RunState::Planned => "Run Needs Attention",
+            RunState::Planned
+            | RunState::PostPlanCompleted
+            | RunState::PostPlanAwaitingDecision => "Run Needs Attention",
             RunState::Applying => "Run Applying",
             RunState::Applied => "Run Applied",
             RunState::PlannedAndFinished => "Run Planned and Finished",
@@ -78,7 +80,9 @@ fn trigger_of(state: RunState) -> Option<&'static str> {
     Some(match state {
         RunState::Pending => "run:created",
         RunState::Planning => "run:planning",
-        RunState::Planned => "run:needs_attention",
+        RunState::Planned | RunState::PostPlanCompleted | RunState::PostPlanAwaitingDecision => {
+            "run:needs_attention"
+        }
         RunState::Applying => "run:applying",
         RunState::Applied | RunState::PlannedAndFinished | RunState::PlannedAndSaved => {
             "run:completed"
@@ -113,7 +117,9 @@ pub fn notices(r: &Run) -> Vec<Notice> {
         let (Some(at), Some(trigger)) = (at, trigger_of(state)) else {
             continue;
         };
-        if (state == RunState::Planned && auto) || out.iter().any(|n| n.trigger == trigger) {
+        if (matches!(state, RunState::Planned | RunState::PostPlanCompleted) && auto)
+            || out.iter().any(|n| n.trigger == trigger)
+        {
             continue;
         }
         let by = match state {

@@ -17,6 +17,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::resources::{PolicyResult, PolicySetResult, RunPolicyEvaluation};
+
 /// Longest one policy may evaluate by default; then it errors with a clear reason.
 pub const DEFAULT_TIME_LIMIT: Duration = Duration::from_secs(5);
 /// Largest Rego module accepted (bytes).
@@ -261,6 +263,163 @@ fn cut(mut s: String) -> String {
     s
 }
 
+/// A stored outcome of a policy (the run's record of it).
+pub fn result_of(o: &Outcome, description: Option<String>, query: &str) -> PolicyResult {
+    PolicyResult {
+        policy: o.policy_name.clone(),
+        description,
+        enforcement_level: match o.enforcement_level {
+            Enforcement::Advisory => "advisory",
+            Enforcement::Mandatory => "mandatory",
+        }
+        .to_owned(),
+        query: query.to_owned(),
+        status: match o.status {
+            Verdict::Passed => "passed",
+            Verdict::Failed => "failed",
+            Verdict::Errored => "errored",
+        }
+        .to_owned(),
+        output: o.messages.clone(),
+    }
+}
+
+/// Whether a stored outcome stops the run: a mandatory policy that did not pass.
+fn blocks(r: &PolicyResult) -> bool {
+    r.enforcement_level == "mandatory" && r.status != "passed"
+}
+
+/// TFE's `result-count` of some outcomes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub passed: usize,
+    pub advisory_failed: usize,
+    pub mandatory_failed: usize,
+    pub errored: usize,
+}
+
+impl Counts {
+    pub fn of<'a>(results: impl IntoIterator<Item = &'a PolicyResult>) -> Counts {
+        let mut c = Counts::default();
+        for r in results {
+            match (r.status.as_str(), r.enforcement_level.as_str()) {
+                ("passed", _) => c.passed += 1,
+                ("errored", _) => c.errored += 1,
+                (_, "mandatory") => c.mandatory_failed += 1,
+                _ => c.advisory_failed += 1,
+            }
+        }
+        c
+    }
+}
+
+/// What a run's policy checks decide for it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Gate {
+    /// No policy set applied: the run goes on as without policies.
+    #[default]
+    None,
+    /// Checked, nothing blocks (advisory failures warn), or the failures were overridden.
+    Passed,
+    /// A mandatory policy failed and may be overridden (every set with a blocking failure
+    /// is overridable): the run waits `post_plan_awaiting_decision`.
+    Overridable,
+    /// A mandatory policy of a set that is not overridable failed: the run errors.
+    Blocked,
+}
+
+impl RunPolicyEvaluation {
+    /// Every policy's outcome.
+    pub fn results(&self) -> impl Iterator<Item = &PolicyResult> {
+        self.sets.iter().flat_map(|s| s.outcomes.iter())
+    }
+
+    /// The failed mandatory policies, as `set/policy`.
+    pub fn blocking(&self) -> Vec<String> {
+        self.sets
+            .iter()
+            .flat_map(|s| {
+                s.outcomes
+                    .iter()
+                    .filter(|r| blocks(r))
+                    .map(move |r| format!("{}/{}", s.name, r.policy))
+            })
+            .collect()
+    }
+
+    /// What the checks decide ([`Gate`]).
+    pub fn gate(&self) -> Gate {
+        let blocking: Vec<&PolicySetResult> = self
+            .sets
+            .iter()
+            .filter(|s| s.outcomes.iter().any(blocks))
+            .collect();
+        if blocking.is_empty() || self.overridden_by.is_some() {
+            Gate::Passed
+        } else if blocking.iter().all(|s| s.overridable) {
+            Gate::Overridable
+        } else {
+            Gate::Blocked
+        }
+    }
+
+    /// The run's status message when its checks stop it.
+    pub fn stop_message(&self) -> Option<String> {
+        let blocking = self.blocking();
+        (self.gate() != Gate::Passed && !blocking.is_empty())
+            .then(|| format!("mandatory policies failed: {}", blocking.join(", ")))
+    }
+
+    /// TFE's status of the policy evaluation: `passed` (advisory failures included),
+    /// `failed`, or `overridden`.
+    pub fn status(&self) -> &'static str {
+        if self.blocking().is_empty() {
+            "passed"
+        } else if self.overridden_by.is_some() {
+            "overridden"
+        } else {
+            "failed"
+        }
+    }
+}
+
+/// TFE's status of a run's post-plan task stage: from its evaluation when it has one
+/// (`passed`; `awaiting_override` while the run waits for a decision; `failed`), else
+/// `pending` until the plan ends and `unreachable` (`canceled`) when the run ended
+/// without an evaluation (its plan failed or changed nothing).
+pub fn stage_status(
+    evaluation: Option<&RunPolicyEvaluation>,
+    run: crate::run::RunState,
+) -> &'static str {
+    use crate::run::RunState;
+    match evaluation {
+        Some(e) => match e.status() {
+            "failed" if run == RunState::PostPlanAwaitingDecision => "awaiting_override",
+            "failed" => "failed",
+            _ => "passed",
+        },
+        None => match run {
+            RunState::Pending | RunState::PlanQueued | RunState::Planning => "pending",
+            RunState::Canceled | RunState::ForceCanceled => "canceled",
+            _ => "unreachable",
+        },
+    }
+}
+
+/// The parameters of a set as `data.parameters`: a value that parses as JSON is that
+/// value, any other a string.
+pub fn parameters<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Value {
+    Value::Object(
+        pairs
+            .into_iter()
+            .map(|(k, v)| {
+                let value = serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_owned()));
+                (k.to_owned(), value)
+            })
+            .collect(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -460,5 +619,162 @@ deny contains x if {
             violations(&json!(["a", 1])),
             Some(vec!["a".into(), "1".into()])
         );
+    }
+
+    fn set(name: &str, overridable: bool, outcomes: &[(&str, &str)]) -> PolicySetResult {
+        PolicySetResult {
+            name: name.into(),
+            object: name.into(),
+            description: None,
+            overridable,
+            error: None,
+            outcomes: outcomes
+                .iter()
+                .enumerate()
+                .map(|(i, (level, status))| PolicyResult {
+                    policy: format!("p{i}"),
+                    description: None,
+                    enforcement_level: (*level).into(),
+                    query: "data.x.deny".into(),
+                    status: (*status).into(),
+                    output: vec![],
+                })
+                .collect(),
+        }
+    }
+
+    fn eval(sets: Vec<PolicySetResult>) -> RunPolicyEvaluation {
+        RunPolicyEvaluation {
+            evaluated_at: "2026-01-01T00:00:00Z".into(),
+            sets,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn mandatory_failures_stop_a_run_unless_overridable_and_overridden() {
+        use crate::run::{Flags, RunState, after_successful_plan};
+        let advisory = eval(vec![set(
+            "a",
+            false,
+            &[("advisory", "failed"), ("mandatory", "passed")],
+        )]);
+        assert_eq!(advisory.gate(), Gate::Passed);
+        assert_eq!(advisory.status(), "passed");
+        assert_eq!(
+            Counts::of(advisory.results()),
+            Counts {
+                passed: 1,
+                advisory_failed: 1,
+                ..Counts::default()
+            }
+        );
+        let hard = eval(vec![
+            set("soft", true, &[("mandatory", "failed")]),
+            set("hard", false, &[("mandatory", "errored")]),
+        ]);
+        assert_eq!(hard.gate(), Gate::Blocked);
+        assert_eq!(
+            hard.stop_message().unwrap(),
+            "mandatory policies failed: soft/p0, hard/p0"
+        );
+        let mut soft = eval(vec![
+            set("soft", true, &[("mandatory", "failed")]),
+            set("ok", false, &[("mandatory", "passed")]),
+        ]);
+        assert_eq!(soft.gate(), Gate::Overridable);
+        assert_eq!(
+            stage_status(Some(&soft), RunState::PostPlanAwaitingDecision),
+            "awaiting_override"
+        );
+        assert_eq!(stage_status(Some(&soft), RunState::Discarded), "failed");
+        soft.overridden_by = Some("user:alice".into());
+        assert_eq!((soft.gate(), soft.status()), (Gate::Passed, "overridden"));
+        assert_eq!(
+            stage_status(Some(&soft), RunState::PostPlanCompleted),
+            "passed"
+        );
+        assert_eq!(stage_status(None, RunState::Planning), "pending");
+        assert_eq!(
+            stage_status(None, RunState::PlannedAndFinished),
+            "unreachable"
+        );
+
+        let flags = |policy, plan_only, auto_apply| Flags {
+            policy,
+            plan_only,
+            auto_apply,
+            ..Flags::default()
+        };
+        assert_eq!(
+            after_successful_plan(true, flags(Gate::Blocked, false, true)),
+            RunState::Errored
+        );
+        assert_eq!(
+            after_successful_plan(true, flags(Gate::Overridable, false, false)),
+            RunState::PostPlanAwaitingDecision
+        );
+        assert_eq!(
+            after_successful_plan(true, flags(Gate::Passed, false, false)),
+            RunState::PostPlanCompleted
+        );
+        assert_eq!(
+            after_successful_plan(true, flags(Gate::Passed, false, true)),
+            RunState::Confirmed
+        );
+        assert_eq!(
+            after_successful_plan(true, flags(Gate::None, false, false)),
+            RunState::Planned
+        );
+        // A speculative plan never blocks anything.
+        assert_eq!(
+            after_successful_plan(true, flags(Gate::Blocked, true, false)),
+            RunState::PlannedAndFinished
+        );
+        assert!(
+            RunState::PostPlanCompleted.is_confirmable()
+                && !RunState::PostPlanAwaitingDecision.is_confirmable()
+        );
+        assert!(RunState::PostPlanAwaitingDecision.is_discardable());
+    }
+
+    #[test]
+    fn parameters_are_json_when_they_parse() {
+        assert_eq!(
+            parameters([("sizes", r#"["xl"]"#), ("owner", "team-a"), ("n", "3")]),
+            json!({"sizes": ["xl"], "owner": "team-a", "n": 3})
+        );
+    }
+
+    #[test]
+    fn a_set_applies_by_scope_less_its_exclusions() {
+        use crate::resources::{Named, PolicySetSpec};
+        let ws = Named {
+            id: Some("ws-1"),
+            name: "web",
+        };
+        let prj = Named {
+            id: Some("prj-1"),
+            name: "shop",
+        };
+        let mut s = PolicySetSpec {
+            projects: vec!["shop".into()],
+            ..Default::default()
+        };
+        assert!(s.applies_to(ws, Some(prj)));
+        assert!(!s.applies_to(
+            ws,
+            Some(Named {
+                id: Some("prj-2"),
+                name: "other"
+            })
+        ));
+        s.workspace_exclusions = vec!["ws-1".into()];
+        assert!(!s.applies_to(ws, Some(prj)));
+        let g = PolicySetSpec {
+            global: true,
+            ..Default::default()
+        };
+        assert!(g.applies_to(ws, None));
     }
 }

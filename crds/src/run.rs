@@ -30,6 +30,11 @@ pub enum RunState {
     Planned,
     PlannedAndFinished,
     PlannedAndSaved,
+    /// The plan's policy checks passed (or were overridden): waiting for a confirmation.
+    PostPlanCompleted,
+    /// A mandatory policy of an overridable set failed: waiting for an override or a
+    /// discard.
+    PostPlanAwaitingDecision,
     Confirmed,
     ApplyQueued,
     Applying,
@@ -41,13 +46,15 @@ pub enum RunState {
 }
 
 impl RunState {
-    pub const ALL: [RunState; 14] = [
+    pub const ALL: [RunState; 16] = [
         RunState::Pending,
         RunState::PlanQueued,
         RunState::Planning,
         RunState::Planned,
         RunState::PlannedAndFinished,
         RunState::PlannedAndSaved,
+        RunState::PostPlanCompleted,
+        RunState::PostPlanAwaitingDecision,
         RunState::Confirmed,
         RunState::ApplyQueued,
         RunState::Applying,
@@ -66,6 +73,8 @@ impl RunState {
             RunState::Planned => "planned",
             RunState::PlannedAndFinished => "planned_and_finished",
             RunState::PlannedAndSaved => "planned_and_saved",
+            RunState::PostPlanCompleted => "post_plan_completed",
+            RunState::PostPlanAwaitingDecision => "post_plan_awaiting_decision",
             RunState::Confirmed => "confirmed",
             RunState::ApplyQueued => "apply_queued",
             RunState::Applying => "applying",
@@ -97,14 +106,21 @@ impl RunState {
 
     /// Waiting for a confirmation (`actions.is-confirmable`).
     pub fn is_confirmable(self) -> bool {
-        matches!(self, RunState::Planned | RunState::PlannedAndSaved)
+        matches!(
+            self,
+            RunState::Planned | RunState::PlannedAndSaved | RunState::PostPlanCompleted
+        )
     }
 
     /// Can be discarded: waiting for its turn or for a confirmation.
     pub fn is_discardable(self) -> bool {
         matches!(
             self,
-            RunState::Pending | RunState::Planned | RunState::PlannedAndSaved
+            RunState::Pending
+                | RunState::Planned
+                | RunState::PlannedAndSaved
+                | RunState::PostPlanCompleted
+                | RunState::PostPlanAwaitingDecision
         )
     }
 
@@ -515,6 +531,8 @@ pub struct Flags {
     pub auto_apply: bool,
     /// A plan with no changes still goes on to an apply (TFE's `allow-empty-apply`).
     pub allow_empty_apply: bool,
+    /// What the plan's policy checks decided.
+    pub policy: crate::policy::Gate,
 }
 
 /// A cancel asked through the API.
@@ -653,15 +671,31 @@ pub fn decide(state: RunState, cancel: Cancel, pod: &PodSeen, flags: Flags) -> D
 }
 
 /// The state after a successful plan for a run with these flags.
+/// A failed mandatory policy stops the run (errored, or waiting for an override), except a
+/// speculative one, which never blocks anything; checks that passed lead to
+/// `post_plan_completed` instead of `planned`.
 pub fn after_successful_plan(has_changes: bool, flags: Flags) -> RunState {
+    use crate::policy::Gate;
     if flags.plan_only || (!has_changes && !flags.allow_empty_apply) {
-        RunState::PlannedAndFinished
-    } else if flags.save_plan {
+        return RunState::PlannedAndFinished;
+    }
+    match flags.policy {
+        Gate::Blocked => RunState::Errored,
+        Gate::Overridable => RunState::PostPlanAwaitingDecision,
+        _ => after_policy_checks(flags),
+    }
+}
+
+/// Where a run goes once its policy checks passed or were overridden.
+pub fn after_policy_checks(flags: Flags) -> RunState {
+    if flags.save_plan {
         RunState::PlannedAndSaved
     } else if flags.auto_apply {
         RunState::Confirmed
-    } else {
+    } else if flags.policy == crate::policy::Gate::None {
         RunState::Planned
+    } else {
+        RunState::PostPlanCompleted
     }
 }
 

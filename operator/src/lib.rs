@@ -33,6 +33,7 @@ pub mod module_versions;
 pub mod notify;
 pub mod organization;
 mod pod_parts;
+pub mod policy_sets;
 pub mod retention;
 pub mod rules;
 pub mod run;
@@ -238,6 +239,7 @@ async fn run_controllers(
             futures::future::ready(()).boxed()
         }
     };
+    let policy_sets = policy_sets::controller(ctx.clone(), shutdown.clone());
     let runs = run::controller(
         ctx.clone(),
         orgs.clone(),
@@ -281,6 +283,7 @@ async fn run_controllers(
         auto_queue,
         notifications,
         module_versions,
+        policy_sets,
         state_retention,
         archives
     );

@@ -77,6 +77,8 @@ pub const CONTROLLER_RUN_AUTO_QUEUE: &str = "run-auto-queue";
 pub const CONTROLLER_MODULE_VERSIONS: &str = "module-versions";
 /// Controller label of the notification deliveries ([`crate::notify`]).
 pub const CONTROLLER_NOTIFY: &str = "notify";
+/// Controller label of the status of policy sets ([`crate::policy_sets`]).
+pub const CONTROLLER_POLICY_SETS: &str = "policy-sets";
 
 /// Content type of the OpenMetrics text exposition.
 pub const OPENMETRICS_CONTENT_TYPE: &str =

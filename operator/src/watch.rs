@@ -115,6 +115,7 @@ watched_crds!(
     VariableSet,
     NotificationConfiguration,
     ModuleVersion,
+    terrace_crds::PolicySet,
 );
 
 impl Watched for Workspace {

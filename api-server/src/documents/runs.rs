@@ -211,7 +211,7 @@ pub fn run_data(
             "cost-estimate": {"data": null},
             "policy-checks": {"data": []},
             "run-events": {"data": events(r).iter().map(|e| json!({"id": event_id(&id, &e.key), "type": "run-events"})).collect::<Vec<_>>()},
-            "task-stages": {"data": []},
+            "task-stages": crate::resources::runs::policy::stages_relationship(r),
             "comments": {"data": st.comments.iter().map(|c| json!({"id": c.id, "type": "comments"})).collect::<Vec<_>>()},
         },
         "links": {"self": format!("/api/v2/runs/{id}")},

@@ -4,6 +4,7 @@
 mod module;
 mod notification;
 mod organization;
+mod policyset;
 mod project;
 mod references;
 mod run;
@@ -15,6 +16,7 @@ mod workspace;
 pub use module::*;
 pub use notification::*;
 pub use organization::*;
+pub use policyset::*;
 pub use project::*;
 pub use references::*;
 pub use run::*;

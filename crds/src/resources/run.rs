@@ -123,7 +123,7 @@ kind_status! {
         pub id: Option<String>,
         /// The run's status, as TFE's.
         #[schemars(extend("enum" = ["pending", "plan_queued", "planning", "planned", "planned_and_finished",
-            "planned_and_saved", "confirmed", "apply_queued", "applying", "applied", "discarded",
+            "planned_and_saved", "post_plan_completed", "post_plan_awaiting_decision", "confirmed", "apply_queued", "applying", "applied", "discarded",
             "errored", "canceled", "force_canceled"]))]
         pub status: Option<String>,
         /// `<status>-at` → RFC 3339 time, as TFE's `status-timestamps`.
@@ -147,6 +147,9 @@ kind_status! {
         /// `force-cancel`; a force-execute discards as `discard`): `user:NAME`.
         #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
         pub acted_by: std::collections::BTreeMap<String, String>,
+        /// The plan's policy checks (TFE's post-plan task stage), recorded when the plan
+        /// is stored.
+        pub policy_evaluation: Option<crate::resources::RunPolicyEvaluation>,
         /// Comments on the run, oldest first (`POST /runs/:id/comments`, or the
         /// `comment` of an action).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -63,6 +63,10 @@ fn describe(r: &Run, state: RunState, actor: Option<&str>) -> String {
                 _ => format!("Plan finished, nothing to apply: {counts}"),
             }
         }
+        RunState::PostPlanCompleted => "Policy checks passed".to_owned(),
+        RunState::PostPlanAwaitingDecision => {
+            "Policy checks failed: waiting for an override or a discard".to_owned()
+        }
         RunState::Confirmed if st.and_then(|s| s.confirmed_by.as_deref()) == Some("auto-apply") => {
             "Apply confirmed automatically (auto-apply)".to_owned()
         }

@@ -199,6 +199,7 @@ fn decide_phases() {
         save_plan: false,
         auto_apply: false,
         allow_empty_apply: false,
+        policy: crate::policy::Gate::None,
     };
     const AUTO: Flags = Flags {
         auto_apply: true,
@@ -338,6 +339,7 @@ fn after_plan_flags() {
         save_plan,
         auto_apply,
         allow_empty_apply: false,
+        policy: crate::policy::Gate::None,
     };
     // allow-empty-apply: no changes, and the run goes on to its apply all the same.
     let empty = Flags {

@@ -42,6 +42,7 @@ use terrace_crds::constants::{
 };
 use terrace_crds::ids::IdKind;
 use terrace_crds::lock::{LockHolder, holder_of};
+use terrace_crds::policy::Gate;
 use terrace_crds::run::{
     self, Cancel, Decision, Flags, Phase, PhaseReport, PodSeen, QueuedRun, RunState,
 };
@@ -209,7 +210,7 @@ fn seen(obs: &PodObs) -> PodSeen {
 /// How often a run whose Pod waits for a node is looked at again.
 const WAITING_RECHECK: Duration = Duration::from_secs(5);
 
-async fn reconcile(run: Arc<Run>, ctx: Arc<RunContext>) -> Result<Action, Error> {
+async fn reconcile(mut run: Arc<Run>, ctx: Arc<RunContext>) -> Result<Action, Error> {
     let ns = run
         .namespace()
         .ok_or_else(|| Error::Invalid("run without namespace".into()))?;
@@ -283,13 +284,51 @@ async fn reconcile(run: Arc<Run>, ctx: Arc<RunContext>) -> Result<Action, Error>
         ctx.base.settings.pod_start_timeout,
     );
     let seen = seen(&obs);
+    // A plan with changes had its policies checked when the API server stored it (before
+    // the Pod ended): read from the API server, not the cache, which may lag.
+    let mut policy = Gate::None;
+    if phase == Phase::Plan
+        && matches!(&seen, PodSeen::Ended(Some(r)) if r.ok && r.has_changes)
+        && cancel == Cancel::None
+    {
+        let fresh = Api::<Run>::namespaced(client.clone(), &ns)
+            .get(&run.name_any())
+            .await?;
+        if state_of(&fresh) != state {
+            return Ok(Action::requeue(Duration::from_millis(200)));
+        }
+        run = Arc::new(fresh);
+        if let Some(e) = run
+            .status
+            .as_ref()
+            .and_then(|s| s.policy_evaluation.as_ref())
+        {
+            policy = e.gate();
+        }
+    }
     let flags = Flags {
         plan_only: run.spec.plan_only,
         save_plan: run.spec.save_plan,
         auto_apply: run.spec.auto_apply,
         allow_empty_apply: run.spec.allow_empty_apply,
+        policy,
     };
-    let d: Decision = run::decide(state, cancel, &seen, flags);
+    let mut d: Decision = run::decide(state, cancel, &seen, flags);
+    if d.to.is_some()
+        && let Some(e) = run
+            .status
+            .as_ref()
+            .and_then(|s| s.policy_evaluation.as_ref())
+        && policy != Gate::None
+    {
+        if matches!(
+            d.to,
+            Some(RunState::Errored | RunState::PostPlanAwaitingDecision)
+        ) {
+            d.message = e.stop_message();
+        }
+        policy_events(&ctx, &run, e).await;
+    }
     if let Some(p) = d.create_pod {
         if phase == Phase::Apply {
             release_phase(&ctx, &run, &run_id, &pods, Phase::Plan).await?;
@@ -368,6 +407,27 @@ async fn reconcile(run: Arc<Run>, ctx: Arc<RunContext>) -> Result<Action, Error>
         PodSeen::Running => Action::requeue(Duration::from_secs(30)),
         _ => Action::requeue(Duration::from_secs(5)),
     })
+}
+
+/// An Event on the run for each policy that failed its plan (names and levels only: a
+/// policy's messages may quote the plan).
+async fn policy_events(ctx: &RunContext, run: &Run, e: &terrace_crds::RunPolicyEvaluation) {
+    for set in &e.sets {
+        for r in set.outcomes.iter().filter(|r| r.status != "passed") {
+            crate::events::publish_event(
+                &ctx.recorder,
+                &run.object_ref(&()),
+                kube::runtime::events::EventType::Warning,
+                "PolicyFailed",
+                "Plan",
+                format!(
+                    "{} policy {}/{} {}",
+                    r.enforcement_level, set.name, r.policy, r.status
+                ),
+            )
+            .await;
+        }
+    }
 }
 
 /// Why no phase may start now: the global limit (`--test-run-concurrency`, which runs

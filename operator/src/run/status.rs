@@ -179,6 +179,8 @@ fn reason(state: RunState) -> &'static str {
         RunState::Planned => "Planned",
         RunState::PlannedAndFinished => "PlannedAndFinished",
         RunState::PlannedAndSaved => "PlannedAndSaved",
+        RunState::PostPlanCompleted => "PostPlanCompleted",
+        RunState::PostPlanAwaitingDecision => "PostPlanAwaitingDecision",
         RunState::Confirmed => "Confirmed",
         RunState::ApplyQueued => "ApplyQueued",
         RunState::Applying => "Applying",

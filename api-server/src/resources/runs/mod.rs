@@ -12,6 +12,7 @@
 
 pub mod comments;
 pub mod config_versions;
+pub mod policy;
 pub mod runner;
 #[cfg(test)]
 mod tests;
@@ -71,6 +72,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/v2/organizations/{org}/runs/queue", get(queue))
         .route("/api/v2/organizations/{org}/capacity", get(capacity))
         .merge(comments::router())
+        .merge(policy::router())
         .merge(config_versions::router())
         .merge(runner::router())
 }
@@ -280,11 +282,19 @@ async fn create(
         debugging_mode: a.debugging_mode,
         invoke_action_addrs: a.invoke_action_addrs,
     };
-    let run = Run {
+    let mut run = Run {
         metadata: write::owned_meta(&id, &ws, &[(LABEL_WORKSPACE_ID, ws.id())]),
         spec,
         status: None,
     };
+    // The CLI reads a run's task stages once, right after creating it: a run whose plan
+    // will be checked has its stage from the start.
+    if !policy::sets_for(&state, &ws.ns, &ws.obj).await?.is_empty() {
+        run.annotations_mut().insert(
+            policy::ANNOTATION_POLICY_CHECKS.to_owned(),
+            "true".to_owned(),
+        );
+    }
     let api = write::api::<Run>(&state, &ws.ns);
     let created = api.create(&PostParams::default(), &run).await?;
     let now = crate::render::now();
@@ -326,7 +336,7 @@ async fn render(
         RunPermissions { act },
         None,
     );
-    let included = included_of(
+    let mut included = included_of(
         state,
         &at.obj,
         &at.org,
@@ -334,6 +344,10 @@ async fn render(
         cv_id.as_deref(),
         includes,
     );
+    if includes.iter().any(|i| i == "task_stages") && policy::has_stage(&at.obj) {
+        let can = policy::may_override(state, caller, at).await?;
+        included.push(policy::stage_data(&at.obj, can));
+    }
     let mut doc = json!({ "data": data });
     if !included.is_empty() {
         doc["included"] = json!(included);
@@ -910,7 +924,14 @@ async fn queue(
         .into_iter()
         .filter(|r| {
             let s = state_of(r);
-            !s.is_final() && !matches!(s, RunState::Planned | RunState::PlannedAndSaved)
+            !s.is_final()
+                && !matches!(
+                    s,
+                    RunState::Planned
+                        | RunState::PlannedAndSaved
+                        | RunState::PostPlanCompleted
+                        | RunState::PostPlanAwaitingDecision
+                )
         })
         .collect();
     active.sort_by_cached_key(|r| (r.queued_at(), r.name_any()));

@@ -113,6 +113,8 @@ trait PlanUpload: Send + Sync + 'static {
     fn check(_bytes: &Bytes) -> Result<(), ApiError> {
         Ok(())
     }
+    /// The run's policies are checked against it once stored (the JSON plan).
+    const CHECKS_POLICIES: bool = false;
 }
 
 /// `PUT …/plan`.
@@ -141,6 +143,7 @@ impl PlanUpload for PlanFile {
 
 impl PlanUpload for PlanJson {
     const WHAT: &'static str = "the JSON plan";
+    const CHECKS_POLICIES: bool = true;
     fn key(run_id: &str) -> String {
         plan_json_key(run_id)
     }
@@ -161,10 +164,18 @@ async fn put_upload<U: PlanUpload>(
     in_phase(&run, Phase::Plan)?;
     let bytes = body(b)?;
     U::check(&bytes)?;
+    let plan = U::CHECKS_POLICIES
+        .then(|| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
+        .flatten();
     store(&state, &run)
         .put(&U::key(&id), bytes)
         .await
         .map_err(|e| crate::blobs::api_error(U::WHAT, e))?;
+    // Checked before the runner's request ends, so before the plan Pod ends: the operator
+    // finds the outcome when it moves the run on.
+    if let Some(plan) = plan {
+        super::policy::check_plan(&state, &run, &id, &plan).await?;
+    }
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
