@@ -242,6 +242,28 @@ fn examples_apply_in_one_go_and_become_what_they_promise() {
     });
     assert!(ready.is_some(), "organization never Ready: {}", dev.log());
 
+    // Every PolicySet compiles: the operator says Ready.
+    for set in docs.iter().filter(|d| str_at(d, "/kind") == "PolicySet") {
+        let name = str_at(set, "/metadata/name");
+        let ready = dev.eventually(SETTLE, || {
+            let out = dev.kubectl(&[
+                "get",
+                "policyset",
+                name,
+                "-n",
+                ORG,
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+            ]);
+            (String::from_utf8_lossy(&out.stdout) == "True").then_some(())
+        });
+        assert!(
+            ready.is_some(),
+            "policy set {name} never Ready: {}",
+            dev.kubectl_ok(&["get", "policyset", name, "-n", ORG, "-o", "yaml"])
+        );
+    }
+
     // Every Workspace manifest appears in the API with an ID, its TFE name, execution
     // mode and flat tags; a pinned ID is kept; the label and status.id agree.
     let workspaces: Vec<&Value> = docs

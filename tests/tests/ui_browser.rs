@@ -426,6 +426,97 @@ fn a_cli_run_is_followed_live_from_its_link_confirmed_in_the_browser_and_another
     assert!(b.find("a.download").is_some());
 }
 
+/// A policy set applied with kubectl (overridable, mandatory, failing on every creation).
+const REVIEW_SET: &str = r#"
+apiVersion: terrace.dev/v1alpha1
+kind: PolicySet
+metadata:
+  name: reviewed
+  namespace: acme
+spec:
+  name: reviewed
+  overridable: true
+  global: true
+  policies:
+    - name: creations-need-review
+      enforcementLevel: mandatory
+      query: data.terraform.review.deny
+      rego: |
+        package terraform.review
+
+        import rego.v1
+
+        deny contains sprintf("%s is created", [rc.address]) if {
+          some rc in input.plan.resource_changes
+          "create" in rc.change.actions
+        }
+"#;
+
+/// A run stopped by a failed overridable policy shows its policy checks on its page, and
+/// a workspace admin overrides them there; the run then waits for its confirmation.
+#[test]
+fn the_run_page_shows_policy_checks_and_overrides_them() {
+    let dev = Dev::start_with(&["--engine", &terraform_path()]);
+    let api = Api::admin(&dev);
+    api.create_org(ORG);
+    let out = dev.kubectl_stdin(&["apply", "-f", "-"], REVIEW_SET);
+    assert!(out.status.success(), "{}", terrace_tests::text(&out));
+    let ws = api.create_workspace(ORG, json!({"name": "guarded"}));
+    api.upload_config(
+        &ws,
+        &[("main.tf", "resource \"terraform_data\" \"x\" {}\n")],
+    );
+    let created = api.post(
+        "/api/v2/runs",
+        &json!({"data": {"type": "runs", "attributes": {},
+            "relationships": {"workspace": {"data": {"type": "workspaces", "id": ws}}}}}),
+    );
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    let run = created.body["data"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let admin = token_for(&dev, "ws-admin", "terrace-workspace-admin");
+    let b = Browser::start();
+    sign_in(&b, &dev, &admin);
+    let page = format!("{}/app/{ORG}/workspaces/guarded/runs/{run}", dev.api);
+    b.goto(&page);
+    assert!(
+        b.wait(Duration::from_secs(120), |b| {
+            if b.find("#action-override").is_none() {
+                std::thread::sleep(Duration::from_millis(500));
+                b.goto(&page);
+            }
+            b.find("#action-override").is_some()
+        }),
+        "the run waits for an override: {}",
+        b.source()
+    );
+    assert_eq!(b.text("#run-status"), "post_plan_awaiting_decision");
+    assert_eq!(b.text("#policy-status"), "awaiting_override");
+    let table = b.text("#policies");
+    assert!(table.contains("creations-need-review"), "{table}");
+    assert!(table.contains("terraform_data.x is created"), "{table}");
+    assert!(
+        b.find("#action-apply").is_none(),
+        "not confirmable before the override"
+    );
+    shot(&b, "run-policy-checks");
+    b.fill("#comment-override", "reviewed");
+    b.click("#action-override");
+    assert!(
+        b.wait(Duration::from_secs(30), |b| b.text("#run-status")
+            == "post_plan_completed"),
+        "{}",
+        b.source()
+    );
+    assert_eq!(b.text("#policy-status"), "passed");
+    assert!(
+        b.find("#action-apply").is_some(),
+        "confirmable after the override"
+    );
+}
+
 #[test]
 fn a_reader_sees_no_buttons_and_their_forged_post_is_refused() {
     let dev = Dev::start();

@@ -84,6 +84,88 @@ pub struct PhaseLog {
     pub done: bool,
 }
 
+/// A policy's outcome as the run page shows it.
+pub struct PolicyRow {
+    pub set: String,
+    pub policy: String,
+    pub level: String,
+    pub status: String,
+    pub messages: Vec<String>,
+}
+
+/// The run's policy checks (its post-plan task stage).
+pub struct PolicyChecks {
+    pub status: String,
+    pub rows: Vec<PolicyRow>,
+    /// The run waits for an override the caller may give.
+    pub overridable: bool,
+}
+
+/// The policy checks of run document `r`, if it has a task stage.
+async fn policy_checks(
+    ui: &Ui,
+    s: &Session,
+    headers: &HeaderMap,
+    r: &Value,
+) -> Result<Option<PolicyChecks>, UiError> {
+    let Some(stage) = r["relationships"]["task-stages"]["data"][0]["id"].as_str() else {
+        return Ok(None);
+    };
+    let doc = ui
+        .get(
+            s,
+            headers,
+            &format!(
+                "/api/v2/task-stages/{}?include=policy_evaluations",
+                urlencode(stage)
+            ),
+        )
+        .await?;
+    let a = &doc["data"]["attributes"];
+    let mut rows = Vec::new();
+    if let Some(eval) = doc["included"][0]["id"].as_str() {
+        let sets = ui
+            .get(
+                s,
+                headers,
+                &format!(
+                    "/api/v2/policy-evaluations/{}/policy-set-outcomes?page[size]=100",
+                    urlencode(eval)
+                ),
+            )
+            .await?;
+        for set in sets["data"].as_array().into_iter().flatten() {
+            let name = text(&set["attributes"]["policy-set-name"]);
+            for o in set["attributes"]["outcomes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                rows.push(PolicyRow {
+                    set: name.clone(),
+                    policy: text(&o["policy_name"]),
+                    level: text(&o["enforcement_level"]),
+                    status: text(&o["status"]),
+                    messages: o["output"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|m| text(&m["print"]))
+                        .collect(),
+                });
+            }
+        }
+    }
+    Ok(Some(PolicyChecks {
+        status: text(&a["status"]),
+        rows,
+        overridable: a["actions"]["is-overridable"].as_bool().unwrap_or(false)
+            && a["permissions"]["can-override-policy"]
+                .as_bool()
+                .unwrap_or(false),
+    }))
+}
+
 #[derive(Template)]
 #[template(path = "run.html")]
 struct RunPage {
@@ -98,6 +180,7 @@ struct RunPage {
     buttons: Vec<Button>,
     logs: Vec<PhaseLog>,
     final_state: bool,
+    policies: Option<PolicyChecks>,
 }
 
 /// The run `run` of workspace `org/name` (404 when it is another's), with its plan and
@@ -215,6 +298,7 @@ pub async fn show(
             done: chunk.done,
         });
     }
+    let policies = policy_checks(&ui, &s, &headers, r).await?;
     Ok(render(&RunPage {
         nav: Nav::of(&s, &org),
         ws: name,
@@ -227,6 +311,7 @@ pub async fn show(
         timeline: timeline.into_iter().map(|(_, s)| s).collect(),
         buttons,
         logs,
+        policies,
     }))
 }
 
@@ -337,8 +422,9 @@ pub struct ActionForm {
     comment: String,
 }
 
-/// `POST /app/:org/workspaces/:ws/runs/:run/actions/(apply|discard|cancel|force-cancel)`
-/// with an optional comment: the API's run action.
+/// `POST /app/:org/workspaces/:ws/runs/:run/actions/(apply|discard|cancel|force-cancel|
+/// override)` with an optional comment: the API's run action (an override is the action of
+/// the run's task stage).
 pub async fn action(
     State(ui): State<Ui>,
     Path((org, name, run, action)): Path<(String, String, String, String)>,
@@ -346,21 +432,20 @@ pub async fn action(
     Form(f): Form<ActionForm>,
 ) -> Result<Response, UiError> {
     let s = ui.form_session(&headers, &f.csrf).await?;
-    if !["apply", "discard", "cancel", "force-cancel"].contains(&action.as_str()) {
+    if !["apply", "discard", "cancel", "force-cancel", "override"].contains(&action.as_str()) {
         return Err(UiError::NotFound);
     }
     let doc = run_doc(&ui, &s, &headers, &org, &name, &run).await?;
     let id = text(&doc["data"]["id"]);
     let comment = f.comment.trim();
     let body = (!comment.is_empty()).then(|| json!({"comment": comment}));
-    ui.call(
-        &s,
-        &headers,
-        Method::POST,
-        &format!("/api/v2/runs/{id}/actions/{action}"),
-        body,
-    )
-    .await?;
+    let path = if action == "override" {
+        let stage = text(&doc["data"]["relationships"]["task-stages"]["data"][0]["id"]);
+        format!("/api/v2/task-stages/{}/actions/override", urlencode(&stage))
+    } else {
+        format!("/api/v2/runs/{id}/actions/{action}")
+    };
+    ui.call(&s, &headers, Method::POST, &path, body).await?;
     Ok(Redirect::to(&format!(
         "/app/{}/workspaces/{}/runs/{}",
         urlencode(&org),

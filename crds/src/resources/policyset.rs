@@ -67,6 +67,7 @@ fn default_kind() -> String {
 
 crd_struct! {
     /// One policy of a set.
+    #[schemars(transform = super::varset::without_defaults)]
     #[schemars(extend("x-kubernetes-validations" = [
         {"rule": "has(self.rego) != has(self.regoFrom)", "message": "give exactly one of rego and regoFrom"}
     ]))]
@@ -111,8 +112,9 @@ crd_struct! {
 
 crd_struct! {
     /// A parameter of a policy set.
+    #[schemars(transform = super::varset::without_defaults)]
     #[schemars(extend("x-kubernetes-validations" = [
-        {"rule": "!self.sensitive || !has(self.value)", "message": "a sensitive parameter keeps its value in a Secret: use valueFrom, not value"},
+        {"rule": "!has(self.sensitive) || !self.sensitive || !has(self.value)", "message": "a sensitive parameter keeps its value in a Secret: use valueFrom, not value"},
         {"rule": "!(has(self.value) && has(self.valueFrom))", "message": "value and valueFrom cannot both be given"}
     ]))]
     pub struct PolicySetParameter {

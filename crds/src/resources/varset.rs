@@ -81,7 +81,7 @@ crd_struct! {
 /// The schema of a list item without `default`s: the API server would fill them in, and
 /// `kubectl apply` (a JSON merge patch replaces a list whole) would then find the list
 /// changed on every apply. Omitted fields still read as their defaults.
-fn without_defaults(schema: &mut schemars::Schema) {
+pub(crate) fn without_defaults(schema: &mut schemars::Schema) {
     if let Some(props) = schema
         .get_mut("properties")
         .and_then(serde_json::Value::as_object_mut)
