@@ -19,8 +19,8 @@ use axum::http::request::Parts;
 use kube::{Resource, ResourceExt};
 use terrace_crds::{
     AgentPool, ConfigurationVersion, ModuleVersion, NotificationConfiguration, OAuthToken,
-    Organization, Project, RegistryModule, Run, SshKey, StateVersion, TestRun, TestVariable,
-    VariableSet, Workspace, WorkspaceVariable,
+    Organization, Policy, PolicySet, Project, RegistryModule, Run, SshKey, StateVersion, TestRun,
+    TestVariable, VariableSet, Workspace, WorkspaceVariable,
 };
 
 use crate::auth::{Caller, Check};
@@ -118,6 +118,8 @@ guarded!(SshKey, "sshkeys", "ssh key");
 guarded!(AgentPool, "agentpools", "agent pool");
 guarded!(OAuthToken, "oauthtokens", "oauth token");
 guarded!(VariableSet, "variablesets", "variable set");
+guarded!(PolicySet, "policysets", "policy set");
+guarded!(Policy, "policies", "policy");
 guarded!(
     NotificationConfiguration,
     "notificationconfigurations",

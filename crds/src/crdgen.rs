@@ -27,6 +27,7 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
         Run::crd(),
         VariableSet::crd(),
         PolicySet::crd(),
+        Policy::crd(),
     ]
 }
 

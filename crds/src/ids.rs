@@ -31,11 +31,13 @@ pub enum IdKind {
     VariableSet,
     NotificationConfiguration,
     ModuleVersion,
+    PolicySet,
+    Policy,
 }
 
 impl IdKind {
     /// Every kind, for exhaustive tests and lookups.
-    pub const ALL: [IdKind; 19] = [
+    pub const ALL: [IdKind; 21] = [
         IdKind::Project,
         IdKind::Workspace,
         IdKind::RegistryModule,
@@ -55,6 +57,8 @@ impl IdKind {
         IdKind::VariableSet,
         IdKind::NotificationConfiguration,
         IdKind::ModuleVersion,
+        IdKind::PolicySet,
+        IdKind::Policy,
     ];
 
     /// The prefix, including its dash.
@@ -79,6 +83,8 @@ impl IdKind {
             IdKind::VariableSet => "varset-",
             IdKind::NotificationConfiguration => "nc-",
             IdKind::ModuleVersion => "modver-",
+            IdKind::PolicySet => "polset-",
+            IdKind::Policy => "pol-",
         }
     }
 

@@ -239,7 +239,13 @@ async fn run_controllers(
             futures::future::ready(()).boxed()
         }
     };
-    let policy_sets = policy_sets::controller(ctx.clone(), shutdown.clone());
+    let policy_sets = match policy_sets::controller(ctx.clone(), &mut catalog, shutdown.clone()) {
+        Ok(c) => c.boxed(),
+        Err(e) => {
+            tracing::error!(error = %e, "no policy set status: a cache it needs is missing");
+            futures::future::ready(()).boxed()
+        }
+    };
     let runs = run::controller(
         ctx.clone(),
         orgs.clone(),

@@ -10,16 +10,18 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::Timestamp;
+use kube::api::DynamicObject;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use terrace_crds::constants::FIELD_MANAGER_OPERATOR;
-use terrace_crds::{PolicySet, PolicySetPolicy};
+use terrace_crds::constants::{FIELD_MANAGER_OPERATOR, LABEL_ID};
+use terrace_crds::ids::IdKind;
+use terrace_crds::{Policy, PolicySet, PolicySetPolicy};
 
+use crate::catalog::{Catalog, CatalogStores, typed};
 use crate::conditions::{Outcome, kstatus_conditions, same_conditions};
-use crate::watch::Feed;
 use crate::{Context, Error};
 
 /// Condition reason of a set with a policy that cannot be evaluated.
@@ -27,25 +29,57 @@ pub const REASON_INVALID_POLICY: &str = "InvalidPolicy";
 /// How often a set with Rego in ConfigMaps is compiled again.
 const CONFIGMAP_RECHECK: Duration = Duration::from_secs(300);
 
-/// The controller, run until `shutdown` resolves.
-pub fn controller<S>(ctx: Arc<Context>, shutdown: S) -> impl Future<Output = ()> + Send + 'static
+/// What the reconciles share.
+pub struct SetsContext {
+    base: Arc<Context>,
+    stores: CatalogStores,
+}
+
+/// The controller, run until `shutdown` resolves (call before the catalog runs): over the
+/// catalog's PolicySet feed, woken by changes of the Policy objects a set references.
+pub fn controller<S>(
+    ctx: Arc<Context>,
+    catalog: &mut Catalog,
+    shutdown: S,
+) -> Result<impl Future<Output = ()> + Send + 'static + use<S>, Error>
 where
     S: Future<Output = ()> + Send + Sync + 'static,
 {
-    let feed = Feed::<PolicySet>::new(&ctx.client, (), watcher::Config::default());
-    let store = feed.store();
-    let controller =
-        Controller::for_stream(feed.into_stream(), store).graceful_shutdown_on(shutdown);
-    crate::metrics::run(
+    let stores = catalog.stores();
+    let (resource, sets) = stores.store(IdKind::PolicySet)?;
+    let changes = catalog.subscribe(IdKind::PolicySet);
+    let policies = catalog.subscribe(IdKind::Policy);
+    let (by_policy, res_policy) = (sets.clone(), resource.clone());
+    let controller = Controller::for_stream_with(changes, sets, resource.clone())
+        .watches_stream_with(
+            policies,
+            move |p: DynamicObject| {
+                let ns = p.namespace();
+                let object = p.name_any();
+                let id = p.labels().get(LABEL_ID).cloned();
+                by_policy
+                    .state()
+                    .into_iter()
+                    .filter(|s| s.namespace() == ns)
+                    .filter(|s| {
+                        typed::<PolicySet>(s).is_some_and(|s| s.references(&object, id.as_deref()))
+                    })
+                    .map(|s| ObjectRef::from_obj_with(s.as_ref(), res_policy.clone()))
+                    .collect::<Vec<_>>()
+            },
+            resource,
+        )
+        .graceful_shutdown_on(shutdown);
+    Ok(crate::metrics::run(
         controller,
         crate::metrics::CONTROLLER_POLICY_SETS,
         reconcile,
         error_policy,
-        ctx,
-    )
+        Arc::new(SetsContext { base: ctx, stores }),
+    ))
 }
 
-fn error_policy(s: Arc<PolicySet>, err: &Error, _ctx: Arc<Context>) -> Action {
+fn error_policy(s: Arc<DynamicObject>, err: &Error, _ctx: Arc<SetsContext>) -> Action {
     err.log_and_retry("policy set", &s.name_any(), Duration::from_secs(10))
 }
 
@@ -71,14 +105,43 @@ pub async fn rego_of(
         .ok_or_else(|| format!("ConfigMap {} has no key {}", from.name, from.key))
 }
 
-async fn reconcile(set: Arc<PolicySet>, ctx: Arc<Context>) -> Result<Action, Error> {
+/// The policies set `set` checks: its own, then the Policy objects it references (by
+/// object name or ID) from the catalog's cache; a reference to nothing is a problem.
+pub fn policies_of(stores: &CatalogStores, set: &PolicySet) -> (Vec<PolicySetPolicy>, Vec<String>) {
+    let ns = set.namespace().unwrap_or_default();
+    let mut out = set.spec.policies.clone();
+    let mut missing = Vec::new();
+    for r in &set.spec.policy_refs {
+        let found = stores.get(IdKind::Policy, &ns, r).or_else(|| {
+            stores
+                .in_namespace(IdKind::Policy, &ns)
+                .into_iter()
+                .find(|p| p.labels().get(LABEL_ID) == Some(r))
+        });
+        match found.as_deref().and_then(typed::<Policy>) {
+            Some(p) => out.push(PolicySetPolicy::from(&p.spec)),
+            None => missing.push(format!("policy {r} not found")),
+        }
+    }
+    (out, missing)
+}
+
+async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<SetsContext>) -> Result<Action, Error> {
+    let Some(set) = typed::<PolicySet>(&obj) else {
+        return Ok(Action::await_change());
+    };
     if set.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
     let ns = set.namespace().unwrap_or_default();
-    let mut problems = Vec::new();
-    for p in &set.spec.policies {
-        let checked = match rego_of(&ctx.client, &ns, p).await {
+    let client = &ctx.base.client;
+    let (policies, mut problems) = policies_of(&ctx.stores, &set);
+    for p in &policies {
+        let checked = match p.rego.as_deref() {
+            None if p.rego_from.is_none() => Err("has no Rego yet (upload it)".to_owned()),
+            _ => rego_of(client, &ns, p).await,
+        };
+        let checked = match checked {
             Ok(rego) => terrace_crds::policy::check_query(&p.query).and_then(|()| {
                 terrace_crds::policy::compile(&p.name, &rego)
                     .map_err(|e| format!("does not compile: {}", e.trim()))
@@ -91,7 +154,7 @@ async fn reconcile(set: Arc<PolicySet>, ctx: Arc<Context>) -> Result<Action, Err
     }
     let outcome = if problems.is_empty() {
         Outcome::Ready {
-            message: format!("{} policies compiled", set.spec.policies.len()),
+            message: format!("{} policies compiled", policies.len()),
         }
     } else {
         Outcome::stalled(REASON_INVALID_POLICY, problems.join("; "))
@@ -99,7 +162,7 @@ async fn reconcile(set: Arc<PolicySet>, ctx: Arc<Context>) -> Result<Action, Err
     let st = set.status.clone().unwrap_or_default();
     let generation = set.metadata.generation;
     let conditions = kstatus_conditions(&st.conditions, &outcome, generation, Timestamp::now());
-    let count = set.spec.policies.len() as i64;
+    let count = policies.len() as i64;
     if !same_conditions(&st.conditions, &conditions)
         || st.policies != Some(count)
         || st.observed_generation != generation
@@ -113,11 +176,11 @@ async fn reconcile(set: Arc<PolicySet>, ctx: Arc<Context>) -> Result<Action, Err
             "observedGeneration": generation,
             "conditions": conditions,
         }});
-        Api::<PolicySet>::namespaced(ctx.client.clone(), &ns)
+        Api::<PolicySet>::namespaced(client.clone(), &ns)
             .patch_status(&set.name_any(), &pp, &Patch::Merge(&patch))
             .await?;
     }
-    if set.spec.policies.iter().any(|p| p.rego_from.is_some()) {
+    if policies.iter().any(|p| p.rego_from.is_some()) {
         Ok(Action::requeue(CONFIGMAP_RECHECK))
     } else {
         Ok(Action::await_change())

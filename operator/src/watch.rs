@@ -115,7 +115,6 @@ watched_crds!(
     VariableSet,
     NotificationConfiguration,
     ModuleVersion,
-    terrace_crds::PolicySet,
 );
 
 impl Watched for Workspace {

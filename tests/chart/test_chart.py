@@ -224,6 +224,7 @@ TERRACE_KINDS = [
     "notificationconfigurations",
     "moduleversions",
     "policysets",
+    "policies",
 ]
 
 
@@ -240,7 +241,7 @@ def test_crd_plurals_match_rbac_kinds():
 # templates/rbac-*.yaml for where).
 OPERATOR_NEEDS = [
     *[("terrace.dev", k, v) for k in TERRACE_KINDS for v in ("get", "list", "watch")],
-    *[("terrace.dev", k, "patch") for k in TERRACE_KINDS if k not in ("organizations", "policysets")],
+    *[("terrace.dev", k, "patch") for k in TERRACE_KINDS if k != "organizations"],
     *[("terrace.dev", f"{k}/status", "patch") for k in TERRACE_KINDS],
     ("terrace.dev", "projects", "create"),
     ("terrace.dev", "testruns/finalizers", "update"),
@@ -263,9 +264,9 @@ API_SERVER_NEEDS = [
     ("authentication.k8s.io", "tokenreviews", "create"),
     ("authorization.k8s.io", "subjectaccessreviews", "create"),
     *[("terrace.dev", k, v) for k in TERRACE_KINDS for v in ("get", "list", "watch")],
-    *[("terrace.dev", k, "create") for k in TERRACE_KINDS if k not in ("oauthtokens", "policysets")],
-    *[("terrace.dev", k, "patch") for k in ("organizations", "projects", "workspaces", "sshkeys", "agentpools", "variablesets", "notificationconfigurations", "testvariables", "workspacevariables", "configurationversions", "stateversions", "registrymodules")],
-    *[("terrace.dev", k, "delete") for k in ("organizations", "projects", "workspaces", "sshkeys", "agentpools", "variablesets", "notificationconfigurations", "testvariables", "workspacevariables", "stateversions", "registrymodules", "moduleversions")],
+    *[("terrace.dev", k, "create") for k in TERRACE_KINDS if k != "oauthtokens"],
+    *[("terrace.dev", k, "patch") for k in ("organizations", "projects", "workspaces", "sshkeys", "agentpools", "variablesets", "notificationconfigurations", "testvariables", "workspacevariables", "configurationversions", "stateversions", "registrymodules", "policysets", "policies")],
+    *[("terrace.dev", k, "delete") for k in ("organizations", "projects", "workspaces", "sshkeys", "agentpools", "variablesets", "notificationconfigurations", "testvariables", "workspacevariables", "stateversions", "registrymodules", "moduleversions", "policysets", "policies")],
     ("terrace.dev", "workspaces", "update"),
     *[("terrace.dev", f"{k}/status", "patch") for k in ("configurationversions", "testruns", "testvariables", "stateversions", "runs")],
     *[("", "secrets", v) for v in ("get", "create", "patch", "delete")],

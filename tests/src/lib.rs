@@ -487,6 +487,27 @@ impl Api {
         res.status().as_u16()
     }
 
+    /// PUTs raw bytes to `path` with the token (`PUT /policies/:id/upload`); answers the
+    /// status and the parsed body.
+    pub fn put_bytes(&self, path: &str, bytes: Vec<u8>) -> ApiResponse {
+        let url = format!("{}{}", self.base, path);
+        let mut builder = ureq::http::Request::builder().method("PUT").uri(&url);
+        if let Some(t) = &self.token {
+            builder = builder.header("Authorization", format!("Bearer {t}"));
+        }
+        let req = builder
+            .header("Content-Type", "application/octet-stream")
+            .body(bytes)
+            .expect("request");
+        let mut res = self.agent.run(req).expect("HTTP round trip");
+        let status = res.status().as_u16();
+        let raw = res.body_mut().read_to_string().unwrap_or_default();
+        ApiResponse {
+            status,
+            body: serde_json::from_str(&raw).unwrap_or(serde_json::Value::Null),
+        }
+    }
+
     /// PUTs raw bytes to `path` with no Authorization header; answers the status and
     /// the parsed body (JSON:API errors).
     pub fn put_raw(&self, path: &str, bytes: Vec<u8>) -> ApiResponse {

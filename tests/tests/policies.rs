@@ -526,3 +526,82 @@ fn an_overridable_failure_waits_for_an_override() {
     );
     assert_eq!(discard.status, 202, "{:?}", discard.body);
 }
+
+/// Policies and a policy set made through TFE's API (as go-tfe makes them): a policy
+/// created, its Rego uploaded, a set naming it and one workspace, a parameter; the CLI's
+/// plan of that workspace shows the set's outcome; the operator says the set is Ready.
+#[test]
+fn policies_and_sets_made_through_the_api_check_plans() {
+    let (dev, api, tf, dir) = setup();
+    let created = api.post(
+        &format!("/api/v2/organizations/{ORG}/policies"),
+        &json!({"data": {"type": "policies", "attributes": {"name": "max-items", "kind": "opa",
+            "query": "data.terraform.limits.deny", "enforcement-level": "mandatory",
+            "description": "No more items than the limit"}}}),
+    );
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    let pol = created.body["data"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let rego = "package terraform.limits\n\nimport rego.v1\n\ndeny contains sprintf(\"%d items, the limit is %d\", [count(input.plan.resource_changes), data.parameters.limit]) if count(input.plan.resource_changes) > data.parameters.limit\n";
+    let uploaded = api.put_bytes(
+        &format!("/api/v2/policies/{pol}/upload"),
+        rego.as_bytes().to_vec(),
+    );
+    assert_eq!(uploaded.status, 204, "{:?}", uploaded.body);
+
+    let d = dir.path().join("limited");
+    config(&d, "limited", "item", 3);
+    let init = tf.run(&d, &["init", "-input=false"]);
+    assert!(init.status.success(), "{}", text(&init));
+    let ws = api.get(&format!("/api/v2/organizations/{ORG}/workspaces/limited"));
+    let ws_id = ws.body["data"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let set = api.post(
+        &format!("/api/v2/organizations/{ORG}/policy-sets"),
+        &json!({"data": {"type": "policy-sets", "attributes": {"name": "limits", "kind": "opa"},
+            "relationships": {
+                "policies": {"data": [{"type": "policies", "id": pol}]},
+                "workspaces": {"data": [{"type": "workspaces", "id": ws_id}]}}}}),
+    );
+    assert_eq!(set.status, 201, "{:?}", set.body);
+    let set_id = set.body["data"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let param = api.post(
+        &format!("/api/v2/policy-sets/{set_id}/parameters"),
+        &json!({"data": {"type": "vars", "attributes": {"key": "limit", "value": "2", "category": "policy-set"}}}),
+    );
+    assert_eq!(param.status, 201, "{:?}", param.body);
+    let ready = dev.eventually(Duration::from_secs(30), || {
+        let out = dev.kubectl_ok(&["get", "policysets", "-n", ORG, "-o", "wide"]);
+        out.lines()
+            .any(|l| l.starts_with("limits") || l.contains(" limits "))
+            .then_some(out)
+    });
+    assert!(ready.is_some());
+
+    let out = tf.run(&d, &["plan", "-input=false"]);
+    let shown = strip_colours(&text(&out));
+    assert!(shown.contains("Policy set 1: limits (1)"), "{shown}");
+    assert!(shown.contains("Policy name: max-items"), "{shown}");
+    assert!(shown.contains("Overall Result: FAILED"), "{shown}");
+    let run = newest_run(&api, "limited");
+    let got = outcomes(&api, run["id"].as_str().unwrap_or_default());
+    assert!(
+        got.iter().any(|o| o.0 == "limits"
+            && o.2 == "failed"
+            && o.4 == vec!["3 items, the limit is 2".to_owned()]),
+        "{got:?}"
+    );
+    let sets = dev.kubectl_ok(&["get", "policysets", "-n", ORG]);
+    assert!(
+        sets.lines()
+            .any(|l| l.starts_with("polset-") && l.contains("limits") && l.contains("True")),
+        "{sets}"
+    );
+}

@@ -9,8 +9,8 @@ use kube::Resource;
 use kube::api::ObjectMeta;
 use terrace_crds::{
     AgentPool, ConfigurationVersion, ModuleVersion, NotificationConfiguration, OAuthToken,
-    Organization, Project, RegistryModule, Run, SshKey, StateVersion, TestRun, TestVariable,
-    VariableSet, Workspace, WorkspaceVariable,
+    Organization, Policy, PolicySet, Project, RegistryModule, Run, SshKey, StateVersion, TestRun,
+    TestVariable, VariableSet, Workspace, WorkspaceVariable,
 };
 
 use super::Inner;
@@ -81,6 +81,8 @@ indexed_kinds!(
     OAuthToken,
     VariableSet,
     NotificationConfiguration,
+    PolicySet,
+    Policy,
     RegistryModule,
     ModuleVersion,
     ConfigurationVersion,
@@ -252,6 +254,8 @@ keyed!(SshKey, ssh_keys);
 keyed!(AgentPool, agent_pools);
 keyed!(OAuthToken, oauth_tokens);
 keyed!(VariableSet, variable_sets);
+keyed!(PolicySet, policy_sets);
+keyed!(Policy, policies);
 keyed!(NotificationConfiguration, notification_configurations);
 keyed!(RegistryModule, registry_modules);
 keyed!(ModuleVersion, module_versions);

@@ -39,8 +39,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use terrace_crds::constants::LABEL_ID;
 use terrace_crds::{
     AgentPool, ConfigurationVersion, ModuleVersion, NotificationConfiguration, OAuthToken,
-    Organization, Project, RegistryModule, Run, SshKey, StateVersion, TestRun, TestVariable,
-    VariableSet, Workspace, WorkspaceVariable,
+    Organization, Policy, PolicySet, Project, RegistryModule, Run, SshKey, StateVersion, TestRun,
+    TestVariable, VariableSet, Workspace, WorkspaceVariable,
 };
 
 mod live;
@@ -73,6 +73,8 @@ pub struct Inner {
     agent_pools: Keyed<AgentPool>,
     oauth_tokens: Keyed<OAuthToken>,
     variable_sets: Keyed<VariableSet>,
+    policy_sets: Keyed<PolicySet>,
+    policies: Keyed<Policy>,
     notification_configurations: Keyed<NotificationConfiguration>,
     registry_modules: Keyed<RegistryModule>,
     module_versions: Keyed<ModuleVersion>,
@@ -548,6 +550,16 @@ impl Inner {
     /// Variable sets.
     pub fn variable_sets(&self) -> &Keyed<VariableSet> {
         &self.variable_sets
+    }
+
+    /// Policy sets.
+    pub fn policy_sets(&self) -> &Keyed<PolicySet> {
+        &self.policy_sets
+    }
+
+    /// Policies.
+    pub fn policies(&self) -> &Keyed<Policy> {
+        &self.policies
     }
 
     /// Notification configurations.

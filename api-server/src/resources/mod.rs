@@ -8,6 +8,7 @@ pub mod module_tests;
 pub mod notifications;
 pub mod oauth_tokens;
 pub mod organizations;
+pub mod policies;
 pub mod projects;
 pub mod retention;
 pub mod runs;
@@ -40,7 +41,8 @@ pub fn router() -> Router<AppState> {
         runs,
         workspace_vars,
         varsets,
-        notifications
+        notifications,
+        policies
     ]
 }
 

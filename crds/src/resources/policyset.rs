@@ -21,7 +21,7 @@ crd_kind! {
         printcolumn = r#"{"name":"Policies","type":"integer","jsonPath":".status.policies"}"#,
         printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#
     )]
-    columns: tfe_name, age;
+    columns: tfe_name, id, age;
     pub struct PolicySetSpec {
         /// The set's name, unique in the organization (letters, digits, `-`, `_`).
         #[schemars(length(min = 1, max = 90), regex(pattern = r"^[A-Za-z0-9_-]+$"))]
@@ -49,7 +49,11 @@ crd_kind! {
         /// through a project.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         pub workspace_exclusions: Vec<String>,
-        /// The policies, each name once.
+        /// Policy objects (their object names, or IDs `pol-…`) the set checks besides its
+        /// own `policies` (what the API's `relationships.policies` lists).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub policy_refs: Vec<String>,
+        /// The set's own policies, each name once.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
         pub policies: Vec<PolicySetPolicy>,
@@ -118,6 +122,9 @@ crd_struct! {
         {"rule": "!(has(self.value) && has(self.valueFrom))", "message": "value and valueFrom cannot both be given"}
     ]))]
     pub struct PolicySetParameter {
+        /// Its API ID (`var-…`); given by the API, derived from the set and the key when
+        /// absent.
+        pub id: Option<String>,
         /// The parameter's key.
         #[schemars(length(min = 1, max = 128), regex(pattern = r"^[A-Za-z_][A-Za-z0-9_]*$"))]
         pub key: String,
@@ -135,8 +142,92 @@ kind_status! {
     /// What the operator found of a policy set: `Ready` is False with the compiler's
     /// words when a policy does not compile or its Rego cannot be read.
     pub struct PolicySetStatus {
-        /// How many policies the set has.
+        /// The set's ID (`polset-…`).
+        pub id: Option<String>,
+        /// How many policies the set has (its own and the referenced ones).
         pub policies: Option<i64>,
+    }
+}
+
+crd_kind! {
+    /// An OPA policy of the organization (TFE's policies API), checked by the policy sets
+    /// that reference it (`policyRefs`).
+    #[kube(
+        kind = "Policy",
+        doc = "An OPA policy of an organization, checked by the policy sets naming it.",
+        namespaced,
+        status = "PolicyStatus",
+        shortname = "tfpolicy",
+        printcolumn = r#"{"name":"Enforcement","type":"string","jsonPath":".spec.enforcementLevel"}"#,
+        printcolumn = r#"{"name":"Query","type":"string","jsonPath":".spec.query","priority":1}"#
+    )]
+    columns: tfe_name, id, age;
+    pub struct PolicySpec {
+        /// The policy's name, unique in the organization (letters, digits, `-`, `_`, `.`).
+        #[schemars(length(min = 1, max = 90), regex(pattern = r"^[A-Za-z0-9_.-]+$"))]
+        pub name: String,
+        /// What it checks.
+        pub description: Option<String>,
+        /// The policy language: `opa`.
+        #[serde(default = "default_kind")]
+        #[schemars(extend("enum" = ["opa"]))]
+        pub kind: String,
+        /// The query whose value decides (`data.terraform.deny`).
+        #[schemars(length(min = 1))]
+        pub query: String,
+        /// `advisory` or `mandatory`.
+        #[serde(default = "default_enforcement")]
+        #[schemars(extend("enum" = ["advisory", "mandatory"]))]
+        pub enforcement_level: String,
+        /// The Rego module (what `PUT /policies/:id/upload` stores); none until uploaded.
+        pub rego: Option<String>,
+        /// The Rego module from a ConfigMap key in the same namespace (instead of `rego`).
+        pub rego_from: Option<ConfigMapKeyRef>,
+    }
+}
+
+kind_status! {
+    /// Observed state of a policy.
+    pub struct PolicyStatus {
+        /// The policy's ID (`pol-…`).
+        pub id: Option<String>,
+    }
+}
+
+impl PolicySetParameter {
+    /// Its ID: the one stored, else one derived from set `set_id` and the key.
+    pub fn id_in(&self, set_id: &str) -> String {
+        match self.id.as_deref().filter(|i| !i.is_empty()) {
+            Some(id) => id.to_owned(),
+            None => crate::ids::stable_id(
+                crate::ids::IdKind::WorkspaceVariable.prefix(),
+                &[set_id, "policy-set-parameter", &self.key],
+            ),
+        }
+    }
+}
+
+impl PolicySet {
+    /// Whether the set names Policy object `object` (or its ID `id`).
+    pub fn references(&self, object: &str, id: Option<&str>) -> bool {
+        self.spec
+            .policy_refs
+            .iter()
+            .any(|r| r == object || Some(r.as_str()) == id)
+    }
+}
+
+impl From<&PolicySpec> for PolicySetPolicy {
+    /// A referenced policy as a set checks it.
+    fn from(p: &PolicySpec) -> Self {
+        PolicySetPolicy {
+            name: p.name.clone(),
+            description: p.description.clone(),
+            enforcement_level: p.enforcement_level.clone(),
+            query: p.query.clone(),
+            rego: p.rego.clone(),
+            rego_from: p.rego_from.clone(),
+        }
     }
 }
 

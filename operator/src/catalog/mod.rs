@@ -44,8 +44,8 @@ use terrace_crds::constants::{FIELD_MANAGER_OPERATOR, LABEL_ID};
 use terrace_crds::ids::{IdKind, is_valid_id};
 use terrace_crds::{
     AgentPool, ConfigurationVersion, ModuleVersion, NotificationConfiguration, OAuthToken,
-    Organization, Project, RegistryModule, Run, SshKey, TestRun, TestVariable, VariableSet,
-    WorkspaceVariable,
+    Organization, Policy, PolicySet, Project, RegistryModule, Run, SshKey, TestRun, TestVariable,
+    VariableSet, WorkspaceVariable,
 };
 
 use crate::conditions::{Outcome, REASON_ASSIGNING_ID, kstatus_conditions};
@@ -99,6 +99,9 @@ pub fn targets() -> Vec<Target> {
             IdTarget::of::<ModuleVersion>(IdKind::ModuleVersion),
             Identity,
         ),
+        // Its own controller (policy_sets.rs) says whether its Rego compiles.
+        t(IdTarget::of::<PolicySet>(IdKind::PolicySet), External),
+        t(IdTarget::of::<Policy>(IdKind::Policy), Identity),
     ]
 }
 

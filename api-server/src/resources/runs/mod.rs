@@ -289,7 +289,7 @@ async fn create(
     };
     // The CLI reads a run's task stages once, right after creating it: a run whose plan
     // will be checked has its stage from the start.
-    if !policy::sets_for(&state, &ws.ns, &ws.obj).await?.is_empty() {
+    if !policy::sets_for(&state.index.read(), &ws.ns, &ws.obj).is_empty() {
         run.annotations_mut().insert(
             policy::ANNOTATION_POLICY_CHECKS.to_owned(),
             "true".to_owned(),

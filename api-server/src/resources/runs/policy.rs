@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
-use kube::api::ListParams;
 use terrace_crds::policy::{self, Counts, Enforcement, RunFacts, stage_status};
 use terrace_crds::resources::Named;
 use terrace_crds::run::{self, RunState};
 use terrace_crds::{
-    PolicySet, PolicySetResult, Run, RunPolicyEvaluation, Workspace, constants::LABEL_ID,
+    PolicySet, PolicySetPolicy, PolicySetResult, Run, RunPolicyEvaluation, Workspace,
+    constants::LABEL_ID,
 };
 
 use super::comments;
@@ -465,18 +465,15 @@ async fn override_stage(
     ))
 }
 
-/// The policy sets of namespace `ns` that apply to workspace `ws`, by name.
-pub async fn sets_for(
-    state: &AppState,
-    ns: &str,
-    ws: &Workspace,
-) -> Result<Vec<PolicySet>, ApiError> {
+/// The policy sets of namespace `ns` that apply to workspace `ws` (from the index), by
+/// name.
+pub fn sets_for(idx: &crate::index::Inner, ns: &str, ws: &Workspace) -> Vec<Arc<PolicySet>> {
     let ws_id = ws.labels().get(LABEL_ID).cloned();
     let me = Named {
         id: ws_id.as_deref(),
         name: &ws.spec.name,
     };
-    let project = state.index.read().project_of(ws).cloned();
+    let project = idx.project_of(ws).cloned();
     let project_id = project
         .as_ref()
         .and_then(|p| p.labels().get(LABEL_ID).cloned());
@@ -484,22 +481,51 @@ pub async fn sets_for(
         id: project_id.as_deref(),
         name: &p.spec.name,
     });
-    let mut sets: Vec<PolicySet> = Api::<PolicySet>::namespaced(state.client.clone(), ns)
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
+    let mut sets: Vec<Arc<PolicySet>> = idx
+        .policy_sets()
+        .in_namespace(ns)
         .filter(|s| s.spec.applies_to(me, project))
+        .cloned()
         .collect();
     sets.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
-    Ok(sets)
+    sets
 }
 
-/// The Rego of each policy of `set` and its parameters, or why the set cannot be
-/// evaluated.
-async fn load(state: &AppState, ns: &str, set: &PolicySet) -> Result<(Vec<String>, Value), String> {
+/// The policies set `set` checks: its own, then the Policy objects it references (by
+/// object name or ID), or which reference names nothing.
+pub fn policies_of(
+    idx: &crate::index::Inner,
+    set: &PolicySet,
+) -> Result<Vec<PolicySetPolicy>, String> {
+    let ns = set.namespace().unwrap_or_default();
+    let mut out = set.spec.policies.clone();
+    for r in &set.spec.policy_refs {
+        let found = idx
+            .policies()
+            .get(r)
+            .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
+            .or_else(|| {
+                idx.policies()
+                    .in_namespace(&ns)
+                    .find(|p| p.name_any() == *r)
+            });
+        match found {
+            Some(p) => out.push(PolicySetPolicy::from(&p.spec)),
+            None => return Err(format!("policy {r} not found")),
+        }
+    }
+    Ok(out)
+}
+
+/// What one set needs evaluated: its policies, the Rego of each, and its parameters.
+type Loaded = (Vec<PolicySetPolicy>, Vec<String>, Value);
+
+/// The policies of `set`, the Rego of each and the set's parameters, or why the set
+/// cannot be evaluated.
+async fn load(state: &AppState, ns: &str, set: &PolicySet) -> Result<Loaded, String> {
+    let policies = policies_of(&state.index.read(), set)?;
     let mut regos = Vec::new();
-    for p in &set.spec.policies {
+    for p in &policies {
         let rego = match (&p.rego, &p.rego_from) {
             (Some(r), _) => r.clone(),
             (None, Some(from)) => {
@@ -519,7 +545,7 @@ async fn load(state: &AppState, ns: &str, set: &PolicySet) -> Result<(Vec<String
                         )
                     })?
             }
-            (None, None) => return Err(format!("policy {} has no Rego", p.name)),
+            (None, None) => return Err(format!("policy {} has no Rego yet", p.name)),
         };
         regos.push(rego);
     }
@@ -549,7 +575,7 @@ async fn load(state: &AppState, ns: &str, set: &PolicySet) -> Result<(Vec<String
         pairs.push((param.key.clone(), value));
     }
     let params = policy::parameters(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-    Ok((regos, params))
+    Ok((policies, regos, params))
 }
 
 /// What the input document says of run `r` of workspace `ws`.
@@ -614,7 +640,7 @@ pub async fn check_plan(
     else {
         return Ok(());
     };
-    let sets = sets_for(state, &ns, &ws).await?;
+    let sets = sets_for(&state.index.read(), &ns, &ws);
     if sets.is_empty() {
         return Ok(());
     }
@@ -650,7 +676,7 @@ pub async fn check_plan(
 /// not be loaded.
 fn evaluate_set(
     set: &PolicySet,
-    got: Result<(Vec<String>, Value), String>,
+    got: Result<Loaded, String>,
     input: &Value,
     limit: Duration,
 ) -> PolicySetResult {
@@ -662,9 +688,8 @@ fn evaluate_set(
         }
     };
     let (outcomes, error) = match got {
-        Ok((regos, params)) => (
-            set.spec
-                .policies
+        Ok((policies, regos, params)) => (
+            policies
                 .iter()
                 .zip(regos)
                 .map(|(p, rego)| {
