@@ -169,6 +169,61 @@ fn policy_sets_compile_and_runs_get_their_stage() {
         &format!("system:serviceaccount:{org}:ov-reader"),
     ]);
     assert_eq!(String::from_utf8_lossy(&reads.stdout).trim(), "yes");
+
+    // Policies, a set and a sensitive parameter made through the API, under the chart's
+    // identities: the set is Ready once its policy's Rego is uploaded.
+    let p = admin.post(
+        &format!("/api/v2/organizations/{org}/policies"),
+        &json!({"data": {"type": "policies", "attributes": {"name": "owned", "kind": "opa",
+            "query": "data.owned.deny", "enforcement-level": "advisory"}}}),
+    );
+    assert_eq!(p.status, 201, "{:?}\n{}", p.body, logs());
+    let pol = p.body["data"]["id"].as_str().unwrap_or_default().to_owned();
+    let up = admin.put_bytes(
+        &format!("/api/v2/policies/{pol}/upload"),
+        b"package owned\n\nimport rego.v1\n\ndeny contains \"x\" if false\n".to_vec(),
+    );
+    assert_eq!(up.status, 204, "{:?}", up.body);
+    let set = admin.post(
+        &format!("/api/v2/organizations/{org}/policy-sets"),
+        &json!({"data": {"type": "policy-sets", "attributes": {"name": "api-made", "kind": "opa"},
+            "relationships": {"policies": {"data": [{"type": "policies", "id": pol}]},
+                "workspaces": {"data": [{"type": "workspaces", "id": ws}]}}}}),
+    );
+    assert_eq!(set.status, 201, "{:?}\n{}", set.body, logs());
+    let set_id = set.body["data"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let param = admin.post(
+        &format!("/api/v2/policy-sets/{set_id}/parameters"),
+        &json!({"data": {"type": "vars", "attributes": {"key": "token", "value": "s3cret",
+            "category": "policy-set", "sensitive": true}}}),
+    );
+    assert_eq!(param.status, 201, "{:?}\n{}", param.body, logs());
+    let object = cluster
+        .kubectl_ok(&[
+            "get",
+            "policysets",
+            "-n",
+            &org,
+            "-l",
+            &format!("terrace.dev/id={set_id}"),
+            "-o",
+            "name",
+        ])
+        .trim()
+        .trim_start_matches("policyset.terrace.dev/")
+        .to_owned();
+    let seen = eventually(Duration::from_secs(60), || {
+        (ready(&object) == "True").then_some(())
+    });
+    assert!(seen.is_some(), "{:?}\n{}", ready(&object), logs());
+    let stored = cluster.kubectl_ok(&["get", "policyset", &object, "-n", &org, "-o", "yaml"]);
+    assert!(!stored.contains("s3cret"), "{stored}");
+    let del = admin.call("DELETE", &format!("/api/v2/policy-sets/{set_id}"), None);
+    assert_eq!(del.status, 204, "{:?}", del.body);
+
     let logs = logs();
     assert!(!logs.contains("forbidden"), "{logs}");
 }
