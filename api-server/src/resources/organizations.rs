@@ -436,7 +436,8 @@ async fn entitlements(State(state): State<AppState>, o: VisibleOrg) -> Doc {
             "module-tests-generation": false,
             "operations": true,
             "private-module-registry": true,
-            "policy-enforcement": false,
+            // OPA policy sets (docs/policies.md); Sentinel is not offered.
+            "policy-enforcement": true,
             "run-tasks": false,
             "self-serve-billing": false,
             "sentinel": false,
@@ -529,13 +530,12 @@ mod tests {
         assert_eq!(st, 200, "{doc}");
         let e = &doc["data"]["attributes"];
         assert_eq!(
-            (&e["state-storage"], &e["operations"]),
-            (&json!(true), &json!(true))
+            (&e["state-storage"], &e["operations"], &e["policy-enforcement"]),
+            (&json!(true), &json!(true), &json!(true))
         );
         for unserved in [
             "vcs-integrations",
             "sentinel",
-            "policy-enforcement",
             "teams",
             "sso",
         ] {
