@@ -83,7 +83,19 @@ pub struct Settings {
     /// How long a web view session lasts after signing in (e.g. 8h, 30m).
     #[arg(long, env = "TERRACE_UI_SESSION_TTL", default_value = "8h", value_parser = parse_duration)]
     pub ui_session_ttl: Duration,
+    /// Address-space limit of each policy set's evaluation (MiB): a policy that needs more
+    /// is stopped and errors (docs/policies.md).
+    #[arg(long, env = "TERRACE_POLICY_MEMORY_LIMIT_MIB", default_value_t = DEFAULT_POLICY_MEMORY_LIMIT_MIB, value_parser = clap::value_parser!(u64).range(64..))]
+    pub policy_memory_limit_mib: u64,
+    /// The program that evaluates policies in a process of its own under
+    /// --policy-memory-limit-mib (`terrace policy-eval`; the `terrace` binary sets itself).
+    /// None: in-process, without the memory limit (the crate's own tests).
+    #[arg(skip)]
+    pub policy_evaluator: Option<std::path::PathBuf>,
 }
+
+/// Default of --policy-memory-limit-mib.
+pub const DEFAULT_POLICY_MEMORY_LIMIT_MIB: u64 = 512;
 
 /// What one client may hold of the API listener (see the `listener` module): timeouts
 /// that close connections a slow, idle or hostile client does not use, and a cap on how
@@ -169,6 +181,8 @@ impl Default for Settings {
             limits: ConnectionLimits::default(),
             ui_session_ttl: Duration::from_secs(8 * 3600),
             hostname: None,
+            policy_memory_limit_mib: DEFAULT_POLICY_MEMORY_LIMIT_MIB,
+            policy_evaluator: None,
         }
     }
 }

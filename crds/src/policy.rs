@@ -263,6 +263,86 @@ fn cut(mut s: String) -> String {
     s
 }
 
+/// What an evaluator process is asked: the policies of one set with their Rego, the
+/// input document, the set's parameters and each policy's time limit. It answers one
+/// [`Outcome`] per line, in order, as each policy ends.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct EvalRequest {
+    pub limit_ms: u64,
+    pub input: Value,
+    pub parameters: Value,
+    pub policies: Vec<EvalPolicy>,
+}
+
+/// One policy of an [`EvalRequest`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct EvalPolicy {
+    pub name: String,
+    pub rego: String,
+    pub query: String,
+    pub enforcement: Enforcement,
+}
+
+impl From<EvalPolicy> for Policy {
+    fn from(p: EvalPolicy) -> Self {
+        Policy {
+            name: p.name,
+            rego: p.rego,
+            query: p.query,
+            enforcement: p.enforcement,
+        }
+    }
+}
+
+/// An evaluator's work (`terrace policy-eval`): reads an [`EvalRequest`] from `input`,
+/// evaluates each policy in turn and writes its [`Outcome`] to `output` as one JSON line,
+/// flushed at once, so whoever reads knows which policy was running if the process
+/// stops.
+pub fn serve(mut input: impl std::io::Read, mut output: impl std::io::Write) -> Result<(), String> {
+    let mut raw = Vec::new();
+    input
+        .read_to_end(&mut raw)
+        .map_err(|e| format!("reading the request: {e}"))?;
+    let req: EvalRequest =
+        serde_json::from_slice(&raw).map_err(|e| format!("the request is not one: {e}"))?;
+    drop(raw);
+    let limit = Duration::from_millis(req.limit_ms);
+    for p in req.policies {
+        let outcome = evaluate(&p.into(), &req.input, &req.parameters, limit);
+        let mut line = serde_json::to_vec(&outcome).map_err(|e| e.to_string())?;
+        line.push(b'\n');
+        output
+            .write_all(&line)
+            .and_then(|()| output.flush())
+            .map_err(|e| format!("writing an outcome: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The outcome of `name` (`enforcement`) when its evaluator stopped before answering:
+/// `first` (the policy it was evaluating) ran out of memory; the others were never
+/// reached.
+pub fn stopped(
+    name: &str,
+    enforcement: Enforcement,
+    first: bool,
+    limit_mib: u64,
+    culprit: &str,
+) -> Outcome {
+    Outcome {
+        policy_name: name.to_owned(),
+        enforcement_level: enforcement,
+        status: Verdict::Errored,
+        messages: vec![if first {
+            format!(
+                "the policy was stopped: its evaluation ran past the memory limit of {limit_mib} MiB"
+            )
+        } else {
+            format!("not evaluated: policy {culprit} of the same set was stopped before it")
+        }],
+    }
+}
+
 /// A stored outcome of a policy (the run's record of it).
 pub fn result_of(o: &Outcome, description: Option<String>, query: &str) -> PolicyResult {
     PolicyResult {

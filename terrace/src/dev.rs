@@ -80,6 +80,10 @@ pub struct DevArgs {
     /// How long a web view session lasts after signing in (as `terrace api-server`'s).
     #[arg(long, env = "TERRACE_UI_SESSION_TTL", default_value = "8h", value_parser = terrace_api_server::settings::parse_duration)]
     pub ui_session_ttl: std::time::Duration,
+    /// Address-space limit of each policy set's evaluation, in MiB (as `terrace
+    /// api-server`'s).
+    #[arg(long, env = "TERRACE_POLICY_MEMORY_LIMIT_MIB", default_value_t = terrace_api_server::settings::DEFAULT_POLICY_MEMORY_LIMIT_MIB, value_parser = clap::value_parser!(u64).range(64..))]
+    pub policy_memory_limit_mib: u64,
     /// Addresses notifications may be sent to although inside the machine's reach (as
     /// `terrace operator --notification-allowed-cidrs`): loopback by default, so a
     /// receiver on this machine gets them.
@@ -241,6 +245,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         max_state_bytes: args.max_state_bytes,
         ui_session_ttl: args.ui_session_ttl,
         hostname: Some(args.hostname.clone()),
+        policy_evaluator: std::env::current_exe().ok(),
+        policy_memory_limit_mib: args.policy_memory_limit_mib,
         // Workspaces created without a terraform-version get the engine's own (the
         // "latest release" terrace dev has): runs check it.
         default_terraform_version: engine

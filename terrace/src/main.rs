@@ -55,6 +55,15 @@ enum Command {
     /// Blob store maintenance.
     #[command(subcommand)]
     Blobs(BlobsCommand),
+    /// Evaluate the policies of one policy set (the API server runs this, one process per
+    /// set, so each evaluation is bounded in memory): reads the request on stdin, answers
+    /// one outcome per line on stdout.
+    #[command(hide = true)]
+    PolicyEval {
+        /// The process's address-space limit, in MiB.
+        #[arg(long)]
+        memory_limit_mib: u64,
+    },
     /// Print the CustomResourceDefinitions as YAML (or write one file per CRD).
     Crds {
         /// Write `<crd-name>.yaml` files into this directory instead of printing.
@@ -97,6 +106,7 @@ fn main() -> ExitCode {
     init_tracing(cli.log_format);
     let result = match cli.command {
         Command::Crds { out_dir } => crds(out_dir),
+        Command::PolicyEval { memory_limit_mib } => policy_eval(memory_limit_mib),
         Command::Runner(cmd) => terrace_operator::runner::run(&cmd).map_err(anyhow::Error::msg),
         Command::Dev(args) => runtime().and_then(|rt| rt.block_on(dev::run(args))),
         Command::Blobs(BlobsCommand::Migrate(args)) => {
@@ -115,6 +125,23 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `terrace policy-eval`: limits its own address space, then evaluates each policy of the
+/// request on stdin and writes its outcome as one JSON line, flushed at once (so the API
+/// server knows which policy was running if the limit stops the process).
+fn policy_eval(memory_limit_mib: u64) -> anyhow::Result<()> {
+    use rustix::process::{Resource, Rlimit, setrlimit};
+    let bytes = memory_limit_mib.saturating_mul(1 << 20);
+    setrlimit(
+        Resource::As,
+        Rlimit {
+            current: Some(bytes),
+            maximum: Some(bytes),
+        },
+    )?;
+    terrace_crds::policy::serve(std::io::stdin().lock(), std::io::stdout().lock())
+        .map_err(anyhow::Error::msg)
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -157,7 +184,9 @@ async fn operator(settings: terrace_operator::Settings) -> anyhow::Result<()> {
     }
 }
 
-async fn api_server(settings: terrace_api_server::Settings) -> anyhow::Result<()> {
+async fn api_server(mut settings: terrace_api_server::Settings) -> anyhow::Result<()> {
+    // Policies are evaluated by this binary's `policy-eval`, in processes of their own.
+    settings.policy_evaluator = std::env::current_exe().ok();
     let config = kube::Config::infer()
         .await
         .map_err(kube::Error::InferConfig)?;

@@ -605,3 +605,97 @@ fn policies_and_sets_made_through_the_api_check_plans() {
         "{sets}"
     );
 }
+
+/// A policy that needs more memory than the limit is stopped in its own process: it
+/// errors with a clear reason, the policies after it in its set are not evaluated, other
+/// sets are, and the API server goes on answering.
+#[test]
+fn a_policy_past_the_memory_limit_is_stopped_and_nothing_else_is() {
+    let dev = Dev::start_with(&[
+        "--engine",
+        &terraform_path(),
+        "--policy-memory-limit-mib",
+        "256",
+    ]);
+    let api = Api::admin(&dev);
+    api.create_org(ORG);
+    let hog = r#"
+apiVersion: terrace.dev/v1alpha1
+kind: PolicySet
+metadata:
+  name: hungry
+  namespace: polorg
+spec:
+  name: hungry
+  workspaces: ["hog"]
+  policies:
+    - name: allocates
+      enforcementLevel: advisory
+      query: data.hog.deny
+      rego: |
+        package hog
+
+        import rego.v1
+
+        deny contains "big" if count(numbers.range(1, 300000000)) > 0
+    - name: after-it
+      enforcementLevel: advisory
+      query: data.after.deny
+      rego: |
+        package after
+
+        import rego.v1
+
+        deny contains "never" if false
+---
+apiVersion: terrace.dev/v1alpha1
+kind: PolicySet
+metadata:
+  name: calm
+  namespace: polorg
+spec:
+  name: calm
+  global: true
+  policies:
+    - name: fine
+      enforcementLevel: mandatory
+      query: data.fine.deny
+      rego: |
+        package fine
+
+        import rego.v1
+
+        deny contains "never" if false
+"#;
+    let out = dev.kubectl_stdin(&["apply", "-f", "-"], hog);
+    assert!(out.status.success(), "{}", text(&out));
+    let tf = Terraform::for_dev(&dev);
+    let dir = tempfile::tempdir().expect("work dir");
+    let d = dir.path().join("hog");
+    config(&d, "hog", "v", 1);
+    let init = tf.run(&d, &["init", "-input=false"]);
+    assert!(init.status.success(), "{}", text(&init));
+    let out = tf.run(&d, &["plan", "-input=false"]);
+    let shown = strip_colours(&text(&out));
+    assert!(shown.contains("Policy set 2: hungry (2)"), "{shown}");
+    let run = newest_run(&api, "hog");
+    let got = outcomes(&api, run["id"].as_str().unwrap_or_default());
+    let find = |name: &str| {
+        got.iter()
+            .find(|o| o.1 == name)
+            .unwrap_or_else(|| panic!("{name} in {got:?}"))
+            .clone()
+    };
+    let stopped = find("allocates");
+    assert_eq!(stopped.2, "errored");
+    assert!(
+        stopped.4[0].contains("memory limit of 256 MiB"),
+        "{stopped:?}"
+    );
+    let after = find("after-it");
+    assert_eq!(after.2, "errored");
+    assert!(after.4[0].contains("not evaluated"), "{after:?}");
+    assert_eq!(find("fine").2, "passed");
+    // The API server lives on.
+    assert_eq!(api.get(&format!("/api/v2/organizations/{ORG}")).status, 200);
+}

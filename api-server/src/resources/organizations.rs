@@ -530,15 +530,14 @@ mod tests {
         assert_eq!(st, 200, "{doc}");
         let e = &doc["data"]["attributes"];
         assert_eq!(
-            (&e["state-storage"], &e["operations"], &e["policy-enforcement"]),
+            (
+                &e["state-storage"],
+                &e["operations"],
+                &e["policy-enforcement"]
+            ),
             (&json!(true), &json!(true), &json!(true))
         );
-        for unserved in [
-            "vcs-integrations",
-            "sentinel",
-            "teams",
-            "sso",
-        ] {
+        for unserved in ["vcs-integrations", "sentinel", "teams", "sso"] {
             assert_eq!(e[unserved], false, "{unserved}");
         }
         // Session settings are kept and returned (TFE's defaults: 14 days in minutes).

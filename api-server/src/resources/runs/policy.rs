@@ -650,14 +650,10 @@ pub async fn check_plan(
         let got = load(state, &ns, &set).await;
         loaded.push((set, got));
     }
-    let results = tokio::task::spawn_blocking(move || {
-        loaded
-            .into_iter()
-            .map(|(set, got)| evaluate_set(&set, got, &input, policy::DEFAULT_TIME_LIMIT))
-            .collect::<Vec<_>>()
-    })
-    .await
-    .map_err(|e| ApiError::Unavailable(format!("policy evaluation stopped: {e}").into()))?;
+    let mut results = Vec::new();
+    for (set, got) in loaded {
+        results.push(evaluate_set(state, &set, got, &input).await);
+    }
     let record = RunPolicyEvaluation {
         evaluated_at: crate::render::now(),
         sets: results,
@@ -674,11 +670,11 @@ pub async fn check_plan(
 
 /// The outcome of one set: each policy evaluated, or all errored with why the set could
 /// not be loaded.
-fn evaluate_set(
+async fn evaluate_set(
+    state: &AppState,
     set: &PolicySet,
     got: Result<Loaded, String>,
     input: &Value,
-    limit: Duration,
 ) -> PolicySetResult {
     let level = |l: &str| {
         if l == "mandatory" {
@@ -688,23 +684,32 @@ fn evaluate_set(
         }
     };
     let (outcomes, error) = match got {
-        Ok((policies, regos, params)) => (
-            policies
-                .iter()
-                .zip(regos)
-                .map(|(p, rego)| {
-                    let pol = policy::Policy {
+        Ok((policies, regos, params)) => {
+            let request = policy::EvalRequest {
+                limit_ms: policy::DEFAULT_TIME_LIMIT.as_millis() as u64,
+                input: input.clone(),
+                parameters: params,
+                policies: policies
+                    .iter()
+                    .zip(regos)
+                    .map(|(p, rego)| policy::EvalPolicy {
                         name: p.name.clone(),
                         rego,
                         query: p.query.clone(),
                         enforcement: level(&p.enforcement_level),
-                    };
-                    let o = policy::evaluate(&pol, input, &params, limit);
-                    policy::result_of(&o, p.description.clone(), &p.query)
-                })
-                .collect(),
-            None,
-        ),
+                    })
+                    .collect(),
+            };
+            let outcomes = evaluate(&state.settings, request).await;
+            (
+                policies
+                    .iter()
+                    .zip(outcomes)
+                    .map(|(p, o)| policy::result_of(&o, p.description.clone(), &p.query))
+                    .collect(),
+                None,
+            )
+        }
         Err(why) => (
             set.spec
                 .policies
@@ -730,4 +735,102 @@ fn evaluate_set(
         error,
         outcomes,
     }
+}
+
+/// The outcome of each policy of `request`, in order: in a `terrace policy-eval` process
+/// under the memory limit when the settings name the evaluator, else on a blocking
+/// thread. A process that stops early (past its memory limit) errors the policy it was
+/// evaluating and the ones after it; one past every policy's time limit is killed.
+async fn evaluate(
+    settings: &crate::Settings,
+    request: policy::EvalRequest,
+) -> Vec<policy::Outcome> {
+    let names: Vec<(String, Enforcement)> = request
+        .policies
+        .iter()
+        .map(|p| (p.name.clone(), p.enforcement))
+        .collect();
+    let Some(exe) = settings.policy_evaluator.clone() else {
+        let done = tokio::task::spawn_blocking(move || {
+            let limit = Duration::from_millis(request.limit_ms);
+            request
+                .policies
+                .into_iter()
+                .map(|p| policy::evaluate(&p.into(), &request.input, &request.parameters, limit))
+                .collect::<Vec<_>>()
+        })
+        .await;
+        return done.unwrap_or_default();
+    };
+    let limit_mib = settings.policy_memory_limit_mib;
+    let deadline =
+        Duration::from_millis(request.limit_ms) * (names.len() as u32) + Duration::from_secs(10);
+    let mut outcomes = Vec::new();
+    let ran = tokio::time::timeout(
+        deadline,
+        run_evaluator(&exe, limit_mib, request, &mut outcomes),
+    )
+    .await;
+    let why = match ran {
+        Ok(Ok(())) if outcomes.len() == names.len() => return outcomes,
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(e),
+        Err(_) => {
+            Some("the evaluator ran past every policy's time limit and was stopped".to_owned())
+        }
+    };
+    if let Some(e) = &why {
+        tracing::warn!(error = %e, "a policy evaluator stopped early");
+    }
+    let first = outcomes.len();
+    let culprit = names.get(first).map(|(n, _)| n.clone()).unwrap_or_default();
+    for (i, (name, level)) in names.iter().enumerate().skip(first) {
+        let mut o = policy::stopped(name, *level, i == first, limit_mib, &culprit);
+        if let (Some(e), true) = (&why, i == first) {
+            o.messages = vec![e.clone()];
+        }
+        outcomes.push(o);
+    }
+    outcomes
+}
+
+/// Runs `exe policy-eval` on `request`, gathering the outcomes it answers into `out`; an
+/// error says why it could not start or answered garbage (a process that ends early
+/// with nothing more to say is not an error: the caller sees the missing outcomes).
+async fn run_evaluator(
+    exe: &std::path::Path,
+    limit_mib: u64,
+    request: policy::EvalRequest,
+    out: &mut Vec<policy::Outcome>,
+) -> Result<(), String> {
+    use std::process::Stdio;
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let body = serde_json::to_vec(&request).map_err(|e| format!("the evaluator's request: {e}"))?;
+    let mut child = tokio::process::Command::new(exe)
+        .args(["policy-eval", "--memory-limit-mib", &limit_mib.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("the policy evaluator could not start: {e}"))?;
+    let mut stdin = child.stdin.take().ok_or("the evaluator has no stdin")?;
+    let writer = tokio::spawn(async move {
+        let _ = stdin.write_all(&body).await;
+        let _ = stdin.shutdown().await;
+    });
+    let stdout = child.stdout.take().ok_or("the evaluator has no stdout")?;
+    let mut lines = BufReader::new(stdout).lines();
+    while let Some(line) = lines
+        .next_line()
+        .await
+        .map_err(|e| format!("reading the evaluator: {e}"))?
+    {
+        let o: policy::Outcome =
+            serde_json::from_str(&line).map_err(|e| format!("the evaluator answered {e}"))?;
+        out.push(o);
+    }
+    let _ = writer.await;
+    let _ = child.wait().await;
+    Ok(())
 }
