@@ -327,6 +327,29 @@ where
     Ok(updated)
 }
 
+/// [`update_spec`] of the located object by editing a copy of its spec: `change` edits it
+/// (again on a fresh copy after a conflict), and only what differs is written.
+pub async fn change_spec<K, F>(
+    state: &AppState,
+    at: &crate::access::Located<K>,
+    mut change: F,
+) -> Result<K, ApiError>
+where
+    K: Indexed
+        + kube::core::object::HasSpec
+        + Clone
+        + Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::Spec: Clone + Serialize,
+    F: FnMut(&mut K::Spec) -> Result<(), ApiError>,
+{
+    update_spec(state, &at.ns, (*at.obj).clone(), |o| {
+        let mut next = o.spec().clone();
+        change(&mut next)?;
+        spec_diff(o.spec(), &next)
+    })
+    .await
+}
+
 /// Deletes the object (only this very object: a uid precondition) and waits until the
 /// index has forgotten it.
 pub async fn delete<K>(state: &AppState, o: &K) -> Result<(), ApiError>

@@ -562,6 +562,19 @@ impl Inner {
         &self.policies
     }
 
+    /// The Policy of namespace `ns` a policy set's reference names (its ID or its object
+    /// name).
+    pub fn policy_referenced(&self, ns: &str, reference: &str) -> Option<&Arc<Policy>> {
+        self.policies
+            .get(reference)
+            .filter(|p| p.metadata.namespace.as_deref() == Some(ns))
+            .or_else(|| {
+                self.policies
+                    .in_namespace(ns)
+                    .find(|p| p.metadata.name.as_deref() == Some(reference))
+            })
+    }
+
     /// Notification configurations.
     pub fn notification_configurations(&self) -> &Keyed<NotificationConfiguration> {
         &self.notification_configurations

@@ -284,19 +284,6 @@ async fn create_policy(
     )))
 }
 
-async fn change_policy(
-    state: &AppState,
-    at: &Located<Policy>,
-    mut change: impl FnMut(&mut PolicySpec) -> Result<(), ApiError>,
-) -> Result<Policy, ApiError> {
-    write::update_spec(state, &at.ns, (*at.obj).clone(), |p| {
-        let mut next = p.spec.clone();
-        change(&mut next)?;
-        write::spec_diff(&p.spec, &next)
-    })
-    .await
-}
-
 async fn update_policy(
     State(state): State<AppState>,
     f: Found<Policy>,
@@ -312,7 +299,7 @@ async fn update_policy(
         .transpose()?;
     let query = a.query.as_deref().map(checked_query).transpose()?;
     let level = level_of(&a)?;
-    let updated = change_policy(&state, &f.at, |p| {
+    let updated = write::change_spec(&state, &f.at, |p| {
         if let Some(n) = &name {
             p.name.clone_from(n);
         }
@@ -360,7 +347,7 @@ async fn upload(
     terrace_crds::policy::compile(&f.at.obj.spec.name, &rego).map_err(|e| {
         ApiError::invalid("/", format!("the policy does not compile: {}", e.trim()))
     })?;
-    change_policy(&state, &f.at, |p| {
+    write::change_spec(&state, &f.at, |p| {
         p.rego = Some(rego.clone());
         p.rego_from = None;
         Ok(())
@@ -400,17 +387,7 @@ fn policy_ids(idx: &Inner, s: &PolicySet) -> Vec<String> {
     s.spec
         .policy_refs
         .iter()
-        .filter_map(|r| {
-            idx.policies()
-                .get(r)
-                .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
-                .or_else(|| {
-                    idx.policies()
-                        .in_namespace(&ns)
-                        .find(|p| p.name_any() == *r)
-                })
-                .map(|p| id_of(p.as_ref()))
-        })
+        .filter_map(|r| idx.policy_referenced(&ns, r).map(|p| id_of(p.as_ref())))
         .collect()
 }
 
@@ -755,19 +732,6 @@ async fn create_set(
     )))
 }
 
-async fn change_set(
-    state: &AppState,
-    at: &Located<PolicySet>,
-    mut change: impl FnMut(&mut PolicySetSpec) -> Result<(), ApiError>,
-) -> Result<PolicySet, ApiError> {
-    write::update_spec(state, &at.ns, (*at.obj).clone(), |s| {
-        let mut next = s.spec.clone();
-        change(&mut next)?;
-        write::spec_diff(&s.spec, &next)
-    })
-    .await
-}
-
 async fn update_set(
     State(state): State<AppState>,
     f: Found<PolicySet>,
@@ -799,7 +763,7 @@ async fn update_set(
         )
     };
     let a = data.attributes;
-    let updated = change_set(&state, &f.at, |s| {
+    let updated = write::change_spec(&state, &f.at, |s| {
         if let Some(n) = &name {
             s.name.clone_from(n);
         }
@@ -862,7 +826,7 @@ async fn relate_policies<const ADD: bool>(
             .map(|p| id_of(p.as_ref()))
             .collect()
     };
-    change_set(&state, &f.at, |s| {
+    write::change_spec(&state, &f.at, |s| {
         if ADD {
             for o in &objects {
                 if !s.policy_refs.contains(o) {
@@ -895,7 +859,7 @@ async fn relate<T: Typed + Send + Sync + 'static, const ADD: bool, const EXCLUDE
     };
     let ids = ids_of(&state.index.read(), &f.at.ns, "/data", body)?;
     let ns = f.at.ns.clone();
-    change_set(&state, &f.at, |s| {
+    write::change_spec(&state, &f.at, |s| {
         let list = match (projects, EXCLUDE) {
             (true, _) => &mut s.projects,
             (false, true) => &mut s.workspace_exclusions,
@@ -1092,7 +1056,7 @@ async fn create_parameter(
         )
         .await?;
     }
-    change_set(&state, &f.at, |s| {
+    write::change_spec(&state, &f.at, |s| {
         key_taken(s, &set_id, &param.key, &param_id)?;
         s.parameters.push(param.clone());
         Ok(())
@@ -1148,7 +1112,7 @@ async fn update_parameter(
         )
         .await?;
     }
-    change_set(&state, &f.at, |s| {
+    write::change_spec(&state, &f.at, |s| {
         key_taken(s, &set_id, &next.key, &param)?;
         let slot = s
             .parameters
@@ -1170,7 +1134,7 @@ async fn remove_parameter(
     f.require(&state, "update", SET_NOT_YOURS).await?;
     let set_id = f.at.id();
     let current = parameter_in(&f.at.obj, &set_id, &param)?.clone();
-    change_set(&state, &f.at, |s| {
+    write::change_spec(&state, &f.at, |s| {
         s.parameters.retain(|p| p.id_in(&set_id) != param);
         Ok(())
     })

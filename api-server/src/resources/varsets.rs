@@ -302,20 +302,6 @@ async fn create(
     Ok(Doc::created(render(&state.index.read(), &created, &o.org)))
 }
 
-/// Writes `change` of the set's spec (re-decided on a fresh object after a conflict).
-async fn change_spec(
-    state: &AppState,
-    at: &Located<VariableSet>,
-    mut change: impl FnMut(&mut VariableSetSpec) -> Result<(), ApiError>,
-) -> Result<VariableSet, ApiError> {
-    write::update_spec(state, &at.ns, (*at.obj).clone(), |s| {
-        let mut next = s.spec.clone();
-        change(&mut next)?;
-        write::spec_diff(&s.spec, &next)
-    })
-    .await
-}
-
 /// Why a caller who reads the object may not change it.
 const NOT_YOURS: &str = "not authorized to change this variable set";
 
@@ -345,7 +331,7 @@ async fn update(
         )
     };
     let a = data.attributes;
-    let updated = change_spec(&state, &f.at, |s| {
+    let updated = write::change_spec(&state, &f.at, |s| {
         if let Some(n) = &name {
             s.name.clone_from(n);
         }
@@ -390,7 +376,7 @@ async fn relate<T: Typed + Send + Sync + 'static, const ADD: bool>(
     let projects = T::TYPE == "projects";
     let ids = ids_of(&state.index.read(), &f.at.ns, "/data", body)?;
     let ns = f.at.ns.clone();
-    change_spec(&state, &f.at, |s| {
+    write::change_spec(&state, &f.at, |s| {
         let list = if projects {
             &mut s.projects
         } else {
@@ -543,7 +529,7 @@ async fn create_var(
         let value = input.value.clone().unwrap_or_default();
         store_value(&state, &f.at.obj, &var_id, &value).await?;
     }
-    change_spec(&state, &f.at, |s| {
+    write::change_spec(&state, &f.at, |s| {
         key_taken(s, &set_id, &var)?;
         s.variables.push(var.clone());
         Ok(())
@@ -579,7 +565,7 @@ async fn update_var(
     ) {
         store_value(&state, &f.at.obj, &var, &value).await?;
     }
-    change_spec(&state, &f.at, |s| {
+    write::change_spec(&state, &f.at, |s| {
         key_taken(s, &set_id, &next)?;
         let slot = s
             .variables
@@ -601,7 +587,7 @@ async fn remove_var(
     f.require(&state, "update", NOT_YOURS).await?;
     let set_id = f.at.id();
     let current = var_in(&f.at.obj, &set_id, &var)?.clone();
-    change_spec(&state, &f.at, |s| {
+    write::change_spec(&state, &f.at, |s| {
         s.variables.retain(|v| v.id_in(&set_id) != var);
         Ok(())
     })

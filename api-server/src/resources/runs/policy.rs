@@ -500,16 +500,7 @@ pub fn policies_of(
     let ns = set.namespace().unwrap_or_default();
     let mut out = set.spec.policies.clone();
     for r in &set.spec.policy_refs {
-        let found = idx
-            .policies()
-            .get(r)
-            .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
-            .or_else(|| {
-                idx.policies()
-                    .in_namespace(&ns)
-                    .find(|p| p.name_any() == *r)
-            });
-        match found {
+        match idx.policy_referenced(&ns, r) {
             Some(p) => out.push(PolicySetPolicy::from(&p.spec)),
             None => return Err(format!("policy {r} not found")),
         }
@@ -644,6 +635,7 @@ pub async fn check_plan(
     if sets.is_empty() {
         return Ok(());
     }
+    let started = crate::render::now();
     let input = policy::input(plan, &facts(state, r, run_id, &ns, &ws));
     let mut loaded = Vec::new();
     for set in sets {
@@ -662,7 +654,12 @@ pub async fn check_plan(
     write::patch_status(
         &write::api::<Run>(state, &ns),
         &r.name_any(),
-        json!({ "policyEvaluation": record }),
+        // The checks ran while the plan's Pod was still up (the run stays `planning`
+        // until it ends): TFE's `post-plan-running-at` says when they started.
+        json!({
+            "policyEvaluation": record,
+            "statusTimestamps": {"post-plan-running-at": started},
+        }),
     )
     .await?;
     Ok(())
