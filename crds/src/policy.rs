@@ -851,10 +851,17 @@ deny contains x if {
         ));
         s.workspace_exclusions = vec!["ws-1".into()];
         assert!(!s.applies_to(ws, Some(prj)));
-        let g = PolicySetSpec {
+        let mut g = PolicySetSpec {
             global: true,
             ..Default::default()
         };
         assert!(g.applies_to(ws, None));
+        g.project_exclusions = vec!["shop".into()];
+        assert!(!g.applies_to(ws, Some(prj)));
+        g.workspaces = vec!["web".into()];
+        assert!(
+            g.applies_to(ws, Some(prj)),
+            "named, so the project's exclusion does not count"
+        );
     }
 }

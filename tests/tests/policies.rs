@@ -250,6 +250,14 @@ fn outcomes(api: &Api, run_id: &str) -> Vec<(String, String, String, String, Vec
         .as_str()
         .unwrap_or_default()
         .to_owned();
+    let one = api.get(&format!("/api/v2/policy-evaluations/{eval}"));
+    assert_eq!(one.status, 200, "{:?}", one.body);
+    assert_eq!(one.body["data"], shown.body["included"][0]);
+    let checks = api.get(&format!("/api/v2/runs/{run_id}/policy-checks"));
+    assert_eq!(
+        (checks.status, checks.body["data"].clone()),
+        (200, json!([]))
+    );
     let sets = api.get(&format!(
         "/api/v2/policy-evaluations/{eval}/policy-set-outcomes"
     ));

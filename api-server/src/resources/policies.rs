@@ -7,7 +7,7 @@
 //!   words), `GET /policies/:id/download`;
 //! - `GET/POST /organizations/:org/policy-sets`, `GET/PATCH/DELETE /policy-sets/:id`,
 //!   `POST/DELETE /policy-sets/:id/relationships/{policies,workspaces,projects,
-//!   workspace-exclusions}`;
+//!   workspace-exclusions,project-exclusions}`;
 //! - `GET/POST /policy-sets/:id/parameters`, `GET/PATCH/DELETE
 //!   /policy-sets/:id/parameters/:param_id` (a sensitive value goes into a Secret owned by
 //!   the set and is never shown).
@@ -60,6 +60,10 @@ pub fn router() -> Router<AppState> {
     .route(
         "/api/v2/policy-sets/{id}/relationships/projects",
         post(relate::<ProjectEntry, true, false>).delete(relate::<ProjectEntry, false, false>),
+    )
+    .route(
+        "/api/v2/policy-sets/{id}/relationships/project-exclusions",
+        post(relate::<ProjectEntry, true, true>).delete(relate::<ProjectEntry, false, true>),
     )
     .route(
         "/api/v2/policy-sets/{id}/parameters",
@@ -397,6 +401,8 @@ fn render_set(idx: &Inner, s: &PolicySet, org: &Organization) -> Value {
     let workspaces = linkage(idx, &ns, Related::Workspace, &s.spec.workspaces)["data"].clone();
     let exclusions =
         linkage(idx, &ns, Related::Workspace, &s.spec.workspace_exclusions)["data"].clone();
+    let project_exclusions =
+        linkage(idx, &ns, Related::Project, &s.spec.project_exclusions)["data"].clone();
     let projects = linkage(idx, &ns, Related::Project, &s.spec.projects)["data"].clone();
     let policies: Vec<Value> = policy_ids(idx, s)
         .into_iter()
@@ -425,6 +431,7 @@ fn render_set(idx: &Inner, s: &PolicySet, org: &Organization) -> Value {
             "policies": {"data": policies},
             "workspaces": {"data": workspaces},
             "workspace-exclusions": {"data": exclusions},
+            "project-exclusions": {"data": project_exclusions},
             "projects": {"data": projects},
             "newest-version": {"data": null},
             "current-version": {"data": null},
@@ -438,6 +445,7 @@ const SET_INCLUDES: &[&str] = &[
     "workspaces",
     "projects",
     "workspace_exclusions",
+    "project_exclusions",
     "current_version",
     "newest_version",
 ];
@@ -466,13 +474,16 @@ fn set_included(idx: &Inner, s: &PolicySet, org: &Organization, includes: &[Stri
                         .map(|w| crate::resources::runs::workspace_brief(&w, org)),
                 );
             }
-            "projects" => out.extend(
-                s.spec
-                    .projects
-                    .iter()
-                    .filter_map(|e| crate::relations::resolve(idx, &ns, Related::Project, e))
-                    .filter_map(|p| idx.project(&p).cloned())
-                    .map(|p| crate::documents::project_in(idx, &p, org)),
+            "projects" | "project_exclusions" => out.extend(
+                if inc == "projects" {
+                    &s.spec.projects
+                } else {
+                    &s.spec.project_exclusions
+                }
+                .iter()
+                .filter_map(|e| crate::relations::resolve(idx, &ns, Related::Project, e))
+                .filter_map(|p| idx.project(&p).cloned())
+                .map(|p| crate::documents::project_in(idx, &p, org)),
             ),
             _ => {}
         }
@@ -556,6 +567,7 @@ struct SetRelationships {
     policies: Option<ToMany<PolicyEntry>>,
     workspaces: Option<ToMany<WorkspaceEntry>>,
     workspace_exclusions: Option<ToMany<WorkspaceEntry>>,
+    project_exclusions: Option<ToMany<ProjectEntry>>,
     projects: Option<ToMany<ProjectEntry>>,
 }
 
@@ -709,6 +721,11 @@ async fn create_set(
                 .map(|w| ids_of(&idx, &ns, &format!("{rel}/workspace-exclusions/data"), w))
                 .transpose()?
                 .unwrap_or_default(),
+            project_exclusions: r
+                .project_exclusions
+                .map(|p| ids_of(&idx, &ns, &format!("{rel}/project-exclusions/data"), p))
+                .transpose()?
+                .unwrap_or_default(),
             policy_refs: r
                 .policies
                 .map(|p| policy_objects(&idx, &ns, &format!("{rel}/policies/data"), p))
@@ -741,7 +758,7 @@ async fn update_set(
     let data = doc.checked()?;
     offered(&data.attributes)?;
     let ns = f.at.ns.clone();
-    let (name, workspaces, projects, exclusions) = {
+    let (name, workspaces, projects, exclusions, project_exclusions) = {
         let idx = state.index.read();
         let r = data.relationships;
         let rel = "/data/relationships";
@@ -759,6 +776,9 @@ async fn update_set(
                 .transpose()?,
             r.workspace_exclusions
                 .map(|w| ids_of(&idx, &ns, &format!("{rel}/workspace-exclusions/data"), w))
+                .transpose()?,
+            r.project_exclusions
+                .map(|p| ids_of(&idx, &ns, &format!("{rel}/project-exclusions/data"), p))
                 .transpose()?,
         )
     };
@@ -784,6 +804,9 @@ async fn update_set(
         }
         if let Some(e) = &exclusions {
             s.workspace_exclusions.clone_from(e);
+        }
+        if let Some(e) = &project_exclusions {
+            s.project_exclusions.clone_from(e);
         }
         Ok(())
     })
@@ -844,7 +867,7 @@ async fn relate_policies<const ADD: bool>(
 }
 
 /// `POST` (add) or `DELETE` (remove) of `/policy-sets/:id/relationships/{workspaces,
-/// projects,workspace-exclusions}` (`EXCLUDE`: the exclusions).
+/// projects,workspace-exclusions,project-exclusions}` (`EXCLUDE`: the exclusions).
 async fn relate<T: Typed + Send + Sync + 'static, const ADD: bool, const EXCLUDE: bool>(
     State(state): State<AppState>,
     f: Found<PolicySet>,
@@ -861,7 +884,8 @@ async fn relate<T: Typed + Send + Sync + 'static, const ADD: bool, const EXCLUDE
     let ns = f.at.ns.clone();
     write::change_spec(&state, &f.at, |s| {
         let list = match (projects, EXCLUDE) {
-            (true, _) => &mut s.projects,
+            (true, true) => &mut s.project_exclusions,
+            (true, false) => &mut s.projects,
             (false, true) => &mut s.workspace_exclusions,
             (false, false) => &mut s.workspaces,
         };

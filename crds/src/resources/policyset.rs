@@ -49,6 +49,10 @@ crd_kind! {
         /// through a project.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         pub workspace_exclusions: Vec<String>,
+        /// Projects (IDs or names) whose workspaces the set never applies to (unless it
+        /// names the workspace itself), even when global.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub project_exclusions: Vec<String>,
         /// Policy objects (their object names, or IDs `pol-…`) the set checks besides its
         /// own `policies` (what the API's `relationships.policies` lists).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -233,12 +237,16 @@ impl From<&PolicySpec> for PolicySetPolicy {
 
 impl PolicySetSpec {
     /// Whether the set applies to workspace `ws` of project `project`: not excluded, and
-    /// global, through the project, or named.
+    /// named, or global or through the project when the project is not excluded.
     pub fn applies_to(&self, ws: Named<'_>, project: Option<Named<'_>>) -> bool {
-        !ws.listed_in(&self.workspace_exclusions)
-            && (self.global
-                || ws.listed_in(&self.workspaces)
-                || project.is_some_and(|p| p.listed_in(&self.projects)))
+        if ws.listed_in(&self.workspace_exclusions) {
+            return false;
+        }
+        if ws.listed_in(&self.workspaces) {
+            return true;
+        }
+        let project_excluded = project.is_some_and(|p| p.listed_in(&self.project_exclusions));
+        !project_excluded && (self.global || project.is_some_and(|p| p.listed_in(&self.projects)))
     }
 }
 

@@ -328,6 +328,14 @@ async fn policy_sets_and_their_parameters_through_the_api() {
         .await;
     assert_eq!(st, 204);
     let (st, _) = h
+        .call(
+            "POST",
+            &rel_path("project-exclusions"),
+            Some(json!({"data": [{"type": "projects", "id": "prj-nope"}]})),
+        )
+        .await;
+    assert_eq!(st, 422, "an unknown project");
+    let (st, _) = h
         .call("DELETE", &rel_path("workspaces"), ws_list.clone())
         .await;
     assert_eq!(st, 204);

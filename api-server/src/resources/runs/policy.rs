@@ -41,10 +41,12 @@ pub fn router() -> Router<AppState> {
             "/api/v2/task-stages/{id}/actions/override",
             post(override_stage),
         )
+        .route("/api/v2/policy-evaluations/{id}", get(show_evaluation))
         .route(
             "/api/v2/policy-evaluations/{id}/policy-set-outcomes",
             get(list_outcomes),
         )
+        .route("/api/v2/runs/{id}/policy-checks", get(list_policy_checks))
         .route("/api/v2/policy-set-outcomes/{id}", get(show_outcome))
 }
 
@@ -108,20 +110,27 @@ fn evaluation_status(r: &Run) -> &'static str {
     }
 }
 
-/// The timestamps of a stage or evaluation in `status` (`passed-at`, …).
+/// The timestamps of a stage or evaluation in `status` (`passed-at`, …): when it ran,
+/// when it ended, and when it was overridden.
 fn status_timestamps(r: &Run, status: &str) -> Value {
-    match evaluation(r) {
-        Some(e) if status != "pending" => {
-            let key = match status {
-                "awaiting_override" | "overridden" => "failed-at",
-                s => {
-                    return json!({ format!("{s}-at"): e.evaluated_at, "running-at": e.evaluated_at });
-                }
-            };
-            json!({ key: e.evaluated_at, "running-at": e.evaluated_at })
+    let Some(e) = evaluation(r).filter(|_| status != "pending") else {
+        return json!({});
+    };
+    let mut t = json!({"running-at": e.evaluated_at});
+    let ended = match status {
+        "awaiting_override" | "overridden" => "failed-at".to_owned(),
+        // An overridden stage passed when the override came.
+        "passed" if e.overridden_at.is_some() => "failed-at".to_owned(),
+        s => format!("{s}-at"),
+    };
+    t[ended] = json!(e.evaluated_at);
+    if let Some(at) = &e.overridden_at {
+        t["overridden-at"] = json!(at);
+        if status == "passed" {
+            t["passed-at"] = json!(at);
         }
-        _ => json!({}),
     }
+    t
 }
 
 /// The JSON:API `data` of run `r`'s task stage.
@@ -150,6 +159,7 @@ pub fn stage_data(r: &Run, can_override: bool) -> Value {
         "relationships": {
             "run": {"data": {"id": run_id, "type": "runs"}},
             "task-results": {"data": []},
+            "cost-estimate": {"data": null},
             "policy-evaluations": {"data": [{"id": evaluation_id(&run_id), "type": "policy-evaluations"}]},
         },
         "links": {"self": format!("/api/v2/task-stages/{}", stage_id(&run_id))},
@@ -345,6 +355,29 @@ async fn list_evaluations(
     Ok(Doc(
         StatusCode::OK,
         json!({"data": page_slice(&all, page), "meta": meta, "links": links}),
+    ))
+}
+
+/// `GET /policy-evaluations/:id`.
+async fn show_evaluation(
+    Authed { state, caller }: Authed,
+    Path(id): Path<String>,
+) -> Result<Doc, ApiError> {
+    let run_id = run_of(&id, "poleval-")?;
+    let at = staged_run(&state, &caller, &stage_id(&run_id)).await?;
+    Ok(Doc::ok(evaluation_data(&at.obj)))
+}
+
+/// `GET /runs/:id/policy-checks`: Sentinel's policy checks, of which terrace has none (its
+/// OPA checks are the run's task stage); an empty list, as TFE answers for a run without.
+async fn list_policy_checks(f: Found<Run>, q: QueryParams) -> Result<Doc, ApiError> {
+    let page = q.page()?;
+    let none: [Value; 0] = [];
+    Ok(list(
+        &format!("/api/v2/runs/{}/policy-checks", f.at.id()),
+        page,
+        &none,
+        Clone::clone,
     ))
 }
 
