@@ -343,6 +343,27 @@ pub fn stopped(
     }
 }
 
+/// What stands in a policy's message for a sensitive value of the plan.
+pub const SENSITIVE_MARK: &str = "(sensitive value)";
+
+/// `outcome` with every sensitive value of the plan (`secrets`, from
+/// [`crate::run::redact::sensitive_values`]) that its messages repeat replaced by
+/// [`SENSITIVE_MARK`]: the messages are shown to whoever reads the run, who may not read
+/// the plan's sensitive values. Values shorter than 3 characters are left alone (they
+/// would mangle every message and reveal little).
+pub fn scrub(mut outcome: Outcome, secrets: &[String]) -> Outcome {
+    let mut secrets: Vec<&String> = secrets.iter().filter(|s| s.chars().count() >= 3).collect();
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    for m in &mut outcome.messages {
+        for s in &secrets {
+            if m.contains(s.as_str()) {
+                *m = m.replace(s.as_str(), SENSITIVE_MARK);
+            }
+        }
+    }
+    outcome
+}
+
 /// A stored outcome of a policy (the run's record of it).
 pub fn result_of(o: &Outcome, description: Option<String>, query: &str) -> PolicyResult {
     PolicyResult {
@@ -862,6 +883,50 @@ deny contains x if {
         assert!(
             g.applies_to(ws, Some(prj)),
             "named, so the project's exclusion does not count"
+        );
+    }
+
+    #[test]
+    fn messages_never_repeat_the_plans_sensitive_values() {
+        let plan = json!({
+            "resource_changes": [{
+                "address": "db.main",
+                "change": {
+                    "actions": ["create"],
+                    "after": {"password": "hunter2-secret", "name": "main", "tags": {"k": "tagvalue"}},
+                    "after_sensitive": {"password": true, "tags": {"k": true}},
+                },
+            }],
+            "variables": {"token": {"value": "tok-123456"}, "region": {"value": "eu-west-1"}},
+            "configuration": {"root_module": {"variables": {"token": {"sensitive": true}, "region": {}}}},
+            "prior_state": {"values": {"root_module": {"resources": [
+                {"values": {"key": "old-private-key"}, "sensitive_values": {"key": true}}
+            ]}}},
+        });
+        let secrets = crate::run::redact::sensitive_values(&plan);
+        for s in [
+            "hunter2-secret",
+            "tagvalue",
+            "tok-123456",
+            "old-private-key",
+        ] {
+            assert!(secrets.iter().any(|x| x == s), "{s} in {secrets:?}");
+        }
+        assert!(
+            !secrets.iter().any(|x| x == "main" || x == "eu-west-1"),
+            "{secrets:?}"
+        );
+        let o = Outcome {
+            policy_name: "p".into(),
+            enforcement_level: Enforcement::Mandatory,
+            status: Verdict::Failed,
+            messages: vec![
+                "db.main has password hunter2-secret in eu-west-1 (token tok-123456)".into(),
+            ],
+        };
+        assert_eq!(
+            scrub(o, &secrets).messages,
+            vec!["db.main has password (sensitive value) in eu-west-1 (token (sensitive value))"]
         );
     }
 }

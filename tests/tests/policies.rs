@@ -552,7 +552,8 @@ fn policies_and_sets_made_through_the_api_check_plans() {
         .as_str()
         .unwrap_or_default()
         .to_owned();
-    let rego = "package terraform.limits\n\nimport rego.v1\n\ndeny contains sprintf(\"%d items, the limit is %d\", [count(input.plan.resource_changes), data.parameters.limit]) if count(input.plan.resource_changes) > data.parameters.limit\n";
+    // The message quotes the inputs, which are sensitive: they never reach the reader.
+    let rego = "package terraform.limits\n\nimport rego.v1\n\ndeny contains sprintf(\"%d items, the limit is %d (first: %s)\", [count(input.plan.resource_changes), data.parameters.limit, input.plan.resource_changes[0].change.after.input]) if count(input.plan.resource_changes) > data.parameters.limit\n";
     let uploaded = api.put_bytes(
         &format!("/api/v2/policies/{pol}/upload"),
         rego.as_bytes().to_vec(),
@@ -561,6 +562,12 @@ fn policies_and_sets_made_through_the_api_check_plans() {
 
     let d = dir.path().join("limited");
     config(&d, "limited", "item", 3);
+    let main = std::fs::read_to_string(d.join("main.tf")).expect("main.tf");
+    let main = main.replace(
+        "\"item-${count.index}\"",
+        "\"${var.secret}-${count.index}\"",
+    ) + "\nvariable \"secret\" {\n  type      = string\n  sensitive = true\n  default   = \"s3cr3t-token\"\n}\n";
+    std::fs::write(d.join("main.tf"), main).expect("main.tf");
     let init = tf.run(&d, &["init", "-input=false"]);
     assert!(init.status.success(), "{}", text(&init));
     let ws = api.get(&format!("/api/v2/organizations/{ORG}/workspaces/limited"));
@@ -603,7 +610,7 @@ fn policies_and_sets_made_through_the_api_check_plans() {
     assert!(
         got.iter().any(|o| o.0 == "limits"
             && o.2 == "failed"
-            && o.4 == vec!["3 items, the limit is 2".to_owned()]),
+            && o.4 == vec!["3 items, the limit is 2 (first: (sensitive value))".to_owned()]),
         "{got:?}"
     );
     let sets = dev.kubectl_ok(&["get", "policysets", "-n", ORG]);

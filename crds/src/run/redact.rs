@@ -87,6 +87,120 @@ pub fn redact(value: &Value, mask: &Value, salt: &[u8]) -> Value {
     }
 }
 
+/// Every value JSON plan `plan` marks sensitive, as text (strings as they are, other
+/// values as JSON): of resource and output changes and drift (`before_sensitive`,
+/// `after_sensitive`), of the prior state and the planned values (`sensitive_values`), and
+/// of variables the configuration declares sensitive. What a policy's messages must not
+/// repeat ([`crate::policy::scrub`]).
+pub fn sensitive_values(plan: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let change = |c: &Value, out: &mut Vec<String>| {
+        for (value, mask) in [("before", "before_sensitive"), ("after", "after_sensitive")] {
+            if let (Some(v), Some(m)) = (c.get(value), c.get(mask)) {
+                collect(v, m, out);
+            }
+        }
+    };
+    for key in ["resource_changes", "resource_drift"] {
+        for rc in plan
+            .get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(c) = rc.get("change") {
+                change(c, &mut out);
+            }
+        }
+    }
+    for c in plan
+        .get("output_changes")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
+        change(c.1, &mut out);
+    }
+    fn module(m: &Value, out: &mut Vec<String>) {
+        for r in m
+            .get("resources")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let (Some(v), Some(mask)) = (r.get("values"), r.get("sensitive_values")) {
+                collect(v, mask, out);
+            }
+        }
+        for child in m
+            .get("child_modules")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            module(child, out);
+        }
+    }
+    for root in [
+        &plan["prior_state"]["values"]["root_module"],
+        &plan["planned_values"]["root_module"],
+    ] {
+        module(root, &mut out);
+    }
+    let declared = &plan["configuration"]["root_module"]["variables"];
+    for (name, v) in plan
+        .get("variables")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
+        if declared[name]["sensitive"] == true {
+            collect(&v["value"], &json!(true), &mut out);
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The parts of `value` that `mask` marks sensitive, as text.
+fn collect(value: &Value, mask: &Value, out: &mut Vec<String>) {
+    match (value, mask) {
+        (Value::Null, _) => {}
+        (_, Value::Bool(true)) => {
+            let mut leaves = Vec::new();
+            leaves_of(value, &mut leaves);
+            out.extend(leaves);
+            if !matches!(value, Value::String(_)) {
+                out.push(value.to_string());
+            }
+        }
+        (Value::Object(o), Value::Object(m)) => {
+            for (k, v) in o {
+                if let Some(mk) = m.get(k) {
+                    collect(v, mk, out);
+                }
+            }
+        }
+        (Value::Array(a), Value::Array(m)) => {
+            for (v, mk) in a.iter().zip(m) {
+                collect(v, mk, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn leaves_of(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Null => {}
+        Value::String(s) => out.push(s.clone()),
+        Value::Array(a) => a.iter().for_each(|v| leaves_of(v, out)),
+        Value::Object(o) => o.values().for_each(|v| leaves_of(v, out)),
+        other => out.push(other.to_string()),
+    }
+}
+
 /// The opaque stand-in of a sensitive value.
 fn marker(value: &Value, salt: &[u8]) -> Value {
     let mut h = Sha256::new();

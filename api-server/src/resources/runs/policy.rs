@@ -669,6 +669,7 @@ pub async fn check_plan(
         return Ok(());
     }
     let started = crate::render::now();
+    let secrets = run::redact::sensitive_values(plan);
     let input = policy::input(plan, &facts(state, r, run_id, &ns, &ws));
     let mut loaded = Vec::new();
     for set in sets {
@@ -677,7 +678,7 @@ pub async fn check_plan(
     }
     let mut results = Vec::new();
     for (set, got) in loaded {
-        results.push(evaluate_set(state, &set, got, &input).await);
+        results.push(evaluate_set(state, &set, got, &input, &secrets).await);
     }
     let record = RunPolicyEvaluation {
         evaluated_at: crate::render::now(),
@@ -705,6 +706,7 @@ async fn evaluate_set(
     set: &PolicySet,
     got: Result<Loaded, String>,
     input: &Value,
+    secrets: &[String],
 ) -> PolicySetResult {
     let level = |l: &str| {
         if l == "mandatory" {
@@ -735,7 +737,10 @@ async fn evaluate_set(
                 policies
                     .iter()
                     .zip(outcomes)
-                    .map(|(p, o)| policy::result_of(&o, p.description.clone(), &p.query))
+                    .map(|(p, o)| {
+                        let o = policy::scrub(o, secrets);
+                        policy::result_of(&o, p.description.clone(), &p.query)
+                    })
                     .collect(),
                 None,
             )
