@@ -331,6 +331,23 @@ async fn remove_policy(
     f: Found<Policy>,
 ) -> Result<Response, ApiError> {
     f.require(&state, "delete", NOT_YOURS).await?;
+    // As in TFE, a deleted policy leaves the sets that named it (a set that still names a
+    // missing policy is not Ready, and its checks error).
+    let object = f.at.obj.name_any();
+    let id = f.at.id();
+    let sets: Vec<Arc<PolicySet>> = sets_of(&state.index.read(), &f.at.obj).cloned().collect();
+    for set in sets {
+        let at = Located {
+            obj: set,
+            org: f.at.org.clone(),
+            ns: f.at.ns.clone(),
+        };
+        write::change_spec(&state, &at, |s| {
+            s.policy_refs.retain(|r| *r != object && *r != id);
+            Ok(())
+        })
+        .await?;
+    }
     write::delete_if_present(&state, f.at.obj.as_ref()).await?;
     Ok(no_content())
 }

@@ -493,6 +493,27 @@ async fn policy_sets_and_their_parameters_through_the_api() {
     let (st, _) = h.call("GET", &format!("{params}/{secret_id}"), None).await;
     assert_eq!(st, 404);
 
+    // Deleting the policy takes it out of the set.
+    let (st, _) = h
+        .call("DELETE", &format!("/api/v2/policies/{pol}"), None)
+        .await;
+    assert_eq!(st, 204);
+    let (_, shown) = h
+        .call("GET", &format!("/api/v2/policy-sets/{id}"), None)
+        .await;
+    assert_eq!(
+        shown["data"]["relationships"]["policies"]["data"],
+        json!([])
+    );
+    assert!(
+        h.state
+            .index
+            .read()
+            .policy_sets()
+            .get(&id)
+            .is_some_and(|s| s.spec.policy_refs.is_empty())
+    );
+
     let (st, _) = h
         .call("DELETE", &format!("/api/v2/policy-sets/{id}"), None)
         .await;
