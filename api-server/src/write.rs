@@ -388,6 +388,19 @@ where
     Ok(())
 }
 
+/// Deletes Secret `name` of namespace `ns` that an object owned (best effort: when this
+/// fails, the owner's deletion takes it). For the value of a removed sensitive variable or
+/// parameter.
+pub async fn delete_owned_secret(state: &AppState, ns: &str, name: &str) {
+    use k8s_openapi::api::core::v1::Secret;
+    if let Err(e) = api::<Secret>(state, ns)
+        .delete(name, &kube::api::DeleteParams::default())
+        .await
+    {
+        tracing::debug!(error = %e, "a removed value's Secret (its owner's deletion takes it)");
+    }
+}
+
 /// Writes `value` under `key` in Secret `name` (the owner's namespace), owned by `owner`
 /// (its controller owner reference, so deleting the owner deletes the Secret), with a
 /// forced server-side apply as the API's field manager: created or replaced whole. The

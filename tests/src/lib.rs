@@ -490,31 +490,23 @@ impl Api {
     /// PUTs raw bytes to `path` with the token (`PUT /policies/:id/upload`); answers the
     /// status and the parsed body.
     pub fn put_bytes(&self, path: &str, bytes: Vec<u8>) -> ApiResponse {
-        let url = format!("{}{}", self.base, path);
-        let mut builder = ureq::http::Request::builder().method("PUT").uri(&url);
-        if let Some(t) = &self.token {
-            builder = builder.header("Authorization", format!("Bearer {t}"));
-        }
-        let req = builder
-            .header("Content-Type", "application/octet-stream")
-            .body(bytes)
-            .expect("request");
-        let mut res = self.agent.run(req).expect("HTTP round trip");
-        let status = res.status().as_u16();
-        let raw = res.body_mut().read_to_string().unwrap_or_default();
-        ApiResponse {
-            status,
-            body: serde_json::from_str(&raw).unwrap_or(serde_json::Value::Null),
-        }
+        self.put(path, bytes, true)
     }
 
     /// PUTs raw bytes to `path` with no Authorization header; answers the status and
     /// the parsed body (JSON:API errors).
     pub fn put_raw(&self, path: &str, bytes: Vec<u8>) -> ApiResponse {
+        self.put(path, bytes, false)
+    }
+
+    /// PUTs raw bytes to `path`, with the token when `authorized`.
+    fn put(&self, path: &str, bytes: Vec<u8>, authorized: bool) -> ApiResponse {
         let url = format!("{}{}", self.base, path);
-        let req = ureq::http::Request::builder()
-            .method("PUT")
-            .uri(&url)
+        let mut builder = ureq::http::Request::builder().method("PUT").uri(&url);
+        if let Some(t) = self.token.as_ref().filter(|_| authorized) {
+            builder = builder.header("Authorization", format!("Bearer {t}"));
+        }
+        let req = builder
             .header("Content-Type", "application/octet-stream")
             .body(bytes)
             .expect("request");

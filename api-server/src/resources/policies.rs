@@ -1183,13 +1183,7 @@ async fn remove_parameter(
     if let Some(r) = &current.value_from
         && r.name == secret_name(&f.at.obj.name_any(), &param)
     {
-        use k8s_openapi::api::core::v1::Secret;
-        if let Err(e) = write::api::<Secret>(&state, &f.at.ns)
-            .delete(&r.name, &kube::api::DeleteParams::default())
-            .await
-        {
-            tracing::debug!(error = %e, "a removed parameter's Secret (the set's deletion takes it)");
-        }
+        write::delete_owned_secret(&state, &f.at.ns, &r.name).await;
     }
     Ok(no_content())
 }

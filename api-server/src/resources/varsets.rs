@@ -595,14 +595,7 @@ async fn remove_var(
     if let Some(r) = &current.value_from
         && r.name == secret_name(&f.at.obj.name_any(), &var)
     {
-        use k8s_openapi::api::core::v1::Secret;
-        let secrets = write::api::<Secret>(&state, &f.at.ns);
-        if let Err(e) = secrets
-            .delete(&r.name, &kube::api::DeleteParams::default())
-            .await
-        {
-            tracing::debug!(error = %e, "a removed variable's Secret (the set's deletion takes it)");
-        }
+        write::delete_owned_secret(&state, &f.at.ns, &r.name).await;
     }
     Ok(no_content())
 }
