@@ -292,7 +292,9 @@ struct CachedResponse {
 }
 
 impl ResponseCache {
-    const MAX: usize = 20_000;
+    /// Entries live [`crate::auth::CACHE_TTL`] (5 s): this holds more than 5 s of reads,
+    /// and a fill of many workspaces read once each keeps no more than this many.
+    const MAX: usize = 4_096;
 
     /// The key of a request: its token and URI.
     pub fn key(token: &str, uri: &axum::http::Uri) -> u128 {
@@ -415,7 +417,8 @@ pub struct RenderCache {
 }
 
 impl RenderCache {
-    const MAX: usize = 20_000;
+    /// Entries live [`crate::auth::CACHE_TTL`] (5 s): this holds more than 5 s of reads.
+    const MAX: usize = 4_096;
 
     fn get(&self, key: u128) -> Option<Bytes> {
         let docs = self.docs.lock().unwrap_or_else(|e| e.into_inner());
@@ -513,15 +516,25 @@ pub async fn rendered_data(state: &AppState, caller: &Caller, l: &Ws) -> Result<
     if let Some(bytes) = state.rendered.get(key) {
         return Ok(bytes);
     }
-    let data = render_located(state, caller, l).await?;
-    let bytes = Bytes::from(
-        serde_json::to_vec(&data).map_err(|e| ApiError::internal("rendering a workspace", e))?,
-    );
+    let bytes = data_bytes(state, caller, l).await?;
     state.rendered.put(key, bytes.clone());
     Ok(bytes)
 }
 
-/// The response of one workspace: `{"data": …, "included": […]}`.
+/// The serialized `data` object of a workspace for this caller, rendered now, in an
+/// allocation of its exact size (a cached one keeps no spare capacity).
+async fn data_bytes(state: &AppState, caller: &Caller, l: &Ws) -> Result<Bytes, ApiError> {
+    let data = render_located(state, caller, l).await?;
+    let mut vec =
+        serde_json::to_vec(&data).map_err(|e| ApiError::internal("rendering a workspace", e))?;
+    vec.shrink_to_fit();
+    Ok(Bytes::from(vec))
+}
+
+/// The response of one workspace just written (created, updated, locked):
+/// `{"data": …, "included": […]}`. Rendered, never cached: the operator's next status
+/// write replaces the version at once, so a cached copy would only be memory kept for
+/// every write until the cache fills (issue 31: several KiB per created workspace).
 async fn respond_one(
     state: &AppState,
     caller: &Caller,
@@ -540,14 +553,7 @@ async fn one_document(
     l: &Ws,
     includes: &[String],
 ) -> Result<Bytes, ApiError> {
-    // The whole single-workspace document is cached too when nothing is included.
-    let doc_key = includes
-        .is_empty()
-        .then(|| crate::auth::digest(&(render_key(state, caller, l), "doc")));
-    if let Some(bytes) = doc_key.and_then(|k| state.rendered.get(k)) {
-        return Ok(bytes);
-    }
-    let data = with_included_linkage(state, l, rendered_data(state, caller, l).await?, includes)?;
+    let data = with_included_linkage(state, l, data_bytes(state, caller, l).await?, includes)?;
     let mut inc = included(state, &[l], includes);
     inc.extend(state_included(state, caller, &[l], includes).await?);
     let mut body = Vec::with_capacity(data.len() + 16);
@@ -559,11 +565,7 @@ async fn one_document(
             .map_err(|e| ApiError::internal("rendering included documents", e))?;
     }
     body.push(b'}');
-    let bytes = Bytes::from(body);
-    if let Some(k) = doc_key {
-        state.rendered.put(k, bytes.clone());
-    }
-    Ok(bytes)
+    Ok(Bytes::from(body))
 }
 
 /// Waits (bounded) until the index has seen `ws` and answers it located.
