@@ -14,6 +14,7 @@
 //! limit, and puts them on commit.
 #![forbid(unsafe_code)]
 
+pub mod cluster;
 pub mod s3;
 pub mod settings;
 
