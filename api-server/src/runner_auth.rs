@@ -41,9 +41,11 @@ impl FromRequestParts<AppState> for RunnerRun {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        let Path(id) = Path::<String>::from_request_parts(parts, state)
-            .await
-            .map_err(|_| unauthorized())?;
+        let Path(params) =
+            Path::<std::collections::HashMap<String, String>>::from_request_parts(parts, state)
+                .await
+                .map_err(|_| unauthorized())?;
+        let id = params.get("id").cloned().ok_or_else(unauthorized)?;
         let run = authorize(state, &id, &parts.headers).await?;
         Ok(RunnerRun { id, run })
     }

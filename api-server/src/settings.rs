@@ -52,6 +52,10 @@ pub struct Settings {
     /// larger than 32 MiB there; raise this with `--blob-store s3://…`.
     #[arg(long, env = "TERRACE_MAX_STATE_BYTES", default_value_t = DEFAULT_MAX_STATE_BYTES)]
     pub max_state_bytes: usize,
+    /// Largest log a plan, apply or test run keeps, in bytes: past it the log ends with a
+    /// line saying it was cut there (docs/runs.md, "Logs").
+    #[arg(long, env = "TERRACE_MAX_LOG_BYTES", default_value_t = terrace_crds::run::logs::DEFAULT_MAX_LOG_BYTES)]
+    pub max_log_bytes: u64,
     /// Address of `/metrics` (and `/healthz`, `/readyz`), a listener apart from the API
     /// so the public Ingress does not expose it. In-process servers (`terrace dev`,
     /// tests) have none unless they set it.
@@ -173,6 +177,7 @@ impl Default for Settings {
             default_terraform_version: "1.9.8".into(),
             max_body_bytes: 1024 * 1024,
             max_state_bytes: DEFAULT_MAX_STATE_BYTES,
+            max_log_bytes: terrace_crds::run::logs::DEFAULT_MAX_LOG_BYTES,
             blobs: Default::default(),
             metrics_addr: None,
             metrics_on_api_router: false,

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::testrun::UnknownValue;
 
 pub mod events;
+pub mod logs;
 pub mod redact;
 pub mod ui_log;
 
@@ -312,6 +313,10 @@ pub struct PhaseReport {
     /// Why it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The runner stored the phase's whole log in the blob store ([`logs`]): no log
+    /// ConfigMap is needed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub log_stored: bool,
 }
 
 /// Counts a plan's resource changes from `terraform show -json` of the plan file: the

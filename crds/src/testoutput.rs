@@ -502,6 +502,10 @@ pub struct RunnerReport {
     /// The engine was interrupted (the runner forwarded a SIGTERM, or the engine said so).
     #[serde(default)]
     pub interrupted: bool,
+    /// The runner stored the whole log in the blob store (`crate::run::logs`): no log
+    /// ConfigMap is needed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub log_stored: bool,
 }
 
 const MAX_MESSAGE_BYTES: usize = 2048;

@@ -603,6 +603,7 @@ fn command_lines() {
         log_file,
         stderr_file,
         command,
+        ..
     } = cli.runner
     else {
         panic!("not exec");
@@ -644,6 +645,8 @@ fn run_exit_status() {
             termination_message_path: dir.path().join("termination-log"),
             log_file: None,
             stderr_file: None,
+            log_url: None,
+            log_token_file: None,
             command: vec![engine.display().to_string()],
         }
     };

@@ -6,7 +6,10 @@
 //! so once it has run, restarting the API server and the operator with the new
 //! `--blob-store` switches the references. Resumable: a blob already in the target with
 //! the recorded checksum is not copied again, so an interrupted run is simply run again.
-//! The source blobs are left in place (delete them once the switch is done).
+//! The source blobs are left in place (delete them once the switch is done). Log
+//! archives of earlier versions (ConfigMaps `<pod>-log`) are moved into the target store
+//! as the parts of their logs; with `--from` and `--to` naming the same store only they
+//! are moved (after an upgrade: `terrace blobs migrate --from cluster --to cluster`).
 //!
 //! `terrace blobs sweep`: lists the objects of an S3 blob store whose owner (the
 //! StateVersion or ConfigurationVersion their key names) no longer exists, and with
@@ -74,22 +77,25 @@ impl Side {
 }
 
 pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
+    let client = kube::Client::try_default().await?;
+    if args.from == args.to {
+        // One store: only the log archives of earlier versions move into it.
+        let dst = match &args.to {
+            Location::Cluster => Side::Cluster(client.clone()),
+            s3 @ Location::S3 { .. } => Side::S3(s3_store(&args, s3).await?),
+        };
+        let logs = migrate_logs(&client, &dst).await?;
+        println!("moved {logs} log archives (ConfigMaps) into {}", args.to);
+        return Ok(());
+    }
     let s3_location = match (&args.from, &args.to) {
         (Location::Cluster, s @ Location::S3 { .. })
         | (s @ Location::S3 { .. }, Location::Cluster) => s.clone(),
-        _ => anyhow::bail!("one of --from and --to must be `cluster`, the other `s3://…`"),
+        _ => anyhow::bail!(
+            "one of --from and --to must be `cluster`, the other `s3://…` (or both the same store, to move log archives into it)"
+        ),
     };
-    let s3 = S3Store::from_settings(&BlobStoreSettings {
-        location: s3_location,
-        s3_endpoint: args.s3_endpoint.clone(),
-        s3_region: args.s3_region.clone(),
-        s3_path_style: args.s3_path_style,
-    })?
-    .context("no S3 store")?;
-    s3.probe()
-        .await
-        .with_context(|| format!("the bucket {} failed its probe", s3.name()))?;
-    let client = kube::Client::try_default().await?;
+    let s3 = s3_store(&args, &s3_location).await?;
     let to_s3 = matches!(args.to, Location::S3 { .. });
     let (src, dst) = if to_s3 {
         (Side::Cluster(client.clone()), Side::S3(s3))
@@ -119,8 +125,9 @@ pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
             .collect();
         migrate_object(&client, &cv, &blobs, &src, &dst, to_s3, &mut tally).await?;
     }
+    let logs = migrate_logs(&client, &dst).await?;
     println!(
-        "migrated from {} to {}: {} copied, {} already there, {} missing in the source (deleted data)",
+        "migrated from {} to {}: {} copied, {} already there, {} missing in the source (deleted data); {logs} log archives (ConfigMaps) moved",
         args.from, args.to, tally.copied, tally.already, tally.missing
     );
     println!(
@@ -128,6 +135,74 @@ pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
         args.to
     );
     Ok(())
+}
+
+/// The S3 store of `location`, probed.
+async fn s3_store(args: &MigrateArgs, location: &Location) -> anyhow::Result<S3Store> {
+    let s3 = S3Store::from_settings(&BlobStoreSettings {
+        location: location.clone(),
+        s3_endpoint: args.s3_endpoint.clone(),
+        s3_region: args.s3_region.clone(),
+        s3_path_style: args.s3_path_style,
+    })?
+    .context("no S3 store")?;
+    s3.probe()
+        .await
+        .with_context(|| format!("the bucket {} failed its probe", s3.name()))?;
+    Ok(s3)
+}
+
+/// Moves every log archive ConfigMap (`<pod>-log`, binaryData `log.gz`, written by
+/// terrace before logs went to the blob store) into `dst` as the parts of its Pod's log
+/// (`terrace_crds::run::logs`), owned by the ConfigMap's owner (the run or test run),
+/// then deletes the ConfigMap. A log whose first part is there already is only deleted.
+async fn migrate_logs(client: &kube::Client, dst: &Side) -> anyhow::Result<usize> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use terrace_crds::constants::{LABEL_MANAGED_BY, MANAGED_BY};
+    use terrace_crds::run::logs::{part_key, parts};
+    let cms: Api<ConfigMap> = Api::all(client.clone());
+    let lp = ListParams::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"));
+    let mut moved = 0;
+    for cm in cms.list(&lp).await?.items {
+        let name = cm.name_any();
+        let ns = cm.namespace().unwrap_or_default();
+        let (Some(pod), Some(gz)) = (
+            name.strip_suffix("-log"),
+            cm.binary_data
+                .as_ref()
+                .and_then(|d| d.get(terrace_api_server::pod_logs::ARCHIVE_KEY)),
+        ) else {
+            continue;
+        };
+        let text = terrace_api_server::pod_logs::gunzip(&gz.0)
+            .with_context(|| format!("the log archive {ns}/{name} is not gzip"))?;
+        let owner = cm
+            .owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true))
+            .cloned();
+        let store = dst.store(&ns, owner);
+        match store.get(&part_key(pod, 0), None).await {
+            Ok(_) => {}
+            Err(BlobError::NotFound(_)) => {
+                for (n, part) in (0u64..).zip(parts(&text)) {
+                    let gz = terrace_api_server::blobs::gzip(part)?;
+                    store
+                        .put(&part_key(pod, n), gz.into())
+                        .await
+                        .with_context(|| format!("storing the log of {ns}/{pod}"))?;
+                }
+            }
+            Err(e) => return Err(e).with_context(|| format!("reading the log of {ns}/{pod}")),
+        }
+        let ns_cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+        match ns_cms.delete(&name, &Default::default()).await {
+            Ok(_) | Err(kube::Error::Api(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        moved += 1;
+    }
+    Ok(moved)
 }
 
 /// Copies the blobs of one object (keys with their recorded SHA-256), then sets its

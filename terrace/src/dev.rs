@@ -77,6 +77,9 @@ pub struct DevArgs {
     /// blob store takes no blob over 32 MiB, an S3 store any size).
     #[arg(long, env = "TERRACE_MAX_STATE_BYTES", default_value_t = terrace_api_server::settings::DEFAULT_MAX_STATE_BYTES)]
     pub max_state_bytes: usize,
+    /// Largest log a plan, apply or test run keeps, in bytes (as `terrace api-server`'s).
+    #[arg(long, env = "TERRACE_MAX_LOG_BYTES", default_value_t = terrace_crds::run::logs::DEFAULT_MAX_LOG_BYTES)]
+    pub max_log_bytes: u64,
     /// How long a web view session lasts after signing in (as `terrace api-server`'s).
     #[arg(long, env = "TERRACE_UI_SESSION_TTL", default_value = "8h", value_parser = terrace_api_server::settings::parse_duration)]
     pub ui_session_ttl: std::time::Duration,
@@ -243,6 +246,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         url_signing_key: args.url_signing_key.clone(),
         blobs: args.blobs.clone(),
         max_state_bytes: args.max_state_bytes,
+        max_log_bytes: args.max_log_bytes,
         ui_session_ttl: args.ui_session_ttl,
         hostname: Some(args.hostname.clone()),
         policy_evaluator: std::env::current_exe().ok(),

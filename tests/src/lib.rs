@@ -537,7 +537,13 @@ impl Api {
         let req = builder.body(()).expect("request");
         let mut res = self.agent.run(req).expect("HTTP round trip");
         let status = res.status().as_u16();
-        (status, res.body_mut().read_to_string().unwrap_or_default())
+        let text = res
+            .body_mut()
+            .with_config()
+            .limit(1 << 30)
+            .read_to_string()
+            .unwrap_or_default();
+        (status, text)
     }
 
     pub fn get(&self, path: &str) -> ApiResponse {

@@ -664,6 +664,12 @@ async fn archive(
     if let Ok(Some(_)) = cms.get_opt(&log_archive_name(pod_name)).await {
         return;
     }
+    if let Ok(Some(pod)) = pods.get_opt(pod_name).await
+        && log_stored(&pod)
+    {
+        // The runner stored the whole log in the blob store; the API adds the cause.
+        return;
+    }
     let lp = LogParams {
         container: Some(ENGINE_CONTAINER.to_owned()),
         ..LogParams::default()
@@ -690,6 +696,14 @@ async fn archive(
         },
         Err(e) => tracing::warn!(pod = %pod_name, error = %e, "archiving a run's log"),
     }
+}
+
+/// Whether the engine container of `pod` ended saying its runner stored the whole log
+/// in the blob store (`log_stored` in its [`PhaseReport`]).
+fn log_stored(pod: &Pod) -> bool {
+    crate::testpod::engine_message(pod)
+        .and_then(|m| serde_json::from_str::<PhaseReport>(m.trim()).ok())
+        .is_some_and(|r| r.log_stored)
 }
 
 /// Creates the run's Secret (once) and the Pod of `phase` (409: it exists already).

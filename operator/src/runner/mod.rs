@@ -43,6 +43,7 @@ use tokio::sync::mpsc;
 
 mod error;
 mod fetch;
+pub mod log_ship;
 pub mod remote;
 
 pub use error::RunnerError;
@@ -82,6 +83,13 @@ pub enum RunnerCommand {
         /// Append the engine's stderr to this file (it is never part of the log).
         #[arg(long)]
         stderr_file: Option<PathBuf>,
+        /// Store the log's parts here as it is written (`{url}/{part}`), with the token
+        /// of `--log-token-file` (a missing file: the log stays in the Pod's log only).
+        #[arg(long, requires = "log_token_file")]
+        log_url: Option<String>,
+        /// File holding the log token.
+        #[arg(long)]
+        log_token_file: Option<PathBuf>,
         /// The engine command line.
         #[arg(last = true, required = true)]
         command: Vec<String>,
@@ -491,8 +499,21 @@ pub fn run(command: &RunnerCommand) -> Result<(), String> {
             termination_message_path,
             log_file,
             stderr_file,
+            log_url,
+            log_token_file,
             command,
         } => {
+            let tee = match (log_url, log_token_file.as_deref().map(read_token)) {
+                (Some(url), Some(Ok(token))) => log_ship::start(log_ship::LogTarget {
+                    url: url.clone(),
+                    token,
+                })
+                .map_err(|e| {
+                    eprintln!("terrace runner: the log is kept in the Pod's log only: {e}")
+                })
+                .ok(),
+                _ => None,
+            };
             let opts = ExecOptions {
                 command: command.clone(),
                 termination_message_path: Some(termination_message_path.clone()),
@@ -509,7 +530,15 @@ pub fn run(command: &RunnerCommand) -> Result<(), String> {
                     signals.listen_to_os()?;
                     exec(&opts, rx, &mut tokio::io::stdout()).await
                 })
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| e.to_string());
+            let stored = tee.is_some_and(log_ship::Tee::finish);
+            let mut report = report?;
+            if stored {
+                report.log_stored = true;
+                runtime
+                    .block_on(write_report(&opts, &report))
+                    .map_err(|e| e.to_string())?;
+            }
             match report.error {
                 None => Ok(()),
                 Some(error) => Err(match report.message {

@@ -517,7 +517,14 @@ pub fn plan_args(opts: &RunOptions, plan_file: &Path, var_files: &[PathBuf]) -> 
 
 /// Runs one phase; the report says how it ended (the `Err` of a step is a failed report).
 pub fn remote(args: &RemoteArgs) -> PhaseReport {
-    let report = match phase(args) {
+    let tee = log_target(args).and_then(|target| match super::log_ship::start(target) {
+        Ok(tee) => Some(tee),
+        Err(e) => {
+            eprintln!("terrace runner: the log is kept in the Pod's log only: {e}");
+            None
+        }
+    });
+    let mut report = match phase(args) {
         Ok(r) => r,
         Err(e) => {
             say("");
@@ -529,6 +536,7 @@ pub fn remote(args: &RemoteArgs) -> PhaseReport {
             }
         }
     };
+    report.log_stored = tee.is_some_and(super::log_ship::Tee::finish);
     let message = serde_json::to_string(&report).unwrap_or_default();
     if let Err(e) = std::fs::write(&args.termination_message_path, message) {
         eprintln!(
@@ -537,6 +545,22 @@ pub fn remote(args: &RemoteArgs) -> PhaseReport {
         );
     }
     report
+}
+
+/// Where the phase's log parts go (`…/runner/runs/{run}/log/{phase}`), with the run's
+/// token; `None` (the log stays in the Pod's log only) without a token.
+fn log_target(args: &RemoteArgs) -> Option<super::log_ship::LogTarget> {
+    let token = read_token(&args.token_file).ok()?;
+    let phase: Phase = args.phase.parse().ok()?;
+    Some(super::log_ship::LogTarget {
+        url: format!(
+            "{}/api/v2/runner/runs/{}/log/{}",
+            args.api.trim_end_matches('/'),
+            args.run,
+            phase.as_str()
+        ),
+        token,
+    })
 }
 
 fn phase(args: &RemoteArgs) -> Result<PhaseReport, StepError> {

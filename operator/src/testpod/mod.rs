@@ -69,6 +69,11 @@ pub const LABEL_TEST_RUN: &str = "terrace.dev/test-run";
 pub const LABEL_CONFIGURATION_VERSION: &str = "terrace.dev/configuration-version";
 /// Secret key of the one-time archive token.
 pub const SECRET_KEY_TOKEN: &str = "token";
+/// Secret key of the token the runner stores the run's log with (`PUT
+/// {api}/api/v2/runner/test-runs/{id}/log/{part}`, [`log_url`]).
+pub const SECRET_KEY_LOG_TOKEN: &str = "log-token";
+/// Where the engine container finds the log token.
+pub const LOG_TOKEN_DIR: &str = "/var/run/terrace-log";
 /// Secret key of the run's variables as HCL `key = value` lines.
 pub const SECRET_KEY_TFVARS: &str = "run.tfvars";
 /// Where the Secret is mounted (the token in `fetch`, the var-file in `engine`).
@@ -107,6 +112,14 @@ pub fn pod_name(run_name: &str) -> String {
 pub fn archive_url(api_internal_url: &str, cv_id: &str) -> String {
     format!(
         "{}/api/v2/test-archives/{cv_id}",
+        api_internal_url.trim_end_matches('/')
+    )
+}
+
+/// Where the runner of test run `run_id` stores the parts of its log.
+pub fn log_url(api_internal_url: &str, run_id: &str) -> String {
+    format!(
+        "{}/api/v2/runner/test-runs/{run_id}/log",
         api_internal_url.trim_end_matches('/')
     )
 }
@@ -259,6 +272,7 @@ pub fn build_secret(inputs: &PodInputs<'_>, token: &str) -> Result<Secret, Error
         metadata,
         [
             (SECRET_KEY_TOKEN, token.as_bytes().to_vec()),
+            (SECRET_KEY_LOG_TOKEN, new_token().into_bytes()),
             (
                 SECRET_KEY_TFVARS,
                 run_tfvars(inputs.run, inputs.variables).into_bytes(),
@@ -338,8 +352,14 @@ pub fn build_pod(inputs: &PodInputs<'_>) -> Result<Pod, Error> {
         LOG_FILE.to_owned(),
         "--stderr-file".to_owned(),
         STDERR_FILE.to_owned(),
-        "--".to_owned(),
     ];
+    command.extend([
+        "--log-url".to_owned(),
+        log_url(&inputs.settings.api_internal_url, inputs.run_id),
+        "--log-token-file".to_owned(),
+        format!("{LOG_TOKEN_DIR}/{SECRET_KEY_LOG_TOKEN}"),
+        "--".to_owned(),
+    ]);
     command.extend(engine_command(
         &inputs.settings.engine_command,
         run,
@@ -352,6 +372,7 @@ pub fn build_pod(inputs: &PodInputs<'_>) -> Result<Pod, Error> {
     if has_vars {
         engine_mounts.push(mount("run-vars", SECRET_DIR, true));
     }
+    engine_mounts.push(mount("log-token", LOG_TOKEN_DIR, true));
     let engine = pod_parts::engine_container(
         engine_image.to_owned(),
         command,
@@ -369,6 +390,13 @@ pub fn build_pod(inputs: &PodInputs<'_>) -> Result<Pod, Error> {
     if has_vars {
         volumes.push(secret_volume("run-vars", &secret, SECRET_KEY_TFVARS));
     }
+    // Optional: a Secret an older operator made has no log token (the runner then keeps
+    // the log in the Pod's log only).
+    let mut log_token = secret_volume("log-token", &secret, SECRET_KEY_LOG_TOKEN);
+    if let Some(s) = log_token.secret.as_mut() {
+        s.optional = Some(true);
+    }
+    volumes.push(log_token);
     Ok(Pod {
         metadata: meta,
         spec: Some(pod_parts::pod_spec(
@@ -379,6 +407,22 @@ pub fn build_pod(inputs: &PodInputs<'_>) -> Result<Pod, Error> {
         )),
         status: None,
     })
+}
+
+/// The termination message of the `engine` container of `pod`, once it ended.
+pub fn engine_message(pod: &Pod) -> Option<&str> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == ENGINE_CONTAINER)?
+        .state
+        .as_ref()?
+        .terminated
+        .as_ref()?
+        .message
+        .as_deref()
 }
 
 /// The run's ID from its `terrace.dev/id` label (set by the ID controller).

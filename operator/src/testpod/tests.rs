@@ -311,7 +311,7 @@ fn pod_with_defaults() {
         .flatten()
         .map(|v| v.name.as_str())
         .collect();
-    assert_eq!(vols, ["workspace", "tools", "token"]);
+    assert_eq!(vols, ["workspace", "tools", "token", "log-token"]);
     let names: Vec<&str> = spec
         .init_containers
         .iter()
@@ -372,6 +372,13 @@ fn pod_with_defaults() {
             "/workspace/.terrace/test.log",
             "--stderr-file",
             "/workspace/.terrace/engine.stderr",
+            "--log-url",
+            &format!(
+                "{}/api/v2/runner/test-runs/trun-abc/log",
+                settings.api_internal_url
+            ),
+            "--log-token-file",
+            "/var/run/terrace-log/log-token",
             "--",
             "tofu",
             "test",
@@ -392,8 +399,9 @@ fn pod_with_defaults() {
         .flatten()
         .map(|m| m.mount_path.as_str())
         .collect();
-    assert_eq!(mounts, ["/terrace", "/workspace"]);
-    // The token is only visible to the fetch container.
+    // The log token (its own key of the run's Secret) is the engine's; the archive token
+    // is only visible to the fetch container.
+    assert_eq!(mounts, ["/terrace", "/workspace", "/var/run/terrace-log"]);
     assert!(
         fetch
             .volume_mounts
@@ -491,7 +499,11 @@ fn pod_with_organization_overrides() {
     assert_eq!(engine.image.as_deref(), Some("hashicorp/terraform:1.9"));
     assert_eq!(engine.resources.as_ref(), Some(&resources));
     let cmd = engine.command.as_deref().unwrap();
-    assert_eq!(&cmd[10..13], ["terraform", "test", "-json"]);
+    let engine_at = cmd.iter().position(|a| a == "--").unwrap() + 1;
+    assert_eq!(
+        &cmd[engine_at..engine_at + 3],
+        ["terraform", "test", "-json"]
+    );
     assert_eq!(
         &cmd[cmd.len() - 2..],
         ["-var-file", "/var/run/terrace/run.tfvars"]

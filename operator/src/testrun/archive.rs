@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{LogParams, PostParams};
 use kube::{Api, ResourceExt};
 use terrace_crds::TestRun;
+use terrace_crds::testoutput::RunnerReport;
 
 use super::context::RunContext;
 use crate::Error;
@@ -73,6 +74,14 @@ pub async fn archive_log(
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let name = testpod::log_archive_name(pod_name);
     if cms.get_opt(&name).await?.is_some() {
+        return Ok(());
+    }
+    if let Some(pod) = pods.get_opt(pod_name).await?
+        && testpod::engine_message(&pod)
+            .and_then(|m| serde_json::from_str::<RunnerReport>(m.trim()).ok())
+            .is_some_and(|r| r.log_stored)
+    {
+        // The runner stored the whole log in the blob store.
         return Ok(());
     }
     let lp = LogParams {

@@ -5,7 +5,9 @@
 //! the Kubernetes API (`pods/log`, container `engine`); once final (or when the Pod is
 //! gone) from the archive the operator writes before releasing the Pod: ConfigMap
 //! `<pod name>-log`, binaryData `log.gz`, gzip-compressed (the operator's `testpod` log
-//! archive contract), falling back to the Pod.
+//! archive contract), falling back to the Pod — unless the runner stored the log in the
+//! blob store as it ran (`PUT /api/v2/runner/test-runs/:id/log/:part`, with the log
+//! token of the run's Secret), which is read first ([`crate::pod_logs`]).
 //!
 //! Like TFE's log endpoint the text is framed by STX (0x02) at the start and, once the run
 //! is in a final state, ETX (0x03) at the end: go-tfe's log reader stops on that frame. It
@@ -24,6 +26,59 @@ pub fn router() -> Router<AppState> {
             "/api/v2/test-runs/{run}/log/{token}",
             get(read_with_capability),
         )
+}
+
+/// The runner's upload of its log's parts (its own, larger body limit).
+pub fn upload_router() -> Router<AppState> {
+    Router::new()
+        .route("/api/v2/runner/test-runs/{run}/log/{part}", put(put_part))
+        .layer(axum::extract::DefaultBodyLimit::max(
+            terrace_crds::run::logs::PART_BYTES + 1024,
+        ))
+}
+
+/// Secret key of the log token in the run's Secret (the operator's `testpod` contract:
+/// the Secret is named as the run's Pod).
+const LOG_TOKEN_KEY: &str = "log-token";
+
+/// `PUT /api/v2/runner/test-runs/:id/log/:part`: part `part` of the run's log, as its
+/// runner copies it (`terrace_crds::run::logs`), with the log token of the run's Secret
+/// as bearer token, while the run is not final (401 otherwise, the same for an unknown
+/// run).
+async fn put_part(
+    State(state): State<AppState>,
+    Path((run, part)): Path<(String, String)>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let unauthorized = || ApiError::Unauthorized("a valid log token is required".into());
+    let presented = crate::auth::bearer_token(&headers).ok_or_else(unauthorized)?;
+    let r = run_with(&state, &run).map_err(|_| unauthorized())?;
+    if TestRunState::of(r.status.as_ref()).is_ok_and(TestRunState::is_final) {
+        return Err(unauthorized());
+    }
+    let ns = r.namespace().unwrap_or_default();
+    let pod = r
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_name.clone())
+        .ok_or_else(unauthorized)?;
+    let secret = crate::write::api::<k8s_openapi::api::core::v1::Secret>(&state, &ns)
+        .get_opt(&pod)
+        .await?;
+    let held = secret
+        .as_ref()
+        .and_then(|s| s.data.as_ref())
+        .and_then(|d| d.get(LOG_TOKEN_KEY))
+        .is_some_and(|t| crate::capability::constant_time_eq(&t.0, presented.as_bytes()));
+    if !held {
+        return Err(unauthorized());
+    }
+    let part: u64 = part
+        .parse()
+        .map_err(|_| ApiError::bad_parameter("part", "the part must be a number"))?;
+    let store = crate::blobs::store(&state, &ns, r.controller_owner_ref(&()));
+    pod_logs::store_part(&store, &pod, part, &body, state.settings.max_log_bytes).await
 }
 
 /// The path of a run's logs (for callers with a token and `get` on test runs).
@@ -48,7 +103,7 @@ async fn read(
     Path(run): Path<String>,
     q: QueryParams,
 ) -> Result<Response, ApiError> {
-    let r = run_with(&state, &run)?;
+    let (r, archived) = live_or_archived(&state, &run).await?;
     let ns = r.namespace().unwrap_or_default();
     if !state
         .allowed(&caller, &Check::new("get", "testruns", &ns, None))
@@ -56,7 +111,7 @@ async fn read(
     {
         return Err(not_found());
     }
-    respond(&state, &r, &q).await
+    respond(&state, &r, archived, &q).await
 }
 
 /// The log through its capability URL: no Authorization, the token signed for this run
@@ -69,8 +124,8 @@ async fn read_with_capability(
     if !state.signer.verify(LOG_PURPOSE, &run, &token) {
         return Err(not_found());
     }
-    let r = run_with(&state, &run)?;
-    respond(&state, &r, &q).await
+    let (r, archived) = live_or_archived(&state, &run).await?;
+    respond(&state, &r, archived, &q).await
 }
 
 fn not_found() -> ApiError {
@@ -87,18 +142,66 @@ fn run_with(state: &AppState, id: &str) -> Result<Arc<terrace_crds::TestRun>, Ap
         .ok_or_else(not_found)
 }
 
+/// The run `id`, live or archived ([`crate::history`]), and whether it is archived.
+async fn live_or_archived(
+    state: &AppState,
+    id: &str,
+) -> Result<(Arc<terrace_crds::TestRun>, bool), ApiError> {
+    if let Ok(r) = run_with(state, id) {
+        return Ok((r, false));
+    }
+    match state
+        .history
+        .find::<terrace_crds::TestRun>(state, id)
+        .await?
+    {
+        Some((r, _, _)) => Ok((r, true)),
+        None => Err(not_found()),
+    }
+}
+
 /// The framed `limit`/`offset` window of a run's log.
 async fn respond(
     state: &AppState,
     r: &terrace_crds::TestRun,
+    is_archived: bool,
     q: &QueryParams,
 ) -> Result<Response, ApiError> {
     let ns = r.namespace().unwrap_or_default();
     let status = r.status.as_ref();
     let pod = status.and_then(|s| s.pod_name.as_deref());
     let note = status.and_then(|s| s.wait_note.as_deref());
-    let finished = TestRunState::of(r.status.as_ref()).is_ok_and(TestRunState::is_final);
-    pod_logs::respond(&state.client, &ns, pod, note, finished, false, q).await
+    let run_state = TestRunState::of(r.status.as_ref()).ok();
+    let finished = run_state.is_some_and(TestRunState::is_final);
+    let cause = status
+        .and_then(|s| s.message.as_deref())
+        .filter(|_| run_state == Some(TestRunState::Errored));
+    let archived = match (is_archived, pod) {
+        (true, Some(pod)) => Some(
+            state
+                .history
+                .log::<terrace_crds::TestRun>(state, &crate::render::id_of(r), pod)
+                .await?
+                .unwrap_or_default(),
+        ),
+        (true, None) => Some(Vec::new()),
+        (false, _) => None,
+    };
+    pod_logs::respond(
+        pod_logs::LogRead {
+            client: &state.client,
+            store: crate::blobs::store(state, &ns, None),
+            ns: &ns,
+            pod,
+            wait_note: note,
+            finished,
+            readable: false,
+            cause,
+            archived,
+        },
+        q,
+    )
+    .await
 }
 
 #[cfg(test)]

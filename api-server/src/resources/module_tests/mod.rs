@@ -47,7 +47,7 @@ pub fn router() -> Router<AppState> {
 /// The upload route, which has its own, larger body limit and must be merged outside the
 /// global one.
 pub fn upload_router() -> Router<AppState> {
-    config_versions::upload_router()
+    config_versions::upload_router().merge(logs::upload_router())
 }
 
 /// A module of an organization, resolved from a `{T}` path.

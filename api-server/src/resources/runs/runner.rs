@@ -39,6 +39,10 @@ pub fn upload_router() -> Router<AppState> {
             "/api/v2/runner/runs/{id}/plan-json-redacted",
             put(put_upload::<PlanJsonRedacted>),
         )
+        .route(
+            "/api/v2/runner/runs/{id}/log/{phase}/{part}",
+            put(put_log_part),
+        )
         .layer(DefaultBodyLimit::max(MAX_PLAN_BYTES))
         .layer(RequestBodyLimitLayer::new(MAX_PLAN_BYTES))
 }
@@ -76,6 +80,41 @@ fn in_phase(run: &Run, phase: Phase) -> Result<(), ApiError> {
             phase.as_str()
         )))
     }
+}
+
+/// `PUT …/log/:phase/:part`: part `part` of the phase's log, as the runner copies it
+/// (docs/runs.md, "Logs"; the part being written is sent again as it grows). Past
+/// `--max-log-bytes` the part after the last kept one is the cut marker, and the answer
+/// 413 tells the runner to stop sending.
+async fn put_log_part(
+    State(state): State<AppState>,
+    RunnerRun { run, .. }: RunnerRun,
+    Path(params): Path<std::collections::HashMap<String, String>>,
+    b: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let phase: Phase = params
+        .get("phase")
+        .and_then(|p| p.parse().ok())
+        .ok_or_else(|| ApiError::not_found("no such phase"))?;
+    let part: u64 = params
+        .get("part")
+        .and_then(|p| p.parse().ok())
+        .ok_or_else(|| ApiError::bad_parameter("part", "the part must be a number"))?;
+    let bytes = body(b)?;
+    let pod = run.status.as_ref().and_then(|s| match phase {
+        Phase::Plan => s.plan.pod_name.clone(),
+        Phase::Apply => s.apply.pod_name.clone(),
+    });
+    let pod =
+        pod.ok_or_else(|| ApiError::conflict(format!("the run's {} has no Pod", phase.as_str())))?;
+    crate::pod_logs::store_part(
+        &store(&state, &run),
+        &pod,
+        part,
+        &bytes,
+        state.settings.max_log_bytes,
+    )
+    .await
 }
 
 /// `GET …/archive`: the run's configuration archive.
