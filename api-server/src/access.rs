@@ -94,6 +94,30 @@ pub trait Guarded: Indexed {
     fn by_name<'a>(_inner: &'a Inner, _ns: &str, _name: &str) -> Option<&'a Arc<Self>> {
         None
     }
+
+    /// The archived object with this ID, for kinds whose older objects the operator
+    /// archives (runs, test runs: [`crate::history`]).
+    fn archived(
+        _state: &AppState,
+        _id: &str,
+    ) -> futures::future::BoxFuture<'static, Result<Option<Arc<Self>>, ApiError>> {
+        Box::pin(async { Ok(None) })
+    }
+}
+
+/// [`Guarded::archived`] of an archivable kind.
+fn from_history<K: crate::history::Archivable>(
+    state: &AppState,
+    id: &str,
+) -> futures::future::BoxFuture<'static, Result<Option<Arc<K>>, ApiError>> {
+    let (state, id) = (state.clone(), id.to_owned());
+    Box::pin(async move {
+        Ok(state
+            .history
+            .find::<K>(&state, &id)
+            .await?
+            .map(|(obj, _, _)| obj))
+    })
 }
 
 impl Guarded for Workspace {
@@ -132,11 +156,29 @@ guarded!(
     "configurationversions",
     "configuration version"
 );
-guarded!(TestRun, "testruns", "test run");
+impl Guarded for TestRun {
+    const RESOURCE: &'static str = "testruns";
+    const NOUN: &'static str = "test run";
+    fn archived(
+        state: &AppState,
+        id: &str,
+    ) -> futures::future::BoxFuture<'static, Result<Option<Arc<Self>>, ApiError>> {
+        from_history::<TestRun>(state, id)
+    }
+}
 guarded!(TestVariable, "testvariables", "variable");
 guarded!(WorkspaceVariable, "workspacevariables", "variable");
 guarded!(StateVersion, "stateversions", "state version");
-guarded!(Run, "runs", "run");
+impl Guarded for Run {
+    const RESOURCE: &'static str = "runs";
+    const NOUN: &'static str = "run";
+    fn archived(
+        state: &AppState,
+        id: &str,
+    ) -> futures::future::BoxFuture<'static, Result<Option<Arc<Self>>, ApiError>> {
+        from_history::<Run>(state, id)
+    }
+}
 
 /// How a readable object answers a caller who lacks the right for an operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -284,8 +326,11 @@ impl AppState {
     ) -> Result<Located<K>, ApiError> {
         let found = match self.locate::<K>(id) {
             Some(l) => Some(l),
-            None if confirm::by_id::<K>(self, id).await => self.locate::<K>(id),
-            None => None,
+            None => match K::archived(self, id).await? {
+                Some(obj) => located(&self.index.read(), obj),
+                None if confirm::by_id::<K>(self, id).await => self.locate::<K>(id),
+                None => None,
+            },
         };
         self.if_readable(caller, found).await
     }

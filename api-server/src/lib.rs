@@ -45,6 +45,7 @@ pub mod discovery;
 pub mod documents;
 pub mod error;
 pub mod events;
+pub mod history;
 pub mod index;
 pub mod ingest;
 pub mod listener;
@@ -107,6 +108,8 @@ pub struct Shared {
     pub readiness: Arc<blobs::Readiness>,
     /// Module archives recently downloaded through the registry.
     pub module_archives: Arc<resources::module_tests::protocol::ArchiveCache>,
+    /// Archived runs and test runs.
+    pub history: Arc<history::History>,
 }
 
 impl AppState {
@@ -133,6 +136,7 @@ impl AppState {
             events: events::recorder(client.clone()),
             rendered: Arc::default(),
             responses: Arc::default(),
+            history: Arc::default(),
             signer,
             client,
         }))

@@ -14,6 +14,7 @@ pub mod blobs;
 pub mod common;
 pub mod constants;
 pub mod crdgen;
+pub mod history;
 pub mod ids;
 pub mod lock;
 pub mod namespaces;

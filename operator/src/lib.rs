@@ -26,6 +26,7 @@ pub mod error;
 pub mod events;
 pub mod finalizers;
 pub mod group_index;
+pub mod history;
 pub mod identity;
 pub mod leader;
 pub mod metrics;
@@ -201,6 +202,20 @@ async fn run_controllers(
         organizations.subscribe(),
         shutdown.clone(),
     );
+    let history = match history::controllers(
+        ctx.clone(),
+        orgs.clone(),
+        &mut catalog,
+        &mut workspace_feed,
+        &mut organizations,
+        shutdown.clone(),
+    ) {
+        Ok(c) => c.boxed(),
+        Err(e) => {
+            tracing::error!(error = %e, "no history archiving: a cache it needs is missing");
+            futures::future::ready(()).boxed()
+        }
+    };
     let auto_destroy = run::auto_destroy::controller(
         ctx.clone(),
         workspace_feed.store(),
@@ -291,6 +306,7 @@ async fn run_controllers(
         module_versions,
         policy_sets,
         state_retention,
-        archives
+        archives,
+        history
     );
 }

@@ -79,6 +79,8 @@ pub const CONTROLLER_MODULE_VERSIONS: &str = "module-versions";
 pub const CONTROLLER_NOTIFY: &str = "notify";
 /// Controller label of the status of policy sets ([`crate::policy_sets`]).
 pub const CONTROLLER_POLICY_SETS: &str = "policy-sets";
+/// Controller label of the history controllers ([`crate::history`]).
+pub const CONTROLLER_HISTORY: &str = "history";
 
 /// Content type of the OpenMetrics text exposition.
 pub const OPENMETRICS_CONTENT_TYPE: &str =

@@ -248,12 +248,15 @@ OPERATOR_NEEDS = [
     ("terrace.dev", "runs/finalizers", "update"),
     ("terrace.dev", "runs", "create"),
     ("terrace.dev", "testruns", "create"),  # automatic test runs
+    ("terrace.dev", "runs", "delete"),  # history.rs: archived runs
+    ("terrace.dev", "testruns", "delete"),  # history.rs: archived test runs
     ("", "namespaces", "create"),
     ("", "namespaces", "patch"),
     ("", "namespaces", "watch"),
     *[("", "pods", v) for v in ("get", "list", "watch", "create", "patch", "delete")],
     ("", "pods/log", "get"),
-    *[("", "secrets", v) for v in ("get", "create", "delete")],
+    # history.rs writes the archive's chunk Secrets with server-side apply (patch).
+    *[("", "secrets", v) for v in ("get", "create", "patch", "delete")],
     ("", "configmaps", "get"),
     ("", "configmaps", "create"),
     ("events.k8s.io", "events", "create"),
@@ -285,7 +288,6 @@ def test_operator_cluster_role_grants_what_the_controllers_use():
     for verb in ("list", "watch"):
         assert not allows(rules, "", "secrets", verb), f"operator may {verb} secrets"
     assert not allows(rules, "", "secrets", "update")
-    assert not allows(rules, "", "secrets", "patch")
     assert not allows(rules, "terrace.dev", "workspaces", "delete")
     assert not allows(rules, "terrace.dev", "workspaces", "create")
     assert not allows(rules, "", "namespaces", "delete")

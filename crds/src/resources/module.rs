@@ -45,6 +45,9 @@ kind_status! {
     pub struct RegistryModuleStatus {
         /// The module's ID (`mod-…`).
         pub id: Option<String>,
+        /// Test runs archived in the blob store (older than the organization's
+        /// `settings.history.testRuns` newest; the API still serves them).
+        pub archived_test_runs: Option<i64>,
     }
 }
 

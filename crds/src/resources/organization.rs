@@ -59,6 +59,11 @@ crd_struct! {
         /// Overrides for module test runs of this organization.
         #[serde(default)]
         pub test_runs: TestRunSettings,
+        /// How many runs of each workspace and test runs of each module stay custom
+        /// resources; older, final ones are archived in the blob store and still served by
+        /// the API (docs/runs.md, "History").
+        #[serde(default)]
+        pub history: HistorySettings,
         /// TFE's `session-timeout` (minutes of inactivity before a UI session ends; default
         /// 20160). Kept and returned for clients; terrace has no sessions, callers
         /// authenticate with Kubernetes tokens.
@@ -81,6 +86,7 @@ impl Default for OrganizationSettings {
             default_global_remote_state: false,
             default_data_retention_policy: None,
             test_runs: TestRunSettings::default(),
+            history: HistorySettings::default(),
             session_timeout: None,
             session_remember: None,
         }
@@ -89,6 +95,34 @@ impl Default for OrganizationSettings {
 
 fn default_execution_mode() -> String {
     "remote".to_owned()
+}
+
+crd_struct! {
+    /// How much run history stays in the cluster.
+    pub struct HistorySettings {
+        /// Runs kept as custom resources per workspace (the newest; default 100).
+        #[serde(default = "default_keep")]
+        #[schemars(range(min = 1))]
+        pub runs: i32,
+        /// Test runs kept as custom resources per registry module (the newest; default
+        /// 100).
+        #[serde(default = "default_keep")]
+        #[schemars(range(min = 1))]
+        pub test_runs: i32,
+    }
+}
+
+impl Default for HistorySettings {
+    fn default() -> Self {
+        Self {
+            runs: default_keep(),
+            test_runs: default_keep(),
+        }
+    }
+}
+
+fn default_keep() -> i32 {
+    crate::history::DEFAULT_KEEP
 }
 
 crd_struct! {

@@ -237,6 +237,9 @@ kind_status! {
         /// Performance attributes.
         #[serde(default)]
         pub metrics: Box<WorkspaceMetrics>,
+        /// Runs archived in the blob store (older than the organization's
+        /// `settings.history.runs` newest; the API still serves them).
+        pub archived_runs: Option<i64>,
     }
 }
 

@@ -227,6 +227,18 @@ impl Catalog {
         }
     }
 
+    /// Calls `observer` with every event of `kind`'s watch after its cache applied it
+    /// (for secondary indexes; see [`Feed::observe`]).
+    pub fn observe(
+        &mut self,
+        kind: IdKind,
+        observer: impl FnMut(&kube::runtime::watcher::Event<DynamicObject>) + Send + 'static,
+    ) {
+        if let Some((_, feed)) = self.feeds.iter_mut().find(|(t, _)| t.id.kind == kind) {
+            feed.observe(observer);
+        }
+    }
+
     /// The controllers of every kind, run until `shutdown` resolves. Each follows the
     /// Organizations of `organizations` (subscribed here, so call this before that feed
     /// runs) and TestVariables follow the RegistryModule feed.

@@ -18,6 +18,7 @@ use axum::http::HeaderMap;
 use kube::api::{ObjectMeta, PostParams};
 use serde_json::Map;
 use terrace_crds::constants::{ANNOTATION_AUTOMATIC_TEST_RUN, DEFAULT_TEST_DIRECTORY};
+use terrace_crds::history::HistoryKind;
 use terrace_crds::ids::{IdKind, new_id};
 use terrace_crds::resources::{RunVariable, TestRunSpec};
 use terrace_crds::testrun::automatic::Marker;
@@ -384,22 +385,64 @@ async fn list(
     q.supported_filters(&["filter[source]"])?;
     let filter = SourceFilter::parse(q.get("filter[source]").unwrap_or(""))
         .map_err(|e| ApiError::bad_parameter(e.attribute, e.to_string()))?;
-    let runs: Vec<_> = runs_of(&state, &m)
+    let live: Vec<_> = runs_of(&state, &m)
         .into_iter()
         .filter(|r| filter.matches(&r.spec.source))
+        .map(|r| {
+            let created = r
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| terrace_crds::common::timestamp(&t.0))
+                .unwrap_or_default();
+            ((created, r.name_any()), r.clone(), id_of(r.as_ref()))
+        })
         .collect();
-    let base = base_url(&state, &headers);
-    let data: Vec<Value> = page_slice(&runs, page)
+    // Older runs are archived (crate::history): merged in, in the same order.
+    let module_id = id_of(m.module.as_ref());
+    let archived_count = m.module.status.as_ref().and_then(|s| s.archived_test_runs);
+    let manifest = state
+        .history
+        .manifest(
+            &state,
+            &m.ns,
+            HistoryKind::TestRuns,
+            &module_id,
+            archived_count,
+        )
+        .await?;
+    let entries = crate::history::merged(live, &manifest.items, |i| {
+        filter.matches(i.source.as_deref().unwrap_or_default())
+    });
+    let on_page = page_slice(&entries, page);
+    let wanted: Vec<&terrace_crds::history::ManifestItem> = on_page
         .iter()
-        .map(|r| render_indexed(&state, r, &base))
+        .filter_map(|e| match e {
+            crate::history::Entry::Archived(i) => Some(*i),
+            crate::history::Entry::Live(_) => None,
+        })
         .collect();
+    let archived = state
+        .history
+        .objects::<TestRun>(&state, &m.ns, &module_id, &manifest, &wanted)
+        .await?;
+    let base = base_url(&state, &headers);
+    let data: Vec<Value> = on_page
+        .iter()
+        .filter_map(|e| match e {
+            crate::history::Entry::Live(r) => Some(r.clone()),
+            crate::history::Entry::Archived(i) => archived.get(&i.id).cloned(),
+        })
+        .map(|r| render_indexed(&state, &r, &base))
+        .collect();
+    let total = entries.len();
     let mut self_url = format!(
         "/api/v2/organizations/{org}/tests/registry-modules/private/{namespace}/{name}/{provider}/test-runs"
     );
     if let Some(f) = q.get("filter[source]") {
         self_url.push_str(&format!("?filter%5Bsource%5D={f}"));
     }
-    let (meta, links) = pagination(&self_url, page, runs.len());
+    let (meta, links) = pagination(&self_url, page, total);
     Ok(Doc(
         StatusCode::OK,
         json!({"data": data, "meta": meta, "links": links}),
@@ -415,13 +458,32 @@ fn run_of(state: &AppState, m: &Module, id: &str) -> Result<Arc<TestRun>, ApiErr
     child_of(state.index.read().test_runs(), m, id).ok_or_else(run_not_found)
 }
 
+/// The archived run `id` of module `m` ([`crate::history`]).
+async fn archived_run_of(
+    state: &AppState,
+    m: &Module,
+    id: &str,
+) -> Result<Option<Arc<TestRun>>, ApiError> {
+    Ok(state
+        .history
+        .find::<TestRun>(state, id)
+        .await?
+        .map(|(r, _, _)| r)
+        .filter(|r| {
+            r.namespace().as_deref() == Some(m.ns.as_str()) && r.spec.module == m.object_name()
+        }))
+}
+
 async fn show(
     Authed { state, caller }: Authed,
     Path(path): Path<ChildPath>,
     headers: HeaderMap,
 ) -> Result<Doc, ApiError> {
     let (m, run) = locate_child(&state, &caller, path, "get", RESOURCE).await?;
-    let r = run_of(&state, &m, &run)?;
+    let r = match run_of(&state, &m, &run) {
+        Ok(r) => r,
+        Err(e) => archived_run_of(&state, &m, &run).await?.ok_or(e)?,
+    };
     let base = base_url(&state, &headers);
     Ok(Doc(
         StatusCode::OK,

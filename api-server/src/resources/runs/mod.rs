@@ -22,6 +22,7 @@ use std::collections::BTreeMap;
 use axum::http::HeaderMap;
 use kube::api::PostParams;
 use terrace_crds::constants::LABEL_WORKSPACE_ID;
+use terrace_crds::history::HistoryKind;
 use terrace_crds::ids::{IdKind, new_id};
 use terrace_crds::resources::RunVariable;
 use terrace_crds::run::{self, Phase, RunState};
@@ -544,8 +545,45 @@ async fn list(
         (runs, cv_ids)
     };
     let ws_id = ws.id();
+    // Older runs are archived (crate::history): merged in, in the same order.
+    let archived_count = ws.obj.status.as_ref().and_then(|s| s.archived_runs);
+    let manifest = state
+        .history
+        .manifest(&state, &ws.ns, HistoryKind::Runs, &ws_id, archived_count)
+        .await?;
+    let live = runs
+        .into_iter()
+        .map(|r| ((r.queued_at(), r.name_any()), id_of(r.as_ref()), r))
+        .map(|(order, id, r)| (order, r, id))
+        .collect();
+    let entries = crate::history::merged(live, &manifest.items, |i| {
+        statuses.is_empty()
+            || statuses
+                .iter()
+                .any(|s| i.status.as_deref() == Some(s.as_str()))
+    });
+    let total = entries.len();
+    let on_page = page_slice(&entries, page);
+    let wanted: Vec<&terrace_crds::history::ManifestItem> = on_page
+        .iter()
+        .filter_map(|e| match e {
+            crate::history::Entry::Archived(i) => Some(*i),
+            crate::history::Entry::Live(_) => None,
+        })
+        .collect();
+    let archived = state
+        .history
+        .objects::<Run>(&state, &ws.ns, &ws_id, &manifest, &wanted)
+        .await?;
+    let runs: Vec<Arc<Run>> = on_page
+        .iter()
+        .filter_map(|e| match e {
+            crate::history::Entry::Live(r) => Some(r.clone()),
+            crate::history::Entry::Archived(i) => archived.get(&i.id).cloned(),
+        })
+        .collect();
     let mut included: Vec<Value> = Vec::new();
-    let data: Vec<Value> = page_slice(&runs, page)
+    let data: Vec<Value> = runs
         .iter()
         .map(|r| {
             let cv_id = cv_ids
@@ -558,11 +596,7 @@ async fn list(
             run_data(r, Some(&ws_id), cv_id, RunPermissions { act }, None)
         })
         .collect();
-    let (meta, links) = pagination(
-        &format!("/api/v2/workspaces/{ws_id}/runs"),
-        page,
-        runs.len(),
-    );
+    let (meta, links) = pagination(&format!("/api/v2/workspaces/{ws_id}/runs"), page, total);
     let mut doc = json!({"data": data, "meta": meta, "links": links});
     if !included.is_empty() {
         doc["included"] = json!(included);
@@ -874,16 +908,20 @@ async fn log(
         return Err(ApiError::not_found("log not found"));
     }
     let run_id = run::run_of(&phase_id).ok_or_else(|| ApiError::not_found("log not found"))?;
-    let r = state
-        .index
-        .read()
-        .runs()
-        .get(&run_id)
-        .cloned()
-        .ok_or_else(|| ApiError::not_found("log not found"))?;
+    let live = state.index.read().runs().get(&run_id).cloned();
+    let (r, is_archived) = match live {
+        Some(r) => (r, false),
+        None => match state.history.find::<Run>(&state, &run_id).await? {
+            Some((r, _, _)) => (r, true),
+            None => return Err(ApiError::not_found("log not found")),
+        },
+    };
     let st = r.status.clone().unwrap_or_default();
     let s = state_of(&r);
     let reached = crate::documents::runs::reached_apply(&r);
+    // The operator's `terrace: <why>` line ends the log of the phase the run errored in
+    // (the last one that ran).
+    let last_phase = st.apply.pod_name.is_none() == phase_id.starts_with("plan-");
     let (phase, status) = if phase_id.starts_with("plan-") {
         (st.plan, s.plan_status(reached))
     } else {
@@ -891,13 +929,33 @@ async fn log(
     };
     let finished = matches!(status, "finished" | "errored" | "canceled" | "unreachable");
     let ns = r.namespace().unwrap_or_default();
+    let cause = st
+        .message
+        .as_deref()
+        .filter(|_| last_phase && s == RunState::Errored);
+    let archived = match (is_archived, phase.pod_name.as_deref()) {
+        (true, Some(pod)) => Some(
+            state
+                .history
+                .log::<Run>(&state, &run_id, pod)
+                .await?
+                .unwrap_or_default(),
+        ),
+        (true, None) => Some(Vec::new()),
+        (false, _) => None,
+    };
     crate::pod_logs::respond(
-        &state.client,
-        &ns,
-        phase.pod_name.as_deref(),
-        phase.wait_note.as_deref(),
-        finished,
-        !renders_structured_output(&headers),
+        crate::pod_logs::LogRead {
+            client: &state.client,
+            store: crate::blobs::store(&state, &ns, None),
+            ns: &ns,
+            pod: phase.pod_name.as_deref(),
+            wait_note: phase.wait_note.as_deref(),
+            finished,
+            readable: !renders_structured_output(&headers),
+            cause,
+            archived,
+        },
         &q,
     )
     .await
