@@ -214,6 +214,21 @@ pub fn past_retention(at: &str, days: i64, now: jiff::Timestamp) -> bool {
         .is_ok_and(|t| now.duration_since(t).as_secs() > days.saturating_mul(86_400))
 }
 
+/// The archived objects a data retention policy of `days` days removes at `now`: their
+/// IDs, by segment. The manifest's items are ordered by when they were queued (runs) or
+/// created (test runs), the first part of their order key.
+pub fn expired(manifest: &Manifest, days: i64, now: jiff::Timestamp) -> BTreeMap<u32, Vec<String>> {
+    let mut out: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    for i in manifest
+        .items
+        .iter()
+        .filter(|i| past_retention(&i.order.0, days, now))
+    {
+        out.entry(i.seg).or_default().push(i.id.clone());
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,5 +302,24 @@ mod tests {
         let now: jiff::Timestamp = "2026-02-01T00:00:00Z".parse().unwrap_or_default();
         assert!(past_retention("2026-01-01T00:00:00Z", 30, now));
         assert!(!past_retention("2026-01-15T00:00:00Z", 30, now));
+        let item = |id: &str, at: &str, seg| ManifestItem {
+            id: id.into(),
+            order: (at.into(), id.into()),
+            seg,
+            ..ManifestItem::default()
+        };
+        let m = Manifest {
+            items: vec![
+                item("run-old", "2025-12-01T00:00:00Z", 0),
+                item("run-new", "2026-01-30T00:00:00Z", 1),
+                item("run-older", "2025-11-01T00:00:00Z", 0),
+            ],
+            segments: BTreeMap::from([(0, 2), (1, 1)]),
+        };
+        let gone = expired(&m, 30, now);
+        assert_eq!(
+            gone,
+            BTreeMap::from([(0, vec!["run-old".to_owned(), "run-older".to_owned()])])
+        );
     }
 }

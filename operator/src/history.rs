@@ -37,7 +37,7 @@ use terrace_blobstore::{BlobError, BlobStore, Bytes};
 use terrace_crds::constants::{FIELD_MANAGER_OPERATOR, LABEL_ID};
 use terrace_crds::history::{
     Archived, Directory, HistoryKind, Live, Manifest, ManifestItem, SEGMENT_MAX, Segment, decode,
-    directory_key, encode, manifest_key, pack_log, segment_key, to_archive,
+    directory_key, encode, expired, manifest_key, pack_log, segment_key, to_archive,
 };
 use terrace_crds::ids::IdKind;
 use terrace_crds::run::RunState;
@@ -212,10 +212,21 @@ async fn reconcile_workspace(
     if ws.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
-    let keep = match ctx.orgs.owner(&ns).await? {
-        Some(o) => o.spec.settings.history.runs,
-        None => return Ok(Action::await_change()),
+    let Some(org) = ctx.orgs.owner(&ns).await? else {
+        return Ok(Action::await_change());
     };
+    let keep = usize::try_from(org.spec.settings.history.runs)
+        .unwrap_or(1)
+        .max(1);
+    let days = retention_days(
+        ws.spec.data_retention_policy.as_ref(),
+        org.spec.settings.default_data_retention_policy.as_ref(),
+    );
+    let archived_before = ws
+        .status
+        .as_ref()
+        .and_then(|s| s.archived_runs)
+        .unwrap_or(0);
     let (_, runs) = members(
         &ctx,
         IdKind::Run,
@@ -252,40 +263,34 @@ async fn reconcile_workspace(
             })
         })
         .collect();
-    let keep = usize::try_from(keep).unwrap_or(1).max(1);
-    if to_archive(
-        &items.iter().map(|i| i.live.clone()).collect::<Vec<_>>(),
-        keep,
-    )
-    .is_empty()
-    {
-        return Ok(Action::await_change());
-    }
-    // The run that wrote the current state stays (read only when a pass is due).
-    if let Some(run) = current_state_run(&ctx.base.client, &ns, &ws.name_any()).await? {
-        for i in items.iter_mut().filter(|i| i.id == run) {
-            i.live.protected = true;
+    let lives = |items: &[Item]| items.iter().map(|i| i.live.clone()).collect::<Vec<_>>();
+    let mut chosen = to_archive(&lives(&items), keep);
+    if !chosen.is_empty() {
+        // The run that wrote the current state stays (read only when a pass is due).
+        if let Some(run) = current_state_run(&ctx.base.client, &ns, &ws.name_any()).await? {
+            for i in items.iter_mut().filter(|i| i.id == run) {
+                i.live.protected = true;
+            }
         }
+        chosen = to_archive(&lives(&items), keep);
     }
-    let chosen = to_archive(
-        &items.iter().map(|i| i.live.clone()).collect::<Vec<_>>(),
-        keep,
-    );
-    let owner = ws.controller_owner_ref(&()).map(|mut o| {
-        o.controller = Some(false);
-        o.block_owner_deletion = None;
-        o
-    });
-    let chosen: Vec<Item> = pick(items, &chosen);
-    let archived = archive(&ctx, HistoryKind::Runs, &ns, &ws_id, owner, chosen).await?;
-    let api: Api<Workspace> = Api::namespaced(ctx.base.client.clone(), &ns);
-    api.patch_status(
+    // Nothing to archive, and nothing archived to let go under a retention policy.
+    if chosen.is_empty() && (days.is_none() || archived_before == 0) {
+        return Ok(after(days));
+    }
+    let owner = archive_owner(ws.controller_owner_ref(&()));
+    let chosen = pick(items, &chosen);
+    let archived = archive(&ctx, HistoryKind::Runs, &ns, &ws_id, owner, chosen, days).await?;
+    record(
+        &ctx.base.client,
+        HistoryKind::Runs,
+        &ns,
         &ws.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"archivedRuns": archived}})),
+        archived_before,
+        archived,
     )
     .await?;
-    Ok(Action::await_change())
+    Ok(after(days))
 }
 
 async fn reconcile_module(
@@ -299,10 +304,17 @@ async fn reconcile_module(
     if m.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
-    let keep = match ctx.orgs.owner(&ns).await? {
-        Some(o) => o.spec.settings.history.test_runs,
-        None => return Ok(Action::await_change()),
+    let Some(org) = ctx.orgs.owner(&ns).await? else {
+        return Ok(Action::await_change());
     };
+    let keep = usize::try_from(org.spec.settings.history.test_runs)
+        .unwrap_or(1)
+        .max(1);
+    let days = retention_days(
+        None,
+        org.spec.settings.default_data_retention_policy.as_ref(),
+    );
+    let archived_before = m.data["status"]["archivedTestRuns"].as_i64().unwrap_or(0);
     let (_, runs) = members(
         &ctx,
         IdKind::TestRun,
@@ -337,13 +349,12 @@ async fn reconcile_module(
             })
         })
         .collect();
-    let keep = usize::try_from(keep).unwrap_or(1).max(1);
     let chosen = to_archive(
         &items.iter().map(|i| i.live.clone()).collect::<Vec<_>>(),
         keep,
     );
-    if chosen.is_empty() {
-        return Ok(Action::await_change());
+    if chosen.is_empty() && (days.is_none() || archived_before == 0) {
+        return Ok(after(days));
     }
     let owner = m.metadata.uid.clone().map(|uid| {
         k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
@@ -355,15 +366,90 @@ async fn reconcile_module(
         }
     });
     let chosen = pick(items, &chosen);
-    let archived = archive(&ctx, HistoryKind::TestRuns, &ns, &module_id, owner, chosen).await?;
-    let api: Api<RegistryModule> = Api::namespaced(ctx.base.client.clone(), &ns);
-    api.patch_status(
-        &m.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"archivedTestRuns": archived}})),
+    let archived = archive(
+        &ctx,
+        HistoryKind::TestRuns,
+        &ns,
+        &module_id,
+        owner,
+        chosen,
+        days,
     )
     .await?;
-    Ok(Action::await_change())
+    record(
+        &ctx.base.client,
+        HistoryKind::TestRuns,
+        &ns,
+        &m.name_any(),
+        archived_before,
+        archived,
+    )
+    .await?;
+    Ok(after(days))
+}
+
+/// The archive's blobs are owned by the workspace without blocking its deletion.
+fn archive_owner(
+    owner: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
+) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
+    owner.map(|mut o| {
+        o.controller = Some(false);
+        o.block_owner_deletion = None;
+        o
+    })
+}
+
+/// The days of the data retention policy in force (the workspace's, else the
+/// organization's default), unless it keeps everything.
+fn retention_days(
+    workspace: Option<&terrace_crds::common::DataRetentionPolicy>,
+    organization: Option<&terrace_crds::common::DataRetentionPolicy>,
+) -> Option<i64> {
+    terrace_crds::state::effective_policy(workspace, organization)
+        .filter(|p| p.dont_delete != Some(true))
+        .and_then(|p| p.delete_older_than_n_days)
+        .map(i64::from)
+}
+
+/// What follows a pass: under a retention policy, a look again in six hours (archived
+/// objects age out of it); else nothing until something changes.
+fn after(days: Option<i64>) -> Action {
+    match days {
+        Some(_) => Action::requeue(Duration::from_secs(6 * 3600)),
+        None => Action::await_change(),
+    }
+}
+
+/// Records how many objects the owner's archive holds in its status (the API server's
+/// cue to read its manifest again), when that changed.
+async fn record(
+    client: &kube::Client,
+    kind: HistoryKind,
+    ns: &str,
+    owner: &str,
+    before: i64,
+    now: usize,
+) -> Result<(), Error> {
+    let now = i64::try_from(now).unwrap_or(i64::MAX);
+    if now == before {
+        return Ok(());
+    }
+    let pp = PatchParams::default();
+    match kind {
+        HistoryKind::Runs => {
+            let patch = json!({"status": {"archivedRuns": now}});
+            Api::<Workspace>::namespaced(client.clone(), ns)
+                .patch_status(owner, &pp, &Patch::Merge(patch))
+                .await?;
+        }
+        HistoryKind::TestRuns => {
+            let patch = json!({"status": {"archivedTestRuns": now}});
+            Api::<RegistryModule>::namespaced(client.clone(), ns)
+                .patch_status(owner, &pp, &Patch::Merge(patch))
+                .await?;
+        }
+    }
+    Ok(())
 }
 
 /// `items` at `chosen`, in that order.
@@ -480,12 +566,20 @@ async fn archive(
     owner_id: &str,
     owner: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
     items: Vec<Item>,
+    retention_days: Option<i64>,
 ) -> Result<usize, Error> {
     let client = &ctx.base.client;
     let owned = store(&ctx.base, ns, owner)?;
     let unowned = store(&ctx.base, ns, None)?;
     let mut manifest: Manifest = read_doc(&owned, &manifest_key(kind, owner_id)).await?;
     let mut directory: Directory = read_doc(&unowned, &directory_key(kind)).await?;
+    let pruned = match retention_days {
+        Some(days) => prune(&owned, kind, owner_id, &mut manifest, &mut directory, days).await?,
+        None => false,
+    };
+    if items.is_empty() && !pruned {
+        return Ok(manifest.items.len());
+    }
     let (mut seq, fresh) = manifest.open_segment();
     let mut segment: Segment = if fresh {
         Segment::default()
@@ -569,6 +663,43 @@ async fn archive(
         tracing::info!(namespace = %ns, owner = %owner_id, kind = kind.as_str(), count = done.len(), archived, "archived history");
     }
     Ok(archived)
+}
+
+/// Removes from the archive what a data retention policy of `days` days lets go: the
+/// objects leave their segments (an emptied segment is deleted), the manifest and the
+/// directory.
+async fn prune(
+    store: &AnyBlobStore,
+    kind: HistoryKind,
+    owner_id: &str,
+    manifest: &mut Manifest,
+    directory: &mut Directory,
+    days: i64,
+) -> Result<bool, Error> {
+    let gone = expired(manifest, days, k8s_openapi::jiff::Timestamp::now());
+    for (seq, ids) in &gone {
+        let key = segment_key(kind, owner_id, *seq);
+        let mut segment: Segment = read_doc(store, &key).await?;
+        segment.items.retain(|a| {
+            let id = a.object["metadata"]["labels"][LABEL_ID]
+                .as_str()
+                .unwrap_or_default();
+            !ids.iter().any(|g| g == id)
+        });
+        if segment.items.is_empty() {
+            store.delete(&key).await.map_err(blob_error)?;
+            manifest.segments.remove(seq);
+        } else {
+            write_doc(store, &key, &segment).await?;
+            manifest.segments.insert(*seq, segment.items.len());
+        }
+        manifest.items.retain(|i| !ids.contains(&i.id));
+        for id in ids {
+            directory.owners.remove(id);
+        }
+        tracing::info!(owner = %owner_id, kind = kind.as_str(), count = ids.len(), days, "archived history past the data retention policy deleted");
+    }
+    Ok(!gone.is_empty())
 }
 
 async fn delete(

@@ -1,0 +1,464 @@
+//! Benchmark of issue 31: history that scales, and memory per workspace through the API.
+//! Every figure is printed with its ratio against a baseline taken in the same run.
+//!
+//! **Soak** (phase `soak`): one `terrace dev --no-kubelet` (simulator, operator and API
+//! server in one process). `TERRACE_SOAK_RUNS` runs (default 10,000) across
+//! `TERRACE_SOAK_WORKSPACES` workspaces (default 50) and `TERRACE_SOAK_TEST_RUNS` test runs
+//! (default 5,000) across `TERRACE_SOAK_MODULES` modules (default 10) are written through
+//! the Kubernetes API and ended at once (status `applied` / `finished`: the Pods never
+//! run, the history controllers archive them as a busy installation's would be). The
+//! organization keeps the default 100 of each. Reported:
+//! - the process's RSS at half and at all runs (target: ≤ 1.2x);
+//! - the objects (and their bytes) of the store: Runs, TestRuns, Secrets, ConfigMaps,
+//!   against the retention setting, not the run count;
+//! - every run of every workspace listed through the API in the order they were created;
+//! - list p50 of a page of archived runs and show p50 of an archived run, each against
+//!   the same of live ones (target ≤ 2x).
+//!
+//! **Memory through the API** (phase `memory`): `terrace dev --no-kubelet`, empty, then
+//! `TERRACE_MEMORY_WORKSPACES` workspaces (default 15,000) created through the JSON:API
+//! (8 clients); RSS rise over the empty server divided by the count (target ≤ 12 KiB),
+//! beside the same count written directly through the Kubernetes API (as kubectl and
+//! GitOps tools do).
+//!
+//! Run: `cargo build --release -p terrace && TERRACE_BIN=target/release/terrace cargo
+//! bench -p terrace-tests --bench history`; `TERRACE_HISTORY_PHASES=soak,memory` picks
+//! phases; a quick run: `TERRACE_SOAK_RUNS=2000 TERRACE_SOAK_TEST_RUNS=1000
+//! TERRACE_MEMORY_WORKSPACES=2000`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::Resource;
+use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use serde_json::json;
+use terrace_crds::constants::{LABEL_ID, LABEL_ORGANIZATION};
+use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
+use terrace_crds::{Run, RunSpec, TestRun, TestRunSpec, Workspace, WorkspaceSpec};
+use terrace_tests::bench::{env_usize, rss_kib};
+use terrace_tests::{Api, Dev};
+
+const ORG: &str = "soak";
+const CONCURRENCY: usize = 16;
+
+fn kube_client(rt: &tokio::runtime::Runtime, kubeconfig: &Path) -> kube::Client {
+    rt.block_on(async {
+        let kc = Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .expect("config");
+        kube::Client::try_from(config).expect("client")
+    })
+}
+
+fn p50(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples.get(samples.len() / 2).copied().unwrap_or_default()
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Waits until the process's CPU use stays low for 3 s (the operator is done).
+fn settle(pid: u32) {
+    let ticks = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                let f: Vec<&str> = s.rsplit(')').next()?.split_whitespace().collect();
+                Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+            })
+            .unwrap_or(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(900);
+    let mut quiet = 0;
+    while quiet < 3 && Instant::now() < deadline {
+        let before = ticks();
+        std::thread::sleep(Duration::from_secs(1));
+        // Under 10% of a core.
+        if ticks() - before < 10 {
+            quiet += 1;
+        } else {
+            quiet = 0;
+        }
+    }
+}
+
+/// `n` runs (or test runs) of `owners`, round robin, written and ended at once.
+async fn write_runs(client: &kube::Client, owners: &[String], n: usize, tests: bool, from: usize) {
+    futures::stream::iter(from..from + n)
+        .map(|i| {
+            let client = client.clone();
+            let owner = owners[i % owners.len()].clone();
+            async move {
+                let (kind, status) = if tests {
+                    (
+                        IdKind::TestRun,
+                        json!({"status": {"status": "finished", "testStatus": "pass"}}),
+                    )
+                } else {
+                    (IdKind::Run, json!({"status": {"status": "applied"}}))
+                };
+                let id = new_id(kind);
+                let meta = ObjectMeta {
+                    name: Some(object_name_for_id(&id)),
+                    labels: Some(BTreeMap::from([
+                        (LABEL_ID.to_owned(), id.clone()),
+                        (LABEL_ORGANIZATION.to_owned(), ORG.to_owned()),
+                    ])),
+                    ..ObjectMeta::default()
+                };
+                let name = object_name_for_id(&id);
+                if tests {
+                    let api: kube::Api<TestRun> = kube::Api::namespaced(client, ORG);
+                    let spec = TestRunSpec {
+                        module: owner,
+                        configuration_version: "cv-none".into(),
+                        ..TestRunSpec::default()
+                    };
+                    let r = TestRun {
+                        metadata: meta,
+                        spec,
+                        status: None,
+                    };
+                    api.create(&PostParams::default(), &r)
+                        .await
+                        .expect("create test run");
+                    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                        .await
+                        .expect("end test run");
+                } else {
+                    let api: kube::Api<Run> = kube::Api::namespaced(client, ORG);
+                    let spec: RunSpec = serde_json::from_value(
+                        json!({"workspace": owner, "configurationVersion": "cv-none"}),
+                    )
+                    .expect("run spec");
+                    let r = Run {
+                        metadata: meta,
+                        spec,
+                        status: None,
+                    };
+                    api.create(&PostParams::default(), &r)
+                        .await
+                        .expect("create run");
+                    let mut status = status;
+                    status["status"]["statusTimestamps"] =
+                        json!({"plan-queueable-at": format!("2026-01-01T00:00:00.{:09}Z", i)});
+                    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                        .await
+                        .expect("end run");
+                }
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .collect::<Vec<()>>()
+        .await;
+}
+
+/// Objects and bytes (as JSON) of a kind in the organization's namespace.
+async fn count<K: Resource<DynamicType = ()>>(client: &kube::Client) -> (usize, usize) {
+    let ar = kube::api::ApiResource::erase::<K>(&());
+    let api: kube::Api<kube::api::DynamicObject> =
+        kube::Api::namespaced_with(client.clone(), ORG, &ar);
+    let list = api.list(&ListParams::default()).await.expect("list");
+    let bytes = list
+        .items
+        .iter()
+        .map(|o| serde_json::to_vec(o).map(|v| v.len()).unwrap_or(0))
+        .sum();
+    (list.items.len(), bytes)
+}
+
+async fn report_store(client: &kube::Client, label: &str) {
+    let runs = count::<Run>(client).await;
+    let tests = count::<TestRun>(client).await;
+    let secrets = count::<Secret>(client).await;
+    let cms = count::<ConfigMap>(client).await;
+    println!(
+        "  store {label}: {} Runs ({} KiB), {} TestRuns ({} KiB), {} Secrets ({} KiB), {} ConfigMaps ({} KiB)",
+        runs.0,
+        runs.1 / 1024,
+        tests.0,
+        tests.1 / 1024,
+        secrets.0,
+        secrets.1 / 1024,
+        cms.0,
+        cms.1 / 1024
+    );
+}
+
+/// Every run of `ws` through the API, page by page (newest first).
+fn list_all(api: &Api, ws: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for page in 1.. {
+        let r = api.get(&format!(
+            "/api/v2/workspaces/{ws}/runs?page[size]=100&page[number]={page}"
+        ));
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        let items = r.body["data"].as_array().cloned().unwrap_or_default();
+        if items.is_empty() {
+            break;
+        }
+        out.extend(
+            items
+                .iter()
+                .map(|i| i["id"].as_str().unwrap_or_default().to_owned()),
+        );
+    }
+    out
+}
+
+fn timed(n: usize, mut f: impl FnMut()) -> Duration {
+    let samples = (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .collect();
+    p50(samples)
+}
+
+fn soak() {
+    let runs = env_usize("TERRACE_SOAK_RUNS", 10_000);
+    let wss = env_usize("TERRACE_SOAK_WORKSPACES", 50);
+    let tests = env_usize("TERRACE_SOAK_TEST_RUNS", 5_000);
+    let mods = env_usize("TERRACE_SOAK_MODULES", 10);
+    println!(
+        "soak: {runs} runs across {wss} workspaces, {tests} test runs across {mods} modules (keeping 100 of each)"
+    );
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let dev = Dev::start_with(&["--no-kubelet"]);
+    let pid = dev.pid().expect("pid");
+    let client = kube_client(&rt, &dev.kubeconfig());
+    let api = Api::admin(&dev);
+    api.create_org(ORG);
+    let ws_ids: Vec<String> = (0..wss)
+        .map(|i| api.create_workspace(ORG, json!({"name": format!("soak-{i:03}")})))
+        .collect();
+    let ws_objects: Vec<String> = ws_ids.iter().map(|id| object_name_for_id(id)).collect();
+    let module_paths: Vec<String> = (0..mods)
+        .map(|i| api.create_module(ORG, &format!("m{i:02}"), "aws"))
+        .collect();
+    let modules: kube::Api<terrace_crds::RegistryModule> =
+        kube::Api::namespaced(client.clone(), ORG);
+    let module_objects: Vec<String> = rt
+        .block_on(modules.list(&ListParams::default()))
+        .expect("modules")
+        .items
+        .iter()
+        .filter_map(|m| m.metadata.name.clone())
+        .collect();
+    settle(pid);
+    let empty = rss_kib(pid);
+    let t = Instant::now();
+    rt.block_on(write_runs(&client, &ws_objects, runs / 2, false, 0));
+    rt.block_on(write_runs(&client, &module_objects, tests / 2, true, 0));
+    settle(pid);
+    let half = rss_kib(pid);
+    rt.block_on(write_runs(
+        &client,
+        &ws_objects,
+        runs - runs / 2,
+        false,
+        runs / 2,
+    ));
+    rt.block_on(write_runs(
+        &client,
+        &module_objects,
+        tests - tests / 2,
+        true,
+        tests / 2,
+    ));
+    settle(pid);
+    let full = rss_kib(pid);
+    println!(
+        "  written and archived in {:.0} s",
+        t.elapsed().as_secs_f64()
+    );
+    println!(
+        "  RSS: empty {} MiB, at {} runs {} MiB, at {} runs {} MiB: {:.2}x (target ≤ 1.2x)",
+        empty / 1024,
+        runs / 2,
+        half / 1024,
+        runs,
+        full / 1024,
+        full as f64 / half.max(1) as f64
+    );
+    rt.block_on(report_store(&client, "after"));
+
+    // Every run listed, newest first (their queue times are their creation order).
+    let mut listed = 0;
+    for (w, ws) in ws_ids.iter().enumerate() {
+        let all = list_all(&api, ws);
+        assert_eq!(
+            all.len(),
+            runs / wss + usize::from(w < runs % wss),
+            "runs of {ws}"
+        );
+        listed += all.len();
+    }
+    println!("  listed through the API: {listed} of {runs} runs, in order");
+    let archived_count = dev.kubectl_ok(&[
+        "get",
+        "workspaces",
+        "-n",
+        ORG,
+        "-o",
+        "jsonpath={.items[0].status.archivedRuns}",
+    ]);
+    println!("  archived runs of the first workspace: {archived_count}");
+
+    let ws = &ws_ids[0];
+    let first = api.get(&format!("/api/v2/workspaces/{ws}/runs?page[size]=20"));
+    let live_id = first.body["data"][0]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let all = list_all(&api, ws);
+    let archived_id = all.last().cloned().unwrap_or_default();
+    let last_page = all.len().div_ceil(20);
+    let list_live = timed(50, || {
+        assert_eq!(
+            api.get(&format!("/api/v2/workspaces/{ws}/runs?page[size]=20"))
+                .status,
+            200
+        );
+    });
+    let list_archived = timed(50, || {
+        assert_eq!(
+            api.get(&format!(
+                "/api/v2/workspaces/{ws}/runs?page[size]=20&page[number]={last_page}"
+            ))
+            .status,
+            200
+        );
+    });
+    let show_live = timed(50, || {
+        assert_eq!(api.get(&format!("/api/v2/runs/{live_id}")).status, 200)
+    });
+    let show_archived = timed(50, || {
+        assert_eq!(api.get(&format!("/api/v2/runs/{archived_id}")).status, 200)
+    });
+    println!(
+        "  list p50: live page {:.2} ms, archived page {:.2} ms: {:.2}x (target ≤ 2x)",
+        ms(list_live),
+        ms(list_archived),
+        ms(list_archived) / ms(list_live).max(0.001)
+    );
+    println!(
+        "  show p50: live run {:.2} ms, archived run {:.2} ms: {:.2}x (target ≤ 2x)",
+        ms(show_live),
+        ms(show_archived),
+        ms(show_archived) / ms(show_live).max(0.001)
+    );
+    let t = &module_paths[0];
+    let tests_listed = api.get(&format!("{t}/test-runs?page[size]=1"));
+    println!(
+        "  test runs of the first module through the API: {}",
+        tests_listed.body["meta"]["pagination"]["total-count"]
+    );
+}
+
+/// Workspaces `0..n` of `org` written directly through the Kubernetes API.
+async fn populate(client: &kube::Client, org: &str, n: usize) {
+    let wss: kube::Api<Workspace> = kube::Api::namespaced(client.clone(), org);
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let wss = wss.clone();
+            async move {
+                let id = new_id(IdKind::Workspace);
+                let mut spec = WorkspaceSpec::default_for_create();
+                spec.name = format!("k-{i:06}");
+                let ws = Workspace {
+                    metadata: ObjectMeta {
+                        name: Some(object_name_for_id(&id)),
+                        labels: Some(BTreeMap::from([
+                            (LABEL_ID.to_owned(), id),
+                            (LABEL_ORGANIZATION.to_owned(), org.to_owned()),
+                        ])),
+                        ..ObjectMeta::default()
+                    },
+                    spec,
+                    status: None,
+                };
+                wss.create(&PostParams::default(), &ws)
+                    .await
+                    .expect("create workspace");
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .collect::<Vec<()>>()
+        .await;
+}
+
+fn memory() {
+    let n = env_usize("TERRACE_MEMORY_WORKSPACES", 15_000);
+    println!("memory per workspace: {n} workspaces in one terrace dev");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    for through_api in [false, true] {
+        let dev = Dev::start_with(&["--no-kubelet"]);
+        let pid = dev.pid().expect("pid");
+        let api = Api::admin(&dev);
+        api.create_org("mem");
+        settle(pid);
+        let empty = rss_kib(pid);
+        let t = Instant::now();
+        if through_api {
+            let next = std::sync::atomic::AtomicUsize::new(0);
+            std::thread::scope(|s| {
+                for _ in 0..8 {
+                    s.spawn(|| {
+                        let api = Api::admin(&dev);
+                        loop {
+                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            if i >= n {
+                                break;
+                            }
+                            let r = api.post(
+                                "/api/v2/organizations/mem/workspaces",
+                                &json!({"data": {"type": "workspaces", "attributes": {"name": format!("a-{i:06}")}}}),
+                            );
+                            assert_eq!(r.status, 201, "{:?}", r.body);
+                        }
+                    });
+                }
+            });
+        } else {
+            let client = kube_client(&rt, &dev.kubeconfig());
+            rt.block_on(populate(&client, "mem", n));
+        }
+        settle(pid);
+        // The simulator keeps replaced versions for its watch history (150 s): measured
+        // once that has passed, as a long-running server would be.
+        std::thread::sleep(Duration::from_secs(160));
+        let filled = rss_kib(pid);
+        println!(
+            "  {}: {n} workspaces in {:.0} s, RSS {} → {} MiB: {:.1} KiB per workspace (target ≤ 12 KiB)",
+            if through_api {
+                "through the JSON:API"
+            } else {
+                "through the Kubernetes API"
+            },
+            t.elapsed().as_secs_f64(),
+            empty / 1024,
+            filled / 1024,
+            (filled.saturating_sub(empty)) as f64 / n as f64
+        );
+    }
+}
+
+fn main() {
+    let phases = std::env::var("TERRACE_HISTORY_PHASES").unwrap_or_else(|_| "soak,memory".into());
+    if phases.split(',').any(|p| p == "soak") {
+        soak();
+    }
+    if phases.split(',').any(|p| p == "memory") {
+        memory();
+    }
+}
