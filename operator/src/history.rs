@@ -22,6 +22,7 @@
 //! The archive's blobs are owned by the workspace (module) in the cluster store, so
 //! deleting it deletes its archive; the directory of the namespace is owned by nobody.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,6 +56,9 @@ use crate::{Context, Error, metrics};
 /// is said in the operator's log).
 const MAX_PACKED_LOGS: usize = 16 * 1024 * 1024;
 
+/// Whose turn it is to write a namespace's directory.
+type Turn = Arc<tokio::sync::Mutex<()>>;
+
 /// Catalog objects grouped by owner (workspace or module object name).
 type ByOwner = GroupIndex<DynamicObject>;
 
@@ -64,6 +68,9 @@ struct HistoryContext {
     stores: CatalogStores,
     runs_by_workspace: ByOwner,
     tests_by_module: ByOwner,
+    /// One pass at a time per namespace and kind: passes of several owners share the
+    /// namespace's directory, which each reads, changes and writes.
+    directories: std::sync::Mutex<HashMap<(String, HistoryKind), Turn>>,
 }
 
 /// Both controllers: runs per workspace (following the Workspace feed) and test runs per
@@ -97,6 +104,7 @@ where
         stores: stores.clone(),
         runs_by_workspace,
         tests_by_module,
+        directories: std::sync::Mutex::default(),
     });
 
     // Runs, per workspace.
@@ -267,7 +275,7 @@ async fn reconcile_workspace(
     let mut chosen = to_archive(&lives(&items), keep);
     if !chosen.is_empty() {
         // The run that wrote the current state stays (read only when a pass is due).
-        if let Some(run) = current_state_run(&ctx.base.client, &ns, &ws.name_any()).await? {
+        if let Some(run) = current_state_run(&ctx.base.client, &ns, &ws.name_any(), &ws_id).await? {
             for i in items.iter_mut().filter(|i| i.id == run) {
                 i.live.protected = true;
             }
@@ -461,16 +469,25 @@ fn pick(items: Vec<Item>, chosen: &[usize]) -> Vec<Item> {
         .collect()
 }
 
-/// The run that wrote workspace `ws`'s current state (its latest finalized version).
+/// The run that wrote workspace `ws` (ID `ws_id`)'s current state (its latest finalized
+/// version): listed by the workspace-ID label the API server puts on versions, else (a
+/// version written with kubectl has none) from the namespace's versions.
 async fn current_state_run(
     client: &kube::Client,
     ns: &str,
     ws: &str,
+    ws_id: &str,
 ) -> Result<Option<String>, Error> {
     let api: Api<StateVersion> = Api::namespaced(client.clone(), ns);
-    let versions = api.list(&ListParams::default()).await?;
+    let labelled = ListParams::default().labels(&format!(
+        "{}={ws_id}",
+        terrace_crds::constants::LABEL_WORKSPACE_ID
+    ));
+    let mut versions = api.list(&labelled).await?.items;
+    if versions.is_empty() {
+        versions = api.list(&ListParams::default()).await?.items;
+    }
     Ok(versions
-        .items
         .into_iter()
         .filter(|v| v.spec.workspace == ws)
         .filter(|v| v.status.as_ref().and_then(|s| s.status.as_deref()) == Some("finalized"))
@@ -568,6 +585,14 @@ async fn archive(
     items: Vec<Item>,
     retention_days: Option<i64>,
 ) -> Result<usize, Error> {
+    let turn = ctx
+        .directories
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .entry((ns.to_owned(), kind))
+        .or_default()
+        .clone();
+    let _turn = turn.lock().await;
     let client = &ctx.base.client;
     let owned = store(&ctx.base, ns, owner)?;
     let unowned = store(&ctx.base, ns, None)?;

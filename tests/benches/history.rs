@@ -21,6 +21,11 @@
 //! beside the same count written directly through the Kubernetes API (as kubectl and
 //! GitOps tools do).
 //!
+//! **Logs** (phase `logs`): a plan printing `TERRACE_LOG_MIB` MiB (default 50) through a
+//! fake engine; its log read back through the API byte for byte; the server's RSS rise
+//! while `TERRACE_LOG_READERS` (default 10) read it whole at once, against 10x the blob
+//! store's part size.
+//!
 //! Run: `cargo build --release -p terrace && TERRACE_BIN=target/release/terrace cargo
 //! bench -p terrace-tests --bench history`; `TERRACE_HISTORY_PHASES=soak,memory` picks
 //! phases; a quick run: `TERRACE_SOAK_RUNS=2000 TERRACE_SOAK_TEST_RUNS=1000
@@ -116,11 +121,10 @@ async fn write_runs(client: &kube::Client, owners: &[String], n: usize, tests: b
                 let name = object_name_for_id(&id);
                 if tests {
                     let api: kube::Api<TestRun> = kube::Api::namespaced(client, ORG);
-                    let spec = TestRunSpec {
-                        module: owner,
-                        configuration_version: "cv-none".into(),
-                        ..TestRunSpec::default()
-                    };
+                    let spec: TestRunSpec = serde_json::from_value(
+                        json!({"module": owner, "configurationVersion": "cv-none"}),
+                    )
+                    .expect("test run spec");
                     let r = TestRun {
                         metadata: meta,
                         spec,
@@ -224,6 +228,29 @@ fn timed(n: usize, mut f: impl FnMut()) -> Duration {
     p50(samples)
 }
 
+/// Waits (up to 10 minutes) until at most `runs` Runs and `tests` TestRuns are live: the
+/// history controllers caught up (each owner keeps 100 and archives in batches of 10).
+fn archived_down_to(
+    rt: &tokio::runtime::Runtime,
+    client: &kube::Client,
+    (runs, tests): (usize, usize),
+) {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let (r, t) = rt.block_on(async {
+            (
+                count::<Run>(client).await.0,
+                count::<TestRun>(client).await.0,
+            )
+        });
+        if (r <= runs && t <= tests) || Instant::now() > deadline {
+            println!("  live: {r} runs (bound {runs}), {t} test runs (bound {tests})");
+            return;
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
+}
+
 fn soak() {
     let runs = env_usize("TERRACE_SOAK_RUNS", 10_000);
     let wss = env_usize("TERRACE_SOAK_WORKSPACES", 50);
@@ -259,7 +286,12 @@ fn soak() {
     let t = Instant::now();
     rt.block_on(write_runs(&client, &ws_objects, runs / 2, false, 0));
     rt.block_on(write_runs(&client, &module_objects, tests / 2, true, 0));
+    let bound = (wss * 110, mods * 110);
+    archived_down_to(&rt, &client, bound);
     settle(pid);
+    // The simulator keeps deleted objects in its watch history for 150 s: measured once
+    // that passed, as a long-running server would be.
+    std::thread::sleep(Duration::from_secs(160));
     let half = rss_kib(pid);
     rt.block_on(write_runs(
         &client,
@@ -275,7 +307,9 @@ fn soak() {
         true,
         tests / 2,
     ));
+    archived_down_to(&rt, &client, bound);
     settle(pid);
+    std::thread::sleep(Duration::from_secs(160));
     let full = rss_kib(pid);
     println!(
         "  written and archived in {:.0} s",
@@ -453,8 +487,119 @@ fn memory() {
     }
 }
 
+/// A fake terraform whose plan prints `lines` numbered lines of 100 bytes.
+fn long_plan_engine(dir: &Path, lines: usize) -> String {
+    let script = format!(
+        r#"#!/bin/sh
+case "$1" in
+  version) if [ "$2" = "-json" ]; then echo '{{"terraform_version":"1.11.4"}}'; else echo 'Terraform v1.11.4'; fi ;;
+  init) exit 0 ;;
+  plan)
+    for a in "$@"; do case "$a" in -out=*) echo plan > "${{a#-out=}}" ;; esac; done
+    awk -v n={lines} 'BEGIN {{ for (i = 0; i < n; i++) printf "line %09d of a long plan log ................................................................\n", i }}' ;;
+  show) echo '{{"format_version":"1.2","resource_changes":[]}}' ;;
+  providers) echo '{{"format_version":"1.0","provider_schemas":{{}}}}' ;;
+esac
+"#
+    );
+    terrace_tests::write_engine(dir, &script)
+}
+
+/// Logs: a plan log of `TERRACE_LOG_MIB` MiB (default 50) stored by the runner, read back
+/// byte for byte, and the memory of the server while `TERRACE_LOG_READERS` readers
+/// (default 10) read it whole at once, against 10x the store's part size.
+fn logs() {
+    let mib = env_usize("TERRACE_LOG_MIB", 50);
+    let readers = env_usize("TERRACE_LOG_READERS", 10);
+    let lines = mib * 1024 * 1024 / 100;
+    let dir = tempfile::tempdir().expect("dir");
+    let engine = long_plan_engine(dir.path(), lines);
+    let dev = Dev::start_with(&["--engine", &engine]);
+    let pid = dev.pid().expect("pid");
+    let api = Api::admin(&dev);
+    api.create_org("logs");
+    let ws = api.create_workspace("logs", json!({"name": "long"}));
+    let cv = api.upload_config(&ws, &[("main.tf", "# fake\n")]);
+    let t = Instant::now();
+    let r = api.post(
+        "/api/v2/runs",
+        &json!({"data": {"type": "runs", "attributes": {"plan-only": true},
+            "relationships": {"workspace": {"data": {"type": "workspaces", "id": ws}},
+                "configuration-version": {"data": {"type": "configuration-versions", "id": cv}}}}}),
+    );
+    let id = r.body["data"]["id"].as_str().unwrap_or_default().to_owned();
+    let run = dev
+        .eventually(Duration::from_secs(600), || {
+            let run = api.get(&format!("/api/v2/runs/{id}")).body["data"].clone();
+            (run["attributes"]["status"] == "planned_and_finished").then_some(run)
+        })
+        .expect("the plan ends");
+    println!(
+        "logs: a plan printing {mib} MiB ran and stored its log in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    let plan = run["relationships"]["plan"]["data"]["id"]
+        .as_str()
+        .unwrap_or_default();
+    let url = api.get(&format!("/api/v2/plans/{plan}")).body["data"]["attributes"]["log-read-url"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let path = url[url.find("/api/v2/").expect("path")..].to_owned();
+    let cli = [("X-Terraform-Integration", "cloud")];
+    let (_, whole) = api.get_text_with(&path, &cli);
+    let want: String = (0..lines)
+        .map(|i| format!("line {i:09} of a long plan log ................................................................\n"))
+        .collect();
+    let start = whole.find("line 000000000").unwrap_or(0);
+    let same = whole.get(start..start + want.len()) == Some(want.as_str());
+    println!(
+        "  read back through the API: {} bytes, the plan's output byte for byte: {same}",
+        whole.len()
+    );
+    drop(whole);
+    settle(pid);
+    let before = rss_kib(pid);
+    let peak = std::sync::atomic::AtomicU64::new(before);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                peak.fetch_max(rss_kib(pid), std::sync::atomic::Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        let readers: Vec<_> = (0..readers)
+            .map(|_| {
+                s.spawn(|| {
+                    let api = Api::admin(&dev);
+                    api.get_text_with(&path, &cli).1.len()
+                })
+            })
+            .collect();
+        for r in readers {
+            let _ = r.join();
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    let rise = peak.into_inner().saturating_sub(before);
+    let part = terrace_crds::run::logs::PART_BYTES as u64 / 1024;
+    println!(
+        "  {readers} readers of the whole log at once ({:.1} s): server RSS rise {} KiB; {:.1}x the part size of {} KiB (target ≤ 10x). The readers' own buffers are in the bench process, not the server's",
+        t.elapsed().as_secs_f64(),
+        rise,
+        rise as f64 / part as f64,
+        part
+    );
+}
+
 fn main() {
-    let phases = std::env::var("TERRACE_HISTORY_PHASES").unwrap_or_else(|_| "soak,memory".into());
+    let phases =
+        std::env::var("TERRACE_HISTORY_PHASES").unwrap_or_else(|_| "soak,memory,logs".into());
+    if phases.split(',').any(|p| p == "logs") {
+        logs();
+    }
     if phases.split(',').any(|p| p == "soak") {
         soak();
     }

@@ -81,7 +81,7 @@ impl Shipper {
                     self.stopped = Some(true);
                     return;
                 }
-                Ok(s) if s < 500 && s != 429 => {
+                Ok(s) if s < 500 && !matches!(s, 401 | 409 | 429) => {
                     eprintln!(
                         "terrace runner: the API server refused part {} of the log: HTTP {s}; the log is kept in the Pod's log only",
                         self.n
