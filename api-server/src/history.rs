@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use serde::de::DeserializeOwned;
 use terrace_crds::history::{
     Archived, Directory, HistoryKind, Manifest, ManifestItem, Segment, decode, directory_key,
-    manifest_key, segment_key, unpack_log,
+    directory_shard, manifest_key, segment_key, unpack_log,
 };
 
 use crate::blobs::{BlobError, BlobStore};
@@ -79,7 +79,8 @@ type CachedManifest = (Option<i64>, Arc<Manifest>);
 
 /// The API server's view of the archives.
 pub struct History {
-    directories: Mutex<HashMap<(String, HistoryKind), Arc<Directory>>>,
+    /// Directory shards by namespace, kind and shard number.
+    directories: Mutex<HashMap<(String, HistoryKind, u32), Arc<Directory>>>,
     manifests: Mutex<Lru<ManifestKey, CachedManifest>>,
     segments: Mutex<Lru<String, Arc<dyn Any + Send + Sync>>>,
     /// One directory reload at a time.
@@ -157,10 +158,11 @@ impl History {
         if !id.starts_with(K::PREFIX) {
             return Ok(None);
         }
-        let cached = |dirs: &HashMap<(String, HistoryKind), Arc<Directory>>| {
+        let shard = directory_shard(id);
+        let cached = |dirs: &HashMap<(String, HistoryKind, u32), Arc<Directory>>| {
             dirs.iter()
-                .filter(|((_, k), _)| *k == K::KIND)
-                .find_map(|((ns, _), d)| d.owners.get(id).map(|o| (ns.clone(), o.clone())))
+                .filter(|((_, k, n), _)| *k == K::KIND && *n == shard)
+                .find_map(|((ns, _, _), d)| d.owners.get(id).map(|o| (ns.clone(), o.clone())))
         };
         let alive = |found: Option<(String, String)>| {
             found.filter(|(_, owner)| K::owner_exists(&state.index.read(), owner))
@@ -176,8 +178,8 @@ impl History {
             .map(|o| o.target_namespace().to_owned())
             .collect();
         for ns in namespaces {
-            let d: Directory = read_doc(state, &ns, &directory_key(K::KIND)).await?;
-            lock(&self.directories).insert((ns, K::KIND), Arc::new(d));
+            let d: Directory = read_doc(state, &ns, &directory_key(K::KIND, shard)).await?;
+            lock(&self.directories).insert((ns, K::KIND, shard), Arc::new(d));
         }
         let found = cached(&lock(&self.directories));
         Ok(alive(found))

@@ -10,8 +10,8 @@
 //!   ([`Archived`]: the object as it was, its logs packed);
 //! - the manifest ([`manifest_key`]): every archived object's ID, list order key and
 //!   segment ([`Manifest`]), written after the segments;
-//! - the directory of the namespace ([`directory_key`]): archived ID → owner ID, so an
-//!   object is found by its ID alone.
+//! - the directory of the namespace ([`directory_key`], in [`DIRECTORY_SHARDS`] shards by
+//!   ID): archived ID → owner ID, so an object is found by its ID alone.
 //!
 //! All are stored gzip-compressed ([`encode`], [`decode`]). The rules here are pure:
 //! which objects a pass archives ([`to_archive`]) and what the documents hold.
@@ -58,9 +58,20 @@ pub fn segment_key(kind: HistoryKind, owner_id: &str, seq: u32) -> String {
     format!("{}/{seq:06}.json", owner_prefix(kind, owner_id))
 }
 
-/// The directory of a namespace's archived objects of `kind`.
-pub fn directory_key(kind: HistoryKind) -> String {
-    format!("history/{}/directory.json", kind.as_str())
+/// Shards of a namespace's directory: a pass rewrites only the shards of the objects it
+/// archives, and a lookup reads only the shard of its ID.
+pub const DIRECTORY_SHARDS: u32 = 32;
+
+/// The directory shard of archived object `id`.
+pub fn directory_shard(id: &str) -> u32 {
+    id.bytes()
+        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)))
+        % DIRECTORY_SHARDS
+}
+
+/// Shard `shard` of the directory of a namespace's archived objects of `kind`.
+pub fn directory_key(kind: HistoryKind, shard: u32) -> String {
+    format!("history/{}/directory/{shard:02}.json", kind.as_str())
 }
 
 /// One archived object in a manifest.

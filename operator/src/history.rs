@@ -22,7 +22,7 @@
 //! The archive's blobs are owned by the workspace (module) in the cluster store, so
 //! deleting it deletes its archive; the directory of the namespace is owned by nobody.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,7 +38,8 @@ use terrace_blobstore::{BlobError, BlobStore, Bytes};
 use terrace_crds::constants::{FIELD_MANAGER_OPERATOR, LABEL_ID};
 use terrace_crds::history::{
     Archived, Directory, HistoryKind, Live, Manifest, ManifestItem, SEGMENT_MAX, Segment, decode,
-    directory_key, encode, expired, manifest_key, pack_log, segment_key, to_archive,
+    directory_key, directory_shard, encode, expired, manifest_key, pack_log, segment_key,
+    to_archive,
 };
 use terrace_crds::ids::IdKind;
 use terrace_crds::run::RunState;
@@ -597,9 +598,20 @@ async fn archive(
     let owned = store(&ctx.base, ns, owner)?;
     let unowned = store(&ctx.base, ns, None)?;
     let mut manifest: Manifest = read_doc(&owned, &manifest_key(kind, owner_id)).await?;
-    let mut directory: Directory = read_doc(&unowned, &directory_key(kind)).await?;
+    let mut directory = Shards::default();
     let pruned = match retention_days {
-        Some(days) => prune(&owned, kind, owner_id, &mut manifest, &mut directory, days).await?,
+        Some(days) => {
+            prune(
+                &owned,
+                &unowned,
+                kind,
+                owner_id,
+                &mut manifest,
+                &mut directory,
+                days,
+            )
+            .await?
+        }
         None => false,
     };
     if items.is_empty() && !pruned {
@@ -654,6 +666,8 @@ async fn archive(
             source: item.source.clone(),
         });
         directory
+            .shard(&unowned, kind, &item.id)
+            .await?
             .owners
             .insert(item.id.clone(), owner_id.to_owned());
         if segment.items.len() >= SEGMENT_MAX {
@@ -669,7 +683,7 @@ async fn archive(
         manifest.segments.insert(seq, segment.items.len());
     }
     write_doc(&owned, &manifest_key(kind, owner_id), &manifest).await?;
-    write_doc(&unowned, &directory_key(kind), &directory).await?;
+    directory.write(&unowned, kind).await?;
     let archived = manifest.items.len();
     for item in &done {
         delete(client, kind, ns, &item.name).await?;
@@ -690,15 +704,45 @@ async fn archive(
     Ok(archived)
 }
 
+/// The shards of a namespace's directory a pass read (and changes), by shard number.
+#[derive(Default)]
+struct Shards(BTreeMap<u32, Directory>);
+
+impl Shards {
+    /// The shard of `id`, read on first use.
+    async fn shard(
+        &mut self,
+        store: &AnyBlobStore,
+        kind: HistoryKind,
+        id: &str,
+    ) -> Result<&mut Directory, Error> {
+        use std::collections::btree_map::Entry;
+        let n = directory_shard(id);
+        Ok(match self.0.entry(n) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => e.insert(read_doc(store, &directory_key(kind, n)).await?),
+        })
+    }
+
+    /// Writes every shard read.
+    async fn write(&self, store: &AnyBlobStore, kind: HistoryKind) -> Result<(), Error> {
+        for (n, d) in &self.0 {
+            write_doc(store, &directory_key(kind, *n), d).await?;
+        }
+        Ok(())
+    }
+}
+
 /// Removes from the archive what a data retention policy of `days` days lets go: the
 /// objects leave their segments (an emptied segment is deleted), the manifest and the
 /// directory.
 async fn prune(
     store: &AnyBlobStore,
+    unowned: &AnyBlobStore,
     kind: HistoryKind,
     owner_id: &str,
     manifest: &mut Manifest,
-    directory: &mut Directory,
+    directory: &mut Shards,
     days: i64,
 ) -> Result<bool, Error> {
     let gone = expired(manifest, days, k8s_openapi::jiff::Timestamp::now());
@@ -720,7 +764,7 @@ async fn prune(
         }
         manifest.items.retain(|i| !ids.contains(&i.id));
         for id in ids {
-            directory.owners.remove(id);
+            directory.shard(unowned, kind, id).await?.owners.remove(id);
         }
         tracing::info!(owner = %owner_id, kind = kind.as_str(), count = ids.len(), days, "archived history past the data retention policy deleted");
     }

@@ -5,7 +5,8 @@
 //! into parts of [`PART_BYTES`] and PUTs each to the API server as it fills, and the
 //! part being written every [`FLUSH_EVERY`] while it grows, so readers follow the log
 //! live. A part the API answers 413 to is past the log's cap (the API stored the cut
-//! marker): shipping stops, relaying goes on. A part that cannot be stored ends shipping
+//! marker): shipping stops, relaying goes on. A part that cannot be stored (after three
+//! tries for a server error, 401 or 409: the run's Pod not recorded yet) ends shipping
 //! too, and [`Tee::finish`] says the log is not stored, so the operator archives the
 //! Pod's log as before.
 
