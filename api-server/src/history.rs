@@ -243,12 +243,12 @@ impl History {
         Ok(loaded)
     }
 
-    /// Archived object `id` with its namespace and owner ID, if there is one.
-    pub async fn find<K: Archivable>(
+    /// The segment holding archived object `id`, with the object's namespace and owner.
+    async fn holding<K: Archivable>(
         &self,
         state: &AppState,
         id: &str,
-    ) -> Result<Option<(Arc<K>, String, String)>, ApiError> {
+    ) -> Result<Option<(Arc<Loaded<K>>, String, String)>, ApiError> {
         let Some((ns, owner)) = self.owner_of::<K>(state, id).await? else {
             return Ok(None);
         };
@@ -258,6 +258,18 @@ impl History {
         let seg = self
             .segment::<K>(state, &ns, &owner, item.seg, count)
             .await?;
+        Ok(Some((seg, ns, owner)))
+    }
+
+    /// Archived object `id` with its namespace and owner ID, if there is one.
+    pub async fn find<K: Archivable>(
+        &self,
+        state: &AppState,
+        id: &str,
+    ) -> Result<Option<(Arc<K>, String, String)>, ApiError> {
+        let Some((seg, ns, owner)) = self.holding::<K>(state, id).await? else {
+            return Ok(None);
+        };
         Ok(seg.by_id.get(id).map(|(o, _)| (o.clone(), ns, owner)))
     }
 
@@ -283,21 +295,27 @@ impl History {
         Ok(entry(&m))
     }
 
-    /// The archived objects of `items` (of manifest `m` of `owner_id`), by ID.
-    pub async fn objects<K: Archivable>(
+    /// The objects of a page of `entries` merged from live ones and manifest `m` of
+    /// `owner_id` in `ns` ([`merged`]), in order.
+    pub async fn page<K: Archivable>(
         &self,
         state: &AppState,
         ns: &str,
         owner_id: &str,
         m: &Manifest,
-        items: &[&ManifestItem],
-    ) -> Result<HashMap<String, Arc<K>>, ApiError> {
-        let mut out = HashMap::with_capacity(items.len());
-        for i in items {
-            let count = m.segments.get(&i.seg).copied().unwrap_or(0);
-            let seg = self.segment::<K>(state, ns, owner_id, i.seg, count).await?;
-            if let Some((o, _)) = seg.by_id.get(&i.id) {
-                out.insert(i.id.clone(), o.clone());
+        entries: &[Entry<'_, K>],
+    ) -> Result<Vec<Arc<K>>, ApiError> {
+        let mut out = Vec::with_capacity(entries.len());
+        for e in entries {
+            match e {
+                Entry::Live(o) => out.push(o.clone()),
+                Entry::Archived(i) => {
+                    let count = m.segments.get(&i.seg).copied().unwrap_or(0);
+                    let seg = self.segment::<K>(state, ns, owner_id, i.seg, count).await?;
+                    if let Some((o, _)) = seg.by_id.get(&i.id) {
+                        out.push(o.clone());
+                    }
+                }
             }
         }
         Ok(out)
@@ -310,15 +328,9 @@ impl History {
         id: &str,
         pod: &str,
     ) -> Result<Option<Vec<u8>>, ApiError> {
-        let Some((ns, owner)) = self.owner_of::<K>(state, id).await? else {
+        let Some((seg, _, _)) = self.holding::<K>(state, id).await? else {
             return Ok(None);
         };
-        let Some((item, count)) = self.item::<K>(state, &ns, &owner, id).await? else {
-            return Ok(None);
-        };
-        let seg = self
-            .segment::<K>(state, &ns, &owner, item.seg, count)
-            .await?;
         let Some(packed) = seg.by_id.get(id).and_then(|(_, logs)| logs.get(pod)) else {
             return Ok(None);
         };

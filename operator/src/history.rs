@@ -337,12 +337,7 @@ async fn reconcile_module(
             let r: TestRun = typed(&o)?;
             let id = r.labels().get(LABEL_ID)?.clone();
             let st = r.status.clone().unwrap_or_default();
-            let created = r
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .map(|t| terrace_crds::common::timestamp(&t.0))
-                .unwrap_or_default();
+            let created = r.created_at();
             Some(Item {
                 live: Live {
                     order: (created, r.name_any()),

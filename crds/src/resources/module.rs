@@ -558,3 +558,15 @@ kind_status! {
         pub test_status: Option<String>,
     }
 }
+
+impl TestRun {
+    /// When the run was created (RFC 3339, the API's format; "" before it was stored):
+    /// with its object name, the order of a module's test runs.
+    pub fn created_at(&self) -> String {
+        self.metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| crate::common::timestamp(&t.0))
+            .unwrap_or_default()
+    }
+}

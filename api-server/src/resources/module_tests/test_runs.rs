@@ -389,12 +389,7 @@ async fn list(
         .into_iter()
         .filter(|r| filter.matches(&r.spec.source))
         .map(|r| {
-            let created = r
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .map(|t| terrace_crds::common::timestamp(&t.0))
-                .unwrap_or_default();
+            let created = r.created_at();
             ((created, r.name_any()), r.clone(), id_of(r.as_ref()))
         })
         .collect();
@@ -415,25 +410,13 @@ async fn list(
         filter.matches(i.source.as_deref().unwrap_or_default())
     });
     let on_page = page_slice(&entries, page);
-    let wanted: Vec<&terrace_crds::history::ManifestItem> = on_page
-        .iter()
-        .filter_map(|e| match e {
-            crate::history::Entry::Archived(i) => Some(*i),
-            crate::history::Entry::Live(_) => None,
-        })
-        .collect();
-    let archived = state
-        .history
-        .objects::<TestRun>(&state, &m.ns, &module_id, &manifest, &wanted)
-        .await?;
     let base = base_url(&state, &headers);
-    let data: Vec<Value> = on_page
+    let data: Vec<Value> = state
+        .history
+        .page::<TestRun>(&state, &m.ns, &module_id, &manifest, on_page)
+        .await?
         .iter()
-        .filter_map(|e| match e {
-            crate::history::Entry::Live(r) => Some(r.clone()),
-            crate::history::Entry::Archived(i) => archived.get(&i.id).cloned(),
-        })
-        .map(|r| render_indexed(&state, &r, &base))
+        .map(|r| render_indexed(&state, r, &base))
         .collect();
     let total = entries.len();
     let mut self_url = format!(

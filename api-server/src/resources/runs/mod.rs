@@ -564,24 +564,10 @@ async fn list(
     });
     let total = entries.len();
     let on_page = page_slice(&entries, page);
-    let wanted: Vec<&terrace_crds::history::ManifestItem> = on_page
-        .iter()
-        .filter_map(|e| match e {
-            crate::history::Entry::Archived(i) => Some(*i),
-            crate::history::Entry::Live(_) => None,
-        })
-        .collect();
-    let archived = state
+    let runs = state
         .history
-        .objects::<Run>(&state, &ws.ns, &ws_id, &manifest, &wanted)
+        .page::<Run>(&state, &ws.ns, &ws_id, &manifest, on_page)
         .await?;
-    let runs: Vec<Arc<Run>> = on_page
-        .iter()
-        .filter_map(|e| match e {
-            crate::history::Entry::Live(r) => Some(r.clone()),
-            crate::history::Entry::Archived(i) => archived.get(&i.id).cloned(),
-        })
-        .collect();
     let mut included: Vec<Value> = Vec::new();
     let data: Vec<Value> = runs
         .iter()
