@@ -113,7 +113,7 @@ fn a_runs_notifications_reach_their_destinations() {
         "run:completed",
     ];
     let got = dev
-        .eventually(Duration::from_secs(120), || {
+        .eventually(Duration::from_secs(300), || {
             let run_ones: Vec<Value> = receiver
                 .at("/generic")
                 .iter()
@@ -216,7 +216,7 @@ fn a_runs_notifications_reach_their_destinations() {
     assert_eq!(r.status, 201, "{:?}", r.body);
     let second = r.body["data"]["id"].as_str().unwrap_or_default().to_owned();
     let late = dev
-        .eventually(Duration::from_secs(120), || {
+        .eventually(Duration::from_secs(300), || {
             let got = receiver.at("/disabled");
             (got.len() >= 2).then_some(got)
         })
