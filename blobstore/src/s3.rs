@@ -303,7 +303,8 @@ pub struct Listed {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct BlobOwner {
     pub namespace: String,
-    /// `state-versions` or `configuration-versions`.
+    /// `state-versions`, `configuration-versions`, or the history archive of a workspace
+    /// (`history/runs`) or module (`history/test-runs`).
     pub kind: String,
     /// The object's ID (`sv-…`, `cv-…`).
     pub id: String,
@@ -317,12 +318,24 @@ pub const OWNER_KINDS: [&str; 2] = ["state-versions", "configuration-versions"];
 pub fn owner_of(rest: &str) -> Option<BlobOwner> {
     let mut parts = rest.split('/');
     let (namespace, kind, id) = (parts.next()?, parts.next()?, parts.next()?);
-    (namespace != PROBE_FOLDER && OWNER_KINDS.contains(&kind) && !id.is_empty()).then(|| {
-        BlobOwner {
-            namespace: namespace.to_owned(),
-            kind: kind.to_owned(),
-            id: id.to_owned(),
-        }
+    if namespace == PROBE_FOLDER {
+        return None;
+    }
+    // The run history archive of a workspace or module: `history/runs/<ws ID>/…`,
+    // `history/test-runs/<module ID>/…` (the namespace's directory has no owner).
+    if kind == "history" {
+        let owner = parts.next()?;
+        return (matches!(id, "runs" | "test-runs") && owner != "directory" && !owner.is_empty())
+            .then(|| BlobOwner {
+                namespace: namespace.to_owned(),
+                kind: format!("history/{id}"),
+                id: owner.to_owned(),
+            });
+    }
+    (OWNER_KINDS.contains(&kind) && !id.is_empty()).then(|| BlobOwner {
+        namespace: namespace.to_owned(),
+        kind: kind.to_owned(),
+        id: id.to_owned(),
     })
 }
 

@@ -12,7 +12,8 @@
 //! are moved (after an upgrade: `terrace blobs migrate --from cluster --to cluster`).
 //!
 //! `terrace blobs sweep`: lists the objects of an S3 blob store whose owner (the
-//! StateVersion or ConfigurationVersion their key names) no longer exists, and with
+//! StateVersion or ConfigurationVersion their key names, or the Workspace or
+//! RegistryModule of a run history archive) no longer exists, and with
 //! `--delete` removes them. The bucket is listed before the objects, so a blob written
 //! meanwhile has an owner that the object listing sees.
 
@@ -340,6 +341,8 @@ pub async fn sweep(args: SweepArgs) -> anyhow::Result<()> {
     let mut live: HashSet<BlobOwner> = HashSet::new();
     live.extend(live_owners::<StateVersion>(&client, "state-versions").await?);
     live.extend(live_owners::<ConfigurationVersion>(&client, "configuration-versions").await?);
+    live.extend(live_owners::<terrace_crds::Workspace>(&client, "history/runs").await?);
+    live.extend(live_owners::<terrace_crds::RegistryModule>(&client, "history/test-runs").await?);
     let orphans: Vec<_> = listed
         .iter()
         .filter(|l| l.owner.as_ref().is_some_and(|o| !live.contains(o)))

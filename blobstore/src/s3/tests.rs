@@ -92,6 +92,11 @@ async fn owners_of_keys() {
         owner_of("acme/configuration-versions/cv-1").map(|o| o.id),
         Some("cv-1".to_owned())
     );
+    assert_eq!(
+        owner_of("acme/history/runs/ws-1/000000.json").map(|o| (o.kind, o.id)),
+        Some(("history/runs".to_owned(), "ws-1".to_owned()))
+    );
+    assert_eq!(owner_of("acme/history/runs/directory/07.json"), None);
     for other in [
         ".terrace-probe/x/y",
         "acme/other/x",
