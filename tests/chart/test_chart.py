@@ -271,6 +271,7 @@ API_SERVER_NEEDS = [
     *[("terrace.dev", k, "patch") for k in ("organizations", "projects", "workspaces", "sshkeys", "agentpools", "variablesets", "notificationconfigurations", "testvariables", "workspacevariables", "configurationversions", "stateversions", "registrymodules", "policysets", "policies")],
     *[("terrace.dev", k, "delete") for k in ("organizations", "projects", "workspaces", "sshkeys", "agentpools", "variablesets", "notificationconfigurations", "testvariables", "workspacevariables", "stateversions", "registrymodules", "moduleversions", "policysets", "policies")],
     ("terrace.dev", "workspaces", "update"),
+    ("terrace.dev", "testruns/finalizers", "update"),  # log parts owned by the test run
     *[("terrace.dev", f"{k}/status", "patch") for k in ("configurationversions", "testruns", "testvariables", "stateversions", "runs")],
     *[("", "secrets", v) for v in ("get", "create", "patch", "delete")],
     *[("", "configmaps", v) for v in ("get", "create", "patch", "delete")],
