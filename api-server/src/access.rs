@@ -335,6 +335,22 @@ impl AppState {
         self.if_readable(caller, found).await
     }
 
+    /// [`Self::readable`] of a live object only: what acts on an object (a run's actions,
+    /// a comment) answers 404 for an archived one, which is final and read-only
+    /// (docs/runs.md).
+    pub async fn readable_live<K: Guarded>(
+        &self,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<Located<K>, ApiError> {
+        let found = match self.locate::<K>(id) {
+            Some(l) => Some(l),
+            None if confirm::by_id::<K>(self, id).await => self.locate::<K>(id),
+            None => None,
+        };
+        self.if_readable(caller, found).await
+    }
+
     /// The object found, if the caller may read it (`get` on it); 404 otherwise, as when
     /// there is none.
     async fn if_readable<K: Guarded>(
@@ -465,6 +481,16 @@ impl<K: Guarded, N: Need> FromRequestParts<AppState> for Found<K, N> {
     }
 }
 
+/// The organization routes a run's engine may reach with its credential (docs/runs.md,
+/// "Inside a run"): what the `remote` and `cloud` backends of `terraform_remote_state`
+/// read (the entitlements, a workspace by name; a create answers 403). Every other
+/// document of the organization (its settings, tags, capacity, lists) is 404 to a run.
+const RUN_ORG_ROUTES: &[&str] = &[
+    "/api/v2/organizations/{org}/entitlement-set",
+    "/api/v2/organizations/{org}/workspaces",
+    "/api/v2/organizations/{org}/workspaces/{name}",
+];
+
 /// The authenticated caller and the organization of `{org}`, if the caller may see it
 /// (404 otherwise).
 pub struct VisibleOrg {
@@ -485,6 +511,15 @@ impl FromRequestParts<AppState> for VisibleOrg {
             .find(|(k, _)| *k == "org")
             .map(|(_, v)| v.to_owned())
             .ok_or_else(org_not_found)?;
+        if caller.scope.is_some() {
+            let route = parts
+                .extensions
+                .get::<axum::extract::MatchedPath>()
+                .map(axum::extract::MatchedPath::as_str);
+            if !route.is_some_and(|r| RUN_ORG_ROUTES.contains(&r)) {
+                return Err(org_not_found());
+            }
+        }
         let org = state.visible_org(&caller, &name).await?;
         Ok(VisibleOrg { caller, org })
     }

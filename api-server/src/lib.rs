@@ -51,6 +51,7 @@ pub mod ingest;
 pub mod listener;
 pub mod metrics;
 pub mod pod_logs;
+pub mod policy_eval;
 pub mod prelude;
 pub mod query;
 pub mod read_only;
@@ -110,6 +111,8 @@ pub struct Shared {
     pub module_archives: Arc<resources::module_tests::protocol::ArchiveCache>,
     /// Archived runs and test runs.
     pub history: Arc<history::History>,
+    /// The tokens of run Secrets already read (runner credentials).
+    pub secret_tokens: Arc<runner_auth::SecretTokens>,
 }
 
 impl AppState {
@@ -137,6 +140,7 @@ impl AppState {
             rendered: Arc::default(),
             responses: Arc::default(),
             history: Arc::default(),
+            secret_tokens: Arc::default(),
             signer,
             client,
         }))

@@ -11,7 +11,6 @@ use k8s_openapi::api::core::v1::Secret;
 use terrace_crds::Run;
 use terrace_crds::run::RunState;
 
-use crate::capability::constant_time_eq;
 use crate::prelude::*;
 
 /// How long a runner request for a run not indexed yet waits for it, once its token
@@ -56,9 +55,11 @@ fn unauthorized() -> ApiError {
 }
 
 /// The run `run_id` if `headers` carry its token and it is not final (401 otherwise, the
-/// same for an unknown run). A run not indexed yet (created by the operator a moment
-/// ago) is waited for only once the token checked out against the Secret of the run in
-/// the namespace the token names: an anonymous caller never holds a request open.
+/// same for an unknown run). A token that is not of a run token's form, or that names a
+/// namespace no organization uses, is refused before anything else; a run not indexed
+/// yet (created by the operator a moment ago) is waited for (bounded) in the index. No
+/// Kubernetes request is made before the run is known, and the run's Secret is read at
+/// most once per run ([`SecretTokens`]).
 async fn authorize(
     state: &AppState,
     run_id: &str,
@@ -67,13 +68,12 @@ async fn authorize(
     let presented = crate::auth::bearer_token(headers)
         .map(str::to_owned)
         .ok_or_else(unauthorized)?;
+    let ns = terrace_crds::run::runner_token_namespace(&presented).ok_or_else(unauthorized)?;
+    if state.index.read().organization_of_namespace(ns).is_none() {
+        return Err(unauthorized());
+    }
     let indexed = |i: &crate::index::Inner| i.runs().get(run_id).is_some();
     if !indexed(&state.index.read()) {
-        let ns = terrace_crds::run::runner_token_namespace(&presented).ok_or_else(unauthorized)?;
-        let object = terrace_crds::ids::object_name_for_id(run_id);
-        if !holds_token(state, ns, &object, &presented).await? {
-            return Err(unauthorized());
-        }
         state.index.wait_until(INDEX_GRACE, indexed).await;
     }
     let run = state
@@ -83,23 +83,27 @@ async fn authorize(
         .get(run_id)
         .cloned()
         .ok_or_else(unauthorized)?;
-    let status = RunState::of(run.status.as_ref().and_then(|s| s.status.as_deref()));
-    if status.is_ok_and(RunState::is_final) {
+    if run.namespace().as_deref() != Some(ns) || is_final(&run) {
         return Err(unauthorized());
     }
-    let ns = run.namespace().unwrap_or_default();
-    if holds_token(state, &ns, &run.name_any(), &presented).await? {
+    if holds_token(state, &run, &presented).await? {
         Ok(run)
     } else {
         Err(unauthorized())
     }
 }
 
+fn is_final(run: &Run) -> bool {
+    RunState::of(run.status.as_ref().and_then(|s| s.status.as_deref()))
+        .is_ok_and(RunState::is_final)
+}
+
 /// The caller of a run's API credential ([`terrace_crds::run::run_credential`], the
 /// token in the CLI configuration of the run's engine): the run's token checked against
 /// its Secret, the run not final, and its scope ([`RunScope`]) taken from the index now:
 /// its workspace and the workspaces that share their state with it. None when any of it
-/// fails (401).
+/// fails (401); a credential whose parts are not Kubernetes names, or whose run the
+/// index does not hold, costs no Kubernetes request.
 pub async fn run_caller(state: &AppState, credential: &str) -> Result<Option<Caller>, ApiError> {
     use terrace_crds::resources::Named;
     let Some((object, token)) = terrace_crds::run::parse_run_credential(credential) else {
@@ -108,22 +112,20 @@ pub async fn run_caller(state: &AppState, credential: &str) -> Result<Option<Cal
     let Some(ns) = terrace_crds::run::runner_token_namespace(token) else {
         return Ok(None);
     };
-    if !holds_token(state, ns, object, token).await? {
-        return Ok(None);
-    }
-    let idx = state.index.read();
-    let Some(run) = idx
+    let found = state
+        .index
+        .read()
         .runs()
         .in_namespace(ns)
         .find(|r| r.metadata.name.as_deref() == Some(object))
-        .cloned()
-    else {
+        .cloned();
+    let Some(run) = found.filter(|r| !is_final(r)) else {
         return Ok(None);
     };
-    let status = RunState::of(run.status.as_ref().and_then(|s| s.status.as_deref()));
-    if status.is_ok_and(RunState::is_final) {
+    if !holds_token(state, &run, token).await? {
         return Ok(None);
     }
+    let idx = state.index.read();
     let mut workspaces = std::collections::BTreeSet::from([run.spec.workspace.clone()]);
     if let Some(own) = idx.workspace_object(ns, &run.spec.workspace) {
         let own_id = id_of(own.as_ref());
@@ -152,23 +154,97 @@ pub async fn run_caller(state: &AppState, credential: &str) -> Result<Option<Cal
     )))
 }
 
-/// Whether the Secret of run object `object` in `ns` holds `presented` as its token.
-async fn holds_token(
+/// Whether the Secret of `run` (indexed, so its names are the cluster's) holds
+/// `presented` as its token.
+async fn holds_token(state: &AppState, run: &Run, presented: &str) -> Result<bool, ApiError> {
+    let ns = run.namespace().unwrap_or_default();
+    let uid = run.metadata.uid.clone().unwrap_or_default();
+    state
+        .secret_tokens
+        .holds(
+            state,
+            &ns,
+            &uid,
+            &secret_name(&run.name_any()),
+            TOKEN_KEY,
+            presented,
+        )
+        .await
+}
+
+/// The tokens of run and test-run Secrets the API server has read: the SHA-256 of the
+/// value of each (owner UID, key), read once per owner (a run's token never changes while
+/// it runs). A runner calls several times a second (log parts, state, plan); the check of
+/// each call is a hash and a comparison, not a Kubernetes request, and a wrong token
+/// presented for a known run costs nothing more than the first read.
+#[derive(Default)]
+pub struct SecretTokens {
+    held: std::sync::Mutex<std::collections::HashMap<(String, &'static str), [u8; 32]>>,
+}
+
+/// Most entries kept; beyond it the map starts again (entries of final runs are no longer
+/// asked for).
+const MAX_SECRET_TOKENS: usize = 20_000;
+
+impl SecretTokens {
+    /// Whether Secret `secret` of namespace `ns` (the Secret of the object with UID
+    /// `uid`) holds `presented` under `key`. `ns` and `secret` must come from indexed
+    /// objects, never from a request.
+    pub async fn holds(
+        &self,
+        state: &AppState,
+        ns: &str,
+        uid: &str,
+        secret: &str,
+        key: &'static str,
+        presented: &str,
+    ) -> Result<bool, ApiError> {
+        use sha2::{Digest, Sha256};
+        let slot = (uid.to_owned(), key);
+        let known = self.lock().get(&slot).copied();
+        let held = match known {
+            Some(h) => h,
+            None => {
+                let Some(value) = read_secret_key(state, ns, secret, key).await? else {
+                    return Ok(false);
+                };
+                let h: [u8; 32] = Sha256::digest(&value).into();
+                let mut map = self.lock();
+                if map.len() >= MAX_SECRET_TOKENS {
+                    map.clear();
+                }
+                map.insert(slot, h);
+                h
+            }
+        };
+        Ok(crate::capability::constant_time_eq(
+            &held,
+            &Sha256::digest(presented.as_bytes()),
+        ))
+    }
+
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<(String, &'static str), [u8; 32]>>
+    {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+async fn read_secret_key(
     state: &AppState,
     ns: &str,
-    object: &str,
-    presented: &str,
-) -> Result<bool, ApiError> {
+    name: &str,
+    key: &str,
+) -> Result<Option<Vec<u8>>, ApiError> {
     let secrets = write::api::<Secret>(state, ns);
-    let secret = match secrets.get_opt(&secret_name(object)).await {
+    let secret = match secrets.get_opt(name).await {
         Ok(s) => s,
-        // A namespace name the API server refuses is no run's.
-        Err(kube::Error::Api(s)) if s.code == 400 || s.code == 403 || s.code == 404 => None,
+        Err(kube::Error::Api(s)) if s.code == 403 || s.code == 404 => None,
         Err(e) => return Err(e.into()),
     };
     Ok(secret
-        .as_ref()
-        .and_then(|s| s.data.as_ref())
-        .and_then(|d| d.get(TOKEN_KEY))
-        .is_some_and(|t| constant_time_eq(&t.0, presented.as_bytes())))
+        .and_then(|s| s.data)
+        .and_then(|mut d| d.remove(key))
+        .map(|v| v.0))
 }

@@ -187,6 +187,13 @@ async fn chart_identity(sim: &terrace_simulator::Simulator) -> kube::Client {
 }
 
 impl Harness {
+    /// How many requests the API server (the chart's ServiceAccount) has made of the
+    /// cluster so far: a test takes the difference around a request.
+    pub fn api_server_calls(&self) -> u64 {
+        self._sim
+            .requests_of("system:serviceaccount:terrace-system:terrace-api-server")
+    }
+
     /// Creates a namespaced object in `acme` (callers wait for the index themselves).
     pub async fn create<K>(&self, o: K) -> K
     where

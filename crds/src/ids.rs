@@ -143,6 +143,23 @@ pub fn object_name_for_id(id: &str) -> String {
     id.to_ascii_lowercase()
 }
 
+/// Whether `s` is a DNS-1123 label (a namespace's name): 1 to 63 lowercase letters,
+/// digits and `-`, starting and ending with a letter or digit.
+pub fn is_dns1123_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    (1..=63).contains(&b.len())
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+/// Whether `s` is a DNS-1123 subdomain (the name of most objects): at most 253
+/// characters, dot-separated DNS-1123 labels.
+pub fn is_dns1123_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns1123_label)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

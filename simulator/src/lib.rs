@@ -135,6 +135,8 @@ pub struct Shared {
     pub pods_dir: PathBuf,
     /// Flips to `true` on shutdown.
     pub shutdown: tokio_watch::Sender<bool>,
+    /// Requests served to each user (tests count what a component asks of the cluster).
+    pub requests_by_user: Mutex<std::collections::HashMap<String, u64>>,
     flush_lock: tokio::sync::Mutex<()>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
@@ -335,6 +337,7 @@ impl Simulator {
             shutdown,
             flush_lock: tokio::sync::Mutex::new(()),
             tasks: Mutex::new(Vec::new()),
+            requests_by_user: Mutex::default(),
         });
         shared
             .write(kinds::namespace::create_defaults)
@@ -479,6 +482,15 @@ impl Simulator {
             .create_token_request(name, &pp, &TokenRequest::default())
             .await?;
         Ok(self.client_as(&tr.status.map(|s| s.token).unwrap_or_default()))
+    }
+
+    /// How many requests the simulator has served to user `username` (a ServiceAccount's
+    /// is `system:serviceaccount:NS:NAME`): what a component asked of the cluster.
+    pub fn requests_of(&self, username: &str) -> u64 {
+        self.shared
+            .requests_by_user
+            .lock()
+            .map_or(0, |m| m.get(username).copied().unwrap_or(0))
     }
 
     /// Bearer token of user `admin` (group `system:masters`).

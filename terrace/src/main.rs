@@ -83,8 +83,16 @@ enum BlobsCommand {
     Sweep(blobs::SweepArgs),
 }
 
+/// The Kubernetes client logs whole response bodies (at WARN when one does not decode,
+/// at TRACE otherwise): Secrets, state chunks and Pod logs would reach the log. Its
+/// client module is kept to errors whatever `RUST_LOG` says; failed requests are logged by
+/// terrace's own code, without bodies.
+const QUIET_KUBE_CLIENT: &str = "kube_client::client=error";
+
 fn init_tracing(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info"))
+        .add_directive(QUIET_KUBE_CLIENT.parse().expect("a directive"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -111,6 +111,9 @@ pub(super) async fn auth_layer(
     if let Err(e) = authorize(&shared, &user, &attrs) {
         return e.into_response();
     }
+    if let Ok(mut counts) = shared.requests_by_user.lock() {
+        *counts.entry(user.username.clone()).or_default() += 1;
+    }
     req.extensions_mut().insert(user);
     let response = next.run(req).await;
     if attrs.api_group == crate::store::RBAC_GROUP

@@ -63,14 +63,18 @@ async fn put_part(
         .as_ref()
         .and_then(|s| s.pod_name.clone())
         .ok_or_else(unauthorized)?;
-    let secret = crate::write::api::<k8s_openapi::api::core::v1::Secret>(&state, &ns)
-        .get_opt(&pod)
+    let uid = r.metadata.uid.clone().unwrap_or_default();
+    let held = state
+        .secret_tokens
+        .holds(
+            &state,
+            &ns,
+            &format!("{uid}/{pod}"),
+            &pod,
+            LOG_TOKEN_KEY,
+            presented,
+        )
         .await?;
-    let held = secret
-        .as_ref()
-        .and_then(|s| s.data.as_ref())
-        .and_then(|d| d.get(LOG_TOKEN_KEY))
-        .is_some_and(|t| crate::capability::constant_time_eq(&t.0, presented.as_bytes()));
     if !held {
         return Err(unauthorized());
     }

@@ -1311,6 +1311,114 @@ async fn a_workspace_upload_url_takes_a_new_archive_until_a_run_uses_it() {
     assert_eq!(download().await, second, "what the run plans stays");
 }
 
+/// Issue 39 §1: a token's parts went unescaped into the path of a Secret GET made with the
+/// API server's own identity, before the caller was authenticated (`acme/secrets?` turned
+/// it into a LIST of every Secret, logged whole). A token whose parts are not Kubernetes
+/// names, or that names a run the index does not hold, is refused with no request to the
+/// cluster at all; a wrong secret for a known run costs at most the one read of its
+/// Secret, then nothing.
+#[tokio::test]
+async fn bogus_run_tokens_cost_no_kubernetes_request() {
+    let h = setup().await;
+    let (run, token) = applying_run(&h).await;
+    let object = terrace_crds::ids::object_name_for_id(&run);
+    let secret = "A".repeat(43);
+    let mut bogus = vec![
+        "tfrun.x.acme/secrets?.y".to_owned(),
+        format!("tfrun.x.acme/secrets?.{secret}"),
+        format!("tfrun.{object}.acme/secrets?.{secret}"),
+        format!("tfrun.{object}/../x.acme.{secret}"),
+        format!("tfrun.{object}.ACME.{secret}"),
+        format!("tfrun.{object}.acme.has/slash/{secret}"),
+        format!("tfrun.run-nosuchrun00000001.acme.{secret}"),
+        format!("tfrun.{object}.elsewhere.{secret}"),
+    ];
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(39);
+    let alphabet = b"acme-./?%#&=AZ09_~ ";
+    for _ in 0..200 {
+        let tail: String = (0..rng.random_range(0..60))
+            .map(|_| alphabet[rng.random_range(0..alphabet.len())] as char)
+            .collect();
+        bogus.push(format!("tfrun.{tail}"));
+    }
+    let before = h.api_server_calls();
+    for t in &bogus {
+        let (st, _) = h
+            .call_as(t, "GET", "/api/v2/organizations/acme/workspaces/app", None)
+            .await;
+        assert_eq!(st, 401, "{t}");
+    }
+    for t in [
+        "acme/secrets?.y".to_owned(),
+        format!("../x.{secret}"),
+        format!("ACME.{secret}"),
+    ] {
+        let (st, _) = h
+            .call_as(
+                &t,
+                "GET",
+                &format!("/api/v2/runner/runs/{run}/archive"),
+                None,
+            )
+            .await;
+        assert_eq!(st, 401, "{t}");
+    }
+    assert_eq!(
+        h.api_server_calls(),
+        before,
+        "a bogus token made the API server call the cluster"
+    );
+    // A wrong secret for a run that exists: the run's Secret is read once, then never
+    // again, whatever is presented.
+    let wrong = terrace_crds::run::run_credential(&format!("acme.{secret}"), &object);
+    let (st, _) = h
+        .call_as(
+            &wrong,
+            "GET",
+            "/api/v2/organizations/acme/workspaces/app",
+            None,
+        )
+        .await;
+    assert_eq!(st, 401);
+    let cred = terrace_crds::run::run_credential(&token, &object);
+    let (st, _) = h
+        .call_as(
+            &cred,
+            "GET",
+            "/api/v2/organizations/acme/workspaces/app",
+            None,
+        )
+        .await;
+    assert_eq!(st, 200);
+    let read_once = h.api_server_calls();
+    for _ in 0..20 {
+        let (st, _) = h
+            .call_as(
+                &wrong,
+                "GET",
+                "/api/v2/organizations/acme/workspaces/app",
+                None,
+            )
+            .await;
+        assert_eq!(st, 401);
+        let (st, _) = h
+            .call_as(
+                &cred,
+                "GET",
+                "/api/v2/organizations/acme/workspaces/app",
+                None,
+            )
+            .await;
+        assert_eq!(st, 200);
+    }
+    assert_eq!(
+        h.api_server_calls(),
+        read_once,
+        "the run's Secret is read once"
+    );
+}
+
 /// Issue 27 §1: the credential of a run's engine (`tfrun.<run>.<runner token>`, in its
 /// CLI configuration) reads what the run's workspace may read and nothing else: its own
 /// workspace and those sharing their state with it (by consumer list, project or
@@ -1377,6 +1485,32 @@ async fn a_run_credential_reads_what_its_workspace_may_read() {
         terrace_crds::lock::holder_of(&h.ws(WS)).is_some(),
         "the run's lock stays"
     );
+    // Issue 39 §8: the organization's own documents are not the run's to read; what the
+    // backends of terraform_remote_state read (the entitlements) is.
+    let (st, doc) = h.call_as(&cred, "GET", "/api/v2/organizations", None).await;
+    assert_eq!(
+        (st, doc["data"].as_array().map(Vec::len)),
+        (200, Some(0)),
+        "{doc}"
+    );
+    for path in [
+        "/api/v2/organizations/acme",
+        "/api/v2/organizations/acme/tags",
+        "/api/v2/organizations/acme/capacity",
+        "/api/v2/organizations/acme/projects",
+    ] {
+        let (st, doc) = h.call_as(&cred, "GET", path, None).await;
+        assert_eq!(st, 404, "{path}: {doc}");
+    }
+    let (st, doc) = h
+        .call_as(
+            &cred,
+            "GET",
+            "/api/v2/organizations/acme/entitlement-set",
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{doc}");
     let forged = terrace_crds::run::run_credential("acme.not-the-token", &object);
     let (st, _) = h.call_as(&forged, "GET", &read("app"), None).await;
     assert_eq!(st, 401);
