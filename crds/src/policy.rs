@@ -85,15 +85,82 @@ fn engine(limit: Duration) -> regorus::Engine {
     e
 }
 
-/// Checks that `rego` compiles (as the API and the operator do when a policy is
-/// stored); answers the compiler's words otherwise.
-pub fn compile(name: &str, rego: &str) -> Result<(), String> {
+/// Deepest nesting of brackets, braces and parentheses a policy may have.
+pub const MAX_NESTING: usize = 12;
+/// Longest run of minus signs (with only spaces between them) a policy may have.
+pub const MAX_MINUS_RUN: usize = 4;
+
+/// Checks that `rego` stays within what the parser handles in bounded time and stack:
+/// its size, the depth of nested literals and calls ([`MAX_NESTING`]; the parser's time
+/// grows exponentially with it), and runs of unary minus ([`MAX_MINUS_RUN`]; each is a
+/// level of recursion). Strings, raw strings and comments are skipped. Real policies nest
+/// a few levels; what passes here parses in milliseconds.
+pub fn check_bounds(rego: &str) -> Result<(), String> {
     if rego.len() > MAX_POLICY_BYTES {
         return Err(format!(
             "the policy is {} bytes, over the limit of {MAX_POLICY_BYTES}",
             rego.len()
         ));
     }
+    let (mut depth, mut minus, mut line) = (0usize, 0usize, 1usize);
+    let mut chars = rego.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\n' => line += 1,
+            '#' => {
+                if chars.by_ref().any(|c| c == '\n') {
+                    line += 1;
+                }
+            }
+            '"' => {
+                let mut escaped = false;
+                for c in chars.by_ref() {
+                    match c {
+                        _ if escaped => escaped = false,
+                        '\\' => escaped = true,
+                        '"' | '\n' => break,
+                        _ => {}
+                    }
+                }
+            }
+            '`' => {
+                for c in chars.by_ref() {
+                    match c {
+                        '`' => break,
+                        '\n' => line += 1,
+                        _ => {}
+                    }
+                }
+            }
+            '(' | '[' | '{' => {
+                depth += 1;
+                if depth > MAX_NESTING {
+                    return Err(format!(
+                        "line {line}: nested more than {MAX_NESTING} levels deep"
+                    ));
+                }
+            }
+            ')' | ']' | '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        if c == '-' {
+            minus += 1;
+            if minus > MAX_MINUS_RUN {
+                return Err(format!(
+                    "line {line}: more than {MAX_MINUS_RUN} minus signs in a row"
+                ));
+            }
+        } else if !matches!(c, ' ' | '\t') {
+            minus = 0;
+        }
+    }
+    Ok(())
+}
+
+/// Checks that `rego` compiles (as the API and the operator do when a policy is
+/// stored); answers the compiler's words otherwise. Within [`check_bounds`] first.
+pub fn compile(name: &str, rego: &str) -> Result<(), String> {
+    check_bounds(rego)?;
     let mut e = engine(DEFAULT_TIME_LIMIT);
     e.add_policy(format!("{name}.rego"), rego.to_owned())
         .map(|_| ())
@@ -181,8 +248,8 @@ pub fn evaluate(policy: &Policy, input: &Value, parameters: &Value, limit: Durat
     if let Err(e) = check_query(&policy.query) {
         return errored(e);
     }
-    if policy.rego.len() > MAX_POLICY_BYTES {
-        return errored(format!("the policy is over {MAX_POLICY_BYTES} bytes"));
+    if let Err(e) = check_bounds(&policy.rego) {
+        return errored(format!("the policy does not compile: {e}"));
     }
     let mut e = engine(limit);
     if let Err(err) = e.add_policy(format!("{}.rego", policy.name), policy.rego.clone()) {
@@ -269,6 +336,10 @@ fn cut(mut s: String) -> String {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct EvalRequest {
     pub limit_ms: u64,
+    /// Only compile each policy (a policy stored through the API): it passes when it
+    /// compiles, and errors with the compiler's words otherwise.
+    #[serde(default)]
+    pub compile_only: bool,
     pub input: Value,
     pub parameters: Value,
     pub policies: Vec<EvalPolicy>,
@@ -306,9 +377,7 @@ pub fn serve(mut input: impl std::io::Read, mut output: impl std::io::Write) -> 
     let req: EvalRequest =
         serde_json::from_slice(&raw).map_err(|e| format!("the request is not one: {e}"))?;
     drop(raw);
-    let limit = Duration::from_millis(req.limit_ms);
-    for p in req.policies {
-        let outcome = evaluate(&p.into(), &req.input, &req.parameters, limit);
+    for outcome in outcomes(req) {
         let mut line = serde_json::to_vec(&outcome).map_err(|e| e.to_string())?;
         line.push(b'\n');
         output
@@ -317,6 +386,29 @@ pub fn serve(mut input: impl std::io::Read, mut output: impl std::io::Write) -> 
             .map_err(|e| format!("writing an outcome: {e}"))?;
     }
     Ok(())
+}
+
+/// The outcome of each policy of `req`, in order, as each ends.
+pub fn outcomes(req: EvalRequest) -> impl Iterator<Item = Outcome> {
+    let limit = Duration::from_millis(req.limit_ms);
+    req.policies.into_iter().map(move |p| {
+        let p: Policy = p.into();
+        if req.compile_only {
+            let status = compile(&p.name, &p.rego);
+            Outcome {
+                policy_name: p.name,
+                enforcement_level: p.enforcement,
+                status: if status.is_ok() {
+                    Verdict::Passed
+                } else {
+                    Verdict::Errored
+                },
+                messages: status.err().into_iter().collect(),
+            }
+        } else {
+            evaluate(&p, &req.input, &req.parameters, limit)
+        }
+    })
 }
 
 /// The outcome of `name` (`enforcement`) when its evaluator stopped before answering:
@@ -352,16 +444,34 @@ pub const SENSITIVE_MARK: &str = "(sensitive value)";
 /// the plan's sensitive values. Values shorter than 3 characters are left alone (they
 /// would mangle every message and reveal little).
 pub fn scrub(mut outcome: Outcome, secrets: &[String]) -> Outcome {
-    let mut secrets: Vec<&String> = secrets.iter().filter(|s| s.chars().count() >= 3).collect();
-    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    let mut forms: Vec<String> = secrets
+        .iter()
+        .filter(|s| s.chars().count() >= 3)
+        .flat_map(|s| printed_forms(s))
+        .collect();
+    forms.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    forms.dedup();
     for m in &mut outcome.messages {
-        for s in &secrets {
+        for s in &forms {
             if m.contains(s.as_str()) {
                 *m = m.replace(s.as_str(), SENSITIVE_MARK);
             }
         }
     }
     outcome
+}
+
+/// Every form `value` takes when a policy prints it: as it is, JSON-escaped without the
+/// outer quotes (`sprintf("%v", [x])` of a value with `"`, `\`, newlines or tabs), and
+/// escaped twice (a JSON document printed inside another).
+fn printed_forms(value: &str) -> Vec<String> {
+    let escape = |s: &str| {
+        let quoted = serde_json::to_string(s).unwrap_or_default();
+        quoted[1..quoted.len() - 1].to_owned()
+    };
+    let once = escape(value);
+    let twice = escape(&once);
+    vec![value.to_owned(), once, twice]
 }
 
 /// A stored outcome of a policy (the run's record of it).
@@ -670,6 +780,12 @@ deny contains {"msg": sprintf("no changes to %s on Fridays", [input.run.workspac
     #[test]
     fn broken_or_endless_policies_error_with_a_reason() {
         assert!(compile("bad", "package x\n\ndeny contains msg if {").is_err());
+        assert!(compile("minus", &format!("package x\n\nx := {}1", "-".repeat(1000))).is_err());
+        let nested = format!("package x\n\nx := {}1{}", "[".repeat(24), "]".repeat(24));
+        let err = compile("nested", &nested).unwrap_err();
+        assert!(err.contains("nested more than"), "{err}");
+        let braces = format!("package x\n\nx := {}", "{\"a\": ".repeat(30));
+        assert!(compile("braces", &braces).is_err());
         assert!(compile("ok", TAGS).is_ok());
         let bad = policy(
             "bad",
@@ -928,5 +1044,99 @@ deny contains x if {
             scrub(o, &secrets).messages,
             vec!["db.main has password (sensitive value) in eu-west-1 (token (sensitive value))"]
         );
+    }
+
+    /// Issue 39 §2: random Rego texts (nested literals, calls, comprehensions, unary
+    /// minus, strings and comments, in any mix) either compile or are refused, on a thread
+    /// with a blocking thread's stack (2 MiB): never a stack overflow, never a parse that
+    /// runs for seconds. The bounds skip strings and comments, so those never refuse a
+    /// policy.
+    #[test]
+    fn rego_texts_at_random_compile_or_are_refused_within_bounds() {
+        std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(|| {
+                use rand::{Rng, SeedableRng};
+                let mut rng = rand::rngs::StdRng::seed_from_u64(39);
+                let pieces = [
+                    "[",
+                    "]",
+                    "{",
+                    "}",
+                    "(",
+                    ")",
+                    "-",
+                    "- ",
+                    "1",
+                    "x",
+                    ",",
+                    ":",
+                    " | ",
+                    "\"s\"",
+                    "\"[[[[\"",
+                    "# ((((\n",
+                    "`{{{`",
+                    "count(",
+                    "not ",
+                    " + ",
+                    "\n",
+                    ":= ",
+                    "some i in ",
+                    "input.a",
+                    "{\"k\": ",
+                ];
+                for _ in 0..3_000 {
+                    let n = rng.random_range(1..60);
+                    let body: String = (0..n)
+                        .map(|_| pieces[rng.random_range(0..pieces.len())])
+                        .collect();
+                    let text = format!("package p\n\nr := {body}\n");
+                    let _ = compile("fuzz", &text);
+                }
+                let strings = format!(
+                    "package p\n\n# {}\nr := \"{}\"\n",
+                    "[".repeat(100),
+                    "-".repeat(100)
+                );
+                assert_eq!(compile("strings", &strings), Ok(()));
+                for open in ["[", "{\"k\": ", "("] {
+                    let close = match open {
+                        "[" => "]",
+                        "(" => ")",
+                        _ => "}",
+                    };
+                    let at_limit = format!(
+                        "package p\n\nr := {}1{}\n",
+                        open.repeat(MAX_NESTING),
+                        close.repeat(MAX_NESTING)
+                    );
+                    assert_eq!(compile("deep", &at_limit), Ok(()), "{at_limit}");
+                }
+            })
+            .unwrap()
+            .join()
+            .expect("no compile overflows its stack");
+    }
+
+    /// Issue 39 §4: a value with quotes, backslashes, newlines or tabs, printed by a
+    /// policy as JSON (`sprintf("%v", [x])`), is scrubbed in its escaped forms too.
+    #[test]
+    fn escaped_forms_of_sensitive_values_are_scrubbed() {
+        let secret = "x\"qq\\zz\nkk\tyy".to_owned();
+        let printed = serde_json::to_string(&json!({"after": {"password": secret}})).unwrap();
+        let nested = serde_json::to_string(&printed).unwrap();
+        let o = Outcome {
+            policy_name: "p".into(),
+            enforcement_level: Enforcement::Mandatory,
+            status: Verdict::Failed,
+            messages: vec![printed, nested, format!("raw {secret}")],
+        };
+        let out = scrub(o, std::slice::from_ref(&secret)).messages;
+        for m in &out {
+            assert!(m.contains(SENSITIVE_MARK), "{m}");
+            for frag in ["qq", "zz", "kk", "yy"] {
+                assert!(!m.contains(frag), "{m}");
+            }
+        }
     }
 }

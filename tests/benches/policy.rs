@@ -171,6 +171,7 @@ fn main() {
     // The path the API server takes: one evaluator process for the set.
     let request = serde_json::to_vec(&EvalRequest {
         limit_ms: DEFAULT_TIME_LIMIT.as_millis() as u64,
+        compile_only: false,
         input: doc.clone(),
         parameters: params.clone(),
         policies: set

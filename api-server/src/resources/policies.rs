@@ -365,9 +365,11 @@ async fn upload(
     if rego.trim().is_empty() {
         return Err(ApiError::invalid("/", "the policy is empty"));
     }
-    terrace_crds::policy::compile(&f.at.obj.spec.name, &rego).map_err(|e| {
-        ApiError::invalid("/", format!("the policy does not compile: {}", e.trim()))
-    })?;
+    crate::policy_eval::compile(&state.settings, &f.at.obj.spec.name, &rego)
+        .await
+        .map_err(|e| {
+            ApiError::invalid("/", format!("the policy does not compile: {}", e.trim()))
+        })?;
     write::change_spec(&state, &f.at, |p| {
         p.rego = Some(rego.clone());
         p.rego_from = None;

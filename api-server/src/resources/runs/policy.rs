@@ -5,8 +5,6 @@
 //! stage (`ts-…`), its policy evaluation (`poleval-…`) and the outcome of each set
 //! (`polsetoutcome-…-N`) are views of that record under IDs derived from the run's.
 
-use std::time::Duration;
-
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use terrace_crds::policy::{self, Counts, Enforcement, RunFacts, stage_status};
@@ -542,7 +540,9 @@ pub fn policies_of(
 }
 
 /// What one set needs evaluated: its policies, the Rego of each, and its parameters.
-type Loaded = (Vec<PolicySetPolicy>, Vec<String>, Value);
+/// A set ready to evaluate: its policies, the Rego of each, its parameters and the values
+/// of its sensitive parameters (which no message may repeat).
+type Loaded = (Vec<PolicySetPolicy>, Vec<String>, Value, Vec<String>);
 
 /// The policies of `set`, the Rego of each and the set's parameters, or why the set
 /// cannot be evaluated.
@@ -574,6 +574,7 @@ async fn load(state: &AppState, ns: &str, set: &PolicySet) -> Result<Loaded, Str
         regos.push(rego);
     }
     let mut pairs = Vec::new();
+    let mut sensitive = Vec::new();
     for param in &set.spec.parameters {
         let value = match (&param.value, &param.value_from) {
             (_, Some(from)) => {
@@ -596,10 +597,13 @@ async fn load(state: &AppState, ns: &str, set: &PolicySet) -> Result<Loaded, Str
             (Some(v), None) => v.clone(),
             (None, None) => String::new(),
         };
+        if param.sensitive || param.value_from.is_some() {
+            sensitive.push(value.clone());
+        }
         pairs.push((param.key.clone(), value));
     }
     let params = policy::parameters(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-    Ok((policies, regos, params))
+    Ok((policies, regos, params, sensitive))
 }
 
 /// What the input document says of run `r` of workspace `ws`.
@@ -716,9 +720,11 @@ async fn evaluate_set(
         }
     };
     let (outcomes, error) = match got {
-        Ok((policies, regos, params)) => {
+        Ok((policies, regos, params, sensitive)) => {
+            let secrets: Vec<String> = secrets.iter().cloned().chain(sensitive).collect();
             let request = policy::EvalRequest {
                 limit_ms: policy::DEFAULT_TIME_LIMIT.as_millis() as u64,
+                compile_only: false,
                 input: input.clone(),
                 parameters: params,
                 policies: policies
@@ -732,13 +738,13 @@ async fn evaluate_set(
                     })
                     .collect(),
             };
-            let outcomes = evaluate(&state.settings, request).await;
+            let outcomes = crate::policy_eval::evaluate(&state.settings, request).await;
             (
                 policies
                     .iter()
                     .zip(outcomes)
                     .map(|(p, o)| {
-                        let o = policy::scrub(o, secrets);
+                        let o = policy::scrub(o, &secrets);
                         policy::result_of(&o, p.description.clone(), &p.query)
                     })
                     .collect(),
@@ -770,102 +776,4 @@ async fn evaluate_set(
         error,
         outcomes,
     }
-}
-
-/// The outcome of each policy of `request`, in order: in a `terrace policy-eval` process
-/// under the memory limit when the settings name the evaluator, else on a blocking
-/// thread. A process that stops early (past its memory limit) errors the policy it was
-/// evaluating and the ones after it; one past every policy's time limit is killed.
-async fn evaluate(
-    settings: &crate::Settings,
-    request: policy::EvalRequest,
-) -> Vec<policy::Outcome> {
-    let names: Vec<(String, Enforcement)> = request
-        .policies
-        .iter()
-        .map(|p| (p.name.clone(), p.enforcement))
-        .collect();
-    let Some(exe) = settings.policy_evaluator.clone() else {
-        let done = tokio::task::spawn_blocking(move || {
-            let limit = Duration::from_millis(request.limit_ms);
-            request
-                .policies
-                .into_iter()
-                .map(|p| policy::evaluate(&p.into(), &request.input, &request.parameters, limit))
-                .collect::<Vec<_>>()
-        })
-        .await;
-        return done.unwrap_or_default();
-    };
-    let limit_mib = settings.policy_memory_limit_mib;
-    let deadline =
-        Duration::from_millis(request.limit_ms) * (names.len() as u32) + Duration::from_secs(10);
-    let mut outcomes = Vec::new();
-    let ran = tokio::time::timeout(
-        deadline,
-        run_evaluator(&exe, limit_mib, request, &mut outcomes),
-    )
-    .await;
-    let why = match ran {
-        Ok(Ok(())) if outcomes.len() == names.len() => return outcomes,
-        Ok(Ok(())) => None,
-        Ok(Err(e)) => Some(e),
-        Err(_) => {
-            Some("the evaluator ran past every policy's time limit and was stopped".to_owned())
-        }
-    };
-    if let Some(e) = &why {
-        tracing::warn!(error = %e, "a policy evaluator stopped early");
-    }
-    let first = outcomes.len();
-    let culprit = names.get(first).map(|(n, _)| n.clone()).unwrap_or_default();
-    for (i, (name, level)) in names.iter().enumerate().skip(first) {
-        let mut o = policy::stopped(name, *level, i == first, limit_mib, &culprit);
-        if let (Some(e), true) = (&why, i == first) {
-            o.messages = vec![e.clone()];
-        }
-        outcomes.push(o);
-    }
-    outcomes
-}
-
-/// Runs `exe policy-eval` on `request`, gathering the outcomes it answers into `out`; an
-/// error says why it could not start or answered garbage (a process that ends early
-/// with nothing more to say is not an error: the caller sees the missing outcomes).
-async fn run_evaluator(
-    exe: &std::path::Path,
-    limit_mib: u64,
-    request: policy::EvalRequest,
-    out: &mut Vec<policy::Outcome>,
-) -> Result<(), String> {
-    use std::process::Stdio;
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-    let body = serde_json::to_vec(&request).map_err(|e| format!("the evaluator's request: {e}"))?;
-    let mut child = tokio::process::Command::new(exe)
-        .args(["policy-eval", "--memory-limit-mib", &limit_mib.to_string()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| format!("the policy evaluator could not start: {e}"))?;
-    let mut stdin = child.stdin.take().ok_or("the evaluator has no stdin")?;
-    let writer = tokio::spawn(async move {
-        let _ = stdin.write_all(&body).await;
-        let _ = stdin.shutdown().await;
-    });
-    let stdout = child.stdout.take().ok_or("the evaluator has no stdout")?;
-    let mut lines = BufReader::new(stdout).lines();
-    while let Some(line) = lines
-        .next_line()
-        .await
-        .map_err(|e| format!("reading the evaluator: {e}"))?
-    {
-        let o: policy::Outcome =
-            serde_json::from_str(&line).map_err(|e| format!("the evaluator answered {e}"))?;
-        out.push(o);
-    }
-    let _ = writer.await;
-    let _ = child.wait().await;
-    Ok(())
 }
