@@ -84,6 +84,16 @@ pub struct Settings {
     /// each workspace.
     #[arg(long, env = "TERRACE_HOSTNAME", value_parser = parse_hostname)]
     pub hostname: Option<String>,
+    /// A ConfigMap of the release namespace that owns the web view's session Secrets
+    /// (the chart's `<release>-ui-sessions`): `helm uninstall` deletes it and garbage
+    /// collection then removes every session, so no Secret holding tokens stays behind.
+    #[arg(long, env = "TERRACE_UI_SESSIONS_OWNER")]
+    pub ui_sessions_owner: Option<String>,
+    /// Addresses inside the cluster's reach that notification destinations may name
+    /// anyway (the operator's `--notification-allowed-cidrs`, the same variable): any
+    /// other internal destination is refused when it is configured.
+    #[arg(long, env = "TERRACE_NOTIFICATION_ALLOWED_CIDRS", default_value = "", value_parser = terrace_crds::notification::parse_allowed_cidrs)]
+    pub notification_allowed_cidrs: terrace_crds::notification::AllowedCidrs,
     /// How long a web view session lasts after signing in (e.g. 8h, 30m).
     #[arg(long, env = "TERRACE_UI_SESSION_TTL", default_value = "8h", value_parser = parse_duration)]
     pub ui_session_ttl: Duration,
@@ -185,6 +195,8 @@ impl Default for Settings {
             release_namespace: None,
             limits: ConnectionLimits::default(),
             ui_session_ttl: Duration::from_secs(8 * 3600),
+            ui_sessions_owner: None,
+            notification_allowed_cidrs: Default::default(),
             hostname: None,
             policy_memory_limit_mib: DEFAULT_POLICY_MEMORY_LIMIT_MIB,
             policy_evaluator: None,

@@ -67,16 +67,23 @@ fn a_session_started_on_one_replica_works_on_the_other_until_signed_out() {
     let (status, body) = page(&url_b, &cookie, "/app");
     assert_eq!(status, 200, "{body}\n{}", RealCluster::logs_of(&[&b]));
     assert!(body.contains(&org), "{body}");
+    // Each identity's sessions are one small Secret (issue 39 §5), named by the key the
+    // cookie starts with.
+    let (key, secret_part) = cookie.split_once('.').expect("<key>.<secret>");
+    let secret = format!("terrace-ui-sessions-{key}");
     let keys = cluster.kubectl_ok(&[
         "get",
         "secret",
-        "terrace-ui-sessions",
+        &secret,
         "-n",
         terrace_tests::real::RELEASE_NS,
         "-o",
         "jsonpath={.data}",
     ]);
-    assert!(!keys.contains(&cookie), "the cookie's value is not stored");
+    assert!(
+        !keys.contains(secret_part) && !keys.contains(&cookie),
+        "the cookie's value is not stored"
+    );
 
     // Signed out on B, the session ends on A too (within the freshness window).
     let csrf = body
@@ -96,5 +103,14 @@ fn a_session_started_on_one_replica_works_on_the_other_until_signed_out() {
         (page(&url_a, &cookie, "/app").0 == 303).then_some(())
     });
     assert!(ended.is_some(), "replica A still honours the ended session");
+    // The identity's last session ended: its Secret is gone, no token stays behind.
+    let left = cluster.kubectl(&[
+        "get",
+        "secret",
+        &secret,
+        "-n",
+        terrace_tests::real::RELEASE_NS,
+    ]);
+    assert!(!left.status.success(), "the sessions Secret stayed");
     drop((a, b));
 }

@@ -57,13 +57,23 @@ pub fn router(state: AppState, api: Router, layer: crate::request::RequestLayer)
         sessions: Arc::new(match state.settings.release_namespace.as_deref() {
             Some(ns) => Sessions::shared(
                 state.settings.ui_session_ttl,
-                kube::Api::namespaced(state.client.clone(), ns),
+                session::SharedStore::new(
+                    state.client.clone(),
+                    ns,
+                    state.settings.ui_sessions_owner.clone(),
+                ),
             ),
             None => Sessions::new(state.settings.ui_session_ttl),
         }),
         state,
         api,
     };
+    if ui.state.settings.release_namespace.is_some()
+        && let Ok(rt) = tokio::runtime::Handle::try_current()
+    {
+        let sessions = ui.sessions.clone();
+        rt.spawn(async move { sessions.remove_legacy().await });
+    }
     Router::new()
         .route("/app", get(pages::organizations))
         .route("/app/", get(pages::organizations))
@@ -278,7 +288,8 @@ impl Ui {
     /// origin.
     pub async fn form_session(&self, headers: &HeaderMap, csrf: &str) -> Result<Session, UiError> {
         let s = self.session(headers, "/app").await?;
-        if !same_origin(headers) || !s.csrf_ok(csrf) {
+        let secure = session::over_https(headers, self.state.settings.base_url.as_deref());
+        if !same_origin(headers, secure) || !s.csrf_ok(csrf) {
             return Err(UiError::Csrf);
         }
         Ok(s)
@@ -380,7 +391,7 @@ impl Ui {
 
 /// Whether a request's `Origin`, when it sends one, is this server's own (`null`, from a
 /// sandboxed frame or a `data:` page, is not).
-pub fn same_origin(headers: &HeaderMap) -> bool {
+pub fn same_origin(headers: &HeaderMap, secure: bool) -> bool {
     match headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) {
         None => true,
         Some(origin) => {
@@ -388,7 +399,8 @@ pub fn same_origin(headers: &HeaderMap) -> bool {
                 .get(header::HOST)
                 .and_then(|h| h.to_str().ok())
                 .unwrap_or_default();
-            origin.split_once("://").map(|(_, h)| h) == Some(host)
+            let scheme = if secure { "https" } else { "http" };
+            origin.split_once("://") == Some((scheme, host))
         }
     }
 }
@@ -427,9 +439,12 @@ pub struct NextQuery {
     next: String,
 }
 
-/// Only a path of this view: never another site.
+/// Only a path of this view: never another site, and only visible ASCII (a control
+/// character or a space could not be a `Location` header).
 fn safe_next(next: &str) -> String {
-    let ok = next.starts_with("/app") && !next.starts_with("//") && !next.contains('\\');
+    let ok = (next == "/app" || next.starts_with("/app/") || next.starts_with("/app?"))
+        && !next.contains('\\')
+        && next.bytes().all(|b| (0x21..0x7f).contains(&b));
     if ok {
         next.to_owned()
     } else {
@@ -456,7 +471,10 @@ struct SignInForm {
 async fn sign_in(State(ui): State<Ui>, headers: HeaderMap, Form(f): Form<SignInForm>) -> Response {
     // No session yet, so no CSRF token: another site's form must not sign a browser in
     // (as someone else).
-    if !same_origin(&headers) {
+    if !same_origin(
+        &headers,
+        session::over_https(&headers, ui.state.settings.base_url.as_deref()),
+    ) {
         return UiError::Csrf.into_response();
     }
     let token = f.token.trim();
@@ -520,16 +538,16 @@ mod tests {
     #[test]
     fn only_this_servers_origin_or_none_is_same_origin() {
         let host = (header::HOST, "terrace.example.com");
-        assert!(same_origin(&headers(std::slice::from_ref(&host))));
-        assert!(same_origin(&headers(&[
-            host.clone(),
-            (header::ORIGIN, "https://terrace.example.com"),
-        ])));
-        assert!(!same_origin(&headers(&[
-            host.clone(),
-            (header::ORIGIN, "https://evil.example"),
-        ])));
-        assert!(!same_origin(&headers(&[host, (header::ORIGIN, "null")])));
+        assert!(same_origin(&headers(std::slice::from_ref(&host)), true));
+        let from = |origin| headers(&[host.clone(), (header::ORIGIN, origin)]);
+        assert!(same_origin(&from("https://terrace.example.com"), true));
+        assert!(same_origin(&from("http://terrace.example.com"), false));
+        assert!(
+            !same_origin(&from("http://terrace.example.com"), true),
+            "the scheme counts"
+        );
+        assert!(!same_origin(&from("https://evil.example"), true));
+        assert!(!same_origin(&from("null"), true));
     }
 
     #[test]
@@ -538,5 +556,10 @@ mod tests {
         assert_eq!(safe_next("https://evil.example/app"), "/app");
         assert_eq!(safe_next("//evil.example/app"), "/app");
         assert_eq!(safe_next("/app\\evil"), "/app");
+        assert_eq!(safe_next("/app/x%0D%0A"), "/app/x%0D%0A");
+        assert_eq!(safe_next("/app\r\nSet-Cookie: x=1"), "/app");
+        assert_eq!(safe_next("/app/\u{7f}"), "/app");
+        assert_eq!(safe_next("/app/é"), "/app");
+        assert_eq!(safe_next("/apples"), "/app");
     }
 }
