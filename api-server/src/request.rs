@@ -261,6 +261,11 @@ where
             res.headers_mut()
                 .entry(&X_REQUEST_ID)
                 .or_insert(d.request_id);
+            // Every answer says what it is: no browser guesses a document (or a log, a
+            // state file) to be a page or a script.
+            res.headers_mut()
+                .entry(axum::http::header::X_CONTENT_TYPE_OPTIONS)
+                .or_insert(axum::http::HeaderValue::from_static("nosniff"));
             let status = res.status().as_u16();
             d.handles.record(&d.metrics, status, latency.as_secs_f64());
             let latency_ms = latency.as_secs_f64() * 1000.0;

@@ -341,6 +341,12 @@ fn walk<R: Read>(
                 resolve_physically(&root, &at, &target, &physical).map_err(unreadable)?;
             if let Some(resolved) = resolved {
                 links.insert(root.join(rel), resolved);
+                if hops(&root, &links, rel) > MAX_LINK_HOPS {
+                    return Err(ArchiveError::UnsafeEntry {
+                        path: rel.display().to_string(),
+                        reason: "symbolic links that form a loop (or a chain of more than 40)",
+                    });
+                }
             }
         }
         if let Checked::Unpack(rel) = checked
@@ -366,22 +372,37 @@ fn walk<R: Read>(
     Ok((stats, kept))
 }
 
-/// Where `rel` lands under `root` once the links of `links` are followed (at most 40, as
-/// the kernel's limit).
+/// Most symbolic links followed for one path (the kernel's limit).
+const MAX_LINK_HOPS: usize = 40;
+
+/// Where `rel` lands under `root` once the links of `links` are followed (at most
+/// [`MAX_LINK_HOPS`] per component, as the kernel's limit).
 fn follow(root: &Path, links: &HashMap<PathBuf, PathBuf>, rel: &Path) -> PathBuf {
+    walk_links(root, links, rel).0
+}
+
+/// The most links followed for one component of `rel` (over [`MAX_LINK_HOPS`]: a loop,
+/// which the engine would fail on).
+fn hops(root: &Path, links: &HashMap<PathBuf, PathBuf>, rel: &Path) -> usize {
+    walk_links(root, links, rel).1
+}
+
+fn walk_links(root: &Path, links: &HashMap<PathBuf, PathBuf>, rel: &Path) -> (PathBuf, usize) {
     let mut at = root.to_path_buf();
+    let mut most = 0;
     for c in rel.components() {
         at.push(c);
         let mut hops = 0;
         while let Some(t) = links.get(&at) {
             at = t.clone();
             hops += 1;
-            if hops > 40 {
+            if hops > MAX_LINK_HOPS {
                 break;
             }
         }
+        most = most.max(hops);
     }
-    at
+    (at, most)
 }
 
 #[cfg(test)]
@@ -489,6 +510,27 @@ mod tests {
             special(b, "m", tar::EntryType::Symlink, "s/../sub/main.tf");
         });
         assert!(validate(&ok, &ArchiveLimits::default()).is_ok());
+    }
+
+    /// Issue 39 §11: a loop of links passed the upload check and failed at plan.
+    #[test]
+    fn a_loop_of_links_is_refused() {
+        for build in [
+            (|b: &mut tar::Builder<Vec<u8>>| {
+                special(b, "a", tar::EntryType::Symlink, "b");
+                special(b, "b", tar::EntryType::Symlink, "a");
+            }) as fn(&mut tar::Builder<Vec<u8>>),
+            |b| special(b, "self", tar::EntryType::Symlink, "self"),
+            |b| {
+                file(b, "main.tf", b"");
+                special(b, "m/x", tar::EntryType::Symlink, "y");
+                special(b, "m/y", tar::EntryType::Symlink, "z");
+                special(b, "m/z", tar::EntryType::Symlink, "x");
+            },
+        ] {
+            let a = targz(build);
+            assert!(reason(validate(&a, &ArchiveLimits::default())).contains("loop"));
+        }
     }
 
     #[test]

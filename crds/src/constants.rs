@@ -103,6 +103,10 @@ pub const MAX_WORKSPACE_NAME_LEN: usize = 90;
 
 /// Most comments a run holds (they live in its status, and etcd objects are small).
 pub const MAX_RUN_COMMENTS: usize = 100;
+/// Comments beyond [`MAX_RUN_COMMENTS`] that the comments of actions (confirm, discard,
+/// cancel, override) may take: an action never fails on its comment, and a run sees a
+/// handful of actions at most.
+pub const ACTION_COMMENT_MARGIN: usize = 20;
 /// Longest comment on a run, in bytes.
 pub const MAX_COMMENT_BYTES: usize = 4096;
 

@@ -397,7 +397,7 @@ pub fn check_url(url: &str) -> Result<Destination, String> {
 /// shared, unspecified, multicast — are refused unless `allowed` holds them.
 pub fn address_refusal(ip: IpAddr, allowed: &[IpNet]) -> Option<String> {
     let ip = match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        IpAddr::V6(v6) => embedded_ipv4(v6).map_or(ip, IpAddr::V4),
         v4 => v4,
     };
     if allowed.iter().any(|n| n.contains(&ip)) {
@@ -442,6 +442,110 @@ pub fn address_refusal(ip: IpAddr, allowed: &[IpNet]) -> Option<String> {
     kind.map(|k| {
         format!("{ip} is {k} address, which the operator does not send to (see --notification-allowed-cidrs)")
     })
+}
+
+/// The IPv4 address an IPv6 address carries, where it reaches that IPv4 host: mapped
+/// (`::ffff:a.b.c.d`), compatible (`::a.b.c.d`), NAT64 (`64:ff9b::/96`), 6to4
+/// (`2002:AABB:CCDD::/48`) and Teredo (the client, `2001:0::/32`).
+pub fn embedded_ipv4(v6: std::net::Ipv6Addr) -> Option<std::net::Ipv4Addr> {
+    use std::net::Ipv4Addr;
+    let s = v6.segments();
+    let low = |a: u16, b: u16| Ipv4Addr::new((a >> 8) as u8, a as u8, (b >> 8) as u8, b as u8);
+    if let Some(v4) = v6.to_ipv4_mapped() {
+        return Some(v4);
+    }
+    if s[..6] == [0; 6] && (s[6] != 0 || s[7] > 1) {
+        return Some(low(s[6], s[7]));
+    }
+    if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+        return Some(low(s[6], s[7]));
+    }
+    if s[0] == 0x2002 {
+        return Some(low(s[1], s[2]));
+    }
+    if s[0] == 0x2001 && s[1] == 0 {
+        return Some(low(!s[6], !s[7]));
+    }
+    None
+}
+
+/// The address `host` spells, if it is one: an IPv6 address, or an IPv4 address in any
+/// spelling a resolver accepts (`127.0.0.1`, `2130706433`, `0x7f000001`, `0177.1`).
+pub fn literal_ip(host: &str) -> Option<IpAddr> {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    let parts: Vec<&str> = host.split('.').collect();
+    if parts.is_empty() || parts.len() > 4 {
+        return None;
+    }
+    let number = |p: &str| -> Option<u64> {
+        if let Some(hex) = p.strip_prefix("0x").or_else(|| p.strip_prefix("0X")) {
+            u64::from_str_radix(hex, 16).ok()
+        } else if p.len() > 1 && p.starts_with('0') {
+            u64::from_str_radix(&p[1..], 8).ok()
+        } else {
+            p.parse().ok()
+        }
+    };
+    let values: Vec<u64> = parts.iter().map(|p| number(p)).collect::<Option<_>>()?;
+    let (last, head) = values.split_last()?;
+    if head.iter().any(|v| *v > 255) || *last >= 1u64 << (8 * (4 - head.len())) {
+        return None;
+    }
+    let mut n: u64 = 0;
+    for (i, v) in head.iter().enumerate() {
+        n |= v << (8 * (3 - i));
+    }
+    n |= last;
+    Some(IpAddr::V4(std::net::Ipv4Addr::from(n as u32)))
+}
+
+/// Host names that always reach something inside the machine or the cloud it runs in.
+const INTERNAL_NAMES: &[&str] = &[
+    "localhost",
+    "metadata",
+    "metadata.google.internal",
+    "metadata.goog",
+    "instance-data",
+    "instance-data.ec2.internal",
+];
+
+/// Why destination `url` is refused when it is configured (None: it may be stored): not
+/// an http(s) URL, an address the operator never sends to (in any spelling, IPv4 inside
+/// IPv6 included) unless `allowed` holds it, or a name of the machine or its cloud's
+/// metadata service. Names are resolved, and their addresses checked, again at send time.
+pub fn destination_refusal(url: &str, allowed: &[IpNet]) -> Option<String> {
+    let dest = match check_url(url) {
+        Ok(d) => d,
+        Err(why) => return Some(format!("URL {why}")),
+    };
+    let host = dest.host.trim_end_matches('.');
+    if let Some(ip) = literal_ip(host) {
+        return address_refusal(ip, allowed).map(|why| format!("URL host {why}"));
+    }
+    if host == "localhost" || host.ends_with(".localhost") {
+        let loopback = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+        return address_refusal(loopback, allowed).map(|why| format!("URL host {host}: {why}"));
+    }
+    if INTERNAL_NAMES.contains(&host) {
+        return Some(format!(
+            "URL host {host} is a name of this machine or its cloud's metadata service, which the operator does not send to"
+        ));
+    }
+    None
+}
+
+/// The addresses inside the cluster's reach that notifications may go to anyway
+/// (`--notification-allowed-cidrs`, read by the operator when it sends and by the API
+/// server when a destination is configured).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AllowedCidrs(pub Vec<IpNet>);
+
+/// Parses `--notification-allowed-cidrs`.
+pub fn parse_allowed_cidrs(s: &str) -> Result<AllowedCidrs, String> {
+    parse_cidrs(s).map(AllowedCidrs)
 }
 
 /// The CIDRs of a comma-separated list (`127.0.0.0/8,::1/128`; a bare address is one

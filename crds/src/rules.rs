@@ -488,16 +488,26 @@ pub fn validate_run_trigger(
             format!("a workspace has at most {MAX_RUN_TRIGGER_SOURCES} run trigger sources"),
         ));
     }
-    // A cycle: `source` is reachable from `target` already.
-    let mut seen = vec![target.to_owned()];
-    let mut next = vec![target.to_owned()];
+    if triggers_reach(edges, target, source) {
+        return Err(RuleViolation::new(
+            "sourceable",
+            "this run trigger would make a cycle: the source is already triggered (directly or not) by this workspace",
+        ));
+    }
+    Ok(())
+}
+
+/// Whether an apply of `from` leads, through the run triggers `edges` (each source with
+/// a workspace it triggers), to a run in `to`. The trigger `source` → `target` is on a
+/// cycle exactly when `triggers_reach(edges, target, source)`: the operator then queues
+/// nothing through it (triggers declared with kubectl are not checked on the way in).
+pub fn triggers_reach(edges: &[(String, String)], from: &str, to: &str) -> bool {
+    let mut seen = vec![from.to_owned()];
+    let mut next = vec![from.to_owned()];
     while let Some(w) = next.pop() {
         for (_, t) in edges.iter().filter(|(s, _)| *s == w) {
-            if t == source {
-                return Err(RuleViolation::new(
-                    "sourceable",
-                    "this run trigger would make a cycle: the source is already triggered (directly or not) by this workspace",
-                ));
+            if t == to {
+                return true;
             }
             if !seen.contains(t) {
                 seen.push(t.clone());
@@ -505,7 +515,7 @@ pub fn validate_run_trigger(
             }
         }
     }
-    Ok(())
+    false
 }
 
 /// The `vcs-repo` keys that take part in its rules.

@@ -209,12 +209,18 @@ pub fn runner_token(namespace: &str, secret: &str) -> String {
     format!("{namespace}.{secret}")
 }
 
-/// The namespace a runner token names, if it is of [`runner_token`]'s form.
+/// The namespace a runner token names, if the token is of [`runner_token`]'s form: a
+/// namespace that is a DNS-1123 label, a dot and a secret of 16 to 128 URL-safe base64
+/// characters. Anything else is no token of a run, refused before any request is made
+/// with it: the namespace goes into the path of a Kubernetes request.
 pub fn runner_token_namespace(token: &str) -> Option<&str> {
-    token
-        .split_once('.')
-        .map(|(ns, _)| ns)
-        .filter(|ns| !ns.is_empty() && ns.len() <= 63)
+    let (ns, secret) = token.split_once('.')?;
+    (crate::ids::is_dns1123_label(ns)
+        && (16..=128).contains(&secret.len())
+        && secret
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
+    .then_some(ns)
 }
 
 /// What starts a run's API credential ([`run_credential`]).
@@ -234,7 +240,8 @@ pub fn parse_run_credential(credential: &str) -> Option<(&str, &str)> {
     let (object, token) = credential
         .strip_prefix(RUN_CREDENTIAL_PREFIX)?
         .split_once('.')?;
-    (!object.is_empty() && runner_token_namespace(token).is_some()).then_some((object, token))
+    (crate::ids::is_dns1123_subdomain(object) && runner_token_namespace(token).is_some())
+        .then_some((object, token))
 }
 
 /// The plan ID of run `run-…` (`plan-…`, the same suffix).
@@ -409,9 +416,15 @@ pub fn may_start(
 
 /// Why a comment cannot be added to a run that has `existing` comments: a blank body, a
 /// body over [`MAX_COMMENT_BYTES`](crate::constants::MAX_COMMENT_BYTES), or a run that
-/// holds [`MAX_RUN_COMMENTS`](crate::constants::MAX_RUN_COMMENTS) already.
-pub fn check_comment(body: &str, existing: usize) -> Result<(), String> {
-    use crate::constants::{MAX_COMMENT_BYTES, MAX_RUN_COMMENTS};
+/// holds [`MAX_RUN_COMMENTS`](crate::constants::MAX_RUN_COMMENTS) already (an action's
+/// comment, `with_action`, may go a few beyond it).
+pub fn check_comment(body: &str, existing: usize, with_action: bool) -> Result<(), String> {
+    use crate::constants::{ACTION_COMMENT_MARGIN, MAX_COMMENT_BYTES, MAX_RUN_COMMENTS};
+    let most = if with_action {
+        MAX_RUN_COMMENTS + ACTION_COMMENT_MARGIN
+    } else {
+        MAX_RUN_COMMENTS
+    };
     if body.trim().is_empty() {
         return Err("body can't be blank".to_owned());
     }
@@ -420,9 +433,9 @@ pub fn check_comment(body: &str, existing: usize) -> Result<(), String> {
             "body is too long (at most {MAX_COMMENT_BYTES} bytes)"
         ));
     }
-    if existing >= MAX_RUN_COMMENTS {
+    if existing >= most {
         return Err(format!(
-            "the run has {MAX_RUN_COMMENTS} comments already, the most one run holds"
+            "the run has {existing} comments already, the most one run holds"
         ));
     }
     Ok(())

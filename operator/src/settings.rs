@@ -139,14 +139,7 @@ pub const DEFAULT_POD_START_TIMEOUT: &str = "15m";
 /// Default of [`Settings::state_soft_delete_grace_hours`]: a week.
 pub const DEFAULT_STATE_SOFT_DELETE_GRACE_HOURS: u32 = 7 * 24;
 
-/// [`Settings::notification_allowed_cidrs`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct AllowedCidrs(pub Vec<ipnet::IpNet>);
-
-/// Parses [`Settings::notification_allowed_cidrs`].
-pub fn parse_allowed_cidrs(s: &str) -> Result<AllowedCidrs, String> {
-    terrace_crds::notification::parse_cidrs(s).map(AllowedCidrs)
-}
+pub use terrace_crds::notification::{AllowedCidrs, parse_allowed_cidrs};
 
 /// Parses [`Settings::test_pod_template`].
 fn parse_pod_template(s: &str) -> Result<PodTemplateOverrides, String> {

@@ -248,6 +248,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         max_state_bytes: args.max_state_bytes,
         max_log_bytes: args.max_log_bytes,
         ui_session_ttl: args.ui_session_ttl,
+        notification_allowed_cidrs: args.notification_allowed_cidrs.clone(),
         hostname: Some(args.hostname.clone()),
         policy_evaluator: std::env::current_exe().ok(),
         policy_memory_limit_mib: args.policy_memory_limit_mib,

@@ -973,6 +973,117 @@ fn an_apply_triggers_a_run_in_the_workspaces_it_triggers() {
         1,
         "one triggered run per source apply"
     );
+
+    // Issue 39 §6: a chain of triggers, hop after hop. Each triggered run's object name
+    // is its ID lowercased, of fixed length however long the chain (it grew by 23
+    // characters per hop, and the create failed a few hops in).
+    let mut chain = vec![app.clone()];
+    for name in ["dns", "cdn", "edge", "waf"] {
+        let ws = api.create_workspace(ORG, json!({"name": name, "auto-apply-run-trigger": true}));
+        upload(
+            &api,
+            &ws,
+            false,
+            &[(
+                "main.tf",
+                "resource \"terraform_data\" \"x\" {\n  input = \"x\"\n}\n",
+            )],
+        );
+        let r = api.post(
+            &format!("/api/v2/workspaces/{ws}/run-triggers"),
+            &json!({"data": {"type": "run-triggers", "relationships": {
+                "sourceable": {"data": {"type": "workspaces", "id": chain.last().unwrap()}}}}}),
+        );
+        assert_eq!(r.status, 201, "{:?}", r.body);
+        chain.push(ws);
+    }
+    ok(
+        tf.run(
+            &d,
+            &[
+                "apply",
+                "-auto-approve",
+                "-input=false",
+                "-replace=terraform_data.vpc",
+            ],
+        ),
+        "apply again",
+    );
+    let last = chain.last().unwrap().clone();
+    let end = dev
+        .eventually(Duration::from_secs(240), || {
+            runs(&api, &last).into_iter().next()
+        })
+        .expect("the chain reached its last workspace");
+    let end_id = end["id"].as_str().unwrap_or_default().to_owned();
+    let done = wait_status(&dev, &api, &end_id, &["applied", "errored"]);
+    assert_eq!(status(&done), "applied", "{done}");
+    let names = dev.kubectl_ok(&[
+        "get", "runs", "-n", ORG, "-o",
+        "jsonpath={range .items[*]}{.metadata.name} {.metadata.labels.terrace\\.dev/id}{\"\\n\"}{end}",
+    ]);
+    for line in names.lines().filter(|l| !l.trim().is_empty()) {
+        let (name, id) = line.split_once(' ').unwrap_or_default();
+        assert_eq!(name, id.to_ascii_lowercase(), "{names}");
+    }
+
+    // A cycle declared with kubectl (the API refuses one): `network` named as triggered
+    // by the last workspace. An apply of network then queues nothing through the cycle,
+    // says why in an Event, and nothing loops.
+    let last_object = dev.kubectl_ok(&[
+        "get",
+        "workspaces",
+        "-n",
+        ORG,
+        "-l",
+        &format!("terrace.dev/id={last}"),
+        "-o",
+        "jsonpath={.items[0].metadata.name}",
+    ]);
+    let network_object = dev.kubectl_ok(&[
+        "get",
+        "workspaces",
+        "-n",
+        ORG,
+        "-l",
+        &format!("terrace.dev/id={network}"),
+        "-o",
+        "jsonpath={.items[0].metadata.name}",
+    ]);
+    dev.kubectl_ok(&[
+        "patch",
+        "workspace",
+        &network_object,
+        "-n",
+        ORG,
+        "--type=merge",
+        "-p",
+        &json!({"spec": {"runTriggerSources": [last_object]}}).to_string(),
+    ]);
+    let app_runs = runs(&api, &app).len();
+    ok(
+        tf.run(
+            &d,
+            &[
+                "apply",
+                "-auto-approve",
+                "-input=false",
+                "-replace=terraform_data.vpc",
+            ],
+        ),
+        "apply in a cycle",
+    );
+    let said = dev.eventually(Duration::from_secs(60), || {
+        let events = dev.kubectl_ok(&["get", "events", "-n", ORG, "-o", "json"]);
+        events.contains("RunTriggerCycle").then_some(events)
+    });
+    assert!(said.is_some(), "no RunTriggerCycle event");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        runs(&api, &app).len(),
+        app_runs,
+        "nothing is queued through a cycle"
+    );
 }
 
 /// The run ID the CLI names in its "view this run" link.

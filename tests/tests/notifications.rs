@@ -234,30 +234,61 @@ fn destinations_inside_the_cluster_are_refused() {
     let api = Api::admin(&dev);
     api.create_org(ORG);
     let ws = api.create_workspace(ORG, json!({"name": "app"}));
-    // A private address (and the cloud metadata service's): not sent, and said why.
+    // Issue 39 §10: internal destinations, in any spelling, are refused when configured
+    // through the API (422 naming why), never stored to fail later.
     for (url, words) in [
         ("http://10.255.255.1/hook", "private address"),
         (
             "http://169.254.169.254/latest/meta-data",
             "link-local address",
         ),
+        ("http://2852039166/latest/meta-data", "link-local address"),
+        ("http://[64:ff9b::a9fe:a9fe]/", "link-local address"),
+        (
+            "http://metadata.google.internal/computeMetadata/v1/",
+            "metadata service",
+        ),
     ] {
-        let id = nc(
-            &api,
-            &ws,
-            json!({"name": url, "destination-type": "generic", "enabled": true, "url": url}),
-        );
         let r = api.post(
-            &format!("/api/v2/notification-configurations/{id}/actions/verify"),
-            &json!({}),
+            &format!("/api/v2/workspaces/{ws}/notification-configurations"),
+            &json!({"data": {"type": "notification-configurations", "attributes":
+                {"name": "n", "destination-type": "generic", "enabled": true, "url": url}}}),
         );
-        assert_eq!(r.status, 200, "{:?}", r.body);
-        let resp = &r.body["data"]["attributes"]["delivery-responses"][0];
-        assert_eq!(resp["successful"], "false", "{resp}");
-        assert_eq!(resp["code"], "", "nothing was sent");
-        assert!(
-            resp["body"].as_str().unwrap_or_default().contains(words),
-            "{resp}"
-        );
+        assert_eq!(r.status, 422, "{url}: {:?}", r.body);
+        let detail = r.body["errors"][0]["detail"].as_str().unwrap_or_default();
+        assert!(detail.contains(words), "{url}: {detail}");
     }
+    // Declared with kubectl (not checked on the way in): not sent, and said why.
+    let manifest = format!(
+        "apiVersion: terrace.dev/v1alpha1\nkind: NotificationConfiguration\nmetadata: {{name: inner, namespace: {ORG}}}\nspec: {{name: inner, destinationType: generic, enabled: true, url: 'http://10.255.255.1/hook', workspace: {ws}}}\n"
+    );
+    let out = dev.kubectl_stdin(&["apply", "-f", "-"], &manifest);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = dev
+        .eventually(Duration::from_secs(30), || {
+            let doc = api.get(&format!(
+                "/api/v2/workspaces/{ws}/notification-configurations"
+            ));
+            doc.body["data"][0]["id"].as_str().map(str::to_owned)
+        })
+        .expect("the configuration has an ID");
+    let r = api.post(
+        &format!("/api/v2/notification-configurations/{id}/actions/verify"),
+        &json!({}),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let resp = &r.body["data"]["attributes"]["delivery-responses"][0];
+    assert_eq!(resp["successful"], "false", "{resp}");
+    assert_eq!(resp["code"], "", "nothing was sent");
+    assert!(
+        resp["body"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("private address"),
+        "{resp}"
+    );
 }

@@ -55,7 +55,13 @@ async fn request_ids_are_echoed_honoured_or_generated() {
         .header("traceparent", tp)
         .body(Body::empty())
         .unwrap_or_default();
-    assert_eq!(id(&send(&state, req).await), "client-chosen-1");
+    let res = send(&state, req).await;
+    assert_eq!(id(&res), "client-chosen-1");
+    assert_eq!(
+        res.headers()["x-content-type-options"],
+        "nosniff",
+        "every answer says it is not to be sniffed (issue 39 §11)"
+    );
     let req = Request::get("/nothing")
         .header("traceparent", tp)
         .body(Body::empty())

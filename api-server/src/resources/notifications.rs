@@ -18,7 +18,7 @@ use std::time::Duration;
 use terrace_crds::common::SecretKeyRef;
 use terrace_crds::constants::{ANNOTATION_CREATED_AT, ANNOTATION_VERIFY_REQUESTED};
 use terrace_crds::ids::{IdKind, new_id};
-use terrace_crds::notification::{DESTINATION_TYPES, TRIGGERS, check_url};
+use terrace_crds::notification::{AllowedCidrs, DESTINATION_TYPES, TRIGGERS, destination_refusal};
 use terrace_crds::{
     DeliveryResponse, NotificationConfiguration, NotificationConfigurationSpec, Workspace,
 };
@@ -60,9 +60,9 @@ fn time_of(n: &NotificationConfiguration, annotation: &str) -> Value {
 }
 
 /// A delivery response as TFE shows it (code and success as strings, as go-tfe reads).
-fn render_response(d: &DeliveryResponse) -> Value {
+fn render_response(d: &DeliveryResponse, url_shown: bool) -> Value {
     json!({
-        "url": d.url,
+        "url": if url_shown { json!(d.url) } else { Value::Null },
         "body": d.body,
         "code": d.code,
         "headers": d.headers,
@@ -81,16 +81,27 @@ fn workspace_id(state: &AppState, ns: &str, entry: &str) -> Option<String> {
     )
 }
 
-/// The JSON:API `data` of a configuration.
-fn render(state: &AppState, n: &NotificationConfiguration) -> Value {
+/// Destinations whose URL is their credential (a Slack or Teams incoming webhook: anyone
+/// who has it can post to the channel).
+const SECRET_URLS: &[&str] = &["slack", "microsoft-teams"];
+
+/// The JSON:API `data` of a configuration, for a caller who may change it (`may_update`)
+/// or not: a Slack or Teams URL is shown only to the former.
+fn render(state: &AppState, n: &NotificationConfiguration, may_update: bool) -> Value {
     let id = id_of(n);
+    let url_shown = may_update || !SECRET_URLS.contains(&n.spec.destination_type.as_str());
     let ns = n.namespace().unwrap_or_default();
     let ws =
         workspace_id(state, &ns, &n.spec.workspace).unwrap_or_else(|| n.spec.workspace.clone());
     let responses: Vec<Value> = n
         .status
         .as_ref()
-        .map(|s| s.delivery_responses.iter().map(render_response).collect())
+        .map(|s| {
+            s.delivery_responses
+                .iter()
+                .map(|d| render_response(d, url_shown))
+                .collect()
+        })
         .unwrap_or_default();
     json!({
         "id": id,
@@ -99,7 +110,7 @@ fn render(state: &AppState, n: &NotificationConfiguration) -> Value {
             "name": n.spec.name,
             "destination-type": n.spec.destination_type,
             "enabled": n.spec.enabled,
-            "url": n.spec.url,
+            "url": if url_shown { json!(n.spec.url) } else { Value::Null },
             // Write-only: set or not, it is never shown.
             "token": Value::Null,
             "triggers": n.spec.triggers,
@@ -151,6 +162,7 @@ fn checked_spec(
     r: &Relationships,
     current: Option<&NotificationConfigurationSpec>,
     workspace: &str,
+    allowed: &AllowedCidrs,
 ) -> Result<NotificationConfigurationSpec, ApiError> {
     let mut errs = Vec::new();
     let mut spec = current
@@ -200,8 +212,8 @@ fn checked_spec(
     }
     if spec.url.is_empty() {
         errs.push(FieldError::attribute("url", "URL can't be blank"));
-    } else if let Err(why) = check_url(&spec.url) {
-        errs.push(FieldError::attribute("url", format!("URL {why}")));
+    } else if let Some(why) = destination_refusal(&spec.url, &allowed.0) {
+        errs.push(FieldError::attribute("url", why));
     }
     if let Some(t) = &a.triggers {
         for (i, trigger) in t.iter().enumerate() {
@@ -275,12 +287,24 @@ async fn list_of_workspace(
             n.name_any(),
         )
     });
+    let may_update = may_update(&state, &f.caller, &f.at.ns).await?;
     let base = format!("/api/v2/workspaces/{ws_id}/notification-configurations");
-    Ok(list(&base, page, &items, |n| render(&state, n)))
+    Ok(list(&base, page, &items, |n| render(&state, n, may_update)))
 }
 
-async fn show(State(state): State<AppState>, f: Found<NotificationConfiguration>) -> Doc {
-    Doc::ok(render(&state, &f.at.obj))
+/// Whether `caller` may change the notification configurations of namespace `ns`.
+async fn may_update(state: &AppState, caller: &Caller, ns: &str) -> Result<bool, ApiError> {
+    state
+        .allowed(caller, &Check::new("update", RESOURCE, ns, None))
+        .await
+}
+
+async fn show(
+    State(state): State<AppState>,
+    f: Found<NotificationConfiguration>,
+) -> Result<Doc, ApiError> {
+    let may_update = may_update(&state, &f.caller, &f.at.ns).await?;
+    Ok(Doc::ok(render(&state, &f.at.obj, may_update)))
 }
 
 async fn create(
@@ -297,7 +321,13 @@ async fn create(
         .await?;
     let data = doc.checked()?;
     let ws_id = f.at.id();
-    let mut spec = checked_spec(&data.attributes, &data.relationships, None, &ws_id)?;
+    let mut spec = checked_spec(
+        &data.attributes,
+        &data.relationships,
+        None,
+        &ws_id,
+        &state.settings.notification_allowed_cidrs,
+    )?;
     let id = new_id(IdKind::NotificationConfiguration);
     // Owned by the workspace: deleting it deletes its configurations (and their tokens).
     let mut metadata = write::owned_meta(&id, &f.at, &[]);
@@ -321,7 +351,7 @@ async fn create(
     if let Some(t) = &token {
         store_token(&state, &created, t).await?;
     }
-    Ok(Doc::created(render(&state, &created)))
+    Ok(Doc::created(render(&state, &created, true)))
 }
 
 /// Why a caller who reads the object may not change it.
@@ -340,7 +370,8 @@ async fn update(
     let r = &data.relationships;
     // Checked once here (a clear 422 before anything is written), then applied to the
     // live object.
-    checked_spec(a, r, Some(&f.at.obj.spec), "")?;
+    let allowed = &state.settings.notification_allowed_cidrs;
+    checked_spec(a, r, Some(&f.at.obj.spec), "", allowed)?;
     if let Some(t) = token.as_deref().filter(|t| !t.is_empty()) {
         store_token(&state, &f.at.obj, t).await?;
     }
@@ -349,7 +380,7 @@ async fn update(
         &write::api::<NotificationConfiguration>(&state, &f.at.ns),
         (*f.at.obj).clone(),
         |cur| {
-            let mut next = checked_spec(a, r, Some(&cur.spec), "")?;
+            let mut next = checked_spec(a, r, Some(&cur.spec), "", allowed)?;
             match token.as_deref() {
                 Some("") => next.token_from = None,
                 Some(_) => {
@@ -369,7 +400,7 @@ async fn update(
     )
     .await?;
     write::wait_seen(&state, &updated).await;
-    Ok(Doc::ok(render(&state, &updated)))
+    Ok(Doc::ok(render(&state, &updated, true)))
 }
 
 async fn remove(
@@ -421,7 +452,7 @@ async fn verify(
         .by_uid(&key)
         .cloned();
     let n = idx_copy.ok_or_else(NotificationConfiguration::not_found)?;
-    Ok(Doc::ok(render(&state, &n)))
+    Ok(Doc::ok(render(&state, &n, true)))
 }
 
 #[cfg(test)]

@@ -282,3 +282,63 @@ fn the_operator_refuses_inner_addresses_unless_allowed() {
     assert!(parse_cidrs("10.0.0.0/33").is_err());
     assert!(parse_cidrs("").unwrap().is_empty());
 }
+
+/// Issue 39 §10: IPv4 inside IPv6 (NAT64, 6to4, compatible, Teredo) is unwrapped at send
+/// time, and internal destinations in any spelling are refused when configured.
+#[test]
+fn internal_destinations_are_refused_in_every_spelling() {
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    for wrapped in [
+        "64:ff9b::a9fe:a9fe",
+        "64:ff9b::7f00:1",
+        "2002:a9fe:a9fe::1",
+        "2002:7f00:1::",
+        "::7f00:1",
+        "::10.0.0.1",
+        "2001:0:4136:e378:8000:63bf:f5ff:fffe",
+    ] {
+        assert!(address_refusal(ip(wrapped), &[]).is_some(), "{wrapped}");
+    }
+    assert_eq!(
+        address_refusal(ip("64:ff9b::808:808"), &[]),
+        None,
+        "8.8.8.8 via NAT64"
+    );
+    for url in [
+        "http://169.254.169.254/latest/meta-data",
+        "http://2130706433/",
+        "http://0x7f000001/",
+        "http://0177.0.0.1/",
+        "http://127.1/",
+        "http://10.1/",
+        "http://[::ffff:169.254.169.254]/",
+        "http://[64:ff9b::a9fe:a9fe]/",
+        "http://[fe80::1]/",
+        "http://metadata.google.internal/computeMetadata/v1/",
+        "http://localhost:8080/",
+        "http://api.localhost/",
+        "https://192.168.0.10/hook",
+    ] {
+        assert!(destination_refusal(url, &[]).is_some(), "{url}");
+    }
+    for url in [
+        "https://hooks.slack.com/services/T/B/X",
+        "https://example.com:8443/x",
+        "http://93.184.216.34/",
+    ] {
+        assert_eq!(destination_refusal(url, &[]), None, "{url}");
+    }
+    let loopback = parse_cidrs("127.0.0.0/8").unwrap();
+    assert_eq!(
+        destination_refusal("http://127.0.0.1:9000/", &loopback),
+        None
+    );
+    assert_eq!(
+        destination_refusal("http://2130706433:9000/", &loopback),
+        None
+    );
+    assert_eq!(literal_ip("0x7f.1"), Some(ip("127.0.0.1")));
+    assert_eq!(literal_ip("example.com"), None);
+    assert_eq!(literal_ip("1.2.3.4.5"), None);
+    assert_eq!(literal_ip("256.1.1.1"), None);
+}

@@ -410,14 +410,96 @@ fn counting_changes() {
 
 #[test]
 fn a_run_credential_carries_its_run_and_runner_token() {
-    let token = runner_token("acme", "s3cret");
+    let secret = "s3cret_0123456789-abcdefXYZ";
+    let token = runner_token("acme", secret);
     let cred = run_credential(&token, "run-abc");
-    assert_eq!(cred, "tfrun.run-abc.acme.s3cret");
+    assert_eq!(cred, format!("tfrun.run-abc.acme.{secret}"));
     assert_eq!(
         parse_run_credential(&cred),
-        Some(("run-abc", "acme.s3cret"))
+        Some(("run-abc", token.as_str()))
     );
     assert_eq!(parse_run_credential("eyJhbGciOi.x.y"), None);
     assert_eq!(parse_run_credential("tfrun.run-abc"), None);
-    assert_eq!(parse_run_credential("tfrun..acme.s"), None);
+    assert_eq!(parse_run_credential(&format!("tfrun..acme.{secret}")), None);
+}
+
+/// Issue 39 §1: a token's parts go into the paths of Kubernetes requests, so every part
+/// that is not a Kubernetes name (or a token's secret) refuses the whole token.
+#[test]
+fn run_tokens_with_parts_that_are_not_names_are_refused() {
+    let secret = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+    assert_eq!(
+        runner_token_namespace(&format!("acme.{secret}")),
+        Some("acme")
+    );
+    for ns in [
+        "acme/secrets?",
+        "acme/secrets",
+        "..",
+        "ACME",
+        "-acme",
+        "acme-",
+        "ac%2Fme",
+        "ac me",
+        "",
+        &"a".repeat(64),
+    ] {
+        assert_eq!(
+            runner_token_namespace(&format!("{ns}.{secret}")),
+            None,
+            "{ns:?}"
+        );
+    }
+    for bad_secret in [
+        "y",
+        "short",
+        "has space in it........",
+        "slash/slash/slash/slash",
+    ] {
+        assert_eq!(runner_token_namespace(&format!("acme.{bad_secret}")), None);
+    }
+    assert_eq!(
+        runner_token_namespace(&format!("acme.{}", "A".repeat(129))),
+        None
+    );
+    for object in [
+        "x/..",
+        "X",
+        "a?b",
+        "run-1/log",
+        "",
+        "a..b",
+        &"a".repeat(254),
+    ] {
+        let cred = format!("tfrun.{object}.acme.{secret}");
+        assert_eq!(parse_run_credential(&cred), None, "{object:?}");
+    }
+    assert_eq!(parse_run_credential("tfrun.x.acme/secrets?.y"), None);
+    // Token shapes at random: whatever parses has only name characters in its parts.
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(39);
+    let alphabet = b"abc-./?%#:@AZ09_ \\\0";
+    for _ in 0..20_000 {
+        let len = rng.random_range(0..80);
+        let s: String = (0..len)
+            .map(|_| alphabet[rng.random_range(0..alphabet.len())] as char)
+            .collect();
+        let cred = format!("tfrun.{s}");
+        if let Some((object, token)) = parse_run_credential(&cred) {
+            let ns = runner_token_namespace(token).expect("parsed");
+            assert!(crate::ids::is_dns1123_subdomain(object) && crate::ids::is_dns1123_label(ns));
+            assert!(!cred.contains(['/', '?', '%', '#', ' ']));
+        }
+    }
+}
+
+/// Issue 39 §11: a run full of comments refuses another plain comment, but an action's
+/// comment still lands (the action never fails on its comment).
+#[test]
+fn an_actions_comment_passes_the_comment_limit() {
+    use crate::constants::MAX_RUN_COMMENTS;
+    assert!(check_comment("lgtm", MAX_RUN_COMMENTS - 1, false).is_ok());
+    assert!(check_comment("lgtm", MAX_RUN_COMMENTS, false).is_err());
+    assert!(check_comment("approving", MAX_RUN_COMMENTS, true).is_ok());
+    assert!(check_comment(" ", 0, true).is_err());
 }

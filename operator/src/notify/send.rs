@@ -78,6 +78,9 @@ impl Sender {
         let config = ureq::Agent::config_builder()
             .timeout_global(Some(Duration::from_secs(NOTIFICATION_TIMEOUT_SECS)))
             .max_redirects(0)
+            // No proxy from the environment: a proxy would connect to whatever address
+            // it resolves, around the address check above (issue 39 §10).
+            .proxy(None)
             .http_status_as_error(false)
             .user_agent(concat!("terrace-notifications/", env!("CARGO_PKG_VERSION")))
             .build();

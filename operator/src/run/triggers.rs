@@ -5,12 +5,14 @@
 //! (a second attempt finds it, 409), and the source run is marked once they all exist
 //! ([`ANNOTATION_TRIGGERED`]), so a restart or a later reconcile queues nothing again.
 
+use std::sync::Arc;
+
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use terrace_crds::constants::{LABEL_ID, LABEL_ORGANIZATION, LABEL_WORKSPACE_ID};
-use terrace_crds::ids::{IdKind, new_id};
+use terrace_crds::ids::IdKind;
 use terrace_crds::resources::Named;
 use terrace_crds::{Run, RunSpec, Workspace};
 
@@ -43,13 +45,34 @@ pub async fn queue(ctx: &RunContext, run: &Run, run_id: &str) -> Result<(), Erro
             id: Some(&source_id),
             name: &source.spec.name,
         };
-        let targets = workspaces.iter().filter(|w| {
-            w.namespace().as_deref() == Some(ns.as_str())
-                && w.labels().contains_key(LABEL_ID)
-                && me.listed_in(&w.spec.run_trigger_sources)
-        });
-        for target in targets {
-            queue_one(ctx, run, run_id, source, target).await?;
+        let here: Vec<&Arc<Workspace>> = workspaces
+            .iter()
+            .filter(|w| {
+                w.namespace().as_deref() == Some(ns.as_str()) && w.labels().contains_key(LABEL_ID)
+            })
+            .collect();
+        let edges = trigger_edges(&here);
+        for target in here
+            .iter()
+            .filter(|w| me.listed_in(&w.spec.run_trigger_sources))
+        {
+            let target_id = target.labels().get(LABEL_ID).cloned().unwrap_or_default();
+            if terrace_crds::rules::triggers_reach(&edges, &target_id, &source_id) {
+                publish_event(
+                    &ctx.recorder,
+                    &target.object_ref(&()),
+                    EventType::Warning,
+                    "RunTriggerCycle",
+                    "RunTrigger",
+                    format!(
+                        "no run queued for the apply of run {run_id} in workspace {}: its run triggers make a cycle through this workspace (remove one of them)",
+                        source.spec.name
+                    ),
+                )
+                .await;
+                continue;
+            }
+            queue_one(ctx, run_id, source, target).await?;
         }
     }
     let api: Api<Run> = Api::namespaced(ctx.base.client.clone(), &ns);
@@ -62,14 +85,42 @@ pub async fn queue(ctx: &RunContext, run: &Run, run_id: &str) -> Result<(), Erro
     Ok(())
 }
 
-/// The name of the run that run object `source_run` triggers in workspace object `target`.
-fn triggered_name(source_run: &str, target: &str) -> String {
-    format!("{source_run}-rt-{target}")
+/// Every run trigger among `workspaces` (one namespace's): each source's ID with the ID
+/// of a workspace that names it.
+fn trigger_edges(workspaces: &[&Arc<Workspace>]) -> Vec<(String, String)> {
+    let id = |w: &Workspace| w.labels().get(LABEL_ID).cloned().unwrap_or_default();
+    let mut edges = Vec::new();
+    for target in workspaces
+        .iter()
+        .filter(|w| !w.spec.run_trigger_sources.is_empty())
+    {
+        for source in workspaces {
+            let source_id = id(source);
+            let named = Named {
+                id: Some(&source_id),
+                name: &source.spec.name,
+            };
+            if named.listed_in(&target.spec.run_trigger_sources) {
+                edges.push((source_id, id(target)));
+            }
+        }
+    }
+    edges
+}
+
+/// The ID of the run that the apply of run `source_run_id` triggers in workspace
+/// `target_id`: derived from both, so a second attempt finds the first (409), and of
+/// fixed length however long a chain of triggers grows; the run's object name is its ID
+/// lowercased, as for every other run.
+fn triggered_id(source_run_id: &str, target_id: &str) -> String {
+    terrace_crds::ids::stable_id(
+        IdKind::Run.prefix(),
+        &["run-trigger", source_run_id, target_id],
+    )
 }
 
 async fn queue_one(
     ctx: &RunContext,
-    run: &Run,
     run_id: &str,
     source: &Workspace,
     target: &Workspace,
@@ -92,7 +143,7 @@ async fn queue_one(
         .await;
         return Ok(());
     };
-    let id = new_id(IdKind::Run);
+    let id = triggered_id(run_id, &target_id);
     let org = target
         .labels()
         .get(LABEL_ORGANIZATION)
@@ -100,13 +151,13 @@ async fn queue_one(
         .unwrap_or_default();
     let triggered = Run {
         metadata: ObjectMeta {
-            name: Some(triggered_name(&run.name_any(), &target.name_any())),
+            name: Some(terrace_crds::ids::object_name_for_id(&id)),
             namespace: Some(ns.clone()),
             labels: Some(
                 [
                     (LABEL_ID.to_owned(), id.clone()),
                     (LABEL_ORGANIZATION.to_owned(), org),
-                    (LABEL_WORKSPACE_ID.to_owned(), target_id),
+                    (LABEL_WORKSPACE_ID.to_owned(), target_id.clone()),
                     (LABEL_TRIGGERED_BY.to_owned(), run_id.to_owned()),
                 ]
                 .into(),
@@ -147,6 +198,22 @@ async fn queue_one(
         }
         // Queued by an earlier attempt.
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        // Refused for good (invalid, forbidden): said once, never retried in a loop.
+        Err(kube::Error::Api(s)) if matches!(s.code, 400 | 403 | 422) => {
+            publish_event(
+                &ctx.recorder,
+                &regarding,
+                EventType::Warning,
+                "RunTriggerRefused",
+                "RunTrigger",
+                format!(
+                    "the run triggered by run {run_id} of workspace {} could not be created: {}",
+                    source.spec.name, s.message
+                ),
+            )
+            .await;
+            Ok(())
+        }
         Err(e) => Err(e.into()),
     }
 }

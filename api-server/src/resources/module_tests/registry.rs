@@ -114,7 +114,18 @@ async fn list_modules(
     Path(org): Path<String>,
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
-    let o = org_checked(&state, &caller, &org, "list").await?;
+    // A visible organization answers its list, empty for a caller who may not list its
+    // modules, as every other list does (docs/rbac.md).
+    let o = state.org(&org).await?;
+    let may_list = state
+        .allowed(
+            &caller,
+            &Check::new("list", "registrymodules", o.target_namespace(), None),
+        )
+        .await?;
+    if !may_list {
+        state.visible_org(&caller, &org).await?;
+    }
     let page = q.page()?;
     q.supported_filters(&[
         "filter[provider]",
@@ -129,6 +140,7 @@ async fn list_modules(
         let idx = state.index.read();
         idx.registry_modules()
             .in_namespace(o.target_namespace())
+            .filter(|_| may_list)
             .filter(|m| !id_of(m.as_ref()).is_empty())
             .filter(|m| {
                 text.as_deref()

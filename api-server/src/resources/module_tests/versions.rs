@@ -191,8 +191,8 @@ async fn create_at(
     headers: HeaderMap,
     JsonApi(doc): JsonApi<Document<VersionAttributes>>,
 ) -> Result<Doc, ApiError> {
-    let m = locate_path(&state, &caller, &path, "create", RESOURCE).await?;
-    create(&state, &headers, m, doc).await
+    let m = locate_path(&state, &caller, &path, "get", RESOURCE).await?;
+    create(&state, &caller, &headers, m, doc).await
 }
 
 async fn create_short(
@@ -205,21 +205,30 @@ async fn create_short(
         &state,
         &caller,
         (&org, &org, &name, &provider),
-        "create",
+        "get",
         RESOURCE,
     )
     .await?;
-    create(&state, &headers, m, doc).await
+    create(&state, &caller, &headers, m, doc).await
 }
 
 /// Creates the version and its pending configuration version; answers the version with
 /// the upload link (shown this once).
 async fn create(
     state: &AppState,
+    caller: &Caller,
     headers: &HeaderMap,
     m: Module,
     doc: Document<VersionAttributes>,
 ) -> Result<Doc, ApiError> {
+    // A caller who can read the module is told it may not publish (docs/rbac.md).
+    state
+        .require_or_403(
+            caller,
+            &m.check("create", RESOURCE),
+            "publishing module versions needs the right to create them",
+        )
+        .await?;
     let a = doc.checked()?.attributes;
     let version = a.version.unwrap_or_default();
     if parse_version(&version).is_none() {
@@ -320,13 +329,20 @@ async fn remove(
         &state,
         &caller,
         (&org, &namespace, &name, &provider),
-        "delete",
+        "get",
         RESOURCE,
     )
     .await?;
     let v = find(&state.index.read(), &m.module, &version)
         .cloned()
         .ok_or_else(version_not_found)?;
+    state
+        .require_or_403(
+            &caller,
+            &m.check("delete", RESOURCE),
+            "deleting module versions needs the right to delete them",
+        )
+        .await?;
     // Its configuration version (and so its archive) is owned by it.
     write::delete_if_present(&state, v.as_ref()).await?;
     Ok(no_content())

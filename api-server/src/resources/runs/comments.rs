@@ -47,7 +47,7 @@ pub fn comments_patch(r: &Run, c: &RunComment) -> Result<Value, ApiError> {
         .as_ref()
         .map(|s| s.comments.clone())
         .unwrap_or_default();
-    terrace_crds::run::check_comment(&c.body, all.len())
+    terrace_crds::run::check_comment(&c.body, all.len(), c.action.is_some())
         .map_err(|e| ApiError::invalid_attribute("body", e))?;
     all.push(c.clone());
     serde_json::to_value(all).map_err(|e| ApiError::internal("serializing comments", e))

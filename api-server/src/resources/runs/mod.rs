@@ -659,7 +659,7 @@ async fn act(
     caller: Caller,
     JsonApi(body): JsonApi<Option<ActionBody>>,
 ) -> Result<Response, ApiError> {
-    let at = state.readable::<Run>(&caller, &id).await?;
+    let at = state.readable_live::<Run>(&caller, &id).await?;
     state
         .require_or_403(
             &caller,
