@@ -977,18 +977,14 @@ fn an_apply_triggers_a_run_in_the_workspaces_it_triggers() {
     // Issue 39 §6: a chain of triggers, hop after hop. Each triggered run's object name
     // is its ID lowercased, of fixed length however long the chain (it grew by 23
     // characters per hop, and the create failed a few hops in).
+    // Every hop must change something: a run whose plan has no changes does not apply,
+    // and so triggers nothing (as in TFE).
+    let changing = "resource \"terraform_data\" \"x\" {\n  input = timestamp()\n}\n";
+    upload(&api, &app, false, &[("main.tf", changing)]);
     let mut chain = vec![app.clone()];
     for name in ["dns", "cdn", "edge", "waf"] {
         let ws = api.create_workspace(ORG, json!({"name": name, "auto-apply-run-trigger": true}));
-        upload(
-            &api,
-            &ws,
-            false,
-            &[(
-                "main.tf",
-                "resource \"terraform_data\" \"x\" {\n  input = \"x\"\n}\n",
-            )],
-        );
+        upload(&api, &ws, false, &[("main.tf", changing)]);
         let r = api.post(
             &format!("/api/v2/workspaces/{ws}/run-triggers"),
             &json!({"data": {"type": "run-triggers", "relationships": {
@@ -1014,7 +1010,13 @@ fn an_apply_triggers_a_run_in_the_workspaces_it_triggers() {
         .eventually(Duration::from_secs(240), || {
             runs(&api, &last).into_iter().next()
         })
-        .expect("the chain reached its last workspace");
+        .unwrap_or_else(|| {
+            panic!(
+                "the chain did not reach its last workspace:\n{}\n{}",
+                dev.kubectl_ok(&["get", "runs", "-n", ORG, "-o", "wide"]),
+                dev.kubectl_ok(&["get", "events.events.k8s.io", "-n", ORG])
+            )
+        });
     let end_id = end["id"].as_str().unwrap_or_default().to_owned();
     let done = wait_status(&dev, &api, &end_id, &["applied", "errored"]);
     assert_eq!(status(&done), "applied", "{done}");
@@ -1030,16 +1032,6 @@ fn an_apply_triggers_a_run_in_the_workspaces_it_triggers() {
     // A cycle declared with kubectl (the API refuses one): `network` named as triggered
     // by the last workspace. An apply of network then queues nothing through the cycle,
     // says why in an Event, and nothing loops.
-    let last_object = dev.kubectl_ok(&[
-        "get",
-        "workspaces",
-        "-n",
-        ORG,
-        "-l",
-        &format!("terrace.dev/id={last}"),
-        "-o",
-        "jsonpath={.items[0].metadata.name}",
-    ]);
     let network_object = dev.kubectl_ok(&[
         "get",
         "workspaces",
@@ -1058,7 +1050,7 @@ fn an_apply_triggers_a_run_in_the_workspaces_it_triggers() {
         ORG,
         "--type=merge",
         "-p",
-        &json!({"spec": {"runTriggerSources": [last_object]}}).to_string(),
+        &json!({"spec": {"runTriggerSources": [last]}}).to_string(),
     ]);
     let app_runs = runs(&api, &app).len();
     ok(
@@ -1074,7 +1066,7 @@ fn an_apply_triggers_a_run_in_the_workspaces_it_triggers() {
         "apply in a cycle",
     );
     let said = dev.eventually(Duration::from_secs(60), || {
-        let events = dev.kubectl_ok(&["get", "events", "-n", ORG, "-o", "json"]);
+        let events = dev.kubectl_ok(&["get", "events.events.k8s.io", "-n", ORG, "-o", "json"]);
         events.contains("RunTriggerCycle").then_some(events)
     });
     assert!(said.is_some(), "no RunTriggerCycle event");
