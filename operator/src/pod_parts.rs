@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PodSpec, Secret, SecretKeySelector,
-    Volume, VolumeMount,
+    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PodSecurityContext,
+    PodSpec, SeccompProfile, Secret, SecretKeySelector, SecurityContext, Volume, VolumeMount,
 };
 use kube::api::ObjectMeta;
 use kube::{Resource, ResourceExt};
@@ -31,12 +31,20 @@ pub const WORKSPACE_DIR: &str = "/workspace";
 pub const TOOLS_DIR: &str = "/terrace";
 /// Termination message path of the engine container.
 pub const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
+/// The engine's home: an emptyDir, so an engine image whose user has no writable home
+/// (the official terraform and OpenTofu images run as root, and here as 65532) works.
+pub const HOME_DIR: &str = "/home/terrace";
+/// The user and group every container runs as by default (the terrace image's, as its
+/// Dockerfile says), and the `fsGroup` that makes the run's Secret readable to them.
+pub const POD_USER: i64 = 65532;
 /// Environment of every engine: no update checks (the Pod may have no way out), no
-/// prompts, automation wording. A module test variable of the same name wins.
-pub const ENGINE_ENV: [(&str, &str); 3] = [
+/// prompts, automation wording, a writable home. A module test variable of the same name
+/// wins.
+pub const ENGINE_ENV: [(&str, &str); 4] = [
     ("CHECKPOINT_DISABLE", "1"),
     ("TF_IN_AUTOMATION", "1"),
     ("TF_INPUT", "0"),
+    ("HOME", HOME_DIR),
 ];
 
 /// Metadata of an object owned (controller reference) by `owner`, in its namespace;
@@ -223,20 +231,85 @@ pub(crate) fn with_engine_env(own: Vec<EnvVar>) -> Vec<EnvVar> {
     env
 }
 
+/// The Pod `securityContext` terrace gives its Pods unless a template sets one: Pod
+/// Security `restricted` (non-root, `RuntimeDefault` seccomp), user and group
+/// [`POD_USER`], and `fsGroup` [`POD_USER`] so the run's Secret (0440) is readable.
+pub fn default_pod_security() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(POD_USER),
+        run_as_group: Some(POD_USER),
+        fs_group: Some(POD_USER),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".to_owned(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Every container's `securityContext` unless a template sets one: no privilege
+/// escalation, no capability, a read-only root filesystem (the engine writes only to its
+/// volumes: the workspace, its home and `/tmp`).
+pub fn default_container_security() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".to_owned()]),
+            ..Default::default()
+        }),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        ..Default::default()
+    }
+}
+
 /// The spec of a run's Pod: never restarted, the template's service account, node
-/// selector and tolerations.
+/// selector and tolerations; the template's security contexts (else terrace's
+/// restricted ones) and image pull policy (else the operator's) on every container;
+/// `/tmp` and the engine's home on emptyDirs, as the root filesystem is read-only.
 pub(crate) fn pod_spec(
     overrides: &PodTemplateOverrides,
-    init_containers: Vec<Container>,
-    engine: Container,
-    volumes: Vec<Volume>,
+    settings: &Settings,
+    mut init_containers: Vec<Container>,
+    mut engine: Container,
+    mut volumes: Vec<Volume>,
 ) -> PodSpec {
     let service_account = overrides
         .service_account_name
         .clone()
         .filter(|s| !s.is_empty());
+    let policy = overrides
+        .image_pull_policy
+        .unwrap_or(settings.pod_image_pull_policy);
+    let container_security = overrides
+        .container_security_context
+        .clone()
+        .unwrap_or_else(default_container_security);
+    volumes.push(empty_dir("tmp"));
+    volumes.push(empty_dir("home"));
+    engine
+        .volume_mounts
+        .get_or_insert_with(Vec::new)
+        .push(mount("home", HOME_DIR, false));
+    for c in init_containers
+        .iter_mut()
+        .chain(std::iter::once(&mut engine))
+    {
+        c.image_pull_policy = Some(policy.as_str().to_owned());
+        c.security_context = Some(container_security.clone());
+        c.volume_mounts
+            .get_or_insert_with(Vec::new)
+            .push(mount("tmp", "/tmp", false));
+    }
     PodSpec {
         restart_policy: Some("Never".to_owned()),
+        security_context: Some(
+            overrides
+                .security_context
+                .clone()
+                .unwrap_or_else(default_pod_security),
+        ),
         init_containers: Some(init_containers),
         containers: vec![engine],
         volumes: Some(volumes),
@@ -251,8 +324,25 @@ pub(crate) fn pod_spec(
     }
 }
 
+/// Whether the cluster's answer `code` to a Pod create refuses it for good: the request
+/// is invalid (400, 422: a template the API server does not accept) or forbidden (403:
+/// an admission plugin such as Pod Security, a quota). Retrying changes nothing; the run
+/// errors at once with the cluster's words.
+pub fn refused_for_good(code: u16) -> bool {
+    matches!(code, 400 | 403 | 422)
+}
+
 /// The prefix of the status message of a run whose Pod waits for a node.
 pub const WAITING_FOR_NODE: &str = "waiting for a node";
+/// The prefix of the status message of a run whose Pod waits for an image the kubelet
+/// could not pull yet (it retries).
+pub const WAITING_FOR_IMAGE: &str = "waiting for an image";
+
+/// Whether a run's message says what its Pod waits for (and is cleared once it no
+/// longer does).
+pub fn is_wait_message(m: &str) -> bool {
+    m.starts_with(WAITING_FOR_NODE) || m.starts_with(WAITING_FOR_IMAGE)
+}
 
 /// Where a run keeps the first thing its Pod waited for (`waitNote`), and whether it has
 /// one already.
@@ -289,7 +379,7 @@ where
 {
     let wanted = match waiting {
         Some(w) => Some(w),
-        None if current.is_some_and(|m| m.starts_with(WAITING_FOR_NODE)) => None,
+        None if current.is_some_and(is_wait_message) => None,
         None => return Ok(()),
     };
     let first = waited.filter(|_| !note.written);

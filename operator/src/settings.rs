@@ -100,6 +100,12 @@ pub struct Settings {
     /// place it.
     #[arg(long, env = "TERRACE_POD_START_TIMEOUT", default_value = DEFAULT_POD_START_TIMEOUT, value_parser = parse_delay)]
     pub pod_start_timeout: Duration,
+    /// When the kubelet pulls the terrace and engine images of run and test Pods
+    /// (`Always`, `IfNotPresent` or `Never`); an organization's or agent pool's Pod
+    /// template may say otherwise. `IfNotPresent` lets nodes with the images preloaded
+    /// (air-gapped clusters) run them, and a `:latest` engine tag is not pulled every time.
+    #[arg(long, env = "TERRACE_POD_IMAGE_PULL_POLICY", default_value = "IfNotPresent", value_parser = terrace_crds::ImagePullPolicy::parse)]
+    pub pod_image_pull_policy: terrace_crds::ImagePullPolicy,
     /// The namespace terrace is installed in (default: the Pod's namespace,
     /// `POD_NAMESPACE`): no Organization may use it (see `terrace_crds::namespaces`).
     #[arg(long, env = "POD_NAMESPACE")]
@@ -167,6 +173,7 @@ impl Default for Settings {
             leader_election_namespace: None,
             leader_election_identity: None,
             release_namespace: None,
+            pod_image_pull_policy: terrace_crds::ImagePullPolicy::IfNotPresent,
             state_soft_delete_grace_hours: DEFAULT_STATE_SOFT_DELETE_GRACE_HOURS,
             notification_allowed_cidrs: AllowedCidrs::default(),
             blobs: Default::default(),

@@ -176,21 +176,28 @@ impl RealCluster {
     /// Starts `terrace api-server` with the chart's API server ServiceAccount's token on a
     /// free port; answers it and its URL once it is ready.
     pub fn api_server(&self) -> (Component, String) {
+        self.api_server_with(&[])
+    }
+
+    /// [`RealCluster::api_server`] with `env` on top of its environment.
+    pub fn api_server_with(&self, env: &[(&'static str, String)]) -> (Component, String) {
         let kubeconfig = self.kubeconfig_for(&self.token("terrace-api-server"), "api-server");
         let port = free_port();
         let url = format!("http://127.0.0.1:{port}");
+        let mut all: Vec<(&str, String)> = vec![
+            ("TERRACE_API_ADDR", format!("127.0.0.1:{port}")),
+            ("TERRACE_API_METRICS_ADDR", "127.0.0.1:0".into()),
+            ("TERRACE_BASE_URL", url.clone()),
+            // As the chart sets it (the web view's sessions live there).
+            ("POD_NAMESPACE", RELEASE_NS.to_owned()),
+        ];
+        all.extend(env.iter().cloned());
         let api = Component::spawn_in(
             self.dir.path(),
             &format!("api-server-{port}"),
             &["api-server"],
             &kubeconfig,
-            &[
-                ("TERRACE_API_ADDR", format!("127.0.0.1:{port}")),
-                ("TERRACE_API_METRICS_ADDR", "127.0.0.1:0".into()),
-                ("TERRACE_BASE_URL", url.clone()),
-                // As the chart sets it (the web view's sessions live there).
-                ("POD_NAMESPACE", RELEASE_NS.to_owned()),
-            ],
+            &all,
         );
         let probe = Api::at(&url, None);
         let ready = eventually(Duration::from_secs(60), || {
@@ -344,5 +351,117 @@ pub fn eventually<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Opt
             return None;
         }
         std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A real node of the tier's cluster (issue 40): `.ci/run` starts one with
+/// `node up` (kube-scheduler, kube-proxy and a kubelet on containerd, images built on the
+/// machine) and names it through `TERRACE_E2E_NODE_*`; without them the node tests return
+/// at once. Run and test Pods then really run: users, file modes, admission, image pulls
+/// and node loss are the kubelet's, not the simulator's.
+pub struct RealNode {
+    /// The node script (`node up|down|forward DIR …`).
+    pub script: PathBuf,
+    /// The directory the control plane and node were started in.
+    pub dir: PathBuf,
+    /// The address Pods reach this machine's forwarded ports at.
+    pub gateway: String,
+    /// The terrace image built from the binary under test.
+    pub terrace_image: String,
+    /// The engine image (terraform and busybox).
+    pub engine_image: String,
+}
+
+impl RealNode {
+    /// The node of `TERRACE_E2E_NODE_*`, if the tier has one.
+    pub fn from_env() -> Option<RealNode> {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let Some(script) = var("TERRACE_E2E_NODE_SCRIPT") else {
+            eprintln!("TERRACE_E2E_NODE_SCRIPT is not set: the real-node tests are skipped");
+            return None;
+        };
+        Some(RealNode {
+            script: PathBuf::from(script),
+            dir: PathBuf::from(var("TERRACE_E2E_NODE_DIR")?),
+            gateway: var("TERRACE_E2E_NODE_GATEWAY")?,
+            terrace_image: var("TERRACE_E2E_NODE_TERRACE_IMAGE")?,
+            engine_image: var("TERRACE_E2E_NODE_ENGINE_IMAGE")?,
+        })
+    }
+
+    /// Runs the node script with `args` after its command and directory.
+    pub fn script(&self, command: &str, args: &[&str]) -> Output {
+        Command::new("bash")
+            .arg(&self.script)
+            .arg(command)
+            .arg(&self.dir)
+            .args(args)
+            .output()
+            .expect("run the node script")
+    }
+
+    /// The terraform version of the engine image (its tag: `VERSION-hash`).
+    pub fn engine_version(&self) -> String {
+        let tag = self.engine_image.rsplit(':').next().unwrap_or_default();
+        tag.split('-').next().unwrap_or_default().to_owned()
+    }
+
+    /// Makes loopback port `port` reachable from Pods at `http://GATEWAY:port`.
+    pub fn forward(&self, port: u16) -> String {
+        let out = self.script("forward", &[&port.to_string()]);
+        assert!(
+            out.status.success(),
+            "node forward {port}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        format!("http://{}:{port}", self.gateway)
+    }
+
+    /// The environment of `terrace operator` whose Pods run on this node, their runner
+    /// reaching the API server at `internal_url`.
+    pub fn operator_env(&self, internal_url: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("TERRACE_API_INTERNAL_URL", internal_url.to_owned()),
+            ("TERRACE_IMAGE", self.terrace_image.clone()),
+            ("TERRACE_BINARY_PATH", "/usr/local/bin/terrace".to_owned()),
+            ("TERRACE_ENGINE_IMAGE", self.engine_image.clone()),
+            ("TERRACE_ENGINE_COMMAND", "terraform".to_owned()),
+            ("TERRACE_HOSTNAME", crate::CLI_HOST.to_owned()),
+            // The images were built on the node: never pulled.
+            ("TERRACE_POD_IMAGE_PULL_POLICY", "Never".to_owned()),
+        ]
+    }
+}
+
+impl RealCluster {
+    /// The API server and operator of a tier whose Pods run on `node`: the API server on
+    /// loopback, forwarded to the Pods; the operator with the node's images. Answers both
+    /// components and the API's URL (for this machine's clients).
+    pub fn on_node(&self, node: &RealNode, name: &str) -> (Component, Component, String) {
+        // Workspaces default to the engine image's version, as the chart's
+        // apiServer.defaultTerraformVersion is set to its engine's.
+        let (api, url) =
+            self.api_server_with(&[("TERRACE_DEFAULT_TERRAFORM_VERSION", node.engine_version())]);
+        let port: u16 = url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("the API server's port");
+        let internal = node.forward(port);
+        let operator = self.operator_with(name, &node.operator_env(&internal));
+        (api, operator, url)
+    }
+
+    /// [`RealCluster::operator`] with `env` on top of its environment.
+    pub fn operator_with(&self, name: &str, env: &[(&'static str, String)]) -> Component {
+        let kubeconfig = self.kubeconfig_for(&self.token("terrace-operator"), "operator");
+        let mut all: Vec<(&str, String)> = vec![
+            ("POD_NAME", name.to_owned()),
+            ("POD_NAMESPACE", RELEASE_NS.into()),
+            ("TERRACE_OPERATOR_METRICS_ADDR", "127.0.0.1:0".into()),
+            ("TERRACE_NOTIFICATION_ALLOWED_CIDRS", "127.0.0.0/8".into()),
+        ];
+        all.extend(env.iter().cloned());
+        Component::spawn_in(self.dir.path(), name, &["operator"], &kubeconfig, &all)
     }
 }

@@ -1,4 +1,6 @@
-use k8s_openapi::api::core::v1::{ResourceRequirements, Toleration};
+use k8s_openapi::api::core::v1::{
+    PodSecurityContext, ResourceRequirements, SecurityContext, Toleration,
+};
 use std::collections::BTreeMap;
 
 use crate::common::DataRetentionPolicy;
@@ -164,14 +166,60 @@ crd_struct! {
         /// Tolerations of test Pods.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         pub tolerations: Vec<Toleration>,
+        /// The Pods' `securityContext`, in place of terrace's default (which satisfies Pod
+        /// Security `restricted`: non-root user and group 65532, `fsGroup` 65532,
+        /// `RuntimeDefault` seccomp). Set it whole: it is not merged field by field.
+        pub security_context: Option<PodSecurityContext>,
+        /// Every container's `securityContext`, in place of terrace's default (no
+        /// privilege escalation, every capability dropped, a read-only root filesystem).
+        pub container_security_context: Option<SecurityContext>,
+        /// When the kubelet pulls the engine and terrace images (default: the operator's
+        /// `--pod-image-pull-policy`, itself `IfNotPresent`).
+        pub image_pull_policy: Option<ImagePullPolicy>,
+    }
+}
+
+/// When the kubelet pulls a container's image (Kubernetes' `imagePullPolicy`).
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+pub enum ImagePullPolicy {
+    /// On every start.
+    Always,
+    /// Only when the node does not have it (images preloaded on air-gapped nodes work).
+    IfNotPresent,
+    /// Never: the node must have it.
+    Never,
+}
+
+impl ImagePullPolicy {
+    /// Kubernetes' spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ImagePullPolicy::Always => "Always",
+            ImagePullPolicy::IfNotPresent => "IfNotPresent",
+            ImagePullPolicy::Never => "Never",
+        }
+    }
+
+    /// The policy `s` spells (Kubernetes' spelling), if any.
+    pub fn parse(s: &str) -> Result<ImagePullPolicy, String> {
+        match s {
+            "Always" => Ok(ImagePullPolicy::Always),
+            "IfNotPresent" => Ok(ImagePullPolicy::IfNotPresent),
+            "Never" => Ok(ImagePullPolicy::Never),
+            other => Err(format!(
+                "{other:?} is not an image pull policy: Always, IfNotPresent or Never"
+            )),
+        }
     }
 }
 
 impl PodTemplateOverrides {
     /// These overrides (an organization's) on top of `defaults` (the operator's settings):
     /// labels, annotations and node selector are merged key by key with these winning;
-    /// resources and service account are these when set; tolerations are both lists,
-    /// without repeats.
+    /// resources, service account, security contexts and pull policy are these when set;
+    /// tolerations are both lists, without repeats.
     pub fn over(&self, defaults: &PodTemplateOverrides) -> PodTemplateOverrides {
         let merged = |d: &BTreeMap<String, String>, o: &BTreeMap<String, String>| {
             let mut m = d.clone();
@@ -198,6 +246,15 @@ impl PodTemplateOverrides {
                 .or_else(|| defaults.service_account_name.clone()),
             node_selector: merged(&defaults.node_selector, &self.node_selector),
             tolerations,
+            security_context: self
+                .security_context
+                .clone()
+                .or_else(|| defaults.security_context.clone()),
+            container_security_context: self
+                .container_security_context
+                .clone()
+                .or_else(|| defaults.container_security_context.clone()),
+            image_pull_policy: self.image_pull_policy.or(defaults.image_pull_policy),
         }
     }
 }

@@ -340,7 +340,35 @@ async fn reconcile(mut run: Arc<Run>, ctx: Arc<RunContext>) -> Result<Action, Er
             }
             return Ok(Action::requeue(Duration::from_secs(5)));
         }
-        create_pod(&ctx, &run, &ws, &run_id, p).await?;
+        let what = match p {
+            Phase::Plan => "plan Pod",
+            Phase::Apply => "apply Pod",
+        };
+        let refused = match create_pod(&ctx, &run, &ws, &run_id, p).await {
+            Ok(r) => r,
+            // A passing failure (429, 5xx, a timeout) is retried with backoff, until the
+            // start timeout says the run has waited long enough.
+            Err(e) if queued_past(&run, state, ctx.base.settings.pod_start_timeout) => Some(
+                format!("the {what} could not be created within --pod-start-timeout: {e}"),
+            ),
+            Err(e) => return Err(e),
+        };
+        if let Some(why) = refused {
+            let message = format!("the cluster refused the {what}: {why}");
+            crate::events::publish_event(
+                &ctx.recorder,
+                &run.object_ref(&()),
+                kube::runtime::events::EventType::Warning,
+                "PodRefused",
+                "CreatePod",
+                message.clone(),
+            )
+            .await;
+            unlock_workspace(&ctx, &ns, &run.spec.workspace, &run_id).await?;
+            write_status(&ctx, &run, RunState::Errored, Some(p), Some(message), None).await?;
+            record_performance(&ctx, &run, RunState::Errored).await;
+            return Ok(Action::requeue(Duration::from_millis(200)));
+        }
     }
     if let Some(grace) = d.delete_pod {
         let dp = DeleteParams {
@@ -407,6 +435,21 @@ async fn reconcile(mut run: Arc<Run>, ctx: Arc<RunContext>) -> Result<Action, Er
         PodSeen::Running => Action::requeue(Duration::from_secs(30)),
         _ => Action::requeue(Duration::from_secs(5)),
     })
+}
+
+/// Whether run `run` has been in `state` (waiting for its Pod) longer than `timeout`.
+fn queued_past(run: &Run, state: RunState, timeout: Duration) -> bool {
+    let since = run
+        .status
+        .as_ref()
+        .and_then(|s| s.status_timestamps.get(&run::timestamp_key(state)))
+        .and_then(|t| t.parse::<Timestamp>().ok());
+    match (since, k8s_openapi::jiff::SignedDuration::try_from(timeout)) {
+        (Some(since), Ok(timeout)) => since
+            .checked_add(timeout)
+            .is_ok_and(|deadline| deadline < Timestamp::now()),
+        _ => false,
+    }
 }
 
 /// An Event on the run for each policy that failed its plan (names and levels only: a
@@ -707,13 +750,16 @@ fn log_stored(pod: &Pod) -> bool {
 }
 
 /// Creates the run's Secret (once) and the Pod of `phase` (409: it exists already).
+/// Answers the cluster's words when it refuses the Pod for good (admission, a Pod
+/// Security level, an invalid template: 400, 403, 422); a passing failure is an error,
+/// retried with backoff.
 async fn create_pod(
     ctx: &RunContext,
     run: &Run,
     ws: &Workspace,
     run_id: &str,
     phase: Phase,
-) -> Result<(), Error> {
+) -> Result<Option<String>, Error> {
     let ns = run.namespace().unwrap_or_default();
     let org = ctx.orgs.owner(&ns).await?;
     let org_name = org.as_ref().map(|o| o.name_any()).unwrap_or_default();
@@ -765,8 +811,11 @@ async fn create_pod(
         .create(&PostParams::default(), &pod::build_pod(&inputs, phase)?)
         .await
     {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Ok(_) => Ok(None),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
+        Err(kube::Error::Api(s)) if crate::pod_parts::refused_for_good(s.code) => {
+            Ok(Some(s.message))
+        }
         Err(e) => Err(e.into()),
     }
 }

@@ -292,6 +292,7 @@ pub fn build_pod(inputs: &RunPodInputs<'_>, phase: Phase) -> Result<Pod, Error> 
         metadata: meta,
         spec: Some(pod_parts::pod_spec(
             &overrides,
+            inputs.settings,
             vec![pod_parts::install_container(inputs.settings)],
             engine,
             vec![
@@ -301,7 +302,7 @@ pub fn build_pod(inputs: &RunPodInputs<'_>, phase: Phase) -> Result<Pod, Error> 
                     name: "run".to_owned(),
                     secret: Some(SecretVolumeSource {
                         secret_name: Some(secret_name(&run.name_any())),
-                        default_mode: Some(0o400),
+                        default_mode: Some(0o440),
                         optional: Some(false),
                         ..Default::default()
                     }),
@@ -469,6 +470,7 @@ mod tests {
             [
                 "CHECKPOINT_DISABLE",
                 "TF_IN_AUTOMATION",
+                "HOME",
                 "AWS_REGION",
                 "TF_INPUT",
                 "TF_VAR_password",

@@ -167,6 +167,7 @@ fn step<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> StepError + '_ {
 }
 
 /// The API server's runner endpoints of one run.
+#[derive(Clone)]
 struct Api {
     agent: ureq::Agent,
     base: String,
@@ -678,6 +679,7 @@ fn phase(args: &RemoteArgs) -> Result<PhaseReport, StepError> {
             Ok(count_changes(&parsed))
         }
         Phase::Apply => {
+            let snapshots = Snapshots::start(api.clone(), state_file.clone(), before.as_deref());
             let applied = run_logged(
                 &current,
                 &dir,
@@ -688,11 +690,15 @@ fn phase(args: &RemoteArgs) -> Result<PhaseReport, StepError> {
                     opts.output_flag(),
                     plan_file.display().to_string(),
                 ],
-            )?;
+            );
+            let (saved, serial) = snapshots.stop();
+            let applied = applied?;
             // What the engine wrote is kept even when the apply failed half way.
             let after = std::fs::read(&state_file).ok();
             match &after {
-                Some(a) if after != before => api.put("state", &one_step(a, before.as_deref()))?,
+                Some(a) if after != before && after != saved => {
+                    api.put("state", &with_serial(a, serial + 1))?
+                }
                 Some(_) => {}
                 None if applied => {
                     return Err(StepError(format!(
@@ -717,16 +723,93 @@ fn phase(args: &RemoteArgs) -> Result<PhaseReport, StepError> {
     }
 }
 
+/// How often the runner looks at the state file while the engine applies.
+const SNAPSHOT_POLL: Duration = Duration::from_secs(1);
+/// The least time between two intermediate state snapshots (the first one is sent at
+/// once: what an apply created first is what a lost node must not lose).
+const SNAPSHOT_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Intermediate state snapshots (issue 40 §5, as HCP Terraform takes them): while the
+/// engine applies, the state it writes after each resource is uploaded as a state version
+/// of the run (at once the first time, then at most every [`SNAPSHOT_INTERVAL`]), so a
+/// node lost, a Pod evicted or a kubelet killed mid-apply leaves the last snapshot as the
+/// workspace's state, not nothing. Each snapshot takes the next serial after the state the
+/// run started from.
+struct Snapshots {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<(Option<Vec<u8>>, i64)>,
+}
+
+impl Snapshots {
+    fn start(api: Api, file: PathBuf, before: Option<&[u8]>) -> Snapshots {
+        let stop = Arc::new(AtomicBool::new(false));
+        let base = before.and_then(serial_of).unwrap_or(0);
+        let before = before.map(<[u8]>::to_vec);
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let (mut saved, mut serial) = (None::<Vec<u8>>, base);
+            let mut last: Option<std::time::Instant> = None;
+            let mut said = false;
+            while !flag.load(Ordering::SeqCst) {
+                std::thread::sleep(SNAPSHOT_POLL);
+                if last.is_some_and(|t| t.elapsed() < SNAPSHOT_INTERVAL) {
+                    continue;
+                }
+                let Ok(now) = std::fs::read(&file) else {
+                    continue;
+                };
+                // The engine writes the file in place: one read half way through does not
+                // parse, and the next one will.
+                if Some(&now) == saved.as_ref()
+                    || Some(&now) == before.as_ref()
+                    || serial_of(&now).is_none()
+                {
+                    continue;
+                }
+                match api.put("state", &with_serial(&now, serial + 1)) {
+                    Ok(()) => {
+                        serial += 1;
+                        saved = Some(now);
+                        last = Some(std::time::Instant::now());
+                    }
+                    Err(e) if !said => {
+                        said = true;
+                        say(&format!(
+                            "could not save an intermediate state snapshot: {e}"
+                        ));
+                    }
+                    Err(_) => {}
+                }
+            }
+            (saved, serial)
+        });
+        Snapshots { stop, thread }
+    }
+
+    /// Stops taking snapshots; answers the last one saved and its serial (the run's
+    /// starting serial when none was).
+    fn stop(self) -> (Option<Vec<u8>>, i64) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.join().unwrap_or((None, 0))
+    }
+}
+
+fn serial_of(b: &[u8]) -> Option<i64> {
+    serde_json::from_slice::<serde_json::Value>(b)
+        .ok()
+        .and_then(|v| v["serial"].as_i64())
+}
+
 /// The state `after` numbered one serial after `before` (1 without one): the local
 /// backend counts every intermediate write of an apply, a run makes one state version.
 /// A state that does not parse is uploaded as it is (the API refuses it with the reason).
 pub fn one_step(after: &[u8], before: Option<&[u8]>) -> Vec<u8> {
-    let serial_of = |b: &[u8]| {
-        serde_json::from_slice::<serde_json::Value>(b)
-            .ok()
-            .and_then(|v| v["serial"].as_i64())
-    };
-    let next = before.and_then(serial_of).map_or(1, |s| s + 1);
+    with_serial(after, before.and_then(serial_of).unwrap_or(0) + 1)
+}
+
+/// The state `after` with serial `serial` (as it is when it does not parse).
+pub fn with_serial(after: &[u8], serial: i64) -> Vec<u8> {
+    let next = serial;
     match serde_json::from_slice::<serde_json::Value>(after) {
         Ok(mut v) if v.is_object() => {
             v["serial"] = serde_json::json!(next);

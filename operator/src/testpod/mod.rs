@@ -291,7 +291,7 @@ fn secret_volume(name: &str, secret: &str, key: &str) -> Volume {
                 path: key.to_owned(),
                 mode: None,
             }]),
-            default_mode: Some(0o400),
+            default_mode: Some(0o440),
             optional: Some(false),
         }),
         ..Default::default()
@@ -401,6 +401,7 @@ pub fn build_pod(inputs: &PodInputs<'_>) -> Result<Pod, Error> {
         metadata: meta,
         spec: Some(pod_parts::pod_spec(
             overrides,
+            inputs.settings,
             vec![pod_parts::install_container(inputs.settings), fetch],
             engine,
             volumes,

@@ -196,7 +196,8 @@ fn engine_env_is_non_interactive() {
         [
             ("CHECKPOINT_DISABLE", Some("1")),
             ("TF_IN_AUTOMATION", Some("1")),
-            ("TF_INPUT", Some("0"))
+            ("TF_INPUT", Some("0")),
+            ("HOME", Some("/home/terrace"))
         ]
     );
     let vars = [var("v1", "vpc", "TF_IN_AUTOMATION", "", None)];
@@ -311,7 +312,49 @@ fn pod_with_defaults() {
         .flatten()
         .map(|v| v.name.as_str())
         .collect();
-    assert_eq!(vols, ["workspace", "tools", "token", "log-token"]);
+    assert_eq!(
+        vols,
+        ["workspace", "tools", "token", "log-token", "tmp", "home"]
+    );
+    // Issue 40: Pod Security `restricted` by default, and the Secret readable to the
+    // non-root user through fsGroup.
+    let psc = spec.security_context.as_ref().unwrap();
+    assert_eq!(psc.run_as_non_root, Some(true));
+    assert_eq!((psc.run_as_user, psc.fs_group), (Some(65532), Some(65532)));
+    assert_eq!(
+        psc.seccomp_profile.as_ref().map(|p| p.type_.as_str()),
+        Some("RuntimeDefault")
+    );
+    for c in spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+    {
+        let sc = c.security_context.as_ref().unwrap();
+        assert_eq!(sc.allow_privilege_escalation, Some(false), "{}", c.name);
+        assert_eq!(
+            sc.capabilities.as_ref().and_then(|c| c.drop.clone()),
+            Some(vec!["ALL".to_owned()]),
+            "{}",
+            c.name
+        );
+        assert_eq!(sc.read_only_root_filesystem, Some(true), "{}", c.name);
+        assert_eq!(
+            c.image_pull_policy.as_deref(),
+            Some("IfNotPresent"),
+            "{}",
+            c.name
+        );
+    }
+    for v in spec
+        .volumes
+        .iter()
+        .flatten()
+        .filter_map(|v| v.secret.as_ref())
+    {
+        assert_eq!(v.default_mode, Some(0o440));
+    }
     let names: Vec<&str> = spec
         .init_containers
         .iter()
@@ -401,7 +444,16 @@ fn pod_with_defaults() {
         .collect();
     // The log token (its own key of the run's Secret) is the engine's; the archive token
     // is only visible to the fetch container.
-    assert_eq!(mounts, ["/terrace", "/workspace", "/var/run/terrace-log"]);
+    assert_eq!(
+        mounts,
+        [
+            "/terrace",
+            "/workspace",
+            "/var/run/terrace-log",
+            "/home/terrace",
+            "/tmp"
+        ]
+    );
     assert!(
         fetch
             .volume_mounts
@@ -482,6 +534,7 @@ fn pod_with_organization_overrides() {
                 operator: Some("Exists".into()),
                 ..Default::default()
             }],
+            ..Default::default()
         },
     };
     let vars = [var("v1", "vpc", "TF_VAR_size", "1", None)];

@@ -325,7 +325,14 @@ pub(super) async fn admit(
         admitted.insert(me.clone());
     }
     match create_run_objects(ctx, ns, &inputs).await {
-        Ok(()) => {}
+        Ok(None) => {}
+        Ok(Some(why)) => {
+            // Refused for good (Pod Security, admission, an invalid template): the run
+            // errors with the cluster's words and gives its slot back.
+            ctx.admitted.lock().await.remove(&me);
+            let message = format!("the cluster refused the test Pod: {why}");
+            return fail_pending(ctx, run, &Transition::Errored(message)).await;
+        }
         Err(e) => {
             // Give the slot back: the next attempt takes one again.
             ctx.admitted.lock().await.remove(&me);
@@ -388,12 +395,13 @@ async fn wait_for_slot(
 }
 
 /// Creates a run's token Secret and Pod; either existing already (an earlier attempt, an
-/// operator restarted in between) is fine.
+/// operator restarted in between) is fine. Answers the cluster's words when it refuses
+/// either for good ([`crate::pod_parts::refused_for_good`]).
 async fn create_run_objects(
     ctx: &RunContext,
     ns: &str,
     inputs: &PodInputs<'_>,
-) -> Result<(), Error> {
+) -> Result<Option<String>, Error> {
     let client = &ctx.base.client;
     let secret = testpod::build_secret(inputs, &testpod::new_token())?;
     let pod = testpod::build_pod(inputs)?;
@@ -411,10 +419,13 @@ async fn create_run_objects(
             Ok(()) => {}
             // Created by an earlier attempt (an operator restarted in between).
             Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(kube::Error::Api(s)) if crate::pod_parts::refused_for_good(s.code) => {
+                return Ok(Some(s.message));
+            }
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(())
+    Ok(None)
 }
 
 #[cfg(test)]

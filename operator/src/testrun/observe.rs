@@ -4,19 +4,21 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 
-use crate::pod_parts::WAITING_FOR_NODE;
+use crate::pod_parts::{WAITING_FOR_IMAGE, WAITING_FOR_NODE};
 use crate::testpod::{ENGINE_CONTAINER, FINALIZER};
 
 /// Waiting reasons that do not resolve by themselves: the run errors with the reason.
-const STUCK_REASONS: [&str; 7] = [
-    "ErrImagePull",
-    "ImagePullBackOff",
+const STUCK_REASONS: [&str; 5] = [
     "InvalidImageName",
     "ErrImageNeverPull",
     "CreateContainerConfigError",
     "CreateContainerError",
     "RunContainerError",
 ];
+
+/// Waiting reasons the kubelet retries by itself (a registry's blip, a rate limit): the
+/// run waits, with the kubelet's words, until `--pod-start-timeout`.
+const RETRIED_REASONS: [&str; 2] = ["ErrImagePull", "ImagePullBackOff"];
 
 /// How long past its deletion deadline (`metadata.deletionTimestamp`: the end of the
 /// grace period) a Pod whose engine still shows as running is let go of anyway: its node
@@ -86,6 +88,67 @@ impl PodState {
             && !self.completed()
             && !self.deletion_overdue
     }
+}
+
+/// What a container whose image pull the kubelet retries waits for: "waiting for an
+/// image: container C: ImagePullBackOff: <the kubelet's message>".
+fn waiting_for_image(cs: &ContainerStatus) -> Option<String> {
+    let w = cs.state.as_ref()?.waiting.as_ref()?;
+    let reason = w.reason.as_deref()?;
+    RETRIED_REASONS.contains(&reason).then(|| {
+        let detail = w
+            .message
+            .as_deref()
+            .map(str::trim)
+            .filter(|m| !m.is_empty())
+            .map(|m| format!(": {m}"))
+            .unwrap_or_default();
+        format!(
+            "{WAITING_FOR_IMAGE}: container {}: {reason}{detail}",
+            cs.name
+        )
+    })
+}
+
+/// Why the Pod was disrupted, in a person's words, from its `DisruptionTarget` condition
+/// (the node lost, an eviction, a preemption) or the kubelet's eviction (`Evicted`).
+fn disruption(pod: &Pod, what: &str) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    let target = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "DisruptionTarget" && c.status == "True");
+    let detail = |m: Option<&str>| {
+        m.map(str::trim)
+            .filter(|m| !m.is_empty())
+            .map(|m| format!(" ({m})"))
+            .unwrap_or_default()
+    };
+    if let Some(c) = target {
+        let d = detail(c.message.as_deref());
+        return Some(match c.reason.as_deref() {
+            Some("DeletionByPodGC" | "DeletionByTaintManager") => {
+                let role = what.strip_suffix(" Pod").unwrap_or(what);
+                format!("the node running the {role} was lost{d}")
+            }
+            Some("EvictionByEvictionAPI") => format!("the {what} was evicted{d}"),
+            Some("PreemptionByScheduler") => {
+                format!("the {what} was preempted by a Pod of higher priority{d}")
+            }
+            Some("TerminationByKubelet") => format!("the node stopped the {what}{d}"),
+            other => format!(
+                "the {what} was disrupted: {}{d}",
+                other.unwrap_or("DisruptionTarget")
+            ),
+        });
+    }
+    (status.reason.as_deref() == Some("Evicted")).then(|| {
+        format!(
+            "the node evicted the {what}{}",
+            detail(status.message.as_deref())
+        )
+    })
 }
 
 fn waiting_failure(cs: &ContainerStatus) -> Option<String> {
@@ -169,7 +232,8 @@ pub fn observe_pod_as(
         return PodObs::Foreign;
     }
     let status = pod.status.as_ref();
-    let mut failure = None;
+    let mut failure = disruption(pod, what);
+    let mut pulling = None;
     for cs in status
         .and_then(|s| s.init_container_statuses.as_ref())
         .into_iter()
@@ -177,6 +241,9 @@ pub fn observe_pod_as(
     {
         if let Some(f) = waiting_failure(cs) {
             failure.get_or_insert(f);
+        }
+        if let Some(w) = waiting_for_image(cs) {
+            pulling.get_or_insert(w);
         }
         if let Some(t) = cs.state.as_ref().and_then(|s| s.terminated.as_ref())
             && t.exit_code != 0
@@ -201,6 +268,9 @@ pub fn observe_pod_as(
     if let Some(cs) = engine_status {
         if let Some(f) = waiting_failure(cs) {
             failure.get_or_insert(f);
+        }
+        if let Some(w) = waiting_for_image(cs) {
+            pulling.get_or_insert(w);
         }
         let state = cs.state.as_ref();
         // An engine that could not even start (its program missing, not executable): the
@@ -241,7 +311,7 @@ pub fn observe_pod_as(
                 .to_owned(),
         );
     }
-    let waiting = waiting_for_node(pod);
+    let waiting = pulling.or_else(|| waiting_for_node(pod));
     let waited = waiting
         .clone()
         .filter(|_| waited_past(pod, WAIT_NOTE_AFTER, now));
@@ -370,11 +440,109 @@ mod tests {
         else {
             panic!()
         };
+        // Issue 40 §4: the kubelet retries a pull, so the run waits with its words, and
+        // errors only once the start timeout passed.
+        assert_eq!(p.failure, None);
         assert_eq!(
-            p.failure.as_deref(),
-            Some("container engine cannot start: ImagePullBackOff: Back-off pulling image \"x\"")
+            p.waiting.as_deref(),
+            Some(
+                "waiting for an image: container engine: ImagePullBackOff: Back-off pulling image \"x\""
+            )
         );
         assert_eq!(p.engine, Some(EngineObs::NotStarted));
+        let mut old = pod_with(
+            PodStatus {
+                phase: Some("Pending".into()),
+                container_statuses: Some(vec![cs(
+                    ENGINE_CONTAINER,
+                    ContainerState {
+                        waiting: Some(ContainerStateWaiting {
+                            reason: Some("ErrImagePull".into()),
+                            message: Some("503 Service Unavailable".into()),
+                        }),
+                        ..Default::default()
+                    },
+                )]),
+                ..Default::default()
+            },
+            "u",
+        );
+        old.metadata.creation_timestamp =
+            Some(Time(Timestamp::now() - SignedDuration::from_secs(600)));
+        let PodObs::Present(p) = observe_pod_as(
+            Some(&old),
+            "u",
+            Timestamp::now(),
+            "plan Pod",
+            std::time::Duration::from_secs(300),
+        ) else {
+            panic!()
+        };
+        assert!(
+            p.failure
+                .as_deref()
+                .is_some_and(|f| f.contains("did not start within 5 minutes")
+                    && f.contains("ErrImagePull: 503 Service Unavailable")),
+            "{:?}",
+            p.failure
+        );
+        // What cannot recover is final at once.
+        let invalid = ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some("InvalidImageName".into()),
+                message: Some("couldn't parse image name \"x::y\"".into()),
+            }),
+            ..Default::default()
+        };
+        let st = PodStatus {
+            phase: Some("Pending".into()),
+            container_statuses: Some(vec![cs(ENGINE_CONTAINER, invalid)]),
+            ..Default::default()
+        };
+        let PodObs::Present(p) = observe_pod(Some(&pod_with(st, "u")), "u", Timestamp::now())
+        else {
+            panic!()
+        };
+        assert!(
+            p.failure
+                .as_deref()
+                .is_some_and(|f| f.starts_with("container engine cannot start: InvalidImageName")),
+            "{:?}",
+            p.failure
+        );
+
+        // Issue 40 §5: a Pod whose node was lost says so, not "the Pod failed: Failed".
+        let lost = PodStatus {
+            phase: Some("Failed".into()),
+            conditions: Some(vec![k8s_openapi::api::core::v1::PodCondition {
+                type_: "DisruptionTarget".into(),
+                status: "True".into(),
+                reason: Some("DeletionByPodGC".into()),
+                message: Some("PodGC: node no longer exists".into()),
+                ..Default::default()
+            }]),
+            container_statuses: Some(vec![cs(
+                ENGINE_CONTAINER,
+                ContainerState {
+                    running: Some(ContainerStateRunning::default()),
+                    ..Default::default()
+                },
+            )]),
+            ..Default::default()
+        };
+        let PodObs::Present(p) = observe_pod_as(
+            Some(&pod_with(lost, "u")),
+            "u",
+            Timestamp::now(),
+            "apply Pod",
+            NO_START_TIMEOUT,
+        ) else {
+            panic!()
+        };
+        assert_eq!(
+            p.failure.as_deref(),
+            Some("the node running the apply was lost (PodGC: node no longer exists)")
+        );
 
         // An engine whose program cannot be executed: the runtime's reason is the cause,
         // named with the Pod's role.
@@ -493,7 +661,7 @@ mod tests {
         };
         assert_eq!(
             p.failure.as_deref(),
-            Some("the test Pod failed: Evicted The node was low on resource: memory.")
+            Some("the node evicted the test Pod (The node was low on resource: memory.)")
         );
     }
 
