@@ -406,6 +406,18 @@ impl RealNode {
         tag.split('-').next().unwrap_or_default().to_owned()
     }
 
+    /// Starts the node again after a `down` (`node up` with the binary it was started
+    /// with, `TERRACE_E2E_NODE_BINARY`), and waits for it to be Ready.
+    pub fn up(&self) {
+        let binary = std::env::var("TERRACE_E2E_NODE_BINARY").unwrap_or_default();
+        let out = self.script("up", &[&binary]);
+        assert!(
+            out.status.success(),
+            "node up: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// Makes loopback port `port` reachable from Pods at `http://GATEWAY:port`.
     pub fn forward(&self, port: u16) -> String {
         let out = self.script("forward", &[&port.to_string()]);

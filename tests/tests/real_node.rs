@@ -106,5 +106,211 @@ fn runs_and_module_tests_on_a_real_node() {
     let shown = text(&out);
     assert!(out.status.success(), "terraform test: {shown}\n{}", logs());
     assert!(shown.contains("1 passed, 0 failed"), "{shown}");
-    let _ = eventually(Duration::from_secs(1), || None::<()>);
+
+    restricted_namespace(&cluster, &admin, &org, &tf, work.path(), &logs);
+    lost_node_keeps_the_state(&cluster, &node, &admin, &org, &logs);
+}
+
+fn wait_run(api: &Api, run: &str, done: &[&str], logs: &dyn Fn() -> String) -> Value {
+    eventually(Duration::from_secs(240), || {
+        let r = api.get(&format!("/api/v2/runs/{run}"));
+        let status = r.body["data"]["attributes"]["status"].as_str()?.to_owned();
+        done.contains(&status.as_str()).then_some(r.body)
+    })
+    .unwrap_or_else(|| {
+        let r = api.get(&format!("/api/v2/runs/{run}"));
+        panic!("run {run} never reached {done:?}: {:?}\n{}", r.body, logs())
+    })
+}
+
+/// Uploads `files` to workspace `ws`; the configuration version's ID.
+fn upload(api: &Api, ws: &str, files: &[(&str, &str)]) -> String {
+    let cv = api.post(
+        &format!("/api/v2/workspaces/{ws}/configuration-versions"),
+        &json!({"data": {"type": "configuration-versions", "attributes": {"auto-queue-runs": false}}}),
+    );
+    assert_eq!(cv.status, 201, "{:?}", cv.body);
+    let url = cv.body["data"]["attributes"]["upload-url"]
+        .as_str()
+        .unwrap_or_default();
+    let path = &url[url.find("/api/v2/").expect("upload path")..];
+    assert_eq!(
+        api.put_unauthenticated(path, terrace_tests::targz(files)),
+        200
+    );
+    cv.body["data"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn queue(api: &Api, ws: &str, cv: &str, attributes: Value) -> String {
+    let r = eventually(Duration::from_secs(30), || {
+        let r = api.post(
+            "/api/v2/runs",
+            &json!({"data": {"type": "runs", "attributes": attributes, "relationships": {
+                "workspace": {"data": {"type": "workspaces", "id": ws}},
+                "configuration-version": {"data": {"type": "configuration-versions", "id": cv}},
+            }}}),
+        );
+        (r.status == 201).then_some(r)
+    })
+    .expect("queue a run");
+    r.body["data"]["id"].as_str().unwrap_or_default().to_owned()
+}
+
+/// Issue 40 §3: in a namespace that enforces Pod Security `restricted` (a common tenant
+/// setting) a run and a module test run as anywhere else; a Pod template the level
+/// refuses errors its run at once with the API server's words, and frees the workspace.
+fn restricted_namespace(
+    cluster: &RealCluster,
+    admin: &Api,
+    org: &str,
+    tf: &Terraform,
+    work: &Path,
+    logs: &dyn Fn() -> String,
+) {
+    cluster.kubectl_ok(&[
+        "label",
+        "namespace",
+        org,
+        "pod-security.kubernetes.io/enforce=restricted",
+        "--overwrite",
+    ]);
+    let ws = admin.create_workspace(org, json!({"name": "restricted"}));
+    let cv = upload(
+        admin,
+        &ws,
+        &[(
+            "main.tf",
+            "resource \"terraform_data\" \"x\" { input = 1 }\n",
+        )],
+    );
+    let run = queue(admin, &ws, &cv, json!({"plan-only": true}));
+    let done = wait_run(admin, &run, &["planned_and_finished", "errored"], logs);
+    assert_eq!(
+        done["data"]["attributes"]["status"], "planned_and_finished",
+        "{done}"
+    );
+    let m = work.join("greeter");
+    let out = tf.run(
+        &m,
+        &["test", &format!("-cloud-run={CLI_HOST}/{org}/greeter/aws")],
+    );
+    assert!(
+        out.status.success(),
+        "a test run in restricted: {}",
+        text(&out)
+    );
+
+    // A template that asks for what the level forbids: refused, said, and over.
+    cluster.kubectl_ok(&[
+        "patch",
+        "organization",
+        org,
+        "--type=merge",
+        "-p",
+        &json!({"spec": {"settings": {"testRuns": {"podTemplate": {
+            "containerSecurityContext": {"allowPrivilegeEscalation": true}}}}}})
+        .to_string(),
+    ]);
+    std::thread::sleep(Duration::from_secs(2));
+    let run = queue(admin, &ws, &cv, json!({}));
+    wait_run(admin, &run, &["errored"], logs);
+    let message = run_message(cluster, org, &run);
+    assert!(
+        message.contains("the cluster refused the plan Pod") && message.contains("PodSecurity"),
+        "{message}"
+    );
+    let shown = admin.get(&format!("/api/v2/workspaces/{ws}"));
+    assert_eq!(
+        shown.body["data"]["attributes"]["locked"], false,
+        "the refused run freed the workspace: {message}"
+    );
+    let log = admin.get_text(&format!("/api/v2/runs/{run}/plan"));
+    let events = cluster.kubectl_ok(&["get", "events.events.k8s.io", "-n", org, "-o", "json"]);
+    assert!(
+        events.contains("PodRefused") && events.contains("PodSecurity"),
+        "the refusal is said in an Event: {events}\n{log:?}"
+    );
+    cluster.kubectl_ok(&[
+        "patch",
+        "organization",
+        org,
+        "--type=json",
+        "-p",
+        r#"[{"op": "remove", "path": "/spec/settings/testRuns/podTemplate/containerSecurityContext"}]"#,
+    ]);
+}
+
+/// Issue 40 §5: the node running an apply is lost after the apply created its first
+/// resource. The snapshot the runner took is the workspace's state, and the run errors
+/// saying the node was lost. Then the node comes back for what follows.
+fn lost_node_keeps_the_state(
+    cluster: &RealCluster,
+    node: &RealNode,
+    admin: &Api,
+    org: &str,
+    logs: &dyn Fn() -> String,
+) {
+    let ws = admin.create_workspace(org, json!({"name": "lost", "auto-apply": true}));
+    let cv = upload(
+        admin,
+        &ws,
+        &[(
+            "main.tf",
+            "resource \"terraform_data\" \"first\" { input = \"created\" }\nresource \"terraform_data\" \"second\" {\n  depends_on = [terraform_data.first]\n  provisioner \"local-exec\" { command = \"sleep 300\" }\n}\n",
+        )],
+    );
+    let run = queue(admin, &ws, &cv, json!({}));
+    let snapshot = eventually(Duration::from_secs(240), || {
+        let r = admin.get(&format!("/api/v2/workspaces/{ws}/current-state-version"));
+        (r.status == 200).then_some(r.body)
+    })
+    .unwrap_or_else(|| panic!("no snapshot of the apply's state\n{}", logs()));
+    let status =
+        admin.get(&format!("/api/v2/runs/{run}")).body["data"]["attributes"]["status"].clone();
+    assert_eq!(status, "applying", "the snapshot came while applying");
+    let down = node.script("down", &[]);
+    assert!(
+        down.status.success(),
+        "node down: {}",
+        String::from_utf8_lossy(&down.stderr)
+    );
+    wait_run(admin, &run, &["errored"], logs);
+    let message = run_message(cluster, org, &run);
+    assert!(
+        message.contains("the node running the apply was lost"),
+        "{message}\n{}",
+        logs()
+    );
+    let current = admin.get(&format!("/api/v2/workspaces/{ws}/current-state-version"));
+    assert_eq!(
+        current.body["data"]["id"], snapshot["data"]["id"],
+        "the last snapshot is the workspace's state"
+    );
+    let download = current.body["data"]["attributes"]["hosted-state-download-url"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let path = &download[download.find("/api/v2/").unwrap_or(0)..];
+    let (_, state) = admin.get_text(path);
+    assert!(
+        state.contains("\"first\"") && state.contains("created"),
+        "{state}"
+    );
+    node.up();
+}
+
+/// The run's `status.message`, as `kubectl get runs` shows it.
+fn run_message(cluster: &RealCluster, org: &str, run: &str) -> String {
+    cluster.kubectl_ok(&[
+        "get",
+        "run",
+        &run.to_ascii_lowercase(),
+        "-n",
+        org,
+        "-o",
+        "jsonpath={.status.message}",
+    ])
 }

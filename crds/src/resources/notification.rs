@@ -70,6 +70,8 @@ crd_struct! {
         pub notification: String,
         /// The attempt (1 for the first).
         #[serde(default)]
+        // Kubernetes knows int32 and int64, not uint32 (Helm warned at every install).
+        #[schemars(with = "i64")]
         pub attempt: u32,
     }
 }
