@@ -1185,3 +1185,4 @@ pub fn chart_rbac(namespace: &str) -> String {
 pub mod browser;
 pub mod real;
 pub mod receiver;
+pub mod registry;

@@ -418,6 +418,32 @@ impl RealNode {
         );
     }
 
+    /// Exports `image` from the node's containerd as an OCI archive at `to` (what a
+    /// registry fixture serves).
+    pub fn export_image(&self, image: &str, to: &Path) {
+        let socket = self.dir.join("node/containerd.sock");
+        let out = Command::new("ctr")
+            .arg("--address")
+            .arg(&socket)
+            .args([
+                "-n",
+                "k8s.io",
+                "images",
+                "export",
+                "--platform",
+                "linux/amd64",
+            ])
+            .arg(to)
+            .arg(image)
+            .output()
+            .expect("run ctr");
+        assert!(
+            out.status.success(),
+            "ctr images export: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// Makes loopback port `port` reachable from Pods at `http://GATEWAY:port`.
     pub fn forward(&self, port: u16) -> String {
         let out = self.script("forward", &[&port.to_string()]);

@@ -699,6 +699,12 @@ fn engine_version_mismatch_is_said() {
     assert!(!out.status.success(), "{shown}");
     assert!(shown.contains("Engine version mismatch"), "{shown}");
     assert!(shown.contains("~> 1.5.0"), "{shown}");
+    // Issue 40 §7: the runner's failure line is said once, not again by the API.
+    assert_eq!(
+        shown.matches("Engine version mismatch").count(),
+        1,
+        "{shown}"
+    );
 }
 
 /// A workspace's `working-directory`: the CLI uploads the parent directory and the run

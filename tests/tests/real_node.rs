@@ -108,6 +108,7 @@ fn runs_and_module_tests_on_a_real_node() {
     assert!(shown.contains("1 passed, 0 failed"), "{shown}");
 
     restricted_namespace(&cluster, &admin, &org, &tf, work.path(), &logs);
+    an_image_pull_that_fails_once(&cluster, &node, &admin, &org, &logs);
     lost_node_keeps_the_state(&cluster, &node, &admin, &org, &logs);
 }
 
@@ -240,6 +241,73 @@ fn restricted_namespace(
         "--type=json",
         "-p",
         r#"[{"op": "remove", "path": "/spec/settings/testRuns/podTemplate/containerSecurityContext"}]"#,
+    ]);
+}
+
+/// Issue 40 §4: the engine image's registry answers 503 once. The kubelet pulls again
+/// after its back-off, and the run waits and then plans: one blip is not a failure.
+fn an_image_pull_that_fails_once(
+    cluster: &RealCluster,
+    node: &RealNode,
+    admin: &Api,
+    org: &str,
+    logs: &dyn Fn() -> String,
+) {
+    let dir = tempfile::tempdir().expect("archive dir");
+    let archive = dir.path().join("engine.tar");
+    node.export_image(&node.engine_image, &archive);
+    let registry = terrace_tests::registry::FlakyRegistry::serve(&archive);
+    let image = format!("{}/terrace/flaky-engine:1", registry.host);
+    let settings = |engine: Value, policy: Value| {
+        json!({"spec": {"settings": {"testRuns": {"engineImage": engine,
+            "podTemplate": {"imagePullPolicy": policy}}}}})
+        .to_string()
+    };
+    cluster.kubectl_ok(&[
+        "patch",
+        "organization",
+        org,
+        "--type=merge",
+        "-p",
+        &settings(json!(image), json!("IfNotPresent")),
+    ]);
+    std::thread::sleep(Duration::from_secs(2));
+    let ws = admin.create_workspace(org, json!({"name": "pulled"}));
+    let cv = upload(
+        admin,
+        &ws,
+        &[(
+            "main.tf",
+            "resource \"terraform_data\" \"x\" { input = 2 }\n",
+        )],
+    );
+    let run = queue(admin, &ws, &cv, json!({"plan-only": true}));
+    let done = wait_run(admin, &run, &["planned_and_finished", "errored"], logs);
+    let seen = registry
+        .requests
+        .lock()
+        .map(|r| r.clone())
+        .unwrap_or_default();
+    assert_eq!(
+        done["data"]["attributes"]["status"],
+        "planned_and_finished",
+        "{}\n{seen:?}",
+        run_message(cluster, org, &run)
+    );
+    assert!(
+        registry
+            .manifest_requests
+            .load(std::sync::atomic::Ordering::SeqCst)
+            >= 2,
+        "the first pull failed and a second one came: {seen:?}"
+    );
+    cluster.kubectl_ok(&[
+        "patch",
+        "organization",
+        org,
+        "--type=merge",
+        "-p",
+        &settings(Value::Null, Value::Null),
     ]);
 }
 

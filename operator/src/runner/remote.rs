@@ -528,8 +528,10 @@ pub fn remote(args: &RemoteArgs) -> PhaseReport {
     let mut report = match phase(args) {
         Ok(r) => r,
         Err(e) => {
+            // The line the API server ends a failed phase's log with (the run's cause):
+            // it sees the log ends with it, and does not say it twice.
             say("");
-            say(&format!("Error: {e}"));
+            print_bytes(terrace_crds::run::logs::cause_line(&e.0).as_bytes());
             PhaseReport {
                 ok: false,
                 message: Some(e.0),

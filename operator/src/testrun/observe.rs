@@ -302,7 +302,10 @@ pub fn observe_pod_as(
         });
     }
     let phase = status.and_then(|s| s.phase.clone());
-    if phase.as_deref() == Some("Failed") && failure.is_none() {
+    // An engine that ended said how (its report is the cause): a Failed phase adds
+    // nothing, whether the kubelet wrote it before or with the container's end.
+    let engine_ended = matches!(engine, Some(EngineObs::Terminated { .. }));
+    if phase.as_deref() == Some("Failed") && failure.is_none() && !engine_ended {
         let reason = status.and_then(|s| s.reason.as_deref()).unwrap_or("Failed");
         let message = status.and_then(|s| s.message.as_deref()).unwrap_or("");
         failure = Some(
