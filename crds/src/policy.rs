@@ -107,11 +107,8 @@ pub fn check_bounds(rego: &str) -> Result<(), String> {
     while let Some(c) = chars.next() {
         match c {
             '\n' => line += 1,
-            '#' => {
-                if chars.by_ref().any(|c| c == '\n') {
-                    line += 1;
-                }
-            }
+            // A comment runs to the end of its line (or of the text).
+            '#' => line += usize::from(chars.by_ref().any(|c| c == '\n')),
             '"' => {
                 let mut escaped = false;
                 for c in chars.by_ref() {
