@@ -789,13 +789,24 @@ fn force_cancel_after_cancel() {
     std::thread::sleep(Duration::from_secs(2));
     let r = api.post(&format!("/api/v2/runs/{id}/actions/cancel"), &json!({}));
     assert_eq!(r.status, 202, "{:?}", r.body);
+    // The cancel's cool-off: force-cancel-available-at is ahead (go-tfe waits for it),
+    // and a force-cancel before then is refused.
     let shown = run(&api, &id);
-    assert_eq!(shown["attributes"]["actions"]["is-force-cancelable"], true);
-    // go-tfe waits for this before it force-cancels.
+    assert_eq!(shown["attributes"]["actions"]["is-force-cancelable"], false);
     assert!(
         shown["attributes"]["force-cancel-available-at"].is_string(),
         "{shown}"
     );
+    let r = api.post(
+        &format!("/api/v2/runs/{id}/actions/force-cancel"),
+        &json!({}),
+    );
+    assert_eq!(r.status, 409, "{:?}", r.body);
+    std::thread::sleep(Duration::from_secs(
+        terrace_crds::run::FORCE_CANCEL_COOL_OFF_SECONDS as u64 + 1,
+    ));
+    let shown = run(&api, &id);
+    assert_eq!(shown["attributes"]["actions"]["is-force-cancelable"], true);
     let r = api.post(
         &format!("/api/v2/runs/{id}/actions/force-cancel"),
         &json!({}),

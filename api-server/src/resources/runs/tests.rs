@@ -348,12 +348,25 @@ async fn actions_only_in_their_states() {
     assert_eq!(st, 404);
     let (st, _) = h.call("POST", &act("cancel"), Some(json!({}))).await;
     assert_eq!(st, 202);
-    // The cancel left the run going (no operator here): it can be forced from now on, and
-    // says since when (go-tfe waits for `force-cancel-available-at`).
+    // The cancel left the run going (no operator here): it says when a force-cancel
+    // becomes available, a time in the future (go-tfe waits for it and checks it is
+    // after now), and a force-cancel before then is refused (issue 42 §2).
     let (_, doc) = h.call("GET", &format!("/api/v2/runs/{id}"), None).await;
     let a = &doc["data"]["attributes"];
-    assert_eq!(a["actions"]["is-force-cancelable"], true, "{a}");
+    assert_eq!(a["actions"]["is-force-cancelable"], false, "{a}");
+    let available = a["force-cancel-available-at"]
+        .as_str()
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+    assert!(available.is_some_and(|t| t > jiff::Timestamp::now()), "{a}");
+    let (st, doc) = h.call("POST", &act("force-cancel"), Some(json!({}))).await;
+    assert_eq!(st, 409, "{doc}");
+    // Once canceled (a pending run is canceled at once), the time stays.
+    set_status(&h, &id, "canceled").await;
+    let (_, doc) = h.call("GET", &format!("/api/v2/runs/{id}"), None).await;
+    let a = &doc["data"]["attributes"];
     assert!(a["force-cancel-available-at"].is_string(), "{a}");
+    assert_eq!(a["actions"]["is-force-cancelable"], false, "{a}");
+    set_status(&h, &id, "pending").await;
     let (st, _) = h.call("POST", &act("discard"), Some(json!({}))).await;
     assert_eq!(st, 202);
     let (_, doc) = h.call("GET", &format!("/api/v2/runs/{id}"), None).await;
