@@ -1,8 +1,6 @@
 //! A configuration version as the API shows it (module tests, workspace runs), and its
 //! creation with a one-time upload URL, which both create the same way.
 
-use std::collections::BTreeMap;
-
 use axum::http::HeaderMap;
 use kube::api::ObjectMeta;
 use terrace_crds::{ConfigurationVersion, ConfigurationVersionState};
@@ -77,7 +75,8 @@ pub fn pending_meta(state: &AppState, base: ObjectMeta) -> Result<(String, Objec
     let expires = jiff::Timestamp::now()
         .checked_add(UPLOAD_TTL)
         .map_err(|e| ApiError::internal("upload expiry", e))?;
-    let annotations = BTreeMap::from([
+    let mut annotations = base.annotations.clone().unwrap_or_default();
+    annotations.extend([
         (
             ANNOTATION_UPLOAD_SHA256.to_owned(),
             sha256_hex(token.as_bytes()),

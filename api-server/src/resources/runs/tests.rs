@@ -702,8 +702,8 @@ async fn create_attributes_are_kept_not_dropped() {
     }
 }
 
-/// Issue 26: the workspace names its current configuration version (the newest uploaded
-/// one that is not provisional) and its variables; a provisional version is kept as such
+/// Issue 26: the workspace names its current configuration version (the newest one that
+/// is not provisional, uploaded or not) and its variables; a provisional version is kept as such
 /// and never becomes current, nor the configuration of a run that names none.
 #[tokio::test]
 async fn the_workspace_names_its_current_configuration_and_its_variables() {
@@ -762,6 +762,47 @@ async fn the_workspace_names_its_current_configuration_and_its_variables() {
         rels(&doc)["vars"]["data"],
         json!([{"id": var["data"]["id"], "type": "vars"}])
     );
+    // go-tfe's flow: a pending version (never uploaded), then a provisional one; the
+    // workspace shows the pending one, while a run without a configuration still takes
+    // the newest uploaded (issue 42 §3).
+    let (pending, _) = created_cv(&h, json!({})).await;
+    let _ = created_cv(&h, json!({"provisional": true})).await;
+    let (_, doc) = h.call("GET", WS_PATH, None).await;
+    assert_eq!(
+        rels(&doc)["current-configuration-version"]["data"],
+        json!({"id": pending, "type": "configuration-versions"})
+    );
+    let (_, doc) = h
+        .call(
+            "GET",
+            &format!("{WS_PATH}?include=current_configuration_version"),
+            None,
+        )
+        .await;
+    assert_eq!(doc["included"][0]["id"], pending.as_str(), "{doc}");
+    let (st, run) = h
+        .call(
+            "POST",
+            "/api/v2/runs",
+            Some(run_body(json!({}), Some(WS), None)),
+        )
+        .await;
+    assert_eq!(st, 201, "{run}");
+    assert_eq!(
+        run["data"]["relationships"]["configuration-version"]["data"]["id"],
+        second.as_str()
+    );
+    // Neither may be archived while current.
+    for cv in [&pending, &second] {
+        let (st, doc) = h
+            .call(
+                "POST",
+                &format!("/api/v2/configuration-versions/{cv}/actions/archive"),
+                None,
+            )
+            .await;
+        assert_eq!(st, 409, "{doc}");
+    }
 }
 
 /// Issue 26: runs serve their includes: `created_by` (a `users` document for the
