@@ -171,6 +171,7 @@ pub fn run_data(
             "allow-empty-apply": r.spec.allow_empty_apply,
             "debugging-mode": r.spec.debugging_mode,
             "invoke-action-addrs": r.spec.invoke_action_addrs,
+            "policy-paths": r.spec.policy_paths,
             "auto-apply": r.spec.auto_apply,
             "canceled-at": st.status_timestamps.get(&run::timestamp_key(RunState::Canceled)),
             "created-at": created_at(r),

@@ -110,6 +110,8 @@ struct CreateAttributes {
     debugging_mode: bool,
     #[serde(default)]
     invoke_action_addrs: Vec<String>,
+    #[serde(default)]
+    policy_paths: Vec<String>,
 }
 
 impl Typed for CreateAttributes {
@@ -282,6 +284,7 @@ async fn create(
         terraform_version: a.terraform_version,
         debugging_mode: a.debugging_mode,
         invoke_action_addrs: a.invoke_action_addrs,
+        policy_paths: a.policy_paths,
     };
     let mut run = Run {
         metadata: write::owned_meta(&id, &ws, &[(LABEL_WORKSPACE_ID, ws.id())]),

@@ -655,7 +655,8 @@ async fn create_attributes_are_kept_not_dropped() {
             "/api/v2/runs",
             Some(run_body(
                 json!({"allow-empty-apply": true, "invoke-action-addrs": ["action.a.b"],
-                    "allow-config-generation": true, "debugging-mode": true}),
+                    "allow-config-generation": true, "debugging-mode": true,
+                    "policy-paths": ["./path/to/dir1", "./path/to/dir2"]}),
                 Some(WS),
                 Some(&cv),
             )),
@@ -669,6 +670,11 @@ async fn create_attributes_are_kept_not_dropped() {
     assert_eq!(a["invoke-action-addrs"], json!(["action.a.b"]));
     assert_eq!(a["allow-config-generation"], true);
     assert_eq!(a["debugging-mode"], true);
+    assert_eq!(
+        a["policy-paths"],
+        json!(["./path/to/dir1", "./path/to/dir2"]),
+        "issue 42 §4"
+    );
     let (st, doc) = h
         .call(
             "POST",
