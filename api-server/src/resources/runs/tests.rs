@@ -360,6 +360,36 @@ async fn actions_only_in_their_states() {
     assert!(available.is_some_and(|t| t > jiff::Timestamp::now()), "{a}");
     let (st, doc) = h.call("POST", &act("force-cancel"), Some(json!({}))).await;
     assert_eq!(st, 409, "{doc}");
+    // Past the cool-off (the request backdated a minute) it may be forced.
+    let earlier = crate::render::timestamp(
+        &jiff::Timestamp::now()
+            .checked_sub(jiff::SignedDuration::from_mins(1))
+            .unwrap_or_default(),
+    );
+    crate::write::api::<terrace_crds::Run>(&h.state, "acme")
+        .patch_status(
+            &terrace_crds::ids::object_name_for_id(&id),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"status": {"cancelRequestedAt": earlier}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("run status: {e}"));
+    h.wait("the earlier request", |i| {
+        i.runs().get(&id).is_some_and(|r| {
+            r.status
+                .as_ref()
+                .and_then(|s| s.cancel_requested_at.as_deref())
+                == Some(earlier.as_str())
+        })
+    })
+    .await;
+    let (_, doc) = h.call("GET", &format!("/api/v2/runs/{id}"), None).await;
+    assert_eq!(
+        doc["data"]["attributes"]["actions"]["is-force-cancelable"], true,
+        "{doc}"
+    );
+    let (st, doc) = h.call("POST", &act("force-cancel"), Some(json!({}))).await;
+    assert_eq!(st, 202, "{doc}");
     // Once canceled (a pending run is canceled at once), the time stays.
     set_status(&h, &id, "canceled").await;
     let (_, doc) = h.call("GET", &format!("/api/v2/runs/{id}"), None).await;
