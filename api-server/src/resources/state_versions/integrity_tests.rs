@@ -313,6 +313,12 @@ async fn a_repeated_upload_of_the_current_state_becomes_current() {
         assert_eq!(st, 204, "{action}: {doc}");
     }
     assert_eq!(current_serial(&h).await, 2);
+    // A pending repeat may still become current: it holds the unlock back.
+    let _ = create_as(&h, &h.token, 2, &bytes).await;
+    let (st, doc) = h
+        .call("POST", &format!("{WS_PATH}/actions/unlock"), None)
+        .await;
+    assert_eq!(st, 503, "{doc}");
 }
 
 /// Bytes over --max-state-bytes are refused with 413 and discard their version, so the
