@@ -53,23 +53,19 @@ impl QueryParams {
     }
 
     /// Comma-separated `include` values, each one of `allowed` (400 naming `include`
-    /// otherwise, also for an empty value).
+    /// otherwise). An empty value includes nothing: go-tfe sends `include=` when its
+    /// options name none.
     pub fn includes(&self, allowed: &[&str]) -> Result<Vec<String>, ApiError> {
         let Some(v) = self.get("include") else {
             return Ok(Vec::new());
         };
         let mut out: Vec<String> = Vec::new();
-        for s in v.split(',').map(str::trim) {
+        for s in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             if !allowed.contains(&s) {
-                let what = if s.is_empty() {
-                    "an empty include value".to_owned()
-                } else {
-                    format!("{s:?}")
-                };
                 return Err(ApiError::bad_parameter(
                     "include",
                     format!(
-                        "Invalid include parameter: cannot include {what}; this endpoint can include: {}",
+                        "Invalid include parameter: cannot include {s:?}; this endpoint can include: {}",
                         listed(allowed)
                     ),
                 ));
@@ -266,13 +262,25 @@ mod tests {
             Some(vec!["project".to_owned(), "organization".to_owned()])
         );
         assert!(q.includes(&["project"]).is_err());
-        assert!(
+        // An empty include names nothing (issue 42 §6: go-tfe sends `include=`).
+        assert_eq!(
             QueryParams::parse(Some("include="))
                 .includes(&["project"])
-                .is_err()
+                .ok(),
+            Some(Vec::new())
+        );
+        assert_eq!(
+            QueryParams::parse(Some("include=")).includes(&[]).ok(),
+            Some(Vec::new())
+        );
+        assert_eq!(
+            QueryParams::parse(Some("include=a,,b"))
+                .includes(&["a", "b"])
+                .ok(),
+            Some(vec!["a".to_owned(), "b".to_owned()])
         );
         assert!(
-            QueryParams::parse(Some("include=a,,b"))
+            QueryParams::parse(Some("include=a,c"))
                 .includes(&["a", "b"])
                 .is_err()
         );

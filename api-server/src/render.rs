@@ -140,7 +140,18 @@ pub fn by_creation<K: Resource>(a: &K, b: &K) -> std::cmp::Ordering {
     a.meta()
         .creation_timestamp
         .cmp(&b.meta().creation_timestamp)
+        .then_with(|| created_at_ms(a).cmp(&created_at_ms(b)))
         .then_with(|| a.name_any().cmp(&b.name_any()))
+}
+
+/// When the API created an object, to the millisecond (`terrace.dev/created-at`, set by
+/// [`crate::write::new_meta`]; none for objects written by kubectl).
+pub fn created_at_ms<K: Resource>(o: &K) -> Option<&str> {
+    o.meta()
+        .annotations
+        .as_ref()?
+        .get(terrace_crds::constants::ANNOTATION_CREATED_AT)
+        .map(String::as_str)
 }
 
 /// The `terrace.dev/id` label of an object ("" without one).

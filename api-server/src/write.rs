@@ -23,7 +23,7 @@ use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams, Precon
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
-use terrace_crds::constants::{LABEL_ID, LABEL_ORGANIZATION};
+use terrace_crds::constants::{ANNOTATION_CREATED_AT, LABEL_ID, LABEL_ORGANIZATION};
 use terrace_crds::ids::object_name_for_id;
 
 use crate::access::Located;
@@ -225,6 +225,12 @@ pub fn new_meta(id: &str, ns: &str, org: String, labels: &[(&str, String)]) -> O
         name: Some(object_name_for_id(id)),
         namespace: Some(ns.to_owned()),
         labels: Some(all),
+        // creationTimestamp has whole seconds: lists by creation order objects created
+        // within one second by this, to the millisecond.
+        annotations: Some(BTreeMap::from([(
+            ANNOTATION_CREATED_AT.to_owned(),
+            crate::render::now(),
+        )])),
         ..Default::default()
     }
 }

@@ -107,6 +107,7 @@ pub fn check_bounds(rego: &str) -> Result<(), String> {
     while let Some(c) = chars.next() {
         match c {
             '\n' => line += 1,
+            // A comment runs to the end of its line (or of the text).
             '#' => line += usize::from(chars.by_ref().any(|c| c == '\n')),
             '"' => {
                 let mut escaped = false;
@@ -154,28 +155,73 @@ pub fn check_bounds(rego: &str) -> Result<(), String> {
 }
 
 /// Checks that `rego` compiles (as the API and the operator do when a policy is
-/// stored); answers the compiler's words otherwise. Within [`check_bounds`] first.
+/// stored); answers the compiler's words otherwise. Within [`check_bounds`] first. Rego
+/// v1 and v0 are both accepted, as TFE's OPA versions accept them ([`load`]).
 pub fn compile(name: &str, rego: &str) -> Result<(), String> {
     check_bounds(rego)?;
-    let mut e = engine(DEFAULT_TIME_LIMIT);
-    e.add_policy(format!("{name}.rego"), rego.to_owned())
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+    load(name, rego, DEFAULT_TIME_LIMIT).map(|_| ())
 }
 
-/// Checks a query's shape: a reference into `data` (`data.terraform.deny`).
+/// An engine holding module `rego` (named `name`), its evaluation stopped after `limit`.
+/// The module is read as Rego v1 (OPA 1.x, regorus' default) and, if that fails, as Rego
+/// v0 (OPA 0.x: rules without `if`/`contains`, such as `deny[msg] { … }`; a module that
+/// imports `rego.v1` is v1 in either mode): TFE evaluates policy sets with either OPA
+/// generation. When neither reads it, both parsers' words are answered.
+fn load(name: &str, rego: &str, limit: Duration) -> Result<regorus::Engine, String> {
+    let file = format!("{name}.rego");
+    let mut v1 = engine(limit);
+    let v1_error = match v1.add_policy(file.clone(), rego.to_owned()) {
+        Ok(_) => return Ok(v1),
+        Err(e) => e.to_string(),
+    };
+    let mut v0 = engine(limit);
+    v0.set_rego_v0(true);
+    match v0.add_policy(file, rego.to_owned()) {
+        Ok(_) => Ok(v0),
+        Err(e) => Err(format!("{v1_error} (read as Rego v0: {e})")),
+    }
+}
+
+/// Longest query accepted.
+pub const MAX_QUERY_LEN: usize = 1024;
+
+/// Checks a query's shape: a reference such as `data.terraform.deny`, or one without the
+/// `data.` root (`terraform.main`, which TFE's API accepts too; see [`query_ref`]).
 pub fn check_query(query: &str) -> Result<(), String> {
-    let ok = query.starts_with("data.")
-        && query.len() > 5
+    let body = query.strip_prefix("data.").unwrap_or(query);
+    let ok = !body.is_empty()
+        && query.len() <= MAX_QUERY_LEN
+        && body
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && query
             .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '[' | ']' | '"'));
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '[' | ']' | '"'))
+        && !query.contains("..")
+        && !query.ends_with('.')
+        && query != "input"
+        && !query.starts_with("input.")
+        && !query.starts_with("input[");
     if ok {
         Ok(())
     } else {
         Err(format!(
-            "query {query:?} must be a reference into data, such as data.terraform.deny"
+            "query {query:?} must be a reference to a rule, such as data.terraform.deny (or terraform.deny), not to the input"
         ))
+    }
+}
+
+/// The reference a query names: itself when it starts at `data`, else the same path
+/// under `data` (`terraform.main` reads as `data.terraform.main`). TFE's API takes a query
+/// without the root (go-tfe's own tests create `terraform.main`), and its docs describe a
+/// query as the package and rule name; policies live under `data`, so that is where the
+/// path leads.
+pub fn query_ref(query: &str) -> String {
+    if query == "data" || query.starts_with("data.") || query.starts_with("data[") {
+        query.to_owned()
+    } else {
+        format!("data.{query}")
     }
 }
 
@@ -247,15 +293,15 @@ pub fn evaluate(policy: &Policy, input: &Value, parameters: &Value, limit: Durat
     if let Err(e) = check_bounds(&policy.rego) {
         return errored(format!("the policy does not compile: {e}"));
     }
-    let mut e = engine(limit);
-    if let Err(err) = e.add_policy(format!("{}.rego", policy.name), policy.rego.clone()) {
-        return errored(format!("the policy does not compile: {err}"));
-    }
+    let mut e = match load(&policy.name, &policy.rego, limit) {
+        Ok(e) => e,
+        Err(err) => return errored(format!("the policy does not compile: {err}")),
+    };
     if let Err(err) = e.add_data(regorus::Value::from(json!({"parameters": parameters}))) {
         return errored(format!("the parameters: {err}"));
     }
     e.set_input(regorus::Value::from(input.clone()));
-    let results = match e.eval_query(policy.query.clone(), false) {
+    let results = match e.eval_query(query_ref(&policy.query), false) {
         Ok(r) => r,
         Err(err) => {
             let text = err.to_string();
@@ -773,6 +819,73 @@ deny contains {"msg": sprintf("no changes to %s on Fridays", [input.run.workspac
         assert_eq!(o.status, Verdict::Passed);
     }
 
+    /// Rego v0 (OPA 0.x, which TFE serves too) compiles and evaluates as v0; v1 as v1;
+    /// a module neither reads is refused with both parsers' words (issue 42 §10).
+    #[test]
+    fn rego_v0_and_v1_are_both_read() {
+        let v0 = "package example\n\nrule[\"not allowed\"] { false }\n";
+        assert!(compile("v0", v0).is_ok(), "{:?}", compile("v0", v0));
+        let o = evaluate(
+            &policy("v0", v0, "data.example.rule", Enforcement::Advisory),
+            &input(&plan(&[]), &run()),
+            &json!({}),
+            DEFAULT_TIME_LIMIT,
+        );
+        assert_eq!(o.status, Verdict::Passed, "{o:?}");
+        let deny_v0 = "package x\n\ndeny[msg] {\n  input.run.workspace.name == \"web\"\n  msg := \"no web\"\n}\n";
+        let o = evaluate(
+            &policy("d", deny_v0, "data.x.deny", Enforcement::Mandatory),
+            &input(&plan(&[]), &run()),
+            &json!({}),
+            DEFAULT_TIME_LIMIT,
+        );
+        assert_eq!(
+            (o.status, o.messages.clone()),
+            (Verdict::Failed, vec!["no web".to_owned()])
+        );
+        assert!(compile("v1", TAGS).is_ok());
+        let neither = compile("bad", "package x\n\ndeny[ {").unwrap_err();
+        assert!(neither.contains("read as Rego v0"), "{neither}");
+    }
+
+    /// A query without the `data.` root is accepted and read under `data`, as TFE's API
+    /// accepts it (issue 42 §11); junk is still refused.
+    #[test]
+    fn queries_without_the_data_root() {
+        for q in [
+            "data.terraform.deny",
+            "terraform.main",
+            "terraform.policy1.deny",
+            "x",
+        ] {
+            assert!(check_query(q).is_ok(), "{q}");
+        }
+        for q in [
+            "",
+            "data.",
+            ".x",
+            "x..y",
+            "x.",
+            "1x",
+            "x y",
+            "data.x; y",
+            "input.plan",
+        ] {
+            assert!(check_query(q).is_err(), "{q:?}");
+        }
+        assert_eq!(query_ref("terraform.main"), "data.terraform.main");
+        assert_eq!(query_ref("data.terraform.main"), "data.terraform.main");
+        let p = policy(
+            "tags",
+            TAGS,
+            "terraform.policies.tags.deny",
+            Enforcement::Mandatory,
+        );
+        let bad = plan(&[("aws_instance", "b", json!({"tags": {}}))]);
+        let o = evaluate(&p, &input(&bad, &run()), &json!({}), DEFAULT_TIME_LIMIT);
+        assert_eq!(o.status, Verdict::Failed, "{o:?}");
+    }
+
     #[test]
     fn broken_or_endless_policies_error_with_a_reason() {
         assert!(compile("bad", "package x\n\ndeny contains msg if {").is_err());
@@ -818,7 +931,7 @@ deny contains x if {
         let q = policy("q", TAGS, "input.plan", Enforcement::Advisory);
         assert!(
             evaluate(&q, &json!({}), &json!({}), DEFAULT_TIME_LIMIT).messages[0]
-                .contains("reference into data")
+                .contains("reference to a rule")
         );
     }
 

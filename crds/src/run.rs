@@ -590,6 +590,36 @@ pub struct Decision {
 /// The grace period a canceled engine gets to stop and save its state.
 pub const CANCEL_GRACE_SECONDS: i64 = 60;
 
+/// How long after a cancel request a force-cancel becomes available: TFE's cool-off,
+/// whose end `force-cancel-available-at` shows (go-tfe waits for a time in the future
+/// after every cancel). Shorter than [`CANCEL_GRACE_SECONDS`], so forcing still cuts the
+/// engine's grace period short.
+pub const FORCE_CANCEL_COOL_OFF_SECONDS: i64 = 10;
+
+/// When a force-cancel becomes available, from the time a cancel was asked (RFC 3339;
+/// None when none was, or it does not read): the cool-off after it. Shown after every
+/// cancel request, as in TFE, whatever the run became since (a pending run is canceled
+/// at once).
+pub fn force_cancel_available_at(cancel_requested_at: Option<&str>) -> Option<jiff::Timestamp> {
+    let asked = cancel_requested_at?.parse::<jiff::Timestamp>().ok()?;
+    asked
+        .checked_add(jiff::SignedDuration::from_secs(
+            FORCE_CANCEL_COOL_OFF_SECONDS,
+        ))
+        .ok()
+}
+
+/// Whether a run in `state` may be force-canceled at `now` (`is-force-cancelable`): it
+/// is still cancelable, a cancel was asked and its cool-off is over.
+pub fn force_cancelable(
+    state: RunState,
+    cancel_requested_at: Option<&str>,
+    now: jiff::Timestamp,
+) -> bool {
+    state.is_cancelable()
+        && force_cancel_available_at(cancel_requested_at).is_some_and(|at| at <= now)
+}
+
 /// The controller's decision for a run in `state` (not pending: [`may_start`] decides
 /// that) with `cancel` asked and its current phase's Pod `pod`.
 pub fn decide(state: RunState, cancel: Cancel, pod: &PodSeen, flags: Flags) -> Decision {

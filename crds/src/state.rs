@@ -267,27 +267,20 @@ pub struct Candidate<'a> {
     pub needs_lock: bool,
 }
 
-/// What committing a version does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Commit {
-    /// It becomes the current version.
-    Advance,
-    /// The current version is already this state (same serial and MD5: a client that
-    /// retried); it is not finalized a second time.
-    Duplicate,
-}
-
 /// Whether a version whose bytes arrived may become current, checked again at that moment
 /// (its create was checked against an earlier current state and lock): the writer still
 /// holds the lock it created the version under (`lock`, taken at `locked_at`), and the
 /// version succeeds `base`, the version current now. Never lets the current serial go
-/// down or a second version of one serial finalize, unless forced.
+/// down or other contents finalize at the current serial, unless forced. The current
+/// state again (same serial, lineage and MD5: a client retrying, or go-tfe's create
+/// with the state inline) succeeds it, as in HCP Terraform: the repeat is finalized and
+/// becomes current, a newer copy of the same state.
 pub fn check_commit(
     lock: Option<&LockHolder>,
     locked_at: Option<jiff::Timestamp>,
     base: Option<Current<'_>>,
     c: &Candidate<'_>,
-) -> Result<Commit, StateError> {
+) -> Result<(), StateError> {
     if c.needs_lock {
         check_lock(lock, c.writer)?;
         let since = locked_at.map(|t| t.as_second()).unwrap_or(i64::MIN);
@@ -297,15 +290,7 @@ pub fn check_commit(
             ));
         }
     }
-    if let Some(cur) = base.as_ref().filter(|_| !c.force)
-        && c.serial == cur.serial
-        && (cur.lineage.is_empty() || c.lineage.is_empty() || cur.lineage == c.lineage)
-        && c.md5.eq_ignore_ascii_case(cur.md5)
-    {
-        return Ok(Commit::Duplicate);
-    }
-    check_succession(base, c.serial, c.lineage, c.md5, c.force)?;
-    Ok(Commit::Advance)
+    check_succession(base, c.serial, c.lineage, c.md5, c.force)
 }
 
 /// A state version as the unlock rule sees it.

@@ -776,8 +776,12 @@ fn slow_run(api: &Api, name: &str, command: &str) -> String {
     create_run(api, &ws_id, Some(&cv), json!({})).expect("run")
 }
 
-/// Force-cancel (after a cancel) deletes the Pod at once: the run ends force_canceled
-/// and the workspace is unlocked.
+/// Force-cancel needs a cancel first and then TFE's cool-off (issue 42 §2): after the
+/// cancel the run says when a force-cancel becomes available, a time ahead (go-tfe waits
+/// for it and checks it is after now, also once the run is canceled), and a force-cancel
+/// before then is refused; the cancel itself ends the run `canceled` and unlocks the
+/// workspace. (That a force-cancel past the cool-off is accepted is the API's handler
+/// test `actions_only_in_their_states`: here the engine stops well within the cool-off.)
 #[test]
 fn force_cancel_after_cancel() {
     let (dev, api, _tf, _dir) = setup();
@@ -796,18 +800,25 @@ fn force_cancel_after_cancel() {
     let r = api.post(&format!("/api/v2/runs/{id}/actions/cancel"), &json!({}));
     assert_eq!(r.status, 202, "{:?}", r.body);
     let shown = run(&api, &id);
-    assert_eq!(shown["attributes"]["actions"]["is-force-cancelable"], true);
-    // go-tfe waits for this before it force-cancels.
+    assert_eq!(shown["attributes"]["actions"]["is-force-cancelable"], false);
+    let available = shown["attributes"]["force-cancel-available-at"]
+        .as_str()
+        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok());
     assert!(
-        shown["attributes"]["force-cancel-available-at"].is_string(),
+        available.is_some_and(|t| t > k8s_openapi::jiff::Timestamp::now()),
         "{shown}"
     );
     let r = api.post(
         &format!("/api/v2/runs/{id}/actions/force-cancel"),
         &json!({}),
     );
-    assert_eq!(r.status, 202, "{:?}", r.body);
-    wait_status(&dev, &api, &id, &["force_canceled"]);
+    assert_eq!(r.status, 409, "{:?}", r.body);
+    wait_status(&dev, &api, &id, &["canceled", "force_canceled"]);
+    let shown = run(&api, &id);
+    assert!(
+        shown["attributes"]["force-cancel-available-at"].is_string(),
+        "{shown}"
+    );
     wait_unlocked(&dev, &api, "stuck", "the workspace stayed locked");
 }
 

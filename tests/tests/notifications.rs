@@ -75,6 +75,21 @@ fn a_runs_notifications_reach_their_destinations() {
                "url": receiver.url("/disabled"), "triggers": ["run:created", "run:completed"]}),
     );
 
+    // A project's configuration: the runs of every workspace of the project (issue 42
+    // §15); `app` is in the default project.
+    let projects = api.get(&format!("/api/v2/organizations/{ORG}/projects"));
+    let prj = projects.body["data"][0]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let r = api.post(
+        &format!("/api/v2/projects/{prj}/notification-configurations"),
+        &json!({"data": {"type": "notification-configurations", "attributes": {
+            "name": "project-hooks", "destination-type": "generic", "enabled": true,
+            "token": TOKEN, "url": receiver.url("/project"), "triggers": ["run:completed"]}}}),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+
     // Verify: the operator sends a verification, and the answer shows its response.
     let r = api.post(
         &format!("/api/v2/notification-configurations/{generic}/actions/verify"),
@@ -149,6 +164,21 @@ fn a_runs_notifications_reach_their_destinations() {
             .unwrap_or_default()
             .ends_with(&format!("/app/{ORG}/app/runs/{run}")),
         "{done}"
+    );
+
+    // The project's configuration got the run's completion, about its workspace.
+    let project_got = dev
+        .eventually(Duration::from_secs(60), || {
+            let got: Vec<Value> = receiver.at("/project").iter().map(signed).collect();
+            (!got.is_empty()).then_some(got)
+        })
+        .unwrap_or_else(|| panic!("the project's notification: {:?}", receiver.received()));
+    assert_eq!(project_got[0]["run_id"], run.as_str());
+    assert_eq!(project_got[0]["workspace_name"], "app");
+    assert_eq!(project_got[0]["workspace_id"], ws.as_str());
+    assert_eq!(
+        project_got[0]["notifications"][0]["trigger"],
+        "run:completed"
     );
 
     // The flaky destination: a 500, then the retry delivers.

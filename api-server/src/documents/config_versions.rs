@@ -1,8 +1,6 @@
 //! A configuration version as the API shows it (module tests, workspace runs), and its
 //! creation with a one-time upload URL, which both create the same way.
 
-use std::collections::BTreeMap;
-
 use axum::http::HeaderMap;
 use kube::api::ObjectMeta;
 use terrace_crds::{ConfigurationVersion, ConfigurationVersionState};
@@ -77,7 +75,8 @@ pub fn pending_meta(state: &AppState, base: ObjectMeta) -> Result<(String, Objec
     let expires = jiff::Timestamp::now()
         .checked_add(UPLOAD_TTL)
         .map_err(|e| ApiError::internal("upload expiry", e))?;
-    let annotations = BTreeMap::from([
+    let mut annotations = base.annotations.clone().unwrap_or_default();
+    annotations.extend([
         (
             ANNOTATION_UPLOAD_SHA256.to_owned(),
             sha256_hex(token.as_bytes()),
@@ -171,4 +170,61 @@ pub async fn archive_response(
         axum::body::Body::from_stream(blob.pieces),
     )
         .into_response())
+}
+
+/// Purpose of a module version's upload token ([`module_version_token`]).
+const MODULE_VERSION_UPLOAD: &str = "module-version-upload";
+
+/// The upload token of module version configuration version `cv_id` whose upload URL
+/// expires at `expires` (its `ANNOTATION_UPLOAD_EXPIRES`): derived from them with the
+/// server's URL signing key, so the version's `upload` link reads the same every time it
+/// is shown (go-tfe reads it again from `GET …/version` and uploads twice), while only
+/// its SHA-256 is kept. None when the expiry does not read.
+pub fn module_version_token(state: &AppState, cv_id: &str, expires: &str) -> Option<String> {
+    let at = expires.parse::<jiff::Timestamp>().ok()?;
+    Some(format!(
+        "{cv_id}.{}",
+        state
+            .signer
+            .sign_until(MODULE_VERSION_UPLOAD, cv_id, at.as_second())
+    ))
+}
+
+/// The upload URL of module version configuration version `cv` while its upload link
+/// works (not expired, the token kept): the same URL its create answered.
+pub fn module_version_upload_url(
+    state: &AppState,
+    headers: &HeaderMap,
+    cv: &ConfigurationVersion,
+) -> Option<String> {
+    let expires = cv.annotations().get(ANNOTATION_UPLOAD_EXPIRES)?;
+    let open = expires
+        .parse::<jiff::Timestamp>()
+        .is_ok_and(|t| t > jiff::Timestamp::now());
+    let token = module_version_token(state, &id_of(cv), expires).filter(|_| open)?;
+    let kept = cv.annotations().get(ANNOTATION_UPLOAD_SHA256);
+    (kept == Some(&sha256_hex(token.as_bytes())))
+        .then(|| format!("{}{UPLOAD_PATH}/{token}", base_url(state, headers)))
+}
+
+/// [`pending_meta`] of a module version's configuration version: its token is
+/// [`module_version_token`], so its upload link can be shown again.
+pub fn module_version_pending_meta(
+    state: &AppState,
+    cv_id: &str,
+    base: ObjectMeta,
+) -> Result<(String, ObjectMeta), ApiError> {
+    let (_, mut meta) = pending_meta(state, base)?;
+    let annotations = meta.annotations.get_or_insert_default();
+    let expires = annotations
+        .get(ANNOTATION_UPLOAD_EXPIRES)
+        .cloned()
+        .unwrap_or_default();
+    let token = module_version_token(state, cv_id, &expires)
+        .ok_or_else(|| ApiError::bug("an upload expiry that does not read"))?;
+    annotations.insert(
+        ANNOTATION_UPLOAD_SHA256.to_owned(),
+        sha256_hex(token.as_bytes()),
+    );
+    Ok((token, meta))
 }

@@ -151,12 +151,11 @@ pub fn run_data(
         .confirmed_by
         .as_deref()
         .and_then(|c| c.strip_prefix("user:"));
-    // A cancel that left the run going can be forced from then on (no cool-off: the
-    // cancel already gives the engine its grace period); go-tfe waits for this time.
-    let force_at = st
-        .cancel_requested_at
-        .as_deref()
-        .filter(|_| state.is_cancelable());
+    // After every cancel request: when a force-cancel becomes available (TFE's cool-off;
+    // go-tfe waits for this time), also once the run is canceled.
+    let cancel_asked = st.cancel_requested_at.as_deref();
+    let force_at = run::force_cancel_available_at(cancel_asked).map(|t| timestamp(&t));
+    let force_cancelable = run::force_cancelable(state, cancel_asked, jiff::Timestamp::now());
     json!({
         "id": id,
         "type": "runs",
@@ -165,13 +164,14 @@ pub fn run_data(
                 "is-cancelable": state.is_cancelable(),
                 "is-confirmable": state.is_confirmable(),
                 "is-discardable": state.is_discardable(),
-                "is-force-cancelable": force_at.is_some(),
+                "is-force-cancelable": force_cancelable,
             },
             "force-cancel-available-at": force_at,
             "allow-config-generation": r.spec.allow_config_generation,
             "allow-empty-apply": r.spec.allow_empty_apply,
             "debugging-mode": r.spec.debugging_mode,
             "invoke-action-addrs": r.spec.invoke_action_addrs,
+            "policy-paths": r.spec.policy_paths,
             "auto-apply": r.spec.auto_apply,
             "canceled-at": st.status_timestamps.get(&run::timestamp_key(RunState::Canceled)),
             "created-at": created_at(r),

@@ -2,11 +2,12 @@
 //! a module's test variables both accept, and the Secret of a sensitive value.
 
 use serde::Deserialize;
-use terrace_crds::WorkspaceVariableSpec;
+use serde_json::{Value, json};
 use terrace_crds::rules::{
     VariableCategory, validate_variable_description, validate_workspace_variable_hcl,
     validate_workspace_variable_key,
 };
+use terrace_crds::{VariableSetVariable, WorkspaceVariableSpec};
 
 use crate::body::{Attr, Typed};
 use crate::error::FieldError;
@@ -132,5 +133,41 @@ pub fn checked_spec(
         category: category_text,
         hcl,
         sensitive,
+    }
+}
+
+/// The JSON:API `data` of a variable of set `set_id`; a sensitive value reads `null`.
+pub fn set_var(set_id: &str, v: &VariableSetVariable) -> Value {
+    let id = v.id_in(set_id);
+    json!({
+        "id": id,
+        "type": "vars",
+        "attributes": {
+            "key": v.key,
+            "value": if v.sensitive { Value::Null } else { json!(v.value) },
+            "description": v.description,
+            "category": v.category,
+            "hcl": v.hcl,
+            "sensitive": v.sensitive,
+            // A digest of the variable and of the revision token each create and update
+            // writes, so every update is a new version (as TFE's).
+            "version-id": set_var_spec(v).version_id(v.revision.as_deref()),
+        },
+        "relationships": {"varset": {"data": {"id": set_id, "type": "varsets"}}},
+        "links": {"self": format!("/api/v2/varsets/{set_id}/relationships/vars/{id}")},
+    })
+}
+
+/// The workspace-variable spec a set variable stands for (for the shared rules).
+pub fn set_var_spec(v: &VariableSetVariable) -> WorkspaceVariableSpec {
+    WorkspaceVariableSpec {
+        workspace: String::new(),
+        key: v.key.clone(),
+        value: v.value.clone(),
+        value_from: v.value_from.clone(),
+        description: v.description.clone(),
+        category: v.category.clone(),
+        hcl: v.hcl,
+        sensitive: v.sensitive,
     }
 }

@@ -20,10 +20,21 @@ fn workspace_of_var(v: &WorkspaceVariable) -> WorkspaceKey {
     (v.namespace().unwrap_or_default(), v.spec.workspace.clone())
 }
 
-/// Whether a configuration version may be its workspace's current one: uploaded, and not
-/// provisional (a provisional version never becomes current, TFE's rule).
+/// Whether a configuration version may be the one a run without a configuration uses:
+/// uploaded, and not provisional (a provisional version never becomes current, TFE's
+/// rule).
 pub fn may_be_current(c: &ConfigurationVersion) -> bool {
     !c.spec.provisional && c.usable()
+}
+
+/// Whether a configuration version may be the one the workspace shows as its
+/// `current-configuration-version`: not provisional, and pending or uploaded (TFE makes a
+/// version current when it is created, before its upload; go-tfe reads it so).
+pub fn may_be_shown(c: &ConfigurationVersion) -> bool {
+    use terrace_crds::resources::{ConfigurationData, ConfigurationVersionState as S};
+    !c.spec.provisional
+        && matches!(c.state(), Ok(S::Pending | S::Uploaded))
+        && c.data() == ConfigurationData::Kept
 }
 
 impl Inner {
@@ -54,6 +65,7 @@ impl Inner {
     pub(super) fn clear_cvs(&mut self) {
         self.configuration_versions.clear();
         self.cv_by_workspace = Default::default();
+        self.cv_newest.clear();
     }
 
     /// Recomputes the current configuration version of workspace `wk`: its last uploaded
@@ -73,6 +85,19 @@ impl Inner {
             })
             .map(|c| uid(c.as_ref()));
         self.cv_by_workspace.set_current(wk, current);
+        let newest = self
+            .configuration_versions_of(&wk.0, &wk.1)
+            .filter(|c| may_be_shown(c))
+            .max_by(|a, b| crate::render::by_creation(a.as_ref(), b.as_ref()))
+            .map(|c| uid(c.as_ref()));
+        match newest {
+            Some(u) => {
+                self.cv_newest.insert(wk.clone(), u);
+            }
+            None => {
+                self.cv_newest.remove(wk);
+            }
+        }
     }
 
     /// The configuration versions of workspace object `ws` of namespace `ns` (any order).
@@ -94,6 +119,19 @@ impl Inner {
     ) -> Option<&Arc<ConfigurationVersion>> {
         self.cv_by_workspace
             .current(ns, ws)
+            .and_then(|u| self.configuration_versions.by_uid(u))
+    }
+
+    /// The configuration version workspace object `ws` of namespace `ns` shows as its
+    /// `current-configuration-version`: its newest that is not provisional, uploaded or
+    /// not ([`may_be_shown`]).
+    pub fn newest_configuration_version(
+        &self,
+        ns: &str,
+        ws: &str,
+    ) -> Option<&Arc<ConfigurationVersion>> {
+        self.cv_newest
+            .get(&(ns.to_owned(), ws.to_owned()))
             .and_then(|u| self.configuration_versions.by_uid(u))
     }
 
@@ -191,5 +229,34 @@ mod tests {
         assert_eq!(i.configuration_versions_of("org", "a").count(), 2);
         i.clear_cvs();
         assert_eq!(current(&i, "a"), None);
+    }
+
+    fn shown(i: &Inner, ws: &str) -> Option<String> {
+        i.newest_configuration_version("org", ws)
+            .map(|c| c.metadata.name.clone().unwrap_or_default())
+    }
+
+    /// What the workspace shows as `current-configuration-version`: its newest version
+    /// that is not provisional, uploaded or not (go-tfe creates a pending one, then a
+    /// provisional one, and expects the pending one; issue 42 §3).
+    #[test]
+    fn the_shown_configuration_is_the_newest_that_is_not_provisional() {
+        let mut i = Inner::default();
+        i.put_cv(cv("c1", "a", "2026-01-01T00:00:01Z", true, false));
+        assert_eq!(shown(&i, "a").as_deref(), Some("c1"));
+        i.put_cv(cv("c2", "a", "2026-01-01T00:00:02Z", false, false));
+        i.put_cv(cv("c3", "a", "2026-01-01T00:00:03Z", false, true));
+        assert_eq!(shown(&i, "a").as_deref(), Some("c2"));
+        // A run without a configuration still takes the newest uploaded.
+        assert_eq!(current(&i, "a").as_deref(), Some("c1"));
+        let mut errored = cv("c2", "a", "2026-01-01T00:00:02Z", false, false);
+        errored.status = Some(ConfigurationVersionStatus {
+            status: Some("errored".into()),
+            ..Default::default()
+        });
+        i.put_cv(errored);
+        assert_eq!(shown(&i, "a").as_deref(), Some("c1"));
+        i.remove_cv("uid-c1");
+        assert_eq!(shown(&i, "a"), None);
     }
 }

@@ -79,8 +79,12 @@ pub struct Inner {
     registry_modules: Keyed<RegistryModule>,
     module_versions: Keyed<ModuleVersion>,
     configuration_versions: Keyed<ConfigurationVersion>,
-    /// Each workspace's configuration versions and current one.
+    /// Each workspace's configuration versions and current one (the newest uploaded, what
+    /// a run without a configuration uses).
     cv_by_workspace: by_workspace::ByWorkspace,
+    /// Each workspace's `current-configuration-version` as TFE shows it: the uid of its
+    /// newest version that is not provisional, uploaded or not.
+    cv_newest: std::collections::HashMap<by_workspace::WorkspaceKey, String>,
     test_runs: Keyed<TestRun>,
     test_variables: Keyed<TestVariable>,
     runs: Keyed<Run>,

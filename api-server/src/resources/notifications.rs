@@ -2,7 +2,9 @@
 //! `notification-configurations`): NotificationConfiguration objects in the
 //! organization's namespace, declared with kubectl or GitOps or managed here.
 //!
-//! - `GET/POST /workspaces/:id/notification-configurations`;
+//! - `GET/POST /workspaces/:id/notification-configurations`, and
+//!   `/projects/:id/notification-configurations` (the runs of every workspace of the
+//!   project);
 //! - `GET/PATCH/DELETE /notification-configurations/:id`;
 //! - `POST /notification-configurations/:id/actions/verify`: has the operator send a
 //!   verification and answers the configuration with its delivery response.
@@ -20,7 +22,7 @@ use terrace_crds::constants::{ANNOTATION_CREATED_AT, ANNOTATION_VERIFY_REQUESTED
 use terrace_crds::ids::{IdKind, new_id};
 use terrace_crds::notification::{AllowedCidrs, DESTINATION_TYPES, TRIGGERS, destination_refusal};
 use terrace_crds::{
-    DeliveryResponse, NotificationConfiguration, NotificationConfigurationSpec, Workspace,
+    DeliveryResponse, NotificationConfiguration, NotificationConfigurationSpec, Project, Workspace,
 };
 
 use crate::access::Guarded;
@@ -40,6 +42,10 @@ pub fn router() -> Router<AppState> {
         .route(
             "/api/v2/workspaces/{id}/notification-configurations",
             get(list_of_workspace).post(create),
+        )
+        .route(
+            "/api/v2/projects/{id}/notification-configurations",
+            get(list_of_project).post(create_for_project),
         )
         .route(
             "/api/v2/notification-configurations/{id}",
@@ -81,6 +87,16 @@ fn workspace_id(state: &AppState, ns: &str, entry: &str) -> Option<String> {
     )
 }
 
+/// The ID of the project a configuration names (an ID, or a name in `ns`).
+fn project_id(state: &AppState, ns: &str, entry: &str) -> Option<String> {
+    crate::relations::resolve(
+        &state.index.read(),
+        ns,
+        crate::relations::Related::Project,
+        entry,
+    )
+}
+
 /// Destinations whose URL is their credential (a Slack or Teams incoming webhook: anyone
 /// who has it can post to the channel).
 const SECRET_URLS: &[&str] = &["slack", "microsoft-teams"];
@@ -91,8 +107,15 @@ fn render(state: &AppState, n: &NotificationConfiguration, may_update: bool) -> 
     let id = id_of(n);
     let url_shown = may_update || !SECRET_URLS.contains(&n.spec.destination_type.as_str());
     let ns = n.namespace().unwrap_or_default();
-    let ws =
-        workspace_id(state, &ns, &n.spec.workspace).unwrap_or_else(|| n.spec.workspace.clone());
+    let subscribable = match &n.spec.project {
+        Some(p) => {
+            json!({"id": project_id(state, &ns, p).unwrap_or_else(|| p.clone()), "type": "projects"})
+        }
+        None => json!({
+            "id": workspace_id(state, &ns, &n.spec.workspace).unwrap_or_else(|| n.spec.workspace.clone()),
+            "type": "workspaces",
+        }),
+    };
     let responses: Vec<Value> = n
         .status
         .as_ref()
@@ -120,7 +143,7 @@ fn render(state: &AppState, n: &NotificationConfiguration, may_update: bool) -> 
             "updated-at": time_of(n, ANNOTATION_UPDATED_AT),
         },
         "relationships": {
-            "subscribable": {"data": {"id": ws, "type": "workspaces"}},
+            "subscribable": {"data": subscribable},
             "users": {"data": []},
         },
         "links": {"self": format!("/api/v2/notification-configurations/{id}")},
@@ -161,16 +184,20 @@ fn checked_spec(
     a: &Attributes,
     r: &Relationships,
     current: Option<&NotificationConfigurationSpec>,
-    workspace: &str,
+    subscribable: &Subscribable,
     allowed: &AllowedCidrs,
 ) -> Result<NotificationConfigurationSpec, ApiError> {
     let mut errs = Vec::new();
-    let mut spec = current
-        .cloned()
-        .unwrap_or_else(|| NotificationConfigurationSpec {
-            workspace: workspace.to_owned(),
+    let mut spec = current.cloned().unwrap_or_else(|| match subscribable {
+        Subscribable::Workspace(w) => NotificationConfigurationSpec {
+            workspace: w.clone(),
             ..Default::default()
-        });
+        },
+        Subscribable::Project(p) => NotificationConfigurationSpec {
+            project: Some(p.clone()),
+            ..Default::default()
+        },
+    });
     if let Some(n) = &a.name {
         spec.name = n.trim().to_owned();
     }
@@ -251,6 +278,13 @@ fn checked_spec(
     }
 }
 
+/// What a new configuration notifies: a workspace's runs, or those of every workspace
+/// of a project (IDs).
+enum Subscribable {
+    Workspace(String),
+    Project(String),
+}
+
 /// Name of the Secret of configuration object `object`'s token.
 fn token_secret(object: &str) -> String {
     format!("{object}-token")
@@ -270,14 +304,49 @@ async fn list_of_workspace(
     f: Found<Workspace>,
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
+    let ws_id = f.at.id();
+    let base = format!("/api/v2/workspaces/{ws_id}/notification-configurations");
+    list_where(&state, &f.caller, &f.at, &q, base, |n| {
+        n.spec.project.is_none()
+            && workspace_id(&state, &f.at.ns, &n.spec.workspace).as_deref() == Some(&ws_id)
+    })
+    .await
+}
+
+async fn list_of_project(
+    State(state): State<AppState>,
+    f: Found<Project>,
+    q: QueryParams,
+) -> Result<Doc, ApiError> {
+    let prj_id = f.at.id();
+    let base = format!("/api/v2/projects/{prj_id}/notification-configurations");
+    list_where(&state, &f.caller, &f.at, &q, base, |n| {
+        n.spec
+            .project
+            .as_deref()
+            .is_some_and(|p| project_id(&state, &f.at.ns, p).as_deref() == Some(&prj_id))
+    })
+    .await
+}
+
+/// The configurations of `at`'s organization that `keep` selects, oldest first. As TFE
+/// answers this list: every item and no `meta.pagination` unless the client asks for a
+/// page (`page[number]` or `page[size]`; go-tfe reads a zero page otherwise).
+async fn list_where<K: Resource>(
+    state: &AppState,
+    caller: &Caller,
+    at: &Located<K>,
+    q: &QueryParams,
+    base: String,
+    keep: impl Fn(&NotificationConfiguration) -> bool,
+) -> Result<Doc, ApiError> {
     let page = q.page()?;
     q.supported_filters(&[])?;
-    let ws_id = f.at.id();
     let mut items: Vec<Arc<NotificationConfiguration>> = state
-        .listable::<NotificationConfiguration>(&f.caller, &f.at.org)
+        .listable::<NotificationConfiguration>(caller, &at.org)
         .await?
         .into_iter()
-        .filter(|n| workspace_id(&state, &f.at.ns, &n.spec.workspace).as_deref() == Some(&ws_id))
+        .filter(|n| keep(n))
         .collect();
     items.sort_by_cached_key(|n| {
         (
@@ -287,9 +356,12 @@ async fn list_of_workspace(
             n.name_any(),
         )
     });
-    let may_update = may_update(&state, &f.caller, &f.at.ns).await?;
-    let base = format!("/api/v2/workspaces/{ws_id}/notification-configurations");
-    Ok(list(&base, page, &items, |n| render(&state, n, may_update)))
+    let may_update = may_update(state, caller, &at.ns).await?;
+    if q.get("page[number]").is_some() || q.get("page[size]").is_some() {
+        return Ok(list(&base, page, &items, |n| render(state, n, may_update)));
+    }
+    let data: Vec<Value> = items.iter().map(|n| render(state, n, may_update)).collect();
+    Ok(Doc(StatusCode::OK, json!({"data": data})))
 }
 
 /// Whether `caller` may change the notification configurations of namespace `ns`.
@@ -312,25 +384,47 @@ async fn create(
     f: Found<Workspace>,
     JsonApi(doc): JsonApi<Document<Attributes, Relationships>>,
 ) -> Result<Doc, ApiError> {
+    let subscribable = Subscribable::Workspace(f.at.id());
+    create_for(&state, &f.caller, &f.at, subscribable, doc).await
+}
+
+/// `POST /projects/:id/notification-configurations`: a configuration for the runs of
+/// every workspace of the project.
+async fn create_for_project(
+    State(state): State<AppState>,
+    f: Found<Project>,
+    JsonApi(doc): JsonApi<Document<Attributes, Relationships>>,
+) -> Result<Doc, ApiError> {
+    let subscribable = Subscribable::Project(f.at.id());
+    create_for(&state, &f.caller, &f.at, subscribable, doc).await
+}
+
+/// Creates a configuration of `subscribable` (the workspace or project `at`, which owns
+/// it: deleting it deletes its configurations and their tokens).
+async fn create_for<K: Resource<DynamicType = ()>>(
+    state: &AppState,
+    caller: &Caller,
+    at: &Located<K>,
+    subscribable: Subscribable,
+    doc: Document<Attributes, Relationships>,
+) -> Result<Doc, ApiError> {
     state
         .require_or_403(
-            &f.caller,
-            &Check::new("create", RESOURCE, &f.at.ns, None),
-            "not authorized to create notification configurations for this workspace",
+            caller,
+            &Check::new("create", RESOURCE, &at.ns, None),
+            "not authorized to create notification configurations here",
         )
         .await?;
     let data = doc.checked()?;
-    let ws_id = f.at.id();
     let mut spec = checked_spec(
         &data.attributes,
         &data.relationships,
         None,
-        &ws_id,
+        &subscribable,
         &state.settings.notification_allowed_cidrs,
     )?;
     let id = new_id(IdKind::NotificationConfiguration);
-    // Owned by the workspace: deleting it deletes its configurations (and their tokens).
-    let mut metadata = write::owned_meta(&id, &f.at, &[]);
+    let mut metadata = write::owned_meta(&id, at, &[]);
     let token = data.attributes.token.filter(|t| !t.is_empty());
     if token.is_some() {
         spec.token_from = Some(SecretKeyRef {
@@ -347,11 +441,11 @@ async fn create(
         spec,
         status: None,
     };
-    let created = write::create(&state, &f.at.ns, &n).await?;
+    let created = write::create(state, &at.ns, &n).await?;
     if let Some(t) = &token {
-        store_token(&state, &created, t).await?;
+        store_token(state, &created, t).await?;
     }
-    Ok(Doc::created(render(&state, &created, true)))
+    Ok(Doc::created(render(state, &created, true)))
 }
 
 /// Why a caller who reads the object may not change it.
@@ -371,7 +465,8 @@ async fn update(
     // Checked once here (a clear 422 before anything is written), then applied to the
     // live object.
     let allowed = &state.settings.notification_allowed_cidrs;
-    checked_spec(a, r, Some(&f.at.obj.spec), "", allowed)?;
+    let same = Subscribable::Workspace(String::new());
+    checked_spec(a, r, Some(&f.at.obj.spec), &same, allowed)?;
     if let Some(t) = token.as_deref().filter(|t| !t.is_empty()) {
         store_token(&state, &f.at.obj, t).await?;
     }
@@ -380,7 +475,7 @@ async fn update(
         &write::api::<NotificationConfiguration>(&state, &f.at.ns),
         (*f.at.obj).clone(),
         |cur| {
-            let mut next = checked_spec(a, r, Some(&cur.spec), "", allowed)?;
+            let mut next = checked_spec(a, r, Some(&cur.spec), &same, allowed)?;
             match token.as_deref() {
                 Some("") => next.token_from = None,
                 Some(_) => {

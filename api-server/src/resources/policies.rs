@@ -66,6 +66,10 @@ pub fn router() -> Router<AppState> {
         post(relate::<ProjectEntry, true, true>).delete(relate::<ProjectEntry, false, true>),
     )
     .route(
+        "/api/v2/policy-sets/{id}/tag-selectors",
+        post(tag_selectors).delete(tag_selectors),
+    )
+    .route(
         "/api/v2/policy-sets/{id}/parameters",
         get(list_parameters).post(create_parameter),
     )
@@ -439,6 +443,8 @@ fn render_set(idx: &Inner, s: &PolicySet, org: &Organization) -> Value {
             "agent-enabled": false,
             "policy-tool-version": "latest",
             "policies-path": Value::Null,
+            "policy-update-patterns": [],
+            "tag-selectors": [],
             "policy-count": s.spec.policies.len() + policies.len(),
             "workspace-count": workspaces.as_array().map_or(0, Vec::len),
             "project-count": projects.as_array().map_or(0, Vec::len),
@@ -568,6 +574,9 @@ struct SetAttributes {
     vcs_repo: Option<Value>,
     #[serde(default)]
     policy_update_patterns: Vec<String>,
+    /// TFE's tag selectors (a beta): refused, never dropped.
+    #[serde(default)]
+    tag_selectors: Option<Value>,
 }
 
 impl Typed for SetAttributes {
@@ -590,7 +599,21 @@ struct SetRelationships {
     projects: Option<ToMany<ProjectEntry>>,
 }
 
-/// 422 for what a set asks that terrace does not do (Sentinel, VCS-backed sets, agents).
+/// Why a set's tag selectors are refused.
+const TAG_SELECTORS_REFUSED: &str = "tag selectors of policy sets are not offered: apply the set to workspaces, projects or globally (and exclude workspaces or projects) instead";
+
+/// `POST`/`DELETE /policy-sets/:id/tag-selectors` (TFE's beta): 422, as on create and
+/// update, after the set is found and the caller may change it.
+async fn tag_selectors(
+    State(state): State<AppState>,
+    f: Found<PolicySet>,
+) -> Result<Response, ApiError> {
+    f.require(&state, "update", SET_NOT_YOURS).await?;
+    Err(ApiError::invalid("/data", TAG_SELECTORS_REFUSED))
+}
+
+/// 422 for what a set asks that terrace does not do (Sentinel, VCS-backed sets, agents,
+/// tag selectors).
 fn offered(a: &SetAttributes) -> Result<(), ApiError> {
     opa_only(a.kind.as_deref())?;
     let refuse = |attr: &str, why: &str| Err(ApiError::invalid_attribute(attr, why.to_owned()));
@@ -620,6 +643,14 @@ fn offered(a: &SetAttributes) -> Result<(), ApiError> {
             "policy-tool-version",
             "terrace evaluates with its built-in OPA interpreter: only \"latest\" is accepted",
         );
+    }
+    let no_selectors = match &a.tag_selectors {
+        None | Some(Value::Null) => true,
+        Some(Value::Array(list)) => list.is_empty(),
+        Some(_) => false,
+    };
+    if !no_selectors {
+        return refuse("tag-selectors", TAG_SELECTORS_REFUSED);
     }
     if !a.policy_update_patterns.is_empty() {
         return refuse(

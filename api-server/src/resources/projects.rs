@@ -217,7 +217,27 @@ async fn list_projects(
             TagFilter::all_match(&tagged, &b)
         });
     }
-    projects.sort_by(|a, b| terrace_crds::rules::name_order(&a.spec.name, &b.spec.name));
+    match q.non_empty("sort") {
+        // TFE's `sort=name` (`-name` reversed): by name ignoring case.
+        Some(sort @ ("name" | "-name")) => {
+            projects.sort_by(|a, b| terrace_crds::rules::name_order(&a.spec.name, &b.spec.name));
+            if sort == "-name" {
+                projects.reverse();
+            }
+        }
+        Some(other) => {
+            return Err(ApiError::bad_parameter(
+                "sort",
+                format!("unsupported sort {other:?}; use name or -name"),
+            ));
+        }
+        // Omitted: TFE's "arbitrary but stable" order; terrace lists the newest first
+        // (go-tfe expects a project it just made before the default project).
+        None => projects.sort_by(|a, b| {
+            crate::render::by_creation(b.as_ref(), a.as_ref())
+                .then_with(|| terrace_crds::rules::name_order(&a.spec.name, &b.spec.name))
+        }),
+    }
     let base = format!("/api/v2/organizations/{}/projects", o.org.tfe_name());
     let idx = state.index.read();
     let mut included = Vec::new();
@@ -361,7 +381,7 @@ async fn remove(State(state): State<AppState>, f: Found<Project>) -> Result<Resp
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use crate::Edition;
     use crate::testing::{ORG, harness};
@@ -482,8 +502,10 @@ mod tests {
 
     /// The project settings are stored and returned, and validated with the workspace
     /// rules and TFE's words.
-    /// Projects are listed by name ignoring case, as TFE lists them ("Default Project"
-    /// among the d's, not before every lowercase name).
+    /// `sort=name` lists projects by name ignoring case ("Default Project" among the
+    /// d's, not before every lowercase name), `-name` the other way; without a sort the
+    /// newest come first (issue 42 §5: go-tfe's TestProjectsList reads the project it
+    /// made first, before the default project).
     #[tokio::test]
     async fn projects_are_listed_by_name_ignoring_case() {
         let h = harness(Edition::SelfHosted).await;
@@ -498,15 +520,24 @@ mod tests {
                 .await;
             assert_eq!(st, 201, "{doc}");
         }
+        let names = |doc: &Value| -> Vec<String> {
+            doc["data"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|p| p["attributes"]["name"].as_str().map(str::to_owned))
+                .collect()
+        };
+        let (st, doc) = h.call("GET", &format!("{base}?sort=name"), None).await;
+        assert_eq!(st, 200, "{doc}");
+        assert_eq!(names(&doc), ["alpha", "Beta", "Default Project", "zeta"]);
+        let (_, doc) = h.call("GET", &format!("{base}?sort=-name"), None).await;
+        assert_eq!(names(&doc), ["zeta", "Default Project", "Beta", "alpha"]);
         let (st, doc) = h.call("GET", &base, None).await;
         assert_eq!(st, 200, "{doc}");
-        let names: Vec<&str> = doc["data"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|p| p["attributes"]["name"].as_str())
-            .collect();
-        assert_eq!(names, ["alpha", "Beta", "Default Project", "zeta"]);
+        assert_eq!(names(&doc), ["Beta", "alpha", "zeta", "Default Project"]);
+        let (st, _) = h.call("GET", &format!("{base}?sort=size"), None).await;
+        assert_eq!(st, 400);
     }
 
     #[tokio::test]

@@ -22,7 +22,9 @@ use terrace_crds::{
     Project, VariableSet, VariableSetSpec, VariableSetVariable, Workspace, WorkspaceVariableSpec,
 };
 
-use crate::documents::variables::{VarAttributes, checked_spec, ptr};
+use crate::documents::variables::{
+    VarAttributes, checked_spec, ptr, set_var as render_var, set_var_spec as as_spec,
+};
 use crate::index::Inner;
 use crate::prelude::*;
 use crate::relations::{self, ProjectEntry, Related, WorkspaceEntry, ids_of, linkage, unique_name};
@@ -70,28 +72,6 @@ fn resolve(idx: &Inner, ns: &str, projects: bool, entry: &str) -> Option<String>
     relations::resolve(idx, ns, kind(projects), entry)
 }
 
-/// The JSON:API `data` of a variable of set `set_id`; a sensitive value reads `null`.
-fn render_var(set_id: &str, v: &VariableSetVariable) -> Value {
-    let id = v.id_in(set_id);
-    json!({
-        "id": id,
-        "type": "vars",
-        "attributes": {
-            "key": v.key,
-            "value": if v.sensitive { Value::Null } else { json!(v.value) },
-            "description": v.description,
-            "category": v.category,
-            "hcl": v.hcl,
-            "sensitive": v.sensitive,
-            // A digest of the variable (its Secret's name for a sensitive value, whose
-            // every write goes to a new revision of the set).
-            "version-id": as_spec(v).version_id(None),
-        },
-        "relationships": {"varset": {"data": {"id": set_id, "type": "varsets"}}},
-        "links": {"self": format!("/api/v2/varsets/{set_id}/relationships/vars/{id}")},
-    })
-}
-
 /// The JSON:API `data` of a set.
 fn render(idx: &Inner, s: &VariableSet, org: &Organization) -> Value {
     let id = id_of(s);
@@ -104,6 +84,10 @@ fn render(idx: &Inner, s: &VariableSet, org: &Organization) -> Value {
         .iter()
         .map(|v| json!({"id": v.id_in(&id), "type": "vars"}))
         .collect();
+    let parent = match parent_of(idx, s) {
+        Some(project) => json!({"id": project, "type": "projects"}),
+        None => json!({"id": org.tfe_name(), "type": "organizations"}),
+    };
     json!({
         "id": id,
         "type": "varsets",
@@ -119,13 +103,23 @@ fn render(idx: &Inner, s: &VariableSet, org: &Organization) -> Value {
         },
         "relationships": {
             "organization": {"data": {"id": org.tfe_name(), "type": "organizations"}},
-            "parent": {"data": {"id": org.tfe_name(), "type": "organizations"}},
+            "parent": {"data": parent},
             "vars": {"data": vars},
             "workspaces": {"data": workspaces},
             "projects": {"data": projects},
         },
         "links": {"self": format!("/api/v2/varsets/{id}")},
     })
+}
+
+/// The ID of the project that owns set `s` (None: the organization owns it). A set whose
+/// project is gone names none.
+fn parent_of(idx: &Inner, s: &VariableSet) -> Option<String> {
+    let ns = s.namespace().unwrap_or_default();
+    s.spec
+        .parent_project
+        .as_deref()
+        .map(|p| resolve(idx, &ns, true, p).unwrap_or_else(|| p.to_owned()))
 }
 
 /// What `include` may name on sets.
@@ -237,11 +231,125 @@ impl Typed for SetAttributes {
     const TYPE: &'static str = "varsets";
 }
 
-/// A set's relationships on create and update: each given replaces its list.
+/// A set's relationships on create and update: each list given replaces its list;
+/// `parent` (create only) is the organization or a project that owns the set.
 #[derive(Default, Deserialize)]
 struct SetRelationships {
     workspaces: Option<ToMany<WorkspaceEntry>>,
     projects: Option<ToMany<ProjectEntry>>,
+    parent: Option<ToOne>,
+}
+
+const PARENT_PTR: &str = "/data/relationships/parent/data";
+/// Where a create's or update's workspaces and projects are.
+const REL_PTRS: (&str, &str) = (
+    "/data/relationships/workspaces/data",
+    "/data/relationships/projects/data",
+);
+
+/// The project that owns a new set, from its `parent` relationship: None for the
+/// organization (or no parent), the project's ID for a project of the organization; 422
+/// for anything else (another organization, an unknown project, another type).
+fn parent_project(
+    idx: &Inner,
+    ns: &str,
+    org: &Organization,
+    parent: Option<&ToOne>,
+) -> Result<Option<String>, ApiError> {
+    let Some(Some(Some(p))) = parent.map(|r| r.data.as_ref()) else {
+        return Ok(None);
+    };
+    let id = p.id.as_deref().unwrap_or_default();
+    match p.kind.as_deref() {
+        Some("organizations") if id.is_empty() || id == org.tfe_name() => Ok(None),
+        Some("organizations") => Err(ApiError::invalid(
+            format!("{PARENT_PTR}/id"),
+            format!("{id:?} is not this variable set's organization"),
+        )),
+        Some("projects") => idx
+            .project(id)
+            .filter(|p| p.namespace().as_deref() == Some(ns))
+            .map(|p| Some(id_of(p.as_ref())))
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    format!("{PARENT_PTR}/id"),
+                    format!("project {id:?} not found in this organization"),
+                )
+            }),
+        _ => Err(ApiError::invalid(
+            format!("{PARENT_PTR}/type"),
+            "a variable set's parent is an organization or a project (type \"organizations\" or \"projects\")",
+        )),
+    }
+}
+
+/// 422 unless a set owned by project `owner` (if any) names only workspaces of that
+/// project and no project but it: a project's set never reaches beyond its project.
+fn check_owned_scope(
+    idx: &Inner,
+    ns: &str,
+    owner: Option<&str>,
+    workspaces: &[String],
+    projects: &[String],
+    pointers: (&str, &str),
+) -> Result<(), ApiError> {
+    let Some(owner) = owner else {
+        return Ok(());
+    };
+    let mut errs = Vec::new();
+    for (i, w) in workspaces.iter().enumerate() {
+        let inside = resolve(idx, ns, false, w)
+            .and_then(|id| idx.workspace(&id).cloned())
+            .and_then(|w| idx.project_of(&w).map(|p| id_of(p.as_ref())))
+            .is_some_and(|p| p == owner);
+        if !inside {
+            errs.push(FieldError::new(
+                format!("{}/{i}/id", pointers.0),
+                format!("workspace {w:?} is not in project {owner}, which owns this variable set"),
+            ));
+        }
+    }
+    for (i, p) in projects.iter().enumerate() {
+        if resolve(idx, ns, true, p).as_deref() != Some(owner) {
+            errs.push(FieldError::new(
+                format!("{}/{i}/id", pointers.1),
+                format!("a variable set owned by project {owner} applies to no other project"),
+            ));
+        }
+    }
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::Invalid(errs))
+    }
+}
+
+/// Ok when the caller may `verb` variable sets in the organization, or the set belongs to
+/// a project (`owner`) the caller may update: a project's admins manage its sets, as in
+/// TFE. 403 otherwise.
+async fn may_manage(
+    state: &AppState,
+    caller: &Caller,
+    ns: &str,
+    owner: Option<&str>,
+    verb: &'static str,
+    deny: &'static str,
+) -> Result<(), ApiError> {
+    if state
+        .allowed(caller, &Check::new(verb, RESOURCE, ns, None))
+        .await?
+    {
+        return Ok(());
+    }
+    let project = owner.and_then(|o| state.index.read().project(o).map(|p| p.name_any()));
+    if let Some(object) = project
+        && state
+            .allowed(caller, &Check::new("update", "projects", ns, Some(&object)))
+            .await?
+    {
+        return Ok(());
+    }
+    Err(ApiError::forbidden(deny))
 }
 
 /// The name: [`unique_name`] among the organization's sets but `this`.
@@ -258,15 +366,23 @@ async fn create(
     o: VisibleOrg,
     JsonApi(doc): JsonApi<Document<SetAttributes, SetRelationships>>,
 ) -> Result<Doc, ApiError> {
-    state
-        .require_or_403(
-            &o.caller,
-            &o.check("create", RESOURCE),
-            "not authorized to create variable sets in this organization",
-        )
-        .await?;
     let data = doc.checked()?;
     let ns = o.ns().to_owned();
+    let owner = parent_project(
+        &state.index.read(),
+        &ns,
+        &o.org,
+        data.relationships.parent.as_ref(),
+    )?;
+    may_manage(
+        &state,
+        &o.caller,
+        &ns,
+        owner.as_deref(),
+        "create",
+        "not authorized to create variable sets in this organization",
+    )
+    .await?;
     let spec = {
         let idx = state.index.read();
         let a = data.attributes;
@@ -274,21 +390,32 @@ async fn create(
             .name
             .ok_or_else(|| ApiError::invalid_attribute("name", "name is required"))?;
         let r = data.relationships;
+        let workspaces = r
+            .workspaces
+            .map(|w| ids_of(&idx, &ns, "/data/relationships/workspaces/data", w))
+            .transpose()?
+            .unwrap_or_default();
+        let projects = r
+            .projects
+            .map(|p| ids_of(&idx, &ns, "/data/relationships/projects/data", p))
+            .transpose()?
+            .unwrap_or_default();
+        check_owned_scope(
+            &idx,
+            &ns,
+            owner.as_deref(),
+            &workspaces,
+            &projects,
+            REL_PTRS,
+        )?;
         VariableSetSpec {
             name: checked_name(&idx, &ns, &name, None)?,
             description: a.description,
             global: a.global.unwrap_or(false),
             priority: a.priority.unwrap_or(false),
-            workspaces: r
-                .workspaces
-                .map(|w| ids_of(&idx, &ns, "/data/relationships/workspaces/data", w))
-                .transpose()?
-                .unwrap_or_default(),
-            projects: r
-                .projects
-                .map(|p| ids_of(&idx, &ns, "/data/relationships/projects/data", p))
-                .transpose()?
-                .unwrap_or_default(),
+            workspaces,
+            projects,
+            parent_project: owner,
             variables: Vec::new(),
         }
     };
@@ -305,29 +432,70 @@ async fn create(
 /// Why a caller who reads the object may not change it.
 const NOT_YOURS: &str = "not authorized to change this variable set";
 
+/// The ID of the project owning set `s` (None: the organization owns it).
+fn owner_of(state: &AppState, s: &VariableSet) -> Option<String> {
+    let ns = s.namespace().unwrap_or_default();
+    s.spec
+        .parent_project
+        .as_deref()
+        .map(|p| resolve(&state.index.read(), &ns, true, p).unwrap_or_else(|| p.to_owned()))
+}
+
 async fn update(
     State(state): State<AppState>,
     f: Found<VariableSet>,
     JsonApi(doc): JsonApi<Document<SetAttributes, SetRelationships>>,
 ) -> Result<Doc, ApiError> {
-    f.require(&state, "update", NOT_YOURS).await?;
+    let owner = owner_of(&state, &f.at.obj);
+    may_manage(
+        &state,
+        &f.caller,
+        &f.at.ns,
+        owner.as_deref(),
+        "update",
+        NOT_YOURS,
+    )
+    .await?;
     let data = doc.checked()?;
     let ns = f.at.ns.clone();
     let (name, workspaces, projects) = {
         let idx = state.index.read();
         let r = data.relationships;
+        let given = parent_project(&idx, &ns, &f.at.org, r.parent.as_ref())?;
+        if r.parent
+            .as_ref()
+            .is_some_and(|p| matches!(p.data, Some(Some(_))))
+            && given != owner
+        {
+            return Err(ApiError::invalid(
+                PARENT_PTR,
+                "a variable set's parent cannot be changed",
+            ));
+        }
+        let workspaces = r
+            .workspaces
+            .map(|w| ids_of(&idx, &ns, "/data/relationships/workspaces/data", w))
+            .transpose()?;
+        let projects = r
+            .projects
+            .map(|p| ids_of(&idx, &ns, "/data/relationships/projects/data", p))
+            .transpose()?;
+        check_owned_scope(
+            &idx,
+            &ns,
+            owner.as_deref(),
+            workspaces.as_deref().unwrap_or_default(),
+            projects.as_deref().unwrap_or_default(),
+            REL_PTRS,
+        )?;
         (
             data.attributes
                 .name
                 .as_deref()
                 .map(|n| checked_name(&idx, &ns, n, Some(&f.at.id())))
                 .transpose()?,
-            r.workspaces
-                .map(|w| ids_of(&idx, &ns, "/data/relationships/workspaces/data", w))
-                .transpose()?,
-            r.projects
-                .map(|p| ids_of(&idx, &ns, "/data/relationships/projects/data", p))
-                .transpose()?,
+            workspaces,
+            projects,
         )
     };
     let a = data.attributes;
@@ -360,7 +528,16 @@ async fn remove(
     State(state): State<AppState>,
     f: Found<VariableSet>,
 ) -> Result<Response, ApiError> {
-    f.require(&state, "delete", NOT_YOURS).await?;
+    let owner = owner_of(&state, &f.at.obj);
+    may_manage(
+        &state,
+        &f.caller,
+        &f.at.ns,
+        owner.as_deref(),
+        "delete",
+        NOT_YOURS,
+    )
+    .await?;
     // The Secrets of its sensitive values are owned by it: the garbage collector takes them.
     write::delete_if_present(&state, f.at.obj.as_ref()).await?;
     Ok(no_content())
@@ -372,9 +549,29 @@ async fn relate<T: Typed + Send + Sync + 'static, const ADD: bool>(
     f: Found<VariableSet>,
     JsonApi(body): JsonApi<ToMany<T>>,
 ) -> Result<Response, ApiError> {
-    f.require(&state, "update", NOT_YOURS).await?;
+    let owner = owner_of(&state, &f.at.obj);
+    may_manage(
+        &state,
+        &f.caller,
+        &f.at.ns,
+        owner.as_deref(),
+        "update",
+        NOT_YOURS,
+    )
+    .await?;
     let projects = T::TYPE == "projects";
     let ids = ids_of(&state.index.read(), &f.at.ns, "/data", body)?;
+    if ADD {
+        let (w, p): (&[String], &[String]) = if projects { (&[], &ids) } else { (&ids, &[]) };
+        check_owned_scope(
+            &state.index.read(),
+            &f.at.ns,
+            owner.as_deref(),
+            w,
+            p,
+            ("/data", "/data"),
+        )?;
+    }
     let ns = f.at.ns.clone();
     write::change_spec(&state, &f.at, |s| {
         let list = if projects {
@@ -439,20 +636,6 @@ async fn show_var(
     Ok(Doc::ok(render_var(&id, var_in(&f.at.obj, &id, &var)?)))
 }
 
-/// The workspace-variable spec a set variable stands for (for the shared rules).
-fn as_spec(v: &VariableSetVariable) -> WorkspaceVariableSpec {
-    WorkspaceVariableSpec {
-        workspace: String::new(),
-        key: v.key.clone(),
-        value: v.value.clone(),
-        value_from: v.value_from.clone(),
-        description: v.description.clone(),
-        category: v.category.clone(),
-        hcl: v.hcl,
-        sensitive: v.sensitive,
-    }
-}
-
 /// Name of the Secret of sensitive variable `var_id` of set object `set_object`.
 fn secret_name(set_object: &str, var_id: &str) -> String {
     format!("{set_object}-{}", var_id.to_ascii_lowercase())
@@ -476,6 +659,8 @@ fn stored(id: &str, set_object: &str, spec: WorkspaceVariableSpec) -> VariableSe
         category: spec.category,
         hcl: spec.hcl,
         sensitive: spec.sensitive,
+        // Every write is a new version.
+        revision: Some(crate::capability::random_token()),
     }
 }
 
@@ -510,7 +695,16 @@ async fn create_var(
     f: Found<VariableSet>,
     JsonApi(doc): JsonApi<Document<VarAttributes>>,
 ) -> Result<Doc, ApiError> {
-    f.require(&state, "update", NOT_YOURS).await?;
+    let owner = owner_of(&state, &f.at.obj);
+    may_manage(
+        &state,
+        &f.caller,
+        &f.at.ns,
+        owner.as_deref(),
+        "update",
+        NOT_YOURS,
+    )
+    .await?;
     let mut errs = Vec::new();
     let input = doc.checked()?.attributes.parse(&mut errs);
     if input.key.is_none() && !errs.iter().any(|e| e.pointer == ptr("key")) {
@@ -544,7 +738,16 @@ async fn update_var(
     Path((_, var)): Path<(String, String)>,
     JsonApi(doc): JsonApi<Document<VarAttributes>>,
 ) -> Result<Doc, ApiError> {
-    f.require(&state, "update", NOT_YOURS).await?;
+    let owner = owner_of(&state, &f.at.obj);
+    may_manage(
+        &state,
+        &f.caller,
+        &f.at.ns,
+        owner.as_deref(),
+        "update",
+        NOT_YOURS,
+    )
+    .await?;
     let set_id = f.at.id();
     let current = var_in(&f.at.obj, &set_id, &var)?.clone();
     let mut errs = Vec::new();
@@ -584,7 +787,16 @@ async fn remove_var(
     f: Found<VariableSet>,
     Path((_, var)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    f.require(&state, "update", NOT_YOURS).await?;
+    let owner = owner_of(&state, &f.at.obj);
+    may_manage(
+        &state,
+        &f.caller,
+        &f.at.ns,
+        owner.as_deref(),
+        "update",
+        NOT_YOURS,
+    )
+    .await?;
     let set_id = f.at.id();
     let current = var_in(&f.at.obj, &set_id, &var)?.clone();
     write::change_spec(&state, &f.at, |s| {
@@ -618,13 +830,17 @@ fn applies_to(idx: &Inner, s: &VariableSet, w: &Workspace) -> bool {
     s.spec.scope_for(me, prj).is_some()
 }
 
-/// Whether set `s` names project `p`.
+/// Whether set `s` names project `p`, or `p` owns it.
 fn names_project(s: &VariableSet, p: &Project) -> bool {
-    Named {
+    let me = Named {
         id: Some(&id_of(p)),
         name: &p.spec.name,
-    }
-    .listed_in(&s.spec.projects)
+    };
+    me.listed_in(&s.spec.projects)
+        || s.spec
+            .parent_project
+            .as_ref()
+            .is_some_and(|o| me.listed_in(std::slice::from_ref(o)))
 }
 
 /// The list at `path` of the sets of `at`'s organization that `keep` selects, sorted by
@@ -638,6 +854,7 @@ async fn sets_where<K: Resource>(
     keep: impl Fn(&Inner, &VariableSet) -> bool,
 ) -> Result<Doc, ApiError> {
     let page = q.page()?;
+    let includes = q.includes(INCLUDES)?;
     let allowed = state
         .allowed(caller, &Check::new("list", RESOURCE, &at.ns, None))
         .await?;
@@ -653,7 +870,15 @@ async fn sets_where<K: Resource>(
     } else {
         Vec::new()
     };
-    Ok(list(&path, page, &sets, |s| render(&idx, s, &at.org)))
+    let mut doc = list(&path, page, &sets, |s| render(&idx, s, &at.org));
+    if !includes.is_empty() {
+        let on_page: Vec<&VariableSet> = crate::render::page_slice(&sets, page)
+            .iter()
+            .map(AsRef::as_ref)
+            .collect();
+        doc.1["included"] = json!(included(&idx, &on_page, &at.org, &includes));
+    }
+    Ok(doc)
 }
 
 async fn of_workspace(
@@ -900,5 +1125,322 @@ mod tests {
         assert_eq!(st, 204);
         let (st, _) = h.call("GET", &format!("/api/v2/varsets/{id}"), None).await;
         assert_eq!(st, 404);
+    }
+
+    /// go-tfe's list options send `include=` (empty): it includes nothing on the three
+    /// set lists (issue 42 §6); a named include is served on each.
+    #[tokio::test]
+    async fn an_empty_include_names_nothing() {
+        let h = harness(Edition::SelfHosted).await;
+        h.workspace(WS, "app", |_| {}).await;
+        let (st, doc) = h
+            .call(
+                "POST",
+                SETS,
+                set_body(json!({"name": "g", "global": true}), json!({})),
+            )
+            .await;
+        assert_eq!(st, 201, "{doc}");
+        for path in [
+            SETS.to_owned(),
+            format!("/api/v2/workspaces/{WS}/varsets"),
+            format!(
+                "/api/v2/projects/{}/varsets",
+                crate::testing::DEFAULT_PROJECT
+            ),
+        ] {
+            let (st, doc) = h
+                .call("GET", &format!("{path}?include=&page%5Bnumber%5D=1"), None)
+                .await;
+            assert_eq!(st, 200, "{path}: {doc}");
+            assert!(doc.get("included").is_none(), "{path}: {doc}");
+            let (st, doc) = h.call("GET", &format!("{path}?include=vars"), None).await;
+            assert_eq!(st, 200, "{path}: {doc}");
+            let (st, _) = h.call("GET", &format!("{path}?include=nope"), None).await;
+            assert_eq!(st, 400, "{path}");
+        }
+    }
+
+    /// Every update of a set variable is a new version, one that changes nothing too, as
+    /// workspace variables are (issue 42 §7).
+    #[tokio::test]
+    async fn every_variable_update_is_a_new_version() {
+        let h = harness(Edition::SelfHosted).await;
+        let (_, doc) = h
+            .call("POST", SETS, set_body(json!({"name": "s"}), json!({})))
+            .await;
+        let id = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
+        let vars = format!("/api/v2/varsets/{id}/relationships/vars");
+        let (st, doc) = h
+            .call(
+                "POST",
+                &vars,
+                var_body(json!({"key": "k", "value": "v", "category": "env"})),
+            )
+            .await;
+        assert_eq!(st, 201, "{doc}");
+        let var = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
+        let mut seen = vec![doc["data"]["attributes"]["version-id"].clone()];
+        for _ in 0..2 {
+            let (st, doc) = h
+                .call(
+                    "PATCH",
+                    &format!("{vars}/{var}"),
+                    var_body(json!({"value": "v"})),
+                )
+                .await;
+            assert_eq!(st, 200, "{doc}");
+            let v = doc["data"]["attributes"]["version-id"].clone();
+            assert!(v.is_string() && !seen.contains(&v), "{v} after {seen:?}");
+            let (_, shown) = h.call("GET", &format!("{vars}/{var}"), None).await;
+            assert_eq!(shown["data"]["attributes"]["version-id"], v);
+            seen.push(v);
+        }
+    }
+
+    /// A set created with a project as its parent is the project's: it says so, applies
+    /// only to the project's workspaces (`global`: all of them), names no workspace or
+    /// project outside it, keeps its parent, is listed on the project, and the project's
+    /// admins manage it (issue 42 §8).
+    #[tokio::test]
+    async fn project_owned_sets() {
+        let h = harness(Edition::SelfHosted).await;
+        let (st, doc) = h
+            .call(
+                "POST",
+                "/api/v2/organizations/acme/projects",
+                Some(json!({"data": {"type": "projects", "attributes": {"name": "platform"}}})),
+            )
+            .await;
+        assert_eq!(st, 201, "{doc}");
+        let prj = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
+        let prj_object = terrace_crds::ids::object_name_for_id(&prj);
+        h.workspace(WS, "inside", |s| s.project = Some(prj_object.clone()))
+            .await;
+        let outside = "ws-VarsetOutside0001";
+        h.workspace(outside, "outside", |_| {}).await;
+        let parent = |t: &str, id: &str| json!({"parent": {"data": {"type": t, "id": id}}});
+        let (st, doc) = h
+            .call(
+                "POST",
+                SETS,
+                set_body(
+                    json!({"name": "prj", "global": true}),
+                    parent("projects", &prj),
+                ),
+            )
+            .await;
+        assert_eq!(st, 201, "{doc}");
+        let id = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
+        let want = json!({"id": prj, "type": "projects"});
+        assert_eq!(doc["data"]["relationships"]["parent"]["data"], want);
+        let (_, doc) = h.call("GET", &format!("/api/v2/varsets/{id}"), None).await;
+        assert_eq!(doc["data"]["relationships"]["parent"]["data"], want);
+        // Where it applies: the project's workspaces only.
+        let (_, doc) = h
+            .call("GET", &format!("/api/v2/workspaces/{WS}/varsets"), None)
+            .await;
+        assert_eq!(doc["data"][0]["id"], id.as_str(), "{doc}");
+        let (_, doc) = h
+            .call(
+                "GET",
+                &format!("/api/v2/workspaces/{outside}/varsets"),
+                None,
+            )
+            .await;
+        assert_eq!(doc["data"], json!([]), "{doc}");
+        let (_, doc) = h
+            .call("GET", &format!("/api/v2/projects/{prj}/varsets"), None)
+            .await;
+        assert_eq!(doc["data"][0]["id"], id.as_str(), "{doc}");
+        // Nothing outside the project, and the parent stays.
+        let (st, doc) = h
+            .call(
+                "POST",
+                &format!("/api/v2/varsets/{id}/relationships/workspaces"),
+                Some(json!({"data": [{"type": "workspaces", "id": outside}]})),
+            )
+            .await;
+        assert_eq!(st, 422, "{doc}");
+        let (st, doc) = h
+            .call(
+                "POST",
+                SETS,
+                set_body(
+                    json!({"name": "bad"}),
+                    json!({"parent": {"data": {"type": "projects", "id": prj}},
+                        "workspaces": {"data": [{"type": "workspaces", "id": outside}]}}),
+                ),
+            )
+            .await;
+        assert_eq!(st, 422, "{doc}");
+        let (st, doc) = h
+            .call(
+                "PATCH",
+                &format!("/api/v2/varsets/{id}"),
+                set_body(json!({}), parent("organizations", "acme")),
+            )
+            .await;
+        assert_eq!(st, 422, "{doc}");
+        for (t, pid) in [
+            ("projects", "prj-nope"),
+            ("workspaces", WS),
+            ("organizations", "other"),
+        ] {
+            let (st, doc) = h
+                .call("POST", SETS, set_body(json!({"name": "x"}), parent(t, pid)))
+                .await;
+            assert_eq!(st, 422, "{t} {pid}: {doc}");
+        }
+        // An organization parent is the organization's set.
+        let (st, doc) = h
+            .call(
+                "POST",
+                SETS,
+                set_body(json!({"name": "org"}), parent("organizations", "acme")),
+            )
+            .await;
+        assert_eq!(st, 201, "{doc}");
+        assert_eq!(
+            doc["data"]["relationships"]["parent"]["data"],
+            json!({"id": "acme", "type": "organizations"})
+        );
+        // Who may update the project manages its sets, not the organization's.
+        let admin = h
+            .token_with_role(Some(vec![
+                rule(
+                    &["get", "list"],
+                    &["workspaces", "variablesets", "projects"],
+                ),
+                rule(&["update"], &["projects"]),
+            ]))
+            .await;
+        let (st, doc) = h
+            .call_as(
+                &admin,
+                "POST",
+                &format!("/api/v2/varsets/{id}/relationships/vars"),
+                var_body(json!({"key": "k", "value": "v", "category": "env"})),
+            )
+            .await;
+        assert_eq!(st, 201, "{doc}");
+        let (st, doc) = h
+            .call_as(
+                &admin,
+                "POST",
+                SETS,
+                set_body(json!({"name": "mine"}), parent("projects", &prj)),
+            )
+            .await;
+        assert_eq!(st, 201, "{doc}");
+        let (st, _) = h
+            .call_as(
+                &admin,
+                "POST",
+                SETS,
+                set_body(json!({"name": "theirs"}), json!({})),
+            )
+            .await;
+        assert_eq!(st, 403);
+    }
+
+    /// `GET /workspaces/:id/all-vars`: the workspace's variables and those of the sets
+    /// applied to it, one per category and key by TFE's precedence (go-tfe's
+    /// TestVariablesListAll; issue 42 §9).
+    #[tokio::test]
+    async fn all_vars_merges_by_precedence() {
+        let h = harness(Edition::SelfHosted).await;
+        h.workspace(WS, "app", |_| {}).await;
+        let mut set_vars = Vec::new();
+        for (name, keys) in [("org", ["key1", "key2"]), ("prj", ["key3", "key4"])] {
+            let (_, doc) = h
+                .call(
+                    "POST",
+                    SETS,
+                    set_body(
+                        json!({"name": name}),
+                        json!({"workspaces": {"data": [{"type": "workspaces", "id": WS}]}}),
+                    ),
+                )
+                .await;
+            let id = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
+            for k in keys {
+                let (st, doc) = h
+                    .call(
+                        "POST",
+                        &format!("/api/v2/varsets/{id}/relationships/vars"),
+                        var_body(json!({"key": k, "value": format!("{name}-{k}"), "category": "terraform"})),
+                    )
+                    .await;
+                assert_eq!(st, 201, "{doc}");
+                set_vars.push((k, doc["data"]["id"].as_str().unwrap_or_default().to_owned()));
+            }
+        }
+        let mut ws_vars = Vec::new();
+        for k in ["key2", "key4", "key5"] {
+            let (st, doc) = h
+                .call(
+                    "POST",
+                    &format!("/api/v2/workspaces/{WS}/vars"),
+                    Some(json!({"data": {"type": "vars", "attributes": {"key": k, "value": format!("ws-{k}"), "category": "terraform"}}})),
+                )
+                .await;
+            assert_eq!(st, 201, "{doc}");
+            ws_vars.push(doc["data"]["id"].as_str().unwrap_or_default().to_owned());
+        }
+        let (st, doc) = h
+            .call("GET", &format!("/api/v2/workspaces/{WS}/all-vars"), None)
+            .await;
+        assert_eq!(st, 200, "{doc}");
+        let got: Vec<(String, String)> = doc["data"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|v| {
+                (
+                    v["id"].as_str().unwrap_or_default().to_owned(),
+                    v["attributes"]["value"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                )
+            })
+            .collect();
+        let id_of = |k: &str| {
+            set_vars
+                .iter()
+                .find(|(key, _)| *key == k)
+                .map(|(_, i)| i.clone())
+        };
+        assert_eq!(
+            got,
+            vec![
+                (id_of("key1").unwrap_or_default(), "org-key1".to_owned()),
+                (ws_vars[0].clone(), "ws-key2".to_owned()),
+                (id_of("key3").unwrap_or_default(), "prj-key3".to_owned()),
+                (ws_vars[1].clone(), "ws-key4".to_owned()),
+                (ws_vars[2].clone(), "ws-key5".to_owned()),
+            ]
+        );
+        // Without the right to list variable sets: the workspace's own only.
+        let reader = h
+            .token_with_role(Some(vec![rule(
+                &["get", "list"],
+                &["workspaces", "workspacevariables"],
+            )]))
+            .await;
+        let (st, doc) = h
+            .call_as(
+                &reader,
+                "GET",
+                &format!("/api/v2/workspaces/{WS}/all-vars"),
+                None,
+            )
+            .await;
+        assert_eq!(
+            (st, doc["data"].as_array().map(Vec::len)),
+            (200, Some(3)),
+            "{doc}"
+        );
     }
 }

@@ -49,6 +49,7 @@ pub fn router() -> Router<AppState> {
             get(show).patch(update).delete(remove),
         ),
     )
+    .route("/api/v2/workspaces/{id}/all-vars", get(all_vars))
     .merge(collection_routes(
         ("/api/v2/vars", get(list_legacy).post(create_legacy)),
         (
@@ -244,6 +245,81 @@ async fn list_of(
     Ok(Doc(
         StatusCode::OK,
         json!({"data": data, "meta": meta, "links": links}),
+    ))
+}
+
+/// `GET /workspaces/:id/all-vars`: the variables a run of the workspace gets, its own
+/// and those of the variable sets applied to it, the winner of each category and key by
+/// TFE's precedence ([`winning_variables`], the rule the operator applies to runs), by
+/// category and key, in one page. Set variables are shown to a caller who may list
+/// variable sets (as `GET /workspaces/:id/varsets`); sensitive values read `null`.
+async fn all_vars(
+    State(state): State<AppState>,
+    f: Found<Workspace>,
+    q: QueryParams,
+) -> Result<Doc, ApiError> {
+    use terrace_crds::resources::Named;
+    use terrace_crds::rules::{Candidate, VariableSource, winning_variables};
+    q.supported_filters(&[])?;
+    let ws = &f.at;
+    allow(&state, &f.caller, ws, "list", None).await?;
+    let sets_visible = state
+        .allowed(&f.caller, &Check::new("list", "variablesets", &ws.ns, None))
+        .await?;
+    let ws_id = ws.id();
+    let mut candidates: Vec<Candidate<Value>> = vars_of(&state, ws)
+        .iter()
+        .map(|v| Candidate {
+            source: VariableSource::Workspace,
+            set_name: String::new(),
+            category: v.spec.category.clone(),
+            key: v.spec.key.clone(),
+            item: render(v, &ws_id),
+        })
+        .collect();
+    if sets_visible {
+        let idx = state.index.read();
+        let me = Named {
+            id: Some(&ws_id),
+            name: &ws.obj.spec.name,
+        };
+        let project = idx.project_of(&ws.obj);
+        let project_id = project.map(|p| id_of(p.as_ref()));
+        let project = project.map(|p| Named {
+            id: project_id.as_deref(),
+            name: &p.spec.name,
+        });
+        for set in idx.variable_sets().in_namespace(&ws.ns) {
+            let Some(scope) = set.spec.scope_for(me, project) else {
+                continue;
+            };
+            let source = VariableSource::of_set(scope, set.spec.priority);
+            let set_id = id_of(set.as_ref());
+            candidates.extend(set.spec.variables.iter().map(|v| Candidate {
+                source,
+                set_name: set.spec.name.clone(),
+                category: v.category.clone(),
+                key: v.key.clone(),
+                item: crate::documents::variables::set_var(&set_id, v),
+            }));
+        }
+    }
+    let won: Vec<Value> = winning_variables(candidates)
+        .into_iter()
+        .map(|c| c.item)
+        .collect();
+    let page = Page {
+        number: 1,
+        size: u32::try_from(won.len().max(1)).unwrap_or(u32::MAX),
+    };
+    let (meta, links) = pagination(
+        &format!("/api/v2/workspaces/{ws_id}/all-vars"),
+        page,
+        won.len(),
+    );
+    Ok(Doc(
+        StatusCode::OK,
+        json!({"data": won, "meta": meta, "links": links}),
     ))
 }
 

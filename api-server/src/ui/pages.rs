@@ -219,7 +219,7 @@ pub async fn workspaces(
             &s,
             &headers,
             &format!(
-                "/api/v2/organizations/{}/projects?page%5Bsize%5D=100",
+                "/api/v2/organizations/{}/projects?page%5Bsize%5D=100&sort=name",
                 urlencode(&org)
             ),
         )

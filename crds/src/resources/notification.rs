@@ -5,7 +5,8 @@
 use crate::common::SecretKeyRef;
 
 crd_kind! {
-    /// A destination for a workspace's run notifications: a generic webhook (TFE's JSON
+    /// A destination for the run notifications of a workspace (or of every workspace of a
+    /// project): a generic webhook (TFE's JSON
     /// payload, signed with HMAC-SHA512 when a token is set), Slack or Microsoft Teams.
     #[kube(
         kind = "NotificationConfiguration",
@@ -18,13 +19,21 @@ crd_kind! {
         printcolumn = r#"{"name":"Enabled","type":"boolean","jsonPath":".spec.enabled"}"#
     )]
     columns: tfe_name, id, age;
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": "has(self.workspace) != has(self.project)",
+         "message": "exactly one of workspace or project must be given"}
+    ]))]
     pub struct NotificationConfigurationSpec {
         /// The configuration's name.
         #[schemars(length(min = 1, max = 255))]
         pub name: String,
         /// The workspace whose runs are notified (its ID `ws-…` or its TFE name).
+        #[serde(default, skip_serializing_if = "String::is_empty")]
         #[schemars(length(min = 1))]
         pub workspace: String,
+        /// Or the project whose workspaces' runs are all notified (its ID `prj-…` or its
+        /// name; TFE's project notification configurations).
+        pub project: Option<String>,
         /// `generic`, `slack` or `microsoft-teams` (email has no mail server here).
         #[schemars(extend("enum" = ["generic", "slack", "microsoft-teams"]))]
         pub destination_type: String,

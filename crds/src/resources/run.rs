@@ -81,6 +81,11 @@ crd_kind! {
         /// TFE's `invoke-action-addrs`: kept and returned.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         pub invoke_action_addrs: Vec<String>,
+        /// TFE's `policy-paths` (relative directories of policy configuration, a beta of
+        /// HCP Terraform's): kept and returned; terrace's policy checks come from policy
+        /// sets.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub policy_paths: Vec<String>,
     }
 }
 

@@ -36,6 +36,11 @@ crd_kind! {
         /// Projects (IDs `prj-…` or names) whose workspaces the set is applied to.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         pub projects: Vec<String>,
+        /// The project that owns the set (ID `prj-…` or name; TFE's `parent` of type
+        /// `projects`), none for a set the organization owns. A project-owned set applies
+        /// only to the workspaces of its project: `global` then means every workspace of
+        /// the project, and `workspaces` must be in it.
+        pub parent_project: Option<String>,
         /// The variables, each key once per category (a list map: the API server refuses
         /// a second entry with the same key and category).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -75,6 +80,9 @@ crd_struct! {
         /// Write-once: the value is never shown again.
         #[serde(default)]
         pub sensitive: bool,
+        /// A token the API writes with every create and update, so the variable's
+        /// `version-id` changes with each, even one that changes nothing (TFE's).
+        pub revision: Option<String>,
     }
 }
 
@@ -124,14 +132,73 @@ impl VariableSetSpec {
         project: Option<super::Named<'_>>,
     ) -> Option<crate::rules::SetScope> {
         use crate::rules::SetScope;
+        if let Some(owner) = self.parent_project.as_deref() {
+            // A project's set: only within its project; `global` is the whole project.
+            if !project.is_some_and(|p| p.listed_in(&[owner.to_owned()])) {
+                return None;
+            }
+        }
         if ws.listed_in(&self.workspaces) {
             Some(SetScope::Workspace)
-        } else if project.is_some_and(|p| p.listed_in(&self.projects)) {
+        } else if project.is_some_and(|p| p.listed_in(&self.projects))
+            || (self.global && self.parent_project.is_some())
+        {
             Some(SetScope::Project)
         } else if self.global {
             Some(SetScope::Global)
         } else {
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::Named;
+    use crate::rules::SetScope;
+
+    fn named<'a>(id: &'a str, name: &'a str) -> Named<'a> {
+        Named { id: Some(id), name }
+    }
+
+    /// A project-owned set applies only within its project: to the workspaces it names
+    /// there, and with `global` to every workspace of the project, at the project's level
+    /// of precedence (issue 42 §8).
+    #[test]
+    fn a_project_owned_set_applies_only_in_its_project() {
+        let set = |global: bool, workspaces: &[&str]| VariableSetSpec {
+            name: "s".into(),
+            global,
+            parent_project: Some("prj-A".into()),
+            workspaces: workspaces.iter().map(|w| (*w).to_owned()).collect(),
+            ..Default::default()
+        };
+        let (in_a, in_b) = (named("prj-A", "alpha"), named("prj-B", "beta"));
+        let ws = named("ws-1", "app");
+        assert_eq!(
+            set(true, &[]).scope_for(ws, Some(in_a)),
+            Some(SetScope::Project)
+        );
+        assert_eq!(set(true, &[]).scope_for(ws, Some(in_b)), None);
+        assert_eq!(set(true, &[]).scope_for(ws, None), None);
+        assert_eq!(set(false, &[]).scope_for(ws, Some(in_a)), None);
+        assert_eq!(
+            set(false, &["ws-1"]).scope_for(ws, Some(in_a)),
+            Some(SetScope::Workspace)
+        );
+        assert_eq!(set(false, &["ws-1"]).scope_for(ws, Some(in_b)), None);
+        // By the project's name too.
+        let by_name = VariableSetSpec {
+            parent_project: Some("ALPHA".into()),
+            ..set(true, &[])
+        };
+        assert_eq!(by_name.scope_for(ws, Some(in_a)), Some(SetScope::Project));
+        // An organization's set, as before.
+        let org = VariableSetSpec {
+            parent_project: None,
+            ..set(true, &[])
+        };
+        assert_eq!(org.scope_for(ws, Some(in_b)), Some(SetScope::Global));
     }
 }

@@ -207,6 +207,7 @@ mod tests {
                 terraform_version: None,
                 debugging_mode: false,
                 invoke_action_addrs: Vec::new(),
+                policy_paths: Vec::new(),
             },
         );
         r.status = Some(status);

@@ -503,3 +503,39 @@ fn an_actions_comment_passes_the_comment_limit() {
     assert!(check_comment("approving", MAX_RUN_COMMENTS, true).is_ok());
     assert!(check_comment(" ", 0, true).is_err());
 }
+
+/// After every cancel request the run says when a force-cancel becomes available (the
+/// cool-off after the request), also once the run is canceled (a pending run is canceled
+/// at once); it may be forced only while cancelable and after the cool-off (issue 42 §2).
+#[test]
+fn force_cancel_after_the_cool_off() {
+    let asked = "2025-01-01T00:00:00Z";
+    let at = force_cancel_available_at(Some(asked));
+    assert_eq!(
+        at.map(|t| t.to_string()),
+        Some("2025-01-01T00:00:10Z".to_owned())
+    );
+    assert_eq!(force_cancel_available_at(None), None);
+    assert_eq!(force_cancel_available_at(Some("junk")), None);
+    let t = |s: &str| s.parse::<jiff::Timestamp>().unwrap_or_default();
+    assert!(!force_cancelable(
+        RunState::Planning,
+        Some(asked),
+        t("2025-01-01T00:00:09Z")
+    ));
+    assert!(force_cancelable(
+        RunState::Planning,
+        Some(asked),
+        t("2025-01-01T00:00:10Z")
+    ));
+    assert!(!force_cancelable(
+        RunState::Canceled,
+        Some(asked),
+        t("2025-01-01T01:00:00Z")
+    ));
+    assert!(!force_cancelable(
+        RunState::Planning,
+        None,
+        t("2025-01-01T01:00:00Z")
+    ));
+}

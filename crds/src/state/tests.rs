@@ -81,6 +81,54 @@ fn succession_rows() {
     );
 }
 
+/// When the bytes arrive: the lock again, then the succession; the current state again
+/// (same serial and MD5) becomes current, as in HCP (issue 42 §1).
+#[test]
+fn commit_rows() {
+    let me = LockHolder::User("alice".into());
+    let other = LockHolder::User("bob".into());
+    let at = |s| jiff::Timestamp::from_second(s).unwrap_or_default();
+    let cand = |serial, md5, needs_lock| Candidate {
+        serial,
+        lineage: "L",
+        md5,
+        force: false,
+        writer: &me,
+        created: at(100),
+        needs_lock,
+    };
+    let cur = || {
+        Some(Current {
+            serial: 3,
+            lineage: "L",
+            md5: "abc",
+        })
+    };
+    assert!(check_commit(Some(&me), Some(at(50)), cur(), &cand(4, "m", true)).is_ok());
+    assert!(
+        check_commit(Some(&me), Some(at(50)), cur(), &cand(3, "ABC", true)).is_ok(),
+        "an identical repeat becomes current"
+    );
+    assert!(matches!(
+        check_commit(Some(&me), Some(at(50)), cur(), &cand(3, "other", true)),
+        Err(StateError::SameSerialOtherState { .. })
+    ));
+    assert!(matches!(
+        check_commit(Some(&me), Some(at(50)), cur(), &cand(2, "abc", true)),
+        Err(StateError::SerialNotGreater { .. })
+    ));
+    // The lock: held by another, or taken again after the create.
+    assert_eq!(
+        check_commit(Some(&other), Some(at(50)), cur(), &cand(4, "m", true))
+            .err()
+            .map(|e| e.status()),
+        Some(409)
+    );
+    assert!(check_commit(Some(&me), Some(at(200)), cur(), &cand(4, "m", true)).is_err());
+    // A run's apply needs no lock.
+    assert!(check_commit(None, None, cur(), &cand(4, "m", false)).is_ok());
+}
+
 #[test]
 fn state_files_are_checked_and_summarized() {
     let bytes = state(4, "L");

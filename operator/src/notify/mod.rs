@@ -55,6 +55,9 @@ pub struct NotifyContext {
     orgs: Organizations,
     workspaces: Store<Workspace>,
     runs: Store<DynamicObject>,
+    /// Projects (the catalog's cache): a project's configuration notifies the runs of
+    /// every workspace of the project.
+    projects: Store<DynamicObject>,
     sender: Sender,
     recorder: Recorder,
     /// Failed attempts of notifications not yet done: (configuration uid, key) → the
@@ -79,13 +82,21 @@ where
     let stores = catalog.stores();
     let (resource, configs) = stores.store(IdKind::NotificationConfiguration)?;
     let (_, runs) = stores.store(IdKind::Run)?;
+    let (_, projects) = stores.store(IdKind::Project)?;
     let changes = catalog.subscribe(IdKind::NotificationConfiguration);
     let run_changes = catalog.subscribe(IdKind::Run);
-    let (by_run, ws_for_map, res_for_map) = (configs.clone(), workspaces.clone(), resource.clone());
+    let (by_run, ws_for_map, res_for_map, prj_for_map) = (
+        configs.clone(),
+        workspaces.clone(),
+        resource.clone(),
+        projects.clone(),
+    );
     let controller = Controller::for_stream_with(changes, configs, resource.clone())
         .watches_stream_with(
             run_changes,
-            move |run: DynamicObject| configs_of_run(&res_for_map, &by_run, &ws_for_map, &run),
+            move |run: DynamicObject| {
+                configs_of_run(&res_for_map, &by_run, &ws_for_map, &prj_for_map, &run)
+            },
             resource,
         )
         .graceful_shutdown_on(shutdown);
@@ -96,6 +107,7 @@ where
         orgs,
         workspaces,
         runs,
+        projects,
         attempts: Mutex::default(),
         written: Mutex::default(),
     });
@@ -129,11 +141,74 @@ fn workspace_of(workspaces: &Store<Workspace>, ns: &str, entry: &str) -> Option<
         .find(|w| w.namespace().as_deref() == Some(ns) && named(w).listed_in(&entry))
 }
 
-/// The configurations a change of `run` concerns: those of its workspace.
+/// The cached project of workspace `ws` (its `spec.project`, else the namespace's
+/// default project): its ID and TFE name.
+fn project_names(projects: &Store<DynamicObject>, ws: &Workspace) -> Option<(String, String)> {
+    let ns = ws.namespace().unwrap_or_default();
+    let wanted = ws.spec.project.as_deref().filter(|p| !p.is_empty());
+    projects
+        .state()
+        .into_iter()
+        .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
+        .find(|p| match wanted {
+            Some(name) => p.metadata.name.as_deref() == Some(name),
+            None => {
+                p.labels()
+                    .get(terrace_crds::constants::LABEL_DEFAULT_PROJECT)
+                    .map(String::as_str)
+                    == Some("true")
+            }
+        })
+        .map(|p| {
+            (
+                p.labels().get(LABEL_ID).cloned().unwrap_or_default(),
+                p.data["spec"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            )
+        })
+}
+
+/// Whether configuration entry `project` (an ID or a name) is workspace `ws`'s project.
+fn in_project(projects: &Store<DynamicObject>, ws: &Workspace, project: &str) -> bool {
+    project_names(projects, ws).is_some_and(|(id, name)| {
+        Named {
+            id: Some(&id).filter(|i| !i.is_empty()).map(String::as_str),
+            name: &name,
+        }
+        .listed_in(&[project.to_owned()])
+    })
+}
+
+/// The workspaces whose runs configuration `nc` of `ns` notifies: the one it names, or
+/// every workspace of the project it names.
+fn workspaces_of(
+    ctx: &NotifyContext,
+    ns: &str,
+    nc: &NotificationConfiguration,
+) -> Vec<Arc<Workspace>> {
+    match nc.spec.project.as_deref() {
+        Some(project) => ctx
+            .workspaces
+            .state()
+            .into_iter()
+            .filter(|w| w.namespace().as_deref() == Some(ns))
+            .filter(|w| in_project(&ctx.projects, w, project))
+            .collect(),
+        None => workspace_of(&ctx.workspaces, ns, &nc.spec.workspace)
+            .into_iter()
+            .collect(),
+    }
+}
+
+/// The configurations a change of `run` concerns: those of its workspace and of its
+/// workspace's project.
 fn configs_of_run(
     resource: &ApiResource,
     configs: &Store<DynamicObject>,
     workspaces: &Store<Workspace>,
+    projects: &Store<DynamicObject>,
     run: &DynamicObject,
 ) -> Vec<ObjectRef<DynamicObject>> {
     let ns = run.namespace().unwrap_or_default();
@@ -148,10 +223,11 @@ fn configs_of_run(
         .state()
         .into_iter()
         .filter(|c| c.namespace().as_deref() == Some(ns.as_str()))
-        .filter(|c| {
-            c.data["spec"]["workspace"]
+        .filter(|c| match c.data["spec"]["project"].as_str() {
+            Some(project) => in_project(projects, &ws, project),
+            None => c.data["spec"]["workspace"]
                 .as_str()
-                .is_some_and(|w| names.listed_in(&[w.to_owned()]))
+                .is_some_and(|w| names.listed_in(&[w.to_owned()])),
         })
         .map(|c| ObjectRef::from_obj_with(c.as_ref(), resource.clone()))
         .collect()
@@ -186,19 +262,27 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<NotifyContext>) -> Result<A
         .get(ANNOTATION_VERIFY_REQUESTED)
         .filter(|a| Some(*a) != status.verified.as_ref())
         .cloned();
-    let ws = workspace_of(&ctx.workspaces, &ns, &nc.spec.workspace);
+    let workspaces = workspaces_of(&ctx, &ns, &nc);
     let org = ctx.orgs.owner(&ns).await?;
     let org_name = org
         .as_ref()
         .map(|o| o.tfe_name().to_owned())
         .unwrap_or_default();
-    let ws_id = ws
-        .as_ref()
-        .and_then(|w| w.labels().get(LABEL_ID).cloned())
-        .unwrap_or_else(|| nc.spec.workspace.clone());
-    let ws_name = ws
-        .as_ref()
-        .map_or(nc.spec.workspace.clone(), |w| w.spec.name.clone());
+    // Each workspace's ID and name, as its payloads say (a project's configuration
+    // verifies without one).
+    let ws_ids = |w: Option<&Arc<Workspace>>| -> (String, String) {
+        match w {
+            Some(w) => (
+                w.labels()
+                    .get(LABEL_ID)
+                    .cloned()
+                    .unwrap_or_else(|| nc.spec.workspace.clone()),
+                w.spec.name.clone(),
+            ),
+            None => (nc.spec.workspace.clone(), nc.spec.workspace.clone()),
+        }
+    };
+    let (ws_id, ws_name) = ws_ids(workspaces.first().filter(|_| nc.spec.project.is_none()));
     let subject = Subject {
         configuration_id: &id,
         configuration_name: &nc.spec.name,
@@ -227,9 +311,15 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<NotifyContext>) -> Result<A
     // What is owed, and what waits for its retry.
     let mut jobs = Vec::new();
     let mut next_retry: Option<Duration> = None;
-    if let (true, Some(ws)) = (nc.spec.enabled, ws.as_ref()) {
+    let attempts = ctx.attempts.lock().expect("lock").clone();
+    for ws in workspaces.iter().filter(|_| nc.spec.enabled) {
+        let (ws_id, ws_name) = ws_ids(Some(ws));
+        let subject = Subject {
+            workspace_id: &ws_id,
+            workspace_name: &ws_name,
+            ..subject
+        };
         let runs = runs_of(&ctx.runs, &ns, &ws.name_any(), since);
-        let attempts = ctx.attempts.lock().expect("lock");
         for run in &runs {
             let run_id = run.labels().get(LABEL_ID).cloned().unwrap_or_default();
             if run_id.is_empty() {

@@ -194,30 +194,52 @@ fn by_token(state: &AppState, token: &str) -> Option<Arc<ConfigurationVersion>> 
         .cloned()
 }
 
-/// 409 when a run uses configuration version `cv`: its archive may no longer change.
+/// 409 when a run (or, for a module version's archive, a test run) uses configuration
+/// version `cv`: its archive may no longer change.
 fn not_used_by_a_run(state: &AppState, cv: &ConfigurationVersion) -> Result<(), ApiError> {
     let ns = cv.namespace().unwrap_or_default();
     let name = cv.name_any();
     let idx = state.index.read();
-    match idx
+    let user = idx
         .runs()
         .in_namespace(&ns)
         .find(|r| r.spec.configuration_version == name)
-    {
-        Some(r) => Err(ApiError::conflict(format!(
-            "configuration version {} is used by run {}: upload to a new configuration version",
-            id_of(cv),
-            id_of(r.as_ref())
+        .map(|r| ("run", id_of(r.as_ref())))
+        .or_else(|| {
+            idx.test_runs()
+                .in_namespace(&ns)
+                .find(|t| t.spec.configuration_version == name)
+                .map(|t| ("test run", id_of(t.as_ref())))
+        });
+    match user {
+        Some((what, id)) => Err(ApiError::conflict(format!(
+            "configuration version {} is used by {what} {id}: upload to a new configuration version",
+            id_of(cv)
         ))),
         None => Ok(()),
     }
 }
 
-/// `PUT /api/v2/uploads/v1/object/<token>`. A module's configuration version takes one
-/// upload (SPEC.md A3). A workspace's takes a new archive again, through the same URL
-/// while it works, until a run uses the version (TFE accepts a second PUT, and go-tfe's
-/// tests make one): the new archive is stored beside the old one and replaces it only
-/// once valid; a refused one leaves the version as it was (422).
+/// Whether `cv` is a registry module version's archive (owned by its ModuleVersion).
+fn of_module_version(cv: &ConfigurationVersion) -> bool {
+    cv.owner_references()
+        .iter()
+        .any(|o| o.kind == "ModuleVersion")
+}
+
+/// Whether `cv`'s upload URL takes another upload once one landed: a workspace's
+/// configuration version, and a module version's archive (go-tfe uploads a version
+/// twice), until a run or test run uses it. A module test's takes one (SPEC.md A3).
+fn reusable(cv: &ConfigurationVersion) -> bool {
+    cv.spec.workspace.is_some() || of_module_version(cv)
+}
+
+/// `PUT /api/v2/uploads/v1/object/<token>`. A module test's configuration version takes
+/// one upload (SPEC.md A3). A workspace's, and a module version's archive, take a new
+/// archive again, through the same URL while it works, until a run (a test run) uses the
+/// version (TFE accepts a second PUT, and go-tfe's tests make one): the new archive is
+/// stored beside the old one and replaces it only once valid; a refused one leaves the
+/// version as it was (422).
 async fn upload(
     State(state): State<AppState>,
     Path(token): Path<String>,
@@ -229,7 +251,7 @@ async fn upload(
         .get(ANNOTATION_UPLOAD_EXPIRES)
         .and_then(|t| t.parse::<jiff::Timestamp>().ok())
         .is_none_or(|t| t < jiff::Timestamp::now());
-    let again = cv.spec.workspace.is_some() && cv.usable();
+    let again = reusable(&cv) && cv.usable();
     if expired || !(cv.state() == Ok(ConfigurationVersionState::Pending) || again) {
         return Err(gone());
     }
@@ -242,8 +264,8 @@ async fn upload(
     // Claimed before the body is read: of two concurrent PUTs only one streams.
     claim(&api, &cv).await?;
     let result = receive(&state, &api, &cv, again, body).await;
-    if cv.spec.workspace.is_some() {
-        release(&api, &name).await;
+    if reusable(&cv) {
+        release(&state, &api, &name).await;
     }
     result
 }
@@ -353,11 +375,12 @@ async fn receive(
     Ok(StatusCode::OK.into_response())
 }
 
-/// Ends the upload mark of a workspace's configuration version `name` (its URL takes the
-/// next upload).
-async fn release(api: &kube::Api<ConfigurationVersion>, name: &str) {
+/// Ends the upload mark of configuration version `name` (its URL takes the next upload),
+/// and waits until the index has seen that: a client's next PUT, right after this one's
+/// answer, is decided on the index's copy first.
+async fn release(state: &AppState, api: &kube::Api<ConfigurationVersion>, name: &str) {
     let patch = json!({"metadata": {"annotations": {ANNOTATION_UPLOADING: null}}});
-    if let Err(e) = api
+    match api
         .patch(
             name,
             &kube::api::PatchParams::default(),
@@ -365,16 +388,20 @@ async fn release(api: &kube::Api<ConfigurationVersion>, name: &str) {
         )
         .await
     {
-        tracing::warn!(configuration_version = %name, error = %e, "the upload mark was not removed; it lapses on its own");
+        Ok(released) => write::wait_seen(state, &released).await,
+        Err(e) => {
+            tracing::warn!(configuration_version = %name, error = %e, "the upload mark was not removed; it lapses on its own")
+        }
     }
 }
 
 /// Claims the upload token, with a resourceVersion precondition so that of concurrent
-/// uploads exactly one proceeds. A module's token is consumed (its annotations removed),
-/// and the same write marks a module's configuration version with `auto-queue-runs` due
-/// for its automatic test run. A workspace's token stays for another upload; the write
-/// marks the upload as streaming ([`ANNOTATION_UPLOADING`]), and a second PUT meanwhile
-/// is 409.
+/// uploads exactly one proceeds. A module test's token is consumed (its annotations
+/// removed), and the same write marks a module's configuration version with
+/// `auto-queue-runs` due for its automatic test run. A workspace's and a module
+/// version's token stays for another upload ([`reusable`]); the write marks the upload
+/// as streaming ([`ANNOTATION_UPLOADING`]; a module version's first one also due for its
+/// test run), and a second PUT meanwhile is 409.
 async fn claim(
     api: &kube::Api<ConfigurationVersion>,
     cv: &ConfigurationVersion,
@@ -386,7 +413,7 @@ async fn claim(
         if sha.is_none() || current.annotations().get(ANNOTATION_UPLOAD_SHA256) != sha.as_ref() {
             return Err(gone());
         }
-        if current.spec.workspace.is_some() {
+        if reusable(current) {
             let streaming = current
                 .annotations()
                 .get(ANNOTATION_UPLOADING)
@@ -398,9 +425,16 @@ async fn claim(
                 ));
             }
             claimed = true;
-            return Ok(Some(json!({"metadata": {
-                "annotations": {ANNOTATION_UPLOADING: now.to_string()},
-            }})));
+            // A module version's first upload marks its archive due for the automatic
+            // test run, as a module's single upload does.
+            let due =
+                (of_module_version(current) && current.spec.auto_queue_runs && !current.usable())
+                    .then_some(Marker::Due.as_str());
+            let mut annotations = json!({ANNOTATION_UPLOADING: now.to_string()});
+            if let Some(d) = due {
+                annotations[ANNOTATION_AUTOMATIC_TEST_RUN] = json!(d);
+            }
+            return Ok(Some(json!({"metadata": {"annotations": annotations}})));
         }
         claimed = true;
         let due = (current.spec.auto_queue_runs && current.spec.module.is_some())
@@ -518,6 +552,101 @@ mod tests {
         let evil = enc.finish().unwrap_or_else(|e| panic!("{e}"));
         let err = validate_archive(&evil).err().unwrap_or_default();
         assert!(err.contains("unsafe path"), "{err}");
+    }
+
+    /// A module version's upload link reads the same from `GET …/version` as create
+    /// answered it, and takes a new archive again (go-tfe's UploadTarGzip uploads twice)
+    /// until a test run used the archive; a refused one changes nothing; the first upload
+    /// marks it due for its automatic test run (issue 42 §16).
+    #[tokio::test]
+    async fn a_module_version_link_is_shown_again_and_reusable_until_a_test_run() {
+        let h = Mh::with_module().await;
+        let (st, doc) = h
+            .call(
+                "POST",
+                "/api/v2/registry-modules/acme/vpc/aws/versions",
+                Some(json!({"data": {"type": "registry-module-versions", "attributes": {"version": "1.0.0"}}})),
+            )
+            .await;
+        assert_eq!(st, 201, "{doc}");
+        let link = doc["data"]["links"]["upload"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(link.contains("/object/"), "{doc}");
+        let read = "/api/v2/organizations/acme/registry-modules/private/acme/vpc/aws/version?module_version=1.0.0";
+        let (st, shown) = h.call("GET", read, None).await;
+        assert_eq!(st, 200, "{shown}");
+        assert_eq!(shown["data"]["links"]["upload"], link.as_str());
+        let path = link[link.find("/api/v2/").unwrap_or(0)..].to_owned();
+        let cv_of = || {
+            h.state
+                .index
+                .read()
+                .configuration_versions()
+                .in_namespace(ORG)
+                .find(|c| {
+                    c.owner_references()
+                        .iter()
+                        .any(|o| o.kind == "ModuleVersion")
+                })
+                .cloned()
+                .unwrap_or_else(|| panic!("the version's archive"))
+        };
+        let first = targz(&[("main.tf", "variable \"a\" {}")]);
+        assert_eq!(h.upload(&path, first.clone()).await, 200);
+        h.wait("uploaded", |i| {
+            i.configuration_versions().iter().any(|c| {
+                c.state() == Ok(ConfigurationVersionState::Uploaded)
+                    && c.owner_references()
+                        .iter()
+                        .any(|o| o.kind == "ModuleVersion")
+            })
+        })
+        .await;
+        assert_eq!(
+            cv_of()
+                .annotations()
+                .get(ANNOTATION_AUTOMATIC_TEST_RUN)
+                .map(String::as_str),
+            Some("due")
+        );
+        // The link is still shown, and takes another archive.
+        let (_, shown) = h.call("GET", read, None).await;
+        assert_eq!(shown["data"]["links"]["upload"], link.as_str());
+        let second = targz(&[("main.tf", "variable \"b\" {}")]);
+        assert_eq!(h.upload(&path, second.clone()).await, 200);
+        h.wait("replaced", |i| {
+            i.configuration_versions().iter().any(|c| {
+                c.status
+                    .as_ref()
+                    .and_then(|s| s.archive.as_ref())
+                    .is_some_and(|a| a.sha256 == sha256_hex(&second))
+            })
+        })
+        .await;
+        assert_eq!(h.upload(&path, b"not a tar.gz".to_vec()).await, 422);
+        assert_eq!(
+            cv_of()
+                .status
+                .clone()
+                .and_then(|s| s.archive)
+                .map(|a| a.sha256),
+            Some(sha256_hex(&second))
+        );
+        // A test run takes the archive: no more uploads.
+        let cv = id_of(cv_of().as_ref());
+        let (st, run) = h.run(&cv, json!({})).await;
+        assert_eq!(st, 201, "{run}");
+        h.wait("the test run", |i| {
+            i.test_runs().in_namespace(ORG).next().is_some()
+        })
+        .await;
+        assert_eq!(h.upload(&path, first).await, 409);
+        // A module test's configuration version keeps its single upload.
+        let (_, test_path) = h.cv(false).await;
+        assert_eq!(h.upload(&test_path, targz(&[("main.tf", "")])).await, 200);
+        assert_eq!(h.upload(&test_path, targz(&[("main.tf", "")])).await, 404);
     }
 
     /// Create answers a one-time upload URL; the PUT (no auth) stores the archive and

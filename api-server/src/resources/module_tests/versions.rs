@@ -26,7 +26,9 @@ use terrace_crds::resources::{ConfigurationVersionSpec, ModuleVersionSpec, Versi
 use terrace_crds::{ConfigurationVersion, ModuleVersion, RegistryModule, TestRun};
 
 use super::{Module, ModulePath, locate, locate_path};
-use crate::documents::config_versions::{create_pending_raw, pending_meta};
+use crate::documents::config_versions::{
+    create_pending_raw, module_version_pending_meta, module_version_upload_url,
+};
 use crate::index::Inner;
 use crate::prelude::*;
 use crate::render::stable_id;
@@ -213,7 +215,7 @@ async fn create_short(
 }
 
 /// Creates the version and its pending configuration version; answers the version with
-/// the upload link (shown this once).
+/// the upload link (`GET …/version` shows the same link while it works).
 async fn create(
     state: &AppState,
     caller: &Caller,
@@ -275,7 +277,7 @@ async fn create(
     // upload queues the run of the archive's tests.
     let mut base = m.child_meta(&cv_id);
     base.owner_references = created.controller_owner_ref(&()).map(|o| vec![o]);
-    let (token, metadata) = pending_meta(state, base)?;
+    let (token, metadata) = module_version_pending_meta(state, &cv_id, base)?;
     let cv = ConfigurationVersion {
         metadata,
         spec: ConfigurationVersionSpec {
@@ -307,18 +309,38 @@ fn version_not_found() -> ApiError {
     ApiError::not_found("registry module version not found")
 }
 
+/// `GET …/version?module_version=V`: the version, with its `upload` link while it works
+/// (the link create answered: an upload may be made again until a test run used the
+/// archive), to a caller who may publish versions.
 async fn read(
     Authed { state, caller }: Authed,
     Path(path): Path<ModulePath>,
+    headers: HeaderMap,
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
     let m = locate_path(&state, &caller, &path, "get", RESOURCE).await?;
     let version = q
         .non_empty("module_version")
         .ok_or_else(|| ApiError::bad_parameter("module_version", "module_version is required"))?;
+    let may_upload = state.allowed(&caller, &m.check("create", RESOURCE)).await?;
     let idx = state.index.read();
     let v = find(&idx, &m.module, version).ok_or_else(version_not_found)?;
-    Ok(Doc::ok(render(&idx, v, &m.module, &m.org)))
+    let mut data = render(&idx, v, &m.module, &m.org);
+    let upload = v
+        .spec
+        .configuration_version
+        .as_deref()
+        .filter(|_| may_upload)
+        .and_then(|cv| {
+            idx.configuration_versions()
+                .in_namespace(&m.ns)
+                .find(|c| c.name_any() == cv)
+        })
+        .and_then(|cv| module_version_upload_url(&state, &headers, cv));
+    if let Some(u) = upload {
+        data["links"]["upload"] = json!(u);
+    }
+    Ok(Doc::ok(data))
 }
 
 async fn remove(

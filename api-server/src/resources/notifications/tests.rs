@@ -79,7 +79,15 @@ async fn notification_configurations_through_the_api() {
         listed["data"][0], created["data"],
         "list items are what create answered"
     );
-    assert_eq!(listed["meta"]["pagination"]["total-count"], 2);
+    // As TFE answers it: no meta.pagination unless a page is asked for (go-tfe reads a
+    // zero page; issue 42 §14).
+    assert!(listed.get("meta").is_none(), "{listed}");
+    assert_eq!(listed["data"].as_array().map(Vec::len), Some(2));
+    let (_, page) = h
+        .call("GET", &format!("{coll}?page%5Bsize%5D=1"), None)
+        .await;
+    assert_eq!(page["meta"]["pagination"]["total-count"], 2, "{page}");
+    assert_eq!(page["data"].as_array().map(Vec::len), Some(1));
     let (_, page) = h
         .call("GET", &format!("{coll}?page%5Bnumber%5D=999"), None)
         .await;
@@ -268,4 +276,74 @@ async fn verify_waits_for_the_operators_delivery() {
                "sent-at": "2026-11-28T00:00:00.000Z", "successful": "true"})
     );
     operator.abort();
+}
+
+/// Project notification configurations (`/projects/:id/notification-configurations`,
+/// issue 42 §15): created, listed (as create answered them), read and updated like a
+/// workspace's, subscribed to the project, owned by it; the project's list holds only
+/// its own, the workspace's only the workspace's.
+#[tokio::test]
+async fn project_notification_configurations() {
+    let h = harness(Edition::SelfHosted).await;
+    h.workspace(WS, "app", |_| {}).await;
+    let prj = crate::testing::DEFAULT_PROJECT;
+    let coll = format!("/api/v2/projects/{prj}/notification-configurations");
+    let (st, created) = h.call("POST", &coll, body(generic("prj-ops"))).await;
+    assert_eq!(st, 201, "{created}");
+    assert_eq!(
+        created["data"]["relationships"]["subscribable"]["data"],
+        json!({"id": prj, "type": "projects"})
+    );
+    let id = created["data"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let n = h
+        .state
+        .index
+        .read()
+        .notification_configurations()
+        .get(&id)
+        .cloned()
+        .expect("indexed");
+    assert_eq!(n.spec.project.as_deref(), Some(prj));
+    assert_eq!(n.spec.workspace, "");
+    let owner = &n.metadata.owner_references.clone().unwrap_or_default()[0];
+    assert_eq!(owner.kind, "Project", "deleted with its project");
+    let (st, listed) = h.call("GET", &coll, None).await;
+    assert_eq!(
+        (st, listed["data"][0].clone()),
+        (200, created["data"].clone())
+    );
+    let ws_coll = format!("/api/v2/workspaces/{WS}/notification-configurations");
+    let (_, ws_listed) = h.call("GET", &ws_coll, None).await;
+    assert_eq!(ws_listed["data"], json!([]), "{ws_listed}");
+    let one = format!("/api/v2/notification-configurations/{id}");
+    let (st, shown) = h.call("GET", &one, None).await;
+    assert_eq!((st, &shown["data"]), (200, &created["data"]));
+    let (st, updated) = h
+        .call(
+            "PATCH",
+            &one,
+            body(json!({"name": "renamed", "enabled": true})),
+        )
+        .await;
+    assert_eq!(st, 200, "{updated}");
+    assert_eq!(updated["data"]["attributes"]["name"], "renamed");
+    assert_eq!(
+        updated["data"]["relationships"]["subscribable"]["data"]["type"],
+        "projects"
+    );
+    let (st, _) = h
+        .call(
+            "GET",
+            "/api/v2/projects/prj-nope/notification-configurations",
+            None,
+        )
+        .await;
+    assert_eq!(st, 404);
+    let (st, b) = h.call("POST", &coll, body(json!({"name": "x"}))).await;
+    assert_eq!(st, 422, "{b}");
+    let (st, _) = h.call("DELETE", &one, None).await;
+    assert_eq!(st, 204);
 }

@@ -69,7 +69,7 @@ async fn policies_through_the_api() {
         ),
         (
             json!({"name": "q", "kind": "opa", "query": "input.x", "enforcement-level": "advisory"}),
-            "reference into data",
+            "reference to a rule",
         ),
         (
             json!({"name": "l", "kind": "opa", "query": "data.x", "enforcement-level": "soft-mandatory"}),
@@ -303,6 +303,11 @@ async fn policy_sets_and_their_parameters_through_the_api() {
             "agents",
         ),
         (json!({"name": "GUARDS", "kind": "opa"}), "taken"),
+        // Refused, never dropped (issue 42 §12).
+        (
+            json!({"name": "t", "kind": "opa", "tag-selectors": [{"tag-key": "env", "tag-value": "prod", "is-exclude": false}]}),
+            "tag selectors",
+        ),
     ] {
         let (st, b) = h.call("POST", coll, body(attrs.clone(), json!({}))).await;
         assert_eq!(st, 422, "{attrs}: {b}");
@@ -319,6 +324,37 @@ async fn policy_sets_and_their_parameters_through_the_api() {
         )
         .await;
     assert_eq!(st, 422, "{b}");
+
+    // Tag selectors: refused on update and on their own endpoint; an empty list asks
+    // nothing.
+    let (st, b) = h
+        .call(
+            "PATCH",
+            &format!("/api/v2/policy-sets/{id}"),
+            body(json!({"tag-selectors": [{"tag-key": "env"}]}), json!({})),
+        )
+        .await;
+    assert_eq!(st, 422, "{b}");
+    let (st, b) = h
+        .call(
+            "POST",
+            &format!("/api/v2/policy-sets/{id}/tag-selectors"),
+            Some(json!({"data": [{"tag-key": "env", "tag-value": null, "is-exclude": true}]})),
+        )
+        .await;
+    assert_eq!(st, 422, "{b}");
+    let (st, b) = h
+        .call(
+            "PATCH",
+            &format!("/api/v2/policy-sets/{id}"),
+            body(json!({"tag-selectors": []}), json!({})),
+        )
+        .await;
+    assert_eq!(
+        (st, b["data"]["attributes"]["tag-selectors"].clone()),
+        (200, json!([])),
+        "{b}"
+    );
 
     // Relationships.
     let rel_path = |r: &str| format!("/api/v2/policy-sets/{id}/relationships/{r}");
@@ -522,4 +558,53 @@ async fn policy_sets_and_their_parameters_through_the_api() {
         .call("GET", &format!("/api/v2/policy-sets/{id}"), None)
         .await;
     assert_eq!(st, 404);
+}
+
+/// go-tfe's policies: a query without the `data.` root is accepted (and read under
+/// `data`), and Rego v0 is accepted on upload (issue 42 §10, §11).
+#[tokio::test]
+async fn rego_v0_and_queries_as_go_tfe_sends_them() {
+    let h = harness(Edition::SelfHosted).await;
+    let (st, created) = h
+        .call(
+            "POST",
+            "/api/v2/organizations/acme/policies",
+            policy_body(
+                json!({"name": "main", "kind": "opa", "query": "terraform.main",
+                "enforcement-level": "advisory"}),
+            ),
+        )
+        .await;
+    assert_eq!(st, 201, "{created}");
+    assert_eq!(created["data"]["attributes"]["query"], "terraform.main");
+    let id = created["data"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let (st, b) = h
+        .call(
+            "PATCH",
+            &format!("/api/v2/policies/{id}"),
+            policy_body(json!({"query": "terraform.policy1.deny"})),
+        )
+        .await;
+    assert_eq!(
+        (st, b["data"]["attributes"]["query"].clone()),
+        (200, json!("terraform.policy1.deny")),
+        "{b}"
+    );
+    let auth = format!("Bearer {}", h.token);
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("content-type", "application/octet-stream"),
+    ];
+    let (st, _, body) = h
+        .raw(
+            "PUT",
+            &format!("/api/v2/policies/{id}/upload"),
+            &headers,
+            b"package example rule[\"not allowed\"] { false }".to_vec(),
+        )
+        .await;
+    assert_eq!(st, 204, "{}", String::from_utf8_lossy(&body));
 }

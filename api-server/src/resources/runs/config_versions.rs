@@ -68,10 +68,12 @@ async fn backing_data(
     let object = at.obj.name_any();
     let (current, in_use) = {
         let idx = state.index.read();
-        let current = at.obj.spec.workspace.as_deref().is_some_and(|ws| {
-            idx.current_configuration_version(&at.ns, ws)
-                .is_some_and(|c| c.metadata.uid == at.obj.metadata.uid)
-        });
+        let current = at
+            .obj
+            .spec
+            .workspace
+            .as_deref()
+            .is_some_and(|ws| is_current(&idx, &at.ns, ws, &at.obj));
         let in_ns = |ns: Option<String>| ns.as_deref() == Some(at.ns.as_str());
         let runs = idx.runs().in_namespace(&at.ns).any(|r| {
             r.spec.configuration_version == object
@@ -175,13 +177,11 @@ async fn archive(
         .await?;
     let at = &f.at;
     let cv = &at.obj;
-    let is_current = cv.spec.workspace.as_deref().is_some_and(|ws| {
-        state
-            .index
-            .read()
-            .current_configuration_version(&at.ns, ws)
-            .is_some_and(|c| c.metadata.uid == cv.metadata.uid)
-    });
+    let is_current = cv
+        .spec
+        .workspace
+        .as_deref()
+        .is_some_and(|ws| is_current(&state.index.read(), &at.ns, ws, cv));
     if is_current {
         return Err(ApiError::conflict(
             "transition not allowed: configuration could not be archived because it is current",
@@ -289,4 +289,12 @@ async fn list(
         StatusCode::OK,
         json!({"data": data, "meta": meta, "links": links}),
     ))
+}
+
+/// Whether `cv` is current in workspace object `ws`: the one the workspace shows, or the
+/// one a run without a configuration would use.
+fn is_current(idx: &crate::index::Inner, ns: &str, ws: &str, cv: &ConfigurationVersion) -> bool {
+    let same = |c: &std::sync::Arc<ConfigurationVersion>| c.metadata.uid == cv.metadata.uid;
+    idx.current_configuration_version(ns, ws).is_some_and(same)
+        || idx.newest_configuration_version(ns, ws).is_some_and(same)
 }

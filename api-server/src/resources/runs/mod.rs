@@ -110,6 +110,8 @@ struct CreateAttributes {
     debugging_mode: bool,
     #[serde(default)]
     invoke_action_addrs: Vec<String>,
+    #[serde(default)]
+    policy_paths: Vec<String>,
 }
 
 impl Typed for CreateAttributes {
@@ -282,6 +284,7 @@ async fn create(
         terraform_version: a.terraform_version,
         debugging_mode: a.debugging_mode,
         invoke_action_addrs: a.invoke_action_addrs,
+        policy_paths: a.policy_paths,
     };
     let mut run = Run {
         metadata: write::owned_meta(&id, &ws, &[(LABEL_WORKSPACE_ID, ws.id())]),
@@ -610,10 +613,11 @@ fn action_patch(action: &str, r: &Run, who: &str, now: &str) -> Result<Option<Va
             "transition not allowed: the run is {s}, it cannot be {what}"
         ))
     };
-    let cancel_requested = r
+    let cancel_asked = r
         .status
         .as_ref()
-        .is_some_and(|st| st.cancel_requested_at.is_some());
+        .and_then(|st| st.cancel_requested_at.as_deref());
+    let cancel_requested = cancel_asked.is_some();
     match action {
         "apply" if s.is_confirmable() => Ok(Some(json!({
             "status": RunState::Confirmed.as_str(),
@@ -636,6 +640,15 @@ fn action_patch(action: &str, r: &Run, who: &str, now: &str) -> Result<Option<Va
         "force-cancel" if !cancel_requested => Err(ApiError::conflict(
             "transition not allowed: force-cancel is available after a cancel",
         )),
+        "force-cancel" if !run::force_cancelable(s, cancel_asked, jiff::Timestamp::now()) => {
+            Err(ApiError::conflict(format!(
+                "transition not allowed: force-cancel is available from {} (force-cancel-available-at), {} seconds after the cancel",
+                run::force_cancel_available_at(cancel_asked)
+                    .map(|t| crate::render::timestamp(&t))
+                    .unwrap_or_default(),
+                run::FORCE_CANCEL_COOL_OFF_SECONDS
+            )))
+        }
         "force-cancel" => Ok(Some(
             json!({"forceCancelRequestedAt": now, "actedBy": {"force-cancel": who}}),
         )),

@@ -222,6 +222,12 @@ impl OutcomeFilter {
         Ok(OutcomeFilter(by_n.into_values().collect()))
     }
 
+    /// Whether the set is listed: with a filter, only when some of its outcomes are kept
+    /// (go-tfe expects a set whose outcomes all filter away to be left out).
+    fn keeps_set(&self, set: &PolicySetResult) -> bool {
+        self.0.is_empty() || set.outcomes.iter().any(|o| self.keeps(o))
+    }
+
     fn keeps(&self, o: &terrace_crds::PolicyResult) -> bool {
         self.0.is_empty()
             || self.0.iter().any(|(status, level)| {
@@ -395,6 +401,7 @@ async fn list_outcomes(
             e.sets
                 .iter()
                 .enumerate()
+                .filter(|(_, s)| filter.keeps_set(s))
                 .map(|(i, s)| outcome_data(&at.obj, i, s, &filter))
                 .collect()
         })
@@ -775,5 +782,51 @@ async fn evaluate_set(
         overridable: set.spec.overridable,
         error,
         outcomes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(status: &str, level: &str) -> terrace_crds::PolicyResult {
+        terrace_crds::PolicyResult {
+            policy: "p".into(),
+            description: None,
+            enforcement_level: level.into(),
+            query: "data.x.deny".into(),
+            status: status.into(),
+            output: Vec::new(),
+        }
+    }
+
+    /// go-tfe's filters: a set whose outcomes all filter away is left out; without a
+    /// filter every set is listed (issue 42 §13).
+    #[test]
+    fn outcome_filters_leave_out_sets_with_nothing_kept() {
+        let set_of = |outcomes| PolicySetResult {
+            name: "s".into(),
+            object: "s".into(),
+            description: None,
+            overridable: false,
+            error: None,
+            outcomes,
+        };
+        let set = set_of(vec![result("passed", "advisory")]);
+        let parse =
+            |q: &str| OutcomeFilter::parse(&QueryParams::parse(Some(q))).unwrap_or_default();
+        let none = parse(
+            "filter%5B0%5D%5Bstatus%5D=errored&filter%5B1%5D%5Benforcement_level%5D=mandatory&filter%5B1%5D%5Bstatus%5D=failed",
+        );
+        assert!(!none.keeps_set(&set));
+        let some =
+            parse("filter%5B0%5D%5Bstatus%5D=passed&filter%5B0%5D%5Benforcement_level%5D=advisory");
+        assert!(some.keeps_set(&set));
+        assert!(parse("").keeps_set(&set));
+        assert!(parse("").keeps_set(&set_of(Vec::new())));
+        assert!(
+            OutcomeFilter::parse(&QueryParams::parse(Some("filter%5B0%5D%5Bcolor%5D=red")))
+                .is_err()
+        );
     }
 }

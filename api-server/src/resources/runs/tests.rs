@@ -348,12 +348,55 @@ async fn actions_only_in_their_states() {
     assert_eq!(st, 404);
     let (st, _) = h.call("POST", &act("cancel"), Some(json!({}))).await;
     assert_eq!(st, 202);
-    // The cancel left the run going (no operator here): it can be forced from now on, and
-    // says since when (go-tfe waits for `force-cancel-available-at`).
+    // The cancel left the run going (no operator here): it says when a force-cancel
+    // becomes available, a time in the future (go-tfe waits for it and checks it is
+    // after now), and a force-cancel before then is refused (issue 42 §2).
     let (_, doc) = h.call("GET", &format!("/api/v2/runs/{id}"), None).await;
     let a = &doc["data"]["attributes"];
-    assert_eq!(a["actions"]["is-force-cancelable"], true, "{a}");
+    assert_eq!(a["actions"]["is-force-cancelable"], false, "{a}");
+    let available = a["force-cancel-available-at"]
+        .as_str()
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+    assert!(available.is_some_and(|t| t > jiff::Timestamp::now()), "{a}");
+    let (st, doc) = h.call("POST", &act("force-cancel"), Some(json!({}))).await;
+    assert_eq!(st, 409, "{doc}");
+    // Past the cool-off (the request backdated a minute) it may be forced.
+    let earlier = crate::render::timestamp(
+        &jiff::Timestamp::now()
+            .checked_sub(jiff::SignedDuration::from_mins(1))
+            .unwrap_or_default(),
+    );
+    crate::write::api::<terrace_crds::Run>(&h.state, "acme")
+        .patch_status(
+            &terrace_crds::ids::object_name_for_id(&id),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"status": {"cancelRequestedAt": earlier}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("run status: {e}"));
+    h.wait("the earlier request", |i| {
+        i.runs().get(&id).is_some_and(|r| {
+            r.status
+                .as_ref()
+                .and_then(|s| s.cancel_requested_at.as_deref())
+                == Some(earlier.as_str())
+        })
+    })
+    .await;
+    let (_, doc) = h.call("GET", &format!("/api/v2/runs/{id}"), None).await;
+    assert_eq!(
+        doc["data"]["attributes"]["actions"]["is-force-cancelable"], true,
+        "{doc}"
+    );
+    let (st, doc) = h.call("POST", &act("force-cancel"), Some(json!({}))).await;
+    assert_eq!(st, 202, "{doc}");
+    // Once canceled (a pending run is canceled at once), the time stays.
+    set_status(&h, &id, "canceled").await;
+    let (_, doc) = h.call("GET", &format!("/api/v2/runs/{id}"), None).await;
+    let a = &doc["data"]["attributes"];
     assert!(a["force-cancel-available-at"].is_string(), "{a}");
+    assert_eq!(a["actions"]["is-force-cancelable"], false, "{a}");
+    set_status(&h, &id, "pending").await;
     let (st, _) = h.call("POST", &act("discard"), Some(json!({}))).await;
     assert_eq!(st, 202);
     let (_, doc) = h.call("GET", &format!("/api/v2/runs/{id}"), None).await;
@@ -642,7 +685,8 @@ async fn create_attributes_are_kept_not_dropped() {
             "/api/v2/runs",
             Some(run_body(
                 json!({"allow-empty-apply": true, "invoke-action-addrs": ["action.a.b"],
-                    "allow-config-generation": true, "debugging-mode": true}),
+                    "allow-config-generation": true, "debugging-mode": true,
+                    "policy-paths": ["./path/to/dir1", "./path/to/dir2"]}),
                 Some(WS),
                 Some(&cv),
             )),
@@ -656,6 +700,11 @@ async fn create_attributes_are_kept_not_dropped() {
     assert_eq!(a["invoke-action-addrs"], json!(["action.a.b"]));
     assert_eq!(a["allow-config-generation"], true);
     assert_eq!(a["debugging-mode"], true);
+    assert_eq!(
+        a["policy-paths"],
+        json!(["./path/to/dir1", "./path/to/dir2"]),
+        "issue 42 §4"
+    );
     let (st, doc) = h
         .call(
             "POST",
@@ -689,8 +738,8 @@ async fn create_attributes_are_kept_not_dropped() {
     }
 }
 
-/// Issue 26: the workspace names its current configuration version (the newest uploaded
-/// one that is not provisional) and its variables; a provisional version is kept as such
+/// Issue 26: the workspace names its current configuration version (the newest one that
+/// is not provisional, uploaded or not) and its variables; a provisional version is kept as such
 /// and never becomes current, nor the configuration of a run that names none.
 #[tokio::test]
 async fn the_workspace_names_its_current_configuration_and_its_variables() {
@@ -749,6 +798,47 @@ async fn the_workspace_names_its_current_configuration_and_its_variables() {
         rels(&doc)["vars"]["data"],
         json!([{"id": var["data"]["id"], "type": "vars"}])
     );
+    // go-tfe's flow: a pending version (never uploaded), then a provisional one; the
+    // workspace shows the pending one, while a run without a configuration still takes
+    // the newest uploaded (issue 42 §3).
+    let (pending, _) = created_cv(&h, json!({})).await;
+    let _ = created_cv(&h, json!({"provisional": true})).await;
+    let (_, doc) = h.call("GET", WS_PATH, None).await;
+    assert_eq!(
+        rels(&doc)["current-configuration-version"]["data"],
+        json!({"id": pending, "type": "configuration-versions"})
+    );
+    let (_, doc) = h
+        .call(
+            "GET",
+            &format!("{WS_PATH}?include=current_configuration_version"),
+            None,
+        )
+        .await;
+    assert_eq!(doc["included"][0]["id"], pending.as_str(), "{doc}");
+    let (st, run) = h
+        .call(
+            "POST",
+            "/api/v2/runs",
+            Some(run_body(json!({}), Some(WS), None)),
+        )
+        .await;
+    assert_eq!(st, 201, "{run}");
+    assert_eq!(
+        run["data"]["relationships"]["configuration-version"]["data"]["id"],
+        second.as_str()
+    );
+    // Neither may be archived while current.
+    for cv in [&pending, &second] {
+        let (st, doc) = h
+            .call(
+                "POST",
+                &format!("/api/v2/configuration-versions/{cv}/actions/archive"),
+                None,
+            )
+            .await;
+        assert_eq!(st, 409, "{doc}");
+    }
 }
 
 /// Issue 26: runs serve their includes: `created_by` (a `users` document for the

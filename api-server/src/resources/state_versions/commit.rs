@@ -7,8 +7,8 @@
 //! serial). So the checks run again here ([`terrace_crds::state::check_commit`]), against
 //! the workspace's state head (`terrace.dev/state-head`, [`StateHead`]), and the new head
 //! is written under the workspace's resourceVersion: of concurrent commits each sees the
-//! one before it, the current serial never goes down and one serial finalizes once
-//! (docs/state.md "Invariants"). Only then is the version marked finalized, with the
+//! one before it, the current serial never goes down and other contents never finalize at
+//! the current serial; the same state again does, as in HCP (docs/state.md "Invariants"). Only then is the version marked finalized, with the
 //! head's sequence number, which is what the index orders current versions by.
 
 use std::time::{Duration, Instant};
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use terrace_crds::constants::ANNOTATION_STATE_HEAD;
 use terrace_crds::lock::{self, LockHolder};
 use terrace_crds::state::{
-    self, Candidate, Commit, Current, HEAD_GRACE, StateHead, StateSummary, StateVersionState,
+    self, Candidate, Current, HEAD_GRACE, StateHead, StateSummary, StateVersionState,
 };
 use terrace_crds::{StateBlob, StateVersion, Workspace};
 
@@ -106,8 +106,8 @@ impl From<Refused> for ApiError {
 
 /// Makes `v` (its bytes stored as `blob`, read as `summary`) the current version of its
 /// workspace if the rules still allow it, then marks it finalized. A version that repeats
-/// the current one (same serial and MD5: a client retrying) is answered as stored and
-/// marked discarded, so one serial never finalizes twice.
+/// the current one (same serial and MD5: a client retrying) becomes current too, as in
+/// HCP Terraform: a newer copy of the same state.
 pub(super) async fn commit(
     state: &AppState,
     v: &StateVersion,
@@ -149,7 +149,7 @@ pub(super) async fn commit(
                 Base::Known(b) => (b, head_of(ws)),
             };
             let locked_at = lock::locked_at(ws).and_then(|t| t.parse::<jiff::Timestamp>().ok());
-            let verdict = state::check_commit(
+            state::check_commit(
                 lock::holder_of(ws).as_ref(),
                 locked_at,
                 base.as_ref().map(|(serial, lineage, md5)| Current {
@@ -160,12 +160,8 @@ pub(super) async fn commit(
                 &candidate,
             )
             .map_err(state_error)?;
-            if verdict == Commit::Duplicate {
-                outcome = Some((verdict, 0));
-                return Ok(None);
-            }
             let seq = head.map_or(0, |h| h.seq) + 1;
-            outcome = Some((verdict, seq));
+            outcome = Some(seq);
             let record = StateHead {
                 id: id_of(v),
                 serial: v.spec.serial,
@@ -197,27 +193,22 @@ pub(super) async fn commit(
         }
     };
     let api = write::api::<StateVersion>(state, &ns);
-    let status = match outcome {
-        Some((Commit::Advance, seq)) => json!({
-            "status": StateVersionState::Finalized.as_str(),
-            "state": blob,
-            "terraformVersion": summary.terraform_version,
-            "resourceCount": summary.resource_count,
-            "resources": summary.resources,
-            "outputs": summary.outputs,
-            "providers": summary.providers,
-            "finalizedAt": crate::render::now(),
-            "sequence": seq,
-        }),
-        _ => json!({
-            "status": StateVersionState::Discarded.as_str(),
-            "state": blob,
-            "message": format!(
-                "the same state (serial {}, same MD5) is already the workspace's current state",
-                v.spec.serial
-            ),
-        }),
+    let Some(seq) = outcome else {
+        return Err(Refused::Failed(ApiError::bug(
+            "a state version's workspace was written without a verdict",
+        )));
     };
+    let status = json!({
+        "status": StateVersionState::Finalized.as_str(),
+        "state": blob,
+        "terraformVersion": summary.terraform_version,
+        "resourceCount": summary.resource_count,
+        "resources": summary.resources,
+        "outputs": summary.outputs,
+        "providers": summary.providers,
+        "finalizedAt": crate::render::now(),
+        "sequence": seq,
+    });
     write::patch_status(&api, &v.name_any(), status)
         .await
         .map_err(Refused::Failed)

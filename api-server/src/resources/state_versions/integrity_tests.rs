@@ -246,20 +246,79 @@ async fn concurrent_uploads_of_one_serial_finalize_exactly_one() {
     );
 }
 
-/// A client that repeats the current state (same serial and MD5) is answered 200 but
-/// the serial is not finalized a second time.
+/// A client that repeats the current state (same serial and MD5: a retry, or go-tfe's
+/// create with the state inline) is finalized and becomes current, as in HCP Terraform:
+/// it gets a download URL, and the version it repeats is no longer current, so its
+/// backing data may be soft deleted, restored and deleted for good (issue 42 §1).
 #[tokio::test]
-async fn a_repeated_upload_of_the_current_state_is_not_finalized_twice() {
+async fn a_repeated_upload_of_the_current_state_becomes_current() {
     let h = setup().await;
     lock(&h).await;
     let bytes = state_file(2, "lin", 1);
-    write_state(&h, 2, "lin", &bytes).await;
+    let first = write_state(&h, 2, "lin", &bytes).await;
     let again = write_state(&h, 2, "lin", &bytes).await;
-    assert_eq!(
-        version(&h, &again).await["attributes"]["status"],
-        "discarded"
+    let v = version(&h, &again).await;
+    assert_eq!(v["attributes"]["status"], "finalized", "{v}");
+    assert!(
+        v["attributes"]["hosted-state-download-url"].is_string(),
+        "{v}"
     );
-    assert_eq!(finalized_serials(&h).await, vec![2]);
+    let (st, cur) = h
+        .call("GET", &format!("{WS_PATH}/current-state-version"), None)
+        .await;
+    assert_eq!(
+        (st, cur["data"]["id"].as_str()),
+        (200, Some(again.as_str()))
+    );
+    assert_eq!(finalized_serials(&h).await, vec![2, 2]);
+    // The inline form (go-tfe's `State`) too.
+    let mut inline = super::tests::create_body(2, "lin", &bytes);
+    inline["data"]["attributes"]["state"] = json!(base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        &bytes
+    ));
+    let (st, doc) = h
+        .call("POST", &format!("{WS_PATH}/state-versions"), Some(inline))
+        .await;
+    assert_eq!(st, 201, "{doc}");
+    assert_eq!(doc["data"]["attributes"]["status"], "finalized", "{doc}");
+    let third = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
+    let (_, cur) = h
+        .call("GET", &format!("{WS_PATH}/current-state-version"), None)
+        .await;
+    assert_eq!(cur["data"]["id"].as_str(), Some(third.as_str()));
+    // Other bytes at the current serial are still refused, and the serial never goes back.
+    let other = state_file(2, "lin", 3);
+    let (st, doc) = h
+        .call(
+            "POST",
+            &format!("{WS_PATH}/state-versions"),
+            Some(super::tests::create_body(2, "lin", &other)),
+        )
+        .await;
+    assert_eq!(st, 409, "{doc}");
+    // The repeated version is not current: its data may go.
+    for action in [
+        "soft_delete_backing_data",
+        "restore_backing_data",
+        "permanently_delete_backing_data",
+    ] {
+        let (st, doc) = h
+            .call(
+                "POST",
+                &format!("/api/v2/state-versions/{first}/actions/{action}"),
+                None,
+            )
+            .await;
+        assert_eq!(st, 204, "{action}: {doc}");
+    }
+    assert_eq!(current_serial(&h).await, 2);
+    // A pending repeat may still become current: it holds the unlock back.
+    let _ = create_as(&h, &h.token, 2, &bytes).await;
+    let (st, doc) = h
+        .call("POST", &format!("{WS_PATH}/actions/unlock"), None)
+        .await;
+    assert_eq!(st, 503, "{doc}");
 }
 
 /// Bytes over --max-state-bytes are refused with 413 and discard their version, so the

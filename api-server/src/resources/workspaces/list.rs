@@ -271,20 +271,14 @@ pub fn select(idx: &Inner, ns: &str, f: &ListFilter, page: Page) -> (usize, Vec<
             let total = all.len();
             (total, all.into_iter().skip(start).take(take).collect())
         }
+        // Omitted: the most recently changed first, then by name (SPEC B3's "arbitrary
+        // but stable" order; go-tfe expects a workspace whose run just applied first).
+        None => sorted_page(kept(), false, start, take, |w| {
+            let (changed, name, uid) = latest_change(idx, w);
+            (std::cmp::Reverse(changed), name, uid)
+        }),
         Some((Sort::LatestChangeAt, desc)) => {
-            let key = |w: &Arc<Workspace>| {
-                w.status
-                    .as_ref()
-                    .and_then(|s| s.latest_change_at.clone())
-                    .unwrap_or_else(|| {
-                        w.metadata
-                            .creation_timestamp
-                            .as_ref()
-                            .map(|t| t.0.to_string())
-                            .unwrap_or_default()
-                    })
-            };
-            sorted_page(kept(), desc, start, take, key)
+            sorted_page(kept(), desc, start, take, |w| latest_change(idx, w))
         }
         sort => {
             let desc = matches!(sort, Some((_, true)));
@@ -389,6 +383,37 @@ pub async fn list(
     }
     body.push(b'}');
     Ok(crate::render::DocBytes(StatusCode::OK, body.into()).into_response())
+}
+
+/// When workspace `w` last changed, as its `latest-change-at` says (the latest of its
+/// status's time and its current state version's, else its creation, to the millisecond
+/// where the API created it), then its name and uid: a total order.
+fn latest_change(idx: &Inner, w: &Arc<Workspace>) -> (Option<jiff::Timestamp>, String, String) {
+    let read = |t: Option<&String>| t.and_then(|t| t.parse::<jiff::Timestamp>().ok());
+    let changed = [
+        read(w.status.as_ref().and_then(|s| s.latest_change_at.as_ref())),
+        read(
+            idx.current_state_version(w)
+                .and_then(|v| v.status.as_ref())
+                .and_then(|s| s.finalized_at.as_ref()),
+        ),
+    ]
+    .into_iter()
+    .flatten()
+    .max()
+    .or_else(|| {
+        read(
+            crate::render::created_at_ms(w.as_ref())
+                .map(str::to_owned)
+                .as_ref(),
+        )
+    })
+    .or_else(|| w.metadata.creation_timestamp.as_ref().map(|t| t.0));
+    (
+        changed,
+        w.spec.name.to_ascii_lowercase(),
+        w.metadata.uid.clone().unwrap_or_default(),
+    )
 }
 
 /// The page from `start` (at most `take`) of `all` sorted by `key` (descending with
@@ -690,5 +715,81 @@ mod current_run_order {
             .call("GET", &format!("{base}-current-run.created-at"), None)
             .await;
         assert_eq!(names(&doc), ["busy-new", "busy-old", "idle-a", "idle-b"]);
+    }
+
+    /// Without a sort the most recently changed come first, then the newest (issue 42
+    /// §5): go-tfe's TestWorkspacesList applies a run in the first of three workspaces it
+    /// made and reads it as `Items[0]`.
+    #[tokio::test]
+    async fn the_default_order_is_the_latest_change_first() {
+        use base64::Engine;
+        let h = harness(crate::Edition::SelfHosted).await;
+        let org = crate::testing::ORG;
+        let mut ids = Vec::new();
+        for name in ["b-first", "a-second", "c-third"] {
+            let (st, doc) = h
+                .call(
+                    "POST",
+                    &format!("/api/v2/organizations/{org}/workspaces"),
+                    Some(serde_json::json!({"data": {"type": "workspaces", "attributes": {"name": name}}})),
+                )
+                .await;
+            assert_eq!(st, 201, "{doc}");
+            ids.push(doc["data"]["id"].as_str().unwrap_or_default().to_owned());
+        }
+        let names = |doc: &serde_json::Value| -> Vec<String> {
+            doc["data"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|w| w["attributes"]["name"].as_str().map(str::to_owned))
+                .collect()
+        };
+        let list = format!("/api/v2/organizations/{org}/workspaces");
+        let (_, doc) = h.call("GET", &list, None).await;
+        assert_eq!(
+            names(&doc),
+            ["c-third", "a-second", "b-first"],
+            "newest first"
+        );
+        // A state for the first: it changed last.
+        let ws = &ids[0];
+        let (st, doc) = h
+            .call(
+                "POST",
+                &format!("/api/v2/workspaces/{ws}/actions/lock"),
+                Some(serde_json::json!({})),
+            )
+            .await;
+        assert_eq!(st, 200, "{doc}");
+        let state = serde_json::to_vec(&serde_json::json!({
+            "version": 4, "terraform_version": "1.11.4", "serial": 1, "lineage": "l",
+            "outputs": {}, "resources": [],
+        }))
+        .unwrap_or_default();
+        let (st, doc) = h
+            .call(
+                "POST",
+                &format!("/api/v2/workspaces/{ws}/state-versions"),
+                Some(
+                    serde_json::json!({"data": {"type": "state-versions", "attributes": {
+                        "serial": 1, "lineage": "l",
+                        "md5": terrace_crds::state::md5_hex(&state),
+                        "state": base64::engine::general_purpose::STANDARD.encode(&state),
+                    }}}),
+                ),
+            )
+            .await;
+        assert_eq!(st, 201, "{doc}");
+        let (_, doc) = h
+            .call(
+                "GET",
+                &format!("{list}?include=current_state_version,current_run"),
+                None,
+            )
+            .await;
+        assert_eq!(names(&doc), ["b-first", "c-third", "a-second"], "{doc}");
+        let (_, doc) = h.call("GET", &format!("{list}?sort=name"), None).await;
+        assert_eq!(names(&doc), ["a-second", "b-first", "c-third"]);
     }
 }

@@ -85,18 +85,25 @@ fn state_facts(state: &AppState, ns: &str, ws: &Workspace) -> StateVersions {
     let locked_at = lock::locked_at(ws).and_then(|t| t.parse::<jiff::Timestamp>().ok());
     let now = jiff::Timestamp::now();
     let idx = state.index.read();
-    let current_serial = idx.current_state_version(ws).map(|c| c.spec.serial);
+    let current = idx
+        .current_state_version(ws)
+        .map(|c| (c.spec.serial, c.spec.md5.clone()));
     let versions = idx.state_versions_of(ns, &ws.name_any()).filter_map(|v| {
         let created = v.metadata.creation_timestamp.as_ref()?.0;
         let state = StateVersionState::parse(v.status.as_ref().and_then(|s| s.status.as_deref()))?;
         // A version that can no longer finalize never holds the unlock back: its upload
-        // URLs expired, or a version of its serial or a later one is current already.
+        // URLs expired, or a later serial, or other contents of its serial, are current
+        // already (the same state again still may: it becomes current).
         let expired = v
             .annotations()
             .get(ANNOTATION_STATE_UPLOAD_EXPIRES)
             .and_then(|t| t.parse::<jiff::Timestamp>().ok())
             .is_some_and(|t| t < now);
-        let superseded = !v.spec.force && current_serial.is_some_and(|c| v.spec.serial <= c);
+        let superseded = !v.spec.force
+            && current.as_ref().is_some_and(|(serial, md5)| {
+                v.spec.serial < *serial
+                    || (v.spec.serial == *serial && !v.spec.md5.eq_ignore_ascii_case(md5))
+            });
         let abandoned = expired || superseded;
         Some(WrittenVersion {
             created,

@@ -129,7 +129,7 @@ pub async fn render_located(state: &AppState, caller: &Caller, l: &Ws) -> Result
 
 /// The `include` values of workspace reads (SPEC.md "Optional related resources"); those
 /// naming what terrace does not have (readmes, ingress attributes) are accepted and include
-/// nothing.
+/// nothing of their own.
 pub const INCLUDES: &[&str] = &[
     "current_configuration_version",
     "current_configuration_version.ingress_attributes",
@@ -172,6 +172,14 @@ pub fn included(state: &AppState, located: &[&Ws], includes: &[String]) -> Vec<V
                 "current_run" | "current_run.plan" | "current_run.configuration_version" => {
                     documents::runs::current_run_included(state, l, inc)
                 }
+                "current_configuration_version"
+                | "current_configuration_version.ingress_attributes" => state
+                    .index
+                    .read()
+                    .newest_configuration_version(&l.ns, &l.obj.name_any())
+                    .map(|c| documents::config_versions::render(c, None))
+                    .into_iter()
+                    .collect(),
                 _ => Vec::new(),
             };
             for d in docs {
@@ -462,7 +470,7 @@ fn configuration_and_variables(
 ) -> (Option<String>, Vec<String>) {
     let object = ws.name_any();
     let cv = idx
-        .current_configuration_version(ns, &object)
+        .newest_configuration_version(ns, &object)
         .map(|c| id_of(c.as_ref()))
         .filter(|id| !id.is_empty());
     let mut vars: Vec<String> = idx
