@@ -42,6 +42,7 @@ pub mod runner;
 pub mod settings;
 pub mod testpod;
 pub mod testrun;
+pub mod uninstall;
 pub mod watch;
 pub mod workspace;
 

@@ -64,6 +64,9 @@ enum Command {
         #[arg(long)]
         memory_limit_mib: u64,
     },
+    /// Prepare an uninstall (the chart's pre-delete hook): wait for applies in flight,
+    /// stop the operator so it releases its lease, and let go of run and test Pods.
+    Uninstall(terrace_operator::uninstall::UninstallArgs),
     /// Print the CustomResourceDefinitions as YAML (or write one file per CRD).
     Crds {
         /// Write `<crd-name>.yaml` files into this directory instead of printing.
@@ -125,6 +128,13 @@ fn main() -> ExitCode {
         }
         Command::Operator(settings) => runtime().and_then(|rt| rt.block_on(operator(*settings))),
         Command::ApiServer(settings) => runtime().and_then(|rt| rt.block_on(api_server(settings))),
+        Command::Uninstall(args) => runtime().and_then(|rt| {
+            rt.block_on(async {
+                let client = kube::Client::try_default().await?;
+                terrace_operator::uninstall::prepare(client, &args).await?;
+                Ok(())
+            })
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -315,8 +315,12 @@ def test_leader_election_lease_role(values):
     assert role["metadata"]["namespace"] == NAMESPACE
     for verb in ("get", "create", "update"):
         assert allows(role["rules"], "coordination.k8s.io", "leases", verb), verb
-    named = [r for r in role["rules"] if "resourceNames" in r]
+    named = [r for r in role["rules"] if "resourceNames" in r and "leases" in r["resources"]]
     assert named and all(r["resourceNames"] == ["terrace-operator"] for r in named)
+    # The uninstall hook scales the operator (only its Deployment) to zero.
+    scale = [r for r in role["rules"] if "deployments/scale" in r["resources"]]
+    operator = component(docs, "Deployment", "operator")["metadata"]["name"]
+    assert scale == [{"apiGroups": ["apps"], "resources": ["deployments/scale"], "resourceNames": [operator], "verbs": ["patch"]}]
     binding = one(docs, "RoleBinding", "-operator-leader-election")
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]}
     sa = component(docs, "Deployment", "operator")["spec"]["template"]["spec"]["serviceAccountName"]
@@ -639,6 +643,11 @@ def test_network_policies():
         assert np["spec"]["policyTypes"] == ["Ingress"]  # egress left open (test Pods, kube API)
     api_rules = {r["ports"][0]["port"]: r for r in api["spec"]["ingress"]}
     assert set(api_rules) == {"http", "metrics"}
+    # Every run and test Pod is admitted beside the peers the values list.
+    assert api_rules["http"]["from"][0] == {
+        "namespaceSelector": {"matchExpressions": [{"key": "terrace.dev/organization", "operator": "Exists"}]},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/managed-by": "terrace"}},
+    }
     assert len(api_rules["http"]["from"]) == 2
     metrics_from = api_rules["metrics"]["from"]
     assert metrics_from == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}, "podSelector": {}}]
