@@ -67,7 +67,13 @@ fn main() {
         cluster.apply(&manifest.to_string());
         let done = eventually(Duration::from_secs(120), || {
             let phase = cluster.kubectl_ok(&[
-                "get", "pod", &name, "-n", &ns, "-o", "jsonpath={.status.phase}",
+                "get",
+                "pod",
+                &name,
+                "-n",
+                &ns,
+                "-o",
+                "jsonpath={.status.phase}",
             ]);
             (phase == "Succeeded").then_some(())
         });
@@ -81,7 +87,9 @@ fn main() {
             &format!("/api/v2/workspaces/{ws}/configuration-versions"),
             &json!({"data": {"type": "configuration-versions", "attributes": {"auto-queue-runs": false, "speculative": true}}}),
         );
-        let url = r.body["data"]["attributes"]["upload-url"].as_str().unwrap_or_default();
+        let url = r.body["data"]["attributes"]["upload-url"]
+            .as_str()
+            .unwrap_or_default();
         let path = &url[url.find("/api/v2/").expect("upload path")..];
         assert_eq!(
             admin.put_unauthenticated(path, terrace_tests::targz(&[("main.tf", CONFIG)])),
@@ -112,9 +120,15 @@ fn main() {
     }
     let (l, b, r) = (median(local), median(bare), median(runs));
     let baseline = l + b;
-    println!("local terraform init && plan: {:.2} s (median of {reps})", secs(l));
+    println!(
+        "local terraform init && plan: {:.2} s (median of {reps})",
+        secs(l)
+    );
     println!("bare Pod create to completed: {:.2} s", secs(b));
-    println!("speculative plan through terrace, queue to planned_and_finished: {:.2} s", secs(r));
+    println!(
+        "speculative plan through terrace, queue to planned_and_finished: {:.2} s",
+        secs(r)
+    );
     println!(
         "ratio: {:.2}x of local plan + bare Pod ({:.2} s) (target <= 1.5x)",
         secs(r) / secs(baseline),

@@ -109,7 +109,62 @@ fn runs_and_module_tests_on_a_real_node() {
 
     restricted_namespace(&cluster, &admin, &org, &tf, work.path(), &logs);
     an_image_pull_that_fails_once(&cluster, &node, &admin, &org, &logs);
-    lost_node_keeps_the_state(&cluster, &node, &admin, &org, &logs);
+    cancel_during_an_apply(&admin, &org, &logs);
+    // An operator restarted during an apply: the new one finds the apply Pod and the run
+    // ends applied, with no second Pod.
+    let ws = admin.create_workspace(&org, json!({"name": "restart", "auto-apply": true}));
+    let cv = upload(&admin, &ws, &[("main.tf", SLOW)]);
+    let run = queue(&admin, &ws, &cv, json!({}));
+    wait_run(&admin, &run, &["applying"], &logs);
+    drop(op);
+    let op2 = cluster.operator_with(
+        "terrace-operator-node-2",
+        &node.operator_env(&format!(
+            "http://{}:{}",
+            node.gateway,
+            url.rsplit(':').next().unwrap_or_default()
+        )),
+    );
+    let logs2 = || RealCluster::logs_of(&[&api_c, &op2]);
+    let done = wait_run(&admin, &run, &["applied", "errored"], &logs2);
+    assert_eq!(
+        done["data"]["attributes"]["status"],
+        "applied",
+        "{}",
+        logs2()
+    );
+    let pods = cluster.kubectl_ok(&["get", "pods", "-n", &org, "-o", "name"]);
+    assert_eq!(
+        pods.lines()
+            .filter(|p| p.contains(&run.to_ascii_lowercase()))
+            .count(),
+        1,
+        "one apply Pod: {pods}"
+    );
+    lost_node_keeps_the_state(&cluster, &node, &admin, &org, &logs2);
+}
+
+/// A configuration whose apply takes a while (a provisioner sleeps).
+const SLOW: &str = "resource \"terraform_data\" \"slow\" {\n  input = \"slow\"\n  provisioner \"local-exec\" { command = \"sleep 20\" }\n}\n";
+
+/// A cancel during an apply: the engine is interrupted, the run ends canceled or errored,
+/// and what the apply wrote stays the workspace's state.
+fn cancel_during_an_apply(admin: &Api, org: &str, logs: &dyn Fn() -> String) {
+    let ws = admin.create_workspace(org, json!({"name": "canceled", "auto-apply": true}));
+    let cv = upload(admin, &ws, &[("main.tf", SLOW)]);
+    let run = queue(admin, &ws, &cv, json!({}));
+    wait_run(admin, &run, &["applying"], logs);
+    std::thread::sleep(Duration::from_secs(3));
+    let r = admin.post(&format!("/api/v2/runs/{run}/actions/cancel"), &json!({}));
+    assert_eq!(r.status, 202, "{:?}", r.body);
+    let done = wait_run(admin, &run, &["canceled", "errored"], logs);
+    let status = done["data"]["attributes"]["status"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(matches!(status, "canceled" | "errored"), "{done}");
+    let locked =
+        admin.get(&format!("/api/v2/workspaces/{ws}")).body["data"]["attributes"]["locked"].clone();
+    assert_eq!(locked, false, "the workspace is free again");
 }
 
 fn wait_run(api: &Api, run: &str, done: &[&str], logs: &dyn Fn() -> String) -> Value {

@@ -379,7 +379,21 @@ pub fn plan(host: &Host<'_>, pod: &Value, c: &Value, lookup: Lookup<'_>) -> Resu
             .find(|(k, _)| k == n)
             .map(|(_, v)| v.to_string_lossy().into_owned())
     };
-    let fix = |s: &str| rewrite(&expand(s, &known), &pairs);
+    // A command override's path is a path of this machine (`terrace dev --engine`), never
+    // one inside a container: it stays as it is even under a mounted path (an emptyDir at
+    // /tmp would otherwise swallow an engine kept in /tmp).
+    let fix = |s: &str| {
+        let expanded = expand(s, &known);
+        if host
+            .command_overrides
+            .iter()
+            .any(|(_, p)| p.as_os_str() == expanded.as_str())
+        {
+            expanded
+        } else {
+            rewrite(&expanded, &pairs)
+        }
+    };
     let args: Vec<String> = strings(c.get("args"))
         .unwrap_or_default()
         .iter()
