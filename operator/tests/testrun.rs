@@ -450,8 +450,9 @@ async fn pod_deleted_externally() -> R {
     Ok(())
 }
 
-/// An engine container that cannot pull its image (the kubelet's waiting reason
-/// ImagePullBackOff) errors the run with the reason.
+/// An image the kubelet retries pulling (ImagePullBackOff: a registry's blip, a rate
+/// limit) is waited for, the run saying so with the kubelet's words (issue 40 §4); an
+/// image that can never be pulled (InvalidImageName) errors the run with the reason.
 #[tokio::test]
 async fn image_pull_failure() -> R {
     let c = Cluster::start(5).await?;
@@ -463,9 +464,28 @@ async fn image_pull_failure() -> R {
         json!({"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}),
     )
     .await?;
+    let runs = c.runs();
+    let waiting = eventually("the run says it waits for the image", || async {
+        let r = runs.get("r1").await.ok()?;
+        let s = r.status?;
+        let m = s.message.unwrap_or_default();
+        (m.contains("waiting for an image") && m.contains("ImagePullBackOff")).then_some(s.status)
+    })
+    .await?;
+    assert_eq!(
+        waiting.as_deref(),
+        Some("queued"),
+        "still queued, not errored"
+    );
+    c.engine_state(
+        "r1-run",
+        "Pending",
+        json!({"waiting": {"reason": "InvalidImageName", "message": "couldn't parse image name"}}),
+    )
+    .await?;
     let s = c.status("r1", "errored").await?;
     let msg = s["message"].as_str().unwrap_or_default();
-    assert!(msg.contains("ImagePullBackOff"), "{msg}");
+    assert!(msg.contains("InvalidImageName"), "{msg}");
     Ok(())
 }
 
