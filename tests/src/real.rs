@@ -6,8 +6,9 @@
 //! chart's own ServiceAccounts. Without the variable every tier test returns at once
 //! (`scripts/test` says so in one line).
 //!
-//! Pods are never run here (a control plane without nodes leaves them Pending): Pod
-//! execution stays covered on `terrace dev`.
+//! Pods are never run by the real-cluster tier: its operator gives them a node selector
+//! no node matches, so they stay Pending as on a control plane without nodes. The
+//! real-node tier ([`RealNode`]) runs them on a real kubelet.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -230,6 +231,12 @@ impl RealCluster {
                 ("TERRACE_BINARY_PATH", terrace_bin().display().to_string()),
                 // The tests' webhook receivers listen on loopback.
                 ("TERRACE_NOTIFICATION_ALLOWED_CIDRS", "127.0.0.0/8".into()),
+                // This tier's Pods never run, also when the cluster has a node (the
+                // real-node tier's): no node has this label.
+                (
+                    "TERRACE_TEST_POD_TEMPLATE",
+                    r#"{"nodeSelector":{"terrace.dev/e2e-no-node":"true"}}"#.into(),
+                ),
             ],
         )
     }
