@@ -1669,3 +1669,52 @@ async fn the_redacted_plan_needs_only_the_run_read_right() {
         (200, Some("hunter2"))
     );
 }
+
+/// Issue 43: steady-state reads cost the cluster nothing. After one warm-up round (the
+/// caller's rules are reviewed once and cached), reading an organization, its
+/// workspaces, a workspace, its runs and variables, a run and its plan, the projects,
+/// the entitlements and the registry's modules makes no request to Kubernetes: all of it
+/// comes from the watch-fed index.
+#[tokio::test]
+async fn steady_state_reads_cost_no_kubernetes_request() {
+    let h = setup().await;
+    let cv = uploaded(&h, false).await;
+    let (st, doc) = h
+        .call(
+            "POST",
+            "/api/v2/runs",
+            Some(run_body(json!({}), Some(WS), Some(&cv))),
+        )
+        .await;
+    assert_eq!(st, 201, "{doc}");
+    let run = doc["data"]["id"].as_str().unwrap_or_default().to_owned();
+    let plan = terrace_crds::run::plan_id(&run);
+    let reads = [
+        "/api/v2/organizations/acme".to_owned(),
+        "/api/v2/organizations/acme/workspaces".to_owned(),
+        "/api/v2/organizations/acme/workspaces/app".to_owned(),
+        WS_PATH.to_owned(),
+        format!("{WS_PATH}/runs"),
+        format!("{WS_PATH}/vars"),
+        format!("/api/v2/runs/{run}"),
+        format!("/api/v2/plans/{plan}"),
+        "/api/v2/organizations/acme/projects".to_owned(),
+        "/api/v2/organizations/acme/entitlement-set".to_owned(),
+        "/api/v2/organizations/acme/registry-modules".to_owned(),
+        format!("/api/v2/configuration-versions/{cv}"),
+    ];
+    for path in &reads {
+        let (st, doc) = h.call("GET", path, None).await;
+        assert_eq!(st, 200, "{path}: {doc}");
+    }
+    let before = h.api_server_calls();
+    for path in &reads {
+        let (st, _) = h.call("GET", path, None).await;
+        assert_eq!(st, 200, "{path}");
+    }
+    assert_eq!(
+        h.api_server_calls() - before,
+        0,
+        "steady-state reads made requests to Kubernetes"
+    );
+}
