@@ -318,21 +318,14 @@ impl AppState {
 
     /// The object with this ID if the caller may read it (`get` on it); 404 otherwise. A
     /// miss is confirmed with the cluster ([`confirm`]): an object written through another
-    /// replica is found.
+    /// replica is found. An archived one (a run or test run the operator archived) is
+    /// found too.
     pub async fn readable<K: Guarded>(
         &self,
         caller: &Caller,
         id: &str,
     ) -> Result<Located<K>, ApiError> {
-        let found = match self.locate::<K>(id) {
-            Some(l) => Some(l),
-            None => match K::archived(self, id).await? {
-                Some(obj) => located(&self.index.read(), obj),
-                None if confirm::by_id::<K>(self, id).await => self.locate::<K>(id),
-                None => None,
-            },
-        };
-        self.if_readable(caller, found).await
+        self.readable_of::<K>(caller, id, true).await
     }
 
     /// [`Self::readable`] of a live object only: what acts on an object (a run's actions,
@@ -343,10 +336,28 @@ impl AppState {
         caller: &Caller,
         id: &str,
     ) -> Result<Located<K>, ApiError> {
+        self.readable_of::<K>(caller, id, false).await
+    }
+
+    async fn readable_of<K: Guarded>(
+        &self,
+        caller: &Caller,
+        id: &str,
+        archived: bool,
+    ) -> Result<Located<K>, ApiError> {
         let found = match self.locate::<K>(id) {
             Some(l) => Some(l),
-            None if confirm::by_id::<K>(self, id).await => self.locate::<K>(id),
-            None => None,
+            None => {
+                let old = match archived {
+                    true => K::archived(self, id).await?,
+                    false => None,
+                };
+                match old {
+                    Some(obj) => located(&self.index.read(), obj),
+                    None if confirm::by_id::<K>(self, id).await => self.locate::<K>(id),
+                    None => None,
+                }
+            }
         };
         self.if_readable(caller, found).await
     }

@@ -1010,18 +1010,21 @@ fn an_apply_triggers_a_run_in_the_workspaces_it_triggers() {
         assert_eq!(r.status, 201, "{:?}", r.body);
         chain.push(ws);
     }
-    ok(
-        tf.run(
-            &d,
-            &[
-                "apply",
-                "-auto-approve",
-                "-input=false",
-                "-replace=terraform_data.vpc",
-            ],
-        ),
-        "apply again",
-    );
+    let apply_again = |what: &str| {
+        ok(
+            tf.run(
+                &d,
+                &[
+                    "apply",
+                    "-auto-approve",
+                    "-input=false",
+                    "-replace=terraform_data.vpc",
+                ],
+            ),
+            what,
+        )
+    };
+    apply_again("apply again");
     let last = chain.last().unwrap().clone();
     let end = dev
         .eventually(Duration::from_secs(240), || {
@@ -1070,18 +1073,7 @@ fn an_apply_triggers_a_run_in_the_workspaces_it_triggers() {
         &json!({"spec": {"runTriggerSources": [last]}}).to_string(),
     ]);
     let app_runs = runs(&api, &app).len();
-    ok(
-        tf.run(
-            &d,
-            &[
-                "apply",
-                "-auto-approve",
-                "-input=false",
-                "-replace=terraform_data.vpc",
-            ],
-        ),
-        "apply in a cycle",
-    );
+    apply_again("apply in a cycle");
     let said = dev.eventually(Duration::from_secs(60), || {
         let events = dev.kubectl_ok(&["get", "events.events.k8s.io", "-n", ORG, "-o", "json"]);
         events.contains("RunTriggerCycle").then_some(events)

@@ -185,6 +185,28 @@ fn wait_run(api: &Api, run: &str, done: &[&str], logs: &dyn Fn() -> String) -> V
     })
 }
 
+/// A new workspace `name` of `org` with a one-resource configuration, and a plan-only run
+/// of it, ended: the workspace's and configuration version's IDs, the run's, and the run.
+fn plan_only(
+    admin: &Api,
+    org: &str,
+    name: &str,
+    logs: &dyn Fn() -> String,
+) -> (String, String, String, Value) {
+    let ws = admin.create_workspace(org, json!({"name": name}));
+    let cv = upload(
+        admin,
+        &ws,
+        &[(
+            "main.tf",
+            "resource \"terraform_data\" \"x\" { input = 1 }\n",
+        )],
+    );
+    let run = queue(admin, &ws, &cv, json!({"plan-only": true}));
+    let done = wait_run(admin, &run, &["planned_and_finished", "errored"], logs);
+    (ws, cv, run, done)
+}
+
 /// Uploads `files` to workspace `ws`; the configuration version's ID.
 fn upload(api: &Api, ws: &str, files: &[(&str, &str)]) -> String {
     let cv = api.post(
@@ -239,17 +261,7 @@ fn restricted_namespace(
         "pod-security.kubernetes.io/enforce=restricted",
         "--overwrite",
     ]);
-    let ws = admin.create_workspace(org, json!({"name": "restricted"}));
-    let cv = upload(
-        admin,
-        &ws,
-        &[(
-            "main.tf",
-            "resource \"terraform_data\" \"x\" { input = 1 }\n",
-        )],
-    );
-    let run = queue(admin, &ws, &cv, json!({"plan-only": true}));
-    let done = wait_run(admin, &run, &["planned_and_finished", "errored"], logs);
+    let (ws, cv, _, done) = plan_only(admin, org, "restricted", logs);
     assert_eq!(
         done["data"]["attributes"]["status"], "planned_and_finished",
         "{done}"
@@ -333,17 +345,7 @@ fn an_image_pull_that_fails_once(
         &settings(json!(image), json!("IfNotPresent")),
     ]);
     std::thread::sleep(Duration::from_secs(2));
-    let ws = admin.create_workspace(org, json!({"name": "pulled"}));
-    let cv = upload(
-        admin,
-        &ws,
-        &[(
-            "main.tf",
-            "resource \"terraform_data\" \"x\" { input = 2 }\n",
-        )],
-    );
-    let run = queue(admin, &ws, &cv, json!({"plan-only": true}));
-    let done = wait_run(admin, &run, &["planned_and_finished", "errored"], logs);
+    let (_, _, run, done) = plan_only(admin, org, "pulled", logs);
     let seen = registry
         .requests
         .lock()

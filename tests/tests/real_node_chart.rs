@@ -29,6 +29,36 @@ fn split(image: &str) -> (&str, &str) {
     image.rsplit_once(':').expect("an image with a tag")
 }
 
+/// A port-forward to the API server's Service, its URL on this machine (empty when it
+/// never answered within a minute) and the admin's client of it.
+fn forward_api(cluster: &RealCluster) -> (Forward, String, Api) {
+    let port = free_port();
+    let forward = Forward(
+        Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&cluster.kubeconfig)
+            .args([
+                "port-forward",
+                "-n",
+                NS,
+                &format!("svc/{RELEASE}-terrace-api-server"),
+                &format!("{port}:8080"),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("kubectl port-forward"),
+    );
+    let url = format!("http://127.0.0.1:{port}");
+    let admin = Api::at(&url, Some(&cluster.admin_token));
+    let ready = eventually(Duration::from_secs(60), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        (admin.get("/api/v2/ping").status == 204).then_some(())
+    });
+    let url = if ready.is_some() { url } else { String::new() };
+    (forward, url, admin)
+}
+
 fn helm_cmd(cluster: &RealCluster, args: &[&str]) -> std::process::Output {
     Command::new(helm())
         .arg("--kubeconfig")
@@ -115,31 +145,9 @@ fn the_chart_installs_runs_upgrades_and_uninstalls_on_a_real_node() {
         String::from_utf8_lossy(&out.stderr)
     );
 
-    let port = free_port();
-    let forward = Forward(
-        Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&cluster.kubeconfig)
-            .args([
-                "port-forward",
-                "-n",
-                NS,
-                &format!("svc/{RELEASE}-terrace-api-server"),
-                &format!("{port}:8080"),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("kubectl port-forward"),
-    );
-    let url = format!("http://127.0.0.1:{port}");
-    let admin = Api::at(&url, Some(&cluster.admin_token));
-    let ready = eventually(Duration::from_secs(60), || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-        (admin.get("/api/v2/ping").status == 204).then_some(())
-    });
+    let (forward, url, admin) = forward_api(&cluster);
     assert!(
-        ready.is_some(),
+        !url.is_empty(),
         "the API server through its Service\n{}",
         diagnose()
     );
@@ -222,31 +230,9 @@ fn the_chart_installs_runs_upgrades_and_uninstalls_on_a_real_node() {
         String::from_utf8_lossy(&out.stderr)
     );
     drop(forward);
-    let port = free_port();
-    let _forward = Forward(
-        Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&cluster.kubeconfig)
-            .args([
-                "port-forward",
-                "-n",
-                NS,
-                &format!("svc/{RELEASE}-terrace-api-server"),
-                &format!("{port}:8080"),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("kubectl port-forward"),
-    );
-    let url = format!("http://127.0.0.1:{port}");
-    let admin = Api::at(&url, Some(&cluster.admin_token));
+    let (_forward, url, admin) = forward_api(&cluster);
     assert!(
-        eventually(Duration::from_secs(60), || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-            (admin.get("/api/v2/ping").status == 204).then_some(())
-        })
-        .is_some(),
+        !url.is_empty(),
         "the API server after the upgrade\n{}",
         diagnose()
     );
