@@ -1074,8 +1074,10 @@ fn an_apply_triggers_a_run_in_the_workspaces_it_triggers() {
     ]);
     let app_runs = runs(&api, &app).len();
     apply_again("apply in a cycle");
+    // `kubectl get events` (core v1) shows what the operator recorded through
+    // events.k8s.io, as on a real API server: one store behind both APIs.
     let said = dev.eventually(Duration::from_secs(60), || {
-        let events = dev.kubectl_ok(&["get", "events.events.k8s.io", "-n", ORG, "-o", "json"]);
+        let events = dev.kubectl_ok(&["get", "events", "-n", ORG, "-o", "json"]);
         events.contains("RunTriggerCycle").then_some(events)
     });
     assert!(said.is_some(), "no RunTriggerCycle event");

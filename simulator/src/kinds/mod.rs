@@ -19,6 +19,7 @@
 
 pub mod crd;
 pub mod custom;
+pub mod event;
 pub mod namespace;
 pub mod pod;
 pub mod rbac;
@@ -160,6 +161,8 @@ impl KindBehaviour for Generic {}
 /// The built-in kinds that differ from [`Generic`], by (group, plural).
 static BUILTIN: &[(&str, &str, &dyn KindBehaviour)] = &[
     ("", "pods", &pod::Pods),
+    ("", "events", &event::Events),
+    (event::GROUP, "events", &event::Events),
     ("", "namespaces", &namespace::Namespaces),
     (crd::GROUP, crd::PLURAL, &crd::Crds),
     (crate::store::RBAC_GROUP, "roles", &rbac::Rbac),
