@@ -161,6 +161,39 @@ pub fn kstatus_conditions(
     out
 }
 
+/// `conditions` with a workspace's health conditions, `Drifted` and `ChecksPassing`,
+/// derived from its current assessment result (docs/health.md; none without one). Each
+/// keeps its transition time from `previous` while its status stays.
+pub fn with_health(
+    mut conditions: Vec<Condition>,
+    previous: &[Condition],
+    health: Option<&terrace_crds::WorkspaceHealth>,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Vec<Condition> {
+    use terrace_crds::assessment::{CONDITION_CHECKS_PASSING, CONDITION_DRIFTED};
+    conditions.retain(|c| c.type_ != CONDITION_DRIFTED && c.type_ != CONDITION_CHECKS_PASSING);
+    let Some(h) = health.filter(|h| h.result_id.is_some()) else {
+        return conditions;
+    };
+    let at = h.assessed_at.as_deref().unwrap_or("an unknown time");
+    for c in terrace_crds::assessment::conditions(&h.summary, at) {
+        let last_transition_time = find(previous, c.type_)
+            .filter(|p| p.status == c.status)
+            .map(|p| p.last_transition_time.clone())
+            .unwrap_or(Time(now));
+        conditions.push(Condition {
+            type_: c.type_.to_owned(),
+            status: c.status.to_owned(),
+            reason: c.reason.to_owned(),
+            message: c.message,
+            observed_generation: generation,
+            last_transition_time,
+        });
+    }
+    conditions
+}
+
 /// The condition of `type_`, if present.
 pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)
