@@ -8,15 +8,17 @@
 //! with the Workspace's conditions, its Events, the notifications, the result's JSON
 //! output and log; an assessment never takes the workspace's lock.
 //!
-//! Drift itself needs a provider whose real objects change: built-in resources cannot
-//! drift (see docs/health.md, "Tests").
+//! Drift itself needs a provider whose real objects change (built-in resources cannot
+//! drift): the second test uses the AWS provider of the machine's plugin mirror
+//! (`/opt/tf-plugins`) against moto's S3, and changes a bucket's tags behind the
+//! engine's back; it is skipped, saying so, where either is missing.
 
 use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use terrace_tests::receiver::Receiver;
-use terrace_tests::{Api, CLI_HOST, Dev, Terraform, terraform_path, text};
+use terrace_tests::{Api, CLI_HOST, Dev, Moto, Terraform, terraform_path, text};
 
 const ORG: &str = "healthorg";
 
@@ -327,4 +329,200 @@ fn continuous_validation_and_failures_from_a_refresh_only_plan() {
         ["assessment:check_failure", "assessment:failed"],
         "{triggers:?}"
     );
+}
+
+/// The machine's filesystem mirror of providers (the AWS provider).
+const PLUGINS: &str = "/opt/tf-plugins";
+
+#[test]
+fn drift_of_a_real_object_with_the_resource_and_its_attributes() {
+    if !Path::new(PLUGINS)
+        .join("registry.terraform.io/hashicorp/aws")
+        .is_dir()
+    {
+        eprintln!("SKIPPED: no AWS provider in {PLUGINS}");
+        return;
+    }
+    let Some(moto) = Moto::start() else {
+        return;
+    };
+    let dev = Dev::start_with(&[
+        "--engine",
+        &terraform_path(),
+        "--edition",
+        "hosted",
+        "--assessment-interval",
+        "12h",
+    ]);
+    let api = Api::admin(&dev);
+    api.create_org(ORG);
+    let mirror = format!(
+        "provider_installation {{\n  filesystem_mirror {{\n    path = \"{PLUGINS}\"\n  }}\n}}\n"
+    );
+    // The engine's, in the Pod: a workspace variable names it. Outside /tmp, which is an
+    // emptyDir in a Pod of terrace dev's simulator.
+    let outside = Path::new(env!("CARGO_TARGET_TMPDIR")).join("health-drift");
+    std::fs::create_dir_all(&outside).expect("dir");
+    let engine_rc = outside.join("engine.tfrc");
+    std::fs::write(&engine_rc, &mirror).expect("engine rc");
+    // The CLI's: terrace dev's host and token, and the mirror.
+    let dir = tempfile::tempdir().expect("dir");
+    let cli_rc = dir.path().join("cli.tfrc");
+    std::fs::write(
+        &cli_rc,
+        format!(
+            "{}\n{mirror}",
+            terrace_crds::common::cli_config(CLI_HOST, &dev.api, &dev.token)
+        ),
+    )
+    .expect("cli rc");
+    let tf = Terraform::for_dev(&dev);
+    let d = dir.path().join("app");
+    std::fs::create_dir_all(&d).expect("app");
+    let url = moto.url();
+    std::fs::write(
+        d.join("main.tf"),
+        format!(
+            r#"
+terraform {{
+  cloud {{
+    hostname     = "{CLI_HOST}"
+    organization = "{ORG}"
+    workspaces {{
+      name = "bucket"
+    }}
+  }}
+  required_providers {{
+    aws = {{
+      source = "hashicorp/aws"
+    }}
+  }}
+}}
+
+provider "aws" {{
+  region                      = "us-east-1"
+  access_key                  = "test"
+  secret_key                  = "test"
+  s3_use_path_style           = true
+  skip_credentials_validation = true
+  skip_metadata_api_check     = true
+  skip_requesting_account_id  = true
+  endpoints {{
+    s3 = "{url}"
+  }}
+}}
+
+resource "aws_s3_bucket" "logs" {{
+  bucket = "health-logs"
+  tags = {{
+    team = "infra"
+  }}
+}}
+"#
+        ),
+    )
+    .expect("main.tf");
+    let cli = |args: &[&str]| {
+        tf.command(&d, args)
+            .env("TF_CLI_CONFIG_FILE", &cli_rc)
+            .output()
+            .expect("terraform")
+    };
+    let init = cli(&["init", "-input=false"]);
+    assert!(init.status.success(), "{}", text(&init));
+    let ws = api.get(&format!("/api/v2/organizations/{ORG}/workspaces/bucket"));
+    let ws_id = ws.body["data"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let var = api.post(
+        &format!("/api/v2/workspaces/{ws_id}/vars"),
+        &json!({"data": {"type": "vars", "attributes": {
+            "key": "TF_CLI_CONFIG_FILE", "value": engine_rc.display().to_string(),
+            "category": "env"}}}),
+    );
+    assert_eq!(var.status, 201, "{:?}", var.body);
+    let apply = cli(&["apply", "-auto-approve", "-input=false"]);
+    assert!(apply.status.success(), "{}", text(&apply));
+    let r = api.call(
+        "PATCH",
+        &format!("/api/v2/workspaces/{ws_id}"),
+        Some(&json!({"data": {"type": "workspaces", "attributes": {"assessments-enabled": true}}})),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let first = next_result(&dev, &api, &ws_id, None);
+    assert_eq!(
+        (
+            first["attributes"]["succeeded"].clone(),
+            first["attributes"]["drifted"].clone()
+        ),
+        (json!(true), json!(false)),
+        "{first}"
+    );
+
+    // Someone edits the bucket's tags in the console.
+    let edit = std::process::Command::new("python3")
+        .args([
+            "-c",
+            &format!(
+                "import boto3; boto3.client('s3', endpoint_url='{url}', region_name='us-east-1', \
+                 aws_access_key_id='test', aws_secret_access_key='test').put_bucket_tagging(\
+                 Bucket='health-logs', Tagging={{'TagSet': [{{'Key': 'team', 'Value': 'someone-else'}}]}})"
+            ),
+        ])
+        .output()
+        .expect("python3");
+    assert!(edit.status.success(), "{}", text(&edit));
+    let drifted = next_result(&dev, &api, &ws_id, first["id"].as_str());
+    let a = &drifted["attributes"];
+    assert_eq!(
+        (a["succeeded"].clone(), a["drifted"].clone()),
+        (json!(true), json!(true)),
+        "{drifted}"
+    );
+    assert_eq!(a["resources-drifted"], 1, "{drifted}");
+    let id = drifted["id"].as_str().unwrap_or_default();
+    let health = api.get(&format!("/api/v2/assessment-results/{id}/health"));
+    let drift = &health.body["data"]["attributes"]["drift"][0];
+    assert_eq!(drift["address"], "aws_s3_bucket.logs", "{:?}", health.body);
+    let attrs = drift["attributes"].as_array().cloned().unwrap_or_default();
+    assert!(attrs.contains(&json!("tags")), "{drift}");
+    let cond = condition_of(&dev, "bucket", "Drifted");
+    assert_eq!(cond["status"], "True", "{cond}");
+    assert!(
+        cond["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("aws_s3_bucket.logs"),
+        "{cond}"
+    );
+    assert!(
+        events(&dev).contains("DriftDetected"),
+        "no DriftDetected Event"
+    );
+
+    // Fixed with an apply: healthy again.
+    let apply = cli(&["apply", "-auto-approve", "-input=false"]);
+    assert!(apply.status.success(), "{}", text(&apply));
+    let fixed = next_result(&dev, &api, &ws_id, Some(id));
+    assert_eq!(fixed["attributes"]["drifted"], false, "{fixed}");
+    assert_eq!(condition_of(&dev, "bucket", "Drifted")["status"], "False");
+    assert!(
+        events(&dev).contains("DriftResolved"),
+        "no DriftResolved Event"
+    );
+}
+
+fn condition_of(dev: &Dev, ws_name: &str, type_: &str) -> Value {
+    let out = dev.kubectl_ok(&["get", "workspaces", "-n", ORG, "-o", "json"]);
+    let list: Value = serde_json::from_str(&out).expect("workspaces");
+    list["items"]
+        .as_array()
+        .and_then(|i| i.iter().find(|w| w["spec"]["name"] == ws_name).cloned())
+        .and_then(|w| {
+            w["status"]["conditions"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["type"] == type_).cloned())
+        })
+        .unwrap_or(Value::Null)
 }
