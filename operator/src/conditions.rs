@@ -319,6 +319,50 @@ mod tests {
         );
     }
 
+    /// A workspace's health conditions follow its current assessment result, keep their
+    /// transition time while their status stays, and leave the kstatus ones alone.
+    #[test]
+    fn health_conditions_follow_the_current_result() {
+        use terrace_crds::WorkspaceHealth;
+        use terrace_crds::assessment::AssessmentSummary;
+        let ready = Outcome::Ready {
+            message: "fine".into(),
+        };
+        let base = kstatus_conditions(&[], &ready, Some(1), t(10));
+        assert_eq!(with_health(base.clone(), &[], None, Some(1), t(10)), base);
+        let mut h = WorkspaceHealth {
+            result_id: Some("asmtres-1".into()),
+            assessed_at: Some("2026-01-01T00:00:00Z".into()),
+            summary: AssessmentSummary {
+                succeeded: true,
+                drifted: true,
+                resources_drifted: 1,
+                drifted_resources: vec!["aws_s3_bucket.logs".into()],
+                ..AssessmentSummary::default()
+            },
+            ..WorkspaceHealth::default()
+        };
+        let first = with_health(base.clone(), &[], Some(&h), Some(1), t(10));
+        assert_eq!(first.len(), 5);
+        assert_eq!(
+            status_of(&first, CONDITION_READY),
+            "True",
+            "drift is no kstatus matter"
+        );
+        assert_eq!(status_of(&first, "Drifted"), "True");
+        assert_eq!(status_of(&first, "ChecksPassing"), "True");
+        // The same health later keeps its times; drift resolved moves Drifted's only.
+        let again = with_health(base.clone(), &first, Some(&h), Some(1), t(20));
+        assert_eq!(again, first);
+        h.summary.drifted = false;
+        h.summary.resources_drifted = 0;
+        let resolved = with_health(base, &again, Some(&h), Some(1), t(30));
+        let time = |c: &[Condition], ty: &str| find(c, ty).map(|c| c.last_transition_time.clone());
+        assert_eq!(status_of(&resolved, "Drifted"), "False");
+        assert_eq!(time(&resolved, "Drifted"), Some(Time(t(30))));
+        assert_eq!(time(&resolved, "ChecksPassing"), Some(Time(t(10))));
+    }
+
     /// Copies metav1.Condition semantics (meta.SetStatusCondition): lastTransitionTime
     /// changes only when the condition's status changes, not on reason/message/generation.
     #[test]

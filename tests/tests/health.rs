@@ -119,6 +119,44 @@ fn next_result(dev: &Dev, api: &Api, ws: &str, before: Option<&str>) -> Value {
     })
 }
 
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .build()
+        .into()
+}
+
+/// A web view session of the admin: its cookie's value.
+fn sign_in(dev: &Dev) -> String {
+    let r = agent()
+        .post(&format!("{}/app/session", dev.api))
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .send(format!("token={}&next=/app", dev.token))
+        .expect("sign in");
+    assert_eq!(r.status().as_u16(), 303);
+    r.headers()
+        .get("set-cookie")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|set| set.split(';').next())
+        .and_then(|kv| kv.split_once('='))
+        .map(|(_, v)| v.to_owned())
+        .expect("the session cookie")
+}
+
+/// GET `path` of the web view with session `cookie`: the status and the page.
+fn page(dev: &Dev, cookie: &str, path: &str) -> (u16, String) {
+    let mut r = agent()
+        .get(&format!("{}{path}", dev.api))
+        .header("Cookie", format!("terrace_session={cookie}"))
+        .call()
+        .expect("GET");
+    (
+        r.status().as_u16(),
+        r.body_mut().read_to_string().unwrap_or_default(),
+    )
+}
+
 fn condition(dev: &Dev, type_: &str) -> Value {
     let out = dev.kubectl_ok(&["get", "workspaces", "-n", ORG, "-o", "json"]);
     let list: Value = serde_json::from_str(&out).expect("workspaces");
@@ -278,6 +316,17 @@ fn continuous_validation_and_failures_from_a_refresh_only_plan() {
         events(&dev).contains("ChecksFailed"),
         "no ChecksFailed Event"
     );
+    // The web view's health page shows the failed check with its message, and offers
+    // the workspace admin an assessment.
+    let cookie = sign_in(&dev);
+    let (status, html) = page(&dev, &cookie, &format!("/app/{ORG}/workspaces/app/health"));
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains("Checks failed"), "{html}");
+    assert!(
+        html.contains("check.upstream") && html.contains("the upstream is not ok"),
+        "{html}"
+    );
+    assert!(html.contains("Start an assessment"), "{html}");
 
     // 3. The upstream is gone: the plan errors, an assessment failure, not drift.
     std::fs::remove_file(&up).expect("remove upstream");
