@@ -72,17 +72,18 @@ async fn authorize(
     if state.index.read().organization_of_namespace(ns).is_none() {
         return Err(unauthorized());
     }
-    let indexed = |i: &crate::index::Inner| i.runs().get(run_id).is_some();
+    // A run, or a health assessment (a Run kept apart in the index).
+    let find = |i: &crate::index::Inner| {
+        i.runs()
+            .get(run_id)
+            .or_else(|| i.assessments().get(run_id))
+            .cloned()
+    };
+    let indexed = |i: &crate::index::Inner| find(i).is_some();
     if !indexed(&state.index.read()) {
         state.index.wait_until(INDEX_GRACE, indexed).await;
     }
-    let run = state
-        .index
-        .read()
-        .runs()
-        .get(run_id)
-        .cloned()
-        .ok_or_else(unauthorized)?;
+    let run = find(&state.index.read()).ok_or_else(unauthorized)?;
     if run.namespace().as_deref() != Some(ns) || is_final(&run) {
         return Err(unauthorized());
     }
@@ -112,13 +113,15 @@ pub async fn run_caller(state: &AppState, credential: &str) -> Result<Option<Cal
     let Some(ns) = terrace_crds::run::runner_token_namespace(token) else {
         return Ok(None);
     };
-    let found = state
-        .index
-        .read()
-        .runs()
-        .in_namespace(ns)
-        .find(|r| r.metadata.name.as_deref() == Some(object))
-        .cloned();
+    let found = {
+        let idx = state.index.read();
+        let named = |r: &&Arc<Run>| r.metadata.name.as_deref() == Some(object);
+        idx.runs()
+            .in_namespace(ns)
+            .find(named)
+            .or_else(|| idx.assessments().in_namespace(ns).find(named))
+            .cloned()
+    };
     let Some(run) = found.filter(|r| !is_final(r)) else {
         return Ok(None);
     };

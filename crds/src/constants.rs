@@ -75,6 +75,11 @@ pub const ANNOTATION_CREATED_FOR: &str = "terrace.dev/created-for";
 /// objects created within one second must keep their order.
 pub const ANNOTATION_CREATED_AT: &str = "terrace.dev/created-at";
 
+/// Annotation the API sets on a workspace asking for a health assessment now (`POST
+/// /workspaces/:id/actions/assess`; the value is the time asked, RFC 3339): the operator
+/// starts one unless its last assessment started later (docs/health.md).
+pub const ANNOTATION_ASSESSMENT_REQUESTED: &str = "terrace.dev/assessment-requested";
+
 /// kstatus condition: the object is reconciled and usable.
 pub const CONDITION_READY: &str = "Ready";
 /// kstatus condition: the controller is working towards the desired state.

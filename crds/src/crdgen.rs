@@ -342,7 +342,8 @@ mod tests {
             .iter()
             .filter_map(|r| r["rule"].as_str().map(str::to_owned))
             .collect();
-        assert_eq!(rules.len(), 5, "{rules:?}");
+        assert_eq!(rules.len(), 6, "{rules:?}");
+        assert!(rules.iter().any(|r| r.contains("assessmentsEnabled")));
         assert!(rules.iter().any(|r| r.contains("projectRemoteState")));
         assert!(rules.iter().any(|r| r.contains("agentPoolId")));
         assert!(rules.iter().any(|r| r.contains("operations")));

@@ -10,6 +10,7 @@
 mod macros;
 
 pub mod archive;
+pub mod assessment;
 pub mod blobs;
 pub mod common;
 pub mod constants;

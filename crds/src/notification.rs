@@ -51,6 +51,9 @@ pub struct Notice {
 impl Notice {
     /// TFE's words for it (the payload's `message`).
     pub fn message(&self) -> &'static str {
+        if self.is_assessment() {
+            return crate::assessment::trigger_message(self.trigger);
+        }
         match self.state {
             RunState::Pending => "Run Created",
             RunState::Planning => "Run Planning",
@@ -65,6 +68,11 @@ impl Notice {
             RunState::Canceled | RunState::ForceCanceled => "Run Canceled",
             _ => "Run Errored",
         }
+    }
+
+    /// A health assessment's notification (`assessment:*`).
+    pub fn is_assessment(&self) -> bool {
+        self.trigger.starts_with("assessment:")
     }
 
     /// The key of the notification in its run (what a configuration records delivered).
@@ -100,6 +108,29 @@ pub fn notices(r: &Run) -> Vec<Notice> {
     let Some(st) = r.status.as_ref() else {
         return Vec::new();
     };
+    // A health assessment reaches no run trigger, only the `assessment:*` ones its
+    // result fires when it ends ([`crate::assessment::triggers`]).
+    if r.spec.assessment {
+        let Some(a) = st.assessment.as_ref() else {
+            return Vec::new();
+        };
+        let state = RunState::of(st.status.as_deref()).unwrap_or(RunState::Errored);
+        let Some(at) = st.status_timestamps.get(&timestamp_key(state)).cloned() else {
+            return Vec::new();
+        };
+        return a
+            .triggers
+            .iter()
+            .filter_map(|t| TRIGGERS.iter().find(|k| *k == t).copied())
+            .filter(|t| t.starts_with("assessment:"))
+            .map(|trigger| Notice {
+                trigger,
+                state,
+                at: at.clone(),
+                by: None,
+            })
+            .collect();
+    }
     let auto = r.spec.auto_apply || st.confirmed_by.as_deref() == Some("auto-apply");
     let by_action = |a: &str| st.acted_by.get(a).cloned();
     let mut out: Vec<Notice> = Vec::new();
@@ -211,6 +242,70 @@ pub struct RunFacts<'a> {
     pub created_by: Option<&'a str>,
     /// The run's page (`https://HOST/app/ORG/WORKSPACE/runs/RUN`).
     pub url: String,
+    /// A health assessment's result (None for a run).
+    pub assessment: Option<AssessmentFacts<'a>>,
+}
+
+/// What an assessment notification says.
+#[derive(Clone, Debug)]
+pub struct AssessmentFacts<'a> {
+    pub result: &'a crate::resources::RunAssessment,
+    /// The result's ID (`asmtres-…`).
+    pub result_id: String,
+    /// When it ended (RFC 3339).
+    pub at: &'a str,
+    /// The API's base URL (`https://HOST`), for the results' `url`.
+    pub base: String,
+}
+
+/// TFE's document of an assessment result in a notification's `details`.
+fn result_payload(
+    id: &str,
+    base: &str,
+    at: Option<&str>,
+    s: &crate::assessment::AssessmentSummary,
+) -> Value {
+    json!({
+        "id": id,
+        "url": format!("{base}/api/v2/assessment-results/{id}"),
+        "succeeded": s.succeeded,
+        "drifted": s.drifted,
+        "all_checks_succeeded": s.all_checks_succeeded(),
+        "resources_drifted": s.resources_drifted,
+        "resources_undrifted": s.resources_undrifted,
+        "checks_passed": s.checks_passed,
+        "checks_failed": s.checks_failed,
+        "checks_errored": s.checks_errored,
+        "checks_unknown": s.checks_unknown,
+        "created_at": at,
+    })
+}
+
+/// The generic payload of an assessment notification: TFE's `payload_version` 2 with
+/// `trigger_scope` `assessment` and the new and prior results in `details`.
+pub fn assessment_payload(s: &Subject<'_>, a: &AssessmentFacts<'_>, n: &Notice) -> Value {
+    let prior = match (&a.result.prior_result_id, &a.result.prior) {
+        (Some(id), Some(p)) => result_payload(id, &a.base, None, p),
+        _ => Value::Null,
+    };
+    json!({
+        "payload_version": "2",
+        "notification_configuration_id": s.configuration_id,
+        "notification_configuration_url": format!(
+            "{}/api/v2/notification-configurations/{}", a.base, s.configuration_id
+        ),
+        "trigger_scope": "assessment",
+        "trigger": n.trigger,
+        "message": n.message(),
+        "details": {
+            "new_assessment_result":
+                result_payload(&a.result_id, &a.base, Some(a.at), &a.result.summary),
+            "prior_assessment_result": prior,
+            "workspace_id": s.workspace_id,
+            "workspace_name": s.workspace_name,
+            "organization_name": s.organization,
+        },
+    })
 }
 
 /// The name in `user:NAME` (other actors as they are).
@@ -221,6 +316,12 @@ fn person(actor: &str) -> &str {
 /// TFE's generic payload (`payload_version` 1): one notification, about `run` and
 /// `notice`, or a verification when `run` is None.
 pub fn generic_payload(s: &Subject<'_>, run: Option<(&RunFacts<'_>, &Notice)>) -> Value {
+    if let Some((r, n)) = run
+        && n.is_assessment()
+        && let Some(a) = &r.assessment
+    {
+        return assessment_payload(s, a, n);
+    }
     let notification = match run {
         Some((_, n)) => json!({
             "message": n.message(),
@@ -260,6 +361,30 @@ fn chat_parts(
 ) -> (String, String, &'static str) {
     let place = format!("{}/{}", s.organization, s.workspace_name);
     match run {
+        Some((r, n)) if n.is_assessment() && r.assessment.is_some() => {
+            let found = r.assessment.as_ref().map(|a| &a.result.summary);
+            let found = found.cloned().unwrap_or_default();
+            let details = match n.trigger {
+                "assessment:drifted" => format!(
+                    "{place} · {} resources drifted: {}",
+                    found.resources_drifted,
+                    found.drifted_resources.join(", ")
+                ),
+                "assessment:check_failure" => format!(
+                    "{place} · {} checks failed: {}",
+                    found.checks_failed + found.checks_errored,
+                    found.failed_checks.join("; ")
+                ),
+                _ => format!(
+                    "{place} · {}",
+                    found
+                        .error_message
+                        .as_deref()
+                        .unwrap_or("the assessment failed")
+                ),
+            };
+            (n.message().to_owned(), details, "#e01e5a")
+        }
         Some((r, n)) => {
             let colour = match n.trigger {
                 "run:completed" => "#2eb67d",
@@ -311,7 +436,7 @@ pub fn teams_payload(s: &Subject<'_>, run: Option<(&RunFacts<'_>, &Notice)>) -> 
     if let Some((r, _)) = run {
         card["potentialAction"] = json!([{
             "@type": "OpenUri",
-            "name": "View run",
+            "name": if run.is_some_and(|(_, n)| n.is_assessment()) { "View health" } else { "View run" },
             "targets": [{"os": "default", "uri": r.url}],
         }]);
     }

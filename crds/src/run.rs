@@ -324,6 +324,9 @@ pub struct PhaseReport {
     /// ConfigMap is needed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub log_stored: bool,
+    /// A health assessment's findings (an assessment run's plan).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assessment: Option<crate::assessment::AssessmentSummary>,
 }
 
 /// Counts a plan's resource changes from `terraform show -json` of the plan file: the

@@ -161,6 +161,39 @@ pub fn kstatus_conditions(
     out
 }
 
+/// `conditions` with a workspace's health conditions, `Drifted` and `ChecksPassing`,
+/// derived from its current assessment result (docs/health.md; none without one). Each
+/// keeps its transition time from `previous` while its status stays.
+pub fn with_health(
+    mut conditions: Vec<Condition>,
+    previous: &[Condition],
+    health: Option<&terrace_crds::WorkspaceHealth>,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Vec<Condition> {
+    use terrace_crds::assessment::{CONDITION_CHECKS_PASSING, CONDITION_DRIFTED};
+    conditions.retain(|c| c.type_ != CONDITION_DRIFTED && c.type_ != CONDITION_CHECKS_PASSING);
+    let Some(h) = health.filter(|h| h.result_id.is_some()) else {
+        return conditions;
+    };
+    let at = h.assessed_at.as_deref().unwrap_or("an unknown time");
+    for c in terrace_crds::assessment::conditions(&h.summary, at) {
+        let last_transition_time = find(previous, c.type_)
+            .filter(|p| p.status == c.status)
+            .map(|p| p.last_transition_time.clone())
+            .unwrap_or(Time(now));
+        conditions.push(Condition {
+            type_: c.type_.to_owned(),
+            status: c.status.to_owned(),
+            reason: c.reason.to_owned(),
+            message: c.message,
+            observed_generation: generation,
+            last_transition_time,
+        });
+    }
+    conditions
+}
+
 /// The condition of `type_`, if present.
 pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)
@@ -284,6 +317,50 @@ mod tests {
             find(&c, CONDITION_STALLED).map(|c| c.reason.as_str()),
             Some("ProjectNotFound")
         );
+    }
+
+    /// A workspace's health conditions follow its current assessment result, keep their
+    /// transition time while their status stays, and leave the kstatus ones alone.
+    #[test]
+    fn health_conditions_follow_the_current_result() {
+        use terrace_crds::WorkspaceHealth;
+        use terrace_crds::assessment::AssessmentSummary;
+        let ready = Outcome::Ready {
+            message: "fine".into(),
+        };
+        let base = kstatus_conditions(&[], &ready, Some(1), t(10));
+        assert_eq!(with_health(base.clone(), &[], None, Some(1), t(10)), base);
+        let mut h = WorkspaceHealth {
+            result_id: Some("asmtres-1".into()),
+            assessed_at: Some("2026-01-01T00:00:00Z".into()),
+            summary: AssessmentSummary {
+                succeeded: true,
+                drifted: true,
+                resources_drifted: 1,
+                drifted_resources: vec!["aws_s3_bucket.logs".into()],
+                ..AssessmentSummary::default()
+            },
+            ..WorkspaceHealth::default()
+        };
+        let first = with_health(base.clone(), &[], Some(&h), Some(1), t(10));
+        assert_eq!(first.len(), 5);
+        assert_eq!(
+            status_of(&first, CONDITION_READY),
+            "True",
+            "drift is no kstatus matter"
+        );
+        assert_eq!(status_of(&first, "Drifted"), "True");
+        assert_eq!(status_of(&first, "ChecksPassing"), "True");
+        // The same health later keeps its times; drift resolved moves Drifted's only.
+        let again = with_health(base.clone(), &first, Some(&h), Some(1), t(20));
+        assert_eq!(again, first);
+        h.summary.drifted = false;
+        h.summary.resources_drifted = 0;
+        let resolved = with_health(base, &again, Some(&h), Some(1), t(30));
+        let time = |c: &[Condition], ty: &str| find(c, ty).map(|c| c.last_transition_time.clone());
+        assert_eq!(status_of(&resolved, "Drifted"), "False");
+        assert_eq!(time(&resolved, "Drifted"), Some(Time(t(30))));
+        assert_eq!(time(&resolved, "ChecksPassing"), Some(Time(t(10))));
     }
 
     /// Copies metav1.Condition semantics (meta.SetStatusCondition): lastTransitionTime

@@ -247,6 +247,12 @@ async fn reconcile_workspace(
         terrace_crds::lock::LockHolder::Run(id) => Some(id),
         _ => None,
     });
+    // Health assessments are not archived: the newest are kept, older ones deleted
+    // (their results are no run's history; docs/health.md).
+    let (assessments, runs): (Vec<_>, Vec<_>) = runs
+        .into_iter()
+        .partition(|o| o.data.pointer("/spec/assessment") == Some(&json!(true)));
+    prune_assessments(&ctx.base.client, &ns, &ws, &assessments).await?;
     let mut items: Vec<Item> = runs
         .into_iter()
         .filter_map(|o| {
@@ -300,6 +306,47 @@ async fn reconcile_workspace(
     )
     .await?;
     Ok(after(days))
+}
+
+/// The assessments of a workspace kept as Run objects (the newest; the current result
+/// always). A bounded history as runs have, without an archive: a result older than these
+/// is gone.
+pub const ASSESSMENTS_KEPT: usize = 20;
+
+/// Deletes a workspace's final assessment runs beyond the newest [`ASSESSMENTS_KEPT`]
+/// (never its current result), once there are a tenth more.
+async fn prune_assessments(
+    client: &kube::Client,
+    ns: &str,
+    ws: &Workspace,
+    assessments: &[Arc<DynamicObject>],
+) -> Result<(), Error> {
+    let current = ws
+        .status
+        .as_ref()
+        .and_then(|s| s.health.as_ref())
+        .and_then(|h| h.run.clone());
+    let runs: Vec<Run> = assessments.iter().filter_map(|o| typed(o)).collect();
+    let lives: Vec<Live> = runs
+        .iter()
+        .map(|r| Live {
+            order: (
+                r.metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map(|t| terrace_crds::common::timestamp(&t.0))
+                    .unwrap_or_default(),
+                r.name_any(),
+            ),
+            is_final: RunState::of(r.status.as_ref().and_then(|s| s.status.as_deref()))
+                .is_ok_and(RunState::is_final),
+            protected: current.as_deref() == Some(&r.name_any()),
+        })
+        .collect();
+    for i in to_archive(&lives, ASSESSMENTS_KEPT) {
+        delete(client, HistoryKind::Runs, ns, &runs[i].name_any()).await?;
+    }
+    Ok(())
 }
 
 async fn reconcile_module(

@@ -26,7 +26,15 @@
 //!   that do not deserialize and are skipped (see [`crate::watch`]);
 //! - `terrace_notification_deliveries_total{outcome}` — notification deliveries
 //!   ([`crate::notify`]): `delivered` (2xx), `failed` (an error answer or none) or
-//!   `refused` (a destination the operator may not reach).
+//!   `refused` (a destination the operator may not reach);
+//! - `terrace_assessments_total{outcome}` — health assessments that ended
+//!   (docs/health.md): `healthy`, `drifted`, `check_failure` (drifted with failing checks
+//!   counts as `drifted`) or `failed`;
+//! - `terrace_assessment_duration_seconds{outcome}` — from an assessment's creation to
+//!   its end;
+//! - `terrace_workspaces_drifted` — workspaces whose current result found drift, and
+//!   `terrace_workspaces_checks_failing` — those whose checks fail (set by the
+//!   assessment scheduler on each pass).
 
 use std::future::Future;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -163,8 +171,15 @@ struct Metrics {
     leader_transitions: Counter,
     malformed_objects: Family<KindLabels, Counter>,
     notification_deliveries: Family<OutcomeLabels, Counter>,
+    assessments: Family<OutcomeLabels, Counter>,
+    assessment_duration: Family<OutcomeLabels, Histogram>,
+    workspaces_drifted: Gauge,
+    workspaces_checks_failing: Gauge,
     test_runs: Arc<TestRunCollector>,
 }
+
+/// The `outcome` label values of assessments.
+pub const ASSESSMENT_OUTCOMES: [&str; 4] = ["healthy", "drifted", "check_failure", "failed"];
 
 fn reconcile_histogram() -> Histogram {
     // 5 ms … 41 s.
@@ -192,6 +207,12 @@ impl Metrics {
         let leader_transitions = Counter::default();
         let malformed_objects = Family::<KindLabels, Counter>::default();
         let notification_deliveries = Family::<OutcomeLabels, Counter>::default();
+        let assessments = Family::<OutcomeLabels, Counter>::default();
+        let assessment_duration = Family::<OutcomeLabels, Histogram>::new_with_constructor(
+            test_run_histogram as fn() -> Histogram,
+        );
+        let workspaces_drifted = Gauge::default();
+        let workspaces_checks_failing = Gauge::default();
         let test_runs = Arc::new(TestRunCollector::default());
         registry.register(
             "reconciles",
@@ -238,6 +259,29 @@ impl Metrics {
             "Notification deliveries, per outcome (delivered, failed, refused)",
             notification_deliveries.clone(),
         );
+        registry.register(
+            "assessments",
+            "Health assessments that ended, per outcome (healthy, drifted, check_failure, failed)",
+            assessments.clone(),
+        );
+        registry.register(
+            "assessment_duration_seconds",
+            "Time from a health assessment's creation to its end, per outcome",
+            assessment_duration.clone(),
+        );
+        registry.register(
+            "workspaces_drifted",
+            "Workspaces whose current health assessment found drift",
+            workspaces_drifted.clone(),
+        );
+        registry.register(
+            "workspaces_checks_failing",
+            "Workspaces whose current health assessment found failing checks",
+            workspaces_checks_failing.clone(),
+        );
+        for outcome in ASSESSMENT_OUTCOMES {
+            let _ = assessments.get_or_create(&OutcomeLabels { outcome });
+        }
         registry.register_collector(Box::new(test_runs.clone()));
         // Outcome series exist from the start, so rate() and absent() behave.
         for o in TestRunOutcome::ALL {
@@ -257,6 +301,10 @@ impl Metrics {
             leader_transitions,
             malformed_objects,
             notification_deliveries,
+            assessments,
+            assessment_duration,
+            workspaces_drifted,
+            workspaces_checks_failing,
             test_runs,
         }
     }
@@ -322,6 +370,27 @@ pub fn notification_delivered(outcome: &'static str) {
         .notification_deliveries
         .get_or_create(&OutcomeLabels { outcome })
         .inc();
+}
+
+/// Records an assessment that ended with `outcome` (one of [`ASSESSMENT_OUTCOMES`])
+/// after `took`.
+pub fn assessment_finished(outcome: &'static str, took: Duration) {
+    let labels = OutcomeLabels { outcome };
+    METRICS.assessments.get_or_create(&labels).inc();
+    METRICS
+        .assessment_duration
+        .get_or_create(&labels)
+        .observe(took.as_secs_f64());
+}
+
+/// Sets how many workspaces are drifted and how many have failing checks.
+pub fn workspaces_unhealthy(drifted: usize, checks_failing: usize) {
+    METRICS
+        .workspaces_drifted
+        .set(i64::try_from(drifted).unwrap_or(i64::MAX));
+    METRICS
+        .workspaces_checks_failing
+        .set(i64::try_from(checks_failing).unwrap_or(i64::MAX));
 }
 
 /// A short random ID telling one reconcile's log lines from the next one's.

@@ -124,6 +124,16 @@ pub struct Settings {
     /// (docs/notifications.md). `terrace dev` allows loopback.
     #[arg(long, env = "TERRACE_NOTIFICATION_ALLOWED_CIDRS", default_value = "", value_parser = parse_allowed_cidrs)]
     pub notification_allowed_cidrs: AllowedCidrs,
+    /// Time between two health assessments of a workspace (docs/health.md); each
+    /// workspace's place in the interval is a hash of its ID, so assessments spread
+    /// over it.
+    #[arg(long, env = "TERRACE_ASSESSMENT_INTERVAL", default_value = terrace_crds::assessment::DEFAULT_INTERVAL, value_parser = parse_interval)]
+    pub assessment_interval: Duration,
+    /// Most health assessments running at once across all organizations. They also
+    /// take only the capacity runs leave under --test-run-concurrency, and runs never
+    /// wait for them.
+    #[arg(long, env = "TERRACE_ASSESSMENT_CONCURRENCY", default_value_t = DEFAULT_ASSESSMENT_CONCURRENCY)]
+    pub assessment_concurrency: u32,
     /// Where blobs are kept: the operator deletes them (retention, deleted state
     /// versions). The same flags as `terrace api-server`'s.
     #[command(flatten, next_help_heading = "Blob store")]
@@ -138,6 +148,19 @@ pub fn parse_delay(s: &str) -> Result<Duration, String> {
         .map_err(|e| format!("{s:?} is not a duration such as 5s or 500ms: {e}"))?;
     Duration::try_from(d).map_err(|_| format!("{s:?}: the duration must not be negative"))
 }
+
+/// A health assessment interval: a duration of at least a second.
+pub fn parse_interval(s: &str) -> Result<Duration, String> {
+    let d = parse_delay(s)?;
+    if d < Duration::from_secs(1) {
+        return Err(format!("{s:?}: the interval must be at least 1s"));
+    }
+    Ok(d)
+}
+
+/// Default of [`Settings::assessment_concurrency`]: below the default run limit (50), so
+/// assessments never hold most of the capacity.
+pub const DEFAULT_ASSESSMENT_CONCURRENCY: u32 = 5;
 
 /// Default of [`Settings::pod_start_timeout`].
 pub const DEFAULT_POD_START_TIMEOUT: &str = "15m";
@@ -176,6 +199,8 @@ impl Default for Settings {
             pod_image_pull_policy: terrace_crds::ImagePullPolicy::IfNotPresent,
             state_soft_delete_grace_hours: DEFAULT_STATE_SOFT_DELETE_GRACE_HOURS,
             notification_allowed_cidrs: AllowedCidrs::default(),
+            assessment_interval: Duration::from_secs(24 * 3600),
+            assessment_concurrency: DEFAULT_ASSESSMENT_CONCURRENCY,
             blobs: Default::default(),
         }
     }

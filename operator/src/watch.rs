@@ -148,6 +148,10 @@ impl Watched for Workspace {
             terraform_version: spec.terraform_version,
             execution_mode: spec.execution_mode,
             agent_pool_id: spec.agent_pool_id,
+            // The assessment scheduler reads whether and how the workspace runs.
+            assessments_enabled: spec.assessments_enabled,
+            operations: spec.operations,
+            setting_overwrites: spec.setting_overwrites,
             ..WorkspaceSpec::default()
         };
         self.status = self.status.take().map(|s| WorkspaceStatus {
@@ -157,6 +161,10 @@ impl Watched for Workspace {
             effective_tag_bindings: s.effective_tag_bindings,
             remote_state_consumer_count: s.remote_state_consumer_count,
             latest_change_at: s.latest_change_at,
+            // The assessment scheduler: a state to assess, the last result; the
+            // workspace controller derives the health conditions from it.
+            resource_count: s.resource_count,
+            health: s.health,
             observed_generation: s.observed_generation,
             conditions: crate::conditions::with_message_digests(s.conditions),
             ..WorkspaceStatus::default()

@@ -46,12 +46,20 @@ pub struct DevArgs {
     #[arg(long, env = "TERRACE_DEV_ENGINE")]
     pub engine: Option<PathBuf>,
     /// Edition the JSON:API behaves as: self-hosted (data retention endpoints) or hosted
-    /// (assessments-enabled).
+    /// (the assessments-enabled attribute).
     #[arg(long, env = "TERRACE_EDITION", value_enum, default_value_t = terrace_api_server::Edition::SelfHosted)]
     pub edition: terrace_api_server::Edition,
     /// Most test runs queued or running at once (0: no limit).
     #[arg(long, env = "TERRACE_TEST_RUN_CONCURRENCY", default_value_t = terrace_operator::Settings::default().test_run_concurrency)]
     pub test_run_concurrency: u32,
+    /// Time between two health assessments of a workspace (as `terrace operator
+    /// --assessment-interval`, docs/health.md).
+    #[arg(long, env = "TERRACE_ASSESSMENT_INTERVAL", default_value = terrace_crds::assessment::DEFAULT_INTERVAL, value_parser = terrace_operator::settings::parse_interval)]
+    pub assessment_interval: Duration,
+    /// Most health assessments running at once (as `terrace operator
+    /// --assessment-concurrency`).
+    #[arg(long, env = "TERRACE_ASSESSMENT_CONCURRENCY", default_value_t = terrace_operator::settings::DEFAULT_ASSESSMENT_CONCURRENCY)]
+    pub assessment_concurrency: u32,
     /// Grace period between an upload and its automatic test run; an explicit test run
     /// created within it (the terraform CLI creates one right after uploading) replaces
     /// the automatic one (as `terrace operator --auto-test-run-delay`).
@@ -224,6 +232,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         hostname: args.hostname.clone(),
         test_run_concurrency: args.test_run_concurrency,
         auto_test_run_delay: args.auto_test_run_delay,
+        assessment_interval: args.assessment_interval,
+        assessment_concurrency: args.assessment_concurrency,
         blobs: args.blobs.clone(),
         notification_allowed_cidrs: args.notification_allowed_cidrs.clone(),
         ..Default::default()

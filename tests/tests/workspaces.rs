@@ -274,15 +274,30 @@ fn kubectl_and_api_agree() {
     assert!(event.is_some(), "no Locked event recorded");
 }
 
-/// SPEC.md: assessments-enabled is accepted and returned only by the hosted edition; the
-/// data retention endpoints exist only on the self-hosted one.
+/// SPEC.md: assessments-enabled is accepted and returned only by the hosted edition (the
+/// self-hosted one refuses `true` with a 422 naming the attribute instead of dropping it);
+/// the data retention endpoints exist only on the self-hosted one.
 #[test]
 fn editions_switch_assessments_and_data_retention() {
     for (edition, hosted) in [("self-hosted", false), ("hosted", true)] {
         let dev = Dev::start_with(&["--edition", edition]);
         let api = Api::admin(&dev);
         let org = api.create_org("editions");
-        let id = api.create_workspace(&org, json!({"name": "w", "assessments-enabled": true}));
+        let asked = json!({"data": {"type": "workspaces",
+            "attributes": {"name": "w", "assessments-enabled": true}}});
+        let r = api.post(&format!("/api/v2/organizations/{org}/workspaces"), &asked);
+        let id = if hosted {
+            assert_eq!(r.status, 201, "{edition}: {:?}", r.body);
+            r.body["data"]["id"].as_str().unwrap_or_default().to_owned()
+        } else {
+            assert_eq!(r.status, 422, "{edition}: {:?}", r.body);
+            assert_eq!(
+                r.body["errors"][0]["source"]["pointer"], "/data/attributes/assessments-enabled",
+                "{:?}",
+                r.body
+            );
+            api.create_workspace(&org, json!({"name": "w"}))
+        };
         let ws = api.get(&format!("/api/v2/workspaces/{id}"));
         let attr = &ws.body["data"]["attributes"]["assessments-enabled"];
         if hosted {

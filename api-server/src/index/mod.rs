@@ -90,6 +90,9 @@ pub struct Inner {
     runs: Keyed<Run>,
     /// Each workspace's runs and current run.
     runs_by_workspace: by_workspace::ByWorkspace,
+    /// Health assessments (Runs with `spec.assessment`): kept apart, so no list, count or
+    /// lookup of runs ever sees one (docs/health.md).
+    assessments: Keyed<Run>,
     workspace_variables: Keyed<WorkspaceVariable>,
     /// Each workspace's variables.
     vars_by_workspace: by_workspace::ByWorkspace,
@@ -624,9 +627,14 @@ impl Inner {
         &self.test_variables
     }
 
-    /// Workspace runs.
+    /// Workspace runs (never an assessment).
     pub fn runs(&self) -> &Keyed<Run> {
         &self.runs
+    }
+
+    /// Health assessments (Runs with `spec.assessment`), by their run ID.
+    pub fn assessments(&self) -> &Keyed<Run> {
+        &self.assessments
     }
 
     /// Workspace variables.

@@ -24,6 +24,10 @@ impl Inner {
     pub(super) fn put_run(&mut self, r: Run) {
         let key = uid(&r);
         self.remove_run(&key);
+        if r.spec.assessment {
+            self.assessments.put(r);
+            return;
+        }
         let wk = workspace_of(&r);
         self.runs_by_workspace.add(wk.clone(), key);
         self.runs.put(r);
@@ -31,6 +35,7 @@ impl Inner {
     }
 
     pub(super) fn remove_run(&mut self, key: &str) {
+        self.assessments.remove(key);
         let Some(old) = self.runs.by_uid(key).cloned() else {
             return;
         };
@@ -42,6 +47,7 @@ impl Inner {
 
     pub(super) fn clear_runs(&mut self) {
         self.runs.clear();
+        self.assessments.clear();
         self.runs_by_workspace = Default::default();
     }
 
@@ -128,6 +134,15 @@ mod tests {
         assert_eq!(current(&i, "a"), None, "a plan-only run is never current");
         i.remove_run("uid-p3");
         assert_eq!(i.runs_of("org", "a").count(), 0);
+        // An assessment is no run: indexed apart, never current, never listed.
+        let mut a = run("a1", "a", true, "2026-01-01T00:00:10.000Z");
+        a.spec.assessment = true;
+        i.put_run(a);
+        assert_eq!(i.runs_of("org", "a").count(), 0);
+        assert!(i.runs().in_namespace("org").all(|r| !r.spec.assessment));
+        assert_eq!(i.assessments().in_namespace("org").count(), 1);
+        i.remove_run("uid-a1");
+        assert_eq!(i.assessments().in_namespace("org").count(), 0);
         assert!(!i.runs_by_workspace.has(&("org".into(), "a".into())));
         i.clear_runs();
         assert_eq!(current(&i, "b"), None);

@@ -11,6 +11,7 @@
 //! binary. Pages read without JavaScript; the script only streams run logs and follows a
 //! run's status.
 
+pub mod health;
 pub mod modules;
 pub mod pages;
 pub mod runs;
@@ -90,6 +91,11 @@ pub fn router(state: AppState, api: Router, layer: crate::request::RequestLayer)
             post(pages::workspace_action),
         )
         .route("/app/{org}/workspaces/{ws}/states", get(pages::states))
+        .route("/app/{org}/workspaces/{ws}/health", get(health::show))
+        .route(
+            "/app/{org}/workspaces/{ws}/health/assess",
+            post(health::assess),
+        )
         .route(
             "/app/{org}/workspaces/{ws}/states/{sv}/download",
             get(pages::state_download),

@@ -196,6 +196,7 @@ fn payloads_have_each_destinations_shape() {
         created_at: "2026-01-01T00:00:00.000Z",
         created_by: Some("user:ann"),
         url: "https://tf.example/app/acme/net/runs/run-1".into(),
+        assessment: None,
     };
     let n = Notice {
         trigger: "run:errored",
@@ -341,4 +342,94 @@ fn internal_destinations_are_refused_in_every_spelling() {
     assert_eq!(literal_ip("example.com"), None);
     assert_eq!(literal_ip("1.2.3.4.5"), None);
     assert_eq!(literal_ip("256.1.1.1"), None);
+}
+
+#[test]
+fn an_assessment_reaches_only_the_triggers_its_result_fires() {
+    use crate::assessment::AssessmentSummary;
+    use crate::resources::RunAssessment;
+    let mut r = Run::new("a", RunSpec::default());
+    r.spec.assessment = true;
+    r.spec.plan_only = true;
+    let mut st = RunStatus {
+        status: Some("planned_and_finished".into()),
+        ..Default::default()
+    };
+    st.status_timestamps.insert(
+        "planned-and-finished-at".into(),
+        "2026-01-01T00:00:05Z".into(),
+    );
+    st.status_timestamps
+        .insert("planning-at".into(), "2026-01-01T00:00:01Z".into());
+    r.status = Some(st.clone());
+    assert!(notices(&r).is_empty(), "no run trigger, no result yet");
+    let drifted = AssessmentSummary {
+        succeeded: true,
+        drifted: true,
+        resources_drifted: 1,
+        resources_undrifted: 2,
+        drifted_resources: vec!["terraform_data.x".into()],
+        ..AssessmentSummary::default()
+    };
+    st.assessment = Some(Box::new(RunAssessment {
+        summary: drifted,
+        triggers: vec!["assessment:drifted".into()],
+        prior_result_id: Some("asmtres-old".into()),
+        prior: Some(AssessmentSummary {
+            succeeded: true,
+            ..AssessmentSummary::default()
+        }),
+    }));
+    r.status = Some(st);
+    let n = notices(&r);
+    assert_eq!(n.len(), 1);
+    assert_eq!(n[0].trigger, "assessment:drifted");
+    assert_eq!(n[0].message(), "Drift Detected");
+    assert_eq!(n[0].at, "2026-01-01T00:00:05Z");
+    let result = r.status.as_ref().unwrap().assessment.as_deref().unwrap();
+    let s = Subject {
+        configuration_id: "nc-1",
+        configuration_name: "ops",
+        workspace_id: "ws-1",
+        workspace_name: "net",
+        organization: "acme",
+    };
+    let facts = RunFacts {
+        id: "run-X",
+        message: "Health assessment",
+        created_at: "",
+        created_by: None,
+        url: "https://tf.example/app/acme/workspaces/net/health".into(),
+        assessment: Some(AssessmentFacts {
+            result,
+            result_id: "asmtres-X".into(),
+            at: "2026-01-01T00:00:05Z",
+            base: "https://tf.example".into(),
+        }),
+    };
+    let g = payload("generic", &s, Some((&facts, &n[0])));
+    assert_eq!(g["payload_version"], "2");
+    assert_eq!(g["trigger_scope"], "assessment");
+    assert_eq!(g["trigger"], "assessment:drifted");
+    assert_eq!(g["message"], "Drift Detected");
+    let new = &g["details"]["new_assessment_result"];
+    assert_eq!(new["id"], "asmtres-X");
+    assert_eq!(
+        new["url"],
+        "https://tf.example/api/v2/assessment-results/asmtres-X"
+    );
+    assert_eq!(
+        (new["drifted"].clone(), new["resources_drifted"].clone()),
+        (json!(true), json!(1))
+    );
+    assert_eq!(g["details"]["prior_assessment_result"]["id"], "asmtres-old");
+    assert_eq!(g["details"]["workspace_name"], "net");
+    let slack = payload("slack", &s, Some((&facts, &n[0])));
+    let text = slack["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("Drift Detected") && text.contains("terraform_data.x"),
+        "{text}"
+    );
+    let teams = payload("microsoft-teams", &s, Some((&facts, &n[0])));
+    assert_eq!(teams["potentialAction"][0]["name"], "View health");
 }

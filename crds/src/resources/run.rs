@@ -86,6 +86,12 @@ crd_kind! {
         /// sets.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         pub policy_paths: Vec<String>,
+        /// A health assessment (docs/health.md), created by the operator: a plan-only,
+        /// refresh-only plan with detailed exit codes that never locks the workspace,
+        /// never writes state and is no run of the runs API; its result is the
+        /// assessment result `asmtres-…` of the same ID.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pub assessment: bool,
     }
 }
 
@@ -159,6 +165,27 @@ kind_status! {
         /// `comment` of an action).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         pub comments: Vec<RunComment>,
+        /// An assessment's result, recorded when it ends.
+        pub assessment: Option<Box<RunAssessment>>,
+    }
+}
+
+crd_struct! {
+    /// The result of a health assessment run, and what it changed of its workspace's
+    /// health.
+    #[derive(Default)]
+    pub struct RunAssessment {
+        /// What it found.
+        #[serde(default)]
+        pub summary: crate::assessment::AssessmentSummary,
+        /// The notification triggers it fires (`assessment:drifted`, …), against the
+        /// workspace's previous result.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub triggers: Vec<String>,
+        /// The workspace's previous result (`asmtres-…`), when there was one.
+        pub prior_result_id: Option<String>,
+        /// What the previous result found.
+        pub prior: Option<crate::assessment::AssessmentSummary>,
     }
 }
 

@@ -15,7 +15,8 @@ crd_kind! {
         printcolumn = r#"{"name":"TFE Name","type":"string","jsonPath":".spec.name","description":"The workspace's TFE name."}"#,
         printcolumn = r#"{"name":"Project","type":"string","jsonPath":".spec.project","description":"Project object of the workspace (empty: the organization's default project)."}"#,
         printcolumn = r#"{"name":"Execution","type":"string","jsonPath":".spec.executionMode","description":"Execution mode."}"#,
-        printcolumn = r#"{"name":"Locked","type":"string","jsonPath":".metadata.annotations.terrace\\.dev/locked-by","description":"Holder of the workspace lock, if locked."}"#
+        printcolumn = r#"{"name":"Locked","type":"string","jsonPath":".metadata.annotations.terrace\\.dev/locked-by","description":"Holder of the workspace lock, if locked."}"#,
+        printcolumn = r#"{"name":"Health","type":"string","jsonPath":".status.health.state","description":"The latest health assessment: Healthy, Drifted, ChecksFailed, Drifted+ChecksFailed or Errored."}"#
     )]
     columns: wide_id, age;
     #[schemars(extend("x-kubernetes-validations" = [
@@ -28,7 +29,9 @@ crd_kind! {
         {"rule": "!(has(self.projectRemoteState) && self.projectRemoteState && has(self.globalRemoteState) && self.globalRemoteState)",
          "message": "projectRemoteState cannot be enabled when globalRemoteState is enabled"},
         {"rule": "!has(self.settingOverwrites) || !has(self.settingOverwrites.executionMode) || !self.settingOverwrites.executionMode || has(self.executionMode)",
-         "message": "executionMode must be given when settingOverwrites.executionMode is true"}
+         "message": "executionMode must be given when settingOverwrites.executionMode is true"},
+        {"rule": "!has(self.assessmentsEnabled) || !self.assessmentsEnabled || ((!has(self.executionMode) || self.executionMode != 'local') && (!has(self.operations) || self.operations))",
+         "message": "assessmentsEnabled needs remote or agent execution (not executionMode local)"}
     ]))]
     pub struct WorkspaceSpec {
         /// The workspace's TFE name: letters, digits, `-` and `_`, unique within the
@@ -46,8 +49,10 @@ crd_kind! {
         /// Whether destroy plans can be queued.
         #[serde(default = "default_true")]
         pub allow_destroy_plan: bool,
-        /// Health assessments (formerly drift detection). Hosted edition only; can be
-        /// overridden by the organization's assessmentsEnforced.
+        /// Health assessments (formerly drift detection): a refresh-only plan on a schedule
+        /// reports drift and failing checks (docs/health.md). Needs remote or agent
+        /// execution; the organization's assessmentsEnforced enables them for every
+        /// workspace.
         #[serde(default)]
         pub assessments_enabled: bool,
         /// Apply automatically after a successful plan (runs from VCS, UI or CLI).
@@ -240,6 +245,30 @@ kind_status! {
         /// Runs archived in the blob store (older than the organization's
         /// `settings.history.runs` newest; the API still serves them).
         pub archived_runs: Option<i64>,
+        // Boxed: only assessed workspaces have it (issue 17's cache size).
+        /// The workspace's health: its current assessment result (docs/health.md), from
+        /// which the conditions Drifted and ChecksPassing are derived.
+        pub health: Option<Box<WorkspaceHealth>>,
+    }
+}
+
+crd_struct! {
+    /// A workspace's current health assessment result.
+    #[derive(Default)]
+    pub struct WorkspaceHealth {
+        /// The assessment result's ID (`asmtres-…`).
+        pub result_id: Option<String>,
+        /// The assessment Run object that produced it.
+        pub run: Option<String>,
+        /// When that assessment started (RFC 3339).
+        pub started_at: Option<String>,
+        /// When it ended (RFC 3339): the result's time.
+        pub assessed_at: Option<String>,
+        /// Healthy, Drifted, ChecksFailed, Drifted+ChecksFailed or Errored.
+        pub state: Option<String>,
+        /// What it found.
+        #[serde(default)]
+        pub summary: crate::assessment::AssessmentSummary,
     }
 }
 

@@ -208,6 +208,7 @@ mod tests {
                 debugging_mode: false,
                 invoke_action_addrs: Vec::new(),
                 policy_paths: Vec::new(),
+                assessment: false,
             },
         );
         r.status = Some(status);

@@ -138,7 +138,7 @@ impl CatalogStores {
 
     /// How many cached objects of `kind` have a `status.status` in `statuses`: in all,
     /// and per namespace (the runs and test runs holding a concurrency slot, which the two
-    /// controllers share).
+    /// controllers share). Health assessments are not counted.
     pub fn count_in_status(
         &self,
         kind: IdKind,
@@ -150,6 +150,11 @@ impl CatalogStores {
         };
         let mut all = 0;
         for o in store.state() {
+            // Health assessments take only the capacity runs and test runs leave: they
+            // hold no slot of these limits (docs/health.md).
+            if o.data.pointer("/spec/assessment") == Some(&Value::Bool(true)) {
+                continue;
+            }
             let status = o.data.pointer("/status/status").and_then(|s| s.as_str());
             if status.is_some_and(|s| statuses.contains(&s)) {
                 all += 1;

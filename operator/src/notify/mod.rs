@@ -511,6 +511,26 @@ fn run_facts<'a>(
     } else {
         format!("https://{}", settings.hostname)
     };
+    // A health assessment's notification is about its result, shown on the workspace's
+    // page (docs/health.md).
+    let assessment = run
+        .status
+        .as_ref()
+        .filter(|_| run.spec.assessment)
+        .and_then(|s| {
+            let result = s.assessment.as_deref()?;
+            Some(terrace_crds::notification::AssessmentFacts {
+                result,
+                result_id: terrace_crds::assessment::result_id(run_id)?,
+                at: s.plan.finished_at.as_deref().unwrap_or_default(),
+                base: base.clone(),
+            })
+        });
+    let url = if assessment.is_some() {
+        format!("{base}/app/{org}/workspaces/{ws}")
+    } else {
+        format!("{base}/app/{org}/{ws}/runs/{run_id}")
+    };
     RunFacts {
         id: run_id,
         message: &run.spec.message,
@@ -520,7 +540,8 @@ fn run_facts<'a>(
             .and_then(|s| s.status_timestamps.get(terrace_crds::run::QUEUEABLE_AT))
             .map_or("", String::as_str),
         created_by: run.spec.created_by.as_deref(),
-        url: format!("{base}/app/{org}/{ws}/runs/{run_id}"),
+        url,
+        assessment,
     }
 }
 

@@ -17,6 +17,7 @@
 //! Pending runs are woken when their workspace changes (an unlock) and when another run
 //! of the workspace changes (one ends).
 
+pub mod assess;
 pub mod auto_destroy;
 pub mod auto_queue;
 pub mod pod;
@@ -55,7 +56,7 @@ use crate::testrun::observe::{EngineObs, PodObs, observe_pod_as};
 use crate::watch::Feed;
 use crate::{Context, Error};
 use pod::{FINALIZER, LABEL_RUN, RunPodInputs, Variable};
-use status::{record_performance, write_status};
+use status::{record_performance, write_status, write_status_with};
 
 /// What every reconcile of the controller shares.
 pub struct RunContext {
@@ -116,6 +117,8 @@ where
     // The Pods' feed is driven here (nothing else consumes it); it stops with the
     // controller.
     let pod_watch = pods.into_stream().for_each(|_| futures::future::ready(()));
+    // The assessment scheduler reads the same caches and stops with the controller.
+    let schedule = assess::scheduler(rctx.clone());
     let main = crate::metrics::bounded(controller)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, rctx)
@@ -128,6 +131,7 @@ where
         tokio::select! {
             () = main => {}
             () = pod_watch => {}
+            () = schedule => {}
         }
     }
 }
@@ -288,6 +292,7 @@ async fn reconcile(mut run: Arc<Run>, ctx: Arc<RunContext>) -> Result<Action, Er
     // the Pod ended): read from the API server, not the cache, which may lag.
     let mut policy = Gate::None;
     if phase == Phase::Plan
+        && !run.spec.assessment
         && matches!(&seen, PodSeen::Ended(Some(r)) if r.ok && r.has_changes)
         && cancel == Cancel::None
     {
@@ -333,7 +338,12 @@ async fn reconcile(mut run: Arc<Run>, ctx: Arc<RunContext>) -> Result<Action, Er
         if phase == Phase::Apply {
             release_phase(&ctx, &run, &run_id, &pods, Phase::Plan).await?;
         }
-        if let Some(full) = at_limit(&ctx, &ns).await? {
+        let full = if run.spec.assessment {
+            assess::at_limit(&ctx)
+        } else {
+            at_limit(&ctx, &ns).await?
+        };
+        if let Some(full) = full {
             // Waits queued for a slot (a confirmed run shows `apply_queued`).
             if state == RunState::Confirmed {
                 write_status(&ctx, &run, RunState::ApplyQueued, None, Some(full), None).await?;
@@ -365,8 +375,24 @@ async fn reconcile(mut run: Arc<Run>, ctx: Arc<RunContext>) -> Result<Action, Er
             )
             .await;
             unlock_workspace(&ctx, &ns, &run.spec.workspace, &run_id).await?;
-            write_status(&ctx, &run, RunState::Errored, Some(p), Some(message), None).await?;
-            record_performance(&ctx, &run, RunState::Errored).await;
+            let result = run
+                .spec
+                .assessment
+                .then(|| assess::result(&run, &ws, RunState::Errored, Some(&message), None))
+                .flatten();
+            write_status_with(
+                &ctx,
+                &run,
+                RunState::Errored,
+                Some(p),
+                Some(message),
+                None,
+                result.as_ref(),
+            )
+            .await?;
+            if !run.spec.assessment {
+                record_performance(&ctx, &run, RunState::Errored).await;
+            }
             return Ok(Action::requeue(Duration::from_millis(200)));
         }
     }
@@ -392,16 +418,22 @@ async fn reconcile(mut run: Arc<Run>, ctx: Arc<RunContext>) -> Result<Action, Er
         if to.is_final() {
             unlock_workspace(&ctx, &ns, &run.spec.workspace, &run_id).await?;
         }
-        write_status(
+        let result = run
+            .spec
+            .assessment
+            .then(|| assess::result(&run, &ws, to, d.message.as_deref(), d.report.as_ref()))
+            .flatten();
+        write_status_with(
             &ctx,
             &run,
             to,
             Some(phase),
             d.message.clone(),
             d.report.as_ref(),
+            result.as_ref(),
         )
         .await?;
-        if matches!(to, RunState::Applied | RunState::Errored) {
+        if matches!(to, RunState::Applied | RunState::Errored) && !run.spec.assessment {
             record_performance(&ctx, &run, to).await;
         }
         return Ok(Action::requeue(Duration::from_millis(200)));
@@ -477,11 +509,12 @@ async fn policy_events(ctx: &RunContext, run: &Run, e: &terrace_crds::RunPolicyE
 /// share with test runs' setting) or the organization's (`spec.settings.testRuns.
 /// concurrency`) of runs planning or applying at once is reached. None: a slot is free.
 async fn at_limit(ctx: &RunContext, ns: &str) -> Result<Option<String>, Error> {
+    // Runs never count assessments: an assessment never delays a run (docs/health.md).
     let running: Vec<Arc<Run>> = ctx
         .runs
         .state()
         .into_iter()
-        .filter(|r| state_of(r).is_running())
+        .filter(|r| !r.spec.assessment && state_of(r).is_running())
         .collect();
     // Test runs in their Pods hold slots of the same limits.
     let (tests, tests_per_ns) = ctx
@@ -533,6 +566,8 @@ async fn start(
         .filter(|r| {
             r.namespace().as_deref() == Some(ns.as_str()) && r.spec.workspace == run.spec.workspace
         })
+        // An assessment is in no run's queue (and waits for none).
+        .filter(|r| !r.spec.assessment || r.metadata.uid == run.metadata.uid)
         .map(|r| (r.queued_at(), r.clone()))
         .collect();
     let queue: Vec<QueuedRun<'_>> = created
@@ -651,6 +686,9 @@ async fn finish(
         release_phase(ctx, run, run_id, pods, phase).await?;
     }
     unlock_workspace(ctx, ns, &run.spec.workspace, run_id).await?;
+    if run.spec.assessment && run.meta().deletion_timestamp.is_none() {
+        assess::record(ctx, run).await?;
+    }
     if state_of(run) == RunState::Applied
         && run.meta().deletion_timestamp.is_none()
         && triggers::pending(run)

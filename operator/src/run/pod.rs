@@ -164,7 +164,7 @@ pub fn options(inputs: &RunPodInputs<'_>) -> RunOptions {
         working_directory: inputs.working_directory.to_owned(),
         is_destroy: run.spec.is_destroy,
         refresh: run.spec.refresh,
-        refresh_only: run.spec.refresh_only,
+        refresh_only: run.spec.refresh_only || run.spec.assessment,
         target_addrs: run.spec.target_addrs.clone(),
         replace_addrs: run.spec.replace_addrs.clone(),
         terraform_version: inputs
@@ -175,6 +175,7 @@ pub fn options(inputs: &RunPodInputs<'_>) -> RunOptions {
         run_object: run.name_any(),
         environment: run_environment(inputs),
         json_log: inputs.structured_output,
+        assessment: run.spec.assessment,
     }
 }
 

@@ -25,6 +25,19 @@ pub(super) async fn write_status(
     message: Option<String>,
     report: Option<&PhaseReport>,
 ) -> Result<(), Error> {
+    write_status_with(ctx, run, to, phase, message, report, None).await
+}
+
+/// [`write_status`], with an assessment's result in the same write.
+pub(super) async fn write_status_with(
+    ctx: &RunContext,
+    run: &Run,
+    to: RunState,
+    phase: Option<Phase>,
+    message: Option<String>,
+    report: Option<&PhaseReport>,
+    assessment: Option<&terrace_crds::RunAssessment>,
+) -> Result<(), Error> {
     let now = terrace_crds::common::timestamp(&Timestamp::now());
     let mut status = json!({
         "status": to.as_str(),
@@ -35,6 +48,9 @@ pub(super) async fn write_status(
         status["message"] = json!(m);
     } else if to != RunState::Pending {
         status["message"] = json!(null);
+    }
+    if let Some(a) = assessment {
+        status["assessment"] = json!(a);
     }
     if to == RunState::Confirmed && run.spec.auto_apply {
         status["confirmedBy"] = json!("auto-apply");

@@ -24,6 +24,10 @@
 //!    interrupted apply, so what was created is never lost.
 //! 5. The [`PhaseReport`] as the container's termination message.
 //!
+//! A health assessment (`assessment` in the options) is a plan phase whose plan is
+//! refresh-only with detailed exit codes; it uploads the JSON plan and the provider
+//! schemas, never a plan file or state, and reports what it found ([`assess`]).
+//!
 //! A SIGTERM (the Pod deleted for a cancel) becomes a SIGINT for the engine, which then
 //! stops gracefully; the runner waits for it and still uploads the state.
 
@@ -81,6 +85,11 @@ pub struct RunOptions {
     /// instead of plain text (`-no-color`).
     #[serde(default)]
     pub json_log: bool,
+    /// A health assessment (docs/health.md): the plan is refresh-only with detailed exit
+    /// codes (2, drift, is a success), its JSON and the provider schemas are uploaded,
+    /// and the report carries what it found; no plan file is kept.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub assessment: bool,
 }
 
 impl RunOptions {
@@ -310,6 +319,16 @@ fn run_logged(
     program: &str,
     args: &[String],
 ) -> Result<bool, StepError> {
+    Ok(run_logged_code(current, dir, program, args)? == Some(0))
+}
+
+/// [`run_logged`], answering the exit code (None: ended by a signal).
+fn run_logged_code(
+    current: &Current,
+    dir: &Path,
+    program: &str,
+    args: &[String],
+) -> Result<Option<i32>, StepError> {
     let mut child = std::process::Command::new(program)
         .args(args)
         .envs(ENGINE_ENV.get().into_iter().flatten().map(|(k, v)| (k, v)))
@@ -320,7 +339,7 @@ fn run_logged(
     current.pid.store(child.id(), Ordering::SeqCst);
     let status = child.wait().map_err(step("waiting for the engine"));
     current.pid.store(0, Ordering::SeqCst);
-    Ok(status?.success())
+    Ok(status?.code())
 }
 
 /// Runs a quiet step: its output goes to the log only when it fails.
@@ -501,8 +520,11 @@ pub fn plan_args(opts: &RunOptions, plan_file: &Path, var_files: &[PathBuf]) -> 
     if !opts.refresh {
         args.push("-refresh=false".to_owned());
     }
-    if opts.refresh_only {
+    if opts.refresh_only || opts.assessment {
         args.push("-refresh-only".to_owned());
+    }
+    if opts.assessment {
+        args.push("-detailed-exitcode".to_owned());
     }
     for t in &opts.target_addrs {
         args.push(format!("-target={t}"));
@@ -641,6 +663,7 @@ fn phase(args: &RemoteArgs) -> Result<PhaseReport, StepError> {
         warn_of_deprecated_modules(&dir, &opts, &args.api, &token);
     }
     match phase {
+        Phase::Plan if opts.assessment => assess(&api, &current, &dir, program, args, &opts),
         Phase::Plan => {
             if !run_logged(
                 &current,
@@ -723,6 +746,49 @@ fn phase(args: &RemoteArgs) -> Result<PhaseReport, StepError> {
             })
         }
     }
+}
+
+/// The plan of a health assessment: `plan -refresh-only -detailed-exitcode` (exit 0: no
+/// drift, 2: drift, both successes), then the JSON plan and the provider schemas
+/// uploaded (the result's `json-output` and `json-schema`), and what they say of the
+/// workspace's health in the report ([`terrace_crds::assessment::assess`]). The state
+/// is never written back and the plan file is not kept.
+fn assess(
+    api: &Api,
+    current: &Current,
+    dir: &Path,
+    program: &str,
+    args: &RemoteArgs,
+    opts: &RunOptions,
+) -> Result<PhaseReport, StepError> {
+    let plan_file = dir.join(DATA_DIR).join("tfplan");
+    let code = run_logged_code(
+        current,
+        dir,
+        program,
+        &plan_args(opts, &plan_file, &args.var_file),
+    )?;
+    if !matches!(code, Some(0 | 2)) {
+        return Err(StepError(if current.interrupted.load(Ordering::SeqCst) {
+            "the assessment was interrupted".into()
+        } else {
+            "the refresh-only plan failed (its log says why)".into()
+        }));
+    }
+    let json = run_quiet(
+        dir,
+        program,
+        &["show", "-json", &plan_file.display().to_string()],
+    )?;
+    let parsed: serde_json::Value =
+        serde_json::from_slice(&json).map_err(step("reading the plan's JSON"))?;
+    api.put("plan-json", &json)?;
+    let schemas = run_quiet(dir, program, &["providers", "schema", "-json"])?;
+    api.put("provider-schemas", &schemas)?;
+    let found = terrace_crds::assessment::assess(&parsed).summary();
+    let mut report = count_changes(&parsed);
+    report.assessment = Some(found);
+    Ok(report)
 }
 
 /// How often the runner looks at the state file while the engine applies.
@@ -930,6 +996,29 @@ mod tests {
         };
         let args = plan_args(&structured, Path::new("/p"), &[]);
         assert_eq!(args[..4], ["plan", "-input=false", "-json", "-out=/p"]);
+    }
+
+    #[test]
+    fn an_assessment_plans_refresh_only_with_detailed_exit_codes() {
+        let opts = RunOptions {
+            assessment: true,
+            json_log: true,
+            refresh: true,
+            ..RunOptions::default()
+        };
+        let args = plan_args(&opts, Path::new("/p"), &[PathBuf::from("/v/w.tfvars")]);
+        assert_eq!(
+            args,
+            [
+                "plan",
+                "-input=false",
+                "-json",
+                "-out=/p",
+                "-refresh-only",
+                "-detailed-exitcode",
+                "-var-file=/v/w.tfvars"
+            ]
+        );
     }
 
     #[test]

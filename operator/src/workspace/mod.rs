@@ -357,7 +357,14 @@ async fn reconcile(ws: Arc<Workspace>, ctx: Arc<WsContext>) -> Result<Action, Er
         .as_ref()
         .map(|s| s.conditions.as_slice())
         .unwrap_or_default();
-    let conditions = kstatus_conditions(previous, &derived.outcome, generation, Timestamp::now());
+    let now = Timestamp::now();
+    let conditions = crate::conditions::with_health(
+        kstatus_conditions(previous, &derived.outcome, generation, now),
+        previous,
+        ws.status.as_ref().and_then(|s| s.health.as_deref()),
+        generation,
+        now,
+    );
     if !status_is_current(&ws, &derived, &conditions, generation) {
         let api: Api<Workspace> = Api::namespaced(client.clone(), &ns);
         let pp = PatchParams::apply(FIELD_MANAGER_OPERATOR).force();
@@ -656,9 +663,10 @@ mod tests {
         assert_eq!(trimmed.spec.terraform_version, w.spec.terraform_version);
         assert!(trimmed.spec.trigger_patterns.is_empty());
         let st = trimmed.status.unwrap_or_default();
+        // The assessment scheduler reads the resource count (a state to assess).
         assert_eq!(
             (st.resource_count, st.latest_change_at.as_deref()),
-            (0, Some("2026-01-01T00:00:00Z"))
+            (7, Some("2026-01-01T00:00:00Z"))
         );
         assert_eq!(st.data_retention_policy_id, None);
     }

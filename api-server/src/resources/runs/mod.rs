@@ -47,6 +47,11 @@ pub fn plan_json_key(run_id: &str) -> String {
 pub fn plan_json_redacted_key(run_id: &str) -> String {
     format!("runs/{run_id}/plan.redacted.json")
 }
+/// Blob key of the provider schemas an assessment's runner uploads (its result's
+/// `json-schema`).
+pub fn provider_schemas_key(run_id: &str) -> String {
+    format!("runs/{run_id}/provider-schemas.json")
+}
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -285,6 +290,7 @@ async fn create(
         debugging_mode: a.debugging_mode,
         invoke_action_addrs: a.invoke_action_addrs,
         policy_paths: a.policy_paths,
+        assessment: false,
     };
     let mut run = Run {
         metadata: write::owned_meta(&id, &ws, &[(LABEL_WORKSPACE_ID, ws.id())]),

@@ -40,6 +40,10 @@ pub fn upload_router() -> Router<AppState> {
             put(put_upload::<PlanJsonRedacted>),
         )
         .route(
+            "/api/v2/runner/runs/{id}/provider-schemas",
+            put(put_upload::<ProviderSchemas>),
+        )
+        .route(
             "/api/v2/runner/runs/{id}/log/{phase}/{part}",
             put(put_log_part),
         )
@@ -172,6 +176,19 @@ impl PlanUpload for PlanJsonRedacted {
 }
 /// `PUT …/plan-json`.
 struct PlanJson;
+/// `PUT …/provider-schemas`: `providers schema -json` of an assessment (its result's
+/// `json-schema`).
+struct ProviderSchemas;
+
+impl PlanUpload for ProviderSchemas {
+    const WHAT: &'static str = "the provider schemas";
+    fn key(run_id: &str) -> String {
+        super::provider_schemas_key(run_id)
+    }
+    fn check(bytes: &Bytes) -> Result<(), ApiError> {
+        PlanJson::check(bytes)
+    }
+}
 
 impl PlanUpload for PlanFile {
     const WHAT: &'static str = "the plan";
@@ -203,7 +220,8 @@ async fn put_upload<U: PlanUpload>(
     in_phase(&run, Phase::Plan)?;
     let bytes = body(b)?;
     U::check(&bytes)?;
-    let plan = U::CHECKS_POLICIES
+    // An assessment's plan is no run's: no policy checks it (docs/health.md).
+    let plan = (U::CHECKS_POLICIES && !run.spec.assessment)
         .then(|| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
         .flatten();
     store(&state, &run)

@@ -68,6 +68,9 @@ pub async fn write(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let s = RunState::of(run.status.as_ref().and_then(|s| s.status.as_deref()));
+    if run.spec.assessment {
+        return Err(ApiError::conflict("a health assessment never writes state"));
+    }
     if s != Ok(RunState::Applying) {
         return Err(ApiError::conflict(
             "only a run that is applying writes state",

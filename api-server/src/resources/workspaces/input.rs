@@ -224,7 +224,18 @@ impl WorkspaceInput {
             description: a.description,
             agent_pool_id: a.agent_pool_id,
             allow_destroy_plan: a.allow_destroy_plan,
-            assessments_enabled: a.assessments_enabled.filter(|_| hosted),
+            assessments_enabled: match a.assessments_enabled {
+                // SPEC.md: only the hosted edition takes the attribute. Refused rather
+                // than dropped: a 2xx must not lose what it was asked (false is what the
+                // self-hosted edition reads anyway, so it is written).
+                Some(true) if !hosted => {
+                    return Err(invalid(
+                        "assessments-enabled",
+                        "health assessments are set through the API on the hosted edition only (--edition hosted); on this server enable them with the Workspace's spec.assessmentsEnabled or the organization's assessments-enforced (docs/health.md)",
+                    ));
+                }
+                other => other,
+            },
             auto_apply: a.auto_apply,
             auto_apply_run_trigger: a.auto_apply_run_trigger,
             auto_destroy_at: a.auto_destroy_at,
@@ -464,6 +475,36 @@ pub fn apply(
         Some(_) => spec.terraform_version = Some(org.terraform_version.clone()),
         None if create => spec.terraform_version = Some(org.terraform_version.clone()),
         None => {}
+    }
+    // HCP Terraform's requirements of health assessments: remote or agent execution, an
+    // engine that has them. Checked when the request enables them or changes what they
+    // need.
+    let touches = input.assessments_enabled == Some(true) || requested_mode.is_some();
+    if spec.assessments_enabled && touches {
+        let pointer = if input.assessments_enabled.is_some() {
+            "assessments-enabled"
+        } else {
+            "execution-mode"
+        };
+        let mode = spec
+            .execution_mode
+            .as_deref()
+            .unwrap_or(org.execution_mode.as_str());
+        if mode == "local" {
+            return Err(invalid(
+                pointer,
+                "health assessments need remote or agent execution: a local workspace runs nothing in terrace",
+            ));
+        }
+        if !terrace_crds::assessment::engine_allows(spec.terraform_version.as_deref()) {
+            return Err(invalid(
+                "assessments-enabled",
+                format!(
+                    "health assessments need terraform {} or later",
+                    terrace_crds::assessment::MIN_ENGINE_VERSION
+                ),
+            ));
+        }
     }
     if let Some(vcs) = input.vcs_repo {
         spec.vcs_repo = match vcs {
@@ -762,19 +803,75 @@ mod tests {
     }
 
     #[test]
-    fn assessments_only_on_hosted() {
-        let attrs = json!({"name": "w", "assessments-enabled": true})
-            .as_object()
-            .cloned()
-            .unwrap_or_default();
+    fn assessments_only_on_hosted_and_refused_rather_than_dropped() {
+        let obj = |v: Value| v.as_object().cloned().unwrap_or_default();
+        let attrs = obj(json!({"name": "w", "assessments-enabled": true}));
+        let refused = parse(&attrs, None, false).expect_err("self-hosted refuses true");
+        assert!(
+            format!("{refused:?}").contains("assessments-enabled"),
+            "{refused:?}"
+        );
+        let off = obj(json!({"name": "w", "assessments-enabled": false}));
         assert_eq!(
-            parse(&attrs, None, false).expect("p").assessments_enabled,
-            None
+            parse(&off, None, false).expect("p").assessments_enabled,
+            Some(false),
+            "false is written, not dropped"
         );
         assert_eq!(
             parse(&attrs, None, true).expect("p").assessments_enabled,
             Some(true)
         );
+    }
+
+    #[test]
+    fn assessments_need_remote_or_agent_execution_and_a_recent_engine() {
+        let obj = |v: Value| v.as_object().cloned().unwrap_or_default();
+        let create = |attrs: Value| {
+            let mut s = WorkspaceSpec::default_for_create();
+            apply(&mut s, parse(&obj(attrs), None, true)?, true, &org()).map(|()| s)
+        };
+        let s = create(json!({"name": "w", "assessments-enabled": true})).expect("remote");
+        assert!(s.assessments_enabled);
+        let local =
+            create(json!({"name": "w", "assessments-enabled": true, "execution-mode": "local"}));
+        assert!(
+            format!("{local:?}").contains("remote or agent"),
+            "{local:?}"
+        );
+        let old = create(
+            json!({"name": "w", "assessments-enabled": true, "terraform-version": "0.14.11"}),
+        );
+        assert!(format!("{old:?}").contains("0.15.4"), "{old:?}");
+        // Switching an assessed workspace to local execution is refused too.
+        let mut s = s;
+        let to_local = apply(
+            &mut s,
+            parse(&obj(json!({"execution-mode": "local"})), None, true).expect("p"),
+            false,
+            &org(),
+        );
+        assert!(
+            format!("{to_local:?}").contains("execution-mode"),
+            "{to_local:?}"
+        );
+        // An organization whose default is local: an inheriting workspace cannot assess.
+        let mut s = WorkspaceSpec::default_for_create();
+        let local_org = OrgDefaults {
+            execution_mode: "local".into(),
+            ..org()
+        };
+        let r = apply(
+            &mut s,
+            parse(
+                &obj(json!({"name": "w", "assessments-enabled": true})),
+                None,
+                true,
+            )
+            .expect("p"),
+            true,
+            &local_org,
+        );
+        assert!(r.is_err(), "{r:?}");
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! documents are cached per caller and per resourceVersion of everything they show
 //! ([`RenderCache`]) for as long as the permission decisions they embed.
 
+mod assessments;
 mod claims;
 mod consumers;
 mod crud;
@@ -33,7 +34,7 @@ use render::{Permissions, RenderContext};
 pub type Ws = Located<Workspace>;
 
 pub fn router() -> Router<AppState> {
-    merged_routers![crud, lock, consumers, ssh_key, run_triggers]
+    merged_routers![crud, lock, consumers, ssh_key, run_triggers, assessments]
 }
 
 /// Whether the caller may force delete: `force-delete`, or `update` when the organization

@@ -179,6 +179,7 @@ pub fn workspace(ws: &Workspace, ctx: &RenderContext<'_>) -> Value {
         })
     });
     let metrics = &status.metrics;
+    let health = status.health.as_deref();
     let mut attributes = json!({
         "name": spec.name,
         "description": spec.description,
@@ -225,7 +226,7 @@ pub fn workspace(ws: &Workspace, ctx: &RenderContext<'_>) -> Value {
         "source-name": spec.source_name,
         "source-url": spec.source_url,
         "tag-names": status_tag_names(ws),
-        "last-assessment-result-at": Value::Null,
+        "last-assessment-result-at": health.and_then(|h| h.assessed_at.clone()),
         "permissions": {
             "can-update": p.update,
             "can-destroy": p.delete,
@@ -283,7 +284,9 @@ pub fn workspace(ws: &Workspace, ctx: &RenderContext<'_>) -> Value {
             "current-configuration-version": {"data": ctx.current_configuration_version.as_ref().map(|id| json!({"id": id, "type": "configuration-versions"}))},
             "agent-pool": {"data": agent_pool.as_ref().map(|a| json!({"id": a, "type": "agent-pools"}))},
             "readme": {"data": Value::Null},
-            "current-assessment-result": {"data": Value::Null},
+            "current-assessment-result": {"data": health
+                .and_then(|h| h.result_id.as_ref())
+                .map(|id| json!({"id": id, "type": "assessment-results"}))},
             "vars": {"data": ctx.variables.iter().map(|id| json!({"id": id, "type": "vars"})).collect::<Vec<_>>()},
             "tag-bindings": {"links": {"related": format!("{base}/tag-bindings")}},
             "effective-tag-bindings": {"links": {"related": format!("{base}/effective-tag-bindings")}},

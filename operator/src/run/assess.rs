@@ -1,0 +1,533 @@
+//! Health assessments (docs/health.md): the scheduler that starts them, and what the run
+//! controller does with an assessment run beyond a plan-only run's life.
+//!
+//! An assessment is a Run with `spec.assessment` (plan-only, refresh-only, never
+//! locking, never writing state): the run controller gives it a plan Pod like any
+//! plan-only run, in which `terrace runner remote` plans with `-refresh-only
+//! -detailed-exitcode` and reports what the JSON plan says ([`terrace_crds::assessment`]).
+//!
+//! - [`scheduler`]: one pass every few seconds over the cached workspaces (a scheduler
+//!   waits for time itself, so it ticks; a pass is a walk over two caches, no request):
+//!   each eligible workspace is due at its own time ([`assessment::due_at`], spread by a
+//!   hash of its ID), skipped while a run of it is active or an assessment of it is under
+//!   way, and at most `--assessment-concurrency` assessments exist at once, the longest
+//!   due first.
+//! - [`at_limit`]: before its Pod, an assessment waits while assessments hold their own
+//!   limit or while runs and test runs leave no slot of `--test-run-concurrency`; runs
+//!   never count assessments, so an assessment never delays a run.
+//! - [`result`]: when an assessment ends, its result against the workspace's previous one
+//!   (the triggers it fires), written with its final status in one write.
+//! - [`record`]: once ended, the result becomes the workspace's health
+//!   (`status.health`, from which the workspace controller derives the conditions
+//!   Drifted and ChecksPassing), with an Event per change of health and the metrics.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::events::EventType;
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+use terrace_crds::assessment::{self, AssessmentSummary};
+use terrace_crds::constants::{
+    ANNOTATION_ASSESSMENT_REQUESTED, ANNOTATION_STATE_HEAD, FIELD_MANAGER_RUNS,
+    LABEL_DEFAULT_PROJECT, LABEL_ID, LABEL_ORGANIZATION, LABEL_WORKSPACE_ID,
+};
+use terrace_crds::ids::IdKind;
+use terrace_crds::run::{PhaseReport, RunState};
+use terrace_crds::{ConfigurationVersion, Organization, Run, RunAssessment, RunSpec, Workspace};
+
+use super::{RunContext, state_of};
+use crate::Error;
+use crate::catalog::typed;
+use crate::events::publish_event;
+
+/// The source of an assessment run.
+pub const SOURCE: &str = "terrace-assessment";
+
+/// Why an assessment's Pod may not start now (None: it may): see the module docs.
+pub fn at_limit(ctx: &RunContext) -> Option<String> {
+    let all = ctx.runs.state();
+    let assessing = all
+        .iter()
+        .filter(|r| r.spec.assessment && state_of(r).is_running())
+        .count();
+    let runs = all
+        .iter()
+        .filter(|r| !r.spec.assessment && state_of(r).is_running())
+        .count();
+    let (tests, _) = ctx
+        .catalog
+        .count_in_status(IdKind::TestRun, &terrace_crds::testrun::HOLDING_SLOT);
+    let limit = ctx.base.settings.assessment_concurrency as usize;
+    let global = ctx.base.settings.test_run_concurrency as usize;
+    (!assessment::may_start(assessing, limit.max(1), runs + tests, global)).then(|| {
+        format!(
+            "waiting for a slot: {assessing} assessments (their limit is {limit}) and {} runs and test runs are running (the limit is {global})",
+            runs + tests
+        )
+    })
+}
+
+/// The result of assessment run `run` ending as `to`, against workspace `ws`'s previous
+/// one: what its report found (a failed one: `message`), and the notification triggers
+/// it fires. None for an end that says nothing of health (canceled).
+pub fn result(
+    run: &Run,
+    ws: &Workspace,
+    to: RunState,
+    message: Option<&str>,
+    report: Option<&PhaseReport>,
+) -> Option<RunAssessment> {
+    let summary = match (to, report.and_then(|r| r.assessment.clone())) {
+        (RunState::PlannedAndFinished, Some(s)) => s,
+        (RunState::PlannedAndFinished | RunState::Errored, _) => {
+            AssessmentSummary::failed(message.unwrap_or("the assessment ended without a result"))
+        }
+        _ => return None,
+    };
+    let health = ws.status.as_ref().and_then(|s| s.health.as_deref());
+    let prior = health
+        .filter(|h| h.result_id.is_some() && h.run.as_deref() != Some(&run.name_any()))
+        .map(|h| (h.result_id.clone(), h.summary.clone()));
+    let triggers = assessment::triggers(prior.as_ref().map(|(_, s)| s), &summary);
+    Some(RunAssessment {
+        summary,
+        triggers,
+        prior_result_id: prior.as_ref().and_then(|(id, _)| id.clone()),
+        prior: prior.map(|(_, s)| s),
+    })
+}
+
+/// Makes the result of ended assessment run `run` its workspace's health, unless the
+/// workspace shows it (or a later one) already: `status.health` (a merge patch under the
+/// run controller's field manager), an Event per change of health, the metrics.
+pub async fn record(ctx: &RunContext, run: &Run) -> Result<(), Error> {
+    let Some(result) = run.status.as_ref().and_then(|s| s.assessment.as_deref()) else {
+        return Ok(());
+    };
+    let ns = run.namespace().unwrap_or_default();
+    let api: Api<Workspace> = Api::namespaced(ctx.base.client.clone(), &ns);
+    let Some(ws) = api.get_opt(&run.spec.workspace).await? else {
+        return Ok(());
+    };
+    let started = run
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| terrace_crds::common::timestamp(&t.0));
+    let health = ws.status.as_ref().and_then(|s| s.health.as_deref());
+    if health.is_some_and(|h| h.run.as_deref() == Some(&run.name_any()) || h.started_at > started) {
+        return Ok(());
+    }
+    let Some(run_id) = run.labels().get(LABEL_ID) else {
+        return Ok(());
+    };
+    let st = run.status.clone().unwrap_or_default();
+    let assessed_at = st
+        .plan
+        .finished_at
+        .clone()
+        .or_else(|| Some(terrace_crds::common::timestamp(&Timestamp::now())));
+    let s = &result.summary;
+    let patch = json!({"status": {"health": {
+        "resultId": assessment::result_id(run_id),
+        "run": run.name_any(),
+        "startedAt": started,
+        "assessedAt": assessed_at,
+        "state": s.state(),
+        "summary": s,
+    }}});
+    let pp = PatchParams {
+        field_manager: Some(FIELD_MANAGER_RUNS.to_owned()),
+        ..PatchParams::default()
+    };
+    api.patch_status(&ws.name_any(), &pp, &Patch::Merge(&patch))
+        .await?;
+    let regarding = ws.object_ref(&());
+    for e in assessment::changes(result.prior.as_ref(), s) {
+        let kind = if e.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        publish_event(
+            &ctx.recorder,
+            &regarding,
+            kind,
+            e.reason,
+            "Assess",
+            e.message,
+        )
+        .await;
+    }
+    let outcome = match (s.succeeded, s.drifted, s.checks_failing()) {
+        (false, _, _) => "failed",
+        (true, true, _) => "drifted",
+        (true, false, true) => "check_failure",
+        (true, false, false) => "healthy",
+    };
+    let took = run
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .and_then(|c| {
+            let end: Timestamp = assessed_at.as_deref()?.parse().ok()?;
+            Duration::try_from(end.duration_since(c.0)).ok()
+        })
+        .unwrap_or_default();
+    crate::metrics::assessment_finished(outcome, took);
+    Ok(())
+}
+
+/// How often the scheduler looks for due workspaces: a twentieth of the interval, between
+/// one and ten seconds.
+pub fn tick(interval: Duration) -> Duration {
+    (interval / 20).clamp(Duration::from_secs(1), Duration::from_secs(10))
+}
+
+/// Starts due assessments until the future is dropped (with the run controller).
+pub async fn scheduler(ctx: Arc<RunContext>) {
+    let interval = ctx.base.settings.assessment_interval;
+    let mut first_seen: HashMap<String, Timestamp> = HashMap::new();
+    loop {
+        tokio::time::sleep(tick(interval)).await;
+        if let Err(e) = pass(&ctx, &mut first_seen).await {
+            e.log("assessment scheduler", "");
+        }
+    }
+}
+
+/// A workspace object of a namespace.
+type WsKey = (String, String);
+
+/// What the runs of each workspace say for the scheduler.
+#[derive(Default)]
+struct RunFacts {
+    /// Workspaces with a run that is not final.
+    busy: HashSet<WsKey>,
+    /// Workspaces with an assessment that is not final.
+    assessing: HashSet<WsKey>,
+    /// Assessments not final, in all.
+    in_flight: usize,
+    /// When each workspace's newest assessment was created.
+    last: HashMap<WsKey, Timestamp>,
+}
+
+fn run_facts(runs: &[Arc<Run>]) -> RunFacts {
+    let mut f = RunFacts::default();
+    for r in runs {
+        let key = (r.namespace().unwrap_or_default(), r.spec.workspace.clone());
+        let open = !state_of(r).is_final();
+        if r.spec.assessment {
+            if open {
+                f.in_flight += 1;
+                f.assessing.insert(key.clone());
+            }
+            if let Some(t) = r.metadata.creation_timestamp.as_ref() {
+                let e = f.last.entry(key).or_insert(t.0);
+                *e = (*e).max(t.0);
+            }
+        } else if open {
+            f.busy.insert(key);
+        }
+    }
+    f
+}
+
+/// One pass of the scheduler (see the module docs).
+async fn pass(ctx: &RunContext, first_seen: &mut HashMap<String, Timestamp>) -> Result<(), Error> {
+    crate::identity::synced(&ctx.workspaces, "workspace").await?;
+    crate::identity::synced(&ctx.runs, "run").await?;
+    ctx.catalog.synced(IdKind::ConfigurationVersion).await?;
+    ctx.catalog.synced(IdKind::Project).await?;
+    let now = Timestamp::now();
+    let interval = SignedDuration::try_from(ctx.base.settings.assessment_interval)
+        .unwrap_or(SignedDuration::from_hours(24));
+    let facts = run_facts(&ctx.runs.state());
+    let mut orgs: HashMap<String, Option<Arc<Organization>>> = HashMap::new();
+    let mut due: Vec<(Timestamp, Arc<Workspace>, String)> = Vec::new();
+    let mut seen: HashSet<String> = HashSet::new();
+    let (mut drifted, mut failing) = (0, 0);
+    for ws in ctx.workspaces.state() {
+        let ns = ws.namespace().unwrap_or_default();
+        let health = ws.status.as_ref().and_then(|s| s.health.as_deref());
+        if let Some(h) = health.filter(|h| h.result_id.is_some()) {
+            drifted += usize::from(h.summary.drifted);
+            failing += usize::from(h.summary.checks_failing());
+        }
+        let (Some(id), Some(uid)) = (ws.labels().get(LABEL_ID), ws.uid()) else {
+            continue;
+        };
+        if ws.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let org = match orgs.get(&ns) {
+            Some(o) => o.clone(),
+            None => {
+                let o = ctx.orgs.owner(&ns).await?;
+                orgs.insert(ns.clone(), o.clone());
+                o
+            }
+        };
+        let Some(org) = org else { continue };
+        let cv = current_configuration(ctx, &ns, &ws.name_any());
+        let eligible = assessment::eligibility(
+            ws.spec.assessments_enabled,
+            org.spec.settings.assessments_enforced,
+            &execution_mode(ctx, &ns, &ws, &org),
+            cv.is_some(),
+            ws.annotations().contains_key(ANNOTATION_STATE_HEAD)
+                || ws.status.as_ref().is_some_and(|s| s.resource_count > 0),
+        );
+        let Some(cv) = cv.filter(|_| eligible.is_ok()) else {
+            continue;
+        };
+        seen.insert(uid.clone());
+        let first = *first_seen.entry(uid).or_insert(now);
+        let key = (ns, ws.name_any());
+        let last = facts.last.get(&key).copied().or_else(|| {
+            health
+                .and_then(|h| h.started_at.as_deref())
+                .and_then(|t| t.parse().ok())
+        });
+        let requested = ws
+            .annotations()
+            .get(ANNOTATION_ASSESSMENT_REQUESTED)
+            .and_then(|t| t.parse::<Timestamp>().ok());
+        let at = assessment::due_at(id, interval, last, first, requested);
+        if at <= now && !facts.busy.contains(&key) && !facts.assessing.contains(&key) {
+            due.push((at, ws.clone(), cv));
+        }
+    }
+    first_seen.retain(|uid, _| seen.contains(uid));
+    crate::metrics::workspaces_unhealthy(drifted, failing);
+    let free = (ctx.base.settings.assessment_concurrency as usize)
+        .max(1)
+        .saturating_sub(facts.in_flight);
+    due.sort_by_key(|(at, _, _)| *at);
+    for (_, ws, cv) in due.into_iter().take(free) {
+        start(ctx, &ws, &cv).await?;
+    }
+    Ok(())
+}
+
+/// The effective execution mode of `ws`: its own unless it inherits (its project's
+/// default when the project overrides it, else the organization's).
+fn execution_mode(ctx: &RunContext, ns: &str, ws: &Workspace, org: &Organization) -> String {
+    let inherits = ws
+        .spec
+        .setting_overwrites
+        .as_ref()
+        .and_then(|o| o.execution_mode)
+        == Some(false);
+    let own = match (&ws.spec.execution_mode, ws.spec.operations) {
+        (Some(m), _) => Some(m.clone()),
+        (None, Some(true)) => Some("remote".to_owned()),
+        (None, Some(false)) => Some("local".to_owned()),
+        (None, None) => None,
+    };
+    if let Some(m) = own.filter(|_| !inherits) {
+        return m;
+    }
+    let wanted = ws.spec.project.as_deref().filter(|p| !p.is_empty());
+    let project = ctx
+        .catalog
+        .in_namespace(IdKind::Project, ns)
+        .into_iter()
+        .find(|p| match wanted {
+            Some(name) => p.metadata.name.as_deref() == Some(name),
+            None => p.labels().get(LABEL_DEFAULT_PROJECT).map(String::as_str) == Some("true"),
+        })
+        .and_then(|p| typed::<terrace_crds::Project>(&p));
+    let so = project
+        .as_ref()
+        .and_then(|p| p.spec.setting_overwrites.clone())
+        .unwrap_or_default();
+    match project.and_then(|p| p.spec.default_execution_mode) {
+        Some(m) if so.default_execution_mode == Some(true) => m,
+        _ => org.spec.settings.default_execution_mode.clone(),
+    }
+}
+
+/// The workspace's current configuration version for an assessment, from the catalog's
+/// cache: its newest uploaded, usable version that is neither provisional nor
+/// speculative (a speculative plan's upload is no configuration of the workspace).
+fn current_configuration(ctx: &RunContext, ns: &str, ws_object: &str) -> Option<String> {
+    ctx.catalog
+        .in_namespace(IdKind::ConfigurationVersion, ns)
+        .into_iter()
+        .filter(|o| o.data["spec"]["workspace"].as_str() == Some(ws_object))
+        .filter_map(|o| typed::<ConfigurationVersion>(&o))
+        .filter(|c| c.usable() && !c.spec.provisional && !c.spec.speculative)
+        .max_by(|a, b| {
+            let at = |c: &ConfigurationVersion| {
+                (
+                    c.status.as_ref().and_then(|s| s.uploaded_at.clone()),
+                    c.metadata.creation_timestamp.clone(),
+                )
+            };
+            at(a).cmp(&at(b))
+        })
+        .map(|c| c.name_any())
+}
+
+/// Creates the assessment run of `ws` on configuration version `cv`.
+async fn start(ctx: &RunContext, ws: &Workspace, cv: &str) -> Result<(), Error> {
+    let ns = ws.namespace().unwrap_or_default();
+    let ws_id = ws.labels().get(LABEL_ID).cloned().unwrap_or_default();
+    let id = terrace_crds::ids::new_id(IdKind::Run);
+    let org = ws
+        .labels()
+        .get(LABEL_ORGANIZATION)
+        .cloned()
+        .unwrap_or_default();
+    let run = Run {
+        metadata: ObjectMeta {
+            name: Some(terrace_crds::ids::object_name_for_id(&id)),
+            namespace: Some(ns.clone()),
+            labels: Some(
+                [
+                    (LABEL_ID.to_owned(), id.clone()),
+                    (LABEL_ORGANIZATION.to_owned(), org),
+                    (LABEL_WORKSPACE_ID.to_owned(), ws_id),
+                ]
+                .into(),
+            ),
+            owner_references: ws.controller_owner_ref(&()).map(|o| vec![o]),
+            ..ObjectMeta::default()
+        },
+        spec: RunSpec {
+            workspace: ws.name_any(),
+            configuration_version: cv.to_owned(),
+            refresh: true,
+            refresh_only: true,
+            plan_only: true,
+            assessment: true,
+            message: "Health assessment".to_owned(),
+            source: SOURCE.to_owned(),
+            ..RunSpec::default()
+        },
+        status: None,
+    };
+    let runs: Api<Run> = Api::namespaced(ctx.base.client.clone(), &ns);
+    match runs.create(&PostParams::default(), &run).await {
+        Ok(_) => {
+            tracing::info!(workspace = %ws.spec.name, namespace = %ns, assessment = %id, "health assessment started");
+            Ok(())
+        }
+        Err(kube::Error::Api(s)) if matches!(s.code, 400 | 403 | 409 | 422) => {
+            tracing::warn!(workspace = %ws.spec.name, namespace = %ns, error = %s.message, "a health assessment could not be created");
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(name: &str, ws: &str, assessment: bool, status: &str, created: &str) -> Arc<Run> {
+        let mut r = Run::new(
+            name,
+            RunSpec {
+                workspace: ws.into(),
+                assessment,
+                plan_only: assessment,
+                ..RunSpec::default()
+            },
+        );
+        r.metadata.namespace = Some("acme".into());
+        r.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            created.parse().unwrap(),
+        ));
+        r.status = Some(terrace_crds::RunStatus {
+            status: Some(status.into()),
+            ..Default::default()
+        });
+        Arc::new(r)
+    }
+
+    #[test]
+    fn runs_make_workspaces_busy_and_assessments_count_apart() {
+        let f = run_facts(&[
+            run("a", "web", false, "planning", "2026-01-01T00:00:00Z"),
+            run(
+                "b",
+                "web",
+                true,
+                "planned_and_finished",
+                "2026-01-01T01:00:00Z",
+            ),
+            run("c", "db", true, "planning", "2026-01-01T02:00:00Z"),
+            run("d", "db", true, "errored", "2026-01-01T00:30:00Z"),
+            run("e", "cache", false, "applied", "2026-01-01T00:00:00Z"),
+        ]);
+        let k = |w: &str| ("acme".to_owned(), w.to_owned());
+        assert!(f.busy.contains(&k("web")) && !f.busy.contains(&k("cache")));
+        assert!(!f.busy.contains(&k("db")), "an assessment is no run");
+        assert!(f.assessing.contains(&k("db")) && !f.assessing.contains(&k("web")));
+        assert_eq!(f.in_flight, 1);
+        assert_eq!(
+            f.last.get(&k("db")).copied(),
+            Some("2026-01-01T02:00:00Z".parse().unwrap())
+        );
+        assert_eq!(
+            f.last.get(&k("web")).copied(),
+            Some("2026-01-01T01:00:00Z".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn the_tick_follows_the_interval() {
+        assert_eq!(tick(Duration::from_secs(86_400)), Duration::from_secs(10));
+        assert_eq!(tick(Duration::from_secs(40)), Duration::from_secs(2));
+        assert_eq!(tick(Duration::from_secs(5)), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_result_against_the_previous_one() {
+        let r = run("x", "web", true, "planning", "2026-01-01T00:00:00Z");
+        let mut ws = Workspace::new("web", terrace_crds::WorkspaceSpec::default());
+        let drifted = AssessmentSummary {
+            succeeded: true,
+            drifted: true,
+            resources_drifted: 1,
+            ..AssessmentSummary::default()
+        };
+        let report = PhaseReport {
+            ok: true,
+            assessment: Some(drifted.clone()),
+            ..PhaseReport::default()
+        };
+        let first = result(&r, &ws, RunState::PlannedAndFinished, None, Some(&report)).unwrap();
+        assert_eq!(first.triggers, ["assessment:drifted"]);
+        assert_eq!(first.prior, None);
+        ws.status = Some(terrace_crds::WorkspaceStatus {
+            health: Some(Box::new(terrace_crds::WorkspaceHealth {
+                result_id: Some("asmtres-old".into()),
+                run: Some("old".into()),
+                summary: drifted.clone(),
+                ..Default::default()
+            })),
+            ..Default::default()
+        });
+        let again = result(&r, &ws, RunState::PlannedAndFinished, None, Some(&report)).unwrap();
+        assert!(
+            again.triggers.is_empty(),
+            "still drifted: no new notification"
+        );
+        assert_eq!(again.prior_result_id.as_deref(), Some("asmtres-old"));
+        let failed = result(&r, &ws, RunState::Errored, Some("the plan failed"), None).unwrap();
+        assert!(!failed.summary.succeeded);
+        assert_eq!(
+            failed.summary.error_message.as_deref(),
+            Some("the plan failed")
+        );
+        assert_eq!(failed.triggers, ["assessment:failed"]);
+        assert!(result(&r, &ws, RunState::Canceled, None, None).is_none());
+    }
+}

@@ -1,0 +1,577 @@
+//! Health assessments end to end (issue 44, docs/health.md): `terrace dev` (hosted
+//! edition, so the API takes `assessments-enabled`) with the real terraform as the
+//! engine. A configuration applied with the CLI reads an upstream state file through
+//! `terraform_remote_state` (backend `local`) and has a `check` block on it; the test
+//! changes that file behind the engine's back, as infrastructure changes behind
+//! Terraform's back. Assessments asked for through the API then report: healthy, a check
+//! failure (not drift), a failure (not drift) when the file is gone, and healthy again;
+//! with the Workspace's conditions, its Events, the notifications, the result's JSON
+//! output and log; an assessment never takes the workspace's lock.
+//!
+//! Drift itself needs a provider whose real objects change (built-in resources cannot
+//! drift): the second test uses the AWS provider of the machine's plugin mirror
+//! (`/opt/tf-plugins`) against moto's S3, and changes a bucket's tags behind the
+//! engine's back; it is skipped, saying so, where either is missing.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use terrace_tests::receiver::Receiver;
+use terrace_tests::{Api, CLI_HOST, Dev, Moto, Terraform, terraform_path, text};
+
+const ORG: &str = "healthorg";
+
+fn upstream(path: &Path, ok: bool) {
+    let state = json!({
+        "version": 4, "terraform_version": "1.11.4", "serial": 1, "lineage": "upstream",
+        "outputs": {
+            "ok": {"value": ok, "type": "bool"},
+            "version": {"value": "1", "type": "string"}
+        },
+        "resources": []
+    });
+    std::fs::write(path, serde_json::to_vec(&state).unwrap()).expect("upstream state");
+}
+
+fn config(dir: &Path, upstream: &Path) {
+    std::fs::create_dir_all(dir).expect("config dir");
+    std::fs::write(
+        dir.join("main.tf"),
+        format!(
+            r#"
+terraform {{
+  cloud {{
+    hostname     = "{CLI_HOST}"
+    organization = "{ORG}"
+    workspaces {{
+      name = "app"
+    }}
+  }}
+}}
+
+data "terraform_remote_state" "up" {{
+  backend = "local"
+  config = {{
+    path = "{}"
+  }}
+}}
+
+resource "terraform_data" "app" {{
+  input = data.terraform_remote_state.up.outputs.version
+}}
+
+check "upstream" {{
+  assert {{
+    condition     = data.terraform_remote_state.up.outputs.ok
+    error_message = "the upstream is not ok"
+  }}
+}}
+"#,
+            upstream.display()
+        ),
+    )
+    .expect("main.tf");
+}
+
+/// The workspace's current assessment result once it is another than `before`.
+fn next_result(dev: &Dev, api: &Api, ws: &str, before: Option<&str>) -> Value {
+    let r = api.post(
+        &format!("/api/v2/workspaces/{ws}/actions/assess"),
+        &json!({}),
+    );
+    assert_eq!(r.status, 200, "assess: {:?}", r.body);
+    // The assessment holds no lock: a person can lock the workspace meanwhile.
+    let lock = api.post(
+        &format!("/api/v2/workspaces/{ws}/actions/lock"),
+        &json!({"reason": "while assessing"}),
+    );
+    assert_eq!(
+        lock.status, 200,
+        "lock during an assessment: {:?}",
+        lock.body
+    );
+    let unlock = api.post(
+        &format!("/api/v2/workspaces/{ws}/actions/unlock"),
+        &json!({}),
+    );
+    assert_eq!(unlock.status, 200, "{:?}", unlock.body);
+    let found = dev.eventually(Duration::from_secs(120), || {
+        let r = api.get(&format!(
+            "/api/v2/workspaces/{ws}/current-assessment-result"
+        ));
+        (r.status == 200 && r.body["data"]["id"].as_str() != before).then(|| r.body["data"].clone())
+    });
+    found.unwrap_or_else(|| {
+        let runs = dev.kubectl(&["get", "runs", "-n", ORG, "-o", "yaml"]);
+        let wss = dev.kubectl(&["get", "workspaces", "-n", ORG, "-o", "yaml"]);
+        let log: String = dev
+            .log()
+            .lines()
+            .filter(|l| l.contains("assess") || l.contains("WARN") || l.contains("ERROR"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        panic!(
+            "no new assessment result; runs:\n{}\nworkspaces:\n{}\nlog:\n{log}",
+            text(&runs),
+            text(&wss)
+        )
+    })
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .build()
+        .into()
+}
+
+/// A web view session of the admin: its cookie's value.
+fn sign_in(dev: &Dev) -> String {
+    let r = agent()
+        .post(&format!("{}/app/session", dev.api))
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .send(format!("token={}&next=/app", dev.token))
+        .expect("sign in");
+    assert_eq!(r.status().as_u16(), 303);
+    r.headers()
+        .get("set-cookie")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|set| set.split(';').next())
+        .and_then(|kv| kv.split_once('='))
+        .map(|(_, v)| v.to_owned())
+        .expect("the session cookie")
+}
+
+/// GET `path` of the web view with session `cookie`: the status and the page.
+fn page(dev: &Dev, cookie: &str, path: &str) -> (u16, String) {
+    let mut r = agent()
+        .get(&format!("{}{path}", dev.api))
+        .header("Cookie", format!("terrace_session={cookie}"))
+        .call()
+        .expect("GET");
+    (
+        r.status().as_u16(),
+        r.body_mut().read_to_string().unwrap_or_default(),
+    )
+}
+
+fn condition(dev: &Dev, type_: &str) -> Value {
+    let out = dev.kubectl_ok(&["get", "workspaces", "-n", ORG, "-o", "json"]);
+    let list: Value = serde_json::from_str(&out).expect("workspaces");
+    list["items"][0]["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == type_).cloned())
+        .unwrap_or(Value::Null)
+}
+
+fn events(dev: &Dev) -> String {
+    text(&dev.kubectl(&["get", "events.events.k8s.io", "-n", ORG, "-o", "json"]))
+}
+
+#[test]
+fn continuous_validation_and_failures_from_a_refresh_only_plan() {
+    let receiver = Receiver::start(|_, _| (200, Duration::ZERO));
+    let dev = Dev::start_with(&[
+        "--engine",
+        &terraform_path(),
+        "--edition",
+        "hosted",
+        // Long: only the assessments asked for run, in the test's order.
+        "--assessment-interval",
+        "12h",
+    ]);
+    let api = Api::admin(&dev);
+    api.create_org(ORG);
+    let tf = Terraform::for_dev(&dev);
+    let dir = tempfile::tempdir().expect("dir");
+    let up = dir.path().join("upstream.tfstate");
+    upstream(&up, true);
+    let d = dir.path().join("app");
+    config(&d, &up);
+    let init = tf
+        .command(&d, &["init", "-input=false"])
+        .output()
+        .expect("init");
+    assert!(init.status.success(), "{}", text(&init));
+    let apply = tf
+        .command(&d, &["apply", "-auto-approve", "-input=false"])
+        .output()
+        .expect("apply");
+    assert!(apply.status.success(), "{}", text(&apply));
+
+    let ws = api.get(&format!("/api/v2/organizations/{ORG}/workspaces/app"));
+    let ws_id = ws.body["data"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    // Not enabled yet: asking is 409.
+    let r = api.post(
+        &format!("/api/v2/workspaces/{ws_id}/actions/assess"),
+        &json!({}),
+    );
+    assert_eq!(r.status, 409, "{:?}", r.body);
+    let r = api.call(
+        "PATCH",
+        &format!("/api/v2/workspaces/{ws_id}"),
+        Some(&json!({"data": {"type": "workspaces", "attributes": {"assessments-enabled": true}}})),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(r.body["data"]["attributes"]["assessments-enabled"], true);
+    let nc = api.post(
+        &format!("/api/v2/workspaces/{ws_id}/notification-configurations"),
+        &json!({"data": {"type": "notification-configurations", "attributes": {
+            "name": "health", "destination-type": "generic", "enabled": true,
+            "url": receiver.url("/health"),
+            "triggers": ["assessment:drifted", "assessment:check_failure", "assessment:failed"]}}}),
+    );
+    assert_eq!(nc.status, 201, "{:?}", nc.body);
+
+    // 1. Healthy: the check passes, nothing drifted.
+    let first = next_result(&dev, &api, &ws_id, None);
+    let a = &first["attributes"];
+    assert_eq!(
+        (a["succeeded"].clone(), a["drifted"].clone()),
+        (json!(true), json!(false)),
+        "{first}"
+    );
+    assert_eq!(
+        (a["checks-passed"].clone(), a["checks-failed"].clone()),
+        (json!(1), json!(0)),
+        "{first}"
+    );
+    assert_eq!(a["resources-undrifted"], 1, "{first}");
+    let first_id = first["id"].as_str().unwrap_or_default().to_owned();
+    assert!(first_id.starts_with("asmtres-"), "{first_id}");
+    assert_eq!(condition(&dev, "Drifted")["status"], "False");
+    assert_eq!(condition(&dev, "ChecksPassing")["status"], "True");
+    let out = api.get(&format!(
+        "/api/v2/assessment-results/{first_id}/json-output"
+    ));
+    assert_eq!(out.status, 200);
+    assert_eq!(out.body["checks"][0]["status"], "pass", "{:?}", out.body);
+    let log = api.get(&format!("/api/v2/assessment-results/{first_id}/log-output"));
+    assert_eq!(log.status, 200);
+    // No run: the workspace's runs are the CLI's apply only.
+    let runs = api.get(&format!("/api/v2/workspaces/{ws_id}/runs"));
+    assert_eq!(
+        runs.body["data"].as_array().map(Vec::len),
+        Some(1),
+        "{:?}",
+        runs.body
+    );
+    let wide = dev.kubectl_ok(&["get", "workspaces", "-n", ORG]);
+    assert!(
+        wide.contains("HEALTH") && wide.contains("Healthy"),
+        "{wide}"
+    );
+
+    // 2. The upstream goes bad behind the engine's back: a check failure, not drift.
+    upstream(&up, false);
+    let second = next_result(&dev, &api, &ws_id, Some(&first_id));
+    let a = &second["attributes"];
+    assert_eq!(
+        (a["succeeded"].clone(), a["drifted"].clone()),
+        (json!(true), json!(false)),
+        "{second}"
+    );
+    assert_eq!(a["checks-failed"], 1, "{second}");
+    let checks = condition(&dev, "ChecksPassing");
+    assert_eq!(
+        (checks["status"].as_str(), checks["reason"].as_str()),
+        (Some("False"), Some("ChecksFailed"))
+    );
+    assert!(
+        checks["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("the upstream is not ok"),
+        "{checks}"
+    );
+    let second_id = second["id"].as_str().unwrap_or_default().to_owned();
+    let health = api.get(&format!("/api/v2/assessment-results/{second_id}/health"));
+    assert_eq!(
+        health.body["data"]["attributes"]["checks"][0]["problems"],
+        json!(["the upstream is not ok"]),
+        "{:?}",
+        health.body
+    );
+    let got = dev.eventually(Duration::from_secs(30), || {
+        receiver
+            .at("/health")
+            .into_iter()
+            .map(|r| r.json())
+            .find(|p| p["trigger"] == "assessment:check_failure")
+    });
+    let payload = got.expect("the check failure was notified");
+    assert_eq!(payload["trigger_scope"], "assessment");
+    assert_eq!(payload["details"]["new_assessment_result"]["id"], second_id);
+    assert_eq!(
+        payload["details"]["prior_assessment_result"]["id"],
+        first_id
+    );
+    assert_eq!(payload["details"]["workspace_name"], "app");
+    assert!(
+        events(&dev).contains("ChecksFailed"),
+        "no ChecksFailed Event"
+    );
+    // The web view's health page shows the failed check with its message, and offers
+    // the workspace admin an assessment.
+    let cookie = sign_in(&dev);
+    let (status, html) = page(&dev, &cookie, &format!("/app/{ORG}/workspaces/app/health"));
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains("Checks failed"), "{html}");
+    assert!(
+        html.contains("check.upstream") && html.contains("the upstream is not ok"),
+        "{html}"
+    );
+    assert!(html.contains("Start an assessment"), "{html}");
+
+    // 3. The upstream is gone: the plan errors, an assessment failure, not drift.
+    std::fs::remove_file(&up).expect("remove upstream");
+    let third = next_result(&dev, &api, &ws_id, Some(&second_id));
+    let a = &third["attributes"];
+    assert_eq!(
+        (a["succeeded"].clone(), a["drifted"].clone()),
+        (json!(false), json!(false)),
+        "{third}"
+    );
+    assert!(
+        a["error-msg"].as_str().is_some_and(|m| !m.is_empty()),
+        "{third}"
+    );
+    assert_eq!(third["links"]["json-output"], Value::Null);
+    assert_eq!(condition(&dev, "Drifted")["status"], "Unknown");
+    let got = dev.eventually(Duration::from_secs(30), || {
+        receiver
+            .at("/health")
+            .into_iter()
+            .map(|r| r.json())
+            .find(|p| p["trigger"] == "assessment:failed")
+    });
+    assert!(got.is_some(), "the failure was notified");
+    assert!(
+        events(&dev).contains("AssessmentFailed"),
+        "no AssessmentFailed Event"
+    );
+
+    // 4. Fixed: healthy again.
+    upstream(&up, true);
+    let fourth = next_result(
+        &dev,
+        &api,
+        &ws_id,
+        Some(third["id"].as_str().unwrap_or_default()),
+    );
+    assert_eq!(fourth["attributes"]["succeeded"], true, "{fourth}");
+    assert_eq!(fourth["attributes"]["checks-failed"], 0, "{fourth}");
+    assert_eq!(condition(&dev, "ChecksPassing")["status"], "True");
+    // Only the three worse changes were notified.
+    let triggers: Vec<String> = receiver
+        .at("/health")
+        .into_iter()
+        .filter_map(|r| r.json()["trigger"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(
+        triggers,
+        ["assessment:check_failure", "assessment:failed"],
+        "{triggers:?}"
+    );
+}
+
+/// The machine's filesystem mirror of providers (the AWS provider).
+const PLUGINS: &str = "/opt/tf-plugins";
+
+#[test]
+fn drift_of_a_real_object_with_the_resource_and_its_attributes() {
+    if !Path::new(PLUGINS)
+        .join("registry.terraform.io/hashicorp/aws")
+        .is_dir()
+    {
+        eprintln!("SKIPPED: no AWS provider in {PLUGINS}");
+        return;
+    }
+    let Some(moto) = Moto::start() else {
+        return;
+    };
+    let dev = Dev::start_with(&[
+        "--engine",
+        &terraform_path(),
+        "--edition",
+        "hosted",
+        "--assessment-interval",
+        "12h",
+    ]);
+    let api = Api::admin(&dev);
+    api.create_org(ORG);
+    let mirror = format!(
+        "provider_installation {{\n  filesystem_mirror {{\n    path = \"{PLUGINS}\"\n  }}\n}}\n"
+    );
+    // The engine's, in the Pod: a workspace variable names it. Outside /tmp, which is an
+    // emptyDir in a Pod of terrace dev's simulator.
+    let outside = Path::new(env!("CARGO_TARGET_TMPDIR")).join("health-drift");
+    std::fs::create_dir_all(&outside).expect("dir");
+    let engine_rc = outside.join("engine.tfrc");
+    std::fs::write(&engine_rc, &mirror).expect("engine rc");
+    // The CLI's: terrace dev's host and token, and the mirror.
+    let dir = tempfile::tempdir().expect("dir");
+    let cli_rc = dir.path().join("cli.tfrc");
+    std::fs::write(
+        &cli_rc,
+        format!(
+            "{}\n{mirror}",
+            terrace_crds::common::cli_config(CLI_HOST, &dev.api, &dev.token)
+        ),
+    )
+    .expect("cli rc");
+    let tf = Terraform::for_dev(&dev);
+    let d = dir.path().join("app");
+    std::fs::create_dir_all(&d).expect("app");
+    let url = moto.url();
+    std::fs::write(
+        d.join("main.tf"),
+        format!(
+            r#"
+terraform {{
+  cloud {{
+    hostname     = "{CLI_HOST}"
+    organization = "{ORG}"
+    workspaces {{
+      name = "bucket"
+    }}
+  }}
+  required_providers {{
+    aws = {{
+      source = "hashicorp/aws"
+    }}
+  }}
+}}
+
+provider "aws" {{
+  region                      = "us-east-1"
+  access_key                  = "test"
+  secret_key                  = "test"
+  s3_use_path_style           = true
+  skip_credentials_validation = true
+  skip_metadata_api_check     = true
+  skip_requesting_account_id  = true
+  endpoints {{
+    s3 = "{url}"
+  }}
+}}
+
+resource "aws_s3_bucket" "logs" {{
+  bucket = "health-logs"
+  tags = {{
+    team = "infra"
+  }}
+}}
+"#
+        ),
+    )
+    .expect("main.tf");
+    let cli = |args: &[&str]| {
+        tf.command(&d, args)
+            .env("TF_CLI_CONFIG_FILE", &cli_rc)
+            .output()
+            .expect("terraform")
+    };
+    let init = cli(&["init", "-input=false"]);
+    assert!(init.status.success(), "{}", text(&init));
+    let ws = api.get(&format!("/api/v2/organizations/{ORG}/workspaces/bucket"));
+    let ws_id = ws.body["data"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let var = api.post(
+        &format!("/api/v2/workspaces/{ws_id}/vars"),
+        &json!({"data": {"type": "vars", "attributes": {
+            "key": "TF_CLI_CONFIG_FILE", "value": engine_rc.display().to_string(),
+            "category": "env"}}}),
+    );
+    assert_eq!(var.status, 201, "{:?}", var.body);
+    let apply = cli(&["apply", "-auto-approve", "-input=false"]);
+    assert!(apply.status.success(), "{}", text(&apply));
+    let r = api.call(
+        "PATCH",
+        &format!("/api/v2/workspaces/{ws_id}"),
+        Some(&json!({"data": {"type": "workspaces", "attributes": {"assessments-enabled": true}}})),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let first = next_result(&dev, &api, &ws_id, None);
+    assert_eq!(
+        (
+            first["attributes"]["succeeded"].clone(),
+            first["attributes"]["drifted"].clone()
+        ),
+        (json!(true), json!(false)),
+        "{first}"
+    );
+
+    // Someone edits the bucket's tags in the console.
+    let edit = std::process::Command::new("python3")
+        .args([
+            "-c",
+            &format!(
+                "import boto3; boto3.client('s3', endpoint_url='{url}', region_name='us-east-1', \
+                 aws_access_key_id='test', aws_secret_access_key='test').put_bucket_tagging(\
+                 Bucket='health-logs', Tagging={{'TagSet': [{{'Key': 'team', 'Value': 'someone-else'}}]}})"
+            ),
+        ])
+        .output()
+        .expect("python3");
+    assert!(edit.status.success(), "{}", text(&edit));
+    let drifted = next_result(&dev, &api, &ws_id, first["id"].as_str());
+    let a = &drifted["attributes"];
+    assert_eq!(
+        (a["succeeded"].clone(), a["drifted"].clone()),
+        (json!(true), json!(true)),
+        "{drifted}"
+    );
+    assert_eq!(a["resources-drifted"], 1, "{drifted}");
+    let id = drifted["id"].as_str().unwrap_or_default();
+    let health = api.get(&format!("/api/v2/assessment-results/{id}/health"));
+    let drift = &health.body["data"]["attributes"]["drift"][0];
+    assert_eq!(drift["address"], "aws_s3_bucket.logs", "{:?}", health.body);
+    let attrs = drift["attributes"].as_array().cloned().unwrap_or_default();
+    assert!(attrs.contains(&json!("tags")), "{drift}");
+    let cond = condition_of(&dev, "bucket", "Drifted");
+    assert_eq!(cond["status"], "True", "{cond}");
+    assert!(
+        cond["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("aws_s3_bucket.logs"),
+        "{cond}"
+    );
+    assert!(
+        events(&dev).contains("DriftDetected"),
+        "no DriftDetected Event"
+    );
+
+    // Fixed with an apply: healthy again.
+    let apply = cli(&["apply", "-auto-approve", "-input=false"]);
+    assert!(apply.status.success(), "{}", text(&apply));
+    let fixed = next_result(&dev, &api, &ws_id, Some(id));
+    assert_eq!(fixed["attributes"]["drifted"], false, "{fixed}");
+    assert_eq!(condition_of(&dev, "bucket", "Drifted")["status"], "False");
+    assert!(
+        events(&dev).contains("DriftResolved"),
+        "no DriftResolved Event"
+    );
+}
+
+fn condition_of(dev: &Dev, ws_name: &str, type_: &str) -> Value {
+    let out = dev.kubectl_ok(&["get", "workspaces", "-n", ORG, "-o", "json"]);
+    let list: Value = serde_json::from_str(&out).expect("workspaces");
+    list["items"]
+        .as_array()
+        .and_then(|i| i.iter().find(|w| w["spec"]["name"] == ws_name).cloned())
+        .and_then(|w| {
+            w["status"]["conditions"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["type"] == type_).cloned())
+        })
+        .unwrap_or(Value::Null)
+}
