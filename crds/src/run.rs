@@ -414,6 +414,20 @@ pub fn may_start(
     }
 }
 
+/// Which of a workspace's apply runs is its `current-run`, as in TFE, where it is the
+/// run that holds the workspace: the run between its turn and its end; else the first
+/// pending run (the next to take the workspace; the CLI prints "Waiting for the manually
+/// locked workspace to be unlocked" exactly when a locked workspace's current run is
+/// pending, so a run waiting only for a person's lock must be current, and one waiting
+/// behind another run must not); else the newest run. `runs` are the workspace's apply
+/// runs (not plan-only) in queue order, oldest first; the answer is an index into them.
+pub fn current_run(runs: &[RunState]) -> Option<usize> {
+    runs.iter()
+        .rposition(|s| s.holds_workspace())
+        .or_else(|| runs.iter().position(|s| *s == RunState::Pending))
+        .or_else(|| runs.len().checked_sub(1))
+}
+
 /// Why a comment cannot be added to a run that has `existing` comments: a blank body, a
 /// body over [`MAX_COMMENT_BYTES`](crate::constants::MAX_COMMENT_BYTES), or a run that
 /// holds [`MAX_RUN_COMMENTS`](crate::constants::MAX_RUN_COMMENTS) already (an action's

@@ -539,3 +539,27 @@ fn force_cancel_after_the_cool_off() {
         t("2025-01-01T01:00:00Z")
     ));
 }
+
+/// `current-run` is the run that holds the workspace (issue 41 §1): a pending run behind
+/// a run waiting for confirmation is not current (the CLI then counts the runs ahead
+/// instead of saying "manually locked"), and once that run is canceled the next in line is.
+#[test]
+fn the_current_run_is_the_one_that_holds_the_workspace() {
+    use RunState::*;
+    let cases: [(&[RunState], Option<usize>); 8] = [
+        (&[], None),
+        (&[Applied], Some(0)),
+        (&[Applied, Errored], Some(1)),
+        // A triggered run waiting for confirmation holds it; a later run waits behind.
+        (&[Applied, PostPlanCompleted, Pending], Some(1)),
+        (&[Applied, Planning, Pending, Pending], Some(1)),
+        // That run canceled: the first pending run is next (and current while it starts).
+        (&[Applied, Canceled, Pending, Pending], Some(2)),
+        // Only pending runs (a person's lock keeps them): the first is current, pending.
+        (&[Pending, Pending], Some(0)),
+        (&[Applied, PlanQueued], Some(1)),
+    ];
+    for (runs, want) in cases {
+        assert_eq!(current_run(runs), want, "{runs:?}");
+    }
+}
