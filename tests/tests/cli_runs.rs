@@ -918,9 +918,21 @@ fn a_run_reads_the_remote_state_its_workspace_may_read() {
         !out.status.success(),
         "an outsider read the producer: {shown}"
     );
-    // The producer is hidden from the outsider's run (404), so the remote backend tries
-    // to create it, which the run's credential may not (403): the engine's error.
+    // The engine says why, as HCP Terraform's does (issue 41 §2): the run may not read
+    // the producer's state, and which setting would allow it; not that it may not create
+    // a workspace (a 404 sent the remote backend to create the producer).
     assert!(shown.contains("error loading the remote state"), "{shown}");
+    let flat = shown
+        .replace('│', " ")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        flat.contains("of workspace \"outsider\" is not authorized to read the state of workspace \"producer\""),
+        "{shown}"
+    );
+    assert!(flat.contains("remote-state-consumers"), "{shown}");
+    assert!(!flat.contains("create workspaces"), "{shown}");
     assert!(!shown.contains("db.internal"), "{shown}");
     assert!(
         !shown.contains("tfrun."),
@@ -1416,7 +1428,10 @@ fn a_cli_run_behind_a_run_waiting_for_confirmation_waits_for_that_run() {
         .expect("the CLI's run never queued");
     let w = workspace(&api, "held");
     assert_eq!(w["attributes"]["locked"], true, "{w}");
-    assert_eq!(w["relationships"]["locked-by"]["data"]["id"], ahead.as_str());
+    assert_eq!(
+        w["relationships"]["locked-by"]["data"]["id"],
+        ahead.as_str()
+    );
     assert_eq!(
         w["relationships"]["current-run"]["data"]["id"],
         ahead.as_str(),
