@@ -118,6 +118,29 @@ fn the_readme_tour_runs_as_written() {
         dev_log()
     );
     eprintln!("the README tour took {:?}", started.elapsed());
+    // The tour's first run is clean (issue 41 §6): the examples' global variable set adds
+    // nothing the engine complains about (no internal log lines, no warning about a
+    // variable the configuration does not declare, no path inside the run's Pod).
+    let start = shown
+        .find("Running apply")
+        .unwrap_or_else(|| panic!("no remote apply:\n{shown}"));
+    let end = shown[start..]
+        .find("Apply complete!")
+        .map_or(shown.len(), |e| start + e);
+    let run = &shown[start..end];
+    for noise in [
+        "[ERROR]",
+        "[WARN]",
+        "AttachSchemaTransformer",
+        "undeclared variable",
+        "Warning:",
+        "/v/",
+    ] {
+        assert!(
+            !run.contains(noise),
+            "the tour's run prints {noise:?}:\n{run}"
+        );
+    }
     for needle in [
         "refused, as it should be",
         "from-curl",
