@@ -1438,6 +1438,28 @@ fn a_cli_run_behind_a_run_waiting_for_confirmation_waits_for_that_run() {
         "the run that holds the workspace is its current run: {w}"
     );
     assert_eq!(w["relationships"]["latest-run"]["data"]["id"], mine["id"]);
+    // kubectl reads like the web view's run list (issue 41 §8): the workspace by its TFE
+    // name, and the waiting run `pending`.
+    let mine_id = mine["id"].as_str().unwrap_or_default().to_owned();
+    let listed = dev
+        .eventually(Duration::from_secs(30), || {
+            let out = dev.kubectl_ok(&["get", "runs", "-n", ORG, "--no-headers"]);
+            out.lines()
+                .any(|l| {
+                    let cols: Vec<&str> = l.split_whitespace().collect();
+                    cols.first() == Some(&mine_id.to_ascii_lowercase().as_str())
+                        && cols.get(1) == Some(&"held")
+                        && cols.get(2) == Some(&"pending")
+                })
+                .then_some(out)
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "kubectl get runs: {}",
+                dev.kubectl_ok(&["get", "runs", "-n", ORG])
+            )
+        });
+    assert!(!listed.contains("ws-"), "{listed}");
     // Long enough for the CLI's first status line (after a second's backoff).
     std::thread::sleep(Duration::from_secs(4));
     let r = api.post(&format!("/api/v2/runs/{ahead}/actions/discard"), &json!({}));
@@ -1452,4 +1474,11 @@ fn a_cli_run_behind_a_run_waiting_for_confirmation_waits_for_that_run() {
     let w = workspace(&api, "held");
     assert_eq!(w["relationships"]["current-run"]["data"]["id"], mine["id"]);
     assert_eq!(w["attributes"]["locked"], false, "{w}");
+    let versions = dev.kubectl_ok(&["get", "stateversions", "-n", ORG, "--no-headers"]);
+    assert!(
+        versions
+            .lines()
+            .any(|l| l.split_whitespace().nth(1) == Some("held")),
+        "{versions}"
+    );
 }

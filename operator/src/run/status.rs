@@ -36,6 +36,9 @@ pub(super) async fn write_status(
     } else if to != RunState::Pending {
         status["message"] = json!(null);
     }
+    if let Some(name) = workspace_name(ctx, run) {
+        status["workspaceName"] = json!(name);
+    }
     if to == RunState::Confirmed && run.spec.auto_apply {
         status["confirmedBy"] = json!("auto-apply");
     }
@@ -190,4 +193,12 @@ fn reason(state: RunState) -> &'static str {
         RunState::Canceled => "Canceled",
         RunState::ForceCanceled => "ForceCanceled",
     }
+}
+
+/// The TFE name of the run's workspace, from the cache (kubectl's WORKSPACE column).
+pub(super) fn workspace_name(ctx: &RunContext, run: &Run) -> Option<String> {
+    let ns = run.namespace()?;
+    ctx.workspaces
+        .get(&kube::runtime::reflector::ObjectRef::new(&run.spec.workspace).within(&ns))
+        .map(|w| w.spec.name.clone())
 }
