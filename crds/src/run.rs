@@ -18,6 +18,7 @@ use crate::testrun::UnknownValue;
 
 pub mod events;
 pub mod logs;
+pub mod plan_view;
 pub mod redact;
 pub mod ui_log;
 

@@ -235,7 +235,8 @@ terraform {
 }
 
 resource "terraform_data" "slow" {
-  input = var.round
+  input            = var.round
+  triggers_replace = { token = var.token }
 
   provisioner "local-exec" {
     command = "for i in 1 2 3 4 5 6 7 8; do echo tick-$i; sleep 1; done"
@@ -245,6 +246,12 @@ resource "terraform_data" "slow" {
 variable "round" {
   type    = string
   default = "one"
+}
+
+variable "token" {
+  type      = string
+  sensitive = true
+  default   = "hunter2-never-shown"
 }
 
 output "greeting" {
@@ -355,6 +362,32 @@ fn a_cli_run_is_followed_live_from_its_link_confirmed_in_the_browser_and_another
     );
     assert_eq!(b.text("#changes"), "+1 ~0 -0");
     assert!(b.find("#action-discard").is_some());
+    // The approval is not blind (issue 41 §3): the structured plan shows the resource
+    // with its attributes, the outputs, and masks the sensitive value.
+    let planned = b.text("#plan-changes");
+    for needle in [
+        "Planned changes",
+        "1 to add",
+        "+ terraform_data.slow",
+        "will be created",
+        "input",
+        "\"one\"",
+        "triggers_replace.token",
+        "(sensitive value)",
+        "greeting",
+        "\"hello one\"",
+    ] {
+        assert!(planned.contains(needle), "{needle:?} in {planned}");
+    }
+    assert!(
+        !b.source().contains("hunter2"),
+        "a sensitive value on the page"
+    );
+    // The timeline stays inside its card (issue 41 §12).
+    let overflow = b.execute(
+        "const t = document.getElementById('timeline'); return t.scrollWidth > t.clientWidth + 1 || t.getBoundingClientRect().right > t.parentElement.getBoundingClientRect().right;",
+    );
+    assert_eq!(overflow, false, "the timeline overflows its card");
     shot(&b, "run-planned");
 
     // Confirmed here, the CLI sees it and streams the apply, while the page's apply log
@@ -388,6 +421,13 @@ fn a_cli_run_is_followed_live_from_its_link_confirmed_in_the_browser_and_another
         b.source()
     );
     assert!(b.text("#log-apply").contains("Apply complete"));
+    let applied = b.text("#plan-changes");
+    assert!(
+        applied.contains("Applied changes")
+            && applied.contains("1 added")
+            && applied.contains("created"),
+        "{applied}"
+    );
     assert!(
         b.find("#action-apply").is_none(),
         "no buttons on a finished run"
@@ -410,6 +450,23 @@ fn a_cli_run_is_followed_live_from_its_link_confirmed_in_the_browser_and_another
     assert!(b.wait(Duration::from_secs(90), |b| {
         b.find("#action-discard").is_some()
     }));
+    let planned = b.text("#plan-changes");
+    for needle in [
+        "1 to change",
+        "~ terraform_data.slow",
+        "will be updated in-place",
+        "\"two\"",
+        "\"hello two\"",
+        "unchanged attributes hidden",
+    ] {
+        assert!(planned.contains(needle), "{needle:?} in {planned}");
+    }
+    assert!(
+        !b.source().contains("hunter2"),
+        "a sensitive value on the page"
+    );
+    b.execute("document.getElementById('plan-changes').scrollIntoView(); return 1;");
+    shot(&b, "run-update-planned");
     b.click("#action-discard");
     assert!(b.wait(Duration::from_secs(30), |b| b.text("#run-status")
         == "discarded"));

@@ -10,6 +10,8 @@ use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use terrace_crds::run::plan_view::{Action, PlanView, ResourceChange};
+
 use super::pages::{RunRow, changes, included, run_rows, text, when, workspace_doc};
 use super::session::Session;
 use super::{Nav, Ui, UiError, render, urlencode};
@@ -166,6 +168,104 @@ async fn policy_checks(
     }))
 }
 
+/// A group of resource changes of one action.
+pub struct ChangeGroup {
+    pub action: Action,
+    pub title: String,
+    pub resources: Vec<ResourceChange>,
+}
+
+/// The plan's changes as the run page shows them (HCP's structured run output).
+pub struct Changes {
+    /// The run applied them: past tense.
+    pub applied: bool,
+    pub groups: Vec<ChangeGroup>,
+    pub outputs: Vec<terrace_crds::run::plan_view::OutputChange>,
+    pub drift: Vec<ResourceChange>,
+    pub hidden_resources: usize,
+    pub empty: bool,
+}
+
+impl Changes {
+    fn of(view: PlanView, applied: bool) -> Changes {
+        let empty = view.changes_nothing();
+        let mut groups: Vec<ChangeGroup> = Vec::new();
+        for r in view.resources {
+            match groups.last_mut() {
+                Some(g) if g.action == r.action => g.resources.push(r),
+                _ => groups.push(ChangeGroup {
+                    action: r.action,
+                    title: String::new(),
+                    resources: vec![r],
+                }),
+            }
+        }
+        for g in &mut groups {
+            let n = g.resources.len();
+            let word = match (g.action, applied) {
+                (Action::Create, false) => "to add",
+                (Action::Update, false) => "to change",
+                (Action::Replace, false) => "to replace",
+                (Action::Delete, false) => "to destroy",
+                (Action::Read, false) => "to read",
+                (Action::Create, true) => "added",
+                (Action::Update, true) => "changed",
+                (Action::Replace, true) => "replaced",
+                (Action::Delete, true) => "destroyed",
+                (Action::Read, true) => "read",
+            };
+            g.title = format!("{n} {word}");
+        }
+        Changes {
+            applied,
+            empty,
+            groups,
+            outputs: view.outputs,
+            drift: view.drift,
+            hidden_resources: view.hidden_resources,
+        }
+    }
+}
+
+/// The structured changes of run document `r`'s plan, from its redacted JSON plan (which
+/// masks every sensitive value; the same for every reader), once the plan stored it.
+async fn plan_changes(
+    ui: &Ui,
+    s: &Session,
+    headers: &HeaderMap,
+    doc: &Value,
+    status: &str,
+) -> Result<Option<Changes>, UiError> {
+    let r = &doc["data"];
+    let Some(plan) = r["relationships"]["plan"]["data"]["id"].as_str() else {
+        return Ok(None);
+    };
+    let finished =
+        included(doc, "plans", plan).is_some_and(|p| p["attributes"]["status"] == "finished");
+    if !finished {
+        return Ok(None);
+    }
+    let (st, bytes) = ui
+        .raw(
+            Some(s),
+            headers,
+            Method::GET,
+            &format!("/api/v2/plans/{}/json-output-redacted", urlencode(plan)),
+            None,
+        )
+        .await?;
+    if !st.is_success() {
+        return Ok(None);
+    }
+    let Ok(json) = serde_json::from_slice::<Value>(&bytes) else {
+        return Ok(None);
+    };
+    Ok(Some(Changes::of(
+        terrace_crds::run::plan_view::view(&json),
+        status == "applied",
+    )))
+}
+
 #[derive(Template)]
 #[template(path = "run.html")]
 struct RunPage {
@@ -181,6 +281,7 @@ struct RunPage {
     logs: Vec<PhaseLog>,
     final_state: bool,
     policies: Option<PolicyChecks>,
+    plan_changes: Option<Changes>,
 }
 
 /// The run `run` of workspace `org/name` (404 when it is another's), with its plan and
@@ -299,6 +400,7 @@ pub async fn show(
         });
     }
     let policies = policy_checks(&ui, &s, &headers, r).await?;
+    let plan_changes = plan_changes(&ui, &s, &headers, &doc, &status).await?;
     Ok(render(&RunPage {
         nav: Nav::of(&s, &org),
         ws: name,
@@ -312,6 +414,7 @@ pub async fn show(
         buttons,
         logs,
         policies,
+        plan_changes,
     }))
 }
 
