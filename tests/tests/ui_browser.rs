@@ -567,11 +567,41 @@ fn the_run_page_shows_policy_checks_and_overrides_them() {
         "{}",
         b.source()
     );
-    assert_eq!(b.text("#policy-status"), "passed");
+    // The override is recorded, with who gave it (issue 41 §9): not "passed" above the
+    // failed policy, and the timeline says so.
+    assert_eq!(b.text("#policy-status"), "overridden");
+    let by = "system:serviceaccount:acme:ws-admin";
+    assert!(
+        b.text("#policy-overridden")
+            .contains(&format!("Overridden by {by}")),
+        "{}",
+        b.source()
+    );
+    let timeline = b.text("#timeline");
+    assert!(
+        timeline.contains(&format!("Failed mandatory policies overridden by {by}"))
+            && timeline.contains(&format!("Policy checks failed and were overridden by {by}")),
+        "{timeline}"
+    );
     assert!(
         b.find("#action-apply").is_some(),
         "confirmable after the override"
     );
+    let overflow = b.execute(
+        "const t = document.getElementById('timeline'); return t.scrollWidth > t.clientWidth + 1;",
+    );
+    assert_eq!(overflow, false, "the timeline overflows its card");
+    b.execute("document.getElementById('policies-title').scrollIntoView(); return 1;");
+    shot(&b, "run-policy-overridden");
+    let events = api.get(&format!("/api/v2/runs/{run}/run-events?include=actor"));
+    let overridden = events.body["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["attributes"]["action"] == "policy_overridden")
+        .cloned()
+        .unwrap_or_else(|| panic!("no override event: {:?}", events.body));
+    assert_eq!(overridden["relationships"]["actor"]["data"]["id"], by);
 }
 
 #[test]

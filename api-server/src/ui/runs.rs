@@ -97,10 +97,14 @@ pub struct PolicyRow {
 
 /// The run's policy checks (its post-plan task stage).
 pub struct PolicyChecks {
+    /// The stage's status (`passed`, `awaiting_override`, `failed`, …), or `overridden`
+    /// when its evaluation was.
     pub status: String,
     pub rows: Vec<PolicyRow>,
     /// The run waits for an override the caller may give.
     pub overridable: bool,
+    /// Who overrode the failed policies and when ("jane at 2026-…"), if someone did.
+    pub overridden: Option<String>,
 }
 
 /// The policy checks of run document `r`, if it has a task stage.
@@ -124,6 +128,10 @@ async fn policy_checks(
         )
         .await?;
     let a = &doc["data"]["attributes"];
+    let evaluation_status = doc["included"][0]["attributes"]["status"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     let mut rows = Vec::new();
     if let Some(eval) = doc["included"][0]["id"].as_str() {
         let sets = ui
@@ -159,7 +167,13 @@ async fn policy_checks(
         }
     }
     Ok(Some(PolicyChecks {
-        status: text(&a["status"]),
+        // The stage passes once overridden; its evaluation says it was.
+        status: if evaluation_status == "overridden" {
+            evaluation_status
+        } else {
+            text(&a["status"])
+        },
+        overridden: None,
         rows,
         overridable: a["actions"]["is-overridable"].as_bool().unwrap_or(false)
             && a["permissions"]["can-override-policy"]
@@ -331,6 +345,13 @@ pub async fn show(
     let r = &doc["data"];
     let a = &r["attributes"];
     let status = text(&a["status"]);
+    let events = ui
+        .get(
+            &s,
+            &headers,
+            &format!("/api/v2/runs/{}/run-events", urlencode(&text(&r["id"]))),
+        )
+        .await?;
     let mut timeline: Vec<(String, Step)> = a["status-timestamps"]
         .as_object()
         .into_iter()
@@ -346,7 +367,35 @@ pub async fn show(
             ))
         })
         .collect();
+    // The run's events say what happened and who did it (a confirmation, a discard, an
+    // override of failed policies, a comment); the status timestamps are the fallback of
+    // a run without them.
+    let evs: Vec<&Value> = events["data"].as_array().into_iter().flatten().collect();
+    if !evs.is_empty() {
+        timeline = evs
+            .iter()
+            .map(|e| {
+                let at = text(&e["attributes"]["created-at"]);
+                (
+                    at.clone(),
+                    Step {
+                        state: text(&e["attributes"]["description"]),
+                        at: when(&json!(at)),
+                    },
+                )
+            })
+            .collect();
+    }
     timeline.sort_by(|x, y| x.0.cmp(&y.0));
+    let overridden = evs
+        .iter()
+        .find(|e| e["attributes"]["action"] == "policy_overridden")
+        .map(|e| {
+            let who = e["relationships"]["actor"]["data"]["id"]
+                .as_str()
+                .unwrap_or("someone");
+            format!("{who} at {}", when(&e["attributes"]["created-at"]))
+        });
     let actions = &a["actions"];
     let perms = &a["permissions"];
     let offer = |act: &str, perm: &str| {
@@ -399,7 +448,10 @@ pub async fn show(
             done: chunk.done,
         });
     }
-    let policies = policy_checks(&ui, &s, &headers, r).await?;
+    let mut policies = policy_checks(&ui, &s, &headers, r).await?;
+    if let Some(p) = policies.as_mut() {
+        p.overridden = overridden;
+    }
     let plan_changes = plan_changes(&ui, &s, &headers, &doc, &status).await?;
     Ok(render(&RunPage {
         nav: Nav::of(&s, &org),
