@@ -719,3 +719,144 @@ fn a_module_shows_its_versions_variables_and_test_results() {
     );
     shot(&b, "test-run");
 }
+
+/// Publishes `version` of module `name` (provider aws) with `files`, as go-tfe does.
+fn publish(api: &Api, name: &str, version: &str, files: &[(&str, &str)]) -> serde_json::Value {
+    let r = api.post(
+        &format!("/api/v2/registry-modules/{ORG}/{name}/aws/versions"),
+        &json!({"data": {"type": "registry-module-versions", "attributes": {"version": version}}}),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let upload = r.body["data"]["links"]["upload"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let path = &upload[upload.find("/api/v2/").expect("upload path")..];
+    assert_eq!(
+        api.put_unauthenticated(path, terrace_tests::targz(files)),
+        200
+    );
+    api.get(&format!(
+        "/api/v2/organizations/{ORG}/registry-modules/private/{ORG}/{name}/aws/version?module_version={version}"
+    ))
+    .body["data"]
+        .clone()
+}
+
+const NET_TF: &str = "variable \"cidr\" {\n  type        = string\n  description = \"The network's range\"\n}\n\nvariable \"name\" {\n  type    = string\n  default = \"net\"\n}\n\nresource \"terraform_data\" \"net\" {\n  input = var.cidr\n}\n\noutput \"cidr\" {\n  description = \"The range it got\"\n  value       = var.cidr\n}\n";
+
+/// A module that publishes only tested versions shows each version's tests (linked to
+/// the test run), whether `terraform init` gets it and why not, and what the offered
+/// version holds with a usage snippet (issue 41 §4); a version reads `pending`, not
+/// null, right after its upload.
+#[test]
+fn the_registry_page_says_which_versions_are_offered_and_why() {
+    let dev = Dev::start_with(&["--engine", &terraform_path(), "--auto-test-run-delay", "0s"]);
+    let api = Api::admin(&dev);
+    api.create_org(ORG);
+    let r = api.post(
+        &format!("/api/v2/organizations/{ORG}/registry-modules"),
+        &json!({"data": {"type": "registry-modules", "attributes": {
+            "name": "net", "provider": "aws", "registry-name": "private",
+            "test-config": {"publish-only-tested": true}}}}),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let test = |cond: &str| {
+        format!(
+            "run \"cidr\" {{\n  variables {{\n    cidr = \"10.0.0.0/16\"\n  }}\n  command = plan\n  assert {{\n    condition     = {cond}\n    error_message = \"the range\"\n  }}\n}}\n"
+        )
+    };
+    let passing = test("output.cidr == \"10.0.0.0/16\"");
+    let failing = test("output.cidr == \"nope\"");
+    let first = publish(
+        &api,
+        "net",
+        "1.0.0",
+        &[
+            ("main.tf", NET_TF),
+            ("README.md", "# net\n\nA network for the team.\n"),
+            ("tests/main.tftest.hcl", &passing),
+        ],
+    );
+    assert_eq!(
+        first["attributes"]["test-status"], "pending",
+        "right after the upload: {first}"
+    );
+    publish(
+        &api,
+        "net",
+        "1.1.0",
+        &[("main.tf", NET_TF), ("tests/main.tftest.hcl", &failing)],
+    );
+    let tested = dev.eventually(Duration::from_secs(120), || {
+        let m = api.get(&format!(
+            "/api/v2/organizations/{ORG}/registry-modules/private/{ORG}/net/aws"
+        ));
+        let s = m.body["data"]["attributes"]["version-statuses"].clone();
+        let done = s.as_array().is_some_and(|l| {
+            l.len() == 2
+                && l.iter()
+                    .all(|v| v["test-status"] == "pass" || v["test-status"] == "fail")
+        });
+        done.then_some(s)
+    });
+    let statuses =
+        tested.unwrap_or_else(|| panic!("the versions were never tested: {}", dev.log()));
+    assert_eq!(statuses[0]["version"], "1.1.0");
+    assert_eq!(statuses[0]["installable"], false);
+    assert!(
+        statuses[0]["not-offered-because"]
+            .as_str()
+            .is_some_and(|w| w.contains("its tests failed")),
+        "{statuses}"
+    );
+    let failed_run = statuses[0]["test-run"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(failed_run.starts_with("trun-"), "{statuses}");
+
+    let b = Browser::start();
+    sign_in(&b, &dev, &dev.token);
+    b.goto(&format!("{}/app/{ORG}/registry/modules/net/aws", dev.api));
+    assert!(b.wait(Duration::from_secs(10), |b| b.find("#versions").is_some()));
+    let held = b.text("#version-1\\.1\\.0");
+    assert!(
+        held.contains("fail")
+            && held.contains("not offered")
+            && held.contains("its tests failed")
+            && held.contains(&failed_run),
+        "{held}"
+    );
+    let offered = b.text("#version-1\\.0\\.0");
+    assert!(
+        offered.contains("pass") && offered.contains("offered"),
+        "{offered}"
+    );
+    assert!(!offered.contains("not offered"), "{offered}");
+    assert!(b.text("#gate").contains("Only versions whose tests passed"));
+    let usage = b.text("#usage");
+    assert!(
+        usage.contains("source  = \"terrace.test/acme/net/aws\"")
+            && usage.contains("version = \"~> 1.0\"")
+            && usage.contains("cidr = …"),
+        "{usage}"
+    );
+    let inputs = b.text("#inputs");
+    assert!(
+        inputs.contains("cidr")
+            && inputs.contains("required")
+            && inputs.contains("The network's range"),
+        "{inputs}"
+    );
+    assert!(b.text("#outputs").contains("The range it got"));
+    assert!(b.text("#resources").contains("terraform_data.net"));
+    assert!(b.text("#readme").contains("A network for the team."));
+    shot(&b, "module");
+    b.click("#version-1\\.1\\.0 a");
+    assert!(
+        b.wait(Duration::from_secs(10), |b| b.url().contains(&failed_run)),
+        "{}",
+        b.url()
+    );
+}
