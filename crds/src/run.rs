@@ -429,6 +429,59 @@ pub fn current_run(runs: &[RunState]) -> Option<usize> {
         .or_else(|| runs.len().checked_sub(1))
 }
 
+/// What pending run `me` waits for, in words people read (its `status.message`, which
+/// the run page and the API's `status-message` show): the run that holds the workspace
+/// by its ID and state, how many runs are ahead of it, or who holds the lock and why.
+/// `wait` is [`may_start`]'s answer for the same `runs`; `id_of` gives a run's ID from
+/// its object name.
+pub fn wait_message(
+    wait: &Wait,
+    me: &str,
+    runs: &[QueuedRun<'_>],
+    id_of: impl Fn(&str) -> String,
+    lock_reason: Option<&str>,
+) -> String {
+    let mine = runs.iter().find(|r| r.name == me);
+    let ahead = runs
+        .iter()
+        .filter(|r| !r.plan_only && r.name != me)
+        .filter(|r| {
+            r.state.holds_workspace()
+                || (r.state == RunState::Pending
+                    && mine.is_some_and(|m| (r.created, r.name) < (m.created, m.name)))
+        })
+        .count();
+    let more = |n: usize| match n {
+        0 | 1 => String::new(),
+        n => format!("; {n} runs are ahead of this one"),
+    };
+    match wait {
+        Wait::Active(name) => {
+            let state = runs
+                .iter()
+                .find(|r| r.name == name.as_str())
+                .map(|r| r.state.as_str())
+                .unwrap_or("active");
+            format!(
+                "waiting for run {} ({state}) to finish{}",
+                id_of(name),
+                more(ahead)
+            )
+        }
+        Wait::Queue if ahead == 0 => "waiting for its turn".to_owned(),
+        Wait::Queue if ahead == 1 => "waiting for 1 earlier run of the workspace".to_owned(),
+        Wait::Queue => format!("waiting for {ahead} earlier runs of the workspace"),
+        Wait::Locked(holder) => {
+            let holder = crate::lock::LockHolder::parse(holder);
+            let reason = lock_reason
+                .filter(|r| !r.is_empty())
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default();
+            format!("waiting for the workspace to be unlocked (locked by {holder}{reason})")
+        }
+    }
+}
+
 /// Why a comment cannot be added to a run that has `existing` comments: a blank body, a
 /// body over [`MAX_COMMENT_BYTES`](crate::constants::MAX_COMMENT_BYTES), or a run that
 /// holds [`MAX_RUN_COMMENTS`](crate::constants::MAX_RUN_COMMENTS) already (an action's

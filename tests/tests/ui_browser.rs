@@ -860,3 +860,208 @@ fn the_registry_page_says_which_versions_are_offered_and_why() {
         b.url()
     );
 }
+
+/// Creates a run of workspace `ws` through the API; its ID.
+fn queue_run(api: &Api, ws: &str) -> String {
+    let r = api.post(
+        "/api/v2/runs",
+        &json!({"data": {"type": "runs", "attributes": {},
+            "relationships": {"workspace": {"data": {"type": "workspaces", "id": ws}}}}}),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    r.body["data"]["id"].as_str().unwrap_or_default().to_owned()
+}
+
+/// The web view's dead ends, opened (issue 41 §12): a run's lock is shown as the run's,
+/// linked, with no unlock that the API would refuse, and its text said once; a pending
+/// run says what it waits for and links the run ahead; a refused unlock is said on the
+/// workspace's page; a force unlock asks for a confirmation; the workspace's variable sets
+/// are shown (a sensitive value masked); an errored run says why.
+#[test]
+fn the_web_view_says_why_and_leads_somewhere() {
+    let dev = Dev::start_with(&["--engine", &terraform_path()]);
+    let api = Api::admin(&dev);
+    api.create_org(ORG);
+    let ws = api.create_workspace(ORG, json!({"name": "app"}));
+    api.upload_config(
+        &ws,
+        &[("main.tf", "resource \"terraform_data\" \"x\" {}\n")],
+    );
+    let set = api.post(
+        &format!("/api/v2/organizations/{ORG}/varsets"),
+        &json!({"data": {"type": "varsets", "attributes": {"name": "org-creds", "global": true}}}),
+    );
+    assert_eq!(set.status, 201, "{:?}", set.body);
+    let set_id = set.body["data"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let v = api.post(
+        &format!("/api/v2/varsets/{set_id}/relationships/vars"),
+        &json!({"data": {"type": "vars", "attributes": {
+            "key": "DEPLOY_TOKEN", "value": "hunter2-set", "category": "env", "sensitive": true}}}),
+    );
+    assert_eq!(v.status, 201, "{:?}", v.body);
+
+    let ahead = queue_run(&api, &ws);
+    let holding = dev.eventually(Duration::from_secs(120), || {
+        let r = api.get(&format!("/api/v2/runs/{ahead}"));
+        (r.body["data"]["attributes"]["status"] == "planned").then_some(())
+    });
+    assert!(
+        holding.is_some(),
+        "the first run never planned: {}",
+        dev.log()
+    );
+    let behind = queue_run(&api, &ws);
+
+    let b = Browser::start();
+    sign_in(&b, &dev, &dev.token);
+    // The pending run says what it waits for, and links the run ahead.
+    let page = format!("{}/app/{ORG}/workspaces/app/runs/{behind}", dev.api);
+    b.goto(&page);
+    assert!(
+        b.wait(Duration::from_secs(30), |b| {
+            if !b.text("#why-words").contains(&ahead) {
+                std::thread::sleep(Duration::from_millis(500));
+                b.goto(&page);
+            }
+            b.text("#why-words").contains(&ahead)
+        }),
+        "{}",
+        b.source()
+    );
+    assert_eq!(
+        b.text("#why-words"),
+        format!("waiting for run {ahead} (planned) to finish")
+    );
+    assert!(b.text("#why-ahead").contains(&ahead));
+    shot(&b, "run-waiting");
+    b.click("#why-ahead a");
+    assert!(b.wait(Duration::from_secs(10), |b| b.url().ends_with(&ahead)));
+
+    // The workspace's lock is the run's: linked, said once, no unlock the API refuses.
+    b.goto(&format!("{}/app/{ORG}/workspaces/app", dev.api));
+    assert!(b.wait(Duration::from_secs(10), |b| b.find("#lock-state").is_some()));
+    let lock = b.text("#lock-state");
+    assert!(lock.contains(&ahead) && lock.contains("planned"), "{lock}");
+    assert_eq!(lock.matches("Locked").count(), 1, "{lock}");
+    assert!(b.find("#unlock").is_none() && b.find("#force-unlock").is_none());
+    // The workspace's variable sets, masked.
+    let sets = b.text("#varsets");
+    assert!(
+        sets.contains("org-creds") && sets.contains("DEPLOY_TOKEN") && sets.contains("(sensitive)"),
+        "{sets}"
+    );
+    assert!(
+        !b.source().contains("hunter2"),
+        "a sensitive value on the page"
+    );
+    let r = api.post(&format!("/api/v2/runs/{ahead}/actions/discard"), &json!({}));
+    assert_eq!(r.status, 202, "{:?}", r.body);
+    let r = api.post(
+        &format!("/api/v2/runs/{behind}/actions/discard"),
+        &json!({}),
+    );
+    assert!(matches!(r.status, 202 | 409), "{:?}", r.body);
+    let free = dev.eventually(Duration::from_secs(60), || {
+        let w = api.get(&format!("/api/v2/workspaces/{ws}"));
+        (w.body["data"]["attributes"]["locked"] == false).then_some(())
+    });
+    assert!(free.is_some(), "the runs' lock stayed");
+
+    // Someone else's lock: Unlock is refused on the workspace's page, in the API's words;
+    // Force unlock asks first.
+    let locker = token_for(&dev, "oncall", "terrace-workspace-locker");
+    let oncall = Api::with_token(&dev, Some(&locker));
+    let r = oncall.post(
+        &format!("/api/v2/workspaces/{ws}/actions/lock"),
+        &json!({"reason": "investigating an incident"}),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    b.goto(&format!("{}/app/{ORG}/workspaces/app", dev.api));
+    assert!(b.wait(Duration::from_secs(10), |b| b.find("#unlock").is_some()));
+    let lock = b.text("#lock-state");
+    assert!(lock.contains("investigating an incident"), "{lock}");
+    b.click("#unlock");
+    assert!(
+        b.wait(Duration::from_secs(10), |b| b
+            .find("#lock-notice")
+            .is_some()),
+        "{}",
+        b.source()
+    );
+    assert!(
+        b.text("#lock-notice")
+            .contains("locked by User system:serviceaccount:acme:oncall"),
+        "{}",
+        b.text("#lock-notice")
+    );
+    assert!(
+        b.find("#lock-title").is_some(),
+        "still the workspace's page"
+    );
+    // Force unlock sits behind a confirmation, which the server also requires.
+    let cookie = b.cookie("terrace_session").expect("the session cookie");
+    let (status, page) = post_form(
+        &dev,
+        &cookie,
+        &format!("/app/{ORG}/workspaces/app/actions/force-unlock"),
+        &csrf_of(&b),
+    );
+    assert_eq!(status, 422, "{page}");
+    assert!(page.contains("confirm the force unlock"), "{page}");
+    let w = api.get(&format!("/api/v2/workspaces/{ws}"));
+    assert_eq!(w.body["data"]["attributes"]["locked"], true);
+    assert!(
+        !b.execute("return document.getElementById('force-unlock').checkVisibility()")
+            .as_bool()
+            .unwrap_or(true),
+        "the button shows only once the confirmation is opened"
+    );
+    b.click("#force-unlock-open");
+    b.click("#force-unlock-sure");
+    shot(&b, "workspace-force-unlock");
+    b.click("#force-unlock");
+    assert!(
+        b.wait(Duration::from_secs(10), |b| b
+            .text("#lock-state")
+            .contains("Unlocked")),
+        "{}",
+        b.source()
+    );
+
+    // An errored run says why.
+    api.upload_config(
+        &ws,
+        &[(
+            "main.tf",
+            "resource \"terraform_data\" \"x\" {\n  input = var.missing\n}\n",
+        )],
+    );
+    let broken = queue_run(&api, &ws);
+    let errored = dev.eventually(Duration::from_secs(120), || {
+        let r = api.get(&format!("/api/v2/runs/{broken}"));
+        (r.body["data"]["attributes"]["status"] == "errored").then(|| r.body["data"].clone())
+    });
+    let errored = errored.unwrap_or_else(|| panic!("the run never errored: {}", dev.log()));
+    let words = errored["attributes"]["status-message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(!words.is_empty(), "{errored}");
+    b.goto(&format!(
+        "{}/app/{ORG}/workspaces/app/runs/{broken}",
+        dev.api
+    ));
+    assert!(b.wait(Duration::from_secs(10), |b| b.find("#why-words").is_some()));
+    assert_eq!(b.text("#why-title"), "Why this run errored");
+    assert_eq!(b.text("#why-words"), words);
+    let said = b.text("#why-errors");
+    assert!(
+        said.contains("Error: Reference to undeclared input variable")
+            && said.contains("\"missing\" has not been declared"),
+        "the engine's own words: {said}"
+    );
+    shot(&b, "run-errored");
+}

@@ -296,6 +296,7 @@ struct RunPage {
     final_state: bool,
     policies: Option<PolicyChecks>,
     plan_changes: Option<Changes>,
+    why: Option<Why>,
 }
 
 /// The run `run` of workspace `org/name` (404 when it is another's), with its plan and
@@ -308,6 +309,20 @@ async fn run_doc(
     name: &str,
     run: &str,
 ) -> Result<Value, UiError> {
+    run_and_workspace(ui, s, headers, org, name, run)
+        .await
+        .map(|(r, _)| r)
+}
+
+/// [`run_doc`] and the workspace's document.
+async fn run_and_workspace(
+    ui: &Ui,
+    s: &Session,
+    headers: &HeaderMap,
+    org: &str,
+    name: &str,
+    run: &str,
+) -> Result<(Value, Value), UiError> {
     let ws = workspace_doc(ui, s, headers, org, name).await?;
     let doc = ui
         .get(
@@ -319,7 +334,72 @@ async fn run_doc(
     if doc["data"]["relationships"]["workspace"]["data"]["id"] != ws["data"]["id"] {
         return Err(UiError::NotFound);
     }
-    Ok(doc)
+    Ok((doc, ws))
+}
+
+/// Why a run does not go on, as its page says it: what a pending run waits for (the
+/// run that holds the workspace, linked, and the lock), or why it errored.
+pub struct Why {
+    /// `waiting` or `errored`.
+    pub kind: String,
+    /// The run's own words (`status-message`).
+    pub words: String,
+    /// The run holding the workspace, when another one does: its ID and status.
+    pub ahead: Option<(String, String)>,
+    /// Who holds the workspace's lock and why, when a person or team does.
+    pub lock: String,
+    /// The engine's errors, from the phase logs (an errored run).
+    pub errors: Vec<String>,
+}
+
+/// The [`Why`] of run document `r` in workspace document `ws`.
+fn why(r: &Value, ws: &Value, status: &str, ahead_status: Option<String>) -> Option<Why> {
+    let words = r["attributes"]["status-message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    match status {
+        "pending" => {
+            let w = &ws["data"];
+            let current = w["relationships"]["current-run"]["data"]["id"]
+                .as_str()
+                .filter(|c| Some(*c) != r["id"].as_str());
+            let ahead = current.zip(ahead_status).map(|(c, st)| (c.to_owned(), st));
+            let by = &w["relationships"]["locked-by"]["data"];
+            let lock = if w["attributes"]["locked"] == true && by["type"] != "runs" {
+                let reason = w["attributes"]["locked-reason"]
+                    .as_str()
+                    .unwrap_or_default();
+                let who = by["id"].as_str().unwrap_or("someone");
+                if reason.is_empty() {
+                    format!("The workspace is locked by {who}.")
+                } else {
+                    format!("The workspace is locked by {who}: {reason}")
+                }
+            } else {
+                String::new()
+            };
+            Some(Why {
+                kind: "waiting".to_owned(),
+                words: if words.is_empty() {
+                    "waiting for its turn".to_owned()
+                } else {
+                    words
+                },
+                ahead,
+                lock,
+                errors: Vec::new(),
+            })
+        }
+        "errored" => Some(Why {
+            kind: "errored".to_owned(),
+            words,
+            ahead: None,
+            lock: String::new(),
+            errors: Vec::new(),
+        }),
+        _ => None,
+    }
 }
 
 /// Run states after which nothing more happens.
@@ -341,10 +421,19 @@ pub async fn show(
     uri: Uri,
 ) -> Result<Response, UiError> {
     let s = ui.session(&headers, &uri.to_string()).await?;
-    let doc = run_doc(&ui, &s, &headers, &org, &name, &run).await?;
+    let (doc, ws) = run_and_workspace(&ui, &s, &headers, &org, &name, &run).await?;
     let r = &doc["data"];
     let a = &r["attributes"];
     let status = text(&a["status"]);
+    let ahead_status = match ws["data"]["relationships"]["current-run"]["data"]["id"].as_str() {
+        Some(c) if status == "pending" && Some(c) != r["id"].as_str() => ui
+            .get(&s, &headers, &format!("/api/v2/runs/{}", urlencode(c)))
+            .await
+            .ok()
+            .map(|d| text(&d["data"]["attributes"]["status"])),
+        _ => None,
+    };
+    let why = why(r, &ws, &status, ahead_status);
     let events = ui
         .get(
             &s,
@@ -441,12 +530,29 @@ pub async fn show(
             continue;
         }
         let chunk = read_log(&ui, &headers, p, 0).await?;
+        // A run still waiting for its turn has no plan log yet; its page says why it
+        // waits instead of showing an empty log.
+        if status == "pending" && chunk.text.is_empty() {
+            continue;
+        }
         logs.push(PhaseLog {
             phase: phase.to_owned(),
             text: chunk.text,
             offset: chunk.next,
             done: chunk.done,
         });
+    }
+    let mut why = why;
+    if let Some(w) = why.as_mut().filter(|w| w.kind == "errored") {
+        let all: String = logs
+            .iter()
+            .map(|l| l.text.as_str())
+            .collect::<Vec<_>>()
+            .join("\n");
+        w.errors = terrace_crds::run::ui_log::errors(&all);
+        if w.words.is_empty() && w.errors.is_empty() {
+            why = None;
+        }
     }
     let mut policies = policy_checks(&ui, &s, &headers, r).await?;
     if let Some(p) = policies.as_mut() {
@@ -467,6 +573,7 @@ pub async fn show(
         logs,
         policies,
         plan_changes,
+        why,
     }))
 }
 

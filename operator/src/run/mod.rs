@@ -547,7 +547,18 @@ async fn start(
     let lock = holder_of(ws);
     match run::may_start(&run.name_any(), &queue, lock.as_ref(), run_id) {
         Err(wait) => {
-            let message = wait.to_string();
+            let id_of = |name: &str| {
+                created
+                    .iter()
+                    .find(|(_, r)| r.metadata.name.as_deref() == Some(name))
+                    .and_then(|(_, r)| r.status.as_ref().and_then(|s| s.id.clone()))
+                    .unwrap_or_else(|| name.to_owned())
+            };
+            let reason = ws
+                .annotations()
+                .get(terrace_crds::constants::ANNOTATION_LOCK_REASON)
+                .map(String::as_str);
+            let message = run::wait_message(&wait, &run.name_any(), &queue, id_of, reason);
             let stored = run.status.as_ref();
             // A waiting run says so in kubectl's STATUS column too, and names its
             // workspace: `pending` is written once, under the run's resourceVersion, so
