@@ -95,6 +95,16 @@ pub trait Guarded: Indexed {
         None
     }
 
+    /// What a run's engine that may not read this object of its own organization is
+    /// answered, where it is not a 404 (a workspace that does not share its state:
+    /// [`crate::auth::RunScope::refusal`]).
+    fn refused_to_run(_l: &Located<Self>, _scope: &crate::auth::RunScope) -> Option<ApiError>
+    where
+        Self: Sized,
+    {
+        None
+    }
+
     /// The archived object with this ID, for kinds whose older objects the operator
     /// archives (runs, test runs: [`crate::history`]).
     fn archived(
@@ -126,6 +136,9 @@ impl Guarded for Workspace {
     const NAMES_CLAIMED: bool = true;
     fn by_name<'a>(inner: &'a Inner, ns: &str, name: &str) -> Option<&'a Arc<Self>> {
         inner.workspace_named(ns, name)
+    }
+    fn refused_to_run(l: &Located<Self>, scope: &crate::auth::RunScope) -> Option<ApiError> {
+        (l.ns == scope.namespace).then(|| scope.refusal(&l.obj.spec.name))
     }
 }
 
@@ -370,6 +383,11 @@ impl AppState {
         found: Option<Located<K>>,
     ) -> Result<Located<K>, ApiError> {
         let l = found.ok_or_else(K::not_found)?;
+        if let Some(scope) = &caller.scope
+            && !self.auth.allowed(caller, &l.check("get")).await?
+        {
+            return Err(K::refused_to_run(&l, scope).unwrap_or_else(K::not_found));
+        }
         self.require(caller, &l.check("get"), Deny::NotFound, K::not_found)
             .await?;
         Ok(l)

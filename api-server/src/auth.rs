@@ -69,11 +69,31 @@ pub struct CallerInfo {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct RunScope {
     pub namespace: String,
+    /// The run's ID and its workspace's TFE name (what a refusal names).
+    pub run: String,
+    pub workspace: String,
     /// Object names of the workspaces it may read.
     pub workspaces: std::collections::BTreeSet<String>,
 }
 
 impl RunScope {
+    /// The refusal of a read of workspace `name` (TFE name) of the run's organization that
+    /// does not share its state with the run's workspace: a 403 that says so and names
+    /// the setting, where anyone else reads a 404. The engine's `terraform_remote_state`
+    /// prints it ("Failed to retrieve workspace NAME: forbidden" and this detail) instead
+    /// of trying to create the workspace it could not see (issue 41 §2). It tells the run
+    /// only that a workspace of that name exists in its own organization.
+    pub fn refusal(&self, name: &str) -> ApiError {
+        ApiError::forbidden(format!(
+            "Run {} of workspace \"{}\" is not authorized to read the state of workspace \"{name}\": \
+             \"{name}\" does not share its state with \"{}\". Its remote state sharing settings \
+             allow it: global-remote-state (every workspace of the organization), \
+             project-remote-state (the workspaces of its project) or its remote-state-consumers \
+             (docs/state.md, \"Sharing state with other workspaces\").",
+            self.run, self.workspace, self.workspace
+        ))
+    }
+
     /// Whether the scope allows `check`.
     pub fn allows(&self, check: &Check) -> bool {
         if check.group != GROUP || check.namespace.as_deref() != Some(self.namespace.as_str()) {

@@ -193,16 +193,16 @@ pub struct ResourceObject<A, R = Empty> {
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct Empty {}
 
+/// Checks a resource object's `type`: absent is read as the endpoint's own type, as TFE
+/// does (its documented run-trigger create payload has none, and its schema marks it
+/// optional for variable sets; docs/api.md lists the cases), a wrong one is 422.
 fn check_type(kind: Option<&str>, expected: &str, pointer: String) -> Result<(), FieldError> {
     match kind {
+        None => Ok(()),
         Some(t) if t == expected => Ok(()),
         Some(t) => Err(FieldError::new(
             pointer,
             format!("type must be {expected:?}, got {t:?}"),
-        )),
-        None => Err(FieldError::new(
-            pointer,
-            format!("type is required and must be {expected:?}"),
         )),
     }
 }
@@ -367,6 +367,11 @@ mod tests {
         let e = doc(r#"{"data":{"type":"projects"}}"#).err().map(pointer_of);
         assert_eq!(e.as_deref(), Some("/data/type"));
         assert!(matches!(doc("{}"), Err(ApiError::Invalid(_))));
+        // No type: the endpoint's own (TFE's documented run-trigger payload has none).
+        let d = doc(r#"{"data":{"attributes":{"name":"a"}}}"#).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(d.attributes.name.as_deref(), Some("a"));
+        let e = doc(r#"{"data":{"type":null,"attributes":{}}}"#).err();
+        assert!(e.is_none(), "a null type reads as absent: {e:?}");
         assert!(matches!(doc(""), Err(ApiError::Invalid(_))));
         assert!(matches!(doc(r#"{"data":[]}"#), Err(ApiError::Invalid(_))));
     }

@@ -168,6 +168,52 @@ impl AppState {
     }
 }
 
+/// The first path segments of the API's collections (TFE's), for [`meant_path`].
+const API_COLLECTIONS: &[&str] = &[
+    "organizations",
+    "workspaces",
+    "projects",
+    "runs",
+    "plans",
+    "applies",
+    "state-versions",
+    "state-version-outputs",
+    "configuration-versions",
+    "registry-modules",
+    "varsets",
+    "vars",
+    "run-triggers",
+    "notification-configurations",
+    "policy-sets",
+    "policies",
+    "policy-checks",
+    "policy-evaluations",
+    "policy-set-outcomes",
+    "task-stages",
+    "run-events",
+    "comments",
+    "agent-pools",
+    "ssh-keys",
+    "oauth-tokens",
+    "tag-bindings",
+    "test-runs",
+    "ping",
+];
+
+/// The path a request that no route matched most likely meant: one lacking the
+/// `/api/v2` prefix (`/workspaces/ws-…`, what `$API/…` gives when `API` lacks it) or
+/// having it twice (`$API/api/v2/…`, what it gives when `API` already ends in it). A 404
+/// says it (issue 41 §10).
+pub fn meant_path(path: &str) -> Option<String> {
+    if let Some(rest) = path.strip_prefix("/api/v2/api/v2/") {
+        return Some(format!("/api/v2/{rest}"));
+    }
+    let first = path.trim_start_matches('/').split('/').next()?;
+    API_COLLECTIONS
+        .contains(&first)
+        .then(|| format!("/api/v2{path}"))
+}
+
 /// The whole HTTP API. Every route has [`request::RequestLayer`] (request ID, span, logs,
 /// metrics, panics answered 500), with the global body limit except on the upload routes,
 /// which set their own.
@@ -188,7 +234,14 @@ pub fn router(state: AppState) -> Router {
             if p == "/app" || p.starts_with("/app/") {
                 ui::not_found()
             } else {
-                axum::response::IntoResponse::into_response(ApiError::not_found("no such endpoint"))
+                axum::response::IntoResponse::into_response(ApiError::not_found(
+                    match meant_path(p) {
+                        Some(meant) => format!(
+                            "no such endpoint: {p}; the API's paths start with /api/v2 once, did you mean {meant}?"
+                        ),
+                        None => "no such endpoint".to_owned(),
+                    },
+                ))
             }
         })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
@@ -271,4 +324,55 @@ pub async fn serve_state(
 ) -> std::io::Result<()> {
     let limits = state.settings.limits.clone();
     listener::serve(router(state), listener, limits, shutdown).await
+}
+
+#[cfg(test)]
+mod meant_path_tests {
+    use super::meant_path;
+    use crate::Edition;
+    use crate::testing::harness;
+
+    #[test]
+    fn a_path_lacking_or_doubling_the_prefix_names_the_meant_one() {
+        let cases = [
+            ("/workspaces/ws-1", Some("/api/v2/workspaces/ws-1")),
+            (
+                "/organizations/acme/workspaces",
+                Some("/api/v2/organizations/acme/workspaces"),
+            ),
+            (
+                "/api/v2/api/v2/registry-modules/acme/vpc/aws/versions",
+                Some("/api/v2/registry-modules/acme/vpc/aws/versions"),
+            ),
+            ("/api/v2/organizations/acme/nothing", None),
+            ("/favicon.ico", None),
+            ("/", None),
+        ];
+        for (path, want) in cases {
+            assert_eq!(meant_path(path).as_deref(), want, "{path}");
+        }
+    }
+
+    /// A 404 on a path that lacks `/api/v2` says which path was meant (issue 41 §10).
+    #[tokio::test]
+    async fn the_404_says_which_path_was_meant() {
+        let h = harness(Edition::SelfHosted).await;
+        let (st, doc) = h.call("GET", "/organizations/acme/workspaces", None).await;
+        assert_eq!(st, 404, "{doc}");
+        let detail = doc["errors"][0]["detail"].as_str().unwrap_or_default();
+        assert!(
+            detail.contains("did you mean /api/v2/organizations/acme/workspaces?"),
+            "{doc}"
+        );
+        let (st, doc) = h
+            .call("GET", "/api/v2/api/v2/organizations/acme/workspaces", None)
+            .await;
+        assert_eq!(st, 404, "{doc}");
+        assert!(
+            doc["errors"][0]["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("did you mean /api/v2/organizations/acme/workspaces?")),
+            "{doc}"
+        );
+    }
 }

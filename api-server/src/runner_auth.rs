@@ -148,6 +148,11 @@ pub async fn run_caller(state: &AppState, credential: &str) -> Result<Option<Cal
     }
     let scope = crate::auth::RunScope {
         namespace: ns.to_owned(),
+        run: id_of(run.as_ref()),
+        workspace: idx
+            .workspace_object(ns, &run.spec.workspace)
+            .map(|w| w.spec.name.clone())
+            .unwrap_or_default(),
         workspaces,
     };
     Ok(Some(Caller::for_run(

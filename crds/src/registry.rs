@@ -70,8 +70,45 @@ pub fn version_facts<'a>(
                 .as_ref()
                 .and_then(|l| l.get(crate::constants::LABEL_ID).cloned())
         }),
-        tests: newest.map(test_status),
+        // Before its test run exists (the archive still to come, or its automatic run
+        // due), a version's tests are pending; a refused archive is never tested.
+        tests: match newest {
+            Some(r) => Some(test_status(r)),
+            None if state == "reg_ingress_failed" => None,
+            None => Some("pending"),
+        },
     }
+}
+
+/// Why a version in `state` with tests in `tests` is not offered to `terraform init`
+/// (None: it is), in words a module's page shows.
+pub fn why_not_offered(
+    state: &str,
+    error: Option<&str>,
+    tests: Option<&str>,
+    publish_only_tested: bool,
+) -> Option<String> {
+    match state {
+        "ok" => {}
+        "reg_ingress_failed" => {
+            return Some(format!(
+                "its archive was refused: {}",
+                error.unwrap_or("the archive could not be read")
+            ));
+        }
+        _ => return Some("its archive is not uploaded yet".to_owned()),
+    }
+    if !publish_only_tested || tests == Some("pass") {
+        return None;
+    }
+    Some(
+        match tests {
+            Some("fail") => "its tests failed, and the module publishes only tested versions",
+            Some("error") => "its test run errored, and the module publishes only tested versions",
+            _ => "its tests have not passed yet, and the module publishes only tested versions",
+        }
+        .to_owned(),
+    )
 }
 
 /// Whether a version in `state` with tests in `tests` may be installed: its archive is in
@@ -312,11 +349,17 @@ mod tests {
             r
         };
         let none = version_facts(None, []);
-        assert_eq!((none.state, none.tests), ("pending", None));
+        assert_eq!((none.state, none.tests), ("pending", Some("pending")));
+        // Uploaded, its test run not made yet: pending, not null (issue 41 §4).
+        let due = version_facts(Some(&cv("uploaded", None)), []);
+        assert_eq!(
+            (due.state, due.tests, due.test_run),
+            ("ok", Some("pending"), None)
+        );
         let bad = version_facts(Some(&cv("errored", Some("not a tar.gz"))), []);
         assert_eq!(
-            (bad.state, bad.error.as_deref()),
-            ("reg_ingress_failed", Some("not a tar.gz"))
+            (bad.state, bad.error.as_deref(), bad.tests),
+            ("reg_ingress_failed", Some("not a tar.gz"), None)
         );
         let runs = [
             run("trun-old", 1, "finished", Some("fail")),
@@ -329,6 +372,57 @@ mod tests {
         );
         assert_eq!(test_status(&run("t", 1, "running", None)), "pending");
         assert_eq!(test_status(&run("t", 1, "canceled", None)), "error");
+    }
+
+    /// A module's page says why a version is not offered (issue 41 §4).
+    #[test]
+    fn why_a_version_is_not_offered() {
+        let gate = "and the module publishes only tested versions";
+        for (state, tests, gated, want) in [
+            ("ok", Some("pass"), true, None),
+            ("ok", Some("fail"), false, None),
+            (
+                "ok",
+                Some("fail"),
+                true,
+                Some(format!("its tests failed, {gate}")),
+            ),
+            (
+                "ok",
+                Some("error"),
+                true,
+                Some(format!("its test run errored, {gate}")),
+            ),
+            (
+                "ok",
+                Some("pending"),
+                true,
+                Some(format!("its tests have not passed yet, {gate}")),
+            ),
+            (
+                "pending",
+                Some("pending"),
+                false,
+                Some("its archive is not uploaded yet".to_owned()),
+            ),
+            (
+                "reg_ingress_failed",
+                None,
+                false,
+                Some("its archive was refused: main.tf:1: bad".to_owned()),
+            ),
+        ] {
+            assert_eq!(
+                why_not_offered(state, Some("main.tf:1: bad"), tests, gated),
+                want,
+                "{state} {tests:?} {gated}"
+            );
+            assert_eq!(
+                want.is_none(),
+                installable(state, tests, gated),
+                "the words agree with the gate: {state} {tests:?} {gated}"
+            );
+        }
     }
 
     #[test]

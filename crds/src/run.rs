@@ -18,6 +18,7 @@ use crate::testrun::UnknownValue;
 
 pub mod events;
 pub mod logs;
+pub mod plan_view;
 pub mod redact;
 pub mod ui_log;
 
@@ -414,6 +415,73 @@ pub fn may_start(
         Some(crate::lock::LockHolder::Run(id)) if id == run_id => Ok(()),
         Some(holder) => Err(Wait::Locked(holder.annotation())),
         None => Ok(()),
+    }
+}
+
+/// Which of a workspace's apply runs is its `current-run`, as in TFE, where it is the
+/// run that holds the workspace: the run between its turn and its end; else the first
+/// pending run (the next to take the workspace; the CLI prints "Waiting for the manually
+/// locked workspace to be unlocked" exactly when a locked workspace's current run is
+/// pending, so a run waiting only for a person's lock must be current, and one waiting
+/// behind another run must not); else the newest run. `runs` are the workspace's apply
+/// runs (not plan-only) in queue order, oldest first; the answer is an index into them.
+pub fn current_run(runs: &[RunState]) -> Option<usize> {
+    runs.iter()
+        .rposition(|s| s.holds_workspace())
+        .or_else(|| runs.iter().position(|s| *s == RunState::Pending))
+        .or_else(|| runs.len().checked_sub(1))
+}
+
+/// What pending run `me` waits for, in words people read (its `status.message`, which
+/// the run page and the API's `status-message` show): the run that holds the workspace
+/// by its ID and state, how many runs are ahead of it, or who holds the lock and why.
+/// `wait` is [`may_start`]'s answer for the same `runs`; `id_of` gives a run's ID from
+/// its object name.
+pub fn wait_message(
+    wait: &Wait,
+    me: &str,
+    runs: &[QueuedRun<'_>],
+    id_of: impl Fn(&str) -> String,
+    lock_reason: Option<&str>,
+) -> String {
+    let mine = runs.iter().find(|r| r.name == me);
+    let ahead = runs
+        .iter()
+        .filter(|r| !r.plan_only && r.name != me)
+        .filter(|r| {
+            r.state.holds_workspace()
+                || (r.state == RunState::Pending
+                    && mine.is_some_and(|m| (r.created, r.name) < (m.created, m.name)))
+        })
+        .count();
+    let more = |n: usize| match n {
+        0 | 1 => String::new(),
+        n => format!("; {n} runs are ahead of this one"),
+    };
+    match wait {
+        Wait::Active(name) => {
+            let state = runs
+                .iter()
+                .find(|r| r.name == name.as_str())
+                .map(|r| r.state.as_str())
+                .unwrap_or("active");
+            format!(
+                "waiting for run {} ({state}) to finish{}",
+                id_of(name),
+                more(ahead)
+            )
+        }
+        Wait::Queue if ahead == 0 => "waiting for its turn".to_owned(),
+        Wait::Queue if ahead == 1 => "waiting for 1 earlier run of the workspace".to_owned(),
+        Wait::Queue => format!("waiting for {ahead} earlier runs of the workspace"),
+        Wait::Locked(holder) => {
+            let holder = crate::lock::LockHolder::parse(holder);
+            let reason = lock_reason
+                .filter(|r| !r.is_empty())
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default();
+            format!("waiting for the workspace to be unlocked (locked by {holder}{reason})")
+        }
     }
 }
 

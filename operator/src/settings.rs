@@ -62,6 +62,12 @@ pub struct Settings {
     /// private registry work inside runs. Empty: no such configuration.
     #[arg(long, env = "TERRACE_HOSTNAME", default_value = "")]
     pub hostname: String,
+    /// The web view's base URL, for the run links notifications carry (`run_url`), where
+    /// it is not `https://{hostname}`: `terrace dev` serves the web view on its plain-http
+    /// API address, which the CLI's hostname (`terrace.test`) does not reach. Empty:
+    /// `https://{hostname}`.
+    #[arg(long, env = "TERRACE_WEB_URL", default_value = "")]
+    pub web_url: String,
     /// Address of the operator's metrics and health endpoints.
     #[arg(
         long,
@@ -189,6 +195,7 @@ impl Default for Settings {
             terrace_binary: "/usr/local/bin/terrace".into(),
             api_internal_url: DEFAULT_API_INTERNAL_URL.into(),
             hostname: String::new(),
+            web_url: String::new(),
             metrics_addr: std::net::SocketAddr::from(([127, 0, 0, 1], 9090)),
             test_pod_template: PodTemplateOverrides::default(),
             // In-process uses (`terrace dev`, tests) run one operator: no election.

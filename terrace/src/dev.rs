@@ -230,6 +230,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             .to_string(),
         api_internal_url: api_url.clone(),
         hostname: args.hostname.clone(),
+        // Notifications link runs to the web view this process serves.
+        web_url: api_url.clone(),
         test_run_concurrency: args.test_run_concurrency,
         auto_test_run_delay: args.auto_test_run_delay,
         assessment_interval: args.assessment_interval,
@@ -314,8 +316,15 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     println!("  Metrics     {api_url}/metrics");
     if api_shown.is_some() {
         println!(
+            "  Web view    {api_url}/app    sign in with the token in {dir_shown}/token (cat it)"
+        );
+        println!(
             "  terraform   export TF_CLI_CONFIG_FILE={}    (cloud block: hostname = \"{}\")",
             cli_rc.display(),
+            args.hostname
+        );
+        println!(
+            "  Run links   the CLI prints https://{}/app/…: open them as {api_url}/app/…",
             args.hostname
         );
     }

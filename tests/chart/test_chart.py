@@ -387,6 +387,40 @@ def test_user_cluster_roles_rendered_with_chart_labels_and_toggle():
     assert not set(file_docs) & {d["metadata"]["name"] for d in objects(docs, "ClusterRole")}
 
 
+# What each user role may do (docs/rbac.md's table), row by row: (role, resource, verb,
+# allowed). Every member of an organization reads its private registry, its versions
+# and their test runs, as in HCP Terraform (issue 41 §5): the locker, the role of who
+# runs terraform, installs modules with `terraform init`.
+USER_ROLE_RIGHTS = [
+    *[(role, kind, verb, True)
+      for role in EXPECTED_AGGREGATION
+      for kind in ("registrymodules", "moduleversions", "testruns")
+      for verb in ("get", "list", "watch")],
+    ("terrace-workspace-locker", "registrymodules", "create", False),
+    ("terrace-workspace-locker", "moduleversions", "create", False),
+    ("terrace-workspace-locker", "testruns", "create", False),
+    ("terrace-workspace-locker", "testvariables", "list", False),
+    ("terrace-workspace-reader", "registrymodules", "update", False),
+    ("terrace-workspace-admin", "moduleversions", "delete", False),
+    ("terrace-owner", "moduleversions", "delete", True),
+    ("terrace-workspace-locker", "workspaces", "lock", True),
+    ("terrace-workspace-locker", "workspaces", "read-state", True),
+    ("terrace-workspace-locker", "workspaces", "update", False),
+    ("terrace-workspace-locker", "workspacevariables", "get", False),
+    ("terrace-workspace-reader", "workspaces", "read-state", False),
+    ("terrace-workspace-reader", "workspaces", "read-outputs", True),
+    ("terrace-workspace-admin", "workspaces", "force-unlock", True),
+    ("terrace-workspace-admin", "workspaces", "create", False),
+    ("terrace-owner", "workspaces", "manage", True),
+]
+
+
+@pytest.mark.parametrize(("role", "resource", "verb", "allowed"), USER_ROLE_RIGHTS)
+def test_user_roles_grant_what_the_rbac_table_says(role, resource, verb, allowed):
+    rules = rules_of(rendered("default"), "ClusterRole", role)
+    assert allows(rules, "terrace.dev", resource, verb) == allowed, (role, resource, verb)
+
+
 # --------------------------------------------------------------------------- workloads
 
 

@@ -918,9 +918,21 @@ fn a_run_reads_the_remote_state_its_workspace_may_read() {
         !out.status.success(),
         "an outsider read the producer: {shown}"
     );
-    // The producer is hidden from the outsider's run (404), so the remote backend tries
-    // to create it, which the run's credential may not (403): the engine's error.
+    // The engine says why, as HCP Terraform's does (issue 41 §2): the run may not read
+    // the producer's state, and which setting would allow it; not that it may not create
+    // a workspace (a 404 sent the remote backend to create the producer).
     assert!(shown.contains("error loading the remote state"), "{shown}");
+    let flat = shown
+        .replace('│', " ")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        flat.contains("of workspace \"outsider\" is not authorized to read the state of workspace \"producer\""),
+        "{shown}"
+    );
+    assert!(flat.contains("remote-state-consumers"), "{shown}");
+    assert!(!flat.contains("create workspaces"), "{shown}");
     assert!(!shown.contains("db.internal"), "{shown}");
     assert!(
         !shown.contains("tfrun."),
@@ -1372,5 +1384,95 @@ fn structured_run_output_renders_in_the_cli_and_reads_as_text_elsewhere() {
         cli_log.contains("Terraform will perform the following actions:")
             && !cli_log.contains("\"@level\""),
         "the engine's plain text is the log: {cli_log}"
+    );
+}
+
+/// Issue 41 §1: a run waiting for confirmation holds the workspace, and an engineer's
+/// `terraform apply` queued behind it is told it waits for that run, not for a person's
+/// lock. The workspace's `current-run` is the run that holds it (`latest-run` the newest),
+/// as in HCP Terraform, whose CLI prints "manually locked" exactly when a locked
+/// workspace's current run is pending; once the run ahead is discarded the CLI's run is
+/// current and applies.
+#[test]
+fn a_cli_run_behind_a_run_waiting_for_confirmation_waits_for_that_run() {
+    let (dev, api, tf, dir) = setup();
+    let d = dir.path().join("held");
+    config(&d, "held", ITEMS);
+    ok(tf.run(&d, &["init", "-input=false"]), "init");
+    let ws_id = workspace(&api, "held")["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let cv = upload(&api, &ws_id, false, &[("main.tf", ITEMS)]);
+    let ahead = create_run(&api, &ws_id, Some(&cv), json!({})).expect("run");
+    wait_status(&dev, &api, &ahead, &["planned", "post_plan_completed"]);
+
+    let child = tf
+        .command(&d, &["apply", "-auto-approve", "-input=false"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("terraform apply");
+    let mine = dev
+        .eventually(Duration::from_secs(60), || {
+            runs(&api, &ws_id)
+                .into_iter()
+                .find(|r| r["id"] != ahead.as_str() && status(r) == "pending")
+        })
+        .expect("the CLI's run never queued");
+    let w = workspace(&api, "held");
+    assert_eq!(w["attributes"]["locked"], true, "{w}");
+    assert_eq!(
+        w["relationships"]["locked-by"]["data"]["id"],
+        ahead.as_str()
+    );
+    assert_eq!(
+        w["relationships"]["current-run"]["data"]["id"],
+        ahead.as_str(),
+        "the run that holds the workspace is its current run: {w}"
+    );
+    assert_eq!(w["relationships"]["latest-run"]["data"]["id"], mine["id"]);
+    // kubectl reads like the web view's run list (issue 41 §8): the workspace by its TFE
+    // name, and the waiting run `pending`.
+    let mine_id = mine["id"].as_str().unwrap_or_default().to_owned();
+    let listed = dev
+        .eventually(Duration::from_secs(30), || {
+            let out = dev.kubectl_ok(&["get", "runs", "-n", ORG, "--no-headers"]);
+            out.lines()
+                .any(|l| {
+                    let cols: Vec<&str> = l.split_whitespace().collect();
+                    cols.first() == Some(&mine_id.to_ascii_lowercase().as_str())
+                        && cols.get(1) == Some(&"held")
+                        && cols.get(2) == Some(&"pending")
+                })
+                .then_some(out)
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "kubectl get runs: {}",
+                dev.kubectl_ok(&["get", "runs", "-n", ORG])
+            )
+        });
+    assert!(!listed.contains("ws-"), "{listed}");
+    // Long enough for the CLI's first status line (after a second's backoff).
+    std::thread::sleep(Duration::from_secs(4));
+    let r = api.post(&format!("/api/v2/runs/{ahead}/actions/discard"), &json!({}));
+    assert_eq!(r.status, 202, "{:?}", r.body);
+    let shown = ok(child.wait_with_output().expect("apply ends"), "apply");
+    assert!(
+        shown.contains("Waiting for 1 run(s) to finish before being queued"),
+        "{shown}"
+    );
+    assert!(!shown.contains("manually locked"), "{shown}");
+    assert!(shown.contains("Apply complete!"), "{shown}");
+    let w = workspace(&api, "held");
+    assert_eq!(w["relationships"]["current-run"]["data"]["id"], mine["id"]);
+    assert_eq!(w["attributes"]["locked"], false, "{w}");
+    let versions = dev.kubectl_ok(&["get", "stateversions", "-n", ORG, "--no-headers"]);
+    assert!(
+        versions
+            .lines()
+            .any(|l| l.split_whitespace().nth(1) == Some("held")),
+        "{versions}"
     );
 }

@@ -686,6 +686,28 @@ fn examples_apply_in_one_go_and_become_what_they_promise() {
         (&sa("release-bot"), None, "list", ws_res, true),
         (&sa("release-bot"), None, "update", ws_res, false),
         (&sa("release-bot"), None, "force-unlock", ws_res, false),
+        // Every member reads the private registry (issue 41 §5).
+        (
+            &sa("release-bot"),
+            None,
+            "get",
+            "registrymodules.terrace.dev",
+            true,
+        ),
+        (
+            &sa("release-bot"),
+            None,
+            "list",
+            "moduleversions.terrace.dev",
+            true,
+        ),
+        (
+            &sa("release-bot"),
+            None,
+            "create",
+            "moduleversions.terrace.dev",
+            false,
+        ),
         // terrace-workspace-reader: read only.
         (&sa("dashboard"), None, "list", ws_res, true),
         (&sa("dashboard"), None, "get", "testruns.terrace.dev", true),

@@ -158,12 +158,25 @@ fn a_runs_notifications_reach_their_destinations() {
     assert_eq!(done["organization_name"], ORG);
     assert_eq!(done["notifications"][0]["message"], "Run Applied");
     assert_eq!(done["notifications"][0]["run_status"], "applied");
-    assert!(
-        done["run_url"]
-            .as_str()
-            .unwrap_or_default()
-            .ends_with(&format!("/app/{ORG}/app/runs/{run}")),
+    // Under terrace dev the link opens the web view it serves (issue 41 §7): the CLI's
+    // hostname (terrace.test) reaches nothing in a browser.
+    let url = done["run_url"].as_str().unwrap_or_default();
+    assert_eq!(
+        url,
+        format!("{}/app/{ORG}/app/runs/{run}", dev.api),
         "{done}"
+    );
+    use ureq::ResponseExt;
+    let opened = ureq::get(url)
+        .config()
+        .http_status_as_error(false)
+        .build()
+        .call()
+        .expect("the run link answers");
+    assert_eq!(
+        opened.get_uri().path(),
+        "/app/session/new",
+        "the run link leads to the sign-in page, then the run: {url}"
     );
 
     // The project's configuration got the run's completion, about its workspace.

@@ -98,6 +98,16 @@ fn the_readme_tour_runs_as_written() {
         printed.contains(&format!("export TF_CLI_CONFIG_FILE={}", rc.display())),
         "terrace dev prints the CLI configuration's export line:\n{printed}"
     );
+    // The banner names the web view and how to open the CLI's run links (issue 41 §7).
+    for line in [
+        "Web view    http://127.0.0.1:8080/app",
+        "Run links   the CLI prints https://terrace.test/app/…: open them as http://127.0.0.1:8080/app/…",
+    ] {
+        assert!(
+            printed.contains(line),
+            "the banner lacks {line:?}:\n{printed}"
+        );
+    }
     let started = Instant::now();
     let out = Command::new("bash")
         .arg("-c")
@@ -118,6 +128,29 @@ fn the_readme_tour_runs_as_written() {
         dev_log()
     );
     eprintln!("the README tour took {:?}", started.elapsed());
+    // The tour's first run is clean (issue 41 §6): the examples' global variable set adds
+    // nothing the engine complains about (no internal log lines, no warning about a
+    // variable the configuration does not declare, no path inside the run's Pod).
+    let start = shown
+        .find("Running apply")
+        .unwrap_or_else(|| panic!("no remote apply:\n{shown}"));
+    let end = shown[start..]
+        .find("Apply complete!")
+        .map_or(shown.len(), |e| start + e);
+    let run = &shown[start..end];
+    for noise in [
+        "[ERROR]",
+        "[WARN]",
+        "AttachSchemaTransformer",
+        "undeclared variable",
+        "Warning:",
+        "/v/",
+    ] {
+        assert!(
+            !run.contains(noise),
+            "the tour's run prints {noise:?}:\n{run}"
+        );
+    }
     for needle in [
         "refused, as it should be",
         "from-curl",
@@ -130,5 +163,24 @@ fn the_readme_tour_runs_as_written() {
             "the tour's output lacks {needle:?}:\n{shown}"
         );
     }
+    // The CLI's run link, opened as the README says, reaches the run (after signing in).
+    let link = shown
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("https://terrace.test/app/"))
+        .unwrap_or_else(|| panic!("no run link in the CLI's output:\n{shown}"));
+    let run = link.rsplit('/').next().unwrap_or_default().to_owned();
+    use ureq::ResponseExt;
+    let opened = ureq::get(&format!("http://127.0.0.1:8080/app/{link}"))
+        .config()
+        .http_status_as_error(false)
+        .build()
+        .call()
+        .expect("the run link answers");
+    let at = opened.get_uri().to_string();
+    assert!(
+        opened.status() == 200 && at.contains("/app/session/new") && at.contains(&run),
+        "{} {at}",
+        opened.status()
+    );
     drop(dev);
 }

@@ -173,6 +173,17 @@ fn published_versions_install_with_the_cli_and_untested_ones_are_held_back() {
         "{shown}"
     );
 
+    // Every member of the organization reads its private registry, as in HCP Terraform
+    // (issue 41 §5): an engineer bound to terrace-workspace-locker, the role of who runs
+    // terraform against a workspace, installs the module too.
+    let engineer = dev.role_token(ORG, "engineer", "terrace-workspace-locker");
+    let as_engineer = Terraform::with_token(&dev, &engineer);
+    let d = work.path().join("engineer");
+    root(&d, "vpc");
+    let out = as_engineer.run(&d, &["init", "-input=false"]);
+    assert!(out.status.success(), "the engineer's init: {}", text(&out));
+    assert_eq!(installed(&d), "1.0.0");
+
     // Inside a remote run: the run's own CLI configuration and credential reach the
     // registry, and the engine in the run's Pod installs the same version.
     let d = work.path().join("remote");

@@ -235,7 +235,8 @@ terraform {
 }
 
 resource "terraform_data" "slow" {
-  input = var.round
+  input            = var.round
+  triggers_replace = { token = var.token }
 
   provisioner "local-exec" {
     command = "for i in 1 2 3 4 5 6 7 8; do echo tick-$i; sleep 1; done"
@@ -245,6 +246,12 @@ resource "terraform_data" "slow" {
 variable "round" {
   type    = string
   default = "one"
+}
+
+variable "token" {
+  type      = string
+  sensitive = true
+  default   = "hunter2-never-shown"
 }
 
 output "greeting" {
@@ -355,6 +362,32 @@ fn a_cli_run_is_followed_live_from_its_link_confirmed_in_the_browser_and_another
     );
     assert_eq!(b.text("#changes"), "+1 ~0 -0");
     assert!(b.find("#action-discard").is_some());
+    // The approval is not blind (issue 41 §3): the structured plan shows the resource
+    // with its attributes, the outputs, and masks the sensitive value.
+    let planned = b.text("#plan-changes");
+    for needle in [
+        "Planned changes",
+        "1 to add",
+        "+ terraform_data.slow",
+        "will be created",
+        "input",
+        "\"one\"",
+        "triggers_replace.token",
+        "(sensitive value)",
+        "greeting",
+        "\"hello one\"",
+    ] {
+        assert!(planned.contains(needle), "{needle:?} in {planned}");
+    }
+    assert!(
+        !b.source().contains("hunter2"),
+        "a sensitive value on the page"
+    );
+    // The timeline stays inside its card (issue 41 §12).
+    let overflow = b.execute(
+        "const t = document.getElementById('timeline'); return t.scrollWidth > t.clientWidth + 1 || t.getBoundingClientRect().right > t.parentElement.getBoundingClientRect().right;",
+    );
+    assert_eq!(overflow, false, "the timeline overflows its card");
     shot(&b, "run-planned");
 
     // Confirmed here, the CLI sees it and streams the apply, while the page's apply log
@@ -388,6 +421,13 @@ fn a_cli_run_is_followed_live_from_its_link_confirmed_in_the_browser_and_another
         b.source()
     );
     assert!(b.text("#log-apply").contains("Apply complete"));
+    let applied = b.text("#plan-changes");
+    assert!(
+        applied.contains("Applied changes")
+            && applied.contains("1 added")
+            && applied.contains("created"),
+        "{applied}"
+    );
     assert!(
         b.find("#action-apply").is_none(),
         "no buttons on a finished run"
@@ -410,6 +450,23 @@ fn a_cli_run_is_followed_live_from_its_link_confirmed_in_the_browser_and_another
     assert!(b.wait(Duration::from_secs(90), |b| {
         b.find("#action-discard").is_some()
     }));
+    let planned = b.text("#plan-changes");
+    for needle in [
+        "1 to change",
+        "~ terraform_data.slow",
+        "will be updated in-place",
+        "\"two\"",
+        "\"hello two\"",
+        "unchanged attributes hidden",
+    ] {
+        assert!(planned.contains(needle), "{needle:?} in {planned}");
+    }
+    assert!(
+        !b.source().contains("hunter2"),
+        "a sensitive value on the page"
+    );
+    b.execute("document.getElementById('plan-changes').scrollIntoView(); return 1;");
+    shot(&b, "run-update-planned");
     b.click("#action-discard");
     assert!(b.wait(Duration::from_secs(30), |b| b.text("#run-status")
         == "discarded"));
@@ -510,11 +567,41 @@ fn the_run_page_shows_policy_checks_and_overrides_them() {
         "{}",
         b.source()
     );
-    assert_eq!(b.text("#policy-status"), "passed");
+    // The override is recorded, with who gave it (issue 41 §9): not "passed" above the
+    // failed policy, and the timeline says so.
+    assert_eq!(b.text("#policy-status"), "overridden");
+    let by = "system:serviceaccount:acme:ws-admin";
+    assert!(
+        b.text("#policy-overridden")
+            .contains(&format!("Overridden by {by}")),
+        "{}",
+        b.source()
+    );
+    let timeline = b.text("#timeline");
+    assert!(
+        timeline.contains(&format!("Failed mandatory policies overridden by {by}"))
+            && timeline.contains(&format!("Policy checks failed and were overridden by {by}")),
+        "{timeline}"
+    );
     assert!(
         b.find("#action-apply").is_some(),
         "confirmable after the override"
     );
+    let overflow = b.execute(
+        "const t = document.getElementById('timeline'); return t.scrollWidth > t.clientWidth + 1;",
+    );
+    assert_eq!(overflow, false, "the timeline overflows its card");
+    b.execute("document.getElementById('policies-title').scrollIntoView(); return 1;");
+    shot(&b, "run-policy-overridden");
+    let events = api.get(&format!("/api/v2/runs/{run}/run-events?include=actor"));
+    let overridden = events.body["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["attributes"]["action"] == "policy_overridden")
+        .cloned()
+        .unwrap_or_else(|| panic!("no override event: {:?}", events.body));
+    assert_eq!(overridden["relationships"]["actor"]["data"]["id"], by);
 }
 
 #[test]
@@ -631,4 +718,350 @@ fn a_module_shows_its_versions_variables_and_test_results() {
         b.text("#log-test")
     );
     shot(&b, "test-run");
+}
+
+/// Publishes `version` of module `name` (provider aws) with `files`, as go-tfe does.
+fn publish(api: &Api, name: &str, version: &str, files: &[(&str, &str)]) -> serde_json::Value {
+    let r = api.post(
+        &format!("/api/v2/registry-modules/{ORG}/{name}/aws/versions"),
+        &json!({"data": {"type": "registry-module-versions", "attributes": {"version": version}}}),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let upload = r.body["data"]["links"]["upload"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let path = &upload[upload.find("/api/v2/").expect("upload path")..];
+    assert_eq!(
+        api.put_unauthenticated(path, terrace_tests::targz(files)),
+        200
+    );
+    api.get(&format!(
+        "/api/v2/organizations/{ORG}/registry-modules/private/{ORG}/{name}/aws/version?module_version={version}"
+    ))
+    .body["data"]
+        .clone()
+}
+
+const NET_TF: &str = "variable \"cidr\" {\n  type        = string\n  description = \"The network's range\"\n}\n\nvariable \"name\" {\n  type    = string\n  default = \"net\"\n}\n\nresource \"terraform_data\" \"net\" {\n  input = var.cidr\n}\n\noutput \"cidr\" {\n  description = \"The range it got\"\n  value       = var.cidr\n}\n";
+
+/// A module that publishes only tested versions shows each version's tests (linked to
+/// the test run), whether `terraform init` gets it and why not, and what the offered
+/// version holds with a usage snippet (issue 41 §4); a version reads `pending`, not
+/// null, right after its upload.
+#[test]
+fn the_registry_page_says_which_versions_are_offered_and_why() {
+    let dev = Dev::start_with(&["--engine", &terraform_path(), "--auto-test-run-delay", "0s"]);
+    let api = Api::admin(&dev);
+    api.create_org(ORG);
+    let r = api.post(
+        &format!("/api/v2/organizations/{ORG}/registry-modules"),
+        &json!({"data": {"type": "registry-modules", "attributes": {
+            "name": "net", "provider": "aws", "registry-name": "private",
+            "test-config": {"publish-only-tested": true}}}}),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let test = |cond: &str| {
+        format!(
+            "run \"cidr\" {{\n  variables {{\n    cidr = \"10.0.0.0/16\"\n  }}\n  command = plan\n  assert {{\n    condition     = {cond}\n    error_message = \"the range\"\n  }}\n}}\n"
+        )
+    };
+    let passing = test("output.cidr == \"10.0.0.0/16\"");
+    let failing = test("output.cidr == \"nope\"");
+    let first = publish(
+        &api,
+        "net",
+        "1.0.0",
+        &[
+            ("main.tf", NET_TF),
+            ("README.md", "# net\n\nA network for the team.\n"),
+            ("tests/main.tftest.hcl", &passing),
+        ],
+    );
+    assert_eq!(
+        first["attributes"]["test-status"], "pending",
+        "right after the upload: {first}"
+    );
+    publish(
+        &api,
+        "net",
+        "1.1.0",
+        &[("main.tf", NET_TF), ("tests/main.tftest.hcl", &failing)],
+    );
+    let tested = dev.eventually(Duration::from_secs(120), || {
+        let m = api.get(&format!(
+            "/api/v2/organizations/{ORG}/registry-modules/private/{ORG}/net/aws"
+        ));
+        let s = m.body["data"]["attributes"]["version-statuses"].clone();
+        let done = s.as_array().is_some_and(|l| {
+            l.len() == 2
+                && l.iter()
+                    .all(|v| v["test-status"] == "pass" || v["test-status"] == "fail")
+        });
+        done.then_some(s)
+    });
+    let statuses =
+        tested.unwrap_or_else(|| panic!("the versions were never tested: {}", dev.log()));
+    assert_eq!(statuses[0]["version"], "1.1.0");
+    assert_eq!(statuses[0]["installable"], false);
+    assert!(
+        statuses[0]["not-offered-because"]
+            .as_str()
+            .is_some_and(|w| w.contains("its tests failed")),
+        "{statuses}"
+    );
+    let failed_run = statuses[0]["test-run"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(failed_run.starts_with("trun-"), "{statuses}");
+
+    let b = Browser::start();
+    sign_in(&b, &dev, &dev.token);
+    b.goto(&format!("{}/app/{ORG}/registry/modules/net/aws", dev.api));
+    assert!(b.wait(Duration::from_secs(10), |b| b.find("#versions").is_some()));
+    let held = b.text("#version-1\\.1\\.0");
+    assert!(
+        held.contains("fail")
+            && held.contains("not offered")
+            && held.contains("its tests failed")
+            && held.contains(&failed_run),
+        "{held}"
+    );
+    let offered = b.text("#version-1\\.0\\.0");
+    assert!(
+        offered.contains("pass") && offered.contains("offered"),
+        "{offered}"
+    );
+    assert!(!offered.contains("not offered"), "{offered}");
+    assert!(b.text("#gate").contains("Only versions whose tests passed"));
+    let usage = b.text("#usage");
+    assert!(
+        usage.contains("source  = \"terrace.test/acme/net/aws\"")
+            && usage.contains("version = \"~> 1.0\"")
+            && usage.contains("cidr = …"),
+        "{usage}"
+    );
+    let inputs = b.text("#inputs");
+    assert!(
+        inputs.contains("cidr")
+            && inputs.contains("required")
+            && inputs.contains("The network's range"),
+        "{inputs}"
+    );
+    assert!(b.text("#outputs").contains("The range it got"));
+    assert!(b.text("#resources").contains("terraform_data.net"));
+    assert!(b.text("#readme").contains("A network for the team."));
+    shot(&b, "module");
+    b.click("#version-1\\.1\\.0 a");
+    assert!(
+        b.wait(Duration::from_secs(10), |b| b.url().contains(&failed_run)),
+        "{}",
+        b.url()
+    );
+}
+
+/// Creates a run of workspace `ws` through the API; its ID.
+fn queue_run(api: &Api, ws: &str) -> String {
+    let r = api.post(
+        "/api/v2/runs",
+        &json!({"data": {"type": "runs", "attributes": {},
+            "relationships": {"workspace": {"data": {"type": "workspaces", "id": ws}}}}}),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    r.body["data"]["id"].as_str().unwrap_or_default().to_owned()
+}
+
+/// The web view's dead ends, opened (issue 41 §12): a run's lock is shown as the run's,
+/// linked, with no unlock that the API would refuse, and its text said once; a pending
+/// run says what it waits for and links the run ahead; a refused unlock is said on the
+/// workspace's page; a force unlock asks for a confirmation; the workspace's variable sets
+/// are shown (a sensitive value masked); an errored run says why.
+#[test]
+fn the_web_view_says_why_and_leads_somewhere() {
+    let dev = Dev::start_with(&["--engine", &terraform_path()]);
+    let api = Api::admin(&dev);
+    api.create_org(ORG);
+    let ws = api.create_workspace(ORG, json!({"name": "app"}));
+    api.upload_config(
+        &ws,
+        &[("main.tf", "resource \"terraform_data\" \"x\" {}\n")],
+    );
+    let set = api.post(
+        &format!("/api/v2/organizations/{ORG}/varsets"),
+        &json!({"data": {"type": "varsets", "attributes": {"name": "org-creds", "global": true}}}),
+    );
+    assert_eq!(set.status, 201, "{:?}", set.body);
+    let set_id = set.body["data"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let v = api.post(
+        &format!("/api/v2/varsets/{set_id}/relationships/vars"),
+        &json!({"data": {"type": "vars", "attributes": {
+            "key": "DEPLOY_TOKEN", "value": "hunter2-set", "category": "env", "sensitive": true}}}),
+    );
+    assert_eq!(v.status, 201, "{:?}", v.body);
+
+    let ahead = queue_run(&api, &ws);
+    let holding = dev.eventually(Duration::from_secs(120), || {
+        let r = api.get(&format!("/api/v2/runs/{ahead}"));
+        (r.body["data"]["attributes"]["status"] == "planned").then_some(())
+    });
+    assert!(
+        holding.is_some(),
+        "the first run never planned: {}",
+        dev.log()
+    );
+    let behind = queue_run(&api, &ws);
+
+    let b = Browser::start();
+    sign_in(&b, &dev, &dev.token);
+    // The pending run says what it waits for, and links the run ahead.
+    let page = format!("{}/app/{ORG}/workspaces/app/runs/{behind}", dev.api);
+    b.goto(&page);
+    assert!(
+        b.wait(Duration::from_secs(30), |b| {
+            if !b.text("#why-words").contains(&ahead) {
+                std::thread::sleep(Duration::from_millis(500));
+                b.goto(&page);
+            }
+            b.text("#why-words").contains(&ahead)
+        }),
+        "{}",
+        b.source()
+    );
+    assert_eq!(
+        b.text("#why-words"),
+        format!("waiting for run {ahead} (planned) to finish")
+    );
+    assert!(b.text("#why-ahead").contains(&ahead));
+    shot(&b, "run-waiting");
+    b.click("#why-ahead a");
+    assert!(b.wait(Duration::from_secs(10), |b| b.url().ends_with(&ahead)));
+
+    // The workspace's lock is the run's: linked, said once, no unlock the API refuses.
+    b.goto(&format!("{}/app/{ORG}/workspaces/app", dev.api));
+    assert!(b.wait(Duration::from_secs(10), |b| b.find("#lock-state").is_some()));
+    let lock = b.text("#lock-state");
+    assert!(lock.contains(&ahead) && lock.contains("planned"), "{lock}");
+    assert_eq!(lock.matches("Locked").count(), 1, "{lock}");
+    assert!(b.find("#unlock").is_none() && b.find("#force-unlock").is_none());
+    // The workspace's variable sets, masked.
+    let sets = b.text("#varsets");
+    assert!(
+        sets.contains("org-creds") && sets.contains("DEPLOY_TOKEN") && sets.contains("(sensitive)"),
+        "{sets}"
+    );
+    assert!(
+        !b.source().contains("hunter2"),
+        "a sensitive value on the page"
+    );
+    let r = api.post(&format!("/api/v2/runs/{ahead}/actions/discard"), &json!({}));
+    assert_eq!(r.status, 202, "{:?}", r.body);
+    let r = api.post(
+        &format!("/api/v2/runs/{behind}/actions/discard"),
+        &json!({}),
+    );
+    assert!(matches!(r.status, 202 | 409), "{:?}", r.body);
+    let free = dev.eventually(Duration::from_secs(60), || {
+        let w = api.get(&format!("/api/v2/workspaces/{ws}"));
+        (w.body["data"]["attributes"]["locked"] == false).then_some(())
+    });
+    assert!(free.is_some(), "the runs' lock stayed");
+
+    // Someone else's lock: Unlock is refused on the workspace's page, in the API's words;
+    // Force unlock asks first.
+    let locker = token_for(&dev, "oncall", "terrace-workspace-locker");
+    let oncall = Api::with_token(&dev, Some(&locker));
+    let r = oncall.post(
+        &format!("/api/v2/workspaces/{ws}/actions/lock"),
+        &json!({"reason": "investigating an incident"}),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    b.goto(&format!("{}/app/{ORG}/workspaces/app", dev.api));
+    assert!(b.wait(Duration::from_secs(10), |b| b.find("#unlock").is_some()));
+    let lock = b.text("#lock-state");
+    assert!(lock.contains("investigating an incident"), "{lock}");
+    b.click("#unlock");
+    assert!(
+        b.wait(Duration::from_secs(10), |b| b
+            .find("#lock-notice")
+            .is_some()),
+        "{}",
+        b.source()
+    );
+    assert!(
+        b.text("#lock-notice")
+            .contains("locked by User system:serviceaccount:acme:oncall"),
+        "{}",
+        b.text("#lock-notice")
+    );
+    assert!(
+        b.find("#lock-title").is_some(),
+        "still the workspace's page"
+    );
+    // Force unlock sits behind a confirmation, which the server also requires.
+    let cookie = b.cookie("terrace_session").expect("the session cookie");
+    let (status, page) = post_form(
+        &dev,
+        &cookie,
+        &format!("/app/{ORG}/workspaces/app/actions/force-unlock"),
+        &csrf_of(&b),
+    );
+    assert_eq!(status, 422, "{page}");
+    assert!(page.contains("confirm the force unlock"), "{page}");
+    let w = api.get(&format!("/api/v2/workspaces/{ws}"));
+    assert_eq!(w.body["data"]["attributes"]["locked"], true);
+    assert!(
+        !b.execute("return document.getElementById('force-unlock').checkVisibility()")
+            .as_bool()
+            .unwrap_or(true),
+        "the button shows only once the confirmation is opened"
+    );
+    b.click("#force-unlock-open");
+    b.click("#force-unlock-sure");
+    shot(&b, "workspace-force-unlock");
+    b.click("#force-unlock");
+    assert!(
+        b.wait(Duration::from_secs(10), |b| b
+            .text("#lock-state")
+            .contains("Unlocked")),
+        "{}",
+        b.source()
+    );
+
+    // An errored run says why.
+    api.upload_config(
+        &ws,
+        &[(
+            "main.tf",
+            "resource \"terraform_data\" \"x\" {\n  input = var.missing\n}\n",
+        )],
+    );
+    let broken = queue_run(&api, &ws);
+    let errored = dev.eventually(Duration::from_secs(120), || {
+        let r = api.get(&format!("/api/v2/runs/{broken}"));
+        (r.body["data"]["attributes"]["status"] == "errored").then(|| r.body["data"].clone())
+    });
+    let errored = errored.unwrap_or_else(|| panic!("the run never errored: {}", dev.log()));
+    let words = errored["attributes"]["status-message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(!words.is_empty(), "{errored}");
+    b.goto(&format!(
+        "{}/app/{ORG}/workspaces/app/runs/{broken}",
+        dev.api
+    ));
+    assert!(b.wait(Duration::from_secs(10), |b| b.find("#why-words").is_some()));
+    assert_eq!(b.text("#why-title"), "Why this run errored");
+    assert_eq!(b.text("#why-words"), words);
+    let said = b.text("#why-errors");
+    assert!(
+        said.contains("Error: Reference to undeclared input variable")
+            && said.contains("\"missing\" has not been declared"),
+        "the engine's own words: {said}"
+    );
+    shot(&b, "run-errored");
 }

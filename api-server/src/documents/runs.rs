@@ -178,6 +178,9 @@ pub fn run_data(
             "has-changes": has_changes,
             "is-destroy": r.spec.is_destroy,
             "message": r.spec.message,
+            // terrace: what a pending run waits for, or why a run errored (its
+            // `status.message`), in words; null otherwise.
+            "status-message": st.message.as_deref().filter(|m| !m.is_empty() && matches!(state, RunState::Pending | RunState::Errored | RunState::Canceled | RunState::ForceCanceled)),
             "plan-only": r.spec.plan_only,
             "refresh": r.spec.refresh,
             "refresh-only": r.spec.refresh_only,

@@ -14,6 +14,9 @@ pub type WorkspaceKey = (String, String);
 pub struct ByWorkspace {
     members: HashMap<WorkspaceKey, Vec<String>>,
     current: HashMap<WorkspaceKey, String>,
+    /// Runs only: each workspace's newest run that is not plan-only (its `latest-run`),
+    /// where it differs from the current one.
+    latest: HashMap<WorkspaceKey, String>,
 }
 
 impl ByWorkspace {
@@ -50,6 +53,25 @@ impl ByWorkspace {
                 self.current.remove(wk);
             }
         }
+    }
+
+    /// Records the latest object of workspace `wk` where it is not its current one.
+    pub fn set_latest(&mut self, wk: &WorkspaceKey, uid: Option<String>) {
+        match uid {
+            Some(u) => {
+                self.latest.insert(wk.clone(), u);
+            }
+            None => {
+                self.latest.remove(wk);
+            }
+        }
+    }
+
+    /// The uid of the latest object of workspace object `ws` of namespace `ns`: its
+    /// current one unless [`Self::set_latest`] recorded another.
+    pub fn latest(&self, ns: &str, ws: &str) -> Option<&String> {
+        let k = (ns.to_owned(), ws.to_owned());
+        self.latest.get(&k).or_else(|| self.current.get(&k))
     }
 
     /// The uid of the current object of workspace object `ws` of namespace `ns`.

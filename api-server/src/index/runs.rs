@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use kube::ResourceExt;
 use terrace_crds::Run;
+use terrace_crds::run::RunState;
 
 use super::by_workspace::WorkspaceKey;
 use super::{Inner, uid};
@@ -51,14 +52,27 @@ impl Inner {
         self.runs_by_workspace = Default::default();
     }
 
-    /// Recomputes the current run of workspace `wk`: its newest run that is not plan-only.
+    /// Recomputes the current run of workspace `wk` (the one that holds it,
+    /// [`terrace_crds::run::current_run`]) and its latest (its newest run that is not
+    /// plan-only).
     fn refresh_current_run(&mut self, wk: &WorkspaceKey) {
-        let current = self
+        let mut applies: Vec<&Arc<Run>> = self
             .runs_of(&wk.0, &wk.1)
             .filter(|r| !r.spec.plan_only)
-            .max_by_key(|r| queue_order(r))
-            .map(|r| uid(r.as_ref()));
+            .collect();
+        applies.sort_by_cached_key(|r| queue_order(r));
+        let states: Vec<RunState> = applies
+            .iter()
+            .map(|r| {
+                RunState::of(r.status.as_ref().and_then(|s| s.status.as_deref()))
+                    .unwrap_or_default()
+            })
+            .collect();
+        let current = terrace_crds::run::current_run(&states).map(|i| uid(applies[i].as_ref()));
+        let latest = applies.last().map(|r| uid(r.as_ref()));
+        let latest = latest.filter(|l| current.as_ref() != Some(l));
         self.runs_by_workspace.set_current(wk, current);
+        self.runs_by_workspace.set_latest(wk, latest);
     }
 
     /// The runs of workspace object `ws` of namespace `ns` (any order).
@@ -68,8 +82,16 @@ impl Inner {
             .filter_map(|u| self.runs.by_uid(u))
     }
 
-    /// The current run of workspace object `ws` of namespace `ns`: its newest run (by
+    /// The latest run of workspace object `ws` of namespace `ns`: its newest run (by
     /// queue time, then name) that is not plan-only.
+    pub fn latest_run(&self, ns: &str, ws: &str) -> Option<&Arc<Run>> {
+        self.runs_by_workspace
+            .latest(ns, ws)
+            .and_then(|u| self.runs.by_uid(u))
+    }
+
+    /// The current run of workspace object `ws` of namespace `ns`: the one that holds it,
+    /// else the first pending one, else its newest ([`terrace_crds::run::current_run`]).
     pub fn current_run(&self, ns: &str, ws: &str) -> Option<&Arc<Run>> {
         self.runs_by_workspace
             .current(ns, ws)
@@ -85,6 +107,10 @@ mod tests {
     use super::Inner;
 
     fn run(name: &str, ws: &str, plan_only: bool, queued: &str) -> Run {
+        with_status(name, ws, plan_only, queued, "applied")
+    }
+
+    fn with_status(name: &str, ws: &str, plan_only: bool, queued: &str, st: &str) -> Run {
         let mut r = Run::new(
             name,
             RunSpec {
@@ -99,7 +125,10 @@ mod tests {
             uid: Some(format!("uid-{name}")),
             ..Default::default()
         };
-        let mut status = terrace_crds::RunStatus::default();
+        let mut status = terrace_crds::RunStatus {
+            status: Some(st.into()),
+            ..Default::default()
+        };
         status
             .status_timestamps
             .insert(terrace_crds::run::QUEUEABLE_AT.into(), queued.into());
@@ -110,6 +139,54 @@ mod tests {
     fn current(i: &Inner, ws: &str) -> Option<String> {
         i.current_run("org", ws)
             .map(|r| r.metadata.name.clone().unwrap())
+    }
+
+    fn latest(i: &Inner, ws: &str) -> Option<String> {
+        i.latest_run("org", ws)
+            .map(|r| r.metadata.name.clone().unwrap())
+    }
+
+    /// A run waiting for its turn behind a run waiting for confirmation is the latest run,
+    /// not the current one (issue 41 §1); canceled, the one ahead gives way to it.
+    #[test]
+    fn the_current_run_holds_the_workspace_and_the_latest_is_the_newest() {
+        let mut i = Inner::default();
+        i.put_run(run("r1", "a", false, "2026-01-01T00:00:01.000Z"));
+        i.put_run(with_status(
+            "r2",
+            "a",
+            false,
+            "2026-01-01T00:00:02.000Z",
+            "post_plan_completed",
+        ));
+        i.put_run(with_status(
+            "r3",
+            "a",
+            false,
+            "2026-01-01T00:00:03.000Z",
+            "pending",
+        ));
+        assert_eq!(current(&i, "a").as_deref(), Some("r2"));
+        assert_eq!(latest(&i, "a").as_deref(), Some("r3"));
+        i.put_run(with_status(
+            "r2",
+            "a",
+            false,
+            "2026-01-01T00:00:02.000Z",
+            "canceled",
+        ));
+        assert_eq!(current(&i, "a").as_deref(), Some("r3"));
+        assert_eq!(latest(&i, "a").as_deref(), Some("r3"));
+        i.put_run(with_status(
+            "r3",
+            "a",
+            false,
+            "2026-01-01T00:00:03.000Z",
+            "planning",
+        ));
+        assert_eq!(current(&i, "a").as_deref(), Some("r3"));
+        i.remove_run("uid-r3");
+        assert_eq!(latest(&i, "a").as_deref(), Some("r2"));
     }
 
     #[test]

@@ -119,15 +119,138 @@ fn test_run_row(r: &Value) -> TestRunRow {
     }
 }
 
+/// A string attribute as it is (empty when absent), where [`text`]'s "-" would read as a
+/// value.
+fn str_of(v: &Value) -> String {
+    v.as_str().unwrap_or_default().to_owned()
+}
+
+/// A published version as the module's page shows it.
+pub struct VersionRow {
+    pub version: String,
+    pub status: String,
+    /// Why the archive was refused, if it was.
+    pub error: String,
+    /// `pending`, `pass`, `fail`, `error` (empty: never tested).
+    pub tests: String,
+    /// The test run that tested it.
+    pub test_run: String,
+    pub offered: bool,
+    /// Why `terraform init` does not get it.
+    pub why_not: String,
+}
+
+/// What the latest offered version's root module holds (the registry protocol's
+/// document), and how to use it.
+pub struct ModuleDocView {
+    pub version: String,
+    pub readme: String,
+    pub inputs: Vec<Pair>,
+    pub outputs: Vec<Pair>,
+    pub resources: Vec<String>,
+    pub usage: String,
+}
+
 #[derive(Template)]
 #[template(path = "module.html")]
 struct ModulePage {
     nav: Nav,
     name: String,
     provider: String,
-    versions: Vec<Pair>,
+    gate: bool,
+    versions: Vec<VersionRow>,
+    doc: Option<ModuleDocView>,
     runs: Vec<TestRunRow>,
     variables: Vec<Pair>,
+}
+
+/// The latest offered version's document of module `org/name/provider` (None when no
+/// version is offered, or the protocol refuses).
+async fn latest_doc(
+    ui: &Ui,
+    s: &Session,
+    headers: &HeaderMap,
+    (org, name, provider): (&str, &str, &str),
+) -> Result<Option<ModuleDocView>, UiError> {
+    let (st, bytes) = ui
+        .raw(
+            Some(s),
+            headers,
+            Method::GET,
+            &format!(
+                "/api/registry/v1/modules/{}/{}/{}",
+                urlencode(org),
+                urlencode(name),
+                urlencode(provider)
+            ),
+            None,
+        )
+        .await?;
+    if !st.is_success() {
+        return Ok(None);
+    }
+    let Ok(d) = serde_json::from_slice::<Value>(&bytes) else {
+        return Ok(None);
+    };
+    let root = &d["root"];
+    let version = text(&d["version"]);
+    let inputs: Vec<Pair> = root["inputs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|i| Pair {
+            name: text(&i["name"]),
+            value: if i["required"].as_bool().unwrap_or(false) {
+                "required".to_owned()
+            } else {
+                format!("default {}", text(&i["default"]))
+            },
+            note: [str_of(&i["type"]), str_of(&i["description"])]
+                .into_iter()
+                .filter(|t| !t.is_empty())
+                .collect::<Vec<_>>()
+                .join(" · "),
+        })
+        .collect();
+    let host = ui
+        .state
+        .settings
+        .hostname
+        .clone()
+        .unwrap_or_else(|| "HOST".to_owned());
+    let minor: Vec<&str> = version.split('.').take(2).collect();
+    let mut usage = format!(
+        "module \"{name}\" {{\n  source  = \"{host}/{org}/{name}/{provider}\"\n  version = \"~> {}\"\n",
+        minor.join(".")
+    );
+    for i in root["inputs"].as_array().into_iter().flatten() {
+        if i["required"].as_bool().unwrap_or(false) {
+            usage.push_str(&format!("\n  {} = …\n", text(&i["name"])));
+        }
+    }
+    usage.push_str("}\n");
+    Ok(Some(ModuleDocView {
+        version,
+        readme: str_of(&root["readme"]),
+        inputs,
+        outputs: root["outputs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|o| Pair {
+                name: text(&o["name"]),
+                value: String::new(),
+                note: str_of(&o["description"]),
+            })
+            .collect(),
+        resources: root["resources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|r| format!("{}.{}", text(&r["type"]), text(&r["name"])))
+            .collect(),
+        usage,
+    }))
 }
 
 /// `GET /app/:org/registry/modules/:name/:provider`.
@@ -150,16 +273,24 @@ pub async fn show(
             ),
         )
         .await?;
+    let gate = doc["data"]["attributes"]["test-config"]["publish-only-tested"]
+        .as_bool()
+        .unwrap_or(false);
     let versions = doc["data"]["attributes"]["version-statuses"]
         .as_array()
         .into_iter()
         .flatten()
-        .map(|v| Pair {
-            name: text(&v["version"]),
-            value: text(&v["status"]),
-            note: v["error"].as_str().unwrap_or_default().to_owned(),
+        .map(|v| VersionRow {
+            version: text(&v["version"]),
+            status: text(&v["status"]),
+            error: str_of(&v["error"]),
+            tests: str_of(&v["test-status"]),
+            test_run: str_of(&v["test-run"]),
+            offered: v["installable"].as_bool().unwrap_or(false),
+            why_not: str_of(&v["not-offered-because"]),
         })
         .collect();
+    let described = latest_doc(&ui, &s, &headers, (&org, &name, &provider)).await?;
     let base = tests_path(&org, &name, &provider);
     let runs = ui
         .get(&s, &headers, &format!("{base}/test-runs?page%5Bsize%5D=20"))
@@ -184,7 +315,9 @@ pub async fn show(
         nav: Nav::of(&s, &org),
         name,
         provider,
+        gate,
         versions,
+        doc: described,
         runs,
         variables,
     }))

@@ -383,10 +383,15 @@ struct WorkspacePage {
     locked: bool,
     holder: String,
     lock_reason: String,
+    /// The run that holds the lock, while it runs: its ID and status (no unlock then).
+    lock_run: Option<(String, String)>,
     can_lock: bool,
     can_unlock: bool,
     can_force_unlock: bool,
+    /// What the API said of the last lock action, when it refused it.
+    notice: String,
     current_run: Option<RunRow>,
+    varsets: Vec<VarsetRow>,
     serial: String,
     outputs: Vec<Pair>,
     outputs_note: String,
@@ -397,6 +402,56 @@ struct WorkspacePage {
     hostname: String,
 }
 
+/// A variable set applied to the workspace, with its variables (sensitive ones masked).
+pub struct VarsetRow {
+    pub name: String,
+    /// How it applies: "global", "priority", …
+    pub scope: String,
+    pub variables: Vec<Pair>,
+}
+
+/// The variable sets applied to workspace `id`, as the person may read them.
+async fn varsets_of(ui: &Ui, s: &Session, headers: &HeaderMap, id: &str) -> Vec<VarsetRow> {
+    let Ok(d) = ui
+        .get(
+            s,
+            headers,
+            &format!("/api/v2/workspaces/{id}/varsets?include=vars&page%5Bsize%5D=100"),
+        )
+        .await
+    else {
+        return Vec::new();
+    };
+    d["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|set| {
+            let a = &set["attributes"];
+            let mut scope = Vec::new();
+            if a["priority"] == true {
+                scope.push("priority: wins over the workspace's own variables");
+            }
+            if a["global"] == true {
+                scope.push("global");
+            } else {
+                scope.push("applied to this workspace or its project");
+            }
+            let vars: Vec<Value> = set["relationships"]["vars"]["data"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| included(&d, "vars", v["id"].as_str()?).cloned())
+                .collect();
+            VarsetRow {
+                name: text(&a["name"]),
+                scope: scope.join(", "),
+                variables: variables_of(&json!({ "data": vars })),
+            }
+        })
+        .collect()
+}
+
 /// `GET /app/:org/workspaces/:ws`.
 pub async fn workspace(
     State(ui): State<Ui>,
@@ -405,8 +460,22 @@ pub async fn workspace(
     uri: Uri,
 ) -> Result<Response, UiError> {
     let s = ui.session(&headers, &uri.to_string()).await?;
+    workspace_page(&ui, &s, &headers, &org, &name, String::new()).await
+}
+
+/// The workspace page of `org/name`, with `notice` (a refusal of the lock action just
+/// asked for, in the API's words) above its lock.
+async fn workspace_page(
+    ui: &Ui,
+    s: &Session,
+    headers: &HeaderMap,
+    org: &str,
+    name: &str,
+    notice: String,
+) -> Result<Response, UiError> {
+    let (org, name) = (org.to_owned(), name.to_owned());
     let doc = ui
-        .get(&s, &headers, &format!(
+        .get(s, headers, &format!(
                 "/api/v2/organizations/{}/workspaces/{}?include=current_run,current_run.plan,project",
                 urlencode(&org),
                 urlencode(&name)
@@ -455,8 +524,8 @@ pub async fn workspace(
     // who may read them.
     let sv = ui
         .get(
-            &s,
-            &headers,
+            s,
+            headers,
             &format!("/api/v2/workspaces/{id}/current-state-version"),
         )
         .await
@@ -467,8 +536,8 @@ pub async fn workspace(
     );
     let (outputs, outputs_note) = match ui
         .get(
-            &s,
-            &headers,
+            s,
+            headers,
             &format!("/api/v2/workspaces/{id}/current-state-version-outputs"),
         )
         .await
@@ -481,7 +550,7 @@ pub async fn workspace(
         Err(_) => (Vec::new(), String::new()),
     };
     let variables = ui
-        .get(&s, &headers, &format!("/api/v2/workspaces/{id}/vars"))
+        .get(s, headers, &format!("/api/v2/workspaces/{id}/vars"))
         .await
         .map(|d| variables_of(&d))
         .unwrap_or_default();
@@ -490,8 +559,8 @@ pub async fn workspace(
     } else {
         let consumers = ui
             .get(
-                &s,
-                &headers,
+                s,
+                headers,
                 &format!("/api/v2/workspaces/{id}/relationships/remote-state-consumers"),
             )
             .await
@@ -512,26 +581,64 @@ pub async fn workspace(
     };
     let runs = ui
         .get(
-            &s,
-            &headers,
+            s,
+            headers,
             &format!("/api/v2/workspaces/{id}/runs?page%5Bsize%5D=5&include=plan"),
         )
         .await
         .map(|d| run_rows(&d))
         .unwrap_or_default();
     let locked = a["locked"].as_bool().unwrap_or(false);
+    let by = &w["relationships"]["locked-by"]["data"];
+    // A run's lock is the run's while it runs: the API refuses to unlock it (cancel or
+    // discard the run instead), so the page offers no unlock and links the run.
+    let lock_run = match (locked, by["type"].as_str(), by["id"].as_str()) {
+        (true, Some("runs"), Some(rid)) => {
+            let st = ui
+                .get(s, headers, &format!("/api/v2/runs/{}", urlencode(rid)))
+                .await
+                .ok()
+                .map(|d| text(&d["data"]["attributes"]["status"]));
+            Some((rid.to_owned(), st.unwrap_or_else(|| "-".to_owned())))
+        }
+        _ => None,
+    };
+    let run_active = lock_run.as_ref().is_some_and(|(_, st)| {
+        !matches!(
+            st.as_str(),
+            "applied"
+                | "planned_and_finished"
+                | "errored"
+                | "discarded"
+                | "canceled"
+                | "force_canceled"
+                | "-"
+        )
+    });
+    let reason = a["locked-reason"].as_str().unwrap_or_default();
+    // The reason only where it says more than who holds the lock ("Locked by run …",
+    // "Locked by Terraform" repeat the holder line).
+    let lock_reason = if reason.starts_with("Locked by") {
+        String::new()
+    } else {
+        reason.to_owned()
+    };
+    let varsets = varsets_of(ui, s, headers, &id).await;
     Ok(render(&WorkspacePage {
-        nav: Nav::of(&s, &org),
+        nav: Nav::of(s, &org),
         ws: text(&a["name"]),
         settings,
         tags,
         locked,
-        holder: holder(&w["relationships"]["locked-by"]["data"]),
-        lock_reason: a["locked-reason"].as_str().unwrap_or_default().to_owned(),
+        holder: holder(by),
+        lock_reason,
+        lock_run: lock_run.clone(),
         can_lock: !locked && allowed("can-lock"),
-        can_unlock: locked && allowed("can-unlock"),
-        can_force_unlock: locked && allowed("can-force-unlock"),
+        can_unlock: locked && !run_active && lock_run.is_none() && allowed("can-unlock"),
+        can_force_unlock: locked && !run_active && allowed("can-force-unlock"),
+        notice,
         current_run,
+        varsets,
         serial,
         outputs,
         outputs_note,
@@ -567,6 +674,9 @@ pub struct LockForm {
     csrf: String,
     #[serde(default)]
     reason: String,
+    /// A force unlock's confirmation (its checkbox).
+    #[serde(default)]
+    confirm: String,
 }
 
 /// `POST /app/:org/workspaces/:ws/actions/(lock|unlock|force-unlock)`: the API's action.
@@ -582,21 +692,42 @@ pub async fn workspace_action(
     }
     let doc = workspace_doc(&ui, &s, &headers, &org, &name).await?;
     let id = text(&doc["data"]["id"]);
+    // A force unlock is confirmed first: whoever holds the lock may still be writing
+    // the workspace's state.
+    if action == "force-unlock" && f.confirm != "yes" {
+        let notice = "Not unlocked: confirm the force unlock first (tick the box).".to_owned();
+        let page = workspace_page(&ui, &s, &headers, &org, &name, notice).await?;
+        return Ok((axum::http::StatusCode::UNPROCESSABLE_ENTITY, page).into_response());
+    }
     let body = (action == "lock").then(|| json!({"reason": f.reason}));
-    ui.call(
-        &s,
-        &headers,
-        Method::POST,
-        &format!("/api/v2/workspaces/{id}/actions/{action}"),
-        body,
-    )
-    .await?;
-    Ok(Redirect::to(&format!(
-        "/app/{}/workspaces/{}",
-        urlencode(&org),
-        urlencode(&name)
-    ))
-    .into_response())
+    let done = ui
+        .call(
+            &s,
+            &headers,
+            Method::POST,
+            &format!("/api/v2/workspaces/{id}/actions/{action}"),
+            body,
+        )
+        .await;
+    match done {
+        Ok(_) => Ok(Redirect::to(&format!(
+            "/app/{}/workspaces/{}",
+            urlencode(&org),
+            urlencode(&name)
+        ))
+        .into_response()),
+        // A refusal is said on the workspace's own page, not on an error page that
+        // leads nowhere (someone else took the lock meanwhile, a run holds it).
+        Err(UiError::Refused(status, words)) => {
+            let page = workspace_page(&ui, &s, &headers, &org, &name, words).await?;
+            Ok((status, page).into_response())
+        }
+        Err(UiError::Forbidden(words)) => {
+            let page = workspace_page(&ui, &s, &headers, &org, &name, words).await?;
+            Ok((axum::http::StatusCode::FORBIDDEN, page).into_response())
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// A state version in the list.

@@ -10,6 +10,8 @@ use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use terrace_crds::run::plan_view::{Action, PlanView, ResourceChange};
+
 use super::pages::{RunRow, changes, included, run_rows, text, when, workspace_doc};
 use super::session::Session;
 use super::{Nav, Ui, UiError, render, urlencode};
@@ -95,10 +97,14 @@ pub struct PolicyRow {
 
 /// The run's policy checks (its post-plan task stage).
 pub struct PolicyChecks {
+    /// The stage's status (`passed`, `awaiting_override`, `failed`, …), or `overridden`
+    /// when its evaluation was.
     pub status: String,
     pub rows: Vec<PolicyRow>,
     /// The run waits for an override the caller may give.
     pub overridable: bool,
+    /// Who overrode the failed policies and when ("jane at 2026-…"), if someone did.
+    pub overridden: Option<String>,
 }
 
 /// The policy checks of run document `r`, if it has a task stage.
@@ -122,6 +128,10 @@ async fn policy_checks(
         )
         .await?;
     let a = &doc["data"]["attributes"];
+    let evaluation_status = doc["included"][0]["attributes"]["status"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     let mut rows = Vec::new();
     if let Some(eval) = doc["included"][0]["id"].as_str() {
         let sets = ui
@@ -157,13 +167,117 @@ async fn policy_checks(
         }
     }
     Ok(Some(PolicyChecks {
-        status: text(&a["status"]),
+        // The stage passes once overridden; its evaluation says it was.
+        status: if evaluation_status == "overridden" {
+            evaluation_status
+        } else {
+            text(&a["status"])
+        },
+        overridden: None,
         rows,
         overridable: a["actions"]["is-overridable"].as_bool().unwrap_or(false)
             && a["permissions"]["can-override-policy"]
                 .as_bool()
                 .unwrap_or(false),
     }))
+}
+
+/// A group of resource changes of one action.
+pub struct ChangeGroup {
+    pub action: Action,
+    pub title: String,
+    pub resources: Vec<ResourceChange>,
+}
+
+/// The plan's changes as the run page shows them (HCP's structured run output).
+pub struct Changes {
+    /// The run applied them: past tense.
+    pub applied: bool,
+    pub groups: Vec<ChangeGroup>,
+    pub outputs: Vec<terrace_crds::run::plan_view::OutputChange>,
+    pub drift: Vec<ResourceChange>,
+    pub hidden_resources: usize,
+    pub empty: bool,
+}
+
+impl Changes {
+    fn of(view: PlanView, applied: bool) -> Changes {
+        let empty = view.changes_nothing();
+        let mut groups: Vec<ChangeGroup> = Vec::new();
+        for r in view.resources {
+            match groups.last_mut() {
+                Some(g) if g.action == r.action => g.resources.push(r),
+                _ => groups.push(ChangeGroup {
+                    action: r.action,
+                    title: String::new(),
+                    resources: vec![r],
+                }),
+            }
+        }
+        for g in &mut groups {
+            let n = g.resources.len();
+            let word = match (g.action, applied) {
+                (Action::Create, false) => "to add",
+                (Action::Update, false) => "to change",
+                (Action::Replace, false) => "to replace",
+                (Action::Delete, false) => "to destroy",
+                (Action::Read, false) => "to read",
+                (Action::Create, true) => "added",
+                (Action::Update, true) => "changed",
+                (Action::Replace, true) => "replaced",
+                (Action::Delete, true) => "destroyed",
+                (Action::Read, true) => "read",
+            };
+            g.title = format!("{n} {word}");
+        }
+        Changes {
+            applied,
+            empty,
+            groups,
+            outputs: view.outputs,
+            drift: view.drift,
+            hidden_resources: view.hidden_resources,
+        }
+    }
+}
+
+/// The structured changes of run document `r`'s plan, from its redacted JSON plan (which
+/// masks every sensitive value; the same for every reader), once the plan stored it.
+async fn plan_changes(
+    ui: &Ui,
+    s: &Session,
+    headers: &HeaderMap,
+    doc: &Value,
+    status: &str,
+) -> Result<Option<Changes>, UiError> {
+    let r = &doc["data"];
+    let Some(plan) = r["relationships"]["plan"]["data"]["id"].as_str() else {
+        return Ok(None);
+    };
+    let finished =
+        included(doc, "plans", plan).is_some_and(|p| p["attributes"]["status"] == "finished");
+    if !finished {
+        return Ok(None);
+    }
+    let (st, bytes) = ui
+        .raw(
+            Some(s),
+            headers,
+            Method::GET,
+            &format!("/api/v2/plans/{}/json-output-redacted", urlencode(plan)),
+            None,
+        )
+        .await?;
+    if !st.is_success() {
+        return Ok(None);
+    }
+    let Ok(json) = serde_json::from_slice::<Value>(&bytes) else {
+        return Ok(None);
+    };
+    Ok(Some(Changes::of(
+        terrace_crds::run::plan_view::view(&json),
+        status == "applied",
+    )))
 }
 
 #[derive(Template)]
@@ -181,6 +295,8 @@ struct RunPage {
     logs: Vec<PhaseLog>,
     final_state: bool,
     policies: Option<PolicyChecks>,
+    plan_changes: Option<Changes>,
+    why: Option<Why>,
 }
 
 /// The run `run` of workspace `org/name` (404 when it is another's), with its plan and
@@ -193,6 +309,20 @@ async fn run_doc(
     name: &str,
     run: &str,
 ) -> Result<Value, UiError> {
+    run_and_workspace(ui, s, headers, org, name, run)
+        .await
+        .map(|(r, _)| r)
+}
+
+/// [`run_doc`] and the workspace's document.
+async fn run_and_workspace(
+    ui: &Ui,
+    s: &Session,
+    headers: &HeaderMap,
+    org: &str,
+    name: &str,
+    run: &str,
+) -> Result<(Value, Value), UiError> {
     let ws = workspace_doc(ui, s, headers, org, name).await?;
     let doc = ui
         .get(
@@ -204,7 +334,72 @@ async fn run_doc(
     if doc["data"]["relationships"]["workspace"]["data"]["id"] != ws["data"]["id"] {
         return Err(UiError::NotFound);
     }
-    Ok(doc)
+    Ok((doc, ws))
+}
+
+/// Why a run does not go on, as its page says it: what a pending run waits for (the
+/// run that holds the workspace, linked, and the lock), or why it errored.
+pub struct Why {
+    /// `waiting` or `errored`.
+    pub kind: String,
+    /// The run's own words (`status-message`).
+    pub words: String,
+    /// The run holding the workspace, when another one does: its ID and status.
+    pub ahead: Option<(String, String)>,
+    /// Who holds the workspace's lock and why, when a person or team does.
+    pub lock: String,
+    /// The engine's errors, from the phase logs (an errored run).
+    pub errors: Vec<String>,
+}
+
+/// The [`Why`] of run document `r` in workspace document `ws`.
+fn why(r: &Value, ws: &Value, status: &str, ahead_status: Option<String>) -> Option<Why> {
+    let words = r["attributes"]["status-message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    match status {
+        "pending" => {
+            let w = &ws["data"];
+            let current = w["relationships"]["current-run"]["data"]["id"]
+                .as_str()
+                .filter(|c| Some(*c) != r["id"].as_str());
+            let ahead = current.zip(ahead_status).map(|(c, st)| (c.to_owned(), st));
+            let by = &w["relationships"]["locked-by"]["data"];
+            let lock = if w["attributes"]["locked"] == true && by["type"] != "runs" {
+                let reason = w["attributes"]["locked-reason"]
+                    .as_str()
+                    .unwrap_or_default();
+                let who = by["id"].as_str().unwrap_or("someone");
+                if reason.is_empty() {
+                    format!("The workspace is locked by {who}.")
+                } else {
+                    format!("The workspace is locked by {who}: {reason}")
+                }
+            } else {
+                String::new()
+            };
+            Some(Why {
+                kind: "waiting".to_owned(),
+                words: if words.is_empty() {
+                    "waiting for its turn".to_owned()
+                } else {
+                    words
+                },
+                ahead,
+                lock,
+                errors: Vec::new(),
+            })
+        }
+        "errored" => Some(Why {
+            kind: "errored".to_owned(),
+            words,
+            ahead: None,
+            lock: String::new(),
+            errors: Vec::new(),
+        }),
+        _ => None,
+    }
 }
 
 /// Run states after which nothing more happens.
@@ -226,10 +421,26 @@ pub async fn show(
     uri: Uri,
 ) -> Result<Response, UiError> {
     let s = ui.session(&headers, &uri.to_string()).await?;
-    let doc = run_doc(&ui, &s, &headers, &org, &name, &run).await?;
+    let (doc, ws) = run_and_workspace(&ui, &s, &headers, &org, &name, &run).await?;
     let r = &doc["data"];
     let a = &r["attributes"];
     let status = text(&a["status"]);
+    let ahead_status = match ws["data"]["relationships"]["current-run"]["data"]["id"].as_str() {
+        Some(c) if status == "pending" && Some(c) != r["id"].as_str() => ui
+            .get(&s, &headers, &format!("/api/v2/runs/{}", urlencode(c)))
+            .await
+            .ok()
+            .map(|d| text(&d["data"]["attributes"]["status"])),
+        _ => None,
+    };
+    let why = why(r, &ws, &status, ahead_status);
+    let events = ui
+        .get(
+            &s,
+            &headers,
+            &format!("/api/v2/runs/{}/run-events", urlencode(&text(&r["id"]))),
+        )
+        .await?;
     let mut timeline: Vec<(String, Step)> = a["status-timestamps"]
         .as_object()
         .into_iter()
@@ -245,7 +456,35 @@ pub async fn show(
             ))
         })
         .collect();
+    // The run's events say what happened and who did it (a confirmation, a discard, an
+    // override of failed policies, a comment); the status timestamps are the fallback of
+    // a run without them.
+    let evs: Vec<&Value> = events["data"].as_array().into_iter().flatten().collect();
+    if !evs.is_empty() {
+        timeline = evs
+            .iter()
+            .map(|e| {
+                let at = text(&e["attributes"]["created-at"]);
+                (
+                    at.clone(),
+                    Step {
+                        state: text(&e["attributes"]["description"]),
+                        at: when(&json!(at)),
+                    },
+                )
+            })
+            .collect();
+    }
     timeline.sort_by(|x, y| x.0.cmp(&y.0));
+    let overridden = evs
+        .iter()
+        .find(|e| e["attributes"]["action"] == "policy_overridden")
+        .map(|e| {
+            let who = e["relationships"]["actor"]["data"]["id"]
+                .as_str()
+                .unwrap_or("someone");
+            format!("{who} at {}", when(&e["attributes"]["created-at"]))
+        });
     let actions = &a["actions"];
     let perms = &a["permissions"];
     let offer = |act: &str, perm: &str| {
@@ -291,6 +530,11 @@ pub async fn show(
             continue;
         }
         let chunk = read_log(&ui, &headers, p, 0).await?;
+        // A run still waiting for its turn has no plan log yet; its page says why it
+        // waits instead of showing an empty log.
+        if status == "pending" && chunk.text.is_empty() {
+            continue;
+        }
         logs.push(PhaseLog {
             phase: phase.to_owned(),
             text: chunk.text,
@@ -298,7 +542,23 @@ pub async fn show(
             done: chunk.done,
         });
     }
-    let policies = policy_checks(&ui, &s, &headers, r).await?;
+    let mut why = why;
+    if let Some(w) = why.as_mut().filter(|w| w.kind == "errored") {
+        let all: String = logs
+            .iter()
+            .map(|l| l.text.as_str())
+            .collect::<Vec<_>>()
+            .join("\n");
+        w.errors = terrace_crds::run::ui_log::errors(&all);
+        if w.words.is_empty() && w.errors.is_empty() {
+            why = None;
+        }
+    }
+    let mut policies = policy_checks(&ui, &s, &headers, r).await?;
+    if let Some(p) = policies.as_mut() {
+        p.overridden = overridden;
+    }
+    let plan_changes = plan_changes(&ui, &s, &headers, &doc, &status).await?;
     Ok(render(&RunPage {
         nav: Nav::of(&s, &org),
         ws: name,
@@ -312,6 +572,8 @@ pub async fn show(
         buttons,
         logs,
         policies,
+        plan_changes,
+        why,
     }))
 }
 

@@ -12,7 +12,7 @@ crd_kind! {
         namespaced,
         status = "RunStatus",
         shortname = "tfrun",
-        printcolumn = r#"{"name":"Workspace","type":"string","jsonPath":".spec.workspace"}"#,
+        printcolumn = r#"{"name":"Workspace","type":"string","jsonPath":".status.workspaceName","description":"The workspace's TFE name."}"#,
         printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.status"}"#,
         printcolumn = r#"{"name":"Add","type":"integer","jsonPath":".status.plan.resourceAdditions"}"#,
         printcolumn = r#"{"name":"Change","type":"integer","jsonPath":".status.plan.resourceChanges"}"#,
@@ -132,6 +132,9 @@ kind_status! {
     pub struct RunStatus {
         /// The run's API ID (`run-…`).
         pub id: Option<String>,
+        /// Its workspace's TFE name (`spec.workspace` is the object's name): kubectl's
+        /// WORKSPACE column. Written with the run's ID and at each move of its state.
+        pub workspace_name: Option<String>,
         /// The run's status, as TFE's.
         #[schemars(extend("enum" = ["pending", "plan_queued", "planning", "planned", "planned_and_finished",
             "planned_and_saved", "post_plan_completed", "post_plan_awaiting_decision", "confirmed", "apply_queued", "applying", "applied", "discarded",

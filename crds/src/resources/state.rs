@@ -11,7 +11,7 @@ crd_kind! {
         namespaced,
         status = "StateVersionStatus",
         shortname = "tfsv",
-        printcolumn = r#"{"name":"Workspace","type":"string","jsonPath":".spec.workspace"}"#,
+        printcolumn = r#"{"name":"Workspace","type":"string","jsonPath":".status.workspaceName","description":"The workspace's TFE name."}"#,
         printcolumn = r#"{"name":"Serial","type":"integer","jsonPath":".spec.serial"}"#,
         printcolumn = r#"{"name":"Resources","type":"integer","jsonPath":".status.resourceCount"}"#,
         printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.status"}"#
@@ -102,6 +102,9 @@ crd_struct! {
     pub struct StateVersionStatus {
         /// The version's ID (`sv-…`).
         pub id: Option<String>,
+        /// Its workspace's TFE name (`spec.workspace` is the object's name): kubectl's
+        /// WORKSPACE column, written with the ID.
+        pub workspace_name: Option<String>,
         /// pending (its bytes not uploaded yet), finalized, discarded,
         /// backing_data_soft_deleted (its bytes hidden, restorable during a grace period:
         /// by the data retention policy or on request) or backing_data_permanently_deleted.

@@ -63,7 +63,10 @@ fn describe(r: &Run, state: RunState, actor: Option<&str>) -> String {
                 _ => format!("Plan finished, nothing to apply: {counts}"),
             }
         }
-        RunState::PostPlanCompleted => "Policy checks passed".to_owned(),
+        RunState::PostPlanCompleted => match overridden_by(r) {
+            Some(by) => format!("Policy checks failed and were overridden{}", by_words(by)),
+            None => "Policy checks passed".to_owned(),
+        },
         RunState::PostPlanAwaitingDecision => {
             "Policy checks failed: waiting for an override or a discard".to_owned()
         }
@@ -81,6 +84,24 @@ fn describe(r: &Run, state: RunState, actor: Option<&str>) -> String {
     }
 }
 
+/// Who overrode the run's failed policies (`user:NAME`), if someone did.
+fn overridden_by(r: &Run) -> Option<&str> {
+    r.status
+        .as_ref()?
+        .policy_evaluation
+        .as_ref()?
+        .overridden_by
+        .as_deref()
+}
+
+/// " by NAME" of an actor `user:NAME` (nothing for another actor).
+fn by_words(actor: &str) -> String {
+    actor
+        .strip_prefix("user:")
+        .map(|u| format!(" by {u}"))
+        .unwrap_or_default()
+}
+
 /// Who caused reaching `state`, as the status records it.
 fn actor_of(r: &Run, state: RunState) -> Option<&str> {
     let st = r.status.as_ref()?;
@@ -90,6 +111,7 @@ fn actor_of(r: &Run, state: RunState) -> Option<&str> {
             .confirmed_by
             .as_deref()
             .filter(|c| c.starts_with("user:")),
+        RunState::PostPlanCompleted => overridden_by(r),
         RunState::Discarded => by("discard"),
         RunState::Canceled => by("cancel"),
         RunState::ForceCanceled => by("force-cancel"),
@@ -130,6 +152,23 @@ pub fn events(r: &Run) -> Vec<RunEvent<'_>> {
                 Some(a) => format!("Comment on {a}"),
                 None => "Comment added".to_owned(),
             },
+        });
+    }
+    // An override of failed mandatory policies (TFE shows who overrode them).
+    if let Some(e) = st.policy_evaluation.as_ref()
+        && let Some(at) = &e.overridden_at
+    {
+        let actor = e.overridden_by.as_deref();
+        out.push(RunEvent {
+            key: "policy-overridden".to_owned(),
+            action: "policy_overridden".to_owned(),
+            at: at.clone(),
+            actor,
+            comment: None,
+            description: format!(
+                "Failed mandatory policies overridden{}",
+                actor.map(by_words).unwrap_or_default()
+            ),
         });
     }
     for state in RunState::ALL {
@@ -173,8 +212,8 @@ pub fn events(r: &Run) -> Vec<RunEvent<'_>> {
             });
         }
     }
-    // Stable: events of one instant keep the order above (an action's comment before
-    // the state it led to).
+    // Stable: events of one instant keep the order above (an action's comment, and an
+    // override, before the state it led to).
     out.sort_by(|a, b| a.at.cmp(&b.at));
     out
 }
@@ -262,6 +301,50 @@ mod tests {
             ev[2].actor, None,
             "the operator's transitions have no actor"
         );
+    }
+
+    /// An override is an event of its own, by whom, and the state it led to says so
+    /// (issue 41 §9): not "Policy checks passed".
+    #[test]
+    fn an_override_is_recorded_with_who_gave_it() {
+        let mut st = RunStatus::default();
+        for (k, t) in [
+            (QUEUEABLE_AT, "2026-01-01T00:00:00.000Z"),
+            ("planned-at", "2026-01-01T00:00:03.000Z"),
+            ("post-plan-awaiting-decision-at", "2026-01-01T00:00:04.000Z"),
+            ("post-plan-completed-at", "2026-01-01T00:00:06.000Z"),
+        ] {
+            st.status_timestamps.insert(k.into(), t.into());
+        }
+        st.policy_evaluation = Some(crate::resources::RunPolicyEvaluation {
+            evaluated_at: "2026-01-01T00:00:04.000Z".into(),
+            sets: Vec::new(),
+            overridden_by: Some("user:jane".into()),
+            overridden_at: Some("2026-01-01T00:00:06.000Z".into()),
+        });
+        let r = run(st);
+        let ev = events(&r);
+        let o = ev
+            .iter()
+            .find(|e| e.action == "policy_overridden")
+            .expect("an override event");
+        assert_eq!(
+            (o.key.as_str(), o.actor, o.description.as_str()),
+            (
+                "policy-overridden",
+                Some("user:jane"),
+                "Failed mandatory policies overridden by jane"
+            )
+        );
+        let done = ev
+            .iter()
+            .find(|e| e.action == "post_plan_completed")
+            .expect("post_plan_completed");
+        assert_eq!(
+            done.description,
+            "Policy checks failed and were overridden by jane"
+        );
+        assert_eq!(done.actor, Some("user:jane"));
     }
 
     #[test]

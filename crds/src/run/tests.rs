@@ -539,3 +539,72 @@ fn force_cancel_after_the_cool_off() {
         t("2025-01-01T01:00:00Z")
     ));
 }
+
+/// `current-run` is the run that holds the workspace (issue 41 §1): a pending run behind
+/// a run waiting for confirmation is not current (the CLI then counts the runs ahead
+/// instead of saying "manually locked"), and once that run is canceled the next in line is.
+#[test]
+fn the_current_run_is_the_one_that_holds_the_workspace() {
+    use RunState::*;
+    let cases: [(&[RunState], Option<usize>); 8] = [
+        (&[], None),
+        (&[Applied], Some(0)),
+        (&[Applied, Errored], Some(1)),
+        // A triggered run waiting for confirmation holds it; a later run waits behind.
+        (&[Applied, PostPlanCompleted, Pending], Some(1)),
+        (&[Applied, Planning, Pending, Pending], Some(1)),
+        // That run canceled: the first pending run is next (and current while it starts).
+        (&[Applied, Canceled, Pending, Pending], Some(2)),
+        // Only pending runs (a person's lock keeps them): the first is current, pending.
+        (&[Pending, Pending], Some(0)),
+        (&[Applied, PlanQueued], Some(1)),
+    ];
+    for (runs, want) in cases {
+        assert_eq!(current_run(runs), want, "{runs:?}");
+    }
+}
+
+/// A pending run says what it waits for (issue 41 §12): the run ahead by its ID and
+/// state, how many are ahead, or who holds the lock and why.
+#[test]
+fn a_waiting_run_says_what_for() {
+    let runs = [
+        q(
+            "a",
+            "2026-01-01T00:00:01Z",
+            RunState::PostPlanCompleted,
+            false,
+        ),
+        q("b", "2026-01-01T00:00:02Z", RunState::Pending, false),
+        q("c", "2026-01-01T00:00:03Z", RunState::Pending, false),
+    ];
+    let id = |n: &str| format!("run-{}", n.to_uppercase());
+    let words = |me: &str, lock: Option<&LockHolder>, reason: Option<&str>| {
+        let wait = may_start(me, &runs, lock, &id(me)).expect_err("it waits");
+        wait_message(&wait, me, &runs, id, reason)
+    };
+    assert_eq!(
+        words("b", None, None),
+        "waiting for run run-A (post_plan_completed) to finish"
+    );
+    assert_eq!(
+        words("c", None, None),
+        "waiting for run run-A (post_plan_completed) to finish; 2 runs are ahead of this one"
+    );
+    let after = [
+        q("a", "2026-01-01T00:00:01Z", RunState::Applied, false),
+        runs[1].clone(),
+        runs[2].clone(),
+    ];
+    let wait = may_start("c", &after, None, "run-C").expect_err("it waits");
+    assert_eq!(
+        wait_message(&wait, "c", &after, id, None),
+        "waiting for 1 earlier run of the workspace"
+    );
+    let ann = LockHolder::User("ann".into());
+    let wait = may_start("b", &after, Some(&ann), "run-B").expect_err("it waits");
+    assert_eq!(
+        wait_message(&wait, "b", &after, id, Some("deploying the network")),
+        "waiting for the workspace to be unlocked (locked by User ann: deploying the network)"
+    );
+}

@@ -30,6 +30,52 @@ pub fn readable(log: &[u8], finished: bool) -> Vec<u8> {
     out
 }
 
+/// The engine's errors in readable log text (see [`readable`]): each `Error: SUMMARY`
+/// with what follows it (where, and the detail) as one line, at most 5 of them, each cut
+/// at 1,000 characters. What a run's page shows as the cause of an errored run.
+pub fn errors(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut current: Option<Vec<&str>> = None;
+    let mut blanks = 0;
+    let flush = |current: &mut Option<Vec<&str>>, out: &mut Vec<String>| {
+        if let Some(parts) = current.take() {
+            let joined = parts.join(" ");
+            let cut: String = joined.chars().take(1_000).collect();
+            out.push(if cut.len() < joined.len() {
+                format!("{cut}…")
+            } else {
+                cut
+            });
+        }
+    };
+    for raw in text.lines() {
+        let line = raw.trim_start_matches(['│', '╷', '╵']).trim();
+        if line.starts_with("Error: ") {
+            flush(&mut current, &mut out);
+            current = Some(vec![line]);
+            blanks = 0;
+            continue;
+        }
+        let Some(parts) = current.as_mut() else {
+            continue;
+        };
+        if line.is_empty() {
+            blanks += 1;
+            if blanks >= 2 {
+                flush(&mut current, &mut out);
+            }
+        } else if line.starts_with("terrace:") || line.starts_with("Warning: ") {
+            flush(&mut current, &mut out);
+        } else {
+            blanks = 0;
+            parts.push(line);
+        }
+    }
+    flush(&mut current, &mut out);
+    out.truncate(5);
+    out
+}
+
 /// One line: a UI message rendered, anything else kept.
 fn render_line(line: &[u8], out: &mut Vec<u8>) {
     let parsed = (line.first() == Some(&b'{'))
@@ -149,5 +195,26 @@ mod tests {
             readable(b"plain text, no newline", true),
             b"plain text, no newline\n"
         );
+    }
+
+    /// An errored run's page shows the engine's error, not only "the plan failed".
+    #[test]
+    fn the_engines_errors_are_found_in_a_readable_log() {
+        let log = "Terraform v1.11.4\nInitializing plugins and modules...\n\nError: Reference to undeclared input variable\n\n  on main.tf line 2\n\nAn input variable with the name \"missing\" has not been declared.\n\n\nterrace: the plan failed\n";
+        assert_eq!(
+            errors(log),
+            [
+                "Error: Reference to undeclared input variable on main.tf line 2 An input variable with the name \"missing\" has not been declared."
+            ]
+        );
+        let boxed = "╷\n│ Error: Unsupported argument\n│\n│   on main.tf line 3:\n╵\n╷\n│ Error: Missing name\n╵\n";
+        assert_eq!(
+            errors(boxed),
+            [
+                "Error: Unsupported argument on main.tf line 3:",
+                "Error: Missing name"
+            ]
+        );
+        assert!(errors("Apply complete!\n").is_empty());
     }
 }

@@ -506,7 +506,9 @@ fn run_facts<'a>(
     ws: &str,
 ) -> RunFacts<'a> {
     let settings = &ctx.base.settings;
-    let base = if settings.hostname.is_empty() {
+    let base = if !settings.web_url.is_empty() {
+        settings.web_url.trim_end_matches('/').to_owned()
+    } else if settings.hostname.is_empty() {
         settings.api_internal_url.trim_end_matches('/').to_owned()
     } else {
         format!("https://{}", settings.hostname)

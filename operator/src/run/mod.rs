@@ -582,15 +582,48 @@ async fn start(
     let lock = holder_of(ws);
     match run::may_start(&run.name_any(), &queue, lock.as_ref(), run_id) {
         Err(wait) => {
-            let message = wait.to_string();
-            if run.status.as_ref().and_then(|s| s.message.as_deref()) != Some(message.as_str()) {
+            let id_of = |name: &str| {
+                created
+                    .iter()
+                    .find(|(_, r)| r.metadata.name.as_deref() == Some(name))
+                    .and_then(|(_, r)| r.status.as_ref().and_then(|s| s.id.clone()))
+                    .unwrap_or_else(|| name.to_owned())
+            };
+            let reason = ws
+                .annotations()
+                .get(terrace_crds::constants::ANNOTATION_LOCK_REASON)
+                .map(String::as_str);
+            let message = run::wait_message(&wait, &run.name_any(), &queue, id_of, reason);
+            let stored = run.status.as_ref();
+            // A waiting run says so in kubectl's STATUS column too, and names its
+            // workspace: `pending` is written once, under the run's resourceVersion, so
+            // an action the API took meanwhile (a discard) is never undone.
+            let name = status::workspace_name(ctx, run);
+            let unnamed = stored
+                .is_none_or(|s| s.status.is_none() || (name.is_some() && s.workspace_name != name));
+            if unnamed || stored.and_then(|s| s.message.as_deref()) != Some(message.as_str()) {
                 let api: Api<Run> = Api::namespaced(ctx.base.client.clone(), &ns);
-                api.patch_status(
-                    &run.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"status": {"message": message}})),
-                )
-                .await?;
+                let mut patch = json!({"status": {"message": message}});
+                if unnamed {
+                    patch["metadata"] = json!({"resourceVersion": run.resource_version()});
+                    patch["status"]["status"] = json!(state_of(run).as_str());
+                    patch["status"]["workspaceName"] = json!(name);
+                }
+                match api
+                    .patch_status(
+                        &run.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(patch),
+                    )
+                    .await
+                {
+                    Err(kube::Error::Api(e)) if e.code == 409 => {
+                        return Ok(Action::requeue(Duration::from_millis(200)));
+                    }
+                    r => {
+                        r?;
+                    }
+                }
             }
             Ok(Action::requeue(Duration::from_secs(60)))
         }

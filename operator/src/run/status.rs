@@ -52,6 +52,9 @@ pub(super) async fn write_status_with(
     if let Some(a) = assessment {
         status["assessment"] = json!(a);
     }
+    if let Some(name) = workspace_name(ctx, run) {
+        status["workspaceName"] = json!(name);
+    }
     if to == RunState::Confirmed && run.spec.auto_apply {
         status["confirmedBy"] = json!("auto-apply");
     }
@@ -206,4 +209,12 @@ fn reason(state: RunState) -> &'static str {
         RunState::Canceled => "Canceled",
         RunState::ForceCanceled => "ForceCanceled",
     }
+}
+
+/// The TFE name of the run's workspace, from the cache (kubectl's WORKSPACE column).
+pub(super) fn workspace_name(ctx: &RunContext, run: &Run) -> Option<String> {
+    let ns = run.namespace()?;
+    ctx.workspaces
+        .get(&kube::runtime::reflector::ObjectRef::new(&run.spec.workspace).within(&ns))
+        .map(|w| w.spec.name.clone())
 }

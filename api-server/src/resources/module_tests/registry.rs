@@ -161,7 +161,7 @@ async fn list_modules(
             m,
             &o,
             can_delete,
-            &super::versions::version_statuses(&idx, m),
+            &super::versions::version_statuses(&idx, m, &o),
         )
     }))
 }
@@ -182,7 +182,7 @@ async fn module_doc(
     org: &Organization,
 ) -> Result<Doc, ApiError> {
     let can_delete = may_delete(state, caller, org).await?;
-    let statuses = super::versions::version_statuses(&state.index.read(), m);
+    let statuses = super::versions::version_statuses(&state.index.read(), m, org);
     Ok(Doc::ok(render_with(m, org, can_delete, &statuses)))
 }
 

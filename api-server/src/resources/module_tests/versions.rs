@@ -20,7 +20,7 @@ use axum::http::HeaderMap;
 use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
 use terrace_crds::registry::doc::ModuleDoc;
 use terrace_crds::registry::{
-    VersionFacts, deprecation, installable, parse_version, version_facts,
+    VersionFacts, deprecation, installable, parse_version, version_facts, why_not_offered,
 };
 use terrace_crds::resources::{ConfigurationVersionSpec, ModuleVersionSpec, VersionDeprecation};
 use terrace_crds::{ConfigurationVersion, ModuleVersion, RegistryModule, TestRun};
@@ -162,15 +162,26 @@ pub fn render(idx: &Inner, v: &ModuleVersion, m: &RegistryModule, org: &Organiza
     })
 }
 
-/// The module's `version-statuses`: each version, newest first.
-pub fn version_statuses(idx: &Inner, m: &RegistryModule) -> Vec<Value> {
+/// The module's `version-statuses`: each version, newest first, with TFE's `version`,
+/// `status` and `error`, and terrace's `test-status`, `test-run` (its ID), `installable`
+/// and `not-offered-because` (why `terraform init` does not get it, else null).
+pub fn version_statuses(idx: &Inner, m: &RegistryModule, org: &Organization) -> Vec<Value> {
     let lookup = Lookup::of(idx, &m.namespace().unwrap_or_default());
+    let gate = publish_only_tested(m, org);
     let mut all = versions_of(idx, m);
     all.sort_by_cached_key(|v| std::cmp::Reverse(parse_version(&v.spec.version)));
     all.into_iter()
         .map(|v| {
             let f = lookup.facts(v);
-            json!({"version": v.spec.version, "status": f.state, "error": f.error.unwrap_or_default()})
+            json!({
+                "version": v.spec.version,
+                "status": f.state,
+                "error": f.error.clone().unwrap_or_default(),
+                "test-status": f.tests,
+                "test-run": f.test_run,
+                "installable": installable(f.state, f.tests, gate),
+                "not-offered-because": why_not_offered(f.state, f.error.as_deref(), f.tests, gate),
+            })
         })
         .collect()
 }

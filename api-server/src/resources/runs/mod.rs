@@ -313,7 +313,7 @@ async fn create(
     let created = write::patch_status(
         &api,
         &created.name_any(),
-        json!({"id": id, "statusTimestamps": {run::QUEUEABLE_AT: now}}),
+        json!({"id": id, "workspaceName": ws.obj.spec.name, "statusTimestamps": {run::QUEUEABLE_AT: now}}),
     )
     .await?;
     write::wait_seen(&state, &created).await;

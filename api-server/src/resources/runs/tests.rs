@@ -1534,13 +1534,30 @@ async fn a_run_credential_reads_what_its_workspace_may_read() {
         let (st, doc) = h.call_as(&cred, "GET", &read(name), None).await;
         assert_eq!(st, 200, "{name}: {doc}");
     }
-    let (st, _) = h.call_as(&cred, "GET", &read("private"), None).await;
-    assert_eq!(st, 404, "not shared with the run's workspace");
+    // Not shared with the run's workspace: refused with the reason and the setting
+    // (issue 41 §2), which the engine prints, instead of a 404 that sends the remote
+    // backend to create the workspace ("not allowed to create workspaces").
+    for path in [
+        read("private"),
+        "/api/v2/workspaces/ws-PrivateState00001/current-state-version".to_owned(),
+    ] {
+        let (st, doc) = h.call_as(&cred, "GET", &path, None).await;
+        assert_eq!(st, 403, "{path}: {doc}");
+        let detail = doc["errors"][0]["detail"].as_str().unwrap_or_default();
+        assert!(
+            detail.contains(&format!("Run {run} of workspace \"app\" is not authorized to read the state of workspace \"private\""))
+                && detail.contains("global-remote-state")
+                && detail.contains("remote-state-consumers"),
+            "{doc}"
+        );
+        assert!(!detail.contains("ws-PrivateState"), "{doc}");
+    }
+    // A workspace of another organization stays unknown to it.
     let (st, _) = h
         .call_as(
             &cred,
             "GET",
-            "/api/v2/workspaces/ws-PrivateState00001/current-state-version",
+            "/api/v2/workspaces/ws-Nowhere0000000001",
             None,
         )
         .await;

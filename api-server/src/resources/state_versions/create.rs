@@ -192,7 +192,7 @@ pub async fn create(
         &state,
         &ws.ns,
         &sv,
-        json!({"id": id, "status": StateVersionState::Pending.as_str()}),
+        json!({"id": id, "workspaceName": ws.obj.spec.name, "status": StateVersionState::Pending.as_str()}),
     )
     .await?;
     let done = match inline {

@@ -124,7 +124,7 @@ pub async fn write(
     let created = write::patch_status(
         &api,
         &created.name_any(),
-        json!({"id": sv_id, "status": StateVersionState::Pending.as_str()}),
+        json!({"id": sv_id, "workspaceName": ws.spec.name, "status": StateVersionState::Pending.as_str()}),
     )
     .await?;
     let blob = match store_blob(&state, &created, state_key(&sv_id), bytes, "state").await {

@@ -91,7 +91,7 @@ pub async fn render_located(state: &AppState, caller: &Caller, l: &Ws) -> Result
         ssh_key_id,
         (inherited_mode, inherited_pool),
         current_state,
-        current_run,
+        (current_run, latest_run),
         (current_configuration_version, variables),
     ) = {
         let idx = state.index.read();
@@ -107,13 +107,18 @@ pub async fn render_located(state: &AppState, caller: &Caller, l: &Ws) -> Result
                 ),
             },
             idx.current_state_version(&l.obj).cloned(),
-            idx.current_run(&l.ns, &l.obj.name_any())
-                .map(|r| id_of(r.as_ref())),
+            (
+                idx.current_run(&l.ns, &l.obj.name_any())
+                    .map(|r| id_of(r.as_ref())),
+                idx.latest_run(&l.ns, &l.obj.name_any())
+                    .map(|r| id_of(r.as_ref())),
+            ),
             configuration_and_variables(&idx, &l.ns, &l.obj),
         )
     };
     let ctx = RenderContext {
         current_run,
+        latest_run,
         org: &l.org,
         project_id,
         ssh_key_id,
@@ -295,6 +300,7 @@ struct CachedResponse {
     project: Option<Arc<terrace_crds::Project>>,
     current_state: Option<Arc<terrace_crds::StateVersion>>,
     current_run: Option<Arc<terrace_crds::Run>>,
+    latest_run: Option<Arc<terrace_crds::Run>>,
     /// Its current configuration version's ID and its variables' IDs.
     configuration_and_variables: (Option<String>, Vec<String>),
     bytes: Bytes,
@@ -330,6 +336,10 @@ impl ResponseCache {
                 idx.current_run(c.org.target_namespace(), &c.ws.name_any()),
                 c.current_run.as_ref(),
             )
+            && same_arc(
+                idx.latest_run(c.org.target_namespace(), &c.ws.name_any()),
+                c.latest_run.as_ref(),
+            )
             && configuration_and_variables(&idx, c.org.target_namespace(), &c.ws)
                 == c.configuration_and_variables;
         if same {
@@ -347,7 +357,7 @@ impl ResponseCache {
         // Read before the objects are checked below, so a change racing with this put
         // makes the entry re-validate instead of trusting it.
         let generation = state.index.generation();
-        let (project, current_state, current_run, configuration_and_variables) = {
+        let (project, current_state, (current_run, latest_run), configuration_and_variables) = {
             let idx = state.index.read();
             if !still_indexed(&idx, &l.obj, &l.org) {
                 // Rendered from objects the index has replaced since: not worth keeping.
@@ -356,7 +366,10 @@ impl ResponseCache {
             (
                 idx.project_of(&l.obj).cloned(),
                 idx.current_state_version(&l.obj).cloned(),
-                idx.current_run(&l.ns, &l.obj.name_any()).cloned(),
+                (
+                    idx.current_run(&l.ns, &l.obj.name_any()).cloned(),
+                    idx.latest_run(&l.ns, &l.obj.name_any()).cloned(),
+                ),
                 configuration_and_variables(&idx, &l.ns, &l.obj),
             )
         };
@@ -372,6 +385,7 @@ impl ResponseCache {
                 project,
                 current_state,
                 current_run,
+                latest_run,
                 configuration_and_variables,
                 bytes,
             },
@@ -502,10 +516,13 @@ fn render_key(state: &AppState, caller: &Caller, l: &Ws) -> u128 {
     let current_run = idx
         .current_run(&l.ns, &l.obj.name_any())
         .and_then(|r| r.metadata.uid.clone());
+    let latest_run = idx
+        .latest_run(&l.ns, &l.obj.name_any())
+        .and_then(|r| r.metadata.uid.clone());
     let configuration_and_variables = configuration_and_variables(&idx, &l.ns, &l.obj);
     crate::auth::digest(&(
         current_state,
-        current_run,
+        (current_run, latest_run),
         configuration_and_variables,
         l.obj.metadata.uid.as_deref(),
         l.obj.metadata.resource_version.as_deref(),

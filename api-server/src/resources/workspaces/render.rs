@@ -46,8 +46,11 @@ pub struct RenderContext<'a> {
     pub inherited_pool: Option<String>,
     /// The current state version (the latest finalized one), if any.
     pub current_state: Option<std::sync::Arc<StateVersion>>,
-    /// The current run's ID (its newest run that is not plan-only), if any.
+    /// The current run's ID (the run that holds the workspace, else the next in line,
+    /// else the newest; [`terrace_crds::run::current_run`]), if any.
     pub current_run: Option<String>,
+    /// The latest run's ID (its newest run that is not plan-only), if any.
+    pub latest_run: Option<String>,
     /// The current configuration version's ID (its newest uploaded one that is not
     /// provisional), if any.
     pub current_configuration_version: Option<String>,
@@ -277,7 +280,7 @@ pub fn workspace(ws: &Workspace, ctx: &RenderContext<'_>) -> Value {
             "data-retention-policy-choice": retention_relationship(ws, ctx.org, ctx.hosted),
             "locked-by": {"data": locked_by},
             "current-run": {"data": ctx.current_run.as_ref().map(|r| json!({"id": r, "type": "runs"}))},
-            "latest-run": {"data": ctx.current_run.as_ref().map(|r| json!({"id": r, "type": "runs"}))},
+            "latest-run": {"data": ctx.latest_run.as_ref().map(|r| json!({"id": r, "type": "runs"}))},
             "outputs": {"data": output_linkage},
             "remote-state-consumers": {"links": {"related": format!("{base}/relationships/remote-state-consumers")}},
             "current-state-version": {"data": current_id.map(|i| json!({"id": i, "type": "state-versions"}))},

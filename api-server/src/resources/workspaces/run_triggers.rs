@@ -377,4 +377,38 @@ mod tests {
             .await;
         assert_eq!(st, 404);
     }
+
+    /// TFE's documented payloads without `data.type` are accepted as TFE accepts them
+    /// (issue 41 §11): the run-trigger create of TFE's API docs, a variable set created
+    /// without one; a wrong type stays 422.
+    #[tokio::test]
+    async fn documented_payloads_without_a_type_are_accepted() {
+        let h = harness(Edition::SelfHosted).await;
+        for (id, name) in [(A, "network"), (B, "app")] {
+            h.workspace(id, name, |_| {}).await;
+        }
+        let triggers = format!("/api/v2/workspaces/{B}/run-triggers");
+        let documented = json!({"data": {"relationships": {
+            "sourceable": {"data": {"id": A, "type": "workspaces"}}}}});
+        let (st, doc) = h.call("POST", &triggers, Some(documented)).await;
+        assert_eq!(st, 201, "{doc}");
+        assert_eq!(doc["data"]["type"], "run-triggers");
+        let (st, doc) = h
+            .call(
+                "POST",
+                "/api/v2/organizations/acme/varsets",
+                Some(json!({"data": {"attributes": {"name": "untyped", "global": false}}})),
+            )
+            .await;
+        assert_eq!(st, 201, "{doc}");
+        let (st, doc) = h
+            .call(
+                "POST",
+                "/api/v2/organizations/acme/varsets",
+                Some(json!({"data": {"type": "workspaces", "attributes": {"name": "wrong"}}})),
+            )
+            .await;
+        assert_eq!(st, 422, "{doc}");
+        assert_eq!(doc["errors"][0]["source"]["pointer"], "/data/type");
+    }
 }

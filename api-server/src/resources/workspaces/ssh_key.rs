@@ -28,8 +28,9 @@ pub fn requested_key(body: &Value) -> Result<Option<String>, ApiError> {
             ));
         }
     };
+    // No type reads as TFE's documented one, "workspaces" (its schema marks it optional).
     let (value, pointer) = match data.get("type").and_then(Value::as_str) {
-        Some("workspaces") => (
+        Some("workspaces") | None => (
             data.get("attributes").and_then(|a| a.get("id")),
             "/data/attributes/id",
         ),
