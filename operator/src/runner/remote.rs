@@ -662,14 +662,15 @@ fn phase(args: &RemoteArgs) -> Result<PhaseReport, StepError> {
     if phase == Phase::Plan {
         warn_of_deprecated_modules(&dir, &opts, &args.api, &token);
     }
+    let var_files = local_var_files(&dir, &args.var_file)?;
     match phase {
-        Phase::Plan if opts.assessment => assess(&api, &current, &dir, program, args, &opts),
+        Phase::Plan if opts.assessment => assess(&api, &current, &dir, program, &var_files, &opts),
         Phase::Plan => {
             if !run_logged(
                 &current,
                 &dir,
                 program,
-                &plan_args(&opts, &plan_file, &args.var_file),
+                &plan_args(&opts, &plan_file, &var_files),
             )? {
                 return Err(StepError(if current.interrupted.load(Ordering::SeqCst) {
                     "the plan was interrupted".into()
@@ -748,6 +749,22 @@ fn phase(args: &RemoteArgs) -> Result<PhaseReport, StepError> {
     }
 }
 
+/// The run's var-files (mounted from its Secret) copied into [`DATA_DIR`] of the working
+/// directory `dir`, named relatively: what the engine says of them (a value for an
+/// undeclared variable) names `.terrace/workspace.tfvars`, not a path of the Pod.
+fn local_var_files(dir: &Path, mounted: &[PathBuf]) -> Result<Vec<PathBuf>, StepError> {
+    let mut out = Vec::new();
+    for f in mounted {
+        let name = f
+            .file_name()
+            .ok_or_else(|| StepError(format!("{}: no file name", f.display())))?;
+        let rel = Path::new(DATA_DIR).join(name);
+        std::fs::copy(f, dir.join(&rel)).map_err(step("copying the run's variables"))?;
+        out.push(rel);
+    }
+    Ok(out)
+}
+
 /// The plan of a health assessment: `plan -refresh-only -detailed-exitcode` (exit 0: no
 /// drift, 2: drift, both successes), then the JSON plan and the provider schemas
 /// uploaded (the result's `json-output` and `json-schema`), and what they say of the
@@ -758,7 +775,7 @@ fn assess(
     current: &Current,
     dir: &Path,
     program: &str,
-    args: &RemoteArgs,
+    var_files: &[PathBuf],
     opts: &RunOptions,
 ) -> Result<PhaseReport, StepError> {
     let plan_file = dir.join(DATA_DIR).join("tfplan");
@@ -766,7 +783,7 @@ fn assess(
         current,
         dir,
         program,
-        &plan_args(opts, &plan_file, &args.var_file),
+        &plan_args(opts, &plan_file, var_files),
     )?;
     if !matches!(code, Some(0 | 2)) {
         return Err(StepError(if current.interrupted.load(Ordering::SeqCst) {
