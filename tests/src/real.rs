@@ -191,6 +191,9 @@ impl RealCluster {
             ("TERRACE_BASE_URL", url.clone()),
             // As the chart sets it (the web view's sessions live there).
             ("POD_NAMESPACE", RELEASE_NS.to_owned()),
+            // The tests' webhook receivers listen on loopback (the API server refuses
+            // other destinations when a configuration is written).
+            ("TERRACE_NOTIFICATION_ALLOWED_CIDRS", "127.0.0.0/8".into()),
         ];
         all.extend(env.iter().cloned());
         let api = Component::spawn_in(
@@ -217,20 +220,11 @@ impl RealCluster {
     /// Starts `terrace operator` with the chart's operator ServiceAccount's token (leader
     /// election in [`RELEASE_NS`], as the chart runs it), its internal API URL `api_url`.
     pub fn operator(&self, api_url: &str, name: &str) -> Component {
-        let kubeconfig = self.kubeconfig_for(&self.token("terrace-operator"), "operator");
-        Component::spawn_in(
-            self.dir.path(),
+        self.operator_with(
             name,
-            &["operator"],
-            &kubeconfig,
             &[
-                ("POD_NAME", name.to_owned()),
-                ("POD_NAMESPACE", RELEASE_NS.into()),
-                ("TERRACE_OPERATOR_METRICS_ADDR", "127.0.0.1:0".into()),
                 ("TERRACE_API_INTERNAL_URL", api_url.to_owned()),
                 ("TERRACE_BINARY_PATH", terrace_bin().display().to_string()),
-                // The tests' webhook receivers listen on loopback.
-                ("TERRACE_NOTIFICATION_ALLOWED_CIDRS", "127.0.0.0/8".into()),
                 // This tier's Pods never run, also when the cluster has a node (the
                 // real-node tier's): no node has this label.
                 (
