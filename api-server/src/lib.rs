@@ -108,7 +108,7 @@ pub struct Shared {
     /// its probe.
     pub readiness: Arc<blobs::Readiness>,
     /// Module archives recently downloaded through the registry.
-    pub module_archives: Arc<resources::module_tests::protocol::ArchiveCache>,
+    pub module_archives: Arc<resources::registry::protocol::ArchiveCache>,
     /// Archived runs and test runs.
     pub history: Arc<history::History>,
     /// The tokens of run Secrets already read (runner credentials).
@@ -129,7 +129,7 @@ impl AppState {
         AppState(Arc::new(Shared {
             blobs,
             readiness,
-            module_archives: Arc::new(resources::module_tests::protocol::ArchiveCache::new(
+            module_archives: Arc::new(resources::registry::protocol::ArchiveCache::new(
                 MODULE_ARCHIVE_CACHE_BYTES,
             )),
             settings: Arc::new(settings),

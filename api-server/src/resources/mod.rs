@@ -1,6 +1,7 @@
 //! The resources of the API, one module (or folder, for a resource with sub-resources)
 //! each, every one with its own `router()`. They stand on the layer ([`crate::prelude`])
-//! and never import each other; what two of them show alike lives in
+//! and never import each other (but for module tests, which run against the registry's
+//! modules and locate them through [`registry`]); what two of them show alike lives in
 //! [`crate::documents`].
 
 pub mod agent_pools;
@@ -10,6 +11,7 @@ pub mod oauth_tokens;
 pub mod organizations;
 pub mod policies;
 pub mod projects;
+pub mod registry;
 pub mod retention;
 pub mod runs;
 pub mod ssh_keys;
@@ -36,6 +38,7 @@ pub fn router() -> Router<AppState> {
         retention,
         agent_pools,
         oauth_tokens,
+        registry,
         module_tests,
         state_versions,
         runs,

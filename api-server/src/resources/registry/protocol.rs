@@ -21,7 +21,7 @@ use terrace_crds::registry::doc::{self, ModuleDescription};
 use terrace_crds::registry::{latest, parse_version};
 use terrace_crds::{ModuleVersion, RegistryModule};
 
-use super::versions::{Lookup, versions_of};
+use super::versions::{Lookup, deprecation_json, versions_of};
 use super::{Module, locate};
 use crate::index::Inner;
 use crate::prelude::*;
@@ -167,13 +167,6 @@ async fn list_versions(
         "source": format!("{}/{}/{}", p.0, p.1, p.2),
         "versions": versions,
     }]})))
-}
-
-/// A version's deprecation as the registry shows it (`reason`, `link`), or null.
-pub fn deprecation_json(v: &ModuleVersion) -> Value {
-    v.spec.deprecation.as_ref().map_or(Value::Null, |d| {
-        json!({"reason": d.reason.clone().unwrap_or_default(), "link": d.link.clone().unwrap_or_default()})
-    })
 }
 
 /// A protocol answer: plain JSON (not JSON:API).

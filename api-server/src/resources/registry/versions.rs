@@ -10,7 +10,7 @@
 //! A version is a ModuleVersion object owned by its RegistryModule; its archive is a
 //! configuration version of the module owned by the version, so the upload, its checks,
 //! the blob store and the automatic test run of the archive's tests are the configuration
-//! versions' (see [`super::config_versions`]). What a version's state is and whether it
+//! versions' (see [`crate::resources::module_tests::config_versions`]). What a version's state is and whether it
 //! may be installed are [`terrace_crds::registry`]'s rules. Rights: `create`, `get`,
 //! `delete` on `moduleversions` in the organization's namespace.
 
@@ -146,7 +146,7 @@ pub fn render(idx: &Inner, v: &ModuleVersion, m: &RegistryModule, org: &Organiza
             "installable": installable(f.state, f.tests, gate),
             "created-at": created_at(v),
             "updated-at": created_at(v),
-            "deprecation": super::protocol::deprecation_json(v),
+            "deprecation": deprecation_json(v),
         },
         "relationships": {
             "registry-module": {"data": {"id": id_of(m), "type": "registry-modules"}},
@@ -475,4 +475,11 @@ async fn deprecate(
         StatusCode::OK,
         json!({"data": data, "included": included}),
     ))
+}
+
+/// A version's deprecation as the registry shows it (`reason`, `link`), or null.
+pub fn deprecation_json(v: &ModuleVersion) -> Value {
+    v.spec.deprecation.as_ref().map_or(Value::Null, |d| {
+        json!({"reason": d.reason.clone().unwrap_or_default(), "link": d.link.clone().unwrap_or_default()})
+    })
 }
