@@ -24,10 +24,10 @@ use terrace_crds::{
 };
 
 use crate::auth::{Caller, Check};
-use crate::confirm;
 use crate::index::{Indexed, Inner};
 use crate::render::id_of;
 use crate::{ApiError, AppState};
+use crate::{confirm, write};
 
 /// An object found in the index with its organization.
 pub struct Located<K> {
@@ -44,6 +44,41 @@ impl<K> Clone for Located<K> {
             org: self.org.clone(),
             ns: self.ns.clone(),
         }
+    }
+}
+
+impl<K: Resource<DynamicType = ()>> Located<K> {
+    /// [`write::new_meta`] of an object this one owns (controller reference), in its
+    /// namespace and organization.
+    pub fn owned_meta(&self, id: &str, labels: &[(&str, String)]) -> kube::api::ObjectMeta {
+        kube::api::ObjectMeta {
+            owner_references: self.obj.controller_owner_ref(&()).map(|o| vec![o]),
+            ..write::new_meta(id, &self.ns, self.org.name_any(), labels)
+        }
+    }
+}
+
+impl<K> Located<K>
+where
+    K: Indexed
+        + kube::core::object::HasSpec
+        + Clone
+        + Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::Spec: Clone + serde::Serialize,
+{
+    /// [`write::update_spec`] of this object by editing a copy of its spec: `change`
+    /// edits it (again on a fresh copy after a conflict), and only what differs is
+    /// written.
+    pub async fn change_spec<F>(&self, state: &AppState, mut change: F) -> Result<K, ApiError>
+    where
+        F: FnMut(&mut K::Spec) -> Result<(), ApiError>,
+    {
+        write::update_spec(state, &self.ns, (*self.obj).clone(), |o| {
+            let mut next = o.spec().clone();
+            change(&mut next)?;
+            write::spec_diff(o.spec(), &next)
+        })
+        .await
     }
 }
 

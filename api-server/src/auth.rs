@@ -15,7 +15,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
@@ -27,7 +26,7 @@ use kube::api::PostParams;
 use sha2::{Digest, Sha256};
 use terrace_crds::constants::GROUP;
 
-use crate::{ApiError, AppState};
+use crate::ApiError;
 
 /// How long review answers are reused.
 pub const CACHE_TTL: Duration = Duration::from_secs(5);
@@ -567,47 +566,6 @@ pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
         .eq_ignore_ascii_case("bearer")
         .then_some(token.trim())
         .filter(|t| !t.is_empty())
-}
-
-/// The server's state and the authenticated caller of a request: the first extractor of
-/// a handler that checks the caller's rights itself (401 without a valid token).
-pub struct Authed {
-    pub state: AppState,
-    pub caller: Caller,
-}
-
-impl FromRequestParts<AppState> for Authed {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let caller = Caller::from_request_parts(parts, state).await?;
-        Ok(Authed {
-            state: state.clone(),
-            caller,
-        })
-    }
-}
-
-impl FromRequestParts<AppState> for Caller {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &AppState,
-    ) -> Result<Self, Self::Rejection> {
-        let unauthorized = || ApiError::Unauthorized("unauthorized".into());
-        let token = bearer(parts).ok_or_else(unauthorized)?;
-        if token.starts_with(terrace_crds::run::RUN_CREDENTIAL_PREFIX) {
-            return crate::runner_auth::run_caller(state, token)
-                .await?
-                .ok_or_else(unauthorized);
-        }
-        state
-            .auth
-            .authenticate(token)
-            .await?
-            .ok_or_else(unauthorized)
-    }
 }
 
 #[cfg(test)]

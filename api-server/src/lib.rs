@@ -39,6 +39,7 @@ pub mod access;
 pub mod auth;
 pub mod blobs;
 pub mod body;
+pub mod caller;
 pub mod capability;
 pub mod confirm;
 pub mod discovery;

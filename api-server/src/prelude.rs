@@ -14,8 +14,9 @@ pub use serde_json::{Value, json};
 pub use terrace_crds::Organization;
 
 pub use crate::access::{Admin, AdminOr404, Deny, Found, Located, Read, VisibleOrg};
-pub use crate::auth::{Authed, Caller, Check};
+pub use crate::auth::{Caller, Check};
 pub use crate::body::{Attr, Document, JsonApi, Nullable, ToMany, ToOne, Typed, nullable};
+pub use crate::caller::Authed;
 pub use crate::error::{ApiError, FieldError};
 pub use crate::query::QueryParams;
 pub use crate::render::{Doc, created_at, id_of, list, no_content, timestamp};

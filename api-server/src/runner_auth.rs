@@ -8,10 +8,17 @@ use axum::extract::FromRequestParts;
 use axum::http::HeaderMap;
 use axum::http::request::Parts;
 use k8s_openapi::api::core::v1::Secret;
+use std::sync::Arc;
 use terrace_crds::Run;
 use terrace_crds::run::RunState;
 
-use crate::prelude::*;
+use kube::ResourceExt;
+
+use axum::extract::Path;
+
+use crate::auth::Caller;
+use crate::render::id_of;
+use crate::{ApiError, AppState, write};
 
 /// How long a runner request for a run not indexed yet waits for it, once its token
 /// checked out against the run's Secret.

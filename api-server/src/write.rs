@@ -26,7 +26,6 @@ use serde_json::{Map, Value, json};
 use terrace_crds::constants::{ANNOTATION_CREATED_AT, LABEL_ID, LABEL_ORGANIZATION};
 use terrace_crds::ids::object_name_for_id;
 
-use crate::access::Located;
 use crate::index::{Indexed, rv_at_least};
 use crate::{ApiError, AppState};
 
@@ -235,19 +234,6 @@ pub fn new_meta(id: &str, ns: &str, org: String, labels: &[(&str, String)]) -> O
     }
 }
 
-/// [`new_meta`] of an object `owner` owns (controller reference), in the owner's
-/// namespace and organization.
-pub fn owned_meta<K: Resource<DynamicType = ()>>(
-    id: &str,
-    owner: &Located<K>,
-    labels: &[(&str, String)],
-) -> ObjectMeta {
-    ObjectMeta {
-        owner_references: owner.obj.controller_owner_ref(&()).map(|o| vec![o]),
-        ..new_meta(id, &owner.ns, owner.org.name_any(), labels)
-    }
-}
-
 /// The API of kind `K` in namespace `ns`.
 pub fn api<K>(state: &AppState, ns: &str) -> Api<K>
 where
@@ -331,29 +317,6 @@ where
     let updated = patch_spec(&api::<K>(state, ns), current, change).await?;
     wait_seen(state, &updated).await;
     Ok(updated)
-}
-
-/// [`update_spec`] of the located object by editing a copy of its spec: `change` edits it
-/// (again on a fresh copy after a conflict), and only what differs is written.
-pub async fn change_spec<K, F>(
-    state: &AppState,
-    at: &crate::access::Located<K>,
-    mut change: F,
-) -> Result<K, ApiError>
-where
-    K: Indexed
-        + kube::core::object::HasSpec
-        + Clone
-        + Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-    K::Spec: Clone + Serialize,
-    F: FnMut(&mut K::Spec) -> Result<(), ApiError>,
-{
-    update_spec(state, &at.ns, (*at.obj).clone(), |o| {
-        let mut next = o.spec().clone();
-        change(&mut next)?;
-        spec_diff(o.spec(), &next)
-    })
-    .await
 }
 
 /// Deletes the object (only this very object: a uid precondition) and waits until the

@@ -380,11 +380,11 @@ pub const MIN_ENGINE_VERSION: &str = "0.15.4";
 /// Whether a workspace's `terraform-version` allows assessments: an exact version older
 /// than [`MIN_ENGINE_VERSION`] does not; a constraint, `latest` or none does.
 pub fn engine_allows(terraform_version: Option<&str>) -> bool {
-    let Some(v) = terraform_version.and_then(crate::run::exact_version) else {
+    let Some(v) = terraform_version.and_then(crate::engine::exact_version) else {
         return true;
     };
     !matches!(
-        crate::run::version_satisfies(&format!("< {MIN_ENGINE_VERSION}"), v),
+        crate::engine::version_satisfies(&format!("< {MIN_ENGINE_VERSION}"), v),
         Ok(true)
     )
 }

@@ -26,6 +26,10 @@ pub const MANAGED_BY: &str = "terrace";
 
 /// Annotation naming the lock holder of a workspace (`user:NAME`, `team:ID`, `run:ID`).
 pub const ANNOTATION_LOCKED_BY: &str = "terrace.dev/locked-by";
+/// Annotation on a run created while policy sets applied to its workspace: its task stage
+/// exists from the start, so the CLI (which reads a run's stages once, at creation) waits
+/// for it.
+pub const ANNOTATION_POLICY_CHECKS: &str = "terrace.dev/policy-checks";
 /// Annotation with the reason given when the workspace was locked.
 pub const ANNOTATION_LOCK_REASON: &str = "terrace.dev/lock-reason";
 /// Annotation with the RFC 3339 time the workspace was locked.

@@ -15,6 +15,7 @@ pub mod blobs;
 pub mod common;
 pub mod constants;
 pub mod crdgen;
+pub mod engine;
 pub mod history;
 pub mod ids;
 pub mod lock;

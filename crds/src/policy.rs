@@ -566,20 +566,7 @@ impl Counts {
     }
 }
 
-/// What a run's policy checks decide for it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Gate {
-    /// No policy set applied: the run goes on as without policies.
-    #[default]
-    None,
-    /// Checked, nothing blocks (advisory failures warn), or the failures were overridden.
-    Passed,
-    /// A mandatory policy failed and may be overridden (every set with a blocking failure
-    /// is overridable): the run waits `post_plan_awaiting_decision`.
-    Overridable,
-    /// A mandatory policy of a set that is not overridable failed: the run errors.
-    Blocked,
-}
+pub use crate::run::Gate;
 
 impl RunPolicyEvaluation {
     /// Every policy's outcome.

@@ -16,11 +16,17 @@ use serde::{Deserialize, Serialize};
 
 use crate::testrun::UnknownValue;
 
+mod credentials;
 pub mod events;
 pub mod logs;
 pub mod plan_view;
+mod queue;
 pub mod redact;
 pub mod ui_log;
+
+pub use crate::engine::{exact_version, version_satisfies};
+pub use credentials::*;
+pub use queue::*;
 
 /// The states of a run (TFE's run statuses that terrace uses).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -202,49 +208,6 @@ impl FromStr for RunState {
 /// The status timestamp the API writes when it creates a run.
 pub const QUEUEABLE_AT: &str = "plan-queueable-at";
 
-/// A run's token for the runner endpoints: the run's namespace, a dot and `secret`
-/// (namespaces have no dots). The namespace lets the API server check the token against
-/// the run's Secret before it knows the run, so an unknown run costs an anonymous caller
-/// nothing (no wait for the index).
-pub fn runner_token(namespace: &str, secret: &str) -> String {
-    format!("{namespace}.{secret}")
-}
-
-/// The namespace a runner token names, if the token is of [`runner_token`]'s form: a
-/// namespace that is a DNS-1123 label, a dot and a secret of 16 to 128 URL-safe base64
-/// characters. Anything else is no token of a run, refused before any request is made
-/// with it: the namespace goes into the path of a Kubernetes request.
-pub fn runner_token_namespace(token: &str) -> Option<&str> {
-    let (ns, secret) = token.split_once('.')?;
-    (crate::ids::is_dns1123_label(ns)
-        && (16..=128).contains(&secret.len())
-        && secret
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
-    .then_some(ns)
-}
-
-/// What starts a run's API credential ([`run_credential`]).
-pub const RUN_CREDENTIAL_PREFIX: &str = "tfrun.";
-
-/// The credential the engine of run object `run_object` presents to the API (its CLI
-/// configuration's `credentials` block), made from the run's runner token: the prefix, the
-/// run object, a dot and the runner token (`tfrun.<run object>.<namespace>.<secret>`). It
-/// holds nothing more than the runner token, so the run's Secret stays its one source;
-/// the prefix keeps it apart from Kubernetes tokens (JWTs never start with it).
-pub fn run_credential(runner_token: &str, run_object: &str) -> String {
-    format!("{RUN_CREDENTIAL_PREFIX}{run_object}.{runner_token}")
-}
-
-/// The run object and the runner token of a [`run_credential`].
-pub fn parse_run_credential(credential: &str) -> Option<(&str, &str)> {
-    let (object, token) = credential
-        .strip_prefix(RUN_CREDENTIAL_PREFIX)?
-        .split_once('.')?;
-    (crate::ids::is_dns1123_subdomain(object) && runner_token_namespace(token).is_some())
-        .then_some((object, token))
-}
-
 /// The plan ID of run `run-…` (`plan-…`, the same suffix).
 pub fn plan_id(run_id: &str) -> String {
     format!("plan-{}", run_id.strip_prefix("run-").unwrap_or(run_id))
@@ -371,245 +334,19 @@ pub fn count_changes(plan_json: &serde_json::Value) -> PhaseReport {
     r
 }
 
-/// The run statuses that hold a concurrency slot (a Pod runs the engine). Runs and test
-/// runs ([`crate::testrun::HOLDING_SLOT`]) count against the same limits.
-pub const HOLDING_SLOT: [&str; 2] = [RunState::Planning.as_str(), RunState::Applying.as_str()];
-
-/// The runs of one workspace that wait or hold it, as the queue needs them: apply runs
-/// (not plan-only) in creation order.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct QueuedRun<'a> {
-    pub name: &'a str,
-    /// Creation time, RFC 3339 (orders the queue; the name breaks ties).
-    pub created: &'a str,
-    pub state: RunState,
-    pub plan_only: bool,
-}
-
-/// Whether the pending run `name` may start now: plan-only runs always; an apply run when
-/// no other apply run of the workspace holds it and none created before it is waiting,
-/// and the workspace is not locked by anybody but this run.
-pub fn may_start(
-    name: &str,
-    runs: &[QueuedRun<'_>],
-    lock: Option<&crate::lock::LockHolder>,
-    run_id: &str,
-) -> Result<(), Wait> {
-    let me = runs.iter().find(|r| r.name == name);
-    if me.is_some_and(|r| r.plan_only) {
-        return Ok(());
-    }
-    let Some(me) = me else {
-        return Err(Wait::Queue);
-    };
-    let applies = runs.iter().filter(|r| !r.plan_only && r.name != name);
-    for r in applies {
-        if r.state.holds_workspace() {
-            return Err(Wait::Active(r.name.to_owned()));
-        }
-        if r.state == RunState::Pending && (r.created, r.name) < (me.created, me.name) {
-            return Err(Wait::Queue);
-        }
-    }
-    match lock {
-        Some(crate::lock::LockHolder::Run(id)) if id == run_id => Ok(()),
-        Some(holder) => Err(Wait::Locked(holder.annotation())),
-        None => Ok(()),
-    }
-}
-
-/// Which of a workspace's apply runs is its `current-run`, as in TFE, where it is the
-/// run that holds the workspace: the run between its turn and its end; else the first
-/// pending run (the next to take the workspace; the CLI prints "Waiting for the manually
-/// locked workspace to be unlocked" exactly when a locked workspace's current run is
-/// pending, so a run waiting only for a person's lock must be current, and one waiting
-/// behind another run must not); else the newest run. `runs` are the workspace's apply
-/// runs (not plan-only) in queue order, oldest first; the answer is an index into them.
-pub fn current_run(runs: &[RunState]) -> Option<usize> {
-    runs.iter()
-        .rposition(|s| s.holds_workspace())
-        .or_else(|| runs.iter().position(|s| *s == RunState::Pending))
-        .or_else(|| runs.len().checked_sub(1))
-}
-
-/// What pending run `me` waits for, in words people read (its `status.message`, which
-/// the run page and the API's `status-message` show): the run that holds the workspace
-/// by its ID and state, how many runs are ahead of it, or who holds the lock and why.
-/// `wait` is [`may_start`]'s answer for the same `runs`; `id_of` gives a run's ID from
-/// its object name.
-pub fn wait_message(
-    wait: &Wait,
-    me: &str,
-    runs: &[QueuedRun<'_>],
-    id_of: impl Fn(&str) -> String,
-    lock_reason: Option<&str>,
-) -> String {
-    let mine = runs.iter().find(|r| r.name == me);
-    let ahead = runs
-        .iter()
-        .filter(|r| !r.plan_only && r.name != me)
-        .filter(|r| {
-            r.state.holds_workspace()
-                || (r.state == RunState::Pending
-                    && mine.is_some_and(|m| (r.created, r.name) < (m.created, m.name)))
-        })
-        .count();
-    let more = |n: usize| match n {
-        0 | 1 => String::new(),
-        n => format!("; {n} runs are ahead of this one"),
-    };
-    match wait {
-        Wait::Active(name) => {
-            let state = runs
-                .iter()
-                .find(|r| r.name == name.as_str())
-                .map(|r| r.state.as_str())
-                .unwrap_or("active");
-            format!(
-                "waiting for run {} ({state}) to finish{}",
-                id_of(name),
-                more(ahead)
-            )
-        }
-        Wait::Queue if ahead == 0 => "waiting for its turn".to_owned(),
-        Wait::Queue if ahead == 1 => "waiting for 1 earlier run of the workspace".to_owned(),
-        Wait::Queue => format!("waiting for {ahead} earlier runs of the workspace"),
-        Wait::Locked(holder) => {
-            let holder = crate::lock::LockHolder::parse(holder);
-            let reason = lock_reason
-                .filter(|r| !r.is_empty())
-                .map(|r| format!(": {r}"))
-                .unwrap_or_default();
-            format!("waiting for the workspace to be unlocked (locked by {holder}{reason})")
-        }
-    }
-}
-
-/// Why a comment cannot be added to a run that has `existing` comments: a blank body, a
-/// body over [`MAX_COMMENT_BYTES`](crate::constants::MAX_COMMENT_BYTES), or a run that
-/// holds [`MAX_RUN_COMMENTS`](crate::constants::MAX_RUN_COMMENTS) already (an action's
-/// comment, `with_action`, may go a few beyond it).
-pub fn check_comment(body: &str, existing: usize, with_action: bool) -> Result<(), String> {
-    use crate::constants::{ACTION_COMMENT_MARGIN, MAX_COMMENT_BYTES, MAX_RUN_COMMENTS};
-    let most = if with_action {
-        MAX_RUN_COMMENTS + ACTION_COMMENT_MARGIN
-    } else {
-        MAX_RUN_COMMENTS
-    };
-    if body.trim().is_empty() {
-        return Err("body can't be blank".to_owned());
-    }
-    if body.len() > MAX_COMMENT_BYTES {
-        return Err(format!(
-            "body is too long (at most {MAX_COMMENT_BYTES} bytes)"
-        ));
-    }
-    if existing >= most {
-        return Err(format!(
-            "the run has {existing} comments already, the most one run holds"
-        ));
-    }
-    Ok(())
-}
-
-/// Why `POST /runs/:id/actions/force-execute` is refused.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ForceExecuteRefusal {
-    /// Only a pending run can be forced.
-    NotPending(RunState),
-    /// Nothing is ahead of it: it starts on its own.
-    NothingAhead,
-    /// A run ahead of it cannot be discarded (it is planning, applying, …).
-    Undiscardable { name: String, state: RunState },
-    /// The workspace is locked by someone other than a run.
-    Locked(String),
-}
-
-impl fmt::Display for ForceExecuteRefusal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ForceExecuteRefusal::NotPending(s) => write!(
-                f,
-                "transition not allowed: the run is {s}; only a pending run can be force-executed"
-            ),
-            ForceExecuteRefusal::NothingAhead => f.write_str(
-                "transition not allowed: no run is ahead of this one, it starts on its own",
-            ),
-            ForceExecuteRefusal::Undiscardable { name, state } => write!(
-                f,
-                "transition not allowed: run {name} ahead of this one is {state} and cannot be discarded; cancel it instead"
-            ),
-            ForceExecuteRefusal::Locked(h) => write!(
-                f,
-                "transition not allowed: the workspace is locked by {h}; unlock it instead"
-            ),
-        }
-    }
-}
-
-/// The runs a force-execute of pending run `name` discards so that it goes next (TFE's
-/// "run this plan now"): every apply run of the workspace that holds it or waits before
-/// it. Refused unless the run is pending, something is ahead of it, each run ahead can
-/// be discarded (pending, planned or saved), and nobody but a run locks the workspace.
-pub fn force_execute<'a>(
-    name: &str,
-    runs: &'a [QueuedRun<'a>],
-    lock: Option<&crate::lock::LockHolder>,
-) -> Result<Vec<&'a str>, ForceExecuteRefusal> {
-    let me = runs
-        .iter()
-        .find(|r| r.name == name)
-        .ok_or(ForceExecuteRefusal::NothingAhead)?;
-    if me.state != RunState::Pending {
-        return Err(ForceExecuteRefusal::NotPending(me.state));
-    }
-    if let Some(holder @ (crate::lock::LockHolder::User(_) | crate::lock::LockHolder::Team(_))) =
-        lock
-    {
-        return Err(ForceExecuteRefusal::Locked(holder.annotation()));
-    }
-    if me.plan_only {
-        return Err(ForceExecuteRefusal::NothingAhead);
-    }
-    let mut ahead = Vec::new();
-    for r in runs.iter().filter(|r| !r.plan_only && r.name != name) {
-        let before = r.state == RunState::Pending && (r.created, r.name) < (me.created, me.name);
-        if !(r.state.holds_workspace() || before) {
-            continue;
-        }
-        if !r.state.is_discardable() {
-            return Err(ForceExecuteRefusal::Undiscardable {
-                name: r.name.to_owned(),
-                state: r.state,
-            });
-        }
-        ahead.push(r.name);
-    }
-    if ahead.is_empty() {
-        return Err(ForceExecuteRefusal::NothingAhead);
-    }
-    Ok(ahead)
-}
-
-/// Why a pending run waits.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Wait {
-    /// Another run holds the workspace.
-    Active(String),
-    /// Runs queued before it go first.
-    Queue,
-    /// The workspace is locked (by this holder).
-    Locked(String),
-}
-
-impl fmt::Display for Wait {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Wait::Active(r) => write!(f, "waiting for run {r} to finish"),
-            Wait::Queue => f.write_str("waiting for earlier runs of the workspace"),
-            Wait::Locked(h) => write!(f, "waiting for the workspace to be unlocked ({h})"),
-        }
-    }
+/// What a run's policy checks decide for it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Gate {
+    /// No policy set applied: the run goes on as without policies.
+    #[default]
+    None,
+    /// Checked, nothing blocks (advisory failures warn), or the failures were overridden.
+    Passed,
+    /// A mandatory policy failed and may be overridden (every set with a blocking failure
+    /// is overridable): the run waits `post_plan_awaiting_decision`.
+    Overridable,
+    /// A mandatory policy of a set that is not overridable failed: the run errors.
+    Blocked,
 }
 
 /// The flags of a run that decide where a successful plan leads.
@@ -621,7 +358,7 @@ pub struct Flags {
     /// A plan with no changes still goes on to an apply (TFE's `allow-empty-apply`).
     pub allow_empty_apply: bool,
     /// What the plan's policy checks decided.
-    pub policy: crate::policy::Gate,
+    pub policy: Gate,
 }
 
 /// A cancel asked through the API.
@@ -794,7 +531,6 @@ pub fn decide(state: RunState, cancel: Cancel, pod: &PodSeen, flags: Flags) -> D
 /// speculative one, which never blocks anything; checks that passed lead to
 /// `post_plan_completed` instead of `planned`.
 pub fn after_successful_plan(has_changes: bool, flags: Flags) -> RunState {
-    use crate::policy::Gate;
     if flags.plan_only || (!has_changes && !flags.allow_empty_apply) {
         return RunState::PlannedAndFinished;
     }
@@ -811,7 +547,7 @@ pub fn after_policy_checks(flags: Flags) -> RunState {
         RunState::PlannedAndSaved
     } else if flags.auto_apply {
         RunState::Confirmed
-    } else if flags.policy == crate::policy::Gate::None {
+    } else if flags.policy == Gate::None {
         RunState::Planned
     } else {
         RunState::PostPlanCompleted
@@ -847,65 +583,6 @@ pub fn auto_destroy_due(
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
-}
-
-/// Whether engine version `version` (`1.11.4`) satisfies a workspace's
-/// `terraform-version`: an exact version, `latest` (anything), or a constraint of
-/// comma-separated `=`, `!=`, `>`, `>=`, `<`, `<=` and `~>` terms (`~> 1.11` allows 1.x
-/// from 1.11, `~> 1.11.0` allows 1.11.x). `Err` says what does not parse.
-pub fn version_satisfies(constraint: &str, version: &str) -> Result<bool, String> {
-    fn parse(v: &str) -> Option<Vec<u64>> {
-        let core = v.trim().trim_start_matches('v');
-        let core = core.split(['-', '+']).next()?;
-        let parts: Option<Vec<u64>> = core.split('.').map(|p| p.parse().ok()).collect();
-        parts.filter(|p| !p.is_empty() && p.len() <= 3)
-    }
-    let pad = |mut v: Vec<u64>| {
-        v.resize(3, 0);
-        v
-    };
-    let have = parse(version)
-        .map(pad)
-        .ok_or_else(|| format!("engine version {version:?} is not a version"))?;
-    let constraint = constraint.trim();
-    if constraint.is_empty() || constraint == "latest" {
-        return Ok(true);
-    }
-    for term in constraint.split(',') {
-        let term = term.trim();
-        let (op, rest) = ["~>", ">=", "<=", "!=", "=", ">", "<"]
-            .iter()
-            .find_map(|op| term.strip_prefix(op).map(|r| (*op, r)))
-            .unwrap_or(("=", term));
-        let given = parse(rest).ok_or_else(|| format!("{term:?} is not a version constraint"))?;
-        let want = pad(given.clone());
-        let ok = match op {
-            "=" => have == want,
-            "!=" => have != want,
-            ">" => have > want,
-            ">=" => have >= want,
-            "<" => have < want,
-            "<=" => have <= want,
-            _ => {
-                // Pessimistic: at least `want`, and the same leading parts but the last given.
-                let fixed = given.len().saturating_sub(1).max(1);
-                have >= want && have[..fixed] == want[..fixed]
-            }
-        };
-        if !ok {
-            return Ok(false);
-        }
-    }
-    Ok(true)
-}
-
-/// The exact version a `terraform-version` names (`1.11.4`, not a constraint).
-pub fn exact_version(constraint: &str) -> Option<&str> {
-    let c = constraint.trim().trim_start_matches('=').trim();
-    (!c.is_empty()
-        && c.chars().all(|ch| ch.is_ascii_digit() || ch == '.')
-        && c.split('.').count() == 3)
-        .then_some(c)
 }
 
 /// What the performance attributes need of a run.

@@ -3,11 +3,11 @@
 //! by type (policy checks, cost estimates and task stages are absent: empty).
 
 use serde_json::Map;
-use terrace_crds::constants::LABEL_WORKSPACE_ID;
+use terrace_crds::constants::{ANNOTATION_POLICY_CHECKS, LABEL_WORKSPACE_ID};
 use terrace_crds::resources::RunComment;
 use terrace_crds::run::events::{RunEvent, event_id, events};
 use terrace_crds::run::{self, Phase, RunState};
-use terrace_crds::{Run, RunPhaseStatus};
+use terrace_crds::{Run, RunPhaseStatus, RunPolicyEvaluation};
 
 use crate::index::Inner;
 use crate::prelude::*;
@@ -214,7 +214,7 @@ pub fn run_data(
             "cost-estimate": {"data": null},
             "policy-checks": {"data": []},
             "run-events": {"data": events(r).iter().map(|e| json!({"id": event_id(&id, &e.key), "type": "run-events"})).collect::<Vec<_>>()},
-            "task-stages": crate::resources::runs::policy::stages_relationship(r),
+            "task-stages": stages_relationship(r),
             "comments": {"data": st.comments.iter().map(|c| json!({"id": c.id, "type": "comments"})).collect::<Vec<_>>()},
         },
         "links": {"self": format!("/api/v2/runs/{id}")},
@@ -333,4 +333,34 @@ pub fn event_data(run_id: &str, e: &RunEvent<'_>) -> Value {
         },
         "links": {"self": format!("/api/v2/run-events/{id}")},
     })
+}
+
+/// The part of a run's ID its derived IDs share (`run-X` → `X`).
+pub fn suffix(run_id: &str) -> &str {
+    run_id.strip_prefix("run-").unwrap_or(run_id)
+}
+
+/// The task stage ID of run `run_id`.
+pub fn stage_id(run_id: &str) -> String {
+    format!("ts-{}", suffix(run_id))
+}
+
+/// The run's policy evaluation, once its policies were checked.
+pub fn evaluation(r: &Run) -> Option<&RunPolicyEvaluation> {
+    r.status.as_ref()?.policy_evaluation.as_ref()
+}
+
+/// Whether run `r` has a post-plan task stage: its policies were checked, or sets applied
+/// to its workspace when it was created.
+pub fn has_stage(r: &Run) -> bool {
+    evaluation(r).is_some() || r.annotations().contains_key(ANNOTATION_POLICY_CHECKS)
+}
+
+/// The `task-stages` relationship of run `r`.
+pub fn stages_relationship(r: &Run) -> Value {
+    let data: Vec<Value> = has_stage(r)
+        .then(|| json!({"id": stage_id(&id_of(r)), "type": "task-stages"}))
+        .into_iter()
+        .collect();
+    json!({ "data": data })
 }

@@ -424,7 +424,7 @@ async fn create_for<K: Resource<DynamicType = ()>>(
         &state.settings.notification_allowed_cidrs,
     )?;
     let id = new_id(IdKind::NotificationConfiguration);
-    let mut metadata = write::owned_meta(&id, at, &[]);
+    let mut metadata = at.owned_meta(&id, &[]);
     let token = data.attributes.token.filter(|t| !t.is_empty());
     if token.is_some() {
         spec.token_from = Some(SecretKeyRef {

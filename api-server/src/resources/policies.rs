@@ -307,22 +307,23 @@ async fn update_policy(
         .transpose()?;
     let query = a.query.as_deref().map(checked_query).transpose()?;
     let level = level_of(&a)?;
-    let updated = write::change_spec(&state, &f.at, |p| {
-        if let Some(n) = &name {
-            p.name.clone_from(n);
-        }
-        if a.description.is_some() {
-            p.description.clone_from(&a.description);
-        }
-        if let Some(q) = &query {
-            p.query.clone_from(q);
-        }
-        if let Some(l) = &level {
-            p.enforcement_level.clone_from(l);
-        }
-        Ok(())
-    })
-    .await?;
+    let updated =
+        f.at.change_spec(&state, |p| {
+            if let Some(n) = &name {
+                p.name.clone_from(n);
+            }
+            if a.description.is_some() {
+                p.description.clone_from(&a.description);
+            }
+            if let Some(q) = &query {
+                p.query.clone_from(q);
+            }
+            if let Some(l) = &level {
+                p.enforcement_level.clone_from(l);
+            }
+            Ok(())
+        })
+        .await?;
     Ok(Doc::ok(render_policy(
         &state.index.read(),
         &updated,
@@ -346,7 +347,7 @@ async fn remove_policy(
             org: f.at.org.clone(),
             ns: f.at.ns.clone(),
         };
-        write::change_spec(&state, &at, |s| {
+        at.change_spec(&state, |s| {
             s.policy_refs.retain(|r| *r != object && *r != id);
             Ok(())
         })
@@ -374,7 +375,7 @@ async fn upload(
         .map_err(|e| {
             ApiError::invalid("/", format!("the policy does not compile: {}", e.trim()))
         })?;
-    write::change_spec(&state, &f.at, |p| {
+    f.at.change_spec(&state, |p| {
         p.rego = Some(rego.clone());
         p.rego_from = None;
         Ok(())
@@ -833,34 +834,35 @@ async fn update_set(
         )
     };
     let a = data.attributes;
-    let updated = write::change_spec(&state, &f.at, |s| {
-        if let Some(n) = &name {
-            s.name.clone_from(n);
-        }
-        if a.description.is_some() {
-            s.description.clone_from(&a.description);
-        }
-        if let Some(g) = a.global {
-            s.global = g;
-        }
-        if let Some(o) = a.overridable {
-            s.overridable = o;
-        }
-        if let Some(w) = &workspaces {
-            s.workspaces.clone_from(w);
-        }
-        if let Some(p) = &projects {
-            s.projects.clone_from(p);
-        }
-        if let Some(e) = &exclusions {
-            s.workspace_exclusions.clone_from(e);
-        }
-        if let Some(e) = &project_exclusions {
-            s.project_exclusions.clone_from(e);
-        }
-        Ok(())
-    })
-    .await?;
+    let updated =
+        f.at.change_spec(&state, |s| {
+            if let Some(n) = &name {
+                s.name.clone_from(n);
+            }
+            if a.description.is_some() {
+                s.description.clone_from(&a.description);
+            }
+            if let Some(g) = a.global {
+                s.global = g;
+            }
+            if let Some(o) = a.overridable {
+                s.overridable = o;
+            }
+            if let Some(w) = &workspaces {
+                s.workspaces.clone_from(w);
+            }
+            if let Some(p) = &projects {
+                s.projects.clone_from(p);
+            }
+            if let Some(e) = &exclusions {
+                s.workspace_exclusions.clone_from(e);
+            }
+            if let Some(e) = &project_exclusions {
+                s.project_exclusions.clone_from(e);
+            }
+            Ok(())
+        })
+        .await?;
     Ok(Doc::ok(render_set(
         &state.index.read(),
         &updated,
@@ -899,7 +901,7 @@ async fn relate_policies<const ADD: bool>(
             .map(|p| id_of(p.as_ref()))
             .collect()
     };
-    write::change_spec(&state, &f.at, |s| {
+    f.at.change_spec(&state, |s| {
         if ADD {
             for o in &objects {
                 if !s.policy_refs.contains(o) {
@@ -932,7 +934,7 @@ async fn relate<T: Typed + Send + Sync + 'static, const ADD: bool, const EXCLUDE
     };
     let ids = ids_of(&state.index.read(), &f.at.ns, "/data", body)?;
     let ns = f.at.ns.clone();
-    write::change_spec(&state, &f.at, |s| {
+    f.at.change_spec(&state, |s| {
         let list = match (projects, EXCLUDE) {
             (true, true) => &mut s.project_exclusions,
             (true, false) => &mut s.projects,
@@ -1130,7 +1132,7 @@ async fn create_parameter(
         )
         .await?;
     }
-    write::change_spec(&state, &f.at, |s| {
+    f.at.change_spec(&state, |s| {
         key_taken(s, &set_id, &param.key, &param_id)?;
         s.parameters.push(param.clone());
         Ok(())
@@ -1186,7 +1188,7 @@ async fn update_parameter(
         )
         .await?;
     }
-    write::change_spec(&state, &f.at, |s| {
+    f.at.change_spec(&state, |s| {
         key_taken(s, &set_id, &next.key, &param)?;
         let slot = s
             .parameters
@@ -1208,7 +1210,7 @@ async fn remove_parameter(
     f.require(&state, "update", SET_NOT_YOURS).await?;
     let set_id = f.at.id();
     let current = parameter_in(&f.at.obj, &set_id, &param)?.clone();
-    write::change_spec(&state, &f.at, |s| {
+    f.at.change_spec(&state, |s| {
         s.parameters.retain(|p| p.id_in(&set_id) != param);
         Ok(())
     })

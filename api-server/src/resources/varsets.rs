@@ -499,28 +499,29 @@ async fn update(
         )
     };
     let a = data.attributes;
-    let updated = write::change_spec(&state, &f.at, |s| {
-        if let Some(n) = &name {
-            s.name.clone_from(n);
-        }
-        if a.description.is_some() {
-            s.description.clone_from(&a.description);
-        }
-        if let Some(g) = a.global {
-            s.global = g;
-        }
-        if let Some(p) = a.priority {
-            s.priority = p;
-        }
-        if let Some(w) = &workspaces {
-            s.workspaces.clone_from(w);
-        }
-        if let Some(p) = &projects {
-            s.projects.clone_from(p);
-        }
-        Ok(())
-    })
-    .await?;
+    let updated =
+        f.at.change_spec(&state, |s| {
+            if let Some(n) = &name {
+                s.name.clone_from(n);
+            }
+            if a.description.is_some() {
+                s.description.clone_from(&a.description);
+            }
+            if let Some(g) = a.global {
+                s.global = g;
+            }
+            if let Some(p) = a.priority {
+                s.priority = p;
+            }
+            if let Some(w) = &workspaces {
+                s.workspaces.clone_from(w);
+            }
+            if let Some(p) = &projects {
+                s.projects.clone_from(p);
+            }
+            Ok(())
+        })
+        .await?;
     Ok(Doc::ok(render(&state.index.read(), &updated, &f.at.org)))
 }
 
@@ -573,7 +574,7 @@ async fn relate<T: Typed + Send + Sync + 'static, const ADD: bool>(
         )?;
     }
     let ns = f.at.ns.clone();
-    write::change_spec(&state, &f.at, |s| {
+    f.at.change_spec(&state, |s| {
         let list = if projects {
             &mut s.projects
         } else {
@@ -723,7 +724,7 @@ async fn create_var(
         let value = input.value.clone().unwrap_or_default();
         store_value(&state, &f.at.obj, &var_id, &value).await?;
     }
-    write::change_spec(&state, &f.at, |s| {
+    f.at.change_spec(&state, |s| {
         key_taken(s, &set_id, &var)?;
         s.variables.push(var.clone());
         Ok(())
@@ -768,7 +769,7 @@ async fn update_var(
     ) {
         store_value(&state, &f.at.obj, &var, &value).await?;
     }
-    write::change_spec(&state, &f.at, |s| {
+    f.at.change_spec(&state, |s| {
         key_taken(s, &set_id, &next)?;
         let slot = s
             .variables
@@ -799,7 +800,7 @@ async fn remove_var(
     .await?;
     let set_id = f.at.id();
     let current = var_in(&f.at.obj, &set_id, &var)?.clone();
-    write::change_spec(&state, &f.at, |s| {
+    f.at.change_spec(&state, |s| {
         s.variables.retain(|v| v.id_in(&set_id) != var);
         Ok(())
     })

@@ -364,7 +364,7 @@ async fn create_in(
     }
     let id = new_id(IdKind::WorkspaceVariable);
     let object_name = object_name_for_id(&id);
-    let mut meta = write::owned_meta(&id, ws, &[]);
+    let mut meta = ws.owned_meta(&id, &[]);
     if spec.sensitive {
         spec.value_from = Some(SecretKeyRef {
             name: secret_name(&object_name),

@@ -236,7 +236,7 @@ async fn create(
         None => CvAttributes::default(),
     };
     let id = new_id(IdKind::ConfigurationVersion);
-    let base = write::owned_meta(&id, ws, &[(LABEL_WORKSPACE_ID, ws.id())]);
+    let base = ws.owned_meta(&id, &[(LABEL_WORKSPACE_ID, ws.id())]);
     let (token, metadata) = pending_meta(&state, base)?;
     let cv = ConfigurationVersion {
         metadata,

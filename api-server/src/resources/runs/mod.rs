@@ -293,7 +293,7 @@ async fn create(
         assessment: false,
     };
     let mut run = Run {
-        metadata: write::owned_meta(&id, &ws, &[(LABEL_WORKSPACE_ID, ws.id())]),
+        metadata: ws.owned_meta(&id, &[(LABEL_WORKSPACE_ID, ws.id())]),
         spec,
         status: None,
     };
@@ -301,7 +301,7 @@ async fn create(
     // will be checked has its stage from the start.
     if !policy::sets_for(&state.index.read(), &ws.ns, &ws.obj).is_empty() {
         run.annotations_mut().insert(
-            policy::ANNOTATION_POLICY_CHECKS.to_owned(),
+            terrace_crds::constants::ANNOTATION_POLICY_CHECKS.to_owned(),
             "true".to_owned(),
         );
     }
@@ -354,7 +354,7 @@ async fn render(
         cv_id.as_deref(),
         includes,
     );
-    if includes.iter().any(|i| i == "task_stages") && policy::has_stage(&at.obj) {
+    if includes.iter().any(|i| i == "task_stages") && crate::documents::runs::has_stage(&at.obj) {
         let can = policy::may_override(state, caller, at).await?;
         included.push(policy::stage_data(&at.obj, can));
     }

@@ -16,16 +16,12 @@ use terrace_crds::{
 };
 
 use super::comments;
-use crate::documents::runs::state_of;
+use crate::documents::runs::{evaluation, has_stage, stage_id, state_of, suffix};
 use crate::prelude::*;
 use crate::render::{page_slice, pagination};
 
 /// The RBAC verb (on the workspace) of overriding failed mandatory policies.
 pub const OVERRIDE_VERB: &str = "override-policy";
-/// Annotation on a run created while policy sets applied to its workspace: its task stage
-/// exists from the start, so the CLI (which reads a run's stages once, at creation) waits
-/// for it.
-pub const ANNOTATION_POLICY_CHECKS: &str = "terrace.dev/policy-checks";
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -48,15 +44,6 @@ pub fn router() -> Router<AppState> {
         .route("/api/v2/policy-set-outcomes/{id}", get(show_outcome))
 }
 
-fn suffix(run_id: &str) -> &str {
-    run_id.strip_prefix("run-").unwrap_or(run_id)
-}
-
-/// The task stage ID of run `run_id`.
-pub fn stage_id(run_id: &str) -> String {
-    format!("ts-{}", suffix(run_id))
-}
-
 fn evaluation_id(run_id: &str) -> String {
     format!("poleval-{}", suffix(run_id))
 }
@@ -71,25 +58,6 @@ fn run_of(id: &str, prefix: &str) -> Result<String, ApiError> {
         .filter(|s| !s.is_empty() && !s.contains('-'))
         .map(|s| format!("run-{s}"))
         .ok_or_else(|| ApiError::not_found("not found"))
-}
-
-fn evaluation(r: &Run) -> Option<&RunPolicyEvaluation> {
-    r.status.as_ref()?.policy_evaluation.as_ref()
-}
-
-/// Whether run `r` has a post-plan task stage: its policies were checked, or sets applied
-/// to its workspace when it was created.
-pub fn has_stage(r: &Run) -> bool {
-    evaluation(r).is_some() || r.annotations().contains_key(ANNOTATION_POLICY_CHECKS)
-}
-
-/// The `task-stages` relationship of run `r`.
-pub fn stages_relationship(r: &Run) -> Value {
-    let data: Vec<Value> = has_stage(r)
-        .then(|| json!({"id": stage_id(&id_of(r)), "type": "task-stages"}))
-        .into_iter()
-        .collect();
-    json!({ "data": data })
 }
 
 fn count_json(c: Counts) -> Value {

@@ -20,7 +20,6 @@ use terrace_crds::state::{
 };
 use terrace_crds::{StateBlob, StateVersion, Workspace};
 
-use super::create::state_error;
 use crate::index::Inner;
 use crate::prelude::*;
 
@@ -238,4 +237,13 @@ pub(super) async fn keep(
         json!({"status": StateVersionState::Discarded.as_str(), "state": blob, "message": why}),
     )
     .await
+}
+
+/// A state rule's refusal as the API answers it.
+pub(super) fn state_error(e: terrace_crds::state::StateError) -> ApiError {
+    match e.status() {
+        409 => ApiError::conflict(e.to_string()),
+        413 => ApiError::TooLarge(e.to_string().into()),
+        _ => ApiError::invalid("/data/attributes/state", e.to_string()),
+    }
 }

@@ -27,10 +27,10 @@ use terrace_crds::constants::{
 };
 use terrace_crds::ids::{IdKind, new_id};
 use terrace_crds::lock::LockHolder;
-use terrace_crds::state::{self, Current, StateError, StateVersionState};
+use terrace_crds::state::{self, Current, StateVersionState};
 use terrace_crds::{StateBlob, StateVersion, StateVersionSpec, Workspace};
 
-use super::commit::{self, Writer};
+use super::commit::{self, Writer, state_error};
 use super::{JSON_STATE_UPLOAD_PATH, STATE_UPLOAD_PATH, WRITE_STATE, render, state_of, store_of};
 use crate::blobs::{AnyBlobStore, BlobError, BlobStore, Stored};
 use crate::capability::{base_url, constant_time_eq, random_token, sha256_hex};
@@ -69,14 +69,6 @@ impl Typed for CreateAttributes {
 #[serde(rename_all = "kebab-case")]
 pub struct CreateRelationships {
     run: Option<ToOne>,
-}
-
-pub(super) fn state_error(e: StateError) -> ApiError {
-    match e.status() {
-        409 => ApiError::conflict(e.to_string()),
-        413 => ApiError::TooLarge(e.to_string().into()),
-        _ => ApiError::invalid("/data/attributes/state", e.to_string()),
-    }
 }
 
 fn decode(attr: &str, b64: &str) -> Result<Vec<u8>, ApiError> {

@@ -18,8 +18,9 @@ use terrace_crds::run::RunState;
 use terrace_crds::state::{self, StateVersionState};
 use terrace_crds::{Run, StateVersion, StateVersionSpec, Workspace};
 
+use super::commit::state_error;
 use super::commit::{self, Writer};
-use super::create::{discard, state_error, store_blob};
+use super::create::{discard, store_blob};
 use super::state_bytes;
 use crate::index::Indexed;
 use crate::prelude::*;
