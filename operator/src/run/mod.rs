@@ -20,9 +20,17 @@
 pub mod assess;
 pub mod auto_destroy;
 pub mod auto_queue;
+mod inputs;
+mod lock;
+mod phase;
 pub mod pod;
 mod status;
 pub mod triggers;
+
+pub use inputs::current_configuration;
+use inputs::*;
+use lock::*;
+use phase::*;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -637,75 +645,6 @@ async fn start(
     }
 }
 
-/// Locks the workspace for the run (true when it holds the lock now).
-async fn lock_workspace(ctx: &RunContext, ws: &Workspace, run_id: &str) -> Result<bool, Error> {
-    let me = LockHolder::Run(run_id.to_owned());
-    match holder_of(ws) {
-        Some(h) if h == me => return Ok(true),
-        Some(_) => return Ok(false),
-        None => {}
-    }
-    let api: Api<Workspace> =
-        Api::namespaced(ctx.base.client.clone(), &ws.namespace().unwrap_or_default());
-    let annotations = json!({
-        ANNOTATION_LOCKED_BY: me.annotation(),
-        ANNOTATION_LOCKED_AT: terrace_crds::common::timestamp(&Timestamp::now()),
-        ANNOTATION_LOCK_REASON: format!("Locked by run {run_id}"),
-    });
-    annotate_workspace(&api, ws, annotations).await
-}
-
-/// Merges `annotations` (a JSON object; `null` removes one) into the workspace's under
-/// its resourceVersion: true when written, false when the workspace changed meanwhile
-/// (409).
-pub(crate) async fn annotate_workspace(
-    api: &Api<Workspace>,
-    ws: &Workspace,
-    annotations: serde_json::Value,
-) -> Result<bool, Error> {
-    let body = json!({"metadata": {
-        "resourceVersion": ws.resource_version(),
-        "annotations": annotations,
-    }});
-    match api
-        .patch(&ws.name_any(), &PatchParams::default(), &Patch::Merge(body))
-        .await
-    {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Unlocks the workspace if the run holds it.
-async fn unlock_workspace(
-    ctx: &RunContext,
-    ns: &str,
-    ws_name: &str,
-    run_id: &str,
-) -> Result<(), Error> {
-    let api: Api<Workspace> = Api::namespaced(ctx.base.client.clone(), ns);
-    for _ in 0..5 {
-        let Some(ws) = api.get_opt(ws_name).await? else {
-            return Ok(());
-        };
-        if holder_of(&ws) != Some(LockHolder::Run(run_id.to_owned())) {
-            return Ok(());
-        }
-        let annotations = json!({
-            ANNOTATION_LOCKED_BY: null,
-            ANNOTATION_LOCKED_AT: null,
-            ANNOTATION_LOCK_REASON: null,
-        });
-        if annotate_workspace(&api, &ws, annotations).await? {
-            return Ok(());
-        }
-    }
-    Err(Error::Unavailable(
-        "the workspace kept changing while unlocking it".into(),
-    ))
-}
-
 /// A run that ended (or is being deleted): its Pods archived and let go of, its Secret
 /// deleted, the workspace unlocked.
 async fn finish(
@@ -737,87 +676,6 @@ async fn finish(
         Err(e) => tracing::debug!(error = %e, "deleting the run's secret"),
     }
     Ok(Action::await_change())
-}
-
-/// Archives the log of `phase`'s Pod (if it exists and its engine ended) and lets go of it.
-async fn release_phase(
-    ctx: &RunContext,
-    run: &Run,
-    run_id: &str,
-    pods: &Api<Pod>,
-    phase: Phase,
-) -> Result<(), Error> {
-    let name = pod::pod_name(&run.name_any(), phase);
-    let Some(p) = pods.get_opt(&name).await? else {
-        return Ok(());
-    };
-    if !p.finalizers().iter().any(|f| f == FINALIZER) {
-        return Ok(());
-    }
-    archive(&ctx.base.client, run, run_id, pods, &name, None).await;
-    crate::finalizers::remove(pods, &p, FINALIZER).await?;
-    match pods.delete(&name, &DeleteParams::default()).await {
-        Ok(_) | Err(kube::Error::Api(_)) => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Copies the engine log of Pod `pod_name` into its archive ConfigMap (best effort),
-/// with `terrace: <cause>` after it when the phase errored (alone when the engine has no
-/// log: it never started, or the Pod is gone).
-async fn archive(
-    client: &kube::Client,
-    run: &Run,
-    run_id: &str,
-    pods: &Api<Pod>,
-    pod_name: &str,
-    cause: Option<&str>,
-) {
-    let ns = run.namespace().unwrap_or_default();
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-    if let Ok(Some(_)) = cms.get_opt(&log_archive_name(pod_name)).await {
-        return;
-    }
-    if let Ok(Some(pod)) = pods.get_opt(pod_name).await
-        && log_stored(&pod)
-    {
-        // The runner stored the whole log in the blob store; the API adds the cause.
-        return;
-    }
-    let lp = LogParams {
-        container: Some(ENGINE_CONTAINER.to_owned()),
-        ..LogParams::default()
-    };
-    let log = match pods.logs(pod_name, &lp).await {
-        Ok(log) => log,
-        Err(e) if cause.is_some() => {
-            tracing::debug!(pod = %pod_name, error = %e, "no engine log; archiving the cause");
-            String::new()
-        }
-        Err(e) => {
-            tracing::debug!(pod = %pod_name, error = %e, "no engine log to archive");
-            return;
-        }
-    };
-    let log = crate::testpod::with_cause(log, cause);
-    let Some(owner) = run.controller_owner_ref(&()) else {
-        return;
-    };
-    match build_log_archive_for(owner, &ns, LABEL_RUN, run_id, pod_name, &log) {
-        Ok(cm) => match cms.create(&PostParams::default(), &cm).await {
-            Ok(_) | Err(kube::Error::Api(_)) => {}
-            Err(e) => tracing::warn!(pod = %pod_name, error = %e, "archiving a run's log"),
-        },
-        Err(e) => tracing::warn!(pod = %pod_name, error = %e, "archiving a run's log"),
-    }
-}
-
-/// Whether the engine container of `pod` ended saying its runner stored the whole log
-/// in the blob store (`log_stored` in its [`PhaseReport`]).
-fn log_stored(pod: &Pod) -> bool {
-    crate::testpod::engine_message(pod)
-        .and_then(|m| serde_json::from_str::<PhaseReport>(m.trim()).ok())
-        .is_some_and(|r| r.log_stored)
 }
 
 /// Creates the run's Secret (once) and the Pod of `phase` (409: it exists already).
@@ -889,161 +747,4 @@ async fn create_pod(
         }
         Err(e) => Err(e.into()),
     }
-}
-
-/// The workspace's variables as the run needs them, from the catalog's cache: its own
-/// (a key defined twice in a category keeps the variable with the smallest object name)
-/// and those of the variable sets applied to it, the winner of each key by TFE's
-/// precedence ([`terrace_crds::rules::winning_variables`]). A variable of a priority set
-/// says so (`overrides_run`): it wins over the run's own.
-fn variables_of(catalog: &CatalogStores, ns: &str, ws: &Workspace) -> Vec<Variable> {
-    use terrace_crds::resources::Named;
-    use terrace_crds::rules::{Candidate, VariableSource, winning_variables};
-    let mut own: Vec<(String, WorkspaceVariable)> = catalog
-        .in_namespace(IdKind::WorkspaceVariable, ns)
-        .into_iter()
-        .filter_map(|o| crate::catalog::typed::<WorkspaceVariable>(&o).map(|v| (o.name_any(), v)))
-        .filter(|(_, v)| v.spec.workspace == ws.name_any())
-        .collect();
-    own.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut seen = std::collections::HashSet::new();
-    let mut candidates: Vec<Candidate<Variable>> = own
-        .into_iter()
-        .filter(|(_, v)| seen.insert((v.spec.category.clone(), v.spec.key.clone())))
-        .map(|(_, v)| Candidate {
-            source: VariableSource::Workspace,
-            set_name: String::new(),
-            category: v.spec.category.clone(),
-            key: v.spec.key.clone(),
-            item: Variable {
-                key: v.spec.key,
-                value: v.spec.value,
-                category: v.spec.category,
-                hcl: v.spec.hcl,
-                value_from: v.spec.value_from,
-                overrides_run: false,
-            },
-        })
-        .collect();
-    let ws_id = ws.labels().get(LABEL_ID).cloned();
-    let me = Named {
-        id: ws_id.as_deref(),
-        name: &ws.spec.name,
-    };
-    let project = project_of(catalog, ns, ws);
-    let project_id = project
-        .as_ref()
-        .and_then(|p| p.labels().get(LABEL_ID).cloned());
-    let project_name = project
-        .as_deref()
-        .and_then(crate::catalog::typed::<terrace_crds::Project>)
-        .map(|p| p.spec.name)
-        .unwrap_or_default();
-    let project = project.as_ref().map(|_| Named {
-        id: project_id.as_deref(),
-        name: &project_name,
-    });
-    for set in catalog
-        .in_namespace(IdKind::VariableSet, ns)
-        .iter()
-        .filter_map(|o| crate::catalog::typed::<terrace_crds::VariableSet>(o))
-    {
-        let Some(scope) = set.spec.scope_for(me, project) else {
-            continue;
-        };
-        let source = VariableSource::of_set(scope, set.spec.priority);
-        for v in &set.spec.variables {
-            candidates.push(Candidate {
-                source,
-                set_name: set.spec.name.clone(),
-                category: v.category.clone(),
-                key: v.key.clone(),
-                item: Variable {
-                    key: v.key.clone(),
-                    value: v.value.clone(),
-                    category: v.category.clone(),
-                    hcl: v.hcl,
-                    value_from: v.value_from.clone(),
-                    overrides_run: source.overrides_run(),
-                },
-            });
-        }
-    }
-    winning_variables(candidates)
-        .into_iter()
-        .map(|c| c.item)
-        .collect()
-}
-
-/// The current configuration version of workspace `ws_id` in `ns`: its newest uploaded,
-/// usable one that is not provisional (what a run queued without one uses).
-pub async fn current_configuration(
-    client: &kube::Client,
-    ns: &str,
-    ws_id: &str,
-) -> Result<Option<terrace_crds::ConfigurationVersion>, Error> {
-    let cvs: Api<terrace_crds::ConfigurationVersion> = Api::namespaced(client.clone(), ns);
-    let list = cvs
-        .list(&kube::api::ListParams::default().labels(&format!(
-            "{}={ws_id}",
-            terrace_crds::constants::LABEL_WORKSPACE_ID
-        )))
-        .await?;
-    Ok(list
-        .items
-        .into_iter()
-        .filter(|c| c.usable() && !c.spec.provisional)
-        .max_by(|a, b| {
-            let at = |c: &terrace_crds::ConfigurationVersion| {
-                (
-                    c.status.as_ref().and_then(|s| s.uploaded_at.clone()),
-                    c.metadata.creation_timestamp.clone(),
-                )
-            };
-            at(a).cmp(&at(b))
-        }))
-}
-
-/// The workspace's Project object from the catalog: its named project, else the
-/// namespace's default one.
-fn project_of(
-    catalog: &CatalogStores,
-    ns: &str,
-    ws: &Workspace,
-) -> Option<Arc<kube::api::DynamicObject>> {
-    let wanted = ws.spec.project.as_deref().filter(|p| !p.is_empty());
-    catalog
-        .in_namespace(IdKind::Project, ns)
-        .into_iter()
-        .find(|p| match wanted {
-            Some(name) => p.metadata.name.as_deref() == Some(name),
-            None => {
-                p.labels()
-                    .get(terrace_crds::constants::LABEL_DEFAULT_PROJECT)
-                    .map(String::as_str)
-                    == Some("true")
-            }
-        })
-}
-
-/// The TFE name of the workspace's project; empty when the cache has none.
-fn project_name_of(catalog: &CatalogStores, ns: &str, ws: &Workspace) -> String {
-    project_of(catalog, ns, ws)
-        .as_deref()
-        .and_then(crate::catalog::typed::<terrace_crds::Project>)
-        .map(|p| p.spec.name)
-        .unwrap_or_default()
-}
-
-/// The agent pool of an `agent`-mode workspace (its `agent-pool-id`), from the catalog.
-fn agent_pool_of(catalog: &CatalogStores, ns: &str, ws: &Workspace) -> Option<AgentPool> {
-    if ws.spec.execution_mode.as_deref() != Some("agent") {
-        return None;
-    }
-    let id = ws.spec.agent_pool_id.as_deref()?;
-    catalog
-        .in_namespace(IdKind::AgentPool, ns)
-        .into_iter()
-        .find(|p| p.labels().get(LABEL_ID).map(String::as_str) == Some(id))
-        .and_then(|p| crate::catalog::typed::<AgentPool>(&p))
 }
