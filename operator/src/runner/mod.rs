@@ -41,10 +41,13 @@ use terrace_crds::testoutput::{RunnerReport, Tally, diagnostic_line};
 use tokio::io::{AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
+mod bundle;
 mod error;
 mod fetch;
 pub mod log_ship;
+mod process;
 pub mod remote;
+mod snapshots;
 
 pub use error::RunnerError;
 pub use fetch::{FetchLimits, UnpackStats, fetch, read_token, unpack};

@@ -35,14 +35,17 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use clap::Args;
 use serde::{Deserialize, Serialize};
 use terrace_crds::run::{Phase, PhaseReport, count_changes};
 
+use super::bundle::*;
 use super::fetch::{FetchLimits, read_token, unpack};
+use super::process::*;
+use super::snapshots::*;
 
 /// Name of the override file that points the backend at the local state file.
 pub const OVERRIDE_FILE: &str = "zzz_terrace_backend_override.tf";
@@ -169,15 +172,15 @@ fn write_private(path: &Path, text: &str) -> io::Result<()> {
 /// A failure of a step, said in the log and the report.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct StepError(String);
+pub struct StepError(pub(super) String);
 
-fn step<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> StepError + '_ {
+pub(super) fn step<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> StepError + '_ {
     move |e| StepError(format!("{what}: {e}"))
 }
 
 /// The API server's runner endpoints of one run.
 #[derive(Clone)]
-struct Api {
+pub(super) struct Api {
     agent: ureq::Agent,
     base: String,
     token: String,
@@ -231,7 +234,7 @@ impl Api {
         Ok(Some(bytes))
     }
 
-    fn put(&self, what: &str, bytes: &[u8]) -> Result<(), StepError> {
+    pub(super) fn put(&self, what: &str, bytes: &[u8]) -> Result<(), StepError> {
         let resp = self
             .agent
             .put(&self.url(what))
@@ -257,132 +260,6 @@ fn error_detail(text: &str) -> String {
         .ok()
         .and_then(|v| v["errors"][0]["detail"].as_str().map(str::to_owned))
         .unwrap_or_else(|| text.chars().take(300).collect())
-}
-
-/// The engine child currently running, for the signal handler.
-#[derive(Default)]
-struct Current {
-    pid: AtomicU32,
-    interrupted: AtomicBool,
-}
-
-fn sigint(pid: u32) {
-    use nix::sys::signal::{Signal, kill};
-    use nix::unistd::Pid;
-    if pid != 0
-        && let Ok(pid) = i32::try_from(pid)
-    {
-        let _ = kill(Pid::from_raw(pid), Signal::SIGINT);
-    }
-}
-
-/// Forwards SIGTERM to the running engine as SIGINT, for the process's life (a
-/// terminal's SIGINT reached the engine too, in the same process group: only recorded).
-fn listen(current: Arc<Current>) -> Result<(), StepError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(step("setting up signal handling"))?;
-    std::thread::spawn(move || {
-        runtime.block_on(async move {
-            use tokio::signal::unix::{SignalKind, signal};
-            let (Ok(mut term), Ok(mut int)) = (
-                signal(SignalKind::terminate()),
-                signal(SignalKind::interrupt()),
-            ) else {
-                return;
-            };
-            loop {
-                let forward = tokio::select! {
-                    s = term.recv() => s.is_some(),
-                    _ = int.recv() => false,
-                };
-                current.interrupted.store(true, Ordering::SeqCst);
-                if forward {
-                    sigint(current.pid.load(Ordering::SeqCst));
-                }
-            }
-        });
-    });
-    Ok(())
-}
-
-/// What the runner adds to the engine's environment (set once per phase, before the
-/// engine first runs): TFE's run variables and the CLI configuration.
-static ENGINE_ENV: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
-
-/// Runs `program args…` in `dir` with stdout and stderr going to the log (inherited);
-/// answers whether it exited 0.
-fn run_logged(
-    current: &Current,
-    dir: &Path,
-    program: &str,
-    args: &[String],
-) -> Result<bool, StepError> {
-    Ok(run_logged_code(current, dir, program, args)? == Some(0))
-}
-
-/// [`run_logged`], answering the exit code (None: ended by a signal).
-fn run_logged_code(
-    current: &Current,
-    dir: &Path,
-    program: &str,
-    args: &[String],
-) -> Result<Option<i32>, StepError> {
-    let mut child = std::process::Command::new(program)
-        .args(args)
-        .envs(ENGINE_ENV.get().into_iter().flatten().map(|(k, v)| (k, v)))
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .spawn()
-        .map_err(|e| not_started(program, &e))?;
-    current.pid.store(child.id(), Ordering::SeqCst);
-    let status = child.wait().map_err(step("waiting for the engine"));
-    current.pid.store(0, Ordering::SeqCst);
-    Ok(status?.code())
-}
-
-/// Runs a quiet step: its output goes to the log only when it fails.
-fn run_quiet(dir: &Path, program: &str, args: &[&str]) -> Result<Vec<u8>, StepError> {
-    let out = std::process::Command::new(program)
-        .args(args)
-        .envs(ENGINE_ENV.get().into_iter().flatten().map(|(k, v)| (k, v)))
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| not_started(program, &e))?;
-    if out.status.success() {
-        return Ok(out.stdout);
-    }
-    print_bytes(&out.stdout);
-    print_bytes(&out.stderr);
-    Err(StepError(format!(
-        "`{program} {}` failed ({})",
-        args.join(" "),
-        out.status
-    )))
-}
-
-fn print_bytes(b: &[u8]) {
-    use std::io::Write;
-    let mut out = io::stdout().lock();
-    let _ = out.write_all(b);
-    let _ = out.flush();
-}
-
-fn say(line: &str) {
-    print_bytes(format!("{line}\n").as_bytes());
-}
-
-fn not_started(program: &str, e: &io::Error) -> StepError {
-    match e.kind() {
-        io::ErrorKind::NotFound => StepError(format!(
-            "Engine not found: the command {program:?} is not installed in the engine image (or, under terrace dev, not on PATH and not given with --engine)"
-        )),
-        _ => StepError(format!(
-            "the engine command {program:?} could not be started: {e}"
-        )),
-    }
 }
 
 /// Warns, in the plan's log, of each module `init` installed from terrace's registry
@@ -808,148 +685,6 @@ fn assess(
     Ok(report)
 }
 
-/// How often the runner looks at the state file while the engine applies.
-const SNAPSHOT_POLL: Duration = Duration::from_secs(1);
-/// The least time between two intermediate state snapshots (the first one is sent at
-/// once: what an apply created first is what a lost node must not lose).
-const SNAPSHOT_INTERVAL: Duration = Duration::from_secs(10);
-
-/// Intermediate state snapshots (issue 40 §5, as HCP Terraform takes them): while the
-/// engine applies, the state it writes after each resource is uploaded as a state version
-/// of the run (at once the first time, then at most every [`SNAPSHOT_INTERVAL`]), so a
-/// node lost, a Pod evicted or a kubelet killed mid-apply leaves the last snapshot as the
-/// workspace's state, not nothing. Each snapshot takes the next serial after the state the
-/// run started from.
-struct Snapshots {
-    stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<(Option<Vec<u8>>, i64)>,
-}
-
-impl Snapshots {
-    fn start(api: Api, file: PathBuf, before: Option<&[u8]>) -> Snapshots {
-        let stop = Arc::new(AtomicBool::new(false));
-        let base = before.and_then(serial_of).unwrap_or(0);
-        let before = before.map(<[u8]>::to_vec);
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let (mut saved, mut serial) = (None::<Vec<u8>>, base);
-            let mut last: Option<std::time::Instant> = None;
-            let mut said = false;
-            while !flag.load(Ordering::SeqCst) {
-                std::thread::sleep(SNAPSHOT_POLL);
-                if last.is_some_and(|t| t.elapsed() < SNAPSHOT_INTERVAL) {
-                    continue;
-                }
-                let Ok(now) = std::fs::read(&file) else {
-                    continue;
-                };
-                // The engine writes the file in place: one read half way through does not
-                // parse, and the next one will.
-                if Some(&now) == saved.as_ref()
-                    || Some(&now) == before.as_ref()
-                    || serial_of(&now).is_none()
-                {
-                    continue;
-                }
-                match api.put("state", &with_serial(&now, serial + 1)) {
-                    Ok(()) => {
-                        serial += 1;
-                        saved = Some(now);
-                        last = Some(std::time::Instant::now());
-                    }
-                    Err(e) if !said => {
-                        said = true;
-                        say(&format!(
-                            "could not save an intermediate state snapshot: {e}"
-                        ));
-                    }
-                    Err(_) => {}
-                }
-            }
-            (saved, serial)
-        });
-        Snapshots { stop, thread }
-    }
-
-    /// Stops taking snapshots; answers the last one saved and its serial (the run's
-    /// starting serial when none was).
-    fn stop(self) -> (Option<Vec<u8>>, i64) {
-        self.stop.store(true, Ordering::SeqCst);
-        self.thread.join().unwrap_or((None, 0))
-    }
-}
-
-fn serial_of(b: &[u8]) -> Option<i64> {
-    serde_json::from_slice::<serde_json::Value>(b)
-        .ok()
-        .and_then(|v| v["serial"].as_i64())
-}
-
-/// The state `after` numbered one serial after `before` (1 without one): the local
-/// backend counts every intermediate write of an apply, a run makes one state version.
-/// A state that does not parse is uploaded as it is (the API refuses it with the reason).
-pub fn one_step(after: &[u8], before: Option<&[u8]>) -> Vec<u8> {
-    with_serial(after, before.and_then(serial_of).unwrap_or(0) + 1)
-}
-
-/// The state `after` with serial `serial` (as it is when it does not parse).
-pub fn with_serial(after: &[u8], serial: i64) -> Vec<u8> {
-    let next = serial;
-    match serde_json::from_slice::<serde_json::Value>(after) {
-        Ok(mut v) if v.is_object() => {
-            v["serial"] = serde_json::json!(next);
-            let mut out = serde_json::to_vec_pretty(&v).unwrap_or_else(|_| after.to_vec());
-            out.push(b'\n');
-            out
-        }
-        _ => after.to_vec(),
-    }
-}
-
-/// The dependency lock file `init` writes.
-pub const LOCK_FILE: &str = ".terraform.lock.hcl";
-/// Names inside the plan bundle.
-const BUNDLE_PLAN: &str = "tfplan";
-const BUNDLE_LOCK: &str = "lock.hcl";
-
-/// The plan bundle the plan Pod uploads: a tar.gz of the plan file and, when `init` wrote
-/// one, the dependency lock file.
-pub fn make_bundle(plan: &[u8], lock: Option<&[u8]>) -> io::Result<Vec<u8>> {
-    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    let mut tar = tar::Builder::new(gz);
-    let mut add = |name: &str, bytes: &[u8]| {
-        let mut header = tar::Header::new_gnu();
-        header.set_size(bytes.len() as u64);
-        header.set_mode(0o600);
-        header.set_cksum();
-        tar.append_data(&mut header, name, bytes)
-    };
-    add(BUNDLE_PLAN, plan)?;
-    if let Some(lock) = lock {
-        add(BUNDLE_LOCK, lock)?;
-    }
-    tar.into_inner()?.finish()
-}
-
-/// The plan file and the lock file of a [`make_bundle`] bundle.
-pub fn open_bundle(bundle: &[u8]) -> io::Result<(Vec<u8>, Option<Vec<u8>>)> {
-    use std::io::Read;
-    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(bundle));
-    let (mut plan, mut lock) = (None, None);
-    for entry in archive.entries()? {
-        let mut entry = entry?;
-        let mut bytes = Vec::new();
-        entry.read_to_end(&mut bytes)?;
-        match entry.path()?.to_str() {
-            Some(BUNDLE_PLAN) => plan = Some(bytes),
-            Some(BUNDLE_LOCK) => lock = Some(bytes),
-            _ => {}
-        }
-    }
-    let plan = plan.ok_or_else(|| io::Error::other("no plan file in the bundle"))?;
-    Ok((plan, lock))
-}
-
 /// The working directory inside the unpacked configuration (no `..`, no absolute path).
 fn working_dir(root: &Path, rel: &str) -> Result<PathBuf, StepError> {
     let rel = rel.trim_matches('/');
@@ -1073,15 +808,15 @@ mod tests {
     #[test]
     fn one_serial_per_run() {
         let after = br#"{"version":4,"serial":7,"lineage":"l","resources":[]}"#;
-        let v: serde_json::Value = serde_json::from_slice(&one_step(after, None)).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&with_serial(after, 1)).unwrap();
         assert_eq!(
             (v["serial"].as_i64(), v["lineage"].as_str()),
             (Some(1), Some("l"))
         );
         let before = br#"{"version":4,"serial":3,"lineage":"l"}"#;
-        let v: serde_json::Value = serde_json::from_slice(&one_step(after, Some(before))).unwrap();
-        assert_eq!(v["serial"], 4);
-        assert_eq!(one_step(b"not json", None), b"not json");
+        assert_eq!(serial_of(before), Some(3));
+        assert_eq!(serial_of(b"not json"), None);
+        assert_eq!(with_serial(b"not json", 4), b"not json");
     }
 
     #[test]
