@@ -16,6 +16,7 @@ pub mod modules;
 pub mod pages;
 pub mod runs;
 pub mod session;
+pub mod states;
 
 use std::sync::Arc;
 
@@ -90,7 +91,7 @@ pub fn router(state: AppState, api: Router, layer: crate::request::RequestLayer)
             "/app/{org}/workspaces/{ws}/actions/{action}",
             post(pages::workspace_action),
         )
-        .route("/app/{org}/workspaces/{ws}/states", get(pages::states))
+        .route("/app/{org}/workspaces/{ws}/states", get(states::states))
         .route("/app/{org}/workspaces/{ws}/health", get(health::show))
         .route(
             "/app/{org}/workspaces/{ws}/health/assess",
@@ -98,7 +99,7 @@ pub fn router(state: AppState, api: Router, layer: crate::request::RequestLayer)
         )
         .route(
             "/app/{org}/workspaces/{ws}/states/{sv}/download",
-            get(pages::state_download),
+            get(states::state_download),
         )
         .route("/app/{org}/workspaces/{ws}/runs", get(runs::list))
         .route("/app/{org}/workspaces/{ws}/runs/{run}", get(runs::show))
