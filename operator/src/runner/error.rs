@@ -30,3 +30,12 @@ pub enum RunnerError {
     #[error("starting the runtime: {0}")]
     Runtime(io::Error),
 }
+
+/// A failure of a step, said in the log and the report.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct StepError(pub String);
+
+pub fn step<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> StepError + '_ {
+    move |e| StepError(format!("{what}: {e}"))
+}

@@ -41,6 +41,7 @@ use terrace_crds::testoutput::{RunnerReport, Tally, diagnostic_line};
 use tokio::io::{AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
+mod api;
 mod bundle;
 mod error;
 mod fetch;

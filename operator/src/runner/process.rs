@@ -8,7 +8,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
-use super::remote::*;
+use super::error::{StepError, step};
 
 /// The engine child currently running, for the signal handler.
 #[derive(Default)]

@@ -7,9 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use super::api::Api;
 use super::process::say;
-
-use super::remote::*;
 
 /// How often the runner looks at the state file while the engine applies.
 pub(super) const SNAPSHOT_POLL: Duration = Duration::from_secs(1);
