@@ -234,6 +234,13 @@ pub fn new_meta(id: &str, ns: &str, org: String, labels: &[(&str, String)]) -> O
     }
 }
 
+/// Sets `field` to the `given` value, if one was given (an update's optional attribute).
+pub fn given<T: Clone>(field: &mut T, given: Option<&T>) {
+    if let Some(v) = given {
+        field.clone_from(v);
+    }
+}
+
 /// The API of kind `K` in namespace `ns`.
 pub fn api<K>(state: &AppState, ns: &str) -> Api<K>
 where

@@ -360,21 +360,11 @@ async fn update(
     let scoped = data.attributes.organization_scoped;
     let updated = write::update_spec(&state, &ns, (*f.at.obj).clone(), |p| {
         let mut next = p.spec.clone();
-        if let Some(n) = &name {
-            next.name.clone_from(n);
-        }
-        if let Some(s) = scoped {
-            next.organization_scoped = s;
-        }
-        if let Some(l) = &allowed_ws {
-            next.allowed_workspaces.clone_from(l);
-        }
-        if let Some(l) = &allowed_prj {
-            next.allowed_projects.clone_from(l);
-        }
-        if let Some(l) = &excluded {
-            next.excluded_workspaces.clone_from(l);
-        }
+        write::given(&mut next.name, name.as_ref());
+        write::given(&mut next.organization_scoped, scoped.as_ref());
+        write::given(&mut next.allowed_workspaces, allowed_ws.as_ref());
+        write::given(&mut next.allowed_projects, allowed_prj.as_ref());
+        write::given(&mut next.excluded_workspaces, excluded.as_ref());
         write::spec_diff(&p.spec, &next)
     })
     .await?;

@@ -231,9 +231,7 @@ fn checked_spec(
         )),
         _ => {}
     }
-    if let Some(e) = a.enabled {
-        spec.enabled = e;
-    }
+    write::given(&mut spec.enabled, a.enabled.as_ref());
     if let Some(u) = &a.url {
         spec.url = u.trim().to_owned();
     }

@@ -74,12 +74,14 @@ fn apply(
         }
         spec.email = email.clone();
     }
-    if let Some(b) = a.allow_force_delete_workspaces {
-        spec.settings.allow_force_delete_workspaces = b;
-    }
-    if let Some(b) = a.assessments_enforced {
-        spec.settings.assessments_enforced = b;
-    }
+    write::given(
+        &mut spec.settings.allow_force_delete_workspaces,
+        a.allow_force_delete_workspaces.as_ref(),
+    );
+    write::given(
+        &mut spec.settings.assessments_enforced,
+        a.assessments_enforced.as_ref(),
+    );
     for (value, attribute, field) in [
         (
             a.session_timeout,

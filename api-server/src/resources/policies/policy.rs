@@ -235,18 +235,12 @@ pub(super) async fn update_policy(
     let level = level_of(&a)?;
     let updated =
         f.at.change_spec(&state, |p| {
-            if let Some(n) = &name {
-                p.name.clone_from(n);
-            }
+            write::given(&mut p.name, name.as_ref());
             if a.description.is_some() {
                 p.description.clone_from(&a.description);
             }
-            if let Some(q) = &query {
-                p.query.clone_from(q);
-            }
-            if let Some(l) = &level {
-                p.enforcement_level.clone_from(l);
-            }
+            write::given(&mut p.query, query.as_ref());
+            write::given(&mut p.enforcement_level, level.as_ref());
             Ok(())
         })
         .await?;

@@ -435,30 +435,16 @@ pub(super) async fn update_set(
     let a = data.attributes;
     let updated =
         f.at.change_spec(&state, |s| {
-            if let Some(n) = &name {
-                s.name.clone_from(n);
-            }
+            write::given(&mut s.name, name.as_ref());
             if a.description.is_some() {
                 s.description.clone_from(&a.description);
             }
-            if let Some(g) = a.global {
-                s.global = g;
-            }
-            if let Some(o) = a.overridable {
-                s.overridable = o;
-            }
-            if let Some(w) = &workspaces {
-                s.workspaces.clone_from(w);
-            }
-            if let Some(p) = &projects {
-                s.projects.clone_from(p);
-            }
-            if let Some(e) = &exclusions {
-                s.workspace_exclusions.clone_from(e);
-            }
-            if let Some(e) = &project_exclusions {
-                s.project_exclusions.clone_from(e);
-            }
+            write::given(&mut s.global, a.global.as_ref());
+            write::given(&mut s.overridable, a.overridable.as_ref());
+            write::given(&mut s.workspaces, workspaces.as_ref());
+            write::given(&mut s.projects, projects.as_ref());
+            write::given(&mut s.workspace_exclusions, exclusions.as_ref());
+            write::given(&mut s.project_exclusions, project_exclusions.as_ref());
             Ok(())
         })
         .await?;

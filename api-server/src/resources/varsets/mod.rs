@@ -358,6 +358,25 @@ async fn may_manage(
     Err(ApiError::forbidden(deny))
 }
 
+/// [`may_manage`] of the found set `f`; its owning project's name, if one owns it.
+async fn may_change(
+    state: &AppState,
+    f: &Found<VariableSet>,
+    verb: &'static str,
+) -> Result<Option<String>, ApiError> {
+    let owner = owner_of(state, &f.at.obj);
+    may_manage(
+        state,
+        &f.caller,
+        &f.at.ns,
+        owner.as_deref(),
+        verb,
+        NOT_YOURS,
+    )
+    .await?;
+    Ok(owner)
+}
+
 /// The name: [`unique_name`] among the organization's sets but `this`.
 fn checked_name(idx: &Inner, ns: &str, name: &str, this: Option<&str>) -> Result<String, ApiError> {
     unique_name(name, |n| {
@@ -452,16 +471,7 @@ async fn update(
     f: Found<VariableSet>,
     JsonApi(doc): JsonApi<Document<SetAttributes, SetRelationships>>,
 ) -> Result<Doc, ApiError> {
-    let owner = owner_of(&state, &f.at.obj);
-    may_manage(
-        &state,
-        &f.caller,
-        &f.at.ns,
-        owner.as_deref(),
-        "update",
-        NOT_YOURS,
-    )
-    .await?;
+    let owner = may_change(&state, &f, "update").await?;
     let data = doc.checked()?;
     let ns = f.at.ns.clone();
     let (name, workspaces, projects) = {
@@ -507,24 +517,14 @@ async fn update(
     let a = data.attributes;
     let updated =
         f.at.change_spec(&state, |s| {
-            if let Some(n) = &name {
-                s.name.clone_from(n);
-            }
+            write::given(&mut s.name, name.as_ref());
             if a.description.is_some() {
                 s.description.clone_from(&a.description);
             }
-            if let Some(g) = a.global {
-                s.global = g;
-            }
-            if let Some(p) = a.priority {
-                s.priority = p;
-            }
-            if let Some(w) = &workspaces {
-                s.workspaces.clone_from(w);
-            }
-            if let Some(p) = &projects {
-                s.projects.clone_from(p);
-            }
+            write::given(&mut s.global, a.global.as_ref());
+            write::given(&mut s.priority, a.priority.as_ref());
+            write::given(&mut s.workspaces, workspaces.as_ref());
+            write::given(&mut s.projects, projects.as_ref());
             Ok(())
         })
         .await?;
@@ -535,16 +535,7 @@ async fn remove(
     State(state): State<AppState>,
     f: Found<VariableSet>,
 ) -> Result<Response, ApiError> {
-    let owner = owner_of(&state, &f.at.obj);
-    may_manage(
-        &state,
-        &f.caller,
-        &f.at.ns,
-        owner.as_deref(),
-        "delete",
-        NOT_YOURS,
-    )
-    .await?;
+    may_change(&state, &f, "delete").await?;
     // The Secrets of its sensitive values are owned by it: the garbage collector takes them.
     write::delete_if_present(&state, f.at.obj.as_ref()).await?;
     Ok(no_content())
@@ -556,16 +547,7 @@ async fn relate<T: Typed + Send + Sync + 'static, const ADD: bool>(
     f: Found<VariableSet>,
     JsonApi(body): JsonApi<ToMany<T>>,
 ) -> Result<Response, ApiError> {
-    let owner = owner_of(&state, &f.at.obj);
-    may_manage(
-        &state,
-        &f.caller,
-        &f.at.ns,
-        owner.as_deref(),
-        "update",
-        NOT_YOURS,
-    )
-    .await?;
+    let owner = may_change(&state, &f, "update").await?;
     let projects = T::TYPE == "projects";
     let ids = ids_of(&state.index.read(), &f.at.ns, "/data", body)?;
     if ADD {

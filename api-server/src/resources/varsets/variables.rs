@@ -109,16 +109,7 @@ pub(super) async fn create_var(
     f: Found<VariableSet>,
     JsonApi(doc): JsonApi<Document<VarAttributes>>,
 ) -> Result<Doc, ApiError> {
-    let owner = owner_of(&state, &f.at.obj);
-    may_manage(
-        &state,
-        &f.caller,
-        &f.at.ns,
-        owner.as_deref(),
-        "update",
-        NOT_YOURS,
-    )
-    .await?;
+    may_change(&state, &f, "update").await?;
     let mut errs = Vec::new();
     let input = doc.checked()?.attributes.parse(&mut errs);
     if input.key.is_none() && !errs.iter().any(|e| e.pointer == ptr("key")) {
@@ -152,16 +143,7 @@ pub(super) async fn update_var(
     Path((_, var)): Path<(String, String)>,
     JsonApi(doc): JsonApi<Document<VarAttributes>>,
 ) -> Result<Doc, ApiError> {
-    let owner = owner_of(&state, &f.at.obj);
-    may_manage(
-        &state,
-        &f.caller,
-        &f.at.ns,
-        owner.as_deref(),
-        "update",
-        NOT_YOURS,
-    )
-    .await?;
+    may_change(&state, &f, "update").await?;
     let set_id = f.at.id();
     let current = var_in(&f.at.obj, &set_id, &var)?.clone();
     let mut errs = Vec::new();
@@ -201,16 +183,7 @@ pub(super) async fn remove_var(
     f: Found<VariableSet>,
     Path((_, var)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let owner = owner_of(&state, &f.at.obj);
-    may_manage(
-        &state,
-        &f.caller,
-        &f.at.ns,
-        owner.as_deref(),
-        "update",
-        NOT_YOURS,
-    )
-    .await?;
+    may_change(&state, &f, "update").await?;
     let set_id = f.at.id();
     let current = var_in(&f.at.obj, &set_id, &var)?.clone();
     f.at.change_spec(&state, |s| {

@@ -515,9 +515,7 @@ pub fn apply(
             )?)),
         };
     }
-    if let Some(tb) = input.tag_bindings {
-        spec.tag_bindings = tb;
-    }
+    crate::write::given(&mut spec.tag_bindings, input.tag_bindings.as_ref());
     if let Some(tags) = input.tags {
         let mut tags = tags;
         tags.sort();
@@ -550,9 +548,7 @@ fn merge_vcs_repo(existing: Option<VcsRepo>, m: &VcsRepoAttributes) -> Result<Vc
     if let Some(v) = &m.tags_regex {
         repo.tags_regex = v.clone().filter(|s| !s.is_empty());
     }
-    if let Some(v) = m.ingress_submodules {
-        repo.ingress_submodules = v;
-    }
+    crate::write::given(&mut repo.ingress_submodules, m.ingress_submodules.as_ref());
     let both_given = m.oauth_token_id.is_some()
         && (m.github_app_installation_id.is_some() || m.vcs_app_installation_id.is_some());
     let check = VcsRepoInput {
