@@ -5,13 +5,13 @@
 
 use askama::Template;
 use axum::extract::{Form, Path, State};
-use axum::http::{HeaderMap, Method, Uri};
+use axum::http::{HeaderMap, Method};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::pages::{text, when, workspace_doc};
-use super::{Nav, Ui, UiError, render, urlencode};
+use super::{Nav, Ui, UiError, Visit, render, urlencode};
 
 /// A drifted resource on the page.
 pub struct DriftRow {
@@ -48,12 +48,9 @@ struct HealthPage {
 
 /// `GET /app/:org/workspaces/:ws/health`.
 pub async fn show(
-    State(ui): State<Ui>,
+    Visit { ui, s, headers }: Visit,
     Path((org, name)): Path<(String, String)>,
-    headers: HeaderMap,
-    uri: Uri,
 ) -> Result<Response, UiError> {
-    let s = ui.session(&headers, &uri.to_string()).await?;
     let ws = workspace_doc(&ui, &s, &headers, &org, &name).await?;
     let a = &ws["data"]["attributes"];
     let id = text(&ws["data"]["id"]);

@@ -34,6 +34,31 @@ use tower::ServiceExt;
 use crate::AppState;
 use session::{Session, Sessions};
 
+/// A signed-in visit, the first extractor of a page: the view, the visitor's session
+/// (without one the answer sends them to sign in, back to this page after) and the
+/// request's headers.
+pub struct Visit {
+    pub ui: Ui,
+    pub s: session::Session,
+    pub headers: HeaderMap,
+}
+
+impl axum::extract::FromRequestParts<Ui> for Visit {
+    type Rejection = UiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        ui: &Ui,
+    ) -> Result<Self, UiError> {
+        let s = ui.session(&parts.headers, &parts.uri.to_string()).await?;
+        Ok(Visit {
+            ui: ui.clone(),
+            s,
+            headers: parts.headers.clone(),
+        })
+    }
+}
+
 /// The view's state: the server's, the API router it sends its requests to, and the
 /// sessions.
 #[derive(Clone)]

@@ -5,7 +5,7 @@
 use askama::Template;
 use axum::Json;
 use axum::extract::{Form, Path, Query, State};
-use axum::http::{HeaderMap, Method, Uri};
+use axum::http::{HeaderMap, Method};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -13,7 +13,7 @@ use terrace_crds::testoutput::{FileResult, results};
 
 use super::pages::{Pair, text, variables_of, when};
 use super::session::Session;
-use super::{CsrfForm, Nav, Ui, UiError, render, urlencode};
+use super::{CsrfForm, Nav, Ui, UiError, Visit, render, urlencode};
 
 /// A module in the list.
 pub struct ModuleRow {
@@ -32,12 +32,9 @@ struct ModulesPage {
 
 /// `GET /app/:org/registry/modules`.
 pub async fn list(
-    State(ui): State<Ui>,
+    Visit { ui, s, headers }: Visit,
     Path(org): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
 ) -> Result<Response, UiError> {
-    let s = ui.session(&headers, &uri.to_string()).await?;
     let doc = ui
         .get(
             &s,
@@ -255,12 +252,9 @@ async fn latest_doc(
 
 /// `GET /app/:org/registry/modules/:name/:provider`.
 pub async fn show(
-    State(ui): State<Ui>,
+    Visit { ui, s, headers }: Visit,
     Path((org, name, provider)): Path<(String, String, String)>,
-    headers: HeaderMap,
-    uri: Uri,
 ) -> Result<Response, UiError> {
-    let s = ui.session(&headers, &uri.to_string()).await?;
     let doc = ui
         .get(
             &s,
@@ -387,12 +381,9 @@ async fn test_run(
 
 /// `GET /app/:org/registry/modules/:name/:provider/test-runs/:id`.
 pub async fn show_test_run(
-    State(ui): State<Ui>,
+    Visit { ui, s, headers }: Visit,
     Path((org, name, provider, id)): Path<(String, String, String, String)>,
-    headers: HeaderMap,
-    uri: Uri,
 ) -> Result<Response, UiError> {
-    let s = ui.session(&headers, &uri.to_string()).await?;
     let (doc, log, files) = test_run(&ui, &s, &headers, (&org, &name, &provider, &id)).await?;
     let run = test_run_row(&doc["data"]);
     Ok(render(&TestRunPage {

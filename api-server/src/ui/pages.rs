@@ -3,13 +3,13 @@
 
 use askama::Template;
 use axum::extract::{Form, Path, Query, State};
-use axum::http::{HeaderMap, Method, Uri};
+use axum::http::{HeaderMap, Method};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::session::Session;
-use super::{Nav, Ui, UiError, render, urlencode};
+use super::{Nav, Ui, UiError, Visit, render, urlencode};
 
 /// A document attribute as display text (`-` when absent).
 pub fn text(v: &Value) -> String {
@@ -179,13 +179,10 @@ const SORTS: [(&str, &str); 4] = [
 /// `GET /app/:org/workspaces`: search by name, filter by tag and project, sort, pages of
 /// 20 (the API's list, so 10,000 workspaces page as fast as 10).
 pub async fn workspaces(
-    State(ui): State<Ui>,
+    Visit { ui, s, headers }: Visit,
     Path(org): Path<String>,
     Query(q): Query<ListQuery>,
-    headers: HeaderMap,
-    uri: Uri,
 ) -> Result<Response, UiError> {
-    let s = ui.session(&headers, &uri.to_string()).await?;
     let page = q.page.unwrap_or(1).max(1);
     let sort = SORTS
         .iter()
@@ -454,12 +451,9 @@ async fn varsets_of(ui: &Ui, s: &Session, headers: &HeaderMap, id: &str) -> Vec<
 
 /// `GET /app/:org/workspaces/:ws`.
 pub async fn workspace(
-    State(ui): State<Ui>,
+    Visit { ui, s, headers }: Visit,
     Path((org, name)): Path<(String, String)>,
-    headers: HeaderMap,
-    uri: Uri,
 ) -> Result<Response, UiError> {
-    let s = ui.session(&headers, &uri.to_string()).await?;
     workspace_page(&ui, &s, &headers, &org, &name, String::new()).await
 }
 

@@ -5,7 +5,7 @@
 use askama::Template;
 use axum::Json;
 use axum::extract::{Form, Path, Query, State};
-use axum::http::{HeaderMap, Method, Uri};
+use axum::http::{HeaderMap, Method};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -14,7 +14,7 @@ use terrace_crds::run::plan_view::{Action, PlanView, ResourceChange};
 
 use super::pages::{RunRow, changes, included, run_rows, text, when, workspace_doc};
 use super::session::Session;
-use super::{Nav, Ui, UiError, render, urlencode};
+use super::{Nav, Ui, UiError, Visit, render, urlencode};
 
 /// Bytes of log one poll reads at most.
 const LOG_CHUNK: usize = 256 << 10;
@@ -32,12 +32,9 @@ struct RunsPage {
 
 /// `GET /app/:org/workspaces/:ws/runs`: the workspace's runs, newest first.
 pub async fn list(
-    State(ui): State<Ui>,
+    Visit { ui, s, headers }: Visit,
     Path((org, name)): Path<(String, String)>,
-    headers: HeaderMap,
-    uri: Uri,
 ) -> Result<Response, UiError> {
-    let s = ui.session(&headers, &uri.to_string()).await?;
     let ws = workspace_doc(&ui, &s, &headers, &org, &name).await?;
     let id = text(&ws["data"]["id"]);
     let doc = ui
@@ -415,12 +412,9 @@ const FINAL: [&str; 7] = [
 
 /// `GET /app/:org/workspaces/:ws/runs/:run`.
 pub async fn show(
-    State(ui): State<Ui>,
+    Visit { ui, s, headers }: Visit,
     Path((org, name, run)): Path<(String, String, String)>,
-    headers: HeaderMap,
-    uri: Uri,
 ) -> Result<Response, UiError> {
-    let s = ui.session(&headers, &uri.to_string()).await?;
     let (doc, ws) = run_and_workspace(&ui, &s, &headers, &org, &name, &run).await?;
     let r = &doc["data"];
     let a = &r["attributes"];

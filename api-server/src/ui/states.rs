@@ -2,12 +2,12 @@
 //! from the JSON:API documents the signed-in person may read.
 
 use askama::Template;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, Method, Uri};
+use axum::extract::Path;
+use axum::http::Method;
 use axum::response::{IntoResponse, Response};
 
 use super::pages::*;
-use super::{Nav, Ui, UiError, render, urlencode};
+use super::{Nav, UiError, Visit, render, urlencode};
 
 /// A state version in the list.
 pub struct StateRow {
@@ -28,12 +28,9 @@ struct StatesPage {
 /// `GET /app/:org/workspaces/:ws/states`: the state versions, newest first, with their
 /// outputs (sensitive ones masked), and a download for those who may read state.
 pub async fn states(
-    State(ui): State<Ui>,
+    Visit { ui, s, headers }: Visit,
     Path((org, name)): Path<(String, String)>,
-    headers: HeaderMap,
-    uri: Uri,
 ) -> Result<Response, UiError> {
-    let s = ui.session(&headers, &uri.to_string()).await?;
     let ws = workspace_doc(&ui, &s, &headers, &org, &name).await?;
     let can_read_state = ws["data"]["attributes"]["permissions"]["can-read-state-versions"]
         .as_bool()
@@ -93,12 +90,9 @@ pub async fn states(
 /// `GET /app/:org/workspaces/:ws/states/:sv/download`: the state file, for those who may
 /// read state (the API's download, refused as it refuses).
 pub async fn state_download(
-    State(ui): State<Ui>,
+    Visit { ui, s, headers }: Visit,
     Path((org, name, sv)): Path<(String, String, String)>,
-    headers: HeaderMap,
-    uri: Uri,
 ) -> Result<Response, UiError> {
-    let s = ui.session(&headers, &uri.to_string()).await?;
     let doc = ui
         .get(
             &s,
