@@ -26,14 +26,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use terrace_crds::assessment::{self, AssessmentSummary};
 use terrace_crds::constants::{
     ANNOTATION_ASSESSMENT_REQUESTED, ANNOTATION_STATE_HEAD, FIELD_MANAGER_RUNS,
-    LABEL_DEFAULT_PROJECT, LABEL_ID, LABEL_ORGANIZATION, LABEL_WORKSPACE_ID,
+    LABEL_DEFAULT_PROJECT, LABEL_ID,
 };
 use terrace_crds::ids::IdKind;
 use terrace_crds::run::{PhaseReport, RunState};
@@ -377,28 +377,10 @@ fn current_configuration(ctx: &RunContext, ns: &str, ws_object: &str) -> Option<
 /// Creates the assessment run of `ws` on configuration version `cv`.
 async fn start(ctx: &RunContext, ws: &Workspace, cv: &str) -> Result<(), Error> {
     let ns = ws.namespace().unwrap_or_default();
-    let ws_id = ws.labels().get(LABEL_ID).cloned().unwrap_or_default();
+    let _ws_id = ws.labels().get(LABEL_ID).cloned().unwrap_or_default();
     let id = terrace_crds::ids::new_id(IdKind::Run);
-    let org = ws
-        .labels()
-        .get(LABEL_ORGANIZATION)
-        .cloned()
-        .unwrap_or_default();
     let run = Run {
-        metadata: ObjectMeta {
-            name: Some(terrace_crds::ids::object_name_for_id(&id)),
-            namespace: Some(ns.clone()),
-            labels: Some(
-                [
-                    (LABEL_ID.to_owned(), id.clone()),
-                    (LABEL_ORGANIZATION.to_owned(), org),
-                    (LABEL_WORKSPACE_ID.to_owned(), ws_id),
-                ]
-                .into(),
-            ),
-            owner_references: ws.controller_owner_ref(&()).map(|o| vec![o]),
-            ..ObjectMeta::default()
-        },
+        metadata: super::new_run_meta(ws, &id, &[]),
         spec: RunSpec {
             workspace: ws.name_any(),
             configuration_version: cv.to_owned(),

@@ -12,15 +12,15 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ObjectMeta, PostParams};
+use kube::api::PostParams;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
-use terrace_crds::constants::{LABEL_ID, LABEL_ORGANIZATION, LABEL_WORKSPACE_ID};
-use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
+use terrace_crds::constants::LABEL_ID;
+use terrace_crds::ids::{IdKind, new_id};
 use terrace_crds::run;
 use terrace_crds::{Run, RunSpec, Workspace};
 
@@ -125,26 +125,8 @@ async fn reconcile(ws: Arc<Workspace>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
     let id = new_id(IdKind::Run);
-    let org = ws
-        .labels()
-        .get(LABEL_ORGANIZATION)
-        .cloned()
-        .unwrap_or_default();
     let r = Run {
-        metadata: ObjectMeta {
-            name: Some(object_name_for_id(&id)),
-            namespace: Some(ns.clone()),
-            labels: Some(
-                [
-                    (LABEL_ID.to_owned(), id.clone()),
-                    (LABEL_ORGANIZATION.to_owned(), org),
-                    (LABEL_WORKSPACE_ID.to_owned(), ws_id),
-                ]
-                .into(),
-            ),
-            owner_references: ws.controller_owner_ref(&()).map(|o| vec![o]),
-            ..Default::default()
-        },
+        metadata: super::new_run_meta(&ws, &id, &[]),
         spec: RunSpec {
             workspace: ws.name_any(),
             configuration_version: cv.name_any(),

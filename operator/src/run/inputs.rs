@@ -163,3 +163,28 @@ pub(super) fn agent_pool_of(
         .find(|p| p.labels().get(LABEL_ID).map(String::as_str) == Some(id))
         .and_then(|p| crate::catalog::typed::<AgentPool>(&p))
 }
+
+/// The metadata of a new run `id` of workspace `ws`: named after its ID, in the
+/// workspace's namespace, labelled with its ID, organization and workspace, owned by the
+/// workspace (so it goes when the workspace goes); `labels` adds more.
+pub fn new_run_meta(ws: &Workspace, id: &str, labels: &[(&str, &str)]) -> kube::api::ObjectMeta {
+    use terrace_crds::constants::{LABEL_ID, LABEL_ORGANIZATION, LABEL_WORKSPACE_ID};
+    let label = |k: &str| ws.labels().get(k).cloned().unwrap_or_default();
+    let mut all = std::collections::BTreeMap::from([
+        (LABEL_ID.to_owned(), id.to_owned()),
+        (LABEL_ORGANIZATION.to_owned(), label(LABEL_ORGANIZATION)),
+        (LABEL_WORKSPACE_ID.to_owned(), label(LABEL_ID)),
+    ]);
+    all.extend(
+        labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    );
+    kube::api::ObjectMeta {
+        name: Some(terrace_crds::ids::object_name_for_id(id)),
+        namespace: ws.namespace(),
+        labels: Some(all),
+        owner_references: ws.controller_owner_ref(&()).map(|o| vec![o]),
+        ..Default::default()
+    }
+}

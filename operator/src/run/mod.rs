@@ -27,8 +27,8 @@ pub mod pod;
 mod status;
 pub mod triggers;
 
-pub use inputs::current_configuration;
 use inputs::*;
+pub use inputs::{current_configuration, new_run_meta};
 use lock::*;
 use phase::*;
 

@@ -7,11 +7,11 @@
 
 use std::sync::Arc;
 
-use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
-use terrace_crds::constants::{LABEL_ID, LABEL_ORGANIZATION, LABEL_WORKSPACE_ID};
+use terrace_crds::constants::LABEL_ID;
 use terrace_crds::ids::IdKind;
 use terrace_crds::resources::Named;
 use terrace_crds::{Run, RunSpec, Workspace};
@@ -144,27 +144,8 @@ async fn queue_one(
         return Ok(());
     };
     let id = triggered_id(run_id, &target_id);
-    let org = target
-        .labels()
-        .get(LABEL_ORGANIZATION)
-        .cloned()
-        .unwrap_or_default();
     let triggered = Run {
-        metadata: ObjectMeta {
-            name: Some(terrace_crds::ids::object_name_for_id(&id)),
-            namespace: Some(ns.clone()),
-            labels: Some(
-                [
-                    (LABEL_ID.to_owned(), id.clone()),
-                    (LABEL_ORGANIZATION.to_owned(), org),
-                    (LABEL_WORKSPACE_ID.to_owned(), target_id.clone()),
-                    (LABEL_TRIGGERED_BY.to_owned(), run_id.to_owned()),
-                ]
-                .into(),
-            ),
-            owner_references: target.controller_owner_ref(&()).map(|o| vec![o]),
-            ..Default::default()
-        },
+        metadata: super::new_run_meta(target, &id, &[(LABEL_TRIGGERED_BY, run_id)]),
         spec: RunSpec {
             workspace: target.name_any(),
             configuration_version: cv.name_any(),
