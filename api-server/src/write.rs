@@ -241,6 +241,14 @@ pub fn given<T: Clone>(field: &mut T, given: Option<&T>) {
     }
 }
 
+/// Sets the optional `field` to `given`, if it is some (an update's optional attribute
+/// of an optional field).
+pub fn given_some<T: Clone>(field: &mut Option<T>, given: &Option<T>) {
+    if given.is_some() {
+        field.clone_from(given);
+    }
+}
+
 /// The API of kind `K` in namespace `ns`.
 pub fn api<K>(state: &AppState, ns: &str) -> Api<K>
 where

@@ -236,9 +236,7 @@ pub(super) async fn update_policy(
     let updated =
         f.at.change_spec(&state, |p| {
             write::given(&mut p.name, name.as_ref());
-            if a.description.is_some() {
-                p.description.clone_from(&a.description);
-            }
+            write::given_some(&mut p.description, &a.description);
             write::given(&mut p.query, query.as_ref());
             write::given(&mut p.enforcement_level, level.as_ref());
             Ok(())

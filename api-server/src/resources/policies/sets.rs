@@ -436,9 +436,7 @@ pub(super) async fn update_set(
     let updated =
         f.at.change_spec(&state, |s| {
             write::given(&mut s.name, name.as_ref());
-            if a.description.is_some() {
-                s.description.clone_from(&a.description);
-            }
+            write::given_some(&mut s.description, &a.description);
             write::given(&mut s.global, a.global.as_ref());
             write::given(&mut s.overridable, a.overridable.as_ref());
             write::given(&mut s.workspaces, workspaces.as_ref());
