@@ -92,6 +92,17 @@ pub(super) fn key_taken(
     Ok(())
 }
 
+/// Stores a sensitive parameter's value in its Secret, owned by the set.
+async fn store_value(
+    state: &AppState,
+    set: &PolicySet,
+    param_id: &str,
+    value: &str,
+) -> Result<(), ApiError> {
+    let name = secret_name(&set.name_any(), param_id);
+    write::owned_secret(state, set, &name, PARAMETER_SECRET_KEY, value).await
+}
+
 pub(super) fn secret_name(set_object: &str, param_id: &str) -> String {
     format!("{set_object}-{}", param_id.to_ascii_lowercase())
 }
@@ -168,16 +179,9 @@ pub(super) async fn create_parameter(
     );
     key_taken(&f.at.obj.spec, &set_id, &param.key, &param_id)?;
     if sensitive {
-        let name = secret_name(&f.at.obj.name_any(), &param_id);
         let value = a.value.unwrap_or_default();
-        write::owned_secret(
-            &state,
-            f.at.obj.as_ref(),
-            &name,
-            PARAMETER_SECRET_KEY,
-            &value,
-        )
-        .await?;
+
+        store_value(&state, &f.at.obj, &param_id, &value).await?;
     }
     f.at.change_spec(&state, |s| {
         key_taken(s, &set_id, &param.key, &param_id)?;
@@ -220,20 +224,13 @@ pub(super) async fn update_parameter(
     key_taken(&f.at.obj.spec, &set_id, &next.key, &param)?;
     // A new sensitive value (or a value made sensitive) goes into the Secret.
     if sensitive && (a.value.is_some() || !current.sensitive) {
-        let name = secret_name(&f.at.obj.name_any(), &param);
         let value = a
             .value
             .clone()
             .or_else(|| current.value.clone())
             .unwrap_or_default();
-        write::owned_secret(
-            &state,
-            f.at.obj.as_ref(),
-            &name,
-            PARAMETER_SECRET_KEY,
-            &value,
-        )
-        .await?;
+
+        store_value(&state, &f.at.obj, &param, &value).await?;
     }
     f.at.change_spec(&state, |s| {
         key_taken(s, &set_id, &next.key, &param)?;

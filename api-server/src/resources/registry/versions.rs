@@ -353,29 +353,44 @@ async fn read(
     }
     Ok(Doc::ok(data))
 }
+/// The module and version `path` names, readable by the caller (404 otherwise), if the
+/// caller may also `verb` module versions (403 with `denial` otherwise).
+async fn version_for(
+    state: &AppState,
+    caller: &Caller,
+    (org, namespace, name, provider, version): (&str, &str, &str, &str, &str),
+    verb: &'static str,
+    denial: &'static str,
+) -> Result<(Module, Arc<ModuleVersion>), ApiError> {
+    let m = locate(
+        state,
+        caller,
+        (org, namespace, name, provider),
+        "get",
+        RESOURCE,
+    )
+    .await?;
+    let v = find(&state.index.read(), &m.module, version)
+        .cloned()
+        .ok_or_else(version_not_found)?;
+    state
+        .require_or_403(caller, &m.check(verb, RESOURCE), denial)
+        .await?;
+    Ok((m, v))
+}
 
 async fn remove(
     Authed { state, caller }: Authed,
     Path((org, namespace, name, provider, version)): Path<(String, String, String, String, String)>,
 ) -> Result<Response, ApiError> {
-    let m = locate(
+    let (_, v) = version_for(
         &state,
         &caller,
-        (&org, &namespace, &name, &provider),
-        "get",
-        RESOURCE,
+        (&org, &namespace, &name, &provider, &version),
+        "delete",
+        "deleting module versions needs the right to delete them",
     )
     .await?;
-    let v = find(&state.index.read(), &m.module, &version)
-        .cloned()
-        .ok_or_else(version_not_found)?;
-    state
-        .require_or_403(
-            &caller,
-            &m.check("delete", RESOURCE),
-            "deleting module versions needs the right to delete them",
-        )
-        .await?;
     // Its configuration version (and so its archive) is owned by it.
     write::delete_if_present(&state, v.as_ref()).await?;
     Ok(no_content())
@@ -434,24 +449,14 @@ async fn deprecate(
     Path((org, namespace, name, provider, version)): Path<(String, String, String, String, String)>,
     JsonApi(doc): JsonApi<Document<DeprecateAttributes>>,
 ) -> Result<Doc, ApiError> {
-    let m = locate(
+    let (m, v) = version_for(
         &state,
         &caller,
-        (&org, &namespace, &name, &provider),
-        "get",
-        RESOURCE,
+        (&org, &namespace, &name, &provider, &version),
+        "update",
+        "deprecating module versions needs the owners team",
     )
     .await?;
-    let v = find(&state.index.read(), &m.module, &version)
-        .cloned()
-        .ok_or_else(version_not_found)?;
-    state
-        .require_or_403(
-            &caller,
-            &m.check("update", RESOURCE),
-            "deprecating module versions needs the owners team",
-        )
-        .await?;
     let wanted = requested_deprecation(doc.checked()?.attributes)?;
     let updated = write::patch_spec(
         &write::api::<ModuleVersion>(&state, &m.ns),
