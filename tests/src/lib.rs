@@ -587,14 +587,29 @@ impl Api {
     }
 }
 
+/// The test toolkit for runs: configuration versions, runs and their states through the
+/// JSON:API, as go-tfe and the CLI make them. Every test that runs something uses these.
 impl Api {
     /// Uploads `files` as a new configuration version of workspace `ws` (no run of its
     /// own); answers its ID.
     pub fn upload_config(&self, ws: &str, files: &[(&str, &str)]) -> String {
+        self.upload_config_with(ws, serde_json::json!({}), files)
+    }
+
+    /// [`Api::upload_config`] with more `attributes` (`speculative`, …).
+    pub fn upload_config_with(
+        &self,
+        ws: &str,
+        attributes: serde_json::Value,
+        files: &[(&str, &str)],
+    ) -> String {
+        let mut attrs = serde_json::json!({"auto-queue-runs": false});
+        if let (Some(all), Some(more)) = (attrs.as_object_mut(), attributes.as_object()) {
+            all.extend(more.clone());
+        }
         let r = self.post(
             &format!("/api/v2/workspaces/{ws}/configuration-versions"),
-            &serde_json::json!({"data": {"type": "configuration-versions",
-                "attributes": {"auto-queue-runs": false}}}),
+            &serde_json::json!({"data": {"type": "configuration-versions", "attributes": attrs}}),
         );
         assert_eq!(r.status, 201, "{:?}", r.body);
         let url = r.body["data"]["attributes"]["upload-url"]
@@ -604,6 +619,68 @@ impl Api {
         let path = &url[url.find("/api/v2/").expect("upload path")..];
         assert_eq!(self.put_unauthenticated(path, targz(files)), 200);
         r.body["data"]["id"].as_str().unwrap_or_default().to_owned()
+    }
+
+    /// `POST /runs` of workspace `ws` (on configuration version `cv`, else the
+    /// workspace's latest) with `attributes`: the run's ID, or the refusal
+    /// (`{"status", "body"}`).
+    pub fn create_run(
+        &self,
+        ws: &str,
+        cv: Option<&str>,
+        attributes: serde_json::Value,
+    ) -> Result<String, serde_json::Value> {
+        let mut rel = serde_json::json!({"workspace": {"data": {"type": "workspaces", "id": ws}}});
+        if let Some(cv) = cv {
+            rel["configuration-version"] =
+                serde_json::json!({"data": {"type": "configuration-versions", "id": cv}});
+        }
+        let r = self.post(
+            "/api/v2/runs",
+            &serde_json::json!({"data": {"type": "runs", "attributes": attributes, "relationships": rel}}),
+        );
+        if r.status == 201 {
+            Ok(r.body["data"]["id"].as_str().unwrap_or_default().to_owned())
+        } else {
+            Err(serde_json::json!({"status": r.status, "body": r.body}))
+        }
+    }
+
+    /// [`Api::create_run`] retried for up to 30 s (a configuration version just uploaded
+    /// may not be indexed yet on a real cluster): the run's ID.
+    pub fn queue(&self, ws: &str, cv: Option<&str>, attributes: serde_json::Value) -> String {
+        real::eventually(Duration::from_secs(30), || {
+            self.create_run(ws, cv, attributes.clone()).ok()
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "queue a run: {:?}",
+                self.create_run(ws, cv, attributes.clone())
+            )
+        })
+    }
+
+    /// The run's `data`.
+    pub fn run(&self, id: &str) -> serde_json::Value {
+        let r = self.get(&format!("/api/v2/runs/{id}"));
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        r.body["data"].clone()
+    }
+
+    /// Polls run `id` until its status is one of `want` (its `data`), or `timeout`
+    /// passes (None).
+    pub fn wait_run(
+        &self,
+        id: &str,
+        want: &[&str],
+        timeout: Duration,
+    ) -> Option<serde_json::Value> {
+        real::eventually(timeout, || {
+            let r = self.get(&format!("/api/v2/runs/{id}"));
+            let status = r.body["data"]["attributes"]["status"].as_str()?.to_owned();
+            want.contains(&status.as_str())
+                .then(|| r.body["data"].clone())
+        })
     }
 }
 

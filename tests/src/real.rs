@@ -315,29 +315,9 @@ impl Api {
     /// Uploads a one-resource configuration to workspace `ws` and queues a run of it;
     /// the run's ID.
     pub fn queue_run(&self, ws: &str) -> String {
-        let cv = self.post(
-            &format!("/api/v2/workspaces/{ws}/configuration-versions"),
-            &serde_json::json!({"data": {"type": "configuration-versions", "attributes": {"auto-queue-runs": false}}}),
-        );
-        assert_eq!(cv.status, 201, "{:?}", cv.body);
-        let upload = cv.body["data"]["attributes"]["upload-url"]
-            .as_str()
-            .unwrap_or_default();
-        let path = &upload[upload.find("/api/v2/").expect("upload path")..];
         let files = [("main.tf", "resource \"terraform_data\" \"x\" {}\n")];
-        assert_eq!(self.put_unauthenticated(path, crate::targz(&files)), 200);
-        let cv_id = cv.body["data"]["id"].as_str().unwrap_or_default();
-        eventually(Duration::from_secs(30), || {
-            let r = self.post(
-                "/api/v2/runs",
-                &serde_json::json!({"data": {"type": "runs", "attributes": {}, "relationships": {
-                    "workspace": {"data": {"type": "workspaces", "id": ws}},
-                    "configuration-version": {"data": {"type": "configuration-versions", "id": cv_id}},
-                }}}),
-            );
-            (r.status == 201).then(|| r.body["data"]["id"].as_str().unwrap_or_default().to_owned())
-        })
-        .expect("queue a run")
+        let cv = self.upload_config(ws, &files);
+        self.queue(ws, Some(&cv), serde_json::json!({}))
     }
 }
 

@@ -314,51 +314,6 @@ resource "terraform_data" "slow" {
     assert!(listed.contains("terraform_data.fast"), "{listed}");
 }
 
-/// A workspace configuration version uploaded through the API, as go-tfe does.
-fn upload(api: &Api, ws_id: &str, speculative: bool, files: &[(&str, &str)]) -> String {
-    let r = api.post(
-        &format!("/api/v2/workspaces/{ws_id}/configuration-versions"),
-        &json!({"data": {"type": "configuration-versions",
-            "attributes": {"auto-queue-runs": false, "speculative": speculative}}}),
-    );
-    assert_eq!(r.status, 201, "{:?}", r.body);
-    let id = r.body["data"]["id"].as_str().unwrap_or_default().to_owned();
-    let url = r.body["data"]["attributes"]["upload-url"]
-        .as_str()
-        .unwrap_or_default();
-    let path = &url[url.find("/api/v2/").expect("upload URL path")..];
-    assert_eq!(api.put_unauthenticated(path, targz(files)), 200);
-    id
-}
-
-fn create_run(
-    api: &Api,
-    ws_id: &str,
-    cv: Option<&str>,
-    attributes: Value,
-) -> Result<String, Value> {
-    let mut rel = json!({"workspace": {"data": {"type": "workspaces", "id": ws_id}}});
-    if let Some(cv) = cv {
-        rel["configuration-version"] =
-            json!({"data": {"type": "configuration-versions", "id": cv}});
-    }
-    let r = api.post(
-        "/api/v2/runs",
-        &json!({"data": {"type": "runs", "attributes": attributes, "relationships": rel}}),
-    );
-    if r.status == 201 {
-        Ok(r.body["data"]["id"].as_str().unwrap_or_default().to_owned())
-    } else {
-        Err(json!({"status": r.status, "body": r.body}))
-    }
-}
-
-fn run(api: &Api, id: &str) -> Value {
-    let r = api.get(&format!("/api/v2/runs/{id}"));
-    assert_eq!(r.status, 200, "{:?}", r.body);
-    r.body["data"].clone()
-}
-
 /// The run's `status.message`, as kubectl shows it.
 fn run_message(dev: &Dev, id: &str) -> String {
     dev.kubectl_ok(&[
@@ -374,14 +329,14 @@ fn run_message(dev: &Dev, id: &str) -> String {
 
 fn wait_status(dev: &Dev, api: &Api, id: &str, want: &[&str]) -> Value {
     dev.eventually(Duration::from_secs(120), || {
-        let r = run(api, id);
+        let r = api.run(id);
         want.contains(&status(&r)).then_some(r)
     })
     .unwrap_or_else(|| {
         let message = run_message(dev, id);
         panic!(
             "run {id} never reached {want:?} ({message}): {:?}",
-            run(api, id)
+            api.run(id)
         )
     })
 }
@@ -399,17 +354,14 @@ const SLOW_FILES: &[(&str, &str)] = &[(
 fn queueing_locks_and_rules_through_the_api() {
     let (dev, api, _tf, _dir) = setup();
     let ws_id = api.create_workspace(ORG, json!({"name": "queued", "auto-apply": true}));
-    let cv = upload(&api, &ws_id, false, SLOW_FILES);
+    let cv = api.upload_config_with(&ws_id, json!({"speculative": false}), SLOW_FILES);
     let ids: Vec<String> = (0..3)
-        .map(|_| create_run(&api, &ws_id, Some(&cv), json!({})).expect("run"))
+        .map(|_| api.create_run(&ws_id, Some(&cv), json!({})).expect("run"))
         .collect();
     // One at a time: never two of them between plan_queued and applying.
     let start = Instant::now();
     loop {
-        let states: Vec<String> = ids
-            .iter()
-            .map(|i| status(&run(&api, i)).to_owned())
-            .collect();
+        let states: Vec<String> = ids.iter().map(|i| status(&api.run(i)).to_owned()).collect();
         let active = states
             .iter()
             .filter(|s| {
@@ -436,7 +388,7 @@ fn queueing_locks_and_rules_through_the_api() {
     }
     // In creation order: each applied before the next one started planning.
     let at = |id: &str, key: &str| -> k8s_openapi::jiff::Timestamp {
-        let r = run(&api, id);
+        let r = api.run(id);
         r["attributes"]["status-timestamps"][key]
             .as_str()
             .and_then(|t| t.parse().ok())
@@ -450,13 +402,17 @@ fn queueing_locks_and_rules_through_the_api() {
     }
 
     // A run waiting for confirmation holds the workspace; a plan-only run goes past it.
-    let manual = create_run(&api, &ws_id, Some(&cv), json!({"auto-apply": false})).expect("run");
+    let manual = api
+        .create_run(&ws_id, Some(&cv), json!({"auto-apply": false}))
+        .expect("run");
     wait_status(&dev, &api, &manual, &["planned"]);
-    let spec_cv = upload(&api, &ws_id, true, SLOW_FILES);
-    let plan_only = create_run(&api, &ws_id, Some(&spec_cv), json!({})).expect("plan-only run");
+    let spec_cv = api.upload_config_with(&ws_id, json!({"speculative": true}), SLOW_FILES);
+    let plan_only = api
+        .create_run(&ws_id, Some(&spec_cv), json!({}))
+        .expect("plan-only run");
     let done = wait_status(&dev, &api, &plan_only, &["planned_and_finished"]);
     assert_eq!(done["attributes"]["plan-only"], true);
-    let shown = run(&api, &manual);
+    let shown = api.run(&manual);
     assert_eq!(shown["attributes"]["actions"]["is-confirmable"], true);
     let r = api.post(&format!("/api/v2/runs/{manual}/actions/cancel"), &json!({}));
     assert_eq!(
@@ -490,9 +446,9 @@ fn queueing_locks_and_rules_through_the_api() {
         &json!({"reason": "maintenance"}),
     );
     assert_eq!(r.status, 200, "{:?}", r.body);
-    let held = create_run(&api, &ws_id, Some(&cv), json!({})).expect("run");
+    let held = api.create_run(&ws_id, Some(&cv), json!({})).expect("run");
     std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(status(&run(&api, &held)), "pending");
+    assert_eq!(status(&api.run(&held)), "pending");
     let r = api.post(
         &format!("/api/v2/workspaces/{ws_id}/actions/unlock"),
         &json!({}),
@@ -507,8 +463,9 @@ fn queueing_locks_and_rules_through_the_api() {
         Some(&json!({"data": {"type": "workspaces", "attributes": {"allow-destroy-plan": false}}})),
     );
     assert_eq!(r.status, 200, "{:?}", r.body);
-    let refused =
-        create_run(&api, &ws_id, Some(&cv), json!({"is-destroy": true})).expect_err("422");
+    let refused = api
+        .create_run(&ws_id, Some(&cv), json!({"is-destroy": true}))
+        .expect_err("422");
     assert_eq!(refused["status"], 422, "{refused}");
 
     // The CLI's queue and capacity reads answer; kubectl shows the runs.
@@ -572,13 +529,12 @@ fn queueing_locks_and_rules_through_the_api() {
 fn auto_destroy_queues_one_destroy_run() {
     let (dev, api, _tf, _dir) = setup();
     let ws_id = api.create_workspace(ORG, json!({"name": "ephemeral", "auto-apply": true}));
-    let cv = upload(
-        &api,
+    let cv = api.upload_config_with(
         &ws_id,
-        false,
+        json!({"speculative": false}),
         &[("main.tf", "resource \"terraform_data\" \"x\" {}\n")],
     );
-    let first = create_run(&api, &ws_id, Some(&cv), json!({})).expect("run");
+    let first = api.create_run(&ws_id, Some(&cv), json!({})).expect("run");
     wait_status(&dev, &api, &first, &["applied"]);
     let past = "2020-01-01T00:00:00Z";
     let r = api.call(
@@ -772,8 +728,8 @@ fn slow_run(api: &Api, name: &str, command: &str) -> String {
     let main = format!(
         "resource \"terraform_data\" \"x\" {{\n  provisioner \"local-exec\" {{\n    command = \"{command}\"\n  }}\n}}\n"
     );
-    let cv = upload(api, &ws_id, false, &[("main.tf", &main)]);
-    create_run(api, &ws_id, Some(&cv), json!({})).expect("run")
+    let cv = api.upload_config_with(&ws_id, json!({"speculative": false}), &[("main.tf", &main)]);
+    api.create_run(&ws_id, Some(&cv), json!({})).expect("run")
 }
 
 /// Force-cancel needs a cancel first and then TFE's cool-off (issue 42 §2): after the
@@ -799,7 +755,7 @@ fn force_cancel_after_cancel() {
     std::thread::sleep(Duration::from_secs(2));
     let r = api.post(&format!("/api/v2/runs/{id}/actions/cancel"), &json!({}));
     assert_eq!(r.status, 202, "{:?}", r.body);
-    let shown = run(&api, &id);
+    let shown = api.run(&id);
     assert_eq!(shown["attributes"]["actions"]["is-force-cancelable"], false);
     let available = shown["attributes"]["force-cancel-available-at"]
         .as_str()
@@ -814,7 +770,7 @@ fn force_cancel_after_cancel() {
     );
     assert_eq!(r.status, 409, "{:?}", r.body);
     wait_status(&dev, &api, &id, &["canceled", "force_canceled"]);
-    let shown = run(&api, &id);
+    let shown = api.run(&id);
     assert!(
         shown["attributes"]["force-cancel-available-at"].is_string(),
         "{shown}"
@@ -948,10 +904,9 @@ fn an_apply_triggers_a_run_in_the_workspaces_it_triggers() {
     let (dev, api, tf, dir) = setup();
     let network = api.create_workspace(ORG, json!({"name": "network"}));
     let app = api.create_workspace(ORG, json!({"name": "app", "auto-apply-run-trigger": true}));
-    upload(
-        &api,
+    api.upload_config_with(
         &app,
-        false,
+        json!({"speculative": false}),
         &[(
             "main.tf",
             "resource \"terraform_data\" \"app\" {\n  input = \"deployed\"\n}\n",
@@ -1009,11 +964,15 @@ fn an_apply_triggers_a_run_in_the_workspaces_it_triggers() {
     // Every hop must change something: a run whose plan has no changes does not apply,
     // and so triggers nothing (as in TFE).
     let changing = "resource \"terraform_data\" \"x\" {\n  input = timestamp()\n}\n";
-    upload(&api, &app, false, &[("main.tf", changing)]);
+    api.upload_config_with(
+        &app,
+        json!({"speculative": false}),
+        &[("main.tf", changing)],
+    );
     let mut chain = vec![app.clone()];
     for name in ["dns", "cdn", "edge", "waf"] {
         let ws = api.create_workspace(ORG, json!({"name": name, "auto-apply-run-trigger": true}));
-        upload(&api, &ws, false, &[("main.tf", changing)]);
+        api.upload_config_with(&ws, json!({"speculative": false}), &[("main.tf", changing)]);
         let r = api.post(
             &format!("/api/v2/workspaces/{ws}/run-triggers"),
             &json!({"data": {"type": "run-triggers", "relationships": {
@@ -1142,7 +1101,7 @@ output "o" { value = "visible" }
     );
     let run_id = run_id_in(&planned);
     assert!(run_id.starts_with("run-"), "{planned}");
-    assert_eq!(status(&run(&api, &run_id)), "planned_and_saved");
+    assert_eq!(status(&api.run(&run_id)), "planned_and_saved");
 
     let shown = ok(tf.run(&d, &["show", "saved.plan"]), "show");
     assert!(
@@ -1178,7 +1137,7 @@ output "o" { value = "visible" }
         "the saved run is the one applied"
     );
     assert!(applied.contains("Apply complete!"), "{applied}");
-    assert_eq!(status(&run(&api, &run_id)), "applied");
+    assert_eq!(status(&api.run(&run_id)), "applied");
 }
 
 /// Issue 27 §3: variable sets reach runs in TFE's order of precedence: a global set's
@@ -1403,8 +1362,8 @@ fn a_cli_run_behind_a_run_waiting_for_confirmation_waits_for_that_run() {
         .as_str()
         .unwrap_or_default()
         .to_owned();
-    let cv = upload(&api, &ws_id, false, &[("main.tf", ITEMS)]);
-    let ahead = create_run(&api, &ws_id, Some(&cv), json!({})).expect("run");
+    let cv = api.upload_config_with(&ws_id, json!({"speculative": false}), &[("main.tf", ITEMS)]);
+    let ahead = api.create_run(&ws_id, Some(&cv), json!({})).expect("run");
     wait_status(&dev, &api, &ahead, &["planned", "post_plan_completed"]);
 
     let child = tf

@@ -113,8 +113,8 @@ fn runs_and_module_tests_on_a_real_node() {
     // An operator restarted during an apply: the new one finds the apply Pod and the run
     // ends applied, with no second Pod.
     let ws = admin.create_workspace(&org, json!({"name": "restart", "auto-apply": true}));
-    let cv = upload(&admin, &ws, &[("main.tf", SLOW)]);
-    let run = queue(&admin, &ws, &cv, json!({}));
+    let cv = admin.upload_config(&ws, &[("main.tf", SLOW)]);
+    let run = admin.queue(&ws, Some(&cv), json!({}));
     wait_run(&admin, &run, &["applying"], &logs);
     drop(op);
     let op2 = cluster.operator_with(
@@ -157,8 +157,8 @@ const SLOW: &str = "resource \"terraform_data\" \"slow\" {\n  input = \"slow\"\n
 /// and what the apply wrote stays the workspace's state.
 fn cancel_during_an_apply(admin: &Api, org: &str, logs: &dyn Fn() -> String) {
     let ws = admin.create_workspace(org, json!({"name": "canceled", "auto-apply": true}));
-    let cv = upload(admin, &ws, &[("main.tf", SLOW)]);
-    let run = queue(admin, &ws, &cv, json!({}));
+    let cv = admin.upload_config(&ws, &[("main.tf", SLOW)]);
+    let run = admin.queue(&ws, Some(&cv), json!({}));
     wait_run(admin, &run, &["applying"], logs);
     std::thread::sleep(Duration::from_secs(3));
     let r = admin.post(&format!("/api/v2/runs/{run}/actions/cancel"), &json!({}));
@@ -174,15 +174,12 @@ fn cancel_during_an_apply(admin: &Api, org: &str, logs: &dyn Fn() -> String) {
 }
 
 fn wait_run(api: &Api, run: &str, done: &[&str], logs: &dyn Fn() -> String) -> Value {
-    eventually(Duration::from_secs(240), || {
-        let r = api.get(&format!("/api/v2/runs/{run}"));
-        let status = r.body["data"]["attributes"]["status"].as_str()?.to_owned();
-        done.contains(&status.as_str()).then_some(r.body)
-    })
-    .unwrap_or_else(|| {
-        let r = api.get(&format!("/api/v2/runs/{run}"));
-        panic!("run {run} never reached {done:?}: {:?}\n{}", r.body, logs())
-    })
+    api.wait_run(run, done, Duration::from_secs(240))
+        .map(|data| json!({ "data": data }))
+        .unwrap_or_else(|| {
+            let r = api.get(&format!("/api/v2/runs/{run}"));
+            panic!("run {run} never reached {done:?}: {:?}\n{}", r.body, logs())
+        })
 }
 
 /// A new workspace `name` of `org` with a one-resource configuration, and a plan-only run
@@ -194,53 +191,16 @@ fn plan_only(
     logs: &dyn Fn() -> String,
 ) -> (String, String, String, Value) {
     let ws = admin.create_workspace(org, json!({"name": name}));
-    let cv = upload(
-        admin,
+    let cv = admin.upload_config(
         &ws,
         &[(
             "main.tf",
             "resource \"terraform_data\" \"x\" { input = 1 }\n",
         )],
     );
-    let run = queue(admin, &ws, &cv, json!({"plan-only": true}));
+    let run = admin.queue(&ws, Some(&cv), json!({"plan-only": true}));
     let done = wait_run(admin, &run, &["planned_and_finished", "errored"], logs);
     (ws, cv, run, done)
-}
-
-/// Uploads `files` to workspace `ws`; the configuration version's ID.
-fn upload(api: &Api, ws: &str, files: &[(&str, &str)]) -> String {
-    let cv = api.post(
-        &format!("/api/v2/workspaces/{ws}/configuration-versions"),
-        &json!({"data": {"type": "configuration-versions", "attributes": {"auto-queue-runs": false}}}),
-    );
-    assert_eq!(cv.status, 201, "{:?}", cv.body);
-    let url = cv.body["data"]["attributes"]["upload-url"]
-        .as_str()
-        .unwrap_or_default();
-    let path = &url[url.find("/api/v2/").expect("upload path")..];
-    assert_eq!(
-        api.put_unauthenticated(path, terrace_tests::targz(files)),
-        200
-    );
-    cv.body["data"]["id"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
-}
-
-fn queue(api: &Api, ws: &str, cv: &str, attributes: Value) -> String {
-    let r = eventually(Duration::from_secs(30), || {
-        let r = api.post(
-            "/api/v2/runs",
-            &json!({"data": {"type": "runs", "attributes": attributes, "relationships": {
-                "workspace": {"data": {"type": "workspaces", "id": ws}},
-                "configuration-version": {"data": {"type": "configuration-versions", "id": cv}},
-            }}}),
-        );
-        (r.status == 201).then_some(r)
-    })
-    .expect("queue a run");
-    r.body["data"]["id"].as_str().unwrap_or_default().to_owned()
 }
 
 /// Issue 40 §3: in a namespace that enforces Pod Security `restricted` (a common tenant
@@ -289,7 +249,7 @@ fn restricted_namespace(
         .to_string(),
     ]);
     std::thread::sleep(Duration::from_secs(2));
-    let run = queue(admin, &ws, &cv, json!({}));
+    let run = admin.queue(&ws, Some(&cv), json!({}));
     wait_run(admin, &run, &["errored"], logs);
     let message = run_message(cluster, org, &run);
     assert!(
@@ -385,15 +345,13 @@ fn lost_node_keeps_the_state(
     logs: &dyn Fn() -> String,
 ) {
     let ws = admin.create_workspace(org, json!({"name": "lost", "auto-apply": true}));
-    let cv = upload(
-        admin,
-        &ws,
+    let cv = admin.upload_config(&ws,
         &[(
             "main.tf",
             "resource \"terraform_data\" \"first\" { input = \"created\" }\nresource \"terraform_data\" \"second\" {\n  depends_on = [terraform_data.first]\n  provisioner \"local-exec\" { command = \"sleep 300\" }\n}\n",
         )],
     );
-    let run = queue(admin, &ws, &cv, json!({}));
+    let run = admin.queue(&ws, Some(&cv), json!({}));
     let snapshot = eventually(Duration::from_secs(240), || {
         let r = admin.get(&format!("/api/v2/workspaces/{ws}/current-state-version"));
         (r.status == 200).then_some(r.body)

@@ -863,13 +863,8 @@ fn the_registry_page_says_which_versions_are_offered_and_why() {
 
 /// Creates a run of workspace `ws` through the API; its ID.
 fn queue_run(api: &Api, ws: &str) -> String {
-    let r = api.post(
-        "/api/v2/runs",
-        &json!({"data": {"type": "runs", "attributes": {},
-            "relationships": {"workspace": {"data": {"type": "workspaces", "id": ws}}}}}),
-    );
-    assert_eq!(r.status, 201, "{:?}", r.body);
-    r.body["data"]["id"].as_str().unwrap_or_default().to_owned()
+    api.create_run(ws, None, json!({}))
+        .unwrap_or_else(|e| panic!("create a run: {e:?}"))
 }
 
 /// The web view's dead ends, opened (issue 41 §12): a run's lock is shown as the run's,
