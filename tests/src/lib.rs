@@ -660,6 +660,22 @@ impl Api {
         })
     }
 
+    /// A plan-only run of workspace `ws` on configuration version `cv`, once its plan
+    /// finished (within `timeout`; an errored run fails the test at once): its `data`.
+    pub fn plan_only_run(&self, ws: &str, cv: &str, timeout: Duration) -> serde_json::Value {
+        let id = self
+            .create_run(ws, Some(cv), serde_json::json!({"plan-only": true}))
+            .unwrap_or_else(|e| panic!("create a plan-only run: {e:?}"));
+        let run = self
+            .wait_run(&id, &["planned_and_finished", "errored"], timeout)
+            .unwrap_or_else(|| panic!("run {id} never finished its plan: {:?}", self.run(&id)));
+        assert_eq!(
+            run["attributes"]["status"], "planned_and_finished",
+            "the run errored: {run}"
+        );
+        run
+    }
+
     /// The run's `data`.
     pub fn run(&self, id: &str) -> serde_json::Value {
         let r = self.get(&format!("/api/v2/runs/{id}"));

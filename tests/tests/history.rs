@@ -71,21 +71,8 @@ fn older_runs_are_archived_and_still_served() {
     let cv = api.upload_config(&ws, &[("main.tf", "# fake\n")]);
     let mut created = Vec::new();
     for _ in 0..8 {
-        let r = api.post(
-            "/api/v2/runs",
-            &json!({"data": {"type": "runs", "attributes": {"plan-only": true},
-                "relationships": {
-                    "workspace": {"data": {"type": "workspaces", "id": ws}},
-                    "configuration-version": {"data": {"type": "configuration-versions", "id": cv}}}}}),
-        );
-        assert_eq!(r.status, 201, "{:?}", r.body);
-        let id = r.body["data"]["id"].as_str().unwrap_or_default().to_owned();
-        dev.eventually(Duration::from_secs(120), || {
-            let s = status(&api.get(&format!("/api/v2/runs/{id}")).body["data"]);
-            assert_ne!(s, "errored");
-            (s == "planned_and_finished").then_some(())
-        })
-        .unwrap_or_else(|| panic!("run {id} never finished"));
+        let run = api.plan_only_run(&ws, &cv, Duration::from_secs(120));
+        let id = run["id"].as_str().unwrap_or_default().to_owned();
         created.push(id);
     }
     let newest_first: Vec<String> = created.iter().rev().cloned().collect();

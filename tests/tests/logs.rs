@@ -58,28 +58,10 @@ fn start(lines: usize, extra: &[&str]) -> (Dev, Api, tempfile::TempDir) {
 }
 
 /// A plan-only run of a new workspace, once finished: its run document.
-fn plan(dev: &Dev, api: &Api, name: &str) -> Value {
+fn plan(api: &Api, name: &str) -> Value {
     let ws = api.create_workspace(ORG, json!({"name": name}));
     let cv = api.upload_config(&ws, &[("main.tf", "# the fake engine reads nothing\n")]);
-    let r = api.post(
-        "/api/v2/runs",
-        &json!({"data": {"type": "runs", "attributes": {"plan-only": true},
-            "relationships": {
-                "workspace": {"data": {"type": "workspaces", "id": ws}},
-                "configuration-version": {"data": {"type": "configuration-versions", "id": cv}}}}}),
-    );
-    assert_eq!(r.status, 201, "{:?}", r.body);
-    let id = r.body["data"]["id"].as_str().unwrap_or_default().to_owned();
-    dev.eventually(Duration::from_secs(180), || {
-        let run = api.get(&format!("/api/v2/runs/{id}")).body["data"].clone();
-        let status = run["attributes"]["status"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        assert_ne!(status, "errored", "the run errored: {run}");
-        (status == "planned_and_finished").then_some(run)
-    })
-    .unwrap_or_else(|| panic!("run {id} never finished its plan"))
+    api.plan_only_run(&ws, &cv, Duration::from_secs(180))
 }
 
 /// The path of the run's plan log (its `log-read-url`).
@@ -117,7 +99,7 @@ fn log_configmaps(dev: &Dev) -> Vec<String> {
 fn a_long_plan_log_reads_back_whole_from_the_blob_store() {
     let lines = 50 * 1024 * 1024 / 100;
     let (dev, api, _dir) = start(lines, &[]);
-    let run = plan(&dev, &api, "long");
+    let run = plan(&api, "long");
     let path = plan_log_path(&api, &run);
     let log = read(&api, &path);
     assert!(log.starts_with('\u{2}') && log.ends_with('\u{3}'), "framed");
@@ -187,11 +169,11 @@ fn a_long_plan_log_reads_back_whole_from_the_blob_store() {
 #[test]
 fn a_log_past_the_cap_ends_with_a_marker() {
     let cap = 3 * 1024 * 1024;
-    let (dev, api, _dir) = start(
+    let (_dev, api, _dir) = start(
         10 * 1024 * 1024 / 100,
         &["--max-log-bytes", &cap.to_string()],
     );
-    let run = plan(&dev, &api, "capped");
+    let run = plan(&api, "capped");
     let log = read(&api, &plan_log_path(&api, &run));
     assert!(
         log.contains(
@@ -214,7 +196,7 @@ fn a_log_past_the_cap_ends_with_a_marker() {
 #[test]
 fn an_old_log_archive_still_reads_and_migrates() {
     let (dev, api, _dir) = start(2000, &[]);
-    let run = plan(&dev, &api, "old");
+    let run = plan(&api, "old");
     let path = plan_log_path(&api, &run);
     let stored = read(&api, &path);
     // Make it an old-style archive: the parts go, a ConfigMap holds the log.
