@@ -248,6 +248,7 @@ async fn pass(ctx: &RunContext, first_seen: &mut HashMap<String, Timestamp>) -> 
         .unwrap_or(SignedDuration::from_hours(24));
     let facts = run_facts(&ctx.runs.state());
     let mut orgs: HashMap<String, Option<Arc<Organization>>> = HashMap::new();
+    let mut configs: HashMap<String, HashMap<String, String>> = HashMap::new();
     let mut due: Vec<(Timestamp, Arc<Workspace>, String)> = Vec::new();
     let mut seen: HashSet<String> = HashSet::new();
     let (mut drifted, mut failing) = (0, 0);
@@ -273,7 +274,16 @@ async fn pass(ctx: &RunContext, first_seen: &mut HashMap<String, Timestamp>) -> 
             }
         };
         let Some(org) = org else { continue };
-        let cv = current_configuration(ctx, &ns, &ws.name_any());
+        // Most workspaces do not ask for assessments: they cost this check and nothing
+        // more (the pass walks every workspace every few seconds).
+        if !(ws.spec.assessments_enabled || org.spec.settings.assessments_enforced) {
+            continue;
+        }
+        let cv = configs
+            .entry(ns.clone())
+            .or_insert_with(|| current_configurations(ctx, &ns))
+            .get(&ws.name_any())
+            .cloned();
         let eligible = assessment::eligibility(
             ws.spec.assessments_enabled,
             org.spec.settings.assessments_enforced,
@@ -352,32 +362,43 @@ fn execution_mode(ctx: &RunContext, ns: &str, ws: &Workspace, org: &Organization
     }
 }
 
-/// The workspace's current configuration version for an assessment, from the catalog's
-/// cache: its newest uploaded, usable version that is neither provisional nor
-/// speculative (a speculative plan's upload is no configuration of the workspace).
-fn current_configuration(ctx: &RunContext, ns: &str, ws_object: &str) -> Option<String> {
-    ctx.catalog
+/// The current configuration version of each workspace of namespace `ns` for an
+/// assessment (by workspace object name), from the catalog's cache in one walk: its
+/// newest uploaded, usable version that is neither provisional nor speculative (a
+/// speculative plan's upload is no configuration of the workspace).
+fn current_configurations(ctx: &RunContext, ns: &str) -> HashMap<String, String> {
+    type Key = (
+        Option<String>,
+        Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    );
+    let mut newest: HashMap<String, (Key, String)> = HashMap::new();
+    let versions = ctx
+        .catalog
         .in_namespace(IdKind::ConfigurationVersion, ns)
         .into_iter()
-        .filter(|o| o.data["spec"]["workspace"].as_str() == Some(ws_object))
         .filter_map(|o| typed::<ConfigurationVersion>(&o))
-        .filter(|c| c.usable() && !c.spec.provisional && !c.spec.speculative)
-        .max_by(|a, b| {
-            let at = |c: &ConfigurationVersion| {
-                (
-                    c.status.as_ref().and_then(|s| s.uploaded_at.clone()),
-                    c.metadata.creation_timestamp.clone(),
-                )
-            };
-            at(a).cmp(&at(b))
-        })
-        .map(|c| c.name_any())
+        .filter(|c| c.usable() && !c.spec.provisional && !c.spec.speculative);
+    for c in versions {
+        let key: Key = (
+            c.status.as_ref().and_then(|s| s.uploaded_at.clone()),
+            c.metadata.creation_timestamp.clone(),
+        );
+        let Some(ws) = c.spec.workspace.clone() else {
+            continue;
+        };
+        match newest.get(&ws) {
+            Some((k, _)) if *k > key => {}
+            _ => {
+                newest.insert(ws, (key, c.name_any()));
+            }
+        }
+    }
+    newest.into_iter().map(|(ws, (_, cv))| (ws, cv)).collect()
 }
 
 /// Creates the assessment run of `ws` on configuration version `cv`.
 async fn start(ctx: &RunContext, ws: &Workspace, cv: &str) -> Result<(), Error> {
     let ns = ws.namespace().unwrap_or_default();
-    let _ws_id = ws.labels().get(LABEL_ID).cloned().unwrap_or_default();
     let id = terrace_crds::ids::new_id(IdKind::Run);
     let run = Run {
         metadata: super::new_run_meta(ws, &id, &[]),
