@@ -128,6 +128,18 @@ impl<K: Resource> GroupIndex<K> {
         }
     }
 
+    /// The objects (namespace, object name) of every namespace filed under `group`: a
+    /// lookup per namespace, not a scan of the objects.
+    pub fn members_anywhere(&self, group: &str) -> Vec<(String, String)> {
+        let names = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        names
+            .namespaces
+            .iter()
+            .filter_map(|(ns, g)| g.holders.get(group).map(|h| (ns, h)))
+            .flat_map(|(ns, h)| h.iter().map(move |o| (ns.clone(), o.to_string())))
+            .collect()
+    }
+
     /// The object names of the objects of `ns` filed under `group`.
     pub fn members(&self, ns: &str, group: &str) -> Vec<String> {
         let names = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
@@ -180,6 +192,28 @@ mod tests {
         index.observe(&Event::Apply(ws("acme", "b", "api")));
         assert_eq!(holders("acme", "web"), ["a"]);
         assert_eq!(holders("acme", "api"), ["b"]);
+        let mut anywhere = index.members_anywhere("web");
+        anywhere.sort();
+        assert_eq!(
+            anywhere,
+            [
+                ("acme".to_owned(), "a".to_owned()),
+                ("globex".to_owned(), "c".to_owned())
+            ],
+            "acme's b is no longer web"
+        );
+        index.observe(&Event::Apply(ws("acme", "d", "web")));
+        let mut anywhere = index.members_anywhere("web");
+        anywhere.sort();
+        assert_eq!(
+            anywhere,
+            [
+                ("acme".to_owned(), "a".to_owned()),
+                ("acme".to_owned(), "d".to_owned()),
+                ("globex".to_owned(), "c".to_owned())
+            ]
+        );
+        index.observe(&Event::Delete(ws("acme", "d", "web")));
         index.observe(&Event::Delete(ws("acme", "a", "web")));
         assert!(holders("acme", "web").is_empty());
         assert!(holders("other", "web").is_empty());

@@ -36,6 +36,8 @@
 //! `TERRACE_SCALE_SIZES=500,2000 TERRACE_SCALE_CREATES=50 TERRACE_SCALE_IDLE_SECS=10
 //! TERRACE_SCALE_SEARCH=1000,10000`; `TERRACE_SCALE_PHASES=procs,dev,search` picks phases;
 //! `TERRACE_SCALE_SAVE_DIR` keeps the data directories saved at each size;
+//! `TERRACE_SCALE_PERF=DIR` records a `perf` profile of each process during each point's
+//! creates;
 //! `TERRACE_SCALE_PHASES=dev TERRACE_SCALE_SAVED=DIR/size-10000:DIR/size-50000` runs the
 //! `dev` phase alone on directories kept so.
 
@@ -278,6 +280,40 @@ struct Creates {
     wall: Duration,
 }
 
+/// With `TERRACE_SCALE_PERF=DIR`: `perf record -g` of each process (simulator, operator,
+/// API server) during the creates of a point, into `DIR/<point>-<process>.data` (read
+/// with `perf report -i FILE`), to find what grows with the cluster.
+fn profile_start(pids: &[u32], point: &str) -> Vec<std::process::Child> {
+    let Ok(dir) = std::env::var("TERRACE_SCALE_PERF") else {
+        return Vec::new();
+    };
+    std::fs::create_dir_all(&dir).expect("the profile folder");
+    let recorders: Vec<std::process::Child> = pids
+        .iter()
+        .zip(["sim", "operator", "api"])
+        .filter_map(|(pid, name)| {
+            std::process::Command::new("perf")
+                .args(["record", "-F", "499", "-g", "-p", &pid.to_string(), "-o"])
+                .arg(format!("{dir}/{point}-{name}.data"))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .ok()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    recorders
+}
+
+fn profile_stop(recorders: Vec<std::process::Child>) {
+    for mut r in recorders {
+        let _ = std::process::Command::new("kill")
+            .args(["-INT", &r.id().to_string()])
+            .status();
+        let _ = r.wait();
+    }
+}
+
 impl Creates {
     fn total_ms(&self) -> f64 {
         self.cpu_per_create.iter().sum::<f64>() * 1000.0
@@ -296,6 +332,7 @@ fn api_creates(
     n: usize,
 ) -> Creates {
     rt.block_on(wait_quiet(client, Duration::from_secs(120)));
+    let profile = profile_start(pids, &format!("{org}-{prefix}"));
     let c0 = cpu_of(pids);
     let start = Instant::now();
     let next = Arc::new(AtomicUsize::new(0));
@@ -333,6 +370,7 @@ fn api_creates(
     });
     let wall = start.elapsed();
     let c1 = cpu_of(pids);
+    profile_stop(profile);
     let mut lat = std::mem::take(&mut *latencies.lock().expect("lock"));
     Creates {
         cpu_per_create: c1

@@ -110,6 +110,10 @@ pub fn targets() -> Vec<Target> {
 #[derive(Clone)]
 pub struct CatalogStores {
     stores: HashMap<IdKind, (ApiResource, Store<DynamicObject>)>,
+    /// Each kind's objects by ID, kept by its feed with the cache.
+    ids: HashMap<IdKind, crate::identity::IdIndex<DynamicObject>>,
+    /// Each kind's objects by namespace, kept the same way (one group per namespace).
+    namespaces: HashMap<IdKind, crate::group_index::GroupIndex<DynamicObject>>,
 }
 
 impl CatalogStores {
@@ -122,6 +126,14 @@ impl CatalogStores {
     /// The cache of `kind` and the resource it holds.
     pub fn store(&self, kind: IdKind) -> Result<(ApiResource, Store<DynamicObject>), Error> {
         self.entry(kind).cloned()
+    }
+
+    /// Who carries which ID among `kind`'s cached objects.
+    pub fn ids(&self, kind: IdKind) -> Result<crate::identity::IdIndex<DynamicObject>, Error> {
+        self.ids
+            .get(&kind)
+            .cloned()
+            .ok_or_else(|| Error::Unavailable(format!("no cache of {kind:?}")))
     }
 
     /// Waits (boundedly) for the first list of `kind`'s cache.
@@ -166,15 +178,16 @@ impl CatalogStores {
         (all, per_ns)
     }
 
-    /// Every cached object of `kind` in namespace `ns`.
+    /// Every cached object of `kind` in namespace `ns`: a lookup of the namespace's
+    /// objects, not a scan of the kind's.
     pub fn in_namespace(&self, kind: IdKind, ns: &str) -> Vec<Arc<DynamicObject>> {
-        let Ok((_, store)) = self.entry(kind) else {
+        let (Ok((ar, store)), Some(index)) = (self.entry(kind), self.namespaces.get(&kind)) else {
             return Vec::new();
         };
-        store
-            .state()
-            .into_iter()
-            .filter(|o| o.metadata.namespace.as_deref() == Some(ns))
+        index
+            .members(ns, "")
+            .iter()
+            .filter_map(|name| store.get(&ObjectRef::new_with(name, ar.clone()).within(ns)))
             .collect()
     }
 }
@@ -202,15 +215,29 @@ impl Catalog {
     /// A feed and an (empty) cache for every kind of [`targets`].
     pub fn new(client: &kube::Client) -> Self {
         let mut stores = HashMap::new();
+        let mut ids = HashMap::new();
+        let mut namespaces = HashMap::new();
         let mut feeds = Vec::new();
         for target in targets() {
             let resource = target.id.resource.clone();
-            let feed = Feed::new(client, resource.clone(), watcher::Config::default());
+            let mut feed = Feed::new(client, resource.clone(), watcher::Config::default());
+            let index = crate::identity::IdIndex::new(feed.store(), resource.clone());
+            feed.observe(index.observer());
+            let in_ns =
+                crate::group_index::GroupIndex::new(|_: &DynamicObject| Some(String::new()));
+            let observer = in_ns.clone();
+            feed.observe(move |ev| observer.observe(ev));
             stores.insert(target.id.kind, (resource, feed.store()));
+            ids.insert(target.id.kind, index);
+            namespaces.insert(target.id.kind, in_ns);
             feeds.push((target, feed));
         }
         Self {
-            stores: CatalogStores { stores },
+            stores: CatalogStores {
+                stores,
+                ids,
+                namespaces,
+            },
             feeds,
         }
     }
@@ -349,7 +376,7 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<CatalogContext>) -> Result<
     let policy = ctx.target.conditions;
     let kind = ctx.target.id.kind;
     ctx.stores.synced(kind).await?;
-    let (_, carriers) = ctx.stores.store(kind)?;
+    let carriers = ctx.stores.ids(kind)?;
     let identity = match ensure_identity(
         &ctx.base.client,
         &ctx.recorder,

@@ -45,7 +45,7 @@ use crate::conditions::{
 };
 use crate::events::record_stall_transition;
 use crate::group_index::GroupIndex;
-use crate::identity::{IdTarget, Identity, Organizations, ensure_identity};
+use crate::identity::{IdIndex, IdTarget, Identity, Organizations, ensure_identity};
 use crate::rules::{self, NameClaim};
 use crate::watch::Feed;
 use crate::{Context, Error, metrics};
@@ -261,6 +261,8 @@ struct WsContext {
     workspaces: Store<Workspace>,
     /// TFE names of the cached workspaces, kept by the feed with the cache.
     names: NameIndex,
+    /// Their IDs, kept the same way.
+    ids: IdIndex<Workspace>,
     projects: CatalogStores,
 }
 
@@ -282,6 +284,8 @@ where
     let names = NameIndex::new(|w| Some(w.spec.name.to_lowercase()));
     let index = names.clone();
     workspaces.observe(move |ev| index.observe(ev));
+    let ids = IdIndex::new(store.clone(), ());
+    workspaces.observe(ids.observer());
     let same_name = workspaces.subscribe();
     let (by_project, by_org, by_name) = (store.clone(), store.clone(), store.clone());
     let names_of = names.clone();
@@ -291,6 +295,7 @@ where
         orgs,
         workspaces: store.clone(),
         names,
+        ids,
         projects: catalog.stores(),
     });
     let controller = Controller::for_stream(workspaces.into_stream(), store)
@@ -334,7 +339,7 @@ async fn reconcile(ws: Arc<Workspace>, ctx: Arc<WsContext>) -> Result<Action, Er
         &ctx.recorder,
         &ctx.orgs,
         &IdTarget::of::<Workspace>(IdKind::Workspace),
-        &ctx.workspaces,
+        &ctx.ids,
         ws.meta(),
         ws.status.as_ref().and_then(|s| s.id.as_deref()),
         &regarding,
