@@ -12,7 +12,9 @@
 //!    `terrace-workspace-reader`, cold and warm (≤ 2);
 //! 5. objects the API server reads from storage per workspace create
 //!    (`apiserver_storage_list_fetched_objects_total`), with the organization at
-//!    `TERRACE_BENCH_WORKSPACES` and at 10x that many workspaces (flat ≤ 1.2x, ≤ 50).
+//!    `TERRACE_BENCH_WORKSPACES` and at 10x that many workspaces (flat ≤ 1.2x, ≤ 50);
+//! 6. CPU of terrace's API server and operator per workspace create (the API's create,
+//!    and the operator's work on it until it is quiet), at those two sizes (flat ≤ 1.2x).
 //!
 //! Run (against the control plane `.ci/run` starts for the tier, or any cluster):
 //! `cargo build --release -p terrace && TERRACE_BIN=target/release/terrace
@@ -25,7 +27,7 @@ use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 use terrace_crds::{Workspace, WorkspaceSpec};
-use terrace_tests::bench::{env_usize, median};
+use terrace_tests::bench::{cpu_secs, env_usize, median};
 use terrace_tests::real::{RealCluster, eventually};
 
 fn fetched(cluster: &RealCluster) -> f64 {
@@ -89,6 +91,8 @@ fn main() {
     let create_round = |tag: &str| {
         let (mut ours, mut theirs) = (Vec::new(), Vec::new());
         let before = fetched(&cluster);
+        let cpu = || cpu_secs(api.pid()) + cpu_secs(operator.pid());
+        let cpu_before = cpu();
         for i in 0..reps {
             let t = Instant::now();
             let r = admin.post(
@@ -101,6 +105,7 @@ fn main() {
         // Let the operator finish with them before counting.
         std::thread::sleep(Duration::from_secs(2));
         let per_create = (fetched(&cluster) - before) / reps as f64;
+        let cpu_ms = (cpu() - cpu_before) * 1000.0 / reps as f64;
         for i in 0..reps {
             let t = Instant::now();
             rt.block_on(raw.create(
@@ -110,9 +115,9 @@ fn main() {
             .expect("raw create");
             theirs.push(t.elapsed());
         }
-        (median(ours), median(theirs), per_create)
+        (median(ours), median(theirs), (per_create, cpu_ms))
     };
-    let (ours, theirs, small) = create_round("a");
+    let (ours, theirs, (small, small_cpu)) = create_round("a");
     println!(
         "create a workspace: JSON:API p50 {:.1} ms vs raw create {:.1} ms = {:.2}x (budget <= 2x)",
         ours.as_secs_f64() * 1e3,
@@ -201,10 +206,16 @@ fn main() {
 
     // 5. Storage reads per create at 10x the workspaces.
     fill(size, size * 10);
-    let (_, _, large) = create_round("b");
+    let (_, _, (large, large_cpu)) = create_round("b");
     println!(
         "objects read from storage per workspace create: {small:.1} at {size} workspaces, {large:.1} at {} (budget: flat, <= 1.2x, and <= 50)",
         size * 10
+    );
+    // 6. CPU per create at 10x the workspaces.
+    println!(
+        "CPU of the API server and operator per workspace create: {small_cpu:.2} ms at {size} workspaces, {large_cpu:.2} ms at {} = {:.2}x (budget <= 1.2x)",
+        size * 10,
+        large_cpu / small_cpu.max(f64::EPSILON)
     );
     drop(operator);
     drop(api);

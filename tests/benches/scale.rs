@@ -56,7 +56,7 @@ use sha2::{Digest, Sha256};
 use terrace_crds::constants::{LABEL_ID, LABEL_ORGANIZATION};
 use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
 use terrace_crds::{Workspace, WorkspaceSpec};
-use terrace_tests::bench::{env_usize, rss_kib};
+use terrace_tests::bench::{cpu_secs, env_usize, rss_kib};
 use terrace_tests::{Api, Component, Dev, free_port};
 
 const API_THREADS: usize = 8;
@@ -70,32 +70,6 @@ fn env_list(name: &str, default: &[usize]) -> Vec<usize> {
         .filter(|v: &Vec<usize>| !v.is_empty())
         .unwrap_or_else(|| default.to_vec())
 }
-
-fn clock_ticks() -> f64 {
-    std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-        .unwrap_or(100.0)
-}
-
-/// User + system CPU seconds of a process.
-fn cpu_secs(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    (ticks(11) + ticks(12)) as f64 / clock_ticks()
-}
-
 fn percentile(samples: &mut [Duration], p: f64) -> Duration {
     if samples.is_empty() {
         return Duration::ZERO;

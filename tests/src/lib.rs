@@ -1164,6 +1164,32 @@ fn pump(
 pub mod bench {
     use std::time::Duration;
 
+    /// The kernel's clock ticks per second (`/proc/PID/stat` counts CPU time in them).
+    fn clock_ticks() -> f64 {
+        std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+            .unwrap_or(100.0)
+    }
+
+    /// User + system CPU seconds of a process.
+    pub fn cpu_secs(pid: u32) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace().collect())
+            .unwrap_or_default();
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        (ticks(11) + ticks(12)) as f64 / clock_ticks()
+    }
+
     /// The number in environment variable `name`, else `default`.
     pub fn env_usize(name: &str, default: usize) -> usize {
         std::env::var(name)
