@@ -781,6 +781,20 @@ pub struct Terraform {
 /// The hostname the CLI configuration gives `terrace dev` (it must contain a dot).
 pub const CLI_HOST: &str = "terrace.test";
 
+/// Writes `dir/main.tf` for the terraform CLI against terrace: a `cloud` block naming
+/// [`CLI_HOST`], organization `org` and `workspaces` (the inside of its `workspaces`
+/// block: `name = "app"`, `tags = ["a"]`), then `body`.
+pub fn write_cloud_config(dir: &Path, org: &str, workspaces: &str, body: &str) {
+    std::fs::create_dir_all(dir).expect("config dir");
+    std::fs::write(
+        dir.join("main.tf"),
+        format!(
+            "terraform {{\n  cloud {{\n    hostname     = \"{CLI_HOST}\"\n    organization = \"{org}\"\n    workspaces {{\n      {workspaces}\n    }}\n  }}\n}}\n{body}"
+        ),
+    )
+    .expect("main.tf");
+}
+
 impl Terraform {
     /// The CLI configuration for `dev`, written to `DIR/cli.tfrc`.
     pub fn for_dev(dev: &Dev) -> Terraform {

@@ -9,30 +9,22 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use terrace_tests::{Api, CLI_HOST, Dev, Terraform, targz, terraform_path, text};
+use terrace_tests::{
+    Api, CLI_HOST, Dev, Terraform, targz, terraform_path, text, write_cloud_config,
+};
 
 const ORG: &str = "runorg";
 
 fn config(dir: &Path, workspace: &str, body: &str) {
-    std::fs::create_dir_all(dir).expect("config dir");
-    std::fs::write(
-        dir.join("main.tf"),
-        format!(
-            r#"
-terraform {{
-  cloud {{
-    hostname     = "{CLI_HOST}"
-    organization = "{ORG}"
-    workspaces {{
-      name = "{workspace}"
-    }}
-  }}
-}}
-{body}
+    write_cloud_config(
+        dir,
+        ORG,
+        &format!(r#"name = "{workspace}""#),
+        &format!(
+            r#"{body}
 "#
         ),
-    )
-    .expect("main.tf");
+    );
 }
 
 const ITEMS: &str = r#"

@@ -8,28 +8,19 @@ use std::path::Path;
 use std::process::Output;
 
 use serde_json::{Value, json};
-use terrace_tests::{Api, CLI_HOST, Dev, Terraform, text};
+use terrace_tests::{Api, CLI_HOST, Dev, Terraform, text, write_cloud_config};
 
 const ORG: &str = "stateorg";
 
 /// A configuration of `n` `terraform_data` resources and three outputs (one sensitive)
 /// in workspace `name`.
 fn config(dir: &Path, workspaces: &str, n: usize) {
-    std::fs::create_dir_all(dir).expect("config dir");
-    std::fs::write(
-        dir.join("main.tf"),
-        format!(
+    write_cloud_config(
+        dir,
+        ORG,
+        workspaces,
+        &format!(
             r#"
-terraform {{
-  cloud {{
-    hostname     = "{CLI_HOST}"
-    organization = "{ORG}"
-    workspaces {{
-      {workspaces}
-    }}
-  }}
-}}
-
 variable "n" {{
   type    = number
   default = {n}
@@ -54,8 +45,7 @@ output "password" {{
 }}
 "#
         ),
-    )
-    .expect("main.tf");
+    );
 }
 
 fn ok(out: Output, what: &str) -> String {

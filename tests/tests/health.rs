@@ -18,7 +18,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use terrace_tests::receiver::Receiver;
-use terrace_tests::{Api, CLI_HOST, Dev, Moto, Terraform, terraform_path, text};
+use terrace_tests::{
+    Api, CLI_HOST, Dev, Moto, Terraform, terraform_path, text, write_cloud_config,
+};
 
 const ORG: &str = "healthorg";
 
@@ -35,21 +37,12 @@ fn upstream(path: &Path, ok: bool) {
 }
 
 fn config(dir: &Path, upstream: &Path) {
-    std::fs::create_dir_all(dir).expect("config dir");
-    std::fs::write(
-        dir.join("main.tf"),
-        format!(
+    write_cloud_config(
+        dir,
+        ORG,
+        r#"name = "app""#,
+        &format!(
             r#"
-terraform {{
-  cloud {{
-    hostname     = "{CLI_HOST}"
-    organization = "{ORG}"
-    workspaces {{
-      name = "app"
-    }}
-  }}
-}}
-
 data "terraform_remote_state" "up" {{
   backend = "local"
   config = {{
@@ -70,8 +63,7 @@ check "upstream" {{
 "#,
             upstream.display()
         ),
-    )
-    .expect("main.tf");
+    );
 }
 
 /// The workspace's current assessment result once it is another than `before`.

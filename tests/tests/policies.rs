@@ -8,34 +8,24 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use terrace_tests::{Api, CLI_HOST, Dev, Terraform, strip_colours, terraform_path, text};
+use terrace_tests::{Api, Dev, Terraform, strip_colours, terraform_path, text, write_cloud_config};
 
 const ORG: &str = "polorg";
 
 fn config(dir: &Path, workspace: &str, value: &str, count: u32) {
-    std::fs::create_dir_all(dir).expect("config dir");
-    std::fs::write(
-        dir.join("main.tf"),
-        format!(
+    write_cloud_config(
+        dir,
+        ORG,
+        &format!(r#"name = "{workspace}""#),
+        &format!(
             r#"
-terraform {{
-  cloud {{
-    hostname     = "{CLI_HOST}"
-    organization = "{ORG}"
-    workspaces {{
-      name = "{workspace}"
-    }}
-  }}
-}}
-
 resource "terraform_data" "item" {{
   count = {count}
   input = "{value}-${{count.index}}"
 }}
 "#
         ),
-    )
-    .expect("main.tf");
+    );
 }
 
 /// The policy sets, as a GitOps repository would hold them: an advisory set for every

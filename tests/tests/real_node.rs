@@ -14,14 +14,7 @@ use terrace_tests::{Api, CLI_HOST, Terraform, text};
 
 /// A workspace configuration of one resource (and a pause in its provisioner).
 fn config(dir: &Path, org: &str, workspace: &str, body: &str) {
-    std::fs::create_dir_all(dir).expect("config dir");
-    std::fs::write(
-        dir.join("main.tf"),
-        format!(
-            "terraform {{\n  cloud {{\n    hostname     = \"{CLI_HOST}\"\n    organization = \"{org}\"\n    workspaces {{ name = \"{workspace}\" }}\n  }}\n}}\n{body}"
-        ),
-    )
-    .expect("main.tf");
+    terrace_tests::write_cloud_config(dir, org, &format!("name = \"{workspace}\""), body);
 }
 
 const MODULE_TF: &str = r#"

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use terrace_tests::{
-    Api, CLI_HOST, Dev, FaultProxy, Moto, PASS_ENGINE, Terraform, text, write_engine,
+    Api, Dev, FaultProxy, Moto, PASS_ENGINE, Terraform, text, write_cloud_config, write_engine,
 };
 
 const ORG: &str = "s3org";
@@ -71,21 +71,12 @@ fn start_with(extra: &[&str]) -> Option<(Moto, Dev, Api)> {
 }
 
 fn config(dir: &Path, n: usize) {
-    std::fs::create_dir_all(dir).expect("config dir");
-    std::fs::write(
-        dir.join("main.tf"),
-        format!(
+    write_cloud_config(
+        dir,
+        ORG,
+        r#"name = "app""#,
+        &format!(
             r#"
-terraform {{
-  cloud {{
-    hostname     = "{CLI_HOST}"
-    organization = "{ORG}"
-    workspaces {{
-      name = "app"
-    }}
-  }}
-}}
-
 resource "terraform_data" "item" {{
   count = {n}
   input = "item-${{count.index}}"
@@ -96,8 +87,7 @@ output "items" {{
 }}
 "#
         ),
-    )
-    .expect("main.tf");
+    );
 }
 
 fn ok(out: Output, what: &str) -> String {
