@@ -32,8 +32,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use terrace_crds::assessment::{self, AssessmentSummary};
 use terrace_crds::constants::{
-    ANNOTATION_ASSESSMENT_REQUESTED, ANNOTATION_STATE_HEAD, FIELD_MANAGER_RUNS,
-    LABEL_DEFAULT_PROJECT, LABEL_ID,
+    ANNOTATION_ASSESSMENT_REQUESTED, ANNOTATION_STATE_HEAD, FIELD_MANAGER_RUNS, LABEL_ID,
 };
 use terrace_crds::ids::IdKind;
 use terrace_crds::run::{PhaseReport, RunState};
@@ -342,15 +341,7 @@ fn execution_mode(ctx: &RunContext, ns: &str, ws: &Workspace, org: &Organization
     if let Some(m) = own.filter(|_| !inherits) {
         return m;
     }
-    let wanted = ws.spec.project.as_deref().filter(|p| !p.is_empty());
-    let project = ctx
-        .catalog
-        .in_namespace(IdKind::Project, ns)
-        .into_iter()
-        .find(|p| match wanted {
-            Some(name) => p.metadata.name.as_deref() == Some(name),
-            None => p.labels().get(LABEL_DEFAULT_PROJECT).map(String::as_str) == Some("true"),
-        })
+    let project = super::inputs::project_of(&ctx.catalog, ns, ws)
         .and_then(|p| typed::<terrace_crds::Project>(&p));
     let so = project
         .as_ref()
