@@ -1316,6 +1316,7 @@ pub fn chart_rbac(namespace: &str) -> String {
 }
 
 pub mod browser;
+pub mod provider;
 pub mod real;
 pub mod receiver;
 pub mod registry;

@@ -9,9 +9,9 @@
 //! output and log; an assessment never takes the workspace's lock.
 //!
 //! Drift itself needs a provider whose real objects change (built-in resources cannot
-//! drift): the second test uses the AWS provider of the machine's plugin mirror
-//! (`/opt/tf-plugins`) against moto's S3, and changes a bucket's tags behind the
-//! engine's back; it is skipped, saying so, where either is missing.
+//! drift): the second test uses the repository's test provider (`tests/provider`,
+//! `terrace_tests::provider`), whose objects are files the test edits behind the
+//! engine's back.
 
 use std::path::Path;
 use std::time::Duration;
@@ -19,7 +19,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use terrace_tests::receiver::Receiver;
 use terrace_tests::{
-    Api, CLI_HOST, Dev, Moto, Terraform, terraform_path, text, write_cloud_config,
+    Api, CLI_HOST, Dev, Terraform, provider, terraform_path, text, write_cloud_config,
 };
 
 const ORG: &str = "healthorg";
@@ -372,21 +372,9 @@ fn continuous_validation_and_failures_from_a_refresh_only_plan() {
     );
 }
 
-/// The machine's filesystem mirror of providers (the AWS provider).
-const PLUGINS: &str = "/opt/tf-plugins";
-
 #[test]
 fn drift_of_a_real_object_with_the_resource_and_its_attributes() {
-    if !Path::new(PLUGINS)
-        .join("registry.terraform.io/hashicorp/aws")
-        .is_dir()
-    {
-        eprintln!("SKIPPED: no AWS provider in {PLUGINS}");
-        return;
-    }
-    let Some(moto) = Moto::start() else {
-        return;
-    };
+    let receiver = Receiver::start(|_, _| (200, Duration::ZERO));
     let dev = Dev::start_with(&[
         "--engine",
         &terraform_path(),
@@ -397,15 +385,14 @@ fn drift_of_a_real_object_with_the_resource_and_its_attributes() {
     ]);
     let api = Api::admin(&dev);
     api.create_org(ORG);
-    let mirror = format!(
-        "provider_installation {{\n  filesystem_mirror {{\n    path = \"{PLUGINS}\"\n  }}\n}}\n"
-    );
-    // The engine's, in the Pod: a workspace variable names it. Outside /tmp, which is an
-    // emptyDir in a Pod of terrace dev's simulator.
-    let outside = Path::new(env!("CARGO_TARGET_TMPDIR")).join("health-drift");
-    std::fs::create_dir_all(&outside).expect("dir");
-    let engine_rc = outside.join("engine.tfrc");
+    let mirror = provider::cli_config();
+    // The engine's, in the Pod, and the objects' directory: outside /tmp, which is an
+    // emptyDir in a Pod of terrace dev's simulator. A workspace variable names the rc.
+    let outside = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("dir");
+    let engine_rc = outside.path().join("engine.tfrc");
     std::fs::write(&engine_rc, &mirror).expect("engine rc");
+    let objects = outside.path().join("objects");
+    std::fs::create_dir_all(&objects).expect("objects");
     // The CLI's: terrace dev's host and token, and the mirror.
     let dir = tempfile::tempdir().expect("dir");
     let cli_rc = dir.path().join("cli.tfrc");
@@ -420,7 +407,7 @@ fn drift_of_a_real_object_with_the_resource_and_its_attributes() {
     let tf = Terraform::for_dev(&dev);
     let d = dir.path().join("app");
     std::fs::create_dir_all(&d).expect("app");
-    let url = moto.url();
+    let (required, provider_block) = provider::hcl(&objects);
     std::fs::write(
         d.join("main.tf"),
         format!(
@@ -434,27 +421,15 @@ terraform {{
     }}
   }}
   required_providers {{
-    aws = {{
-      source = "hashicorp/aws"
-    }}
+    {required}
   }}
 }}
 
-provider "aws" {{
-  region                      = "us-east-1"
-  access_key                  = "test"
-  secret_key                  = "test"
-  s3_use_path_style           = true
-  skip_credentials_validation = true
-  skip_metadata_api_check     = true
-  skip_requesting_account_id  = true
-  endpoints {{
-    s3 = "{url}"
-  }}
-}}
+{provider_block}
 
-resource "aws_s3_bucket" "logs" {{
-  bucket = "health-logs"
+resource "files_object" "logs" {{
+  name    = "logs.json"
+  content = "bucket"
   tags = {{
     team = "infra"
   }}
@@ -491,6 +466,13 @@ resource "aws_s3_bucket" "logs" {{
         Some(&json!({"data": {"type": "workspaces", "attributes": {"assessments-enabled": true}}})),
     );
     assert_eq!(r.status, 200, "{:?}", r.body);
+    let nc = api.post(
+        &format!("/api/v2/workspaces/{ws_id}/notification-configurations"),
+        &json!({"data": {"type": "notification-configurations", "attributes": {
+            "name": "drift", "destination-type": "generic", "enabled": true,
+            "url": receiver.url("/drift"), "triggers": ["assessment:drifted"]}}}),
+    );
+    assert_eq!(nc.status, 201, "{:?}", nc.body);
     let first = next_result(&dev, &api, &ws_id, None);
     assert_eq!(
         (
@@ -501,19 +483,12 @@ resource "aws_s3_bucket" "logs" {{
         "{first}"
     );
 
-    // Someone edits the bucket's tags in the console.
-    let edit = std::process::Command::new("python3")
-        .args([
-            "-c",
-            &format!(
-                "import boto3; boto3.client('s3', endpoint_url='{url}', region_name='us-east-1', \
-                 aws_access_key_id='test', aws_secret_access_key='test').put_bucket_tagging(\
-                 Bucket='health-logs', Tagging={{'TagSet': [{{'Key': 'team', 'Value': 'someone-else'}}]}})"
-            ),
-        ])
-        .output()
-        .expect("python3");
-    assert!(edit.status.success(), "{}", text(&edit));
+    // Someone edits the object's tags behind the engine's back.
+    std::fs::write(
+        objects.join("logs.json"),
+        r#"{"content": "bucket", "tags": {"team": "someone-else"}}"#,
+    )
+    .expect("edit the object");
     let drifted = next_result(&dev, &api, &ws_id, first["id"].as_str());
     let a = &drifted["attributes"];
     assert_eq!(
@@ -525,7 +500,7 @@ resource "aws_s3_bucket" "logs" {{
     let id = drifted["id"].as_str().unwrap_or_default();
     let health = api.get(&format!("/api/v2/assessment-results/{id}/health"));
     let drift = &health.body["data"]["attributes"]["drift"][0];
-    assert_eq!(drift["address"], "aws_s3_bucket.logs", "{:?}", health.body);
+    assert_eq!(drift["address"], "files_object.logs", "{:?}", health.body);
     let attrs = drift["attributes"].as_array().cloned().unwrap_or_default();
     assert!(attrs.contains(&json!("tags")), "{drift}");
     let cond = condition_of(&dev, "bucket", "Drifted");
@@ -534,19 +509,48 @@ resource "aws_s3_bucket" "logs" {{
         cond["message"]
             .as_str()
             .unwrap_or_default()
-            .contains("aws_s3_bucket.logs"),
+            .contains("files_object.logs"),
         "{cond}"
     );
     assert!(
         events(&dev).contains("DriftDetected"),
         "no DriftDetected Event"
     );
+    let got = dev.eventually(Duration::from_secs(30), || {
+        receiver
+            .at("/drift")
+            .into_iter()
+            .map(|r| r.json())
+            .find(|p| p["trigger"] == "assessment:drifted")
+    });
+    let payload = got.expect("the drift was notified");
+    assert_eq!(payload["details"]["new_assessment_result"]["id"], id);
+    assert_eq!(payload["details"]["workspace_name"], "bucket");
+    // The health page names the drifted resource and its changed attribute.
+    let cookie = sign_in(&dev);
+    let (status, html) = page(
+        &dev,
+        &cookie,
+        &format!("/app/{ORG}/workspaces/bucket/health"),
+    );
+    assert_eq!(status, 200, "{html}");
+    assert!(
+        html.contains("files_object.logs") && html.contains("tags"),
+        "{html}"
+    );
+    // The real object is deleted: drift too (the resource is gone).
+    std::fs::remove_file(objects.join("logs.json")).expect("delete the object");
+    let gone = next_result(&dev, &api, &ws_id, Some(id));
+    assert_eq!(gone["attributes"]["drifted"], true, "{gone}");
+    let id = gone["id"].as_str().unwrap_or_default();
 
     // Fixed with an apply: healthy again.
     let apply = cli(&["apply", "-auto-approve", "-input=false"]);
     assert!(apply.status.success(), "{}", text(&apply));
     let fixed = next_result(&dev, &api, &ws_id, Some(id));
     assert_eq!(fixed["attributes"]["drifted"], false, "{fixed}");
+    let object = std::fs::read_to_string(objects.join("logs.json")).expect("recreated");
+    assert!(object.contains("infra"), "{object}");
     assert_eq!(condition_of(&dev, "bucket", "Drifted")["status"], "False");
     assert!(
         events(&dev).contains("DriftResolved"),
