@@ -319,6 +319,13 @@ fn continuous_validation_and_failures_from_a_refresh_only_plan() {
         "{html}"
     );
     assert!(html.contains("Start an assessment"), "{html}");
+    // The list shows the workspace's health as a badge that links to that page.
+    let (status, html) = page(&dev, &cookie, &format!("/app/{ORG}/workspaces"));
+    assert_eq!(status, 200, "{html}");
+    assert!(
+        html.contains("workspaces/app/health\">Checks failed</a>"),
+        "{html}"
+    );
 
     // 3. The upstream is gone: the plan errors, an assessment failure, not drift.
     std::fs::remove_file(&up).expect("remove upstream");
@@ -536,6 +543,11 @@ resource "files_object" "logs" {{
     assert_eq!(status, 200, "{html}");
     assert!(
         html.contains("files_object.logs") && html.contains("tags"),
+        "{html}"
+    );
+    let (_, html) = page(&dev, &cookie, &format!("/app/{ORG}/workspaces"));
+    assert!(
+        html.contains("workspaces/bucket/health\">Drifted</a>"),
         "{html}"
     );
     // The real object is deleted: drift too (the resource is gone).

@@ -46,6 +46,21 @@ struct HealthPage {
     checks: Vec<CheckRow>,
 }
 
+/// What an assessment result's attributes `r` say of a workspace's health, in words.
+pub fn health_label(r: &Value) -> &'static str {
+    match (
+        r["succeeded"].as_bool(),
+        r["drifted"].as_bool(),
+        r["all-checks-succeeded"].as_bool(),
+    ) {
+        (Some(false), _, _) => "Errored",
+        (_, Some(true), Some(false)) => "Drifted, checks failed",
+        (_, Some(true), _) => "Drifted",
+        (_, _, Some(false)) => "Checks failed",
+        _ => "Healthy",
+    }
+}
+
 /// `GET /app/:org/workspaces/:ws/health`.
 pub async fn show(
     Visit { ui, s, headers }: Visit,
@@ -87,18 +102,7 @@ pub async fn show(
     page.assessed = when(&r["created-at"]);
     page.error = r["error-msg"].as_str().unwrap_or_default().to_owned();
     page.drifted_count = text(&r["resources-drifted"]);
-    page.state = match (
-        r["succeeded"].as_bool(),
-        r["drifted"].as_bool(),
-        r["all-checks-succeeded"].as_bool(),
-    ) {
-        (Some(false), _, _) => "Errored",
-        (_, Some(true), Some(false)) => "Drifted, checks failed",
-        (_, Some(true), _) => "Drifted",
-        (_, _, Some(false)) => "Checks failed",
-        _ => "Healthy",
-    }
-    .to_owned();
+    page.state = health_label(r).to_owned();
     if r["succeeded"].as_bool() == Some(true) {
         let detail = ui
             .get(

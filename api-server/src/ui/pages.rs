@@ -143,6 +143,10 @@ pub struct WsRow {
     pub run_status: String,
     pub resources: String,
     pub changed: String,
+    /// The current assessment's health in words; empty when assessments are off.
+    pub health: String,
+    /// The badge's class: `ok`, `warn` or `err`.
+    pub health_class: &'static str,
 }
 
 /// An option of a filter.
@@ -189,7 +193,7 @@ pub async fn workspaces(
         .find(|(k, _)| *k == q.sort)
         .map_or("name", |(k, _)| k);
     let mut path = format!(
-        "/api/v2/organizations/{}/workspaces?include=current_run,project&page%5Bsize%5D=20&page%5Bnumber%5D={page}&sort={sort}",
+        "/api/v2/organizations/{}/workspaces?include=current_run,project,current_assessment_result&page%5Bsize%5D=20&page%5Bnumber%5D={page}&sort={sort}",
         urlencode(&org)
     );
     if !q.q.is_empty() {
@@ -295,7 +299,25 @@ fn ws_row(doc: &Value, w: &Value) -> WsRow {
         .as_str()
         .and_then(|id| included(doc, "runs", id))
         .map_or_else(|| "-".to_owned(), |run| text(&run["attributes"]["status"]));
+    let result = r["current-assessment-result"]["data"]["id"]
+        .as_str()
+        .and_then(|id| included(doc, "assessment-results", id));
+    let (health, health_class) = match result {
+        _ if a["assessments-enabled"].as_bool() != Some(true) => (String::new(), ""),
+        None => ("Not assessed yet".to_owned(), ""),
+        Some(res) => {
+            let label = super::health::health_label(&res["attributes"]);
+            let class = match label {
+                "Healthy" => "ok",
+                "Errored" => "err",
+                _ => "warn",
+            };
+            (label.to_owned(), class)
+        }
+    };
     WsRow {
+        health,
+        health_class,
         name: text(&a["name"]),
         project,
         mode: text(&a["execution-mode"]),

@@ -150,22 +150,24 @@ async fn show(Authed { state, caller }: Authed, Path(id): Path<String>) -> Resul
 
 /// `GET /workspaces/:id/current-assessment-result`: 404 while the workspace has none.
 async fn current(State(state): State<AppState>, f: Found<Workspace>) -> Result<Doc, ApiError> {
-    let id =
-        f.at.obj
-            .status
-            .as_ref()
-            .and_then(|s| s.health.as_ref())
-            .and_then(|h| h.result_id.clone())
-            .ok_or_else(|| ApiError::not_found("the workspace has no assessment result"))?;
-    let run_id = run_id_of_result(&id).ok_or_else(not_found)?;
-    let run = state
-        .index
-        .read()
-        .assessments()
-        .get(&run_id)
-        .cloned()
-        .ok_or_else(|| ApiError::not_found("the workspace's assessment result is gone"))?;
-    Ok(Doc::ok(document(&run, &f.at.id(), &id)))
+    current_included(&state, &f.at)
+        .map(Doc::ok)
+        .ok_or_else(|| ApiError::not_found("the workspace has no assessment result"))
+}
+
+/// The document of workspace `ws`'s current assessment result (also the workspace
+/// reads' `include=current_assessment_result`, which the web view's list shows as a
+/// health badge); `None` while it has none.
+pub fn current_included(state: &AppState, ws: &Ws) -> Option<Value> {
+    let id = ws
+        .obj
+        .status
+        .as_ref()
+        .and_then(|s| s.health.as_ref())
+        .and_then(|h| h.result_id.clone())?;
+    let run_id = run_id_of_result(&id)?;
+    let run = state.index.read().assessments().get(&run_id).cloned()?;
+    Some(document(&run, &ws.id(), &id))
 }
 
 /// 403 unless the caller may read the workspace's state (`read-state`): an assessment's

@@ -139,6 +139,7 @@ pub async fn render_located(state: &AppState, caller: &Caller, l: &Ws) -> Result
 pub const INCLUDES: &[&str] = &[
     "current_configuration_version",
     "current_configuration_version.ingress_attributes",
+    "current_assessment_result",
     "current_run",
     "current_run.configuration_version",
     "current_run.configuration_version.ingress_attributes",
@@ -178,6 +179,9 @@ pub fn included(state: &AppState, located: &[&Ws], includes: &[String]) -> Vec<V
                 "current_run" | "current_run.plan" | "current_run.configuration_version" => {
                     documents::runs::current_run_included(state, l, inc)
                 }
+                "current_assessment_result" => assessments::current_included(state, l)
+                    .into_iter()
+                    .collect(),
                 "current_configuration_version"
                 | "current_configuration_version.ingress_attributes" => state
                     .index

@@ -162,6 +162,17 @@ async fn a_result_in_tfe_shape_for_whoever_reads_the_workspace() {
         (200, Some(RESULT)),
         "{cur}"
     );
+    // Also as an include of workspace reads (the web view's list badge).
+    let (st, list) = h
+        .call(
+            "GET",
+            &format!("/api/v2/workspaces/{WS}?include=current_assessment_result"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{list}");
+    assert_eq!(list["included"][0]["id"], RESULT, "{list}");
+    assert_eq!(list["included"][0]["attributes"]["drifted"], true, "{list}");
 
     // The JSON output and the health page's detail need read-state.
     let (st, out) = h.call("GET", &format!("{base}/json-output"), None).await;
