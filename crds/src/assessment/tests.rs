@@ -218,6 +218,31 @@ fn failed_checks_are_a_check_failure_not_drift() {
     );
 }
 
+/// terraform 1.11's refresh-only plan keeps going when a postcondition fails (a
+/// warning, exit 0, a plan file): `show -json` lists it under `checks` with the
+/// resource's address, as captured here from a data source's postcondition.
+#[test]
+fn a_failed_postcondition_is_a_check_failure() {
+    let plan = plan_with(
+        json!([]),
+        json!([
+            {"address": {"kind": "resource", "mode": "data", "name": "up",
+                "to_display": "data.terraform_remote_state.up", "type": "terraform_remote_state"},
+             "status": "fail",
+             "instances": [{"address": {"to_display": "data.terraform_remote_state.up"},
+                 "status": "fail",
+                 "problems": [{"message": "the upstream is not ok (postcondition)"}]}]}
+        ]),
+    );
+    let s = assess(&plan).summary();
+    assert!(s.succeeded && !s.drifted);
+    assert_eq!((s.checks_failed, s.state()), (1, "ChecksFailed"));
+    assert_eq!(
+        s.failed_checks,
+        ["data.terraform_remote_state.up: the upstream is not ok (postcondition)"]
+    );
+}
+
 #[test]
 fn an_error_is_a_failed_assessment_not_drift() {
     let s = AssessmentSummary::failed("the plan failed: Error: Unable to find remote state");

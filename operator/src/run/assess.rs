@@ -7,7 +7,8 @@
 //! -detailed-exitcode` and reports what the JSON plan says ([`terrace_crds::assessment`]).
 //!
 //! - [`scheduler`]: one pass every few seconds over the cached workspaces (a scheduler
-//!   waits for time itself, so it ticks; a pass is a walk over two caches, no request):
+//!   waits for time itself, so it ticks; a pass is a walk over two caches, no request),
+//!   every second while due workspaces wait for a slot ([`BACKLOG_TICK`]):
 //!   each eligible workspace is due at its own time ([`assessment::due_at`], spread by a
 //!   hash of its ID), skipped while a run of it is active or an assessment of it is under
 //!   way, and at most `--assessment-concurrency` assessments exist at once, the longest
@@ -187,16 +188,36 @@ pub fn tick(interval: Duration) -> Duration {
     (interval / 20).clamp(Duration::from_secs(1), Duration::from_secs(10))
 }
 
+/// How soon the next pass comes while due workspaces wait for a slot: a slot frees as
+/// soon as an assessment ends, and a backlog must not wait a whole tick for each round
+/// of `--assessment-concurrency` (it capped assessments at that many per tick).
+pub const BACKLOG_TICK: Duration = Duration::from_secs(1);
+
 /// Starts due assessments until the future is dropped (with the run controller).
 pub async fn scheduler(ctx: Arc<RunContext>) {
     let interval = ctx.base.settings.assessment_interval;
     let mut first_seen: HashMap<String, Timestamp> = HashMap::new();
+    let mut wait = tick(interval);
     loop {
-        tokio::time::sleep(tick(interval)).await;
-        if let Err(e) = pass(&ctx, &mut first_seen).await {
-            e.log("assessment scheduler", "");
-        }
+        tokio::time::sleep(wait).await;
+        wait = match pass(&ctx, &mut first_seen).await {
+            Ok(Pass::Backlog) => BACKLOG_TICK.min(tick(interval)),
+            Ok(Pass::Done) => tick(interval),
+            Err(e) => {
+                e.log("assessment scheduler", "");
+                tick(interval)
+            }
+        };
     }
+}
+
+/// What a pass left behind.
+#[derive(Debug, PartialEq, Eq)]
+enum Pass {
+    /// Every due workspace got its assessment.
+    Done,
+    /// Due workspaces wait for a slot.
+    Backlog,
 }
 
 /// A workspace object of a namespace.
@@ -237,7 +258,10 @@ fn run_facts(runs: &[Arc<Run>]) -> RunFacts {
 }
 
 /// One pass of the scheduler (see the module docs).
-async fn pass(ctx: &RunContext, first_seen: &mut HashMap<String, Timestamp>) -> Result<(), Error> {
+async fn pass(
+    ctx: &RunContext,
+    first_seen: &mut HashMap<String, Timestamp>,
+) -> Result<Pass, Error> {
     crate::identity::synced(&ctx.workspaces, "workspace").await?;
     crate::identity::synced(&ctx.runs, "run").await?;
     ctx.catalog.synced(IdKind::ConfigurationVersion).await?;
@@ -317,10 +341,15 @@ async fn pass(ctx: &RunContext, first_seen: &mut HashMap<String, Timestamp>) -> 
         .max(1)
         .saturating_sub(facts.in_flight);
     due.sort_by_key(|(at, _, _)| *at);
+    let left = if due.len() > free {
+        Pass::Backlog
+    } else {
+        Pass::Done
+    };
     for (_, ws, cv) in due.into_iter().take(free) {
         start(ctx, &ws, &cv).await?;
     }
-    Ok(())
+    Ok(left)
 }
 
 /// The effective execution mode of `ws`: its own unless it inherits (its project's
