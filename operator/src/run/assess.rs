@@ -197,10 +197,11 @@ pub const BACKLOG_TICK: Duration = Duration::from_secs(1);
 pub async fn scheduler(ctx: Arc<RunContext>) {
     let interval = ctx.base.settings.assessment_interval;
     let mut first_seen: HashMap<String, Timestamp> = HashMap::new();
+    let mut memo = Memo::default();
     let mut wait = tick(interval);
     loop {
         tokio::time::sleep(wait).await;
-        wait = match pass(&ctx, &mut first_seen).await {
+        wait = match pass(&ctx, &mut first_seen, &mut memo).await {
             Ok(Pass::Backlog) => BACKLOG_TICK.min(tick(interval)),
             Ok(Pass::Done) => tick(interval),
             Err(e) => {
@@ -208,6 +209,45 @@ pub async fn scheduler(ctx: Arc<RunContext>) {
                 tick(interval)
             }
         };
+    }
+}
+
+/// What passes keep for the next one, so a pass over 10,000 workspaces every second
+/// (a backlog) does not convert every cached configuration version and project again.
+#[derive(Default)]
+struct Memo {
+    /// Per namespace: a fingerprint of its configuration versions (names and resource
+    /// versions) and the current configuration of each workspace they gave.
+    configs: HashMap<String, (u64, Arc<HashMap<String, String>>)>,
+}
+
+impl Memo {
+    /// The current configuration of each workspace of namespace `ns` (see
+    /// [`current_configurations`]), computed again only when its versions changed.
+    fn configs(&mut self, ctx: &RunContext, ns: &str) -> Arc<HashMap<String, String>> {
+        use std::hash::{Hash, Hasher};
+        let versions = ctx.catalog.in_namespace(IdKind::ConfigurationVersion, ns);
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        let mut keys: Vec<(&str, &str)> = versions
+            .iter()
+            .map(|v| {
+                (
+                    v.metadata.name.as_deref().unwrap_or_default(),
+                    v.metadata.resource_version.as_deref().unwrap_or_default(),
+                )
+            })
+            .collect();
+        keys.sort_unstable();
+        keys.hash(&mut h);
+        let print = h.finish();
+        if let Some((p, m)) = self.configs.get(ns)
+            && *p == print
+        {
+            return m.clone();
+        }
+        let m = Arc::new(current_configurations(versions));
+        self.configs.insert(ns.to_owned(), (print, m.clone()));
+        m
     }
 }
 
@@ -261,6 +301,7 @@ fn run_facts(runs: &[Arc<Run>]) -> RunFacts {
 async fn pass(
     ctx: &RunContext,
     first_seen: &mut HashMap<String, Timestamp>,
+    memo: &mut Memo,
 ) -> Result<Pass, Error> {
     crate::identity::synced(&ctx.workspaces, "workspace").await?;
     crate::identity::synced(&ctx.runs, "run").await?;
@@ -271,7 +312,10 @@ async fn pass(
         .unwrap_or(SignedDuration::from_hours(24));
     let facts = run_facts(&ctx.runs.state());
     let mut orgs: HashMap<String, Option<Arc<Organization>>> = HashMap::new();
-    let mut configs: HashMap<String, HashMap<String, String>> = HashMap::new();
+    let mut configs: HashMap<String, Arc<HashMap<String, String>>> = HashMap::new();
+    // Projects converted once per pass (every workspace of a project asks for it).
+    let mut projects: HashMap<(String, String), Option<Arc<terrace_crds::Project>>> =
+        HashMap::new();
     let mut due: Vec<(Timestamp, Arc<Workspace>, String)> = Vec::new();
     let mut seen: HashSet<String> = HashSet::new();
     let (mut drifted, mut failing) = (0, 0);
@@ -304,13 +348,13 @@ async fn pass(
         }
         let cv = configs
             .entry(ns.clone())
-            .or_insert_with(|| current_configurations(ctx, &ns))
+            .or_insert_with(|| memo.configs(ctx, &ns))
             .get(&ws.name_any())
             .cloned();
         let eligible = assessment::eligibility(
             ws.spec.assessments_enabled,
             org.spec.settings.assessments_enforced,
-            &execution_mode(ctx, &ns, &ws, &org),
+            &execution_mode(ctx, &mut projects, &ns, &ws, &org),
             cv.is_some(),
             ws.annotations().contains_key(ANNOTATION_STATE_HEAD)
                 || ws.status.as_ref().is_some_and(|s| s.resource_count > 0),
@@ -354,7 +398,13 @@ async fn pass(
 
 /// The effective execution mode of `ws`: its own unless it inherits (its project's
 /// default when the project overrides it, else the organization's).
-fn execution_mode(ctx: &RunContext, ns: &str, ws: &Workspace, org: &Organization) -> String {
+fn execution_mode(
+    ctx: &RunContext,
+    projects: &mut HashMap<(String, String), Option<Arc<terrace_crds::Project>>>,
+    ns: &str,
+    ws: &Workspace,
+    org: &Organization,
+) -> String {
     let inherits = ws
         .spec
         .setting_overwrites
@@ -370,31 +420,33 @@ fn execution_mode(ctx: &RunContext, ns: &str, ws: &Workspace, org: &Organization
     if let Some(m) = own.filter(|_| !inherits) {
         return m;
     }
-    let project = super::inputs::project_of(&ctx.catalog, ns, ws)
-        .and_then(|p| typed::<terrace_crds::Project>(&p));
+    let project = super::inputs::project_of(&ctx.catalog, ns, ws).and_then(|p| {
+        projects
+            .entry((ns.to_owned(), p.name_any()))
+            .or_insert_with(|| typed::<terrace_crds::Project>(&p).map(Arc::new))
+            .clone()
+    });
     let so = project
         .as_ref()
         .and_then(|p| p.spec.setting_overwrites.clone())
         .unwrap_or_default();
-    match project.and_then(|p| p.spec.default_execution_mode) {
+    match project.and_then(|p| p.spec.default_execution_mode.clone()) {
         Some(m) if so.default_execution_mode == Some(true) => m,
         _ => org.spec.settings.default_execution_mode.clone(),
     }
 }
 
-/// The current configuration version of each workspace of namespace `ns` for an
-/// assessment (by workspace object name), from the catalog's cache in one walk: its
+/// The current configuration version of each workspace of a namespace for an
+/// assessment (by workspace object name), from its cached `versions` in one walk: its
 /// newest uploaded, usable version that is neither provisional nor speculative (a
 /// speculative plan's upload is no configuration of the workspace).
-fn current_configurations(ctx: &RunContext, ns: &str) -> HashMap<String, String> {
+fn current_configurations(versions: Vec<Arc<kube::api::DynamicObject>>) -> HashMap<String, String> {
     type Key = (
         Option<String>,
         Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
     );
     let mut newest: HashMap<String, (Key, String)> = HashMap::new();
-    let versions = ctx
-        .catalog
-        .in_namespace(IdKind::ConfigurationVersion, ns)
+    let versions = versions
         .into_iter()
         .filter_map(|o| typed::<ConfigurationVersion>(&o))
         .filter(|c| c.usable() && !c.spec.provisional && !c.spec.speculative);
