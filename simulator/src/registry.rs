@@ -119,7 +119,7 @@ impl Registry {
         let mut r = Registry::default();
         for b in BUILTINS {
             let kind = b.kind;
-            let mut info = ResourceInfo {
+            let info = ResourceInfo {
                 group: b.group.into(),
                 version: "v1".into(),
                 kind: kind.into(),
@@ -129,17 +129,11 @@ impl Registry {
                 namespaced: b.namespaced,
                 short_names: b.short_names.iter().map(|s| s.to_string()).collect(),
                 categories: b.categories.iter().map(|s| s.to_string()).collect(),
-                verbs: Vec::new(),
                 schema: None,
                 printer_columns: Vec::new(),
                 status_subresource: b.status,
                 custom: false,
             };
-            info.verbs = crate::kinds::of(&info)
-                .verbs()
-                .iter()
-                .map(|s| s.to_string())
-                .collect();
             r.insert(info);
         }
         r

@@ -29,8 +29,6 @@ pub struct ResourceInfo {
     pub namespaced: bool,
     pub short_names: Vec<String>,
     pub categories: Vec<String>,
-    /// Verbs advertised in discovery.
-    pub verbs: Vec<String>,
     /// `openAPIV3Schema` of the version for custom resources; `None` for built-in kinds
     /// (which the simulator stores without schema validation).
     pub schema: Option<Value>,

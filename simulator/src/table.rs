@@ -282,7 +282,6 @@ mod tests {
             namespaced: true,
             short_names: vec![],
             categories: vec![],
-            verbs: vec![],
             schema: None,
             printer_columns: columns,
             status_subresource: true,

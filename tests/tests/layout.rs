@@ -183,8 +183,8 @@ fn circles(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
 const CRATES: [&str; 5] = ["crds", "operator", "api-server", "simulator", "terrace"];
 
 /// The crates whose files import one way. The simulator is not yet among them: its kinds
-/// plug behaviour into the store and registry that call them back, and its CEL
-/// evaluator and schema walker call each other (a known debt, docs/architecture.md).
+/// plug behaviour into the REST verbs that call them back, and its CEL evaluator and
+/// schema walker call each other (a known debt, docs/architecture.md).
 const ONE_WAY: [&str; 4] = ["crds", "operator", "api-server", "terrace"];
 
 #[test]

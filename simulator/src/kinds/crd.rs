@@ -6,7 +6,6 @@
 //! ([`register_stored`]).
 
 use super::{KindBehaviour, WriteRules};
-use crate::registry::ALL_VERBS;
 use crate::resource::{PrinterColumn, ResourceInfo};
 use crate::rest::qualified;
 use crate::status::{ApiError, ApiResult};
@@ -223,7 +222,6 @@ pub fn crd_to_infos(crd: &Value) -> Result<Vec<ResourceInfo>, Vec<(String, Strin
             namespaced: scope == "Namespaced",
             short_names: strings("/names/shortNames"),
             categories: strings("/names/categories"),
-            verbs: ALL_VERBS.iter().map(|s| s.to_string()).collect(),
             schema: v.pointer("/schema/openAPIV3Schema").cloned(),
             printer_columns: columns,
             status_subresource: v.pointer("/subresources/status").is_some(),

@@ -11,7 +11,6 @@ fn workspace() -> ResourceInfo {
         namespaced: true,
         short_names: vec!["ws".into()],
         categories: vec!["terrace".into()],
-        verbs: vec![],
         schema: Some(json!({
             "type": "object",
             "description": "A TFE workspace.",
@@ -35,7 +34,6 @@ fn secret() -> ResourceInfo {
         namespaced: true,
         short_names: vec![],
         categories: vec![],
-        verbs: vec![],
         schema: None,
         printer_columns: vec![],
         status_subresource: false,

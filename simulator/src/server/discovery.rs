@@ -75,7 +75,8 @@ pub(super) fn resource_list(shared: &Shared, group: &str, version: &str) -> Opti
                 "singularName": i.singular,
                 "namespaced": i.namespaced,
                 "kind": i.kind,
-                "verbs": i.verbs,
+                // The kind's own verbs (a custom resource's: all of them).
+                "verbs": crate::kinds::of(i).verbs(),
             });
             if !i.short_names.is_empty() {
                 r["shortNames"] = json!(i.short_names);
