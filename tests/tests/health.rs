@@ -6,7 +6,8 @@
 //! Terraform's back. Assessments asked for through the API then report: healthy, a check
 //! failure (not drift), a failure (not drift) when the file is gone, and healthy again;
 //! with the Workspace's conditions, its Events, the notifications, the result's JSON
-//! output and log; an assessment never takes the workspace's lock.
+//! output and log; an assessment never takes the workspace's lock and never holds up a
+//! run queued beside it.
 //!
 //! Drift itself needs a provider whose real objects change (built-in resources cannot
 //! drift): the second test uses the repository's test provider (`tests/provider`,
@@ -366,7 +367,7 @@ fn continuous_validation_and_failures_from_a_refresh_only_plan() {
     assert_eq!(fourth["attributes"]["succeeded"], true, "{fourth}");
     assert_eq!(fourth["attributes"]["checks-failed"], 0, "{fourth}");
     assert_eq!(condition(&dev, "ChecksPassing")["status"], "True");
-    // Only the three worse changes were notified.
+    // Only the two worse changes were notified.
     let triggers: Vec<String> = receiver
         .at("/health")
         .into_iter()
@@ -377,6 +378,29 @@ fn continuous_validation_and_failures_from_a_refresh_only_plan() {
         ["assessment:check_failure", "assessment:failed"],
         "{triggers:?}"
     );
+
+    // 5. An assessment never blocks a run: a run queued as an assessment is asked for
+    // plans at once, and the assessment still comes (after it, or beside it).
+    let ws = api.get(&format!("/api/v2/workspaces/{ws_id}"));
+    let cv = ws.body["data"]["relationships"]["current-configuration-version"]["data"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let r = api.post(
+        &format!("/api/v2/workspaces/{ws_id}/actions/assess"),
+        &json!({}),
+    );
+    assert_eq!(r.status, 200, "assess: {:?}", r.body);
+    let run = api.plan_only_run(&ws_id, &cv, Duration::from_secs(120));
+    assert_eq!(run["attributes"]["status"], "planned_and_finished", "{run}");
+    let fifth = dev.eventually(Duration::from_secs(120), || {
+        let r = api.get(&format!(
+            "/api/v2/workspaces/{ws_id}/current-assessment-result"
+        ));
+        (r.body["data"]["id"] != fourth["id"]).then(|| r.body["data"].clone())
+    });
+    let fifth = fifth.expect("the assessment asked for beside the run came");
+    assert_eq!(fifth["attributes"]["succeeded"], true, "{fifth}");
 }
 
 #[test]
