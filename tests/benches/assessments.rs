@@ -43,24 +43,11 @@ use serde_json::json;
 use terrace_crds::Run;
 use terrace_crds::run::RunState;
 use terrace_tests::bench::{cpu_secs, env_usize, median, rss_kib};
-use terrace_tests::{Api, Component, Dev, free_port, terrace_bin, write_engine};
+use terrace_tests::{Api, Dev, PLAN_ENGINE, Split, write_engine};
 
 const ORG: &str = "assess";
 const THREADS: usize = 8;
 const BUCKET_SECS: u64 = 30;
-
-/// A fake terraform: a refresh-only plan that finds the state as it is.
-const ENGINE: &str = r#"#!/bin/sh
-case "$1" in
-  version) if [ "$2" = "-json" ]; then echo '{"terraform_version":"1.11.4"}'; else echo 'Terraform v1.11.4'; fi ;;
-  init) exit 0 ;;
-  plan)
-    for a in "$@"; do case "$a" in -out=*) echo plan > "${a#-out=}" ;; esac; done
-    echo 'No changes. Your infrastructure still matches the configuration.' ;;
-  show) echo '{"format_version":"1.2","resource_changes":[],"resource_drift":[]}' ;;
-  providers) echo '{"format_version":"1.0","provider_schemas":{}}' ;;
-esac
-"#;
 
 /// Time from `POST /runs` of a plan-only run to the run leaving the queue.
 fn probe(api: &Api, ws: &str, cv: &str) -> Duration {
@@ -143,42 +130,18 @@ fn main() {
     let concurrency = env_usize("TERRACE_ASSESS_CONCURRENCY", 5);
     let probe_n = env_usize("TERRACE_ASSESS_PROBES", 5);
     let tmp = tempfile::tempdir().expect("tempdir");
-    let engine = write_engine(tmp.path(), ENGINE);
+    let engine = write_engine(tmp.path(), PLAN_ENGINE);
     let mut dev = Dev::start_with(&["--cluster-only", "--engine", &engine]);
-    let port = free_port();
-    dev.api = format!("http://127.0.0.1:{port}");
-    let kubeconfig = dev.kubeconfig();
-    let _api_server = Component::spawn(
-        &dev,
-        "api-server",
-        &["api-server"],
-        &kubeconfig,
+    let split = Split::start(
+        &mut dev,
+        &[("TERRACE_EDITION", "hosted".into())],
         &[
-            ("TERRACE_API_ADDR", format!("127.0.0.1:{port}")),
-            ("TERRACE_API_METRICS_ADDR", "127.0.0.1:0".into()),
-            ("TERRACE_BASE_URL", dev.api.clone()),
-            ("TERRACE_EDITION", "hosted".into()),
-        ],
-    );
-    let operator = Component::spawn(
-        &dev,
-        "operator",
-        &["operator", "--leader-election=false"],
-        &kubeconfig,
-        &[
-            ("TERRACE_OPERATOR_METRICS_ADDR", "127.0.0.1:0".into()),
-            ("TERRACE_API_INTERNAL_URL", dev.api.clone()),
-            ("TERRACE_BINARY_PATH", terrace_bin().display().to_string()),
             ("TERRACE_ASSESSMENT_INTERVAL", format!("{interval}s")),
             ("TERRACE_ASSESSMENT_CONCURRENCY", concurrency.to_string()),
         ],
     );
-    dev.eventually(Duration::from_secs(60), || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-        (Api::admin(&dev).get("/readyz").status == 200).then_some(())
-    })
-    .expect("API server ready");
-    let op = operator.pid();
+    let kubeconfig = dev.kubeconfig();
+    let op = split.operator.pid();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let client = rt.block_on(async {
         let kc = Kubeconfig::read_from(&kubeconfig).expect("kubeconfig");

@@ -57,7 +57,7 @@ use terrace_crds::constants::{LABEL_ID, LABEL_ORGANIZATION};
 use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
 use terrace_crds::{Workspace, WorkspaceSpec};
 use terrace_tests::bench::{cpu_secs, env_usize, rss_kib};
-use terrace_tests::{Api, Component, Dev, free_port};
+use terrace_tests::{Api, Dev, Split};
 
 const API_THREADS: usize = 8;
 const KUBE_CONCURRENCY: usize = 32;
@@ -420,32 +420,11 @@ struct SizePoint {
 fn procs_phase(sizes: &[usize], creates: usize, idle_secs: u64, saves: &Path) -> Vec<PathBuf> {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let mut dev = Dev::start_with(&["--cluster-only", "--no-kubelet"]);
-    let port = free_port();
-    dev.api = format!("http://127.0.0.1:{port}");
+    let Split {
+        api_server,
+        operator,
+    } = Split::start(&mut dev, &[], &[]);
     let kubeconfig = dev.kubeconfig();
-    let api_server = Component::spawn(
-        &dev,
-        "api-server",
-        &["api-server"],
-        &kubeconfig,
-        &[
-            ("TERRACE_API_ADDR", format!("127.0.0.1:{port}")),
-            ("TERRACE_API_METRICS_ADDR", "127.0.0.1:0".into()),
-            ("TERRACE_BASE_URL", dev.api.clone()),
-        ],
-    );
-    let operator = Component::spawn(
-        &dev,
-        "operator",
-        &["operator", "--leader-election=false"],
-        &kubeconfig,
-        &[("TERRACE_OPERATOR_METRICS_ADDR", "127.0.0.1:0".into())],
-    );
-    dev.eventually(Duration::from_secs(60), || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-        (Api::admin(&dev).get("/readyz").status == 200).then_some(())
-    })
-    .expect("API server ready");
     let pids = [dev.pid().expect("pid"), operator.pid(), api_server.pid()];
     let client = kube_client(&rt, &kubeconfig);
     let api = Api::admin(&dev);

@@ -35,7 +35,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::{WatchStreamExt, watcher};
 use terrace_crds::TestRun;
 use terrace_tests::bench::{env_usize, rss_kib, secs};
-use terrace_tests::{Api, Component, Dev, PASS_ENGINE, free_port, terrace_bin, write_engine};
+use terrace_tests::{Api, Dev, PASS_ENGINE, Split, write_engine};
 
 const DEFAULT_LIMIT: usize = 50;
 const POD_BUDGET: Duration = Duration::from_secs(10);
@@ -109,38 +109,13 @@ fn phase(
     let mut dev = Dev::start_with(&args);
     // The operator and the API server as processes of their own (as in a cluster), so the
     // operator's memory is its own.
-    let port = free_port();
-    dev.api = format!("http://127.0.0.1:{port}");
-    let kubeconfig = dev.kubeconfig();
-    let spawn = |args: &[&str], env: &[(&str, String)], name: &str| {
-        Component::spawn(&dev, name, args, &kubeconfig, env)
-    };
-    let api_server = spawn(
-        &["api-server"],
-        &[
-            ("TERRACE_API_ADDR", format!("127.0.0.1:{port}")),
-            ("TERRACE_API_METRICS_ADDR", "127.0.0.1:0".into()),
-            ("TERRACE_BASE_URL", dev.api.clone()),
-        ],
-        "api-server",
+    let split = Split::start(
+        &mut dev,
+        &[],
+        &[("TERRACE_TEST_RUN_CONCURRENCY", limit.to_string())],
     );
-    let operator = spawn(
-        &["operator", "--leader-election=false"],
-        &[
-            ("TERRACE_OPERATOR_METRICS_ADDR", "127.0.0.1:0".into()),
-            ("TERRACE_API_INTERNAL_URL", dev.api.clone()),
-            ("TERRACE_BINARY_PATH", terrace_bin().display().to_string()),
-            ("TERRACE_TEST_RUN_CONCURRENCY", limit.to_string()),
-        ],
-        "operator",
-    );
-    dev.eventually(Duration::from_secs(60), || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-        (Api::admin(&dev).get("/readyz").status == 200).then_some(())
-    })
-    .expect("API server ready");
     let pid = dev.pid().expect("pid");
-    let op_pid = operator.pid();
+    let op_pid = split.operator.pid();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let client = rt.block_on(async {
         let kc = Kubeconfig::read_from(dev.kubeconfig()).expect("kubeconfig");
@@ -271,7 +246,7 @@ fn phase(
     sampling.store(false, Ordering::Relaxed);
     sampler.join().expect("sampler");
     let o = observed.lock().expect("lock");
-    drop((operator, api_server));
+    drop(split);
     Report {
         baseline,
         create_time,

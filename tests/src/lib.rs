@@ -164,6 +164,71 @@ impl Drop for Component {
     }
 }
 
+/// The API server and the operator as processes of their own against a `terrace dev
+/// --cluster-only` (as in a cluster, so each one's CPU time and RSS are its own): the
+/// API server on a free port (`dev.api` then points at it), the operator without leader
+/// election, handing its Pods the API's URL and the terrace binary; each with `more`
+/// environment of its own. Returns once the API server is ready.
+pub struct Split {
+    pub api_server: Component,
+    pub operator: Component,
+}
+
+impl Split {
+    pub fn start(
+        dev: &mut Dev,
+        api_env: &[(&str, String)],
+        operator_env: &[(&str, String)],
+    ) -> Split {
+        let port = free_port();
+        dev.api = format!("http://127.0.0.1:{port}");
+        let kubeconfig = dev.kubeconfig();
+        let mut env = vec![
+            ("TERRACE_API_ADDR", format!("127.0.0.1:{port}")),
+            ("TERRACE_API_METRICS_ADDR", "127.0.0.1:0".into()),
+            ("TERRACE_BASE_URL", dev.api.clone()),
+        ];
+        env.extend(api_env.iter().cloned());
+        let api_server = Component::spawn(dev, "api-server", &["api-server"], &kubeconfig, &env);
+        let mut env = vec![
+            ("TERRACE_OPERATOR_METRICS_ADDR", "127.0.0.1:0".into()),
+            ("TERRACE_API_INTERNAL_URL", dev.api.clone()),
+            ("TERRACE_BINARY_PATH", terrace_bin().display().to_string()),
+        ];
+        env.extend(operator_env.iter().cloned());
+        let operator = Component::spawn(
+            dev,
+            "operator",
+            &["operator", "--leader-election=false"],
+            &kubeconfig,
+            &env,
+        );
+        let admin = Api::admin(dev);
+        dev.eventually(Duration::from_secs(60), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+            (admin.get("/readyz").status == 200).then_some(())
+        })
+        .unwrap_or_else(|| panic!("API server not ready: {}", api_server.log()));
+        Split {
+            api_server,
+            operator,
+        }
+    }
+}
+
+/// A fake terraform whose refresh-only or plain plan finds nothing to change.
+pub const PLAN_ENGINE: &str = r#"#!/bin/sh
+case "$1" in
+  version) if [ "$2" = "-json" ]; then echo '{"terraform_version":"1.11.4"}'; else echo 'Terraform v1.11.4'; fi ;;
+  init) exit 0 ;;
+  plan)
+    for a in "$@"; do case "$a" in -out=*) echo plan > "${a#-out=}" ;; esac; done
+    echo 'No changes. Your infrastructure still matches the configuration.' ;;
+  show) echo '{"format_version":"1.2","resource_changes":[],"resource_drift":[]}' ;;
+  providers) echo '{"format_version":"1.0","provider_schemas":{}}' ;;
+esac
+"#;
+
 /// A running `terrace dev`.
 pub struct Dev {
     child: Option<Child>,
