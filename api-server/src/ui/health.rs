@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::pages::{text, when, workspace_doc};
+use super::pages::{health_label, text, when, workspace_doc};
 use super::{Nav, Ui, UiError, Visit, render, urlencode};
 
 /// A drifted resource on the page.
@@ -44,21 +44,6 @@ struct HealthPage {
     details: bool,
     drift: Vec<DriftRow>,
     checks: Vec<CheckRow>,
-}
-
-/// What an assessment result's attributes `r` say of a workspace's health, in words.
-pub fn health_label(r: &Value) -> &'static str {
-    match (
-        r["succeeded"].as_bool(),
-        r["drifted"].as_bool(),
-        r["all-checks-succeeded"].as_bool(),
-    ) {
-        (Some(false), _, _) => "Errored",
-        (_, Some(true), Some(false)) => "Drifted, checks failed",
-        (_, Some(true), _) => "Drifted",
-        (_, _, Some(false)) => "Checks failed",
-        _ => "Healthy",
-    }
 }
 
 /// `GET /app/:org/workspaces/:ws/health`.

@@ -306,7 +306,7 @@ fn ws_row(doc: &Value, w: &Value) -> WsRow {
         _ if a["assessments-enabled"].as_bool() != Some(true) => (String::new(), ""),
         None => ("Not assessed yet".to_owned(), ""),
         Some(res) => {
-            let label = super::health::health_label(&res["attributes"]);
+            let label = health_label(&res["attributes"]);
             let class = match label {
                 "Healthy" => "ok",
                 "Errored" => "err",
@@ -326,6 +326,21 @@ fn ws_row(doc: &Value, w: &Value) -> WsRow {
         run_status,
         resources: text(&a["resource-count"]),
         changed: when(&a["latest-change-at"]),
+    }
+}
+
+/// What an assessment result's attributes `r` say of a workspace's health, in words.
+pub fn health_label(r: &Value) -> &'static str {
+    match (
+        r["succeeded"].as_bool(),
+        r["drifted"].as_bool(),
+        r["all-checks-succeeded"].as_bool(),
+    ) {
+        (Some(false), _, _) => "Errored",
+        (_, Some(true), Some(false)) => "Drifted, checks failed",
+        (_, Some(true), _) => "Drifted",
+        (_, _, Some(false)) => "Checks failed",
+        _ => "Healthy",
     }
 }
 
