@@ -574,6 +574,14 @@ resource "files_object" "logs" {{
         html.contains("workspaces/bucket/health\">Drifted</a>"),
         "{html}"
     );
+    // And every workspace page has the Health tab.
+    for tab in ["", "/runs", "/states"] {
+        let (_, html) = page(&dev, &cookie, &format!("/app/{ORG}/workspaces/bucket{tab}"));
+        assert!(
+            html.contains("workspaces/bucket/health\">Health</a>"),
+            "{tab}: {html}"
+        );
+    }
     // The real object is deleted: drift too (the resource is gone).
     std::fs::remove_file(objects.join("logs.json")).expect("delete the object");
     let gone = next_result(&dev, &api, &ws_id, Some(id));
