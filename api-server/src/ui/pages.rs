@@ -302,9 +302,13 @@ fn ws_row(doc: &Value, w: &Value) -> WsRow {
     let result = r["current-assessment-result"]["data"]["id"]
         .as_str()
         .and_then(|id| included(doc, "assessment-results", id));
+    // A result is shown whoever enabled assessments (the workspace, or its organization
+    // enforcing them, which the workspace's own `assessments-enabled` does not say).
     let (health, health_class) = match result {
-        _ if a["assessments-enabled"].as_bool() != Some(true) => (String::new(), ""),
-        None => ("Not assessed yet".to_owned(), ""),
+        None if a["assessments-enabled"].as_bool() == Some(true) => {
+            ("Not assessed yet".to_owned(), "")
+        }
+        None => (String::new(), ""),
         Some(res) => {
             let label = health_label(&res["attributes"]);
             let class = match label {
