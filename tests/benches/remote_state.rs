@@ -12,19 +12,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use terrace_tests::bench::{env_usize, median};
-use terrace_tests::{Api, CLI_HOST, Dev, Terraform, terraform_path, text};
+use terrace_tests::{Api, CLI_HOST, Dev, Terraform, terraform_path, text, write_cloud_config};
 
 const ORG: &str = "benchstate";
 
 fn write_config(dir: &Path, workspace: &str, body: &str) {
-    std::fs::create_dir_all(dir).expect("dir");
-    std::fs::write(
-        dir.join("main.tf"),
-        format!(
-            "terraform {{\n  cloud {{\n    hostname = \"{CLI_HOST}\"\n    organization = \"{ORG}\"\n    workspaces {{\n      name = \"{workspace}\"\n    }}\n  }}\n}}\n{body}"
-        ),
-    )
-    .expect("main.tf");
+    write_cloud_config(dir, ORG, &format!("name = \"{workspace}\""), body);
 }
 
 fn resources(n: usize) -> String {

@@ -55,7 +55,6 @@ fn build() -> PathBuf {
         .arg(root.join("tests/provider/Cargo.toml"))
         .arg("--target-dir")
         .arg(&target)
-        .env_remove("RUSTFLAGS")
         .output()
         .expect("cargo build the test provider");
     assert!(

@@ -112,6 +112,25 @@ fn next_result(dev: &Dev, api: &Api, ws: &str, before: Option<&str>) -> Value {
     })
 }
 
+/// Enables assessments on workspace `ws` and has `triggers` notified to `url` (a generic
+/// destination).
+fn enable_with_notifications(api: &Api, ws: &str, url: &str, triggers: &[&str]) {
+    let r = api.call(
+        "PATCH",
+        &format!("/api/v2/workspaces/{ws}"),
+        Some(&json!({"data": {"type": "workspaces", "attributes": {"assessments-enabled": true}}})),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(r.body["data"]["attributes"]["assessments-enabled"], true);
+    let nc = api.post(
+        &format!("/api/v2/workspaces/{ws}/notification-configurations"),
+        &json!({"data": {"type": "notification-configurations", "attributes": {
+            "name": "health", "destination-type": "generic", "enabled": true,
+            "url": url, "triggers": triggers}}}),
+    );
+    assert_eq!(nc.status, 201, "{:?}", nc.body);
+}
+
 fn agent() -> ureq::Agent {
     ureq::Agent::config_builder()
         .http_status_as_error(false)
@@ -205,21 +224,16 @@ fn continuous_validation_and_failures_from_a_refresh_only_plan() {
         &json!({}),
     );
     assert_eq!(r.status, 409, "{:?}", r.body);
-    let r = api.call(
-        "PATCH",
-        &format!("/api/v2/workspaces/{ws_id}"),
-        Some(&json!({"data": {"type": "workspaces", "attributes": {"assessments-enabled": true}}})),
+    enable_with_notifications(
+        &api,
+        &ws_id,
+        &receiver.url("/health"),
+        &[
+            "assessment:drifted",
+            "assessment:check_failure",
+            "assessment:failed",
+        ],
     );
-    assert_eq!(r.status, 200, "{:?}", r.body);
-    assert_eq!(r.body["data"]["attributes"]["assessments-enabled"], true);
-    let nc = api.post(
-        &format!("/api/v2/workspaces/{ws_id}/notification-configurations"),
-        &json!({"data": {"type": "notification-configurations", "attributes": {
-            "name": "health", "destination-type": "generic", "enabled": true,
-            "url": receiver.url("/health"),
-            "triggers": ["assessment:drifted", "assessment:check_failure", "assessment:failed"]}}}),
-    );
-    assert_eq!(nc.status, 201, "{:?}", nc.body);
 
     // 1. Healthy: the check passes, nothing drifted.
     let first = next_result(&dev, &api, &ws_id, None);
@@ -491,19 +505,12 @@ resource "files_object" "logs" {{
     assert_eq!(var.status, 201, "{:?}", var.body);
     let apply = cli(&["apply", "-auto-approve", "-input=false"]);
     assert!(apply.status.success(), "{}", text(&apply));
-    let r = api.call(
-        "PATCH",
-        &format!("/api/v2/workspaces/{ws_id}"),
-        Some(&json!({"data": {"type": "workspaces", "attributes": {"assessments-enabled": true}}})),
+    enable_with_notifications(
+        &api,
+        &ws_id,
+        &receiver.url("/drift"),
+        &["assessment:drifted"],
     );
-    assert_eq!(r.status, 200, "{:?}", r.body);
-    let nc = api.post(
-        &format!("/api/v2/workspaces/{ws_id}/notification-configurations"),
-        &json!({"data": {"type": "notification-configurations", "attributes": {
-            "name": "drift", "destination-type": "generic", "enabled": true,
-            "url": receiver.url("/drift"), "triggers": ["assessment:drifted"]}}}),
-    );
-    assert_eq!(nc.status, 201, "{:?}", nc.body);
     let first = next_result(&dev, &api, &ws_id, None);
     assert_eq!(
         (

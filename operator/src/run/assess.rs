@@ -380,6 +380,8 @@ async fn pass(
         }
     }
     first_seen.retain(|uid, _| seen.contains(uid));
+    // Namespaces with no assessed workspace left are forgotten.
+    memo.configs.retain(|ns, _| configs.contains_key(ns));
     crate::metrics::workspaces_unhealthy(drifted, failing);
     let free = (ctx.base.settings.assessment_concurrency as usize)
         .max(1)
