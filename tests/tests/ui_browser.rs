@@ -954,11 +954,26 @@ fn the_web_view_says_why_and_leads_somewhere() {
     );
     let r = api.post(&format!("/api/v2/runs/{ahead}/actions/discard"), &json!({}));
     assert_eq!(r.status, 202, "{:?}", r.body);
-    let r = api.post(
-        &format!("/api/v2/runs/{behind}/actions/discard"),
-        &json!({}),
-    );
-    assert!(matches!(r.status, 202 | 409), "{:?}", r.body);
+    // The run behind may already be planning once the one ahead is gone (a discard is
+    // then refused): discarded or canceled, whichever its state takes.
+    let ended = dev.eventually(Duration::from_secs(60), || {
+        let st = api.get(&format!("/api/v2/runs/{behind}")).body["data"]["attributes"]["status"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if ["discarded", "canceled", "errored", "planned_and_finished"].contains(&st.as_str()) {
+            return Some(());
+        }
+        for action in ["discard", "cancel"] {
+            let r = api.post(
+                &format!("/api/v2/runs/{behind}/actions/{action}"),
+                &json!({}),
+            );
+            assert!(matches!(r.status, 202 | 409), "{action}: {:?}", r.body);
+        }
+        None
+    });
+    assert!(ended.is_some(), "the run behind never ended");
     let free = dev.eventually(Duration::from_secs(60), || {
         let w = api.get(&format!("/api/v2/workspaces/{ws}"));
         (w.body["data"]["attributes"]["locked"] == false).then_some(())
