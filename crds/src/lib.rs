@@ -29,6 +29,7 @@ pub mod run;
 pub mod state;
 pub mod testoutput;
 pub mod testrun;
+pub mod vcs;
 pub mod watch;
 
 pub use resources::*;

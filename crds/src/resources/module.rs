@@ -81,8 +81,11 @@ crd_kind! {
         pub speculative: bool,
         /// Origin of the configuration: `svc-api`, `engine` or `svc-configuration-version`.
         #[serde(default = "default_source")]
-        #[schemars(extend("enum" = ["engine", "svc-api", "svc-configuration-version", "tfe-api", "terraform+cloud"]))]
+        #[schemars(extend("enum" = ["engine", "svc-api", "svc-configuration-version", "tfe-api", "terraform+cloud", "github", "gitlab", "gitea", "bitbucket", "ado", "git"]))]
         pub source: String,
+        /// Where a configuration from a repository came from (TFE's ingress attributes):
+        /// absent for an upload. Boxed: most versions have none.
+        pub ingress_attributes: Option<Box<IngressAttributes>>,
         /// A provisional version never becomes its workspace's current configuration
         /// (TFE's `provisional`).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -92,6 +95,63 @@ crd_kind! {
 
 fn default_source() -> String {
     "svc-api".to_owned()
+}
+
+crd_struct! {
+    /// The commit a configuration version was fetched from (TFE's `ingress-attributes`).
+    #[derive(Default, Eq)]
+    pub struct IngressAttributes {
+        /// Repository identifier (`org/repo`).
+        pub identifier: String,
+        /// Branch of the push or the pull request's head; empty for a tag.
+        #[serde(default)]
+        pub branch: String,
+        /// URL the commit was cloned from.
+        #[serde(default)]
+        pub clone_url: String,
+        /// The commit's message.
+        #[serde(default)]
+        pub commit_message: String,
+        /// The commit's SHA.
+        pub commit_sha: String,
+        /// The commit's page.
+        #[serde(default)]
+        pub commit_url: String,
+        /// The push's compare page.
+        #[serde(default)]
+        pub compare_url: String,
+        /// Whether it is a pull request's head.
+        #[serde(default)]
+        pub is_pull_request: bool,
+        /// Whether the branch is the repository's default branch.
+        #[serde(default)]
+        pub on_default_branch: bool,
+        /// The pull request's number.
+        pub pull_request_number: Option<i64>,
+        /// The pull request's page.
+        #[serde(default)]
+        pub pull_request_url: String,
+        /// The pull request's title.
+        #[serde(default)]
+        pub pull_request_title: String,
+        /// The pull request's description.
+        #[serde(default)]
+        pub pull_request_body: String,
+        /// The tag pushed, if it was a tag.
+        pub tag: Option<String>,
+        /// Who pushed or opened the pull request.
+        #[serde(default)]
+        pub sender_username: String,
+        /// Their avatar.
+        #[serde(default)]
+        pub sender_avatar_url: String,
+        /// Their page.
+        #[serde(default)]
+        pub sender_html_url: String,
+        /// The connection (OAuthToken ID, `ot-…`) it was fetched through.
+        #[serde(default)]
+        pub oauth_token_id: String,
+    }
 }
 
 crd_struct! {

@@ -77,18 +77,40 @@ crd_kind! {
     )]
     columns: id, age;
     pub struct OAuthTokenSpec {
-        /// VCS provider, e.g. github, github_enterprise, gitlab_hosted, bitbucket_hosted,
-        /// ado_services.
-        #[schemars(extend("enum" = ["github", "github_enterprise", "gitlab_hosted", "gitlab_community_edition", "gitlab_enterprise_edition", "bitbucket_hosted", "bitbucket_server", "bitbucket_data_center", "ado_server", "ado_services"]))]
+        /// VCS provider: TFE's (github, github_enterprise, gitlab_hosted,
+        /// gitlab_community_edition, gitlab_enterprise_edition, bitbucket_hosted,
+        /// bitbucket_server, bitbucket_data_center, ado_server, ado_services), or gitea,
+        /// forgejo, git (a plain Git server with no API, polled).
+        #[schemars(extend("enum" = ["github", "github_enterprise", "gitlab_hosted", "gitlab_community_edition", "gitlab_enterprise_edition", "bitbucket_hosted", "bitbucket_server", "bitbucket_data_center", "ado_server", "ado_services", "gitea", "forgejo", "git"]))]
         pub service_provider: String,
         /// Display name of the connection.
         pub name: Option<String>,
-        /// Base URL of the VCS provider's web interface.
+        /// Base URL of the VCS provider's web interface (repositories are cloned under it).
         pub http_url: Option<String>,
-        /// Base URL of the VCS provider's API.
+        /// Base URL of the VCS provider's API (commit statuses go there).
         pub api_url: Option<String>,
-        /// Secret key holding the OAuth token.
+        /// Secret key holding the access token (a personal access token).
         pub token_secret_ref: Option<SecretKeyRef>,
+        /// Secret key holding the secret the provider signs webhooks with.
+        pub webhook_secret_ref: Option<SecretKeyRef>,
+        /// Secret key holding an SSH private key of the connection (TFE's `ssh-key`).
+        pub ssh_key_secret_ref: Option<SecretKeyRef>,
+        /// The OAuth application's key (TFE's `key`), kept and shown.
+        pub key: Option<String>,
+        /// Whether every workspace of the organization may use the connection (else only
+        /// those of `projects`).
+        #[serde(default = "default_true")]
+        pub organization_scoped: bool,
+        /// Projects (IDs) whose workspaces may use the connection.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub projects: Vec<String>,
+        /// Whether a pull request from a fork gets a speculative plan (with the
+        /// workspace's variables). Off by default.
+        #[serde(default)]
+        pub allow_fork_pull_requests: bool,
+        /// Seconds between polls of each workspace's branch (for servers whose webhooks
+        /// cannot reach terrace). Absent or 0: not polled.
+        pub poll_interval_seconds: Option<u32>,
     }
 }
 
