@@ -27,7 +27,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
     target="$(uname -m)-unknown-linux-musl"; \
     rustup target add "$target"; \
     export "CC_${target//-/_}=musl-gcc"; \
-    cargo build --release --locked -p terrace --target "$target"; \
+    cargo build --release --locked -p terrace --features vendored-openssl --target "$target"; \
     install -D -m 0755 "target/$target/release/terrace" /out/terrace; \
     /out/terrace --version
 

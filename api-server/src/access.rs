@@ -507,6 +507,16 @@ pub struct Found<K, N = Read> {
 }
 
 impl<K: Guarded, N> Found<K, N> {
+    /// The object `at`, found for `caller` (an extractor of its own that looks the object
+    /// up differently, as an OAuth client's `oc-…` ID names an OAuthToken).
+    pub fn new(caller: Caller, at: Located<K>) -> Self {
+        Found {
+            caller,
+            at,
+            _n: PhantomData,
+        }
+    }
+
     /// 403 (`detail`) unless the caller may `verb` the object (they may read it).
     pub async fn require(
         &self,

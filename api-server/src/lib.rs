@@ -65,6 +65,7 @@ pub mod settings;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod ui;
+pub mod vcs;
 pub mod write;
 
 use std::sync::Arc;

@@ -46,7 +46,8 @@ pub fn collection_routes(
         .route(member_path, member)
 }
 
-async fn list_all<K: ReadOnly>(
+/// The organization's objects of kind `K`, paged.
+pub async fn list_all<K: ReadOnly>(
     State(state): State<AppState>,
     o: VisibleOrg,
     q: QueryParams,

@@ -52,6 +52,13 @@ pub struct Settings {
     /// larger than 32 MiB there; raise this with `--blob-store s3://…`.
     #[arg(long, env = "TERRACE_MAX_STATE_BYTES", default_value_t = DEFAULT_MAX_STATE_BYTES)]
     pub max_state_bytes: usize,
+    /// Most bytes a Git server may send for one fetch of a VCS-driven workspace's commit
+    /// (docs/vcs.md); past it the fetch stops and the workspace gets an Event saying so.
+    #[arg(long, env = "TERRACE_VCS_MAX_FETCH_BYTES", default_value_t = 512 << 20)]
+    pub vcs_max_fetch_bytes: u64,
+    /// Longest a fetch and its archive may take, in seconds.
+    #[arg(long, env = "TERRACE_VCS_FETCH_TIMEOUT", default_value_t = 120)]
+    pub vcs_fetch_timeout_seconds: u64,
     /// Largest log a plan, apply or test run keeps, in bytes: past it the log ends with a
     /// line saying it was cut there (docs/runs.md, "Logs").
     #[arg(long, env = "TERRACE_MAX_LOG_BYTES", default_value_t = terrace_crds::run::logs::DEFAULT_MAX_LOG_BYTES)]
@@ -188,6 +195,8 @@ impl Default for Settings {
             max_body_bytes: 1024 * 1024,
             max_state_bytes: DEFAULT_MAX_STATE_BYTES,
             max_log_bytes: terrace_crds::run::logs::DEFAULT_MAX_LOG_BYTES,
+            vcs_max_fetch_bytes: 512 << 20,
+            vcs_fetch_timeout_seconds: 120,
             blobs: Default::default(),
             metrics_addr: None,
             metrics_on_api_router: false,

@@ -43,6 +43,7 @@ pub mod settings;
 pub mod testpod;
 pub mod testrun;
 pub mod uninstall;
+pub mod vcs_status;
 pub mod watch;
 pub mod workspace;
 
@@ -231,6 +232,14 @@ async fn run_controllers(
             futures::future::ready(()).boxed()
         }
     };
+    let commit_statuses = match vcs_status::controller(ctx.clone(), &mut catalog, shutdown.clone())
+    {
+        Ok(c) => c.boxed(),
+        Err(e) => {
+            tracing::error!(error = %e, "no commit statuses: the run cache is missing");
+            futures::future::ready(()).boxed()
+        }
+    };
     let notifications = match notify::controller(
         ctx.clone(),
         orgs.clone(),
@@ -303,6 +312,7 @@ async fn run_controllers(
         runs,
         auto_destroy,
         auto_queue,
+        commit_statuses,
         notifications,
         module_versions,
         policy_sets,

@@ -85,6 +85,8 @@ pub const CONTROLLER_RUN_AUTO_QUEUE: &str = "run-auto-queue";
 pub const CONTROLLER_MODULE_VERSIONS: &str = "module-versions";
 /// Controller label of the notification deliveries ([`crate::notify`]).
 pub const CONTROLLER_NOTIFY: &str = "notify";
+/// Controller label of the commit statuses of runs from repositories ([`crate::vcs_status`]).
+pub const CONTROLLER_VCS_STATUS: &str = "vcs-status";
 /// Controller label of the status of policy sets ([`crate::policy_sets`]).
 pub const CONTROLLER_POLICY_SETS: &str = "policy-sets";
 /// Controller label of the history controllers ([`crate::history`]).

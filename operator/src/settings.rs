@@ -181,6 +181,20 @@ fn parse_pod_template(s: &str) -> Result<PodTemplateOverrides, String> {
     serde_json::from_str(s).map_err(|e| format!("not a test Pod template: {e}"))
 }
 
+impl Settings {
+    /// The web view's base URL, for the run links of notifications and commit statuses:
+    /// `web_url`, else `https://{hostname}`, else the API's internal URL.
+    pub fn web_base(&self) -> String {
+        if !self.web_url.is_empty() {
+            self.web_url.trim_end_matches('/').to_owned()
+        } else if self.hostname.is_empty() {
+            self.api_internal_url.trim_end_matches('/').to_owned()
+        } else {
+            format!("https://{}", self.hostname)
+        }
+    }
+}
+
 impl Default for Settings {
     fn default() -> Self {
         Self {

@@ -83,6 +83,7 @@ impl Cluster {
         let mut cv = ConfigurationVersion::new(
             name,
             ConfigurationVersionSpec {
+                ingress_attributes: None,
                 module: Some("vpc".into()),
                 workspace: None,
                 auto_queue_runs: true,

@@ -66,6 +66,7 @@ impl Cluster {
         let mut cv = ConfigurationVersion::new(
             "cv1",
             ConfigurationVersionSpec {
+                ingress_attributes: None,
                 module: Some("vpc".into()),
                 workspace: None,
                 auto_queue_runs: true,

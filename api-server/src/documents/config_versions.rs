@@ -61,9 +61,51 @@ pub fn render(cv: &ConfigurationVersion, upload_url: Option<&str>) -> Value {
         "id": id_of(cv),
         "type": "configuration-versions",
         "attributes": attrs,
-        "relationships": {"ingress-attributes": {"data": null}},
+        "relationships": {"ingress-attributes": match &cv.spec.ingress_attributes {
+            Some(_) => json!({
+                "data": {"id": ingress_id(cv), "type": "ingress-attributes"},
+                "links": {"related": format!("/api/v2/configuration-versions/{}/ingress-attributes", id_of(cv))},
+            }),
+            None => json!({"data": null}),
+        }},
         "links": {"self": format!("/api/v2/configuration-versions/{}", id_of(cv))},
     })
+}
+
+/// The ID of a configuration version's ingress attributes (`ia-` and its own random part).
+pub fn ingress_id(cv: &ConfigurationVersion) -> String {
+    let id = id_of(cv);
+    format!("ia-{}", id.strip_prefix("cv-").unwrap_or(&id))
+}
+
+/// The JSON:API `data` of the ingress attributes of `cv` (a version from a repository).
+pub fn render_ingress(cv: &ConfigurationVersion) -> Option<Value> {
+    let i = cv.spec.ingress_attributes.as_deref()?;
+    Some(json!({
+        "id": ingress_id(cv),
+        "type": "ingress-attributes",
+        "attributes": {
+            "branch": i.branch,
+            "clone-url": i.clone_url,
+            "commit-message": i.commit_message,
+            "commit-sha": i.commit_sha,
+            "commit-url": i.commit_url,
+            "compare-url": i.compare_url,
+            "identifier": i.identifier,
+            "is-pull-request": i.is_pull_request,
+            "on-default-branch": i.on_default_branch,
+            "pull-request-number": i.pull_request_number,
+            "pull-request-url": i.pull_request_url,
+            "pull-request-title": i.pull_request_title,
+            "pull-request-body": i.pull_request_body,
+            "tag": i.tag,
+            "sender-username": i.sender_username,
+            "sender-avatar-url": i.sender_avatar_url,
+            "sender-html-url": i.sender_html_url,
+        },
+        "relationships": {"created-by": {"data": null}},
+        "links": {"self": format!("/api/v2/configuration-versions/{}/ingress-attributes", id_of(cv))},
+    }))
 }
 
 /// The metadata of a new configuration version: `base` with the annotations of a new

@@ -186,6 +186,7 @@ mod tests {
         let mut c = ConfigurationVersion::new(
             name,
             ConfigurationVersionSpec {
+                ingress_attributes: None,
                 workspace: Some(ws.into()),
                 provisional,
                 ..Default::default()

@@ -7,7 +7,7 @@
 pub mod agent_pools;
 pub mod module_tests;
 pub mod notifications;
-pub mod oauth_tokens;
+pub mod oauth_clients;
 pub mod organizations;
 pub mod policies;
 pub mod projects;
@@ -37,7 +37,7 @@ pub fn router() -> Router<AppState> {
         ssh_keys,
         retention,
         agent_pools,
-        oauth_tokens,
+        oauth_clients,
         registry,
         module_tests,
         state_versions,

@@ -506,13 +506,7 @@ fn run_facts<'a>(
     ws: &str,
 ) -> RunFacts<'a> {
     let settings = &ctx.base.settings;
-    let base = if !settings.web_url.is_empty() {
-        settings.web_url.trim_end_matches('/').to_owned()
-    } else if settings.hostname.is_empty() {
-        settings.api_internal_url.trim_end_matches('/').to_owned()
-    } else {
-        format!("https://{}", settings.hostname)
-    };
+    let base = settings.web_base();
     // A health assessment's notification is about its result, shown on the workspace's
     // page (docs/health.md).
     let assessment = run

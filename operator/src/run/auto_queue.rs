@@ -106,7 +106,16 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
             refresh: true,
             plan_only: cv.spec.speculative,
             auto_apply: ws.spec.auto_apply,
-            message: "Queued automatically by the configuration version's upload".to_owned(),
+            // A commit's run says what the commit says (TFE's).
+            message: cv
+                .spec
+                .ingress_attributes
+                .as_ref()
+                .map(|i| i.commit_message.trim().to_owned())
+                .filter(|m| !m.is_empty())
+                .unwrap_or_else(|| {
+                    "Queued automatically by the configuration version's upload".to_owned()
+                }),
             source: SOURCE.to_owned(),
             ..RunSpec::default()
         },

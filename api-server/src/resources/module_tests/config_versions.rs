@@ -115,6 +115,7 @@ async fn create(
     let cv = ConfigurationVersion {
         metadata,
         spec: ConfigurationVersionSpec {
+            ingress_attributes: None,
             module: Some(m.object_name()),
             workspace: None,
             auto_queue_runs: auto_queue,
@@ -232,6 +233,16 @@ fn of_module_version(cv: &ConfigurationVersion) -> bool {
 /// twice), until a run or test run uses it. A module test's takes one (SPEC.md A3).
 fn reusable(cv: &ConfigurationVersion) -> bool {
     cv.spec.workspace.is_some() || of_module_version(cv)
+}
+
+/// The upload of `body` to the configuration version whose upload token is `token`, as
+/// its upload URL takes it (a VCS ingress uploads the archive it fetched this way).
+pub async fn upload_archive(
+    state: &AppState,
+    token: &str,
+    body: Body,
+) -> Result<Response, ApiError> {
+    upload(State(state.clone()), Path(token.to_owned()), body).await
 }
 
 /// `PUT /api/v2/uploads/v1/object/<token>`. A module test's configuration version takes

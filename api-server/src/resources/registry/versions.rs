@@ -292,6 +292,7 @@ async fn create(
     let cv = ConfigurationVersion {
         metadata,
         spec: ConfigurationVersionSpec {
+            ingress_attributes: None,
             module: Some(object),
             workspace: None,
             auto_queue_runs: true,

@@ -26,6 +26,10 @@ pub fn router() -> Router<AppState> {
             get(download),
         )
         .route(
+            "/api/v2/configuration-versions/{id}/ingress-attributes",
+            get(ingress_attributes),
+        )
+        .route(
             "/api/v2/configuration-versions/{id}/actions/archive",
             post(archive),
         )
@@ -241,6 +245,7 @@ async fn create(
     let cv = ConfigurationVersion {
         metadata,
         spec: ConfigurationVersionSpec {
+            ingress_attributes: None,
             module: None,
             workspace: Some(ws.object_name()),
             auto_queue_runs: attrs.auto_queue_runs.unwrap_or(true),
@@ -259,6 +264,14 @@ async fn create(
         status: None,
     };
     create_pending(&state, &headers, &cv, &id, &token).await
+}
+
+/// `GET /configuration-versions/:id/ingress-attributes`: the commit a version from a
+/// repository was fetched from; 404 for an upload.
+async fn ingress_attributes(f: Found<ConfigurationVersion>) -> Result<Doc, ApiError> {
+    crate::documents::config_versions::render_ingress(&f.at.obj)
+        .map(Doc::ok)
+        .ok_or_else(|| ApiError::not_found("the configuration version has no ingress attributes"))
 }
 
 async fn list(

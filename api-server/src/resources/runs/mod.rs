@@ -398,6 +398,11 @@ fn included_of(
                     .and_then(|id| state.index.read().configuration_versions().get(id).cloned())
                 {
                     included.push(crate::documents::config_versions::render(&c, None));
+                    if inc == "configuration_version.ingress_attributes"
+                        && let Some(i) = crate::documents::config_versions::render_ingress(&c)
+                    {
+                        included.push(i);
+                    }
                 }
             }
             "created_by" => {

@@ -93,6 +93,7 @@ pub async fn render_located(state: &AppState, caller: &Caller, l: &Ws) -> Result
         current_state,
         (current_run, latest_run),
         (current_configuration_version, variables),
+        vcs_connection,
     ) = {
         let idx = state.index.read();
         let project = idx.project_of(&l.obj);
@@ -114,6 +115,12 @@ pub async fn render_located(state: &AppState, caller: &Caller, l: &Ws) -> Result
                     .map(|r| id_of(r.as_ref())),
             ),
             configuration_and_variables(&idx, &l.ns, &l.obj),
+            l.obj
+                .spec
+                .vcs_repo
+                .as_ref()
+                .and_then(|r| r.oauth_token_id.as_deref())
+                .and_then(|t| idx.oauth_tokens().get(t).cloned()),
         )
     };
     let ctx = RenderContext {
@@ -129,6 +136,7 @@ pub async fn render_located(state: &AppState, caller: &Caller, l: &Ws) -> Result
         current_state,
         current_configuration_version,
         variables,
+        vcs_connection,
     };
     Ok(render::workspace(&l.obj, &ctx))
 }

@@ -56,6 +56,8 @@ pub struct RenderContext<'a> {
     pub current_configuration_version: Option<String>,
     /// The IDs of its variables.
     pub variables: Vec<String>,
+    /// The VCS connection its `vcs-repo` names, if it exists.
+    pub vcs_connection: Option<std::sync::Arc<terrace_crds::OAuthToken>>,
 }
 
 /// The ID of the SSH key a workspace uses: `spec.sshKey` is an SSH key ID (what the API
@@ -168,6 +170,7 @@ pub fn workspace(ws: &Workspace, ctx: &RenderContext<'_>) -> Value {
         })
         .unwrap_or_default();
     let p = ctx.permissions;
+    let conn = ctx.vcs_connection.as_deref();
     let vcs = spec.vcs_repo.as_ref().map_or(Value::Null, |r| {
         json!({
             "identifier": r.identifier,
@@ -177,8 +180,15 @@ pub fn workspace(ws: &Workspace, ctx: &RenderContext<'_>) -> Value {
             "oauth-token-id": r.oauth_token_id,
             "github-app-installation-id": r.vcs_app_installation_id,
             "tags-regex": r.tags_regex,
-            "repository-http-url": format!("https://github.com/{}", r.identifier),
-            "service-provider": Value::Null,
+            "repository-http-url": conn.map_or_else(
+                || format!("https://github.com/{}", r.identifier),
+                |c| terrace_crds::vcs::repository_url(
+                    terrace_crds::vcs::Forge::of(&c.spec.service_provider),
+                    c.spec.http_url.as_deref().unwrap_or_default(),
+                    &r.identifier,
+                ),
+            ),
+            "service-provider": conn.map(|c| c.spec.service_provider.clone()),
         })
     });
     let metrics = &status.metrics;

@@ -1,0 +1,257 @@
+//! A commit into a workspace (docs/vcs.md): fetch it through the connection, make a
+//! configuration version with its ingress attributes, upload the archive as any upload
+//! goes (the same checks), and let the upload queue the run (the operator's run of an
+//! upload). The version's ID derives from the workspace, the ref and the commit, so a
+//! webhook delivered twice (or by two API servers) makes one version.
+
+use axum::body::Body;
+use axum::http::HeaderMap;
+use futures::StreamExt;
+use kube::api::ObjectMeta;
+use terrace_crds::constants::LABEL_WORKSPACE_ID;
+use terrace_crds::ids::stable_id;
+use terrace_crds::run::{self, RunState};
+use terrace_crds::vcs::events::Push;
+use terrace_crds::vcs::triggers::{Verdict, judge};
+use terrace_crds::vcs::{self, Forge};
+use terrace_crds::{
+    ConfigurationVersion, ConfigurationVersionSpec, IngressAttributes, OAuthToken, Run, Workspace,
+};
+
+use super::{secret_value, triggers};
+use crate::documents::config_versions::{create_pending_raw, pending_meta};
+use crate::prelude::*;
+use crate::vcs::{FetchRequest, fetch};
+
+/// One commit to bring into one workspace.
+#[derive(Clone)]
+pub struct Job {
+    pub ws: Arc<Workspace>,
+    pub conn: Arc<OAuthToken>,
+    /// The ref fetched.
+    pub git_ref: String,
+    pub attrs: IngressAttributes,
+    /// A pull request's plan.
+    pub speculative: bool,
+    /// A push whose branch is judged once the server says its default branch.
+    pub check_branch: Option<Push>,
+}
+
+/// Runs `job` in the background; a failure is a Warning Event on the workspace.
+pub fn spawn(state: AppState, job: Job) {
+    tokio::spawn(async move {
+        let ws = job.ws.clone();
+        if let Err(e) = ingest(&state, job).await {
+            tracing::warn!(workspace = %ws.name_any(), error = %e, "VCS ingress failed");
+            crate::events::warning(&state.events, ws.as_ref(), "VcsIngressFailed", e);
+        }
+    });
+}
+
+async fn ingest(state: &AppState, mut job: Job) -> Result<(), String> {
+    let conn = &job.conn;
+    let forge = Forge::of(&conn.spec.service_provider);
+    let http = conn.spec.http_url.clone().unwrap_or_default();
+    let url = vcs::clone_url(forge, &http, &job.attrs.identifier);
+    let token = secret_value(state, conn, conn.spec.token_secret_ref.as_ref())
+        .await
+        .map_err(|e| format!("reading the connection's token: {e}"))?;
+    let credentials = token.map(|t| (forge.clone_username().to_owned(), t));
+    let timeout = std::time::Duration::from_secs(state.settings.vcs_fetch_timeout_seconds);
+    if let Some(push) = &job.check_branch {
+        let default = crate::vcs::default_branch_of(url.clone(), credentials.clone(), timeout)
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Verdict::Skip(_) = judge(&triggers(&job.ws), push, Some(&default)) {
+            return Ok(());
+        }
+        job.attrs.on_default_branch = push.branch.as_deref() == Some(default.as_str());
+    }
+    let ws = job.ws.clone();
+    let ns = ws.namespace().unwrap_or_default();
+    let ws_id = id_of(ws.as_ref());
+    let cv_id = |sha: &str| stable_id("cv-", &[&ws_id, &job.git_ref, sha]);
+    if !job.attrs.commit_sha.is_empty()
+        && state
+            .index
+            .read()
+            .configuration_versions()
+            .get(&cv_id(&job.attrs.commit_sha))
+            .is_some()
+    {
+        return Ok(());
+    }
+    if job.speculative
+        && let Some(n) = job.attrs.pull_request_number
+    {
+        supersede_now(state, &ws, n).await;
+    }
+    let fetched = fetch(FetchRequest {
+        url,
+        git_ref: job.git_ref.clone(),
+        credentials,
+        max_bytes: state.settings.vcs_max_fetch_bytes,
+        timeout,
+    })
+    .await
+    .map_err(|e| format!("{} of {}: {e}", job.git_ref, job.attrs.identifier))?;
+    let mut attrs = job.attrs.clone();
+    attrs.commit_sha = fetched.sha.clone();
+    if attrs.commit_message.is_empty() {
+        attrs.commit_message = fetched.message.clone();
+    }
+    if fetched.submodules > 0
+        && ws
+            .spec
+            .vcs_repo
+            .as_ref()
+            .is_some_and(|r| r.ingress_submodules)
+    {
+        crate::events::warning(
+            &state.events,
+            ws.as_ref(),
+            "SubmodulesNotFetched",
+            format!(
+                "the commit names {} submodule(s); terrace does not fetch submodules yet, their directories are empty",
+                fetched.submodules
+            ),
+        );
+    }
+    let id = cv_id(&fetched.sha);
+    let (org, queue) = {
+        let idx = state.index.read();
+        let org = idx
+            .organization_of_namespace(&ns)
+            .map(|o| o.name_any())
+            .ok_or("the workspace's organization is gone")?;
+        // TFE's queue-all-runs: until one run was queued by other means, a push only
+        // makes the configuration version.
+        let queue = job.speculative
+            || ws.spec.queue_all_runs
+            || idx.runs_of(&ns, &ws.name_any()).next().is_some();
+        (org, queue)
+    };
+    let base = ObjectMeta {
+        owner_references: ws.controller_owner_ref(&()).map(|o| vec![o]),
+        ..write::new_meta(&id, &ns, org, &[(LABEL_WORKSPACE_ID, ws_id.clone())])
+    };
+    let (token, metadata) = pending_meta(state, base).map_err(|e| e.to_string())?;
+    let short = fetched.sha.chars().take(7).collect::<String>();
+    let cv = ConfigurationVersion {
+        metadata,
+        spec: ConfigurationVersionSpec {
+            module: None,
+            workspace: Some(ws.name_any()),
+            auto_queue_runs: queue,
+            speculative: job.speculative,
+            source: forge.source().to_owned(),
+            provisional: false,
+            ingress_attributes: Some(Box::new(attrs)),
+        },
+        status: None,
+    };
+    match create_pending_raw(state, &HeaderMap::new(), &cv, &id, &token).await {
+        Ok(_) => {}
+        // The same commit, already brought in (a webhook delivered twice).
+        Err(ApiError::Conflict(_)) => return Ok(()),
+        Err(e) => return Err(format!("creating the configuration version: {e}")),
+    }
+    let file = tokio::fs::File::from_std(
+        fetched
+            .archive
+            .reopen()
+            .map_err(|e| format!("reading the archive: {e}"))?,
+    );
+    let stream = futures::stream::unfold(file, |mut f| async move {
+        use tokio::io::AsyncReadExt;
+        let mut buf = vec![0u8; 256 << 10];
+        match f.read(&mut buf).await {
+            Ok(0) => None,
+            Ok(n) => {
+                buf.truncate(n);
+                Some((Ok::<_, std::io::Error>(axum::body::Bytes::from(buf)), f))
+            }
+            Err(e) => Some((Err(e), f)),
+        }
+    })
+    .boxed();
+    crate::resources::module_tests::config_versions::upload_archive(
+        state,
+        &token,
+        Body::from_stream(stream),
+    )
+    .await
+    .map_err(|e| format!("uploading the archive: {e}"))?;
+    crate::events::workspace_event(
+        &state.events,
+        &ws,
+        "VcsIngress",
+        format!(
+            "configuration version {id} from {short} of {}{}",
+            job.attrs.identifier,
+            if job.speculative {
+                " (a pull request's speculative plan)"
+            } else if queue {
+                ""
+            } else {
+                " (not queued: queue-all-runs is off and the workspace has no run yet)"
+            }
+        ),
+    );
+    Ok(())
+}
+
+/// In the background: [`supersede_now`].
+pub fn supersede(state: AppState, ws: Arc<Workspace>, pr: u64) {
+    tokio::spawn(async move {
+        supersede_now(&state, &ws, i64::try_from(pr).unwrap_or_default()).await;
+    });
+}
+
+/// Discards (or cancels, once it runs) the unfinished speculative runs of pull request
+/// `pr` in workspace `ws`: an updated or closed pull request's older plan is of no use.
+pub async fn supersede_now(state: &AppState, ws: &Workspace, pr: i64) {
+    let ns = ws.namespace().unwrap_or_default();
+    let object = ws.name_any();
+    let stale: Vec<Arc<Run>> = {
+        let idx = state.index.read();
+        let of_pr: Vec<String> = idx
+            .configuration_versions_of(&ns, &object)
+            .filter(|c| {
+                c.spec
+                    .ingress_attributes
+                    .as_ref()
+                    .is_some_and(|i| i.pull_request_number == Some(pr))
+            })
+            .map(|c| c.name_any())
+            .collect();
+        idx.runs_of(&ns, &object)
+            .filter(|r| {
+                r.spec.plan_only
+                    && of_pr.contains(&r.spec.configuration_version)
+                    && !crate::documents::runs::state_of(r).is_final()
+            })
+            .cloned()
+            .collect()
+    };
+    let now = crate::render::now();
+    for r in stale {
+        let s = crate::documents::runs::state_of(&r);
+        let patch = if s.is_discardable() {
+            json!({
+                "status": RunState::Discarded.as_str(),
+                "statusTimestamps": {run::timestamp_key(RunState::Discarded): now},
+                "actedBy": {"discard": "terrace (superseded by a newer commit of the pull request)"},
+            })
+        } else if s.is_cancelable() {
+            json!({"cancelRequestedAt": now, "actedBy": {"cancel": "terrace (superseded by a newer commit of the pull request)"}})
+        } else {
+            continue;
+        };
+        if let Err(e) =
+            write::patch_status(&write::api::<Run>(state, &ns), &r.name_any(), patch).await
+        {
+            tracing::warn!(run = %r.name_any(), error = %e, "a superseded speculative run was not stopped");
+        }
+    }
+}

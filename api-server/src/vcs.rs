@@ -1,0 +1,286 @@
+//! Git fetches of VCS-driven workspaces (docs/vcs.md), with libgit2: one ref, shallow
+//! (depth 1), into a scratch repository on disk, bounded in bytes received and in time,
+//! then the fetched commit's tree written as a tar.gz into a scratch file, entry by entry
+//! from the object database (no checkout: no hooks run, no working tree; a symlink is
+//! kept only when it points inside the tree). Memory holds one file's content at a time.
+
+use std::io::Write;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use git2::{FetchOptions, RemoteCallbacks, Repository, TreeWalkMode, TreeWalkResult};
+
+/// What to fetch and how.
+#[derive(Clone)]
+pub struct FetchRequest {
+    /// The repository's clone URL.
+    pub url: String,
+    /// The ref to fetch (`refs/heads/main`, `refs/tags/v1`, `refs/pull/7/head`).
+    pub git_ref: String,
+    /// HTTP credentials (user, token), when the connection has a token.
+    pub credentials: Option<(String, String)>,
+    /// Most bytes the server may send.
+    pub max_bytes: u64,
+    /// Longest the fetch and the archive may take.
+    pub timeout: Duration,
+}
+
+/// A fetched commit, archived.
+pub struct Fetched {
+    /// The commit's SHA.
+    pub sha: String,
+    /// Its message (first 4 KiB).
+    pub message: String,
+    /// The tar.gz of its tree.
+    pub archive: tempfile::NamedTempFile,
+    /// Submodules the tree names (not fetched: their entries are left out).
+    pub submodules: usize,
+}
+
+/// Why a fetch failed, in words a workspace's Event can carry (never a credential).
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    #[error("the repository sent more than {0} bytes, the connection's limit")]
+    TooLarge(u64),
+    #[error("fetching took longer than {0:?}")]
+    TimedOut(Duration),
+    #[error("the repository could not be fetched: {0}")]
+    Git(String),
+    #[error("the ref {0} does not exist in the repository")]
+    NoSuchRef(String),
+    #[error("archiving the commit: {0}")]
+    Archive(String),
+}
+
+fn git_err(e: git2::Error) -> FetchError {
+    FetchError::Git(e.message().to_owned())
+}
+
+/// Fetches and archives `req` on a blocking thread, answering within its timeout (a
+/// fetch still stuck then is told to stop at its next progress report).
+pub async fn fetch(req: FetchRequest) -> Result<Fetched, FetchError> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let timeout = req.timeout;
+    let task = tokio::task::spawn_blocking({
+        let stop = stop.clone();
+        move || fetch_blocking(&req, &stop)
+    });
+    match tokio::time::timeout(timeout, task).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => Err(FetchError::Git(format!("the fetch task failed: {e}"))),
+        Err(_) => {
+            stop.store(true, Ordering::Relaxed);
+            Err(FetchError::TimedOut(timeout))
+        }
+    }
+}
+
+fn fetch_blocking(req: &FetchRequest, stop: &AtomicBool) -> Result<Fetched, FetchError> {
+    let deadline = Instant::now() + req.timeout;
+    let scratch = tempfile::tempdir().map_err(|e| FetchError::Archive(e.to_string()))?;
+    let repo = Repository::init_bare(scratch.path()).map_err(git_err)?;
+    let mut remote = repo.remote_anonymous(&req.url).map_err(git_err)?;
+    let over = std::cell::Cell::new(false);
+    let mut cb = RemoteCallbacks::new();
+    let creds = req.credentials.clone();
+    let mut tried = false;
+    cb.credentials(move |_url, _user, allowed| match &creds {
+        Some((u, t)) if !tried && allowed.contains(git2::CredentialType::USER_PASS_PLAINTEXT) => {
+            tried = true;
+            git2::Cred::userpass_plaintext(u, t)
+        }
+        _ => Err(git2::Error::from_str(
+            "the server refused the connection's credentials",
+        )),
+    });
+    let max = req.max_bytes;
+    cb.transfer_progress(|p| {
+        if p.received_bytes() as u64 > max {
+            over.set(true);
+            return false;
+        }
+        !stop.load(Ordering::Relaxed) && Instant::now() < deadline
+    });
+    cb.sideband_progress(|_| !stop.load(Ordering::Relaxed) && Instant::now() < deadline);
+    let mut fo = FetchOptions::new();
+    fo.remote_callbacks(cb);
+    fo.depth(1);
+    fo.download_tags(git2::AutotagOption::None);
+    let target = "refs/terrace/fetched";
+    let fetched = remote.fetch(&[format!("+{}:{target}", req.git_ref)], Some(&mut fo), None);
+    drop(fo);
+    if over.get() {
+        return Err(FetchError::TooLarge(req.max_bytes));
+    }
+    if stop.load(Ordering::Relaxed) || Instant::now() >= deadline {
+        return Err(FetchError::TimedOut(req.timeout));
+    }
+    fetched.map_err(git_err)?;
+    let commit = repo
+        .find_reference(target)
+        .and_then(|r| r.peel_to_commit())
+        .map_err(|_| FetchError::NoSuchRef(req.git_ref.clone()))?;
+    let message: String = commit
+        .message()
+        .unwrap_or_default()
+        .chars()
+        .take(4096)
+        .collect();
+    let tree = commit.tree().map_err(git_err)?;
+    let file = tempfile::NamedTempFile::new().map_err(|e| FetchError::Archive(e.to_string()))?;
+    let submodules = archive_tree(&repo, &tree, file.as_file(), stop, deadline)?;
+    Ok(Fetched {
+        sha: commit.id().to_string(),
+        message,
+        archive: file,
+        submodules,
+    })
+}
+
+/// Whether symlink `link` (a path in the tree) pointing at `target` stays inside the tree.
+pub fn link_stays_inside(link: &str, target: &str) -> bool {
+    if target.starts_with('/') {
+        return false;
+    }
+    let mut depth: Vec<&std::ffi::OsStr> = Vec::new();
+    let parent = Path::new(link)
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    for c in parent.join(target).components() {
+        match c {
+            Component::Normal(n) => depth.push(n),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if depth.pop().is_none() {
+                    return false;
+                }
+            }
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Writes `tree` as a tar.gz into `out`; answers how many submodules it left out.
+fn archive_tree(
+    repo: &Repository,
+    tree: &git2::Tree<'_>,
+    out: &std::fs::File,
+    stop: &AtomicBool,
+    deadline: Instant,
+) -> Result<usize, FetchError> {
+    let gz = flate2::write::GzEncoder::new(out, flate2::Compression::fast());
+    let mut tar = tar::Builder::new(gz);
+    let mut failure: Option<FetchError> = None;
+    let mut submodules = 0usize;
+    tree.walk(TreeWalkMode::PreOrder, |dir, entry| {
+        if stop.load(Ordering::Relaxed) || Instant::now() >= deadline {
+            failure = Some(FetchError::Archive("the deadline passed".into()));
+            return TreeWalkResult::Abort;
+        }
+        let Ok(name) = entry.name() else {
+            return TreeWalkResult::Skip;
+        };
+        let path = format!("{dir}{name}");
+        let mode = entry.filemode();
+        let result = match entry.kind() {
+            Some(git2::ObjectType::Blob) => {
+                repo.find_blob(entry.id())
+                    .map_err(git_err)
+                    .and_then(|blob| {
+                        let mut h = tar::Header::new_gnu();
+                        if mode == 0o120000 {
+                            let target = String::from_utf8_lossy(blob.content()).into_owned();
+                            if !link_stays_inside(&path, &target) {
+                                return Ok(());
+                            }
+                            h.set_entry_type(tar::EntryType::Symlink);
+                            h.set_size(0);
+                            h.set_mode(0o777);
+                            tar.append_link(&mut h, &path, &target)
+                                .map_err(|e| FetchError::Archive(e.to_string()))
+                        } else {
+                            h.set_entry_type(tar::EntryType::Regular);
+                            h.set_size(blob.content().len() as u64);
+                            h.set_mode(if mode == 0o100755 { 0o755 } else { 0o644 });
+                            tar.append_data(&mut h, &path, blob.content())
+                                .map_err(|e| FetchError::Archive(e.to_string()))
+                        }
+                    })
+            }
+            Some(git2::ObjectType::Commit) => {
+                submodules += 1;
+                Ok(())
+            }
+            _ => Ok(()),
+        };
+        match result {
+            Ok(()) => TreeWalkResult::Ok,
+            Err(e) => {
+                failure = Some(e);
+                TreeWalkResult::Abort
+            }
+        }
+    })
+    .map_err(|e| failure.take().unwrap_or_else(|| git_err(e)))?;
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let gz = tar
+        .into_inner()
+        .map_err(|e| FetchError::Archive(e.to_string()))?;
+    let mut f = gz
+        .finish()
+        .map_err(|e| FetchError::Archive(e.to_string()))?;
+    f.flush().map_err(|e| FetchError::Archive(e.to_string()))?;
+    Ok(submodules)
+}
+
+/// The default branch of the repository at `url` (what its HEAD points at), asked of the
+/// server without fetching anything.
+pub async fn default_branch_of(
+    url: String,
+    credentials: Option<(String, String)>,
+    timeout: Duration,
+) -> Result<String, FetchError> {
+    let task = tokio::task::spawn_blocking(move || {
+        let scratch = tempfile::tempdir().map_err(|e| FetchError::Archive(e.to_string()))?;
+        let repo = Repository::init_bare(scratch.path()).map_err(git_err)?;
+        let mut remote = repo.remote_anonymous(&url).map_err(git_err)?;
+        let mut cb = RemoteCallbacks::new();
+        cb.credentials(move |_u, _n, allowed| match &credentials {
+            Some((u, t)) if allowed.contains(git2::CredentialType::USER_PASS_PLAINTEXT) => {
+                git2::Cred::userpass_plaintext(u, t)
+            }
+            _ => Err(git2::Error::from_str("no credentials")),
+        });
+        let conn = remote
+            .connect_auth(git2::Direction::Fetch, Some(cb), None)
+            .map_err(git_err)?;
+        let head = conn.default_branch().map_err(git_err)?;
+        let head = head.as_str().unwrap_or_default();
+        Ok(head.strip_prefix("refs/heads/").unwrap_or(head).to_owned())
+    });
+    match tokio::time::timeout(timeout, task).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => Err(FetchError::Git(e.to_string())),
+        Err(_) => Err(FetchError::TimedOut(timeout)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::link_stays_inside;
+
+    #[test]
+    fn symlinks_out_of_the_tree_are_left_out() {
+        assert!(link_stays_inside("a/b", "c"));
+        assert!(link_stays_inside("a/b", "../c"));
+        assert!(!link_stays_inside("a/b", "../../c"));
+        assert!(!link_stays_inside("a", "/etc/passwd"));
+        assert!(link_stays_inside("a/b/c", "../../d/./e"));
+    }
+}
