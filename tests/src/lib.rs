@@ -1381,6 +1381,7 @@ pub fn chart_rbac(namespace: &str) -> String {
 }
 
 pub mod browser;
+pub mod git_server;
 pub mod provider;
 pub mod real;
 pub mod receiver;

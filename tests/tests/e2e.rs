@@ -38,4 +38,5 @@ mod registry;
 mod s3_blobs;
 mod slow_connections;
 mod ui_browser;
+mod vcs;
 mod workspaces;

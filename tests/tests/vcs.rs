@@ -1,0 +1,507 @@
+//! VCS-driven workspaces end to end (issue 45, docs/vcs.md): `terrace dev` with the real
+//! terraform, a real Git server on loopback (`git http-backend` behind basic auth whose
+//! password is the connection's token, `terrace_tests::git_server`), and a loopback
+//! fixture of GitHub's commit status API (`Receiver`). A connection is made through the
+//! OAuth clients API; webhooks are sent as GitHub sends them, signed. A push applies a
+//! run with the commit's ingress attributes; a push outside the trigger paths, a push to
+//! another branch and a bad signature queue nothing; a tag does with `tags-regex`; a pull
+//! request gets a speculative plan and a commit status; the token never shows.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use terrace_crds::vcs::hmac_sha256_hex;
+use terrace_tests::git_server::{GitServer, git};
+use terrace_tests::receiver::Receiver;
+use terrace_tests::{Api, Dev};
+
+const ORG: &str = "vcsorg";
+const TOKEN: &str = "ghp_Tok3nThatMustNeverShow";
+const HOOK_SECRET: &str = "hook-secret-1";
+
+/// Sends `payload` as GitHub's `event` webhook to `path`, signed with `secret`.
+fn send(dev: &Dev, path: &str, event: &str, payload: &Value, secret: &str) -> (u16, Value) {
+    let body = payload.to_string();
+    let sig = format!(
+        "sha256={}",
+        hmac_sha256_hex(secret.as_bytes(), body.as_bytes())
+    );
+    let req = ureq::http::Request::builder()
+        .method("POST")
+        .uri(format!("{}{path}", dev.api))
+        .header("Content-Type", "application/json")
+        .header("X-GitHub-Event", event)
+        .header("X-GitHub-Delivery", "d-1")
+        .header("X-Hub-Signature-256", sig)
+        .body(body)
+        .unwrap();
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut res = agent.run(req).expect("webhook round trip");
+    let status = res.status().as_u16();
+    let text = res.body_mut().read_to_string().unwrap_or_default();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+fn push_payload(git_ref: &str, sha: &str, files: &[&str], message: &str) -> Value {
+    json!({
+        "ref": git_ref, "before": "0".repeat(40), "after": sha,
+        "repository": {"full_name": "acme/infra", "default_branch": "main"},
+        "head_commit": {"id": sha, "message": message, "url": format!("https://git.example/acme/infra/commit/{sha}")},
+        "commits": [{"id": sha, "added": files, "modified": [], "removed": []}],
+        "sender": {"login": "ana", "avatar_url": "https://a.example/ana.png", "html_url": "https://git.example/ana"},
+        "compare": "https://git.example/acme/infra/compare/x...y"
+    })
+}
+
+/// Commits `files` in work tree `work` and pushes `refspec` to the bare repository;
+/// answers the commit's SHA.
+fn commit(work: &Path, files: &[(&str, &str)], message: &str, refspec: &str) -> String {
+    for (name, content) in files {
+        let p = work.join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, content).unwrap();
+    }
+    git(work, &["add", "-A"]);
+    git(work, &["commit", "-q", "-m", message]);
+    git(work, &["push", "-q", "origin", refspec]);
+    git(work, &["rev-parse", "HEAD"])
+}
+
+const CONFIG: &str = r#"
+variable "who" {
+  default = "git"
+}
+resource "terraform_data" "hello" {
+  input = "hello ${var.who}"
+}
+output "greeting" {
+  value = terraform_data.hello.output
+}
+"#;
+
+/// The workspace's configuration versions from the repository (newest first).
+fn vcs_versions(api: &Api, ws: &str) -> Vec<Value> {
+    let r = api.get(&format!("/api/v2/workspaces/{ws}/configuration-versions"));
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    r.body["data"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| c["attributes"]["source"] == "github")
+        .collect()
+}
+
+/// The run of the configuration version made from commit `sha`, once it is in `want`.
+fn run_of_commit(dev: &Dev, api: &Api, ws: &str, sha: &str, want: &[&str]) -> Value {
+    dev.eventually(Duration::from_secs(120), || {
+        let runs = api.get(&format!(
+            "/api/v2/workspaces/{ws}/runs?include=configuration_version.ingress_attributes"
+        ));
+        let included = runs.body["included"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let data = runs.body["data"].as_array().cloned().unwrap_or_default();
+        data.into_iter().find(|r| {
+            let cv = r["relationships"]["configuration-version"]["data"]["id"].clone();
+            let from_sha = included.iter().any(|i| {
+                i["type"] == "ingress-attributes"
+                    && i["attributes"]["commit-sha"] == sha
+                    && included.iter().any(|c| {
+                        c["id"] == cv
+                            && c["relationships"]["ingress-attributes"]["data"]["id"] == i["id"]
+                    })
+            });
+            from_sha && want.contains(&r["attributes"]["status"].as_str().unwrap_or_default())
+        })
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "no run of {sha} reached {want:?}: {:?}\n{}",
+            api.get(&format!("/api/v2/workspaces/{ws}/runs")).body,
+            dev.log()
+        )
+    })
+}
+
+#[test]
+fn a_repository_drives_a_workspace() {
+    let dev = Dev::start();
+    let api = Api::admin(&dev);
+    api.create_org(ORG);
+    let repos = tempfile::tempdir().unwrap();
+    let server = GitServer::start(repos.path(), TOKEN);
+    let bare = server.create_repo("acme/infra");
+    let statuses = Receiver::start(|_, _| (201, Duration::ZERO));
+
+    // The connection, through the OAuth clients API (go-tfe's shape).
+    let r = api.post(
+        &format!("/api/v2/organizations/{ORG}/oauth-clients"),
+        &json!({"data": {"type": "oauth-clients", "attributes": {
+            "name": "loopback", "service-provider": "github",
+            "http-url": server.url(), "api-url": statuses.url("/api/v3"),
+            "oauth-token-string": TOKEN, "webhook-secret": HOOK_SECRET}}}),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let client = r.body["data"].clone();
+    let client_id = client["id"].as_str().unwrap().to_owned();
+    assert!(client_id.starts_with("oc-"), "{client}");
+    let token_id = client["relationships"]["oauth-tokens"]["data"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        client["attributes"]["service-provider-display-name"],
+        "GitHub"
+    );
+    let hook = format!("/webhooks/vcs/{client_id}");
+    assert!(
+        client["attributes"]["webhook-url"]
+            .as_str()
+            .unwrap()
+            .ends_with(&hook)
+    );
+    // Bad input is a 422, not a connection.
+    let bad = api.post(
+        &format!("/api/v2/organizations/{ORG}/oauth-clients"),
+        &json!({"data": {"type": "oauth-clients", "attributes": {
+            "service-provider": "github", "http-url": "not a url", "api-url": statuses.url("/"),
+            "oauth-token-string": "x"}}}),
+    );
+    assert_eq!(bad.status, 422, "{:?}", bad.body);
+
+    // The workspace follows main; only .tf files trigger.
+    let ws = api.create_workspace(
+        ORG,
+        json!({"name": "net", "auto-apply": true, "queue-all-runs": true,
+            "file-triggers-enabled": true, "trigger-patterns": ["**/*.tf", "*.tf"],
+            "vcs-repo": {"identifier": "acme/infra", "oauth-token-id": token_id, "branch": ""}}),
+    );
+    let shown = api.get(&format!("/api/v2/workspaces/{ws}"));
+    let vcs = &shown.body["data"]["attributes"]["vcs-repo"];
+    assert_eq!(vcs["service-provider"], "github", "{vcs}");
+    assert_eq!(
+        vcs["repository-http-url"],
+        format!("{}/acme/infra", server.url())
+    );
+
+    // A push to main: a run applies the commit, with its ingress attributes.
+    let work = tempfile::tempdir().unwrap();
+    git(work.path(), &["init", "-q", "-b", "main"]);
+    git(
+        work.path(),
+        &["remote", "add", "origin", bare.to_str().unwrap()],
+    );
+    let sha = commit(work.path(), &[("main.tf", CONFIG)], "Add hello", "main");
+    let (st, answer) = send(
+        &dev,
+        &hook,
+        "push",
+        &push_payload("refs/heads/main", &sha, &["main.tf"], "Add hello"),
+        HOOK_SECRET,
+    );
+    assert_eq!(st, 202, "{answer}");
+    assert_eq!(answer["workspaces"][0]["decision"], "queued", "{answer}");
+    let run = run_of_commit(&dev, &api, &ws, &sha, &["applied", "errored"]);
+    assert_eq!(
+        run["attributes"]["status"],
+        "applied",
+        "{run}\n{}",
+        dev.log()
+    );
+    assert_eq!(run["attributes"]["message"], "Add hello");
+    let cv_id = run["relationships"]["configuration-version"]["data"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let ia = api.get(&format!(
+        "/api/v2/configuration-versions/{cv_id}/ingress-attributes"
+    ));
+    assert_eq!(ia.status, 200, "{:?}", ia.body);
+    let a = &ia.body["data"]["attributes"];
+    assert_eq!(
+        (&a["commit-sha"], &a["branch"], &a["identifier"]),
+        (&json!(sha), &json!("main"), &json!("acme/infra"))
+    );
+    assert_eq!(a["sender-username"], "ana");
+    assert_eq!(a["on-default-branch"], true);
+    assert_eq!(a["is-pull-request"], false);
+    // The Git server saw the token (basic auth), and the run's commit got statuses.
+    let posted = dev
+        .eventually(Duration::from_secs(30), || {
+            let got: Vec<_> = statuses
+                .received()
+                .into_iter()
+                .filter(|r| r.path == format!("/api/v3/repos/acme/infra/statuses/{sha}"))
+                .collect();
+            got.iter()
+                .any(|r| r.json()["state"] == "success")
+                .then_some(got)
+        })
+        .unwrap_or_else(|| panic!("no success status: {:?}", statuses.received()));
+    let last = posted.last().unwrap();
+    assert_eq!(
+        last.headers.get("authorization").map(String::as_str),
+        Some(format!("Bearer {TOKEN}").as_str())
+    );
+    assert_eq!(last.json()["context"], format!("terrace/{ORG}/net"));
+    assert!(
+        last.json()["target_url"]
+            .as_str()
+            .unwrap()
+            .contains(&run["id"].as_str().unwrap().to_string())
+    );
+
+    // The same webhook delivered again makes no second version.
+    let (st, _) = send(
+        &dev,
+        &hook,
+        "push",
+        &push_payload("refs/heads/main", &sha, &["main.tf"], "Add hello"),
+        HOOK_SECRET,
+    );
+    assert_eq!(st, 202);
+
+    // Outside the trigger paths, another branch, a bad signature: nothing queued.
+    let docs = commit(
+        work.path(),
+        &[("docs/readme.md", "# infra")],
+        "Docs",
+        "main",
+    );
+    let (st, answer) = send(
+        &dev,
+        &hook,
+        "push",
+        &push_payload("refs/heads/main", &docs, &["docs/readme.md"], "Docs"),
+        HOOK_SECRET,
+    );
+    assert_eq!(st, 202);
+    assert_eq!(
+        answer["workspaces"][0]["decision"],
+        "no changed file is under the workspace's trigger paths"
+    );
+    let (st, answer) = send(
+        &dev,
+        &hook,
+        "push",
+        &push_payload("refs/heads/dev", &docs, &["main.tf"], "Dev"),
+        HOOK_SECRET,
+    );
+    assert_eq!(
+        (st, &answer["workspaces"][0]["decision"]),
+        (202, &json!("a push to another branch"))
+    );
+    let (st, answer) = send(
+        &dev,
+        &hook,
+        "push",
+        &push_payload("refs/heads/main", &docs, &["main.tf"], "Forged"),
+        "wrong-secret",
+    );
+    assert_eq!(st, 401, "{answer}");
+    assert!(
+        answer.to_string().contains("signature"),
+        "the refusal says why: {answer}"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        vcs_versions(&api, &ws).len(),
+        1,
+        "only the first push made a version"
+    );
+
+    // A pull request: a speculative plan of its head and a status on it.
+    git(work.path(), &["checkout", "-q", "-b", "feature"]);
+    let head = commit(
+        work.path(),
+        &[("main.tf", &CONFIG.replace("\"git\"", "\"pr\""))],
+        "Change greeting",
+        "feature:refs/pull/7/head",
+    );
+    let pr = json!({
+        "action": "opened", "number": 7,
+        "pull_request": {"number": 7, "html_url": "https://git.example/acme/infra/pull/7",
+            "title": "Change greeting", "body": "Please",
+            "head": {"sha": head, "ref": "feature", "repo": {"full_name": "acme/infra"}},
+            "base": {"ref": "main", "repo": {"full_name": "acme/infra"}}},
+        "repository": {"full_name": "acme/infra", "default_branch": "main"},
+        "sender": {"login": "bo"}
+    });
+    let (st, answer) = send(&dev, &hook, "pull_request", &pr, HOOK_SECRET);
+    assert_eq!(
+        (st, &answer["workspaces"][0]["decision"]),
+        (202, &json!("queued")),
+        "{answer}"
+    );
+    let plan = run_of_commit(&dev, &api, &ws, &head, &["planned_and_finished", "errored"]);
+    assert_eq!(
+        plan["attributes"]["status"], "planned_and_finished",
+        "{plan}"
+    );
+    assert_eq!(plan["attributes"]["plan-only"], true);
+    dev.eventually(Duration::from_secs(30), || {
+        statuses.received().into_iter().find(|r| {
+            r.path == format!("/api/v3/repos/acme/infra/statuses/{head}")
+                && r.json()["state"] == "success"
+        })
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "no status on the pull request's head: {:?}",
+            statuses.received()
+        )
+    });
+    // A fork's pull request is not planned: the connection does not allow it.
+    let mut fork = pr.clone();
+    fork["pull_request"]["head"]["repo"]["full_name"] = json!("eve/infra");
+    let (_, answer) = send(&dev, &hook, "pull_request", &fork, HOOK_SECRET);
+    assert!(
+        answer["workspaces"][0]["decision"]
+            .as_str()
+            .unwrap()
+            .contains("fork"),
+        "{answer}"
+    );
+
+    // The token never shows: not in the client, the token, the workspace, the versions.
+    for path in [
+        format!("/api/v2/oauth-clients/{client_id}"),
+        format!("/api/v2/oauth-tokens/{token_id}"),
+        format!("/api/v2/organizations/{ORG}/oauth-clients"),
+        format!("/api/v2/workspaces/{ws}"),
+        format!("/api/v2/configuration-versions/{cv_id}/ingress-attributes"),
+        format!("/api/v2/workspaces/{ws}/runs"),
+    ] {
+        let r = api.get(&path);
+        assert_eq!(r.status, 200, "{path}: {:?}", r.body);
+        assert!(
+            !r.body.to_string().contains(TOKEN),
+            "{path} shows the token"
+        );
+        assert!(
+            !r.body.to_string().contains(HOOK_SECRET),
+            "{path} shows the webhook secret"
+        );
+    }
+    assert!(!dev.log().contains(TOKEN), "the log shows the token");
+    assert!(
+        !server.requests.lock().unwrap().is_empty(),
+        "the Git server was asked"
+    );
+
+    // Deleting the client deletes the connection.
+    let r = api.call(
+        "DELETE",
+        &format!("/api/v2/oauth-clients/{client_id}"),
+        None,
+    );
+    assert_eq!(r.status, 204, "{:?}", r.body);
+    assert_eq!(
+        api.get(&format!("/api/v2/oauth-tokens/{token_id}")).status,
+        404
+    );
+}
+
+#[test]
+fn a_tag_runs_with_tags_regex_and_an_unreadable_repository_says_why() {
+    let dev = Dev::start();
+    let api = Api::admin(&dev);
+    api.create_org(ORG);
+    let repos = tempfile::tempdir().unwrap();
+    let server = GitServer::start(repos.path(), TOKEN);
+    let bare = server.create_repo("acme/infra");
+    let r = api.post(
+        &format!("/api/v2/organizations/{ORG}/oauth-clients"),
+        &json!({"data": {"type": "oauth-clients", "attributes": {
+            "service-provider": "github", "http-url": server.url(), "api-url": server.url(),
+            // A wrong token: the server refuses the fetch.
+            "oauth-token-string": "wrong", "webhook-secret": HOOK_SECRET}}}),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let client_id = r.body["data"]["id"].as_str().unwrap().to_owned();
+    let token_id = r.body["data"]["relationships"]["oauth-tokens"]["data"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let ws = api.create_workspace(
+        ORG,
+        json!({"name": "tagged", "auto-apply": true, "queue-all-runs": true,
+            "vcs-repo": {"identifier": "acme/infra", "oauth-token-id": token_id,
+                "tags-regex": r"^v\d+\.\d+\.\d+$"}}),
+    );
+    let work = tempfile::tempdir().unwrap();
+    git(work.path(), &["init", "-q", "-b", "main"]);
+    git(
+        work.path(),
+        &["remote", "add", "origin", bare.to_str().unwrap()],
+    );
+    let sha = commit(work.path(), &[("main.tf", CONFIG)], "Release", "main");
+    git(work.path(), &["tag", "v1.0.0"]);
+    git(work.path(), &["push", "-q", "origin", "v1.0.0"]);
+    let hook = format!("/webhooks/vcs/{client_id}");
+    // A branch push does not run a tag-driven workspace.
+    let (_, answer) = send(
+        &dev,
+        &hook,
+        "push",
+        &push_payload("refs/heads/main", &sha, &["main.tf"], "Release"),
+        HOOK_SECRET,
+    );
+    assert!(
+        answer["workspaces"][0]["decision"]
+            .as_str()
+            .unwrap()
+            .contains("tags"),
+        "{answer}"
+    );
+    // The tag is taken, but the token is refused: an Event says why.
+    let mut tag = push_payload("refs/tags/v1.0.0", &sha, &[], "Release");
+    tag["commits"] = json!([]);
+    let (st, answer) = send(&dev, &hook, "push", &tag, HOOK_SECRET);
+    assert_eq!(
+        (st, &answer["workspaces"][0]["decision"]),
+        (202, &json!("queued"))
+    );
+    let event = dev
+        .eventually(Duration::from_secs(60), || {
+            let out = dev.kubectl(&["get", "events", "-A", "-o", "json"]);
+            let all: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+            all["items"].as_array().and_then(|items| {
+                items
+                    .iter()
+                    .find(|e| e["reason"] == "VcsIngressFailed")
+                    .cloned()
+            })
+        })
+        .unwrap_or_else(|| panic!("no VcsIngressFailed Event: {}", dev.log()));
+    assert!(
+        !event.to_string().contains("wrong"),
+        "the Event shows the token: {event}"
+    );
+    assert!(vcs_versions(&api, &ws).is_empty());
+
+    // With the right token the tag applies.
+    let r = api.call(
+        "PATCH",
+        &format!("/api/v2/oauth-clients/{client_id}"),
+        Some(&json!({"data": {"type": "oauth-clients", "attributes": {"oauth-token-string": TOKEN}}})),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let (st, _) = send(&dev, &hook, "push", &tag, HOOK_SECRET);
+    assert_eq!(st, 202);
+    let run = run_of_commit(&dev, &api, &ws, &sha, &["applied", "errored"]);
+    assert_eq!(run["attributes"]["status"], "applied", "{run}");
+    let cv = run["relationships"]["configuration-version"]["data"]["id"]
+        .as_str()
+        .unwrap();
+    let ia = api.get(&format!(
+        "/api/v2/configuration-versions/{cv}/ingress-attributes"
+    ));
+    assert_eq!(ia.body["data"]["attributes"]["tag"], "v1.0.0");
+}
