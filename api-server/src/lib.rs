@@ -161,6 +161,10 @@ impl AppState {
         if !self.index.wait_synced(Duration::from_secs(30)).await {
             tracing::warn!("indexes not synced after 30s; serving anyway");
         }
+        // VCS connections whose webhooks cannot come are polled (docs/vcs.md).
+        tasks.push(tokio::spawn(resources::oauth_clients::poll::run(
+            self.clone(),
+        )));
         tasks
     }
 

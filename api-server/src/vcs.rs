@@ -239,36 +239,77 @@ fn archive_tree(
     Ok(submodules)
 }
 
-/// The default branch of the repository at `url` (what its HEAD points at), asked of the
-/// server without fetching anything.
-pub async fn default_branch_of(
+/// What the server at `url` advertises: its default branch (what HEAD points at) and
+/// every ref with its commit, asked without fetching anything.
+pub struct Advertised {
+    pub default_branch: String,
+    pub refs: Vec<(String, String)>,
+}
+
+impl Advertised {
+    /// The commit ref `name` points at.
+    pub fn commit_of(&self, name: &str) -> Option<&str> {
+        self.refs
+            .iter()
+            .find(|(r, _)| r == name)
+            .map(|(_, sha)| sha.as_str())
+    }
+}
+
+/// [`Advertised`] of the repository at `url` (`git ls-remote`).
+pub async fn advertised(
     url: String,
     credentials: Option<(String, String)>,
     timeout: Duration,
-) -> Result<String, FetchError> {
+) -> Result<Advertised, FetchError> {
     let task = tokio::task::spawn_blocking(move || {
         let scratch = tempfile::tempdir().map_err(|e| FetchError::Archive(e.to_string()))?;
         let repo = Repository::init_bare(scratch.path()).map_err(git_err)?;
         let mut remote = repo.remote_anonymous(&url).map_err(git_err)?;
         let mut cb = RemoteCallbacks::new();
+        let mut tried = false;
         cb.credentials(move |_u, _n, allowed| match &credentials {
-            Some((u, t)) if allowed.contains(git2::CredentialType::USER_PASS_PLAINTEXT) => {
+            Some((u, t))
+                if !tried && allowed.contains(git2::CredentialType::USER_PASS_PLAINTEXT) =>
+            {
+                tried = true;
                 git2::Cred::userpass_plaintext(u, t)
             }
-            _ => Err(git2::Error::from_str("no credentials")),
+            _ => Err(git2::Error::from_str(
+                "the server refused the connection's credentials",
+            )),
         });
         let conn = remote
             .connect_auth(git2::Direction::Fetch, Some(cb), None)
             .map_err(git_err)?;
         let head = conn.default_branch().map_err(git_err)?;
         let head = head.as_str().unwrap_or_default();
-        Ok(head.strip_prefix("refs/heads/").unwrap_or(head).to_owned())
+        let default_branch = head.strip_prefix("refs/heads/").unwrap_or(head).to_owned();
+        let refs = conn
+            .list()
+            .map_err(git_err)?
+            .iter()
+            .map(|h| (h.name().to_owned(), h.oid().to_string()))
+            .collect();
+        Ok(Advertised {
+            default_branch,
+            refs,
+        })
     });
     match tokio::time::timeout(timeout, task).await {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => Err(FetchError::Git(e.to_string())),
         Err(_) => Err(FetchError::TimedOut(timeout)),
     }
+}
+
+/// The default branch of the repository at `url`.
+pub async fn default_branch_of(
+    url: String,
+    credentials: Option<(String, String)>,
+    timeout: Duration,
+) -> Result<String, FetchError> {
+    Ok(advertised(url, credentials, timeout).await?.default_branch)
 }
 
 #[cfg(test)]

@@ -316,6 +316,31 @@ fn a_repository_drives_a_workspace() {
         "only the first push made a version"
     );
 
+    // A run without a configuration version runs the branch's latest commit, fetched
+    // then (the docs commit above was never sent by a webhook).
+    let run = api.queue(&ws, None, json!({"message": "by hand"}));
+    let done = api
+        .wait_run(
+            &run,
+            &["applied", "planned_and_finished", "errored"],
+            Duration::from_secs(120),
+        )
+        .unwrap_or_else(|| panic!("the run by hand never finished: {}", api.run(&run)));
+    // The docs commit changes no resource: a plan without changes.
+    assert_eq!(done["attributes"]["status"], "planned_and_finished", "{done}");
+    let by_hand = done["relationships"]["configuration-version"]["data"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let ia = api.get(&format!(
+        "/api/v2/configuration-versions/{by_hand}/ingress-attributes"
+    ));
+    assert_eq!(
+        ia.body["data"]["attributes"]["commit-sha"], docs,
+        "{:?}",
+        ia.body
+    );
+
     // A pull request: a speculative plan of its head and a status on it.
     git(work.path(), &["checkout", "-q", "-b", "feature"]);
     let head = commit(
@@ -504,4 +529,59 @@ fn a_tag_runs_with_tags_regex_and_an_unreadable_repository_says_why() {
         "/api/v2/configuration-versions/{cv}/ingress-attributes"
     ));
     assert_eq!(ia.body["data"]["attributes"]["tag"], "v1.0.0");
+}
+
+#[test]
+fn a_plain_git_server_is_polled() {
+    let dev = Dev::start();
+    let api = Api::admin(&dev);
+    api.create_org(ORG);
+    let repos = tempfile::tempdir().unwrap();
+    let server = GitServer::start(repos.path(), TOKEN);
+    let bare = server.create_repo("acme/infra");
+    let work = tempfile::tempdir().unwrap();
+    git(work.path(), &["init", "-q", "-b", "main"]);
+    git(
+        work.path(),
+        &["remote", "add", "origin", bare.to_str().unwrap()],
+    );
+    let first = commit(work.path(), &[("main.tf", CONFIG)], "First", "main");
+    // A plain Git server: no API, no webhooks, polled every second here.
+    let r = api.post(
+        &format!("/api/v2/organizations/{ORG}/oauth-clients"),
+        &json!({"data": {"type": "oauth-clients", "attributes": {
+            "service-provider": "git", "http-url": server.url(),
+            "oauth-token-string": TOKEN, "poll-interval-seconds": 1}}}),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let token_id = r.body["data"]["relationships"]["oauth-tokens"]["data"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let ws = api.create_workspace(
+        ORG,
+        json!({"name": "polled", "auto-apply": true, "queue-all-runs": true,
+            "vcs-repo": {"identifier": "acme/infra", "oauth-token-id": token_id}}),
+    );
+    let run = run_of_commit(&dev, &api, &ws, &first, &["applied", "errored"]);
+    assert_eq!(run["attributes"]["status"], "applied", "{run}");
+    assert_eq!(run["attributes"]["message"], "First");
+    // A new commit is found by the next poll; an unchanged branch makes nothing new.
+    let second = commit(
+        work.path(),
+        &[("main.tf", &CONFIG.replace("\"git\"", "\"polled\""))],
+        "Second",
+        "main",
+    );
+    let run = run_of_commit(&dev, &api, &ws, &second, &["applied", "errored"]);
+    assert_eq!(run["attributes"]["status"], "applied", "{run}");
+    std::thread::sleep(Duration::from_secs(3));
+    let versions = api.get(&format!("/api/v2/workspaces/{ws}/configuration-versions"));
+    let from_git = versions.body["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["attributes"]["source"] == "git")
+        .count();
+    assert_eq!(from_git, 2, "one version per commit: {:?}", versions.body);
 }

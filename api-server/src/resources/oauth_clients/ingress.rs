@@ -18,7 +18,7 @@ use terrace_crds::{
     ConfigurationVersion, ConfigurationVersionSpec, IngressAttributes, OAuthToken, Run, Workspace,
 };
 
-use super::{secret_value, triggers};
+use super::{credentials, triggers};
 use crate::documents::config_versions::{create_pending_raw, pending_meta};
 use crate::prelude::*;
 use crate::vcs::{FetchRequest, fetch};
@@ -35,6 +35,8 @@ pub struct Job {
     pub speculative: bool,
     /// A push whose branch is judged once the server says its default branch.
     pub check_branch: Option<Push>,
+    /// Whether the upload queues a run (None: as TFE's `queue-all-runs` says).
+    pub queue: Option<bool>,
 }
 
 /// Runs `job` in the background; a failure is a Warning Event on the workspace.
@@ -48,22 +50,21 @@ pub fn spawn(state: AppState, job: Job) {
     });
 }
 
-async fn ingest(state: &AppState, mut job: Job) -> Result<(), String> {
+/// Brings `job`'s commit in: the ID of its configuration version (None: a push its
+/// triggers skip once the default branch is known).
+pub async fn ingest(state: &AppState, mut job: Job) -> Result<Option<String>, String> {
     let conn = &job.conn;
     let forge = Forge::of(&conn.spec.service_provider);
     let http = conn.spec.http_url.clone().unwrap_or_default();
     let url = vcs::clone_url(forge, &http, &job.attrs.identifier);
-    let token = secret_value(state, conn, conn.spec.token_secret_ref.as_ref())
-        .await
-        .map_err(|e| format!("reading the connection's token: {e}"))?;
-    let credentials = token.map(|t| (forge.clone_username().to_owned(), t));
+    let credentials = credentials(state, conn).await?;
     let timeout = std::time::Duration::from_secs(state.settings.vcs_fetch_timeout_seconds);
     if let Some(push) = &job.check_branch {
         let default = crate::vcs::default_branch_of(url.clone(), credentials.clone(), timeout)
             .await
             .map_err(|e| e.to_string())?;
         if let Verdict::Skip(_) = judge(&triggers(&job.ws), push, Some(&default)) {
-            return Ok(());
+            return Ok(None);
         }
         job.attrs.on_default_branch = push.branch.as_deref() == Some(default.as_str());
     }
@@ -71,15 +72,17 @@ async fn ingest(state: &AppState, mut job: Job) -> Result<(), String> {
     let ns = ws.namespace().unwrap_or_default();
     let ws_id = id_of(ws.as_ref());
     let cv_id = |sha: &str| stable_id("cv-", &[&ws_id, &job.git_ref, sha]);
-    if !job.attrs.commit_sha.is_empty()
-        && state
+    if !job.attrs.commit_sha.is_empty() {
+        let known = cv_id(&job.attrs.commit_sha);
+        if state
             .index
             .read()
             .configuration_versions()
-            .get(&cv_id(&job.attrs.commit_sha))
+            .get(&known)
             .is_some()
-    {
-        return Ok(());
+        {
+            return Ok(Some(known));
+        }
     }
     if job.speculative
         && let Some(n) = job.attrs.pull_request_number
@@ -97,6 +100,10 @@ async fn ingest(state: &AppState, mut job: Job) -> Result<(), String> {
     .map_err(|e| format!("{} of {}: {e}", job.git_ref, job.attrs.identifier))?;
     let mut attrs = job.attrs.clone();
     attrs.commit_sha = fetched.sha.clone();
+    if attrs.commit_url.is_empty() {
+        attrs.commit_url =
+            vcs::commit_url(forge, &http, &attrs.identifier, &fetched.sha).unwrap_or_default();
+    }
     if attrs.commit_message.is_empty() {
         attrs.commit_message = fetched.message.clone();
     }
@@ -126,9 +133,11 @@ async fn ingest(state: &AppState, mut job: Job) -> Result<(), String> {
             .ok_or("the workspace's organization is gone")?;
         // TFE's queue-all-runs: until one run was queued by other means, a push only
         // makes the configuration version.
-        let queue = job.speculative
-            || ws.spec.queue_all_runs
-            || idx.runs_of(&ns, &ws.name_any()).next().is_some();
+        let queue = job.queue.unwrap_or_else(|| {
+            job.speculative
+                || ws.spec.queue_all_runs
+                || idx.runs_of(&ns, &ws.name_any()).next().is_some()
+        });
         (org, queue)
     };
     let base = ObjectMeta {
@@ -153,7 +162,7 @@ async fn ingest(state: &AppState, mut job: Job) -> Result<(), String> {
     match create_pending_raw(state, &HeaderMap::new(), &cv, &id, &token).await {
         Ok(_) => {}
         // The same commit, already brought in (a webhook delivered twice).
-        Err(ApiError::Conflict(_)) => return Ok(()),
+        Err(ApiError::Conflict(_)) => return Ok(Some(id)),
         Err(e) => return Err(format!("creating the configuration version: {e}")),
     }
     let file = tokio::fs::File::from_std(
@@ -191,14 +200,64 @@ async fn ingest(state: &AppState, mut job: Job) -> Result<(), String> {
             job.attrs.identifier,
             if job.speculative {
                 " (a pull request's speculative plan)"
-            } else if queue {
+            } else if queue || job.queue.is_some() {
                 ""
             } else {
                 " (not queued: queue-all-runs is off and the workspace has no run yet)"
             }
         ),
     );
-    Ok(())
+    Ok(Some(id))
+}
+
+/// The configuration version of the latest commit of the branch workspace `ws` follows
+/// (TFE's run without a configuration version on a VCS-driven workspace), fetched now;
+/// None when the workspace follows no repository through a connection that exists.
+pub async fn latest(state: &AppState, ws: Arc<Workspace>) -> Option<Result<String, String>> {
+    let repo = ws.spec.vcs_repo.clone()?;
+    let conn = state
+        .index
+        .read()
+        .oauth_tokens()
+        .get(repo.oauth_token_id.as_deref()?)
+        .cloned()?;
+    let forge = Forge::of(&conn.spec.service_provider);
+    let http = conn.spec.http_url.clone().unwrap_or_default();
+    let url = vcs::clone_url(forge, &http, &repo.identifier);
+    let result = async {
+        let branch = match repo.branch.as_deref().filter(|b| !b.is_empty()) {
+            Some(b) => b.to_owned(),
+            None => {
+                let credentials = credentials(state, &conn).await?;
+                let timeout =
+                    std::time::Duration::from_secs(state.settings.vcs_fetch_timeout_seconds);
+                crate::vcs::default_branch_of(url.clone(), credentials, timeout)
+                    .await
+                    .map_err(|e| e.to_string())?
+            }
+        };
+        let job = Job {
+            ws: ws.clone(),
+            conn: conn.clone(),
+            git_ref: format!("refs/heads/{branch}"),
+            attrs: IngressAttributes {
+                identifier: repo.identifier.clone(),
+                branch,
+                clone_url: url.clone(),
+                on_default_branch: repo.branch.as_deref().is_none_or(str::is_empty),
+                oauth_token_id: id_of(conn.as_ref()),
+                ..IngressAttributes::default()
+            },
+            speculative: false,
+            check_branch: None,
+            queue: Some(false),
+        };
+        ingest(state, job)
+            .await?
+            .ok_or_else(|| "the commit was not brought in".to_owned())
+    }
+    .await;
+    Some(result)
 }
 
 /// In the background: [`supersede_now`].

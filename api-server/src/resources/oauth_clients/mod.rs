@@ -27,6 +27,7 @@ pub const WEBHOOK_SECRET_KEY: &str = "webhook-secret";
 pub const SSH_KEY_KEY: &str = "ssh-key";
 
 pub mod ingress;
+pub mod poll;
 pub mod tokens;
 pub mod webhook;
 
@@ -578,4 +579,23 @@ pub fn triggers(ws: &Workspace) -> Triggers<'_> {
         trigger_prefixes: &ws.spec.trigger_prefixes,
         trigger_patterns: &ws.spec.trigger_patterns,
     }
+}
+
+/// The HTTP credentials connection `t` fetches with: its provider's user name and its
+/// token (None without a token: a public repository).
+pub async fn credentials(
+    state: &AppState,
+    t: &OAuthToken,
+) -> Result<Option<(String, String)>, String> {
+    let token = secret_value(state, t, t.spec.token_secret_ref.as_ref())
+        .await
+        .map_err(|e| format!("reading the connection's token: {e}"))?;
+    Ok(token.map(|v| {
+        (
+            Forge::of(&t.spec.service_provider)
+                .clone_username()
+                .to_owned(),
+            v,
+        )
+    }))
 }

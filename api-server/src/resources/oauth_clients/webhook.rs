@@ -154,6 +154,7 @@ fn on_push(
                         attrs,
                         speculative: false,
                         check_branch: (!known_branch && p.tag.is_none()).then(|| p.clone()),
+                        queue: None,
                     },
                 );
                 "queued".to_owned()
@@ -219,6 +220,7 @@ fn on_pull_request(
                             attrs,
                             speculative: true,
                             check_branch: None,
+                            queue: None,
                         },
                     );
                     "queued"

@@ -234,12 +234,41 @@ async fn create(
             }
         }
         None => {
+            // A VCS-driven workspace runs the latest commit of its branch (TFE's); when
+            // that cannot be fetched, its current configuration, with an Event saying why.
+            let fetched = match crate::resources::oauth_clients::ingress::latest(
+                &state,
+                ws.obj.clone(),
+            )
+            .await
+            {
+                Some(Ok(id)) => state
+                    .index
+                    .read()
+                    .configuration_versions()
+                    .get(&id)
+                    .cloned(),
+                Some(Err(e)) => {
+                    crate::events::warning(
+                        &state.events,
+                        ws.obj.as_ref(),
+                        "VcsIngressFailed",
+                        format!(
+                            "the run uses the latest configuration version instead of the branch's latest commit: {e}"
+                        ),
+                    );
+                    None
+                }
+                None => None,
+            };
             // The workspace's current configuration: its newest uploaded, not provisional.
-            let latest = state
-                .index
-                .read()
-                .current_configuration_version(&ws.ns, &ws_object)
-                .cloned();
+            let latest = fetched.or_else(|| {
+                state
+                    .index
+                    .read()
+                    .current_configuration_version(&ws.ns, &ws_object)
+                    .cloned()
+            });
             if latest.is_none() {
                 errs.push(FieldError::new(
                     CV_PTR,
