@@ -327,7 +327,10 @@ fn a_repository_drives_a_workspace() {
         )
         .unwrap_or_else(|| panic!("the run by hand never finished: {}", api.run(&run)));
     // The docs commit changes no resource: a plan without changes.
-    assert_eq!(done["attributes"]["status"], "planned_and_finished", "{done}");
+    assert_eq!(
+        done["attributes"]["status"], "planned_and_finished",
+        "{done}"
+    );
     let by_hand = done["relationships"]["configuration-version"]["data"]["id"]
         .as_str()
         .unwrap()
@@ -584,4 +587,144 @@ fn a_plain_git_server_is_polled() {
         .filter(|c| c["attributes"]["source"] == "git")
         .count();
     assert_eq!(from_git, 2, "one version per commit: {:?}", versions.body);
+}
+
+/// The OAuth clients API in go-tfe's shapes (its integration tests' flows): a Bitbucket
+/// Data Center client with a consumer key, a secret and an RSA public key; updates;
+/// projects; an agent pool; the token's SSH key.
+#[test]
+fn oauth_clients_take_go_tfes_shapes() {
+    let dev = Dev::start();
+    let api = Api::admin(&dev);
+    api.create_org(ORG);
+    let path = format!("/api/v2/organizations/{ORG}/oauth-clients");
+    let r = api.post(
+        &path,
+        &json!({"data": {"type": "oauth-clients", "attributes": {
+            "api-url": "https://bbdc.example", "http-url": "https://bbdc.example",
+            "service-provider": "bitbucket_data_center", "key": "consumer-1",
+            "secret": "-----BEGIN RSA PRIVATE KEY-----\nx\n-----END RSA PRIVATE KEY-----\n",
+            "rsa-public-key": "-----BEGIN PUBLIC KEY-----\ny\n-----END PUBLIC KEY-----\n",
+            "organization-scoped": true}}}),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let oc = r.body["data"].clone();
+    let id = oc["id"].as_str().unwrap().to_owned();
+    assert_eq!(oc["attributes"]["key"], "consumer-1");
+    assert!(
+        oc["attributes"]["rsa-public-key"]
+            .as_str()
+            .unwrap()
+            .contains("PUBLIC KEY")
+    );
+    assert_eq!(
+        oc["attributes"]["secret"],
+        Value::Null,
+        "the secret is write-only"
+    );
+    assert_eq!(oc["attributes"]["name"], Value::Null);
+    assert_eq!(oc["relationships"]["organization"]["data"]["id"], ORG);
+    assert_eq!(
+        oc["relationships"]["oauth-tokens"]["data"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    // Listed, read back the same.
+    let list = api.get(&path);
+    assert_eq!(list.body["data"][0]["id"], id.as_str());
+    let read = api.get(&format!("/api/v2/oauth-clients/{id}"));
+    assert_eq!(
+        read.body["data"]["relationships"]["oauth-tokens"],
+        oc["relationships"]["oauth-tokens"]
+    );
+    // Updates: organization-scoped, the key (an empty one is refused), the agent pool.
+    let update = |attrs: Value, rels: Value| {
+        api.call(
+            "PATCH",
+            &format!("/api/v2/oauth-clients/{id}"),
+            Some(&json!({"data": {"type": "oauth-clients", "attributes": attrs, "relationships": rels}})),
+        )
+    };
+    let r = update(
+        json!({"organization-scoped": false, "key": "consumer-2"}),
+        json!({}),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(r.body["data"]["attributes"]["organization-scoped"], false);
+    assert_eq!(r.body["data"]["attributes"]["key"], "consumer-2");
+    assert_eq!(
+        r.body["data"]["attributes"]["rsa-public-key"],
+        oc["attributes"]["rsa-public-key"]
+    );
+    let r = update(json!({"key": ""}), json!({}));
+    assert_eq!(r.status, 422, "{:?}", r.body);
+    assert!(r.body.to_string().contains("Consumer Key"), "{:?}", r.body);
+    let r = update(
+        json!({}),
+        json!({"agent-pool": {"data": {"type": "agent-pools", "id": "apool-NoSuchPool000001"}}}),
+    );
+    assert_eq!(r.status, 422, "{:?}", r.body);
+    // Projects: added and removed through the relationship.
+    let p = api.post(
+        &format!("/api/v2/organizations/{ORG}/projects"),
+        &json!({"data": {"type": "projects", "attributes": {"name": "infra"}}}),
+    );
+    assert_eq!(p.status, 201, "{:?}", p.body);
+    let project = p.body["data"]["id"].as_str().unwrap().to_owned();
+    let rel = format!("/api/v2/oauth-clients/{id}/relationships/projects");
+    let body = json!({"data": [{"type": "projects", "id": project}]});
+    assert_eq!(api.post(&rel, &body).status, 204);
+    let read = api.get(&format!("/api/v2/oauth-clients/{id}"));
+    assert_eq!(
+        read.body["data"]["relationships"]["projects"]["data"][0]["id"],
+        project.as_str()
+    );
+    assert_eq!(api.call("DELETE", &rel, Some(&body)).status, 204);
+    let read = api.get(&format!("/api/v2/oauth-clients/{id}"));
+    assert_eq!(
+        read.body["data"]["relationships"]["projects"]["data"],
+        json!([])
+    );
+    // The token: its client, an SSH key set (never shown), then deleted with the client.
+    let token = oc["relationships"]["oauth-tokens"]["data"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let t = api.get(&format!("/api/v2/oauth-clients/{id}/oauth-tokens"));
+    assert_eq!(
+        t.body["data"][0]["relationships"]["oauth-client"]["data"]["id"],
+        id.as_str()
+    );
+    assert_eq!(t.body["data"][0]["attributes"]["has-ssh-key"], false);
+    let r = api.call(
+        "PATCH",
+        &format!("/api/v2/oauth-tokens/{token}"),
+        Some(&json!({"data": {"type": "oauth-tokens", "attributes": {"ssh-key": "-----BEGIN OPENSSH PRIVATE KEY-----\nz\n-----END OPENSSH PRIVATE KEY-----\n"}}})),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(r.body["data"]["attributes"]["has-ssh-key"], true);
+    assert!(!r.body.to_string().contains("OPENSSH"));
+    // Unknown and malformed IDs are 404.
+    assert_eq!(
+        api.get("/api/v2/oauth-clients/oc-NoSuchClient000001")
+            .status,
+        404
+    );
+    assert_eq!(api.get("/api/v2/oauth-clients/nope").status, 404);
+    let r = api.call("DELETE", &format!("/api/v2/oauth-clients/{id}"), None);
+    assert_eq!(r.status, 204);
+    assert_eq!(
+        api.get(&format!("/api/v2/oauth-tokens/{token}")).status,
+        404
+    );
+    // Anything but a known service provider is a 422.
+    let r = api.post(
+        &path,
+        &json!({"data": {"type": "oauth-clients", "attributes": {
+            "api-url": "https://x.example", "http-url": "https://x.example",
+            "service-provider": "svn", "oauth-token-string": "t"}}}),
+    );
+    assert_eq!(r.status, 422, "{:?}", r.body);
 }

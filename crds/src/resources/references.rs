@@ -95,8 +95,15 @@ crd_kind! {
         pub webhook_secret_ref: Option<SecretKeyRef>,
         /// Secret key holding an SSH private key of the connection (TFE's `ssh-key`).
         pub ssh_key_secret_ref: Option<SecretKeyRef>,
-        /// The OAuth application's key (TFE's `key`), kept and shown.
+        /// The OAuth application's key (TFE's `key`; Bitbucket Data Center's consumer
+        /// key), kept and shown.
         pub key: Option<String>,
+        /// The RSA public key of the application link (Bitbucket Server / Data Center),
+        /// kept and shown.
+        pub rsa_public_key: Option<String>,
+        /// ID of the agent pool (`apool-…`) that reaches the server (TFE's private VCS),
+        /// kept and shown.
+        pub agent_pool_id: Option<String>,
         /// Whether every workspace of the organization may use the connection (else only
         /// those of `projects`).
         #[serde(default = "default_true")]

@@ -25,6 +25,8 @@ use crate::prelude::*;
 pub const TOKEN_KEY: &str = "token";
 pub const WEBHOOK_SECRET_KEY: &str = "webhook-secret";
 pub const SSH_KEY_KEY: &str = "ssh-key";
+/// The OAuth application's secret (TFE's write-only `secret`).
+pub const OAUTH_SECRET_KEY: &str = "oauth-secret";
 
 pub mod ingress;
 pub mod poll;
@@ -86,7 +88,7 @@ pub fn render(t: &OAuthToken, org: &Organization, base: &str) -> Value {
             "api-url": t.spec.api_url,
             "key": t.spec.key,
             "secret": Value::Null,
-            "rsa-public-key": Value::Null,
+            "rsa-public-key": t.spec.rsa_public_key,
             "organization-scoped": t.spec.organization_scoped,
             "webhook-url": webhook_url(base, t),
             "allow-fork-pull-requests": t.spec.allow_fork_pull_requests,
@@ -99,7 +101,7 @@ pub fn render(t: &OAuthToken, org: &Organization, base: &str) -> Value {
                 "links": {"related": format!("/api/v2/oauth-clients/{id}/oauth-tokens")},
             },
             "projects": {"data": t.spec.projects.iter().map(|p| json!({"id": p, "type": "projects"})).collect::<Vec<_>>()},
-            "agent-pool": {"data": Value::Null},
+            "agent-pool": {"data": t.spec.agent_pool_id.as_ref().map(|p| json!({"id": p, "type": "agent-pools"}))},
         },
         "links": {"self": format!("/api/v2/oauth-clients/{id}")},
     })
@@ -183,9 +185,47 @@ impl Typed for ClientAttributes {
 }
 
 #[derive(Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 struct ClientRelationships {
     #[serde(default)]
     projects: Option<crate::body::ToMany<ProjectRef>>,
+    #[serde(default)]
+    agent_pool: Option<ToOne>,
+}
+
+/// The agent pool a relationship names: an existing pool of the organization (422
+/// otherwise, TFE's words); `Some(None)` for `{"data": null}`.
+fn agent_pool(
+    state: &AppState,
+    ns: &str,
+    rel: Option<&ToOne>,
+) -> Result<Option<Option<String>>, ApiError> {
+    let Some(rel) = rel else { return Ok(None) };
+    match rel.id() {
+        None => Ok(None),
+        Some(None) => Ok(Some(None)),
+        Some(Some(id)) => {
+            let idx = state.index.read();
+            match idx.agent_pools().get(id) {
+                Some(p) if p.namespace().as_deref() == Some(ns) => Ok(Some(Some(id.to_owned()))),
+                _ => Err(ApiError::invalid(
+                    "/data/relationships/agent-pool",
+                    "the provided agent pool does not exist or you are not authorized to use it",
+                )),
+            }
+        }
+    }
+}
+
+/// Bitbucket Server and Data Center need their consumer key (TFE's words).
+fn check_key(sp: &str, key: Option<&str>) -> Result<(), ApiError> {
+    if Forge::of(sp) == Forge::BitbucketServer && key.is_some_and(|k| k.trim().is_empty()) {
+        return Err(ApiError::invalid_attribute(
+            "key",
+            "The Consumer Key for Bitbucket Data Center must be present. Please add a value for `key`.",
+        ));
+    }
+    Ok(())
 }
 
 struct ProjectRef;
@@ -276,6 +316,8 @@ async fn create(
             "oauth-token-string is required (a personal access token of the provider)",
         ));
     }
+    check_key(&sp, a.key.as_deref())?;
+    let pool = agent_pool(&state, &ns, data.relationships.agent_pool.as_ref())?.flatten();
     let projects = match data.relationships.projects {
         Some(p) => project_ids(&state, &ns, p.checked()?)?,
         None => Vec::new(),
@@ -303,7 +345,9 @@ async fn create(
             token_secret_ref: token.as_ref().map(|_| key_ref(TOKEN_KEY)),
             webhook_secret_ref: Some(key_ref(WEBHOOK_SECRET_KEY)),
             ssh_key_secret_ref: private_key.as_ref().map(|_| key_ref(SSH_KEY_KEY)),
-            key: a.key.clone(),
+            key: a.key.clone().filter(|k| !k.is_empty()),
+            rsa_public_key: a.rsa_public_key.clone().filter(|k| !k.is_empty()),
+            agent_pool_id: pool,
             organization_scoped: a.organization_scoped.unwrap_or(true),
             projects,
             allow_fork_pull_requests: a.allow_fork_pull_requests.unwrap_or(false),
@@ -311,7 +355,6 @@ async fn create(
         },
         status: None,
     };
-    let _ = (&a.secret, &a.rsa_public_key);
     let conns = write::api::<OAuthToken>(&state, &ns);
     let created = conns.create(&PostParams::default(), &conn).await?;
     let mut data = BTreeMap::from([(WEBHOOK_SECRET_KEY.to_owned(), bytes(&webhook_secret))]);
@@ -320,6 +363,9 @@ async fn create(
     }
     if let Some(k) = &private_key {
         data.insert(SSH_KEY_KEY.to_owned(), bytes(k));
+    }
+    if let Some(k) = a.secret.as_deref().filter(|k| !k.is_empty()) {
+        data.insert(OAUTH_SECRET_KEY.to_owned(), bytes(k));
     }
     let secret = Secret {
         metadata: ObjectMeta {
@@ -383,31 +429,40 @@ pub(super) async fn put_secret_values(
         .iter()
         .map(|(k, v)| ((*k).to_owned(), bytes(v)))
         .collect();
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            namespace: Some(ns.clone()),
-            labels: Some(BTreeMap::from([(LABEL_ID.to_owned(), id_of(t))])),
-            owner_references: t.controller_owner_ref(&()).map(|o| vec![o]),
-            ..Default::default()
-        },
-        type_: Some("Opaque".into()),
-        data: Some(data),
-        ..Default::default()
-    };
-    write::api::<Secret>(state, &ns)
-        .patch(
-            &name,
-            &PatchParams::apply(terrace_crds::constants::FIELD_MANAGER_API).force(),
-            &Patch::Apply(&secret),
-        )
-        .await?;
+    let secrets = write::api::<Secret>(state, &ns);
+    // A merge patch adds or replaces only the keys given (a GitOps-declared connection
+    // may have no Secret of ours yet: then it is made).
+    let patch = json!({"data": data});
+    match secrets
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 => {
+            let secret = Secret {
+                metadata: ObjectMeta {
+                    name: Some(name.clone()),
+                    namespace: Some(ns.clone()),
+                    labels: Some(BTreeMap::from([(LABEL_ID.to_owned(), id_of(t))])),
+                    owner_references: t.controller_owner_ref(&()).map(|o| vec![o]),
+                    ..Default::default()
+                },
+                type_: Some("Opaque".into()),
+                data: Some(data),
+                ..Default::default()
+            };
+            secrets.create(&PostParams::default(), &secret).await?;
+        }
+        Err(e) => return Err(e.into()),
+    }
     let mut refs = serde_json::Map::new();
     for (k, _) in values {
         let field = match *k {
             TOKEN_KEY => "tokenSecretRef",
             WEBHOOK_SECRET_KEY => "webhookSecretRef",
-            _ => "sshKeySecretRef",
+            SSH_KEY_KEY => "sshKeySecretRef",
+            // The OAuth application's secret is kept, not referenced.
+            _ => continue,
         };
         refs.insert(field.into(), json!({"name": name, "key": k}));
     }
@@ -418,10 +473,13 @@ async fn update(
     State(state): State<AppState>,
     FoundClient(f): FoundClient,
     headers: HeaderMap,
-    JsonApi(doc): JsonApi<Document<ClientAttributes>>,
+    JsonApi(doc): JsonApi<Document<ClientAttributes, ClientRelationships>>,
 ) -> Result<Doc, ApiError> {
     with_right(&state, &f, "update").await?;
-    let a = doc.checked()?.attributes;
+    let data = doc.checked()?;
+    let a = data.attributes;
+    check_key(&f.at.obj.spec.service_provider, a.key.as_deref())?;
+    let pool = agent_pool(&state, &f.at.ns, data.relationships.agent_pool.as_ref())?;
     if a.service_provider
         .as_deref()
         .is_some_and(|sp| sp != f.at.obj.spec.service_provider)
@@ -443,6 +501,9 @@ async fn update(
     if let Some(k) = a.private_key.as_deref().filter(|t| !t.is_empty()) {
         values.push((SSH_KEY_KEY, k));
     }
+    if let Some(k) = a.secret.as_deref().filter(|t| !t.is_empty()) {
+        values.push((OAUTH_SECRET_KEY, k));
+    }
     let refs = put_secret_values(&state, &f.at.obj, &values).await?;
     let mut patch = refs;
     let p = patch.as_object_mut().expect("an object");
@@ -451,6 +512,12 @@ async fn update(
     }
     if let Some(k) = &a.key {
         p.insert("key".into(), json!(k));
+    }
+    if let Some(k) = &a.rsa_public_key {
+        p.insert("rsaPublicKey".into(), json!(k));
+    }
+    if let Some(pool) = pool {
+        p.insert("agentPoolId".into(), json!(pool));
     }
     if let Some(u) = http_url {
         p.insert("httpUrl".into(), json!(u));
