@@ -184,13 +184,24 @@ pub async fn ingest(state: &AppState, mut job: Job) -> Result<Option<String>, St
         }
     })
     .boxed();
-    crate::resources::module_tests::config_versions::upload_archive(
+    let uploaded = crate::resources::module_tests::config_versions::upload_archive(
         state,
         &token,
         Body::from_stream(stream),
     )
-    .await
-    .map_err(|e| format!("uploading the archive: {e}"))?;
+    .await;
+    if let Err(e) = uploaded {
+        // A refused archive (over the store's limit, not a tar.gz…) leaves the version
+        // errored, saying why, rather than pending.
+        let why = format!("uploading the archive: {e}");
+        let _ = write::patch_status(
+            &write::api::<ConfigurationVersion>(state, &ns),
+            &terrace_crds::ids::object_name_for_id(&id),
+            json!({"status": "errored", "errorMessage": why}),
+        )
+        .await;
+        return Err(why);
+    }
     crate::events::workspace_event(
         &state.events,
         &ws,
