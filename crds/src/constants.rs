@@ -84,6 +84,13 @@ pub const ANNOTATION_CREATED_AT: &str = "terrace.dev/created-at";
 /// starts one unless its last assessment started later (docs/health.md).
 pub const ANNOTATION_ASSESSMENT_REQUESTED: &str = "terrace.dev/assessment-requested";
 
+/// Annotation the API server sets on a VCS-driven workspace when its repository could not
+/// be read (the reason, never a credential) and removes once a fetch works again; the
+/// workspace controller shows it as the `RepositoryReadable` condition (docs/vcs.md).
+pub const ANNOTATION_VCS_ERROR: &str = "terrace.dev/vcs-error";
+/// Condition of a VCS-driven workspace: whether its repository could be read last time.
+pub const CONDITION_REPOSITORY_READABLE: &str = "RepositoryReadable";
+
 /// kstatus condition: the object is reconciled and usable.
 pub const CONDITION_READY: &str = "Ready";
 /// kstatus condition: the controller is working towards the desired state.

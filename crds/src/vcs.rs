@@ -163,6 +163,17 @@ pub fn commit_url(forge: Forge, http_url: &str, identifier: &str, sha: &str) -> 
     }
 }
 
+/// A run's `origin` from the ingress attributes of its configuration version:
+/// `org/repo@abc1234 (main)`, `org/repo@abc1234 (tag v1.0.0)`, `org/repo#7@abc1234`.
+pub fn origin(i: &crate::IngressAttributes) -> String {
+    let short: String = i.commit_sha.chars().take(7).collect();
+    match (i.pull_request_number, &i.tag) {
+        (Some(n), _) => format!("{}#{n}@{short}", i.identifier),
+        (None, Some(tag)) => format!("{}@{short} (tag {tag})", i.identifier),
+        (None, None) => format!("{}@{short} ({})", i.identifier, i.branch),
+    }
+}
+
 /// Why a webhook was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SignatureError {

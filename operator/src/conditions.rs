@@ -194,6 +194,52 @@ pub fn with_health(
     conditions
 }
 
+/// `conditions` with a VCS-driven workspace's `RepositoryReadable` (docs/vcs.md): False
+/// with the reason the API server recorded ([`ANNOTATION_VCS_ERROR`]) when its last fetch
+/// failed, True otherwise; absent for a workspace that follows no repository. Keeps its
+/// transition time from `previous` while its status stays.
+///
+/// [`ANNOTATION_VCS_ERROR`]: terrace_crds::constants::ANNOTATION_VCS_ERROR
+pub fn with_repository(
+    mut conditions: Vec<Condition>,
+    previous: &[Condition],
+    ws: &terrace_crds::Workspace,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Vec<Condition> {
+    use terrace_crds::constants::{ANNOTATION_VCS_ERROR, CONDITION_REPOSITORY_READABLE};
+    conditions.retain(|c| c.type_ != CONDITION_REPOSITORY_READABLE);
+    let Some(repo) = ws.spec.vcs_repo.as_deref() else {
+        return conditions;
+    };
+    let error = ws
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_VCS_ERROR));
+    let (status, reason, message) = match error {
+        Some(e) => ("False", "FetchFailed", e.clone()),
+        None => (
+            "True",
+            "Readable",
+            format!("{} is read through its connection", repo.identifier),
+        ),
+    };
+    let last_transition_time = find(previous, CONDITION_REPOSITORY_READABLE)
+        .filter(|p| p.status == status)
+        .map(|p| p.last_transition_time.clone())
+        .unwrap_or(Time(now));
+    conditions.push(Condition {
+        type_: CONDITION_REPOSITORY_READABLE.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message,
+        observed_generation: generation,
+        last_transition_time,
+    });
+    conditions
+}
+
 /// The condition of `type_`, if present.
 pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)
@@ -478,5 +524,30 @@ mod tests {
         later[0].observed_generation = Some(2);
         assert!(!same_conditions(&whole, &later));
         assert!(!same_conditions(&whole, &later[..2]));
+    }
+
+    /// A VCS-driven workspace's RepositoryReadable follows the API server's annotation;
+    /// a workspace with no repository has none.
+    #[test]
+    fn repository_readable_follows_the_recorded_failure() {
+        use terrace_crds::constants::{ANNOTATION_VCS_ERROR, CONDITION_REPOSITORY_READABLE};
+        let mut ws = terrace_crds::Workspace::new("w", Default::default());
+        assert!(with_repository(Vec::new(), &[], &ws, Some(1), t(0)).is_empty());
+        ws.spec.vcs_repo = Some(Box::new(terrace_crds::VcsRepo {
+            identifier: "acme/infra".into(),
+            ..Default::default()
+        }));
+        let ok = with_repository(Vec::new(), &[], &ws, Some(1), t(0));
+        assert_eq!(status_of(&ok, CONDITION_REPOSITORY_READABLE), "True");
+        ws.metadata.annotations =
+            Some([(ANNOTATION_VCS_ERROR.to_owned(), "refused".to_owned())].into());
+        let failed = with_repository(ok.clone(), &ok, &ws, Some(1), t(10));
+        let c = find(&failed, CONDITION_REPOSITORY_READABLE).unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str(), c.message.as_str()),
+            ("False", "FetchFailed", "refused")
+        );
+        assert_eq!(c.last_transition_time, Time(t(10)));
+        assert_eq!(failed.len(), 1, "replaced, not added");
     }
 }

@@ -152,6 +152,8 @@ impl Watched for Workspace {
             assessments_enabled: spec.assessments_enabled,
             operations: spec.operations,
             setting_overwrites: spec.setting_overwrites,
+            // The workspace controller's RepositoryReadable condition (docs/vcs.md).
+            vcs_repo: spec.vcs_repo,
             ..WorkspaceSpec::default()
         };
         self.status = self.status.take().map(|s| WorkspaceStatus {

@@ -1381,6 +1381,48 @@ pub fn chart_rbac(namespace: &str) -> String {
 }
 
 pub mod browser;
+
+/// The web view over HTTP without a browser: a session and its pages.
+pub mod web {
+    /// An agent that answers every status and follows no redirect.
+    pub fn agent() -> ureq::Agent {
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .build()
+            .into()
+    }
+
+    /// Signs in at `base` with API token `token`: the session cookie's value.
+    pub fn sign_in(base: &str, token: &str) -> String {
+        let r = agent()
+            .post(&format!("{base}/app/session"))
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .send(format!("token={token}&next=/app"))
+            .expect("sign in");
+        assert_eq!(r.status().as_u16(), 303);
+        r.headers()
+            .get("set-cookie")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|set| set.split(';').next())
+            .and_then(|kv| kv.split_once('='))
+            .map(|(_, v)| v.to_owned())
+            .expect("the session cookie")
+    }
+
+    /// GET `path` of `base` with session `cookie`: the status and the page.
+    pub fn page(base: &str, cookie: &str, path: &str) -> (u16, String) {
+        let mut r = agent()
+            .get(&format!("{base}{path}"))
+            .header("Cookie", format!("terrace_session={cookie}"))
+            .call()
+            .expect("GET");
+        (
+            r.status().as_u16(),
+            r.body_mut().read_to_string().unwrap_or_default(),
+        )
+    }
+}
 pub mod git_server;
 pub mod provider;
 pub mod real;

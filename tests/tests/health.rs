@@ -131,42 +131,14 @@ fn enable_with_notifications(api: &Api, ws: &str, url: &str, triggers: &[&str]) 
     assert_eq!(nc.status, 201, "{:?}", nc.body);
 }
 
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .max_redirects(0)
-        .build()
-        .into()
-}
-
 /// A web view session of the admin: its cookie's value.
 fn sign_in(dev: &Dev) -> String {
-    let r = agent()
-        .post(&format!("{}/app/session", dev.api))
-        .header("Content-Type", "application/x-www-form-urlencoded")
-        .send(format!("token={}&next=/app", dev.token))
-        .expect("sign in");
-    assert_eq!(r.status().as_u16(), 303);
-    r.headers()
-        .get("set-cookie")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|set| set.split(';').next())
-        .and_then(|kv| kv.split_once('='))
-        .map(|(_, v)| v.to_owned())
-        .expect("the session cookie")
+    terrace_tests::web::sign_in(&dev.api, &dev.token)
 }
 
 /// GET `path` of the web view with session `cookie`: the status and the page.
 fn page(dev: &Dev, cookie: &str, path: &str) -> (u16, String) {
-    let mut r = agent()
-        .get(&format!("{}{path}", dev.api))
-        .header("Cookie", format!("terrace_session={cookie}"))
-        .call()
-        .expect("GET");
-    (
-        r.status().as_u16(),
-        r.body_mut().read_to_string().unwrap_or_default(),
-    )
+    terrace_tests::web::page(&dev.api, cookie, path)
 }
 
 fn condition(dev: &Dev, type_: &str) -> Value {

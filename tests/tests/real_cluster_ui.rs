@@ -6,27 +6,7 @@
 use std::time::Duration;
 
 use terrace_tests::real::{RealCluster, eventually};
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .max_redirects(0)
-        .build()
-        .into()
-}
-
-/// GET `path` of `base` with session `cookie`: the status and the page.
-fn page(base: &str, cookie: &str, path: &str) -> (u16, String) {
-    let mut r = agent()
-        .get(&format!("{base}{path}"))
-        .header("Cookie", format!("terrace_session={cookie}"))
-        .call()
-        .expect("GET");
-    (
-        r.status().as_u16(),
-        r.body_mut().read_to_string().unwrap_or_default(),
-    )
-}
+use terrace_tests::web::{agent, page};
 
 #[test]
 fn a_session_started_on_one_replica_works_on_the_other_until_signed_out() {

@@ -257,6 +257,31 @@ fn a_repository_drives_a_workspace() {
             .contains(&run["id"].as_str().unwrap().to_string())
     );
 
+    // The run's page says where it came from.
+    let cookie = terrace_tests::web::sign_in(&dev.api, &dev.token);
+    let (st, html) = terrace_tests::web::page(
+        &dev.api,
+        &cookie,
+        &format!(
+            "/app/{ORG}/workspaces/net/runs/{}",
+            run["id"].as_str().unwrap()
+        ),
+    );
+    assert_eq!(st, 200, "{html}");
+    assert!(
+        html.contains(&format!("<code>{}</code>", &sha[..7])),
+        "{html}"
+    );
+    assert!(html.contains("of acme/infra, branch main"), "{html}");
+    assert!(html.contains("by ana"), "{html}");
+
+    // And `kubectl get runs -o wide`.
+    let wide = dev.kubectl_ok(&["get", "runs", "-n", ORG, "-o", "wide"]);
+    assert!(
+        wide.contains("ORIGIN") && wide.contains(&format!("acme/infra@{} (main)", &sha[..7])),
+        "{wide}"
+    );
+
     // The same webhook delivered again makes no second version.
     let (st, _) = send(
         &dev,
@@ -385,6 +410,15 @@ fn a_repository_drives_a_workspace() {
             statuses.received()
         )
     });
+    let (_, html) = terrace_tests::web::page(
+        &dev.api,
+        &cookie,
+        &format!(
+            "/app/{ORG}/workspaces/net/runs/{}",
+            plan["id"].as_str().unwrap()
+        ),
+    );
+    assert!(html.contains("pull request <a href=\"https://git.example/acme/infra/pull/7\" id=\"vcs-pr\">#7</a> Change greeting"), "{html}");
     // A fork's pull request is not planned: the connection does not allow it.
     let mut fork = pr.clone();
     fork["pull_request"]["head"]["repo"]["full_name"] = json!("eve/infra");
@@ -512,6 +546,22 @@ fn a_tag_runs_with_tags_regex_and_an_unreadable_repository_says_why() {
         !event.to_string().contains("wrong"),
         "the Event shows the token: {event}"
     );
+    // The Workspace says so too, in a condition.
+    let readable = |want: &str| {
+        dev.eventually(Duration::from_secs(30), || {
+            let out = dev.kubectl_ok(&["get", "workspaces", "-n", ORG, "-o", "json"]);
+            let list: Value = serde_json::from_str(&out).ok()?;
+            list["items"][0]["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == "RepositoryReadable" && c["status"] == want)
+                .cloned()
+        })
+        .unwrap_or_else(|| panic!("no RepositoryReadable={want}"))
+    };
+    let c = readable("False");
+    assert_eq!(c["reason"], "FetchFailed", "{c}");
+    assert!(!c.to_string().contains("wrong"), "{c}");
     assert!(vcs_versions(&api, &ws).is_empty());
 
     // With the right token the tag applies.
@@ -532,6 +582,7 @@ fn a_tag_runs_with_tags_regex_and_an_unreadable_repository_says_why() {
         "/api/v2/configuration-versions/{cv}/ingress-attributes"
     ));
     assert_eq!(ia.body["data"]["attributes"]["tag"], "v1.0.0");
+    readable("True");
 }
 
 #[test]

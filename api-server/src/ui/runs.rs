@@ -294,6 +294,49 @@ struct RunPage {
     policies: Option<PolicyChecks>,
     plan_changes: Option<Changes>,
     why: Option<Why>,
+    commit: Option<Commit>,
+}
+
+/// Where a run from a repository came from (its configuration version's ingress
+/// attributes), as its page shows it.
+pub struct Commit {
+    pub identifier: String,
+    pub short: String,
+    pub url: String,
+    /// `branch main`, or `tag v1.0.0`.
+    pub reference: String,
+    pub sender: String,
+    /// A pull request's number, page and title.
+    pub pull_request: Option<(i64, String, String)>,
+}
+
+impl Commit {
+    /// The commit of run document `doc` (its included ingress attributes), if any.
+    pub fn of(doc: &Value) -> Option<Commit> {
+        let ia = doc["included"]
+            .as_array()?
+            .iter()
+            .find(|i| i["type"] == "ingress-attributes")?;
+        let a = &ia["attributes"];
+        let sha = text(&a["commit-sha"]);
+        Some(Commit {
+            identifier: text(&a["identifier"]),
+            short: sha.chars().take(7).collect(),
+            url: text(&a["commit-url"]),
+            reference: match a["tag"].as_str() {
+                Some(t) => format!("tag {t}"),
+                None => format!("branch {}", text(&a["branch"])),
+            },
+            sender: text(&a["sender-username"]),
+            pull_request: a["pull-request-number"].as_i64().map(|n| {
+                (
+                    n,
+                    text(&a["pull-request-url"]),
+                    text(&a["pull-request-title"]),
+                )
+            }),
+        })
+    }
 }
 
 /// The run `run` of workspace `org/name` (404 when it is another's), with its plan and
@@ -325,7 +368,10 @@ async fn run_and_workspace(
         .get(
             s,
             headers,
-            &format!("/api/v2/runs/{}?include=plan,apply", urlencode(run)),
+            &format!(
+                "/api/v2/runs/{}?include=plan,apply,configuration_version.ingress_attributes",
+                urlencode(run)
+            ),
         )
         .await?;
     if doc["data"]["relationships"]["workspace"]["data"]["id"] != ws["data"]["id"] {
@@ -568,6 +614,7 @@ pub async fn show(
         policies,
         plan_changes,
         why,
+        commit: Commit::of(&doc),
     }))
 }
 

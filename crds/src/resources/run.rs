@@ -16,7 +16,8 @@ crd_kind! {
         printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.status"}"#,
         printcolumn = r#"{"name":"Add","type":"integer","jsonPath":".status.plan.resourceAdditions"}"#,
         printcolumn = r#"{"name":"Change","type":"integer","jsonPath":".status.plan.resourceChanges"}"#,
-        printcolumn = r#"{"name":"Destroy","type":"integer","jsonPath":".status.plan.resourceDestructions"}"#
+        printcolumn = r#"{"name":"Destroy","type":"integer","jsonPath":".status.plan.resourceDestructions"}"#,
+        printcolumn = r#"{"name":"Origin","type":"string","priority":1,"jsonPath":".spec.origin","description":"The commit a run from a repository plans."}"#
     )]
     columns: wide_id, age;
     #[schemars(extend("x-kubernetes-validations" = [
@@ -63,6 +64,9 @@ crd_kind! {
         /// (auto-destroy).
         #[serde(default = "default_source")]
         pub source: String,
+        /// Where a run from a repository came from, in words: `org/repo@abc1234 (main)`,
+        /// `org/repo@abc1234 (tag v1.0.0)`, `org/repo#7@abc1234` (a pull request).
+        pub origin: Option<String>,
         /// The user who queued it (`user:NAME`).
         pub created_by: Option<String>,
         /// Apply even when the plan has no changes (TFE's `allow-empty-apply`).

@@ -422,3 +422,18 @@ fn repository_urls_per_forge() {
     assert_eq!(Forge::of("forgejo"), Forge::Gitea);
     assert_eq!(Forge::of("github_enterprise").source(), "github");
 }
+
+#[test]
+fn a_runs_origin_names_the_commit() {
+    let mut i = crate::IngressAttributes {
+        identifier: "acme/infra".into(),
+        branch: "main".into(),
+        commit_sha: "abcdef0123".into(),
+        ..Default::default()
+    };
+    assert_eq!(origin(&i), "acme/infra@abcdef0 (main)");
+    i.tag = Some("v1.0.0".into());
+    assert_eq!(origin(&i), "acme/infra@abcdef0 (tag v1.0.0)");
+    i.pull_request_number = Some(7);
+    assert_eq!(origin(&i), "acme/infra#7@abcdef0");
+}

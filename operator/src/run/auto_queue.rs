@@ -117,6 +117,11 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
                     "Queued automatically by the configuration version's upload".to_owned()
                 }),
             source: SOURCE.to_owned(),
+            origin: cv
+                .spec
+                .ingress_attributes
+                .as_deref()
+                .map(terrace_crds::vcs::origin),
             ..RunSpec::default()
         },
         status: None,

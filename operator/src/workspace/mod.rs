@@ -363,10 +363,16 @@ async fn reconcile(ws: Arc<Workspace>, ctx: Arc<WsContext>) -> Result<Action, Er
         .map(|s| s.conditions.as_slice())
         .unwrap_or_default();
     let now = Timestamp::now();
-    let conditions = crate::conditions::with_health(
-        kstatus_conditions(previous, &derived.outcome, generation, now),
+    let conditions = crate::conditions::with_repository(
+        crate::conditions::with_health(
+            kstatus_conditions(previous, &derived.outcome, generation, now),
+            previous,
+            ws.status.as_ref().and_then(|s| s.health.as_deref()),
+            generation,
+            now,
+        ),
         previous,
-        ws.status.as_ref().and_then(|s| s.health.as_deref()),
+        &ws,
         generation,
         now,
     );

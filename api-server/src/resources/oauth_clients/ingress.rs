@@ -45,6 +45,7 @@ pub fn spawn(state: AppState, job: Job) {
         let ws = job.ws.clone();
         if let Err(e) = ingest(&state, job).await {
             tracing::warn!(workspace = %ws.name_any(), error = %e, "VCS ingress failed");
+            super::mark_repository(&state, &ws, Some(&e)).await;
             crate::events::warning(&state.events, ws.as_ref(), "VcsIngressFailed", e);
         }
     });
@@ -202,6 +203,7 @@ pub async fn ingest(state: &AppState, mut job: Job) -> Result<Option<String>, St
         .await;
         return Err(why);
     }
+    super::mark_repository(state, &ws, None).await;
     crate::events::workspace_event(
         &state.events,
         &ws,

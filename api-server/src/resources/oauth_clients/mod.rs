@@ -666,3 +666,32 @@ pub async fn credentials(
         )
     }))
 }
+
+/// Records on workspace `ws` whether its repository could be read (`error`: why not),
+/// as the annotation its `RepositoryReadable` condition comes from; only a change is
+/// written.
+pub async fn mark_repository(state: &AppState, ws: &Workspace, error: Option<&str>) {
+    use terrace_crds::constants::ANNOTATION_VCS_ERROR;
+    let uid = ws.metadata.uid.clone().unwrap_or_default();
+    let current = state.index.read().workspace_by_uid(&uid).cloned();
+    let ws = current.as_deref().unwrap_or(ws);
+    let now = ws
+        .annotations()
+        .get(ANNOTATION_VCS_ERROR)
+        .map(String::as_str);
+    if now == error {
+        return;
+    }
+    let patch = json!({"metadata": {"annotations": {ANNOTATION_VCS_ERROR: error}}});
+    let ns = ws.namespace().unwrap_or_default();
+    if let Err(e) = write::api::<Workspace>(state, &ns)
+        .patch(
+            &ws.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        tracing::warn!(workspace = %ws.name_any(), error = %e, "the repository's readability was not recorded");
+    }
+}

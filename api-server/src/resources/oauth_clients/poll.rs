@@ -73,6 +73,7 @@ pub async fn run(state: AppState) {
         for (ws, conn) in due {
             if let Err(e) = poll(&state, ws.clone(), conn).await {
                 tracing::debug!(workspace = %ws.name_any(), error = %e, "polling the repository");
+                super::mark_repository(&state, &ws, Some(&e)).await;
                 crate::events::warning(&state.events, ws.as_ref(), "VcsPollFailed", e);
             }
         }

@@ -249,6 +249,8 @@ async fn create(
                     .get(&id)
                     .cloned(),
                 Some(Err(e)) => {
+                    crate::resources::oauth_clients::mark_repository(&state, &ws.obj, Some(&e))
+                        .await;
                     crate::events::warning(
                         &state.events,
                         ws.obj.as_ref(),
@@ -312,6 +314,11 @@ async fn create(
         replace_addrs: a.replace_addrs,
         variables,
         source: source.to_owned(),
+        origin: cv
+            .spec
+            .ingress_attributes
+            .as_deref()
+            .map(terrace_crds::vcs::origin),
         created_by: Some(format!("user:{}", caller.username)),
         allow_empty_apply: a.allow_empty_apply,
         allow_config_generation: a.allow_config_generation,
