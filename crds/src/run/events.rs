@@ -227,6 +227,7 @@ mod tests {
         let mut r = Run::new(
             "r",
             RunSpec {
+                origin: None,
                 workspace: "w".into(),
                 configuration_version: "c".into(),
                 is_destroy: false,
