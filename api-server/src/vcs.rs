@@ -25,6 +25,9 @@ pub struct FetchRequest {
     pub max_bytes: u64,
     /// Longest the fetch and the archive may take.
     pub timeout: Duration,
+    /// Fetch the submodules the commit names too (one level, over HTTP(S); the
+    /// connection's token goes only to its own server).
+    pub submodules: bool,
 }
 
 /// A fetched commit, archived.
@@ -35,7 +38,7 @@ pub struct Fetched {
     pub message: String,
     /// The tar.gz of its tree.
     pub archive: tempfile::NamedTempFile,
-    /// Submodules the tree names (not fetched: their entries are left out).
+    /// Submodules left out (not asked for, not in `.gitmodules`, or nested).
     pub submodules: usize,
 }
 
@@ -77,14 +80,32 @@ pub async fn fetch(req: FetchRequest) -> Result<Fetched, FetchError> {
     }
 }
 
-fn fetch_blocking(req: &FetchRequest, stop: &AtomicBool) -> Result<Fetched, FetchError> {
-    let deadline = Instant::now() + req.timeout;
-    let scratch = tempfile::tempdir().map_err(|e| FetchError::Archive(e.to_string()))?;
-    let repo = Repository::init_bare(scratch.path()).map_err(git_err)?;
-    let mut remote = repo.remote_anonymous(&req.url).map_err(git_err)?;
+/// The bounds of one fetch and its archive.
+struct Limits<'a> {
+    stop: &'a AtomicBool,
+    deadline: Instant,
+    max_bytes: u64,
+    timeout: Duration,
+}
+
+impl Limits<'_> {
+    fn go_on(&self) -> bool {
+        !self.stop.load(Ordering::Relaxed) && Instant::now() < self.deadline
+    }
+}
+
+/// Fetches `refspec` of the repository at `url` into `repo`, shallow, within `lim`.
+fn fetch_into(
+    repo: &Repository,
+    url: &str,
+    refspec: &str,
+    credentials: Option<&(String, String)>,
+    lim: &Limits<'_>,
+) -> Result<(), FetchError> {
+    let mut remote = repo.remote_anonymous(url).map_err(git_err)?;
     let over = std::cell::Cell::new(false);
     let mut cb = RemoteCallbacks::new();
-    let creds = req.credentials.clone();
+    let creds = credentials.cloned();
     let mut tried = false;
     cb.credentials(move |_url, _user, allowed| match &creds {
         Some((u, t)) if !tried && allowed.contains(git2::CredentialType::USER_PASS_PLAINTEXT) => {
@@ -95,29 +116,46 @@ fn fetch_blocking(req: &FetchRequest, stop: &AtomicBool) -> Result<Fetched, Fetc
             "the server refused the connection's credentials",
         )),
     });
-    let max = req.max_bytes;
     cb.transfer_progress(|p| {
-        if p.received_bytes() as u64 > max {
+        if p.received_bytes() as u64 > lim.max_bytes {
             over.set(true);
             return false;
         }
-        !stop.load(Ordering::Relaxed) && Instant::now() < deadline
+        lim.go_on()
     });
-    cb.sideband_progress(|_| !stop.load(Ordering::Relaxed) && Instant::now() < deadline);
+    cb.sideband_progress(|_| lim.go_on());
     let mut fo = FetchOptions::new();
     fo.remote_callbacks(cb);
     fo.depth(1);
     fo.download_tags(git2::AutotagOption::None);
-    let target = "refs/terrace/fetched";
-    let fetched = remote.fetch(&[format!("+{}:{target}", req.git_ref)], Some(&mut fo), None);
+    let fetched = remote.fetch(&[refspec], Some(&mut fo), None);
     drop(fo);
     if over.get() {
-        return Err(FetchError::TooLarge(req.max_bytes));
+        return Err(FetchError::TooLarge(lim.max_bytes));
     }
-    if stop.load(Ordering::Relaxed) || Instant::now() >= deadline {
-        return Err(FetchError::TimedOut(req.timeout));
+    if !lim.go_on() {
+        return Err(FetchError::TimedOut(lim.timeout));
     }
-    fetched.map_err(git_err)?;
+    fetched.map_err(git_err)
+}
+
+fn fetch_blocking(req: &FetchRequest, stop: &AtomicBool) -> Result<Fetched, FetchError> {
+    let lim = Limits {
+        stop,
+        deadline: Instant::now() + req.timeout,
+        max_bytes: req.max_bytes,
+        timeout: req.timeout,
+    };
+    let scratch = tempfile::tempdir().map_err(|e| FetchError::Archive(e.to_string()))?;
+    let repo = Repository::init_bare(scratch.path()).map_err(git_err)?;
+    let target = "refs/terrace/fetched";
+    fetch_into(
+        &repo,
+        &req.url,
+        &format!("+{}:{target}", req.git_ref),
+        req.credentials.as_ref(),
+        &lim,
+    )?;
     let commit = repo
         .find_reference(target)
         .and_then(|r| r.peel_to_commit())
@@ -130,13 +168,128 @@ fn fetch_blocking(req: &FetchRequest, stop: &AtomicBool) -> Result<Fetched, Fetc
         .collect();
     let tree = commit.tree().map_err(git_err)?;
     let file = tempfile::NamedTempFile::new().map_err(|e| FetchError::Archive(e.to_string()))?;
-    let submodules = archive_tree(&repo, &tree, file.as_file(), stop, deadline)?;
+    let gz = flate2::write::GzEncoder::new(file.as_file(), flate2::Compression::fast());
+    let mut tar = tar::Builder::new(gz);
+    let links = append_tree(&repo, &tree, "", &mut tar, &lim)?;
+    let mut left_out = 0;
+    if req.submodules {
+        let modules = gitmodules(&repo, &tree);
+        for (i, (path, oid)) in links.iter().enumerate() {
+            let Some(url) = modules
+                .iter()
+                .find(|(p, _)| p == path)
+                .map(|(_, u)| resolve_url(&req.url, u))
+            else {
+                left_out += 1;
+                continue;
+            };
+            // The connection's token goes only to its own server.
+            let creds = req
+                .credentials
+                .as_ref()
+                .filter(|_| origin_of(&url) == origin_of(&req.url));
+            fetch_into(
+                &repo,
+                &url,
+                &format!("+{oid}:refs/terrace/sub/{i}"),
+                creds,
+                &lim,
+            )
+            .map_err(|e| FetchError::Git(format!("submodule {path}: {e}")))?;
+            let sub = repo
+                .find_commit(*oid)
+                .and_then(|c| c.tree())
+                .map_err(|e| FetchError::Git(format!("submodule {path}: {}", e.message())))?;
+            // Submodules of submodules are not fetched.
+            left_out += append_tree(&repo, &sub, &format!("{path}/"), &mut tar, &lim)?.len();
+        }
+    } else {
+        left_out = links.len();
+    }
+    let gz = tar
+        .into_inner()
+        .map_err(|e| FetchError::Archive(e.to_string()))?;
+    let mut f = gz
+        .finish()
+        .map_err(|e| FetchError::Archive(e.to_string()))?;
+    f.flush().map_err(|e| FetchError::Archive(e.to_string()))?;
     Ok(Fetched {
         sha: commit.id().to_string(),
         message,
         archive: file,
-        submodules,
+        submodules: left_out,
     })
+}
+
+/// The `path` and `url` of each submodule `.gitmodules` of `tree` names.
+fn gitmodules(repo: &Repository, tree: &git2::Tree<'_>) -> Vec<(String, String)> {
+    let Some(text) = tree
+        .get_path(Path::new(".gitmodules"))
+        .ok()
+        .and_then(|e| repo.find_blob(e.id()).ok())
+        .map(|b| String::from_utf8_lossy(b.content()).into_owned())
+    else {
+        return Vec::new();
+    };
+    parse_gitmodules(&text)
+}
+
+/// `.gitmodules` read: each section's `path` and `url`.
+pub fn parse_gitmodules(text: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let (mut path, mut url) = (None::<String>, None::<String>);
+    let mut flush = |path: &mut Option<String>, url: &mut Option<String>| {
+        if let (Some(p), Some(u)) = (path.take(), url.take()) {
+            out.push((p, u));
+        }
+    };
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            flush(&mut path, &mut url);
+        } else if let Some((k, v)) = line.split_once('=') {
+            match k.trim() {
+                "path" => path = Some(v.trim().trim_end_matches('/').to_owned()),
+                "url" => url = Some(v.trim().to_owned()),
+                _ => {}
+            }
+        }
+    }
+    flush(&mut path, &mut url);
+    out
+}
+
+/// A submodule's URL: absolute as given, or relative (`../other.git`) to the
+/// superproject's, as git resolves it.
+pub fn resolve_url(base: &str, url: &str) -> String {
+    if !(url.starts_with("./") || url.starts_with("../")) {
+        return url.to_owned();
+    }
+    let mut base = base.trim_end_matches('/').to_owned();
+    let mut rest = url;
+    loop {
+        if let Some(r) = rest.strip_prefix("./") {
+            rest = r;
+        } else if let Some(r) = rest.strip_prefix("../") {
+            if let Some(i) = base.rfind('/') {
+                base.truncate(i);
+            }
+            rest = r;
+        } else {
+            break;
+        }
+    }
+    format!("{base}/{rest}")
+}
+
+/// The scheme and authority of a URL (`https://host:port`).
+fn origin_of(url: &str) -> &str {
+    match url.find("://") {
+        Some(i) => {
+            let after = &url[i + 3..];
+            &url[..i + 3 + after.find('/').unwrap_or(after.len())]
+        }
+        None => url,
+    }
 }
 
 /// Whether symlink `link` (a path in the tree) pointing at `target` stays inside the tree.
@@ -164,27 +317,26 @@ pub fn link_stays_inside(link: &str, target: &str) -> bool {
     true
 }
 
-/// Writes `tree` as a tar.gz into `out`; answers how many submodules it left out.
-fn archive_tree(
+/// Appends the files of `tree` under `prefix` to `tar`, one blob in memory at a time;
+/// answers its submodules (path and commit), left for the caller.
+fn append_tree<W: Write>(
     repo: &Repository,
     tree: &git2::Tree<'_>,
-    out: &std::fs::File,
-    stop: &AtomicBool,
-    deadline: Instant,
-) -> Result<usize, FetchError> {
-    let gz = flate2::write::GzEncoder::new(out, flate2::Compression::fast());
-    let mut tar = tar::Builder::new(gz);
+    prefix: &str,
+    tar: &mut tar::Builder<W>,
+    lim: &Limits<'_>,
+) -> Result<Vec<(String, git2::Oid)>, FetchError> {
     let mut failure: Option<FetchError> = None;
-    let mut submodules = 0usize;
+    let mut links = Vec::new();
     tree.walk(TreeWalkMode::PreOrder, |dir, entry| {
-        if stop.load(Ordering::Relaxed) || Instant::now() >= deadline {
-            failure = Some(FetchError::Archive("the deadline passed".into()));
+        if !lim.go_on() {
+            failure = Some(FetchError::TimedOut(lim.timeout));
             return TreeWalkResult::Abort;
         }
         let Ok(name) = entry.name() else {
             return TreeWalkResult::Skip;
         };
-        let path = format!("{dir}{name}");
+        let path = format!("{prefix}{dir}{name}");
         let mode = entry.filemode();
         let result = match entry.kind() {
             Some(git2::ObjectType::Blob) => {
@@ -212,7 +364,7 @@ fn archive_tree(
                     })
             }
             Some(git2::ObjectType::Commit) => {
-                submodules += 1;
+                links.push((path.trim_start_matches(prefix).to_owned(), entry.id()));
                 Ok(())
             }
             _ => Ok(()),
@@ -226,17 +378,10 @@ fn archive_tree(
         }
     })
     .map_err(|e| failure.take().unwrap_or_else(|| git_err(e)))?;
-    if let Some(e) = failure {
-        return Err(e);
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(links),
     }
-    let gz = tar
-        .into_inner()
-        .map_err(|e| FetchError::Archive(e.to_string()))?;
-    let mut f = gz
-        .finish()
-        .map_err(|e| FetchError::Archive(e.to_string()))?;
-    f.flush().map_err(|e| FetchError::Archive(e.to_string()))?;
-    Ok(submodules)
 }
 
 /// What the server at `url` advertises: its default branch (what HEAD points at) and
@@ -315,6 +460,33 @@ pub async fn default_branch_of(
 #[cfg(test)]
 mod tests {
     use super::link_stays_inside;
+
+    #[test]
+    fn submodules_are_read_and_their_urls_resolved() {
+        let text = "[submodule \"net\"]\n\tpath = modules/net\n\turl = ../net.git\n[submodule \"x\"]\n\turl = https://other.example/x.git\n\tpath = x/\n";
+        assert_eq!(
+            super::parse_gitmodules(text),
+            vec![
+                ("modules/net".to_owned(), "../net.git".to_owned()),
+                ("x".to_owned(), "https://other.example/x.git".to_owned())
+            ]
+        );
+        let base = "http://git.example:8080/acme/infra.git";
+        assert_eq!(
+            super::resolve_url(base, "../net.git"),
+            "http://git.example:8080/acme/net.git"
+        );
+        assert_eq!(
+            super::resolve_url(base, "../../other/net.git"),
+            "http://git.example:8080/other/net.git"
+        );
+        assert_eq!(
+            super::resolve_url(base, "https://x/y.git"),
+            "https://x/y.git"
+        );
+        assert_eq!(super::origin_of(base), "http://git.example:8080");
+        assert_eq!(super::origin_of("https://h"), "https://h");
+    }
 
     #[test]
     fn symlinks_out_of_the_tree_are_left_out() {

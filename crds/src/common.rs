@@ -77,6 +77,11 @@ pub trait HasConditions {
     fn conditions(&self) -> &[Condition];
 }
 
+/// `bytes` in lower-case hex (signatures, digests).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// A timestamp as the API and the objects' status write it: RFC 3339, UTC,
 /// milliseconds (`2026-01-05T10:00:02.000Z`).
 pub fn timestamp(t: &jiff::Timestamp) -> String {

@@ -458,11 +458,7 @@ pub fn signature(token: &str, body: &[u8]) -> String {
     let mut mac =
         Hmac::<Sha512>::new_from_slice(token.as_bytes()).expect("HMAC takes keys of any length");
     mac.update(body);
-    mac.finalize()
-        .into_bytes()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::common::hex(&mac.finalize().into_bytes())
 }
 
 /// A destination URL's parts.

@@ -263,9 +263,5 @@ fn decode_hex(s: &str) -> Option<Vec<u8>> {
 pub fn hmac_sha256_hex(secret: &[u8], body: &[u8]) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
     mac.update(body);
-    mac.finalize()
-        .into_bytes()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::common::hex(&mac.finalize().into_bytes())
 }

@@ -25,9 +25,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use terrace_crds::vcs::hmac_sha256_hex;
 use terrace_tests::bench::{median, secs};
-use terrace_tests::git_server::{GitServer, git};
+use terrace_tests::git_server::{GitServer, git, github_webhook};
 use terrace_tests::{Api, Dev, PLAN_ENGINE, write_engine};
 
 const ORG: &str = "vcsbench";
@@ -90,32 +89,16 @@ fn push(bare: &Path, files: &[(String, Vec<u8>)]) -> String {
 }
 
 fn webhook(dev: &Dev, client: &str, repo: &str, sha: &str) {
-    let body = json!({
+    let payload = json!({
         "ref": "refs/heads/main", "after": sha,
         "repository": {"full_name": repo, "default_branch": "main"},
         "head_commit": {"id": sha, "message": "bench"},
         "commits": [{"added": ["main.tf"], "modified": [], "removed": []}],
         "sender": {"login": "bench"}
-    })
-    .to_string();
-    let sig = format!(
-        "sha256={}",
-        hmac_sha256_hex(SECRET.as_bytes(), body.as_bytes())
-    );
-    let req = ureq::http::Request::builder()
-        .method("POST")
-        .uri(format!("{}/webhooks/vcs/{client}", dev.api))
-        .header("Content-Type", "application/json")
-        .header("X-GitHub-Event", "push")
-        .header("X-Hub-Signature-256", sig)
-        .body(body)
-        .unwrap();
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .into();
-    let res = agent.run(req).expect("webhook");
-    assert_eq!(res.status().as_u16(), 202, "webhook refused");
+    });
+    let url = format!("{}/webhooks/vcs/{client}", dev.api);
+    let (status, answer) = github_webhook(&url, "push", &payload, SECRET);
+    assert_eq!(status, 202, "webhook refused: {answer}");
 }
 
 /// Whether a run of workspace `ws` has started planning.

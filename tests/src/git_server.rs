@@ -57,6 +57,34 @@ impl GitServer {
     }
 }
 
+/// Sends `payload` to `url` as GitHub sends its `event` webhook: JSON, signed with
+/// `secret` (`X-Hub-Signature-256`). Answers the status and the JSON answer.
+pub fn github_webhook(
+    url: &str,
+    event: &str,
+    payload: &serde_json::Value,
+    secret: &str,
+) -> (u16, serde_json::Value) {
+    let body = payload.to_string();
+    let sig = format!(
+        "sha256={}",
+        terrace_crds::vcs::hmac_sha256_hex(secret.as_bytes(), body.as_bytes())
+    );
+    let req = ureq::http::Request::builder()
+        .method("POST")
+        .uri(url)
+        .header("Content-Type", "application/json")
+        .header("X-GitHub-Event", event)
+        .header("X-GitHub-Delivery", "d-1")
+        .header("X-Hub-Signature-256", sig)
+        .body(body)
+        .expect("a request");
+    let mut res = crate::web::agent().run(req).expect("webhook round trip");
+    let status = res.status().as_u16();
+    let text = res.body_mut().read_to_string().unwrap_or_default();
+    (status, serde_json::from_str(&text).unwrap_or_default())
+}
+
 /// Runs git in `dir`, panicking on failure; answers its stdout.
 pub fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")

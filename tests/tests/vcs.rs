@@ -11,8 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use terrace_crds::vcs::hmac_sha256_hex;
-use terrace_tests::git_server::{GitServer, git};
+use terrace_tests::git_server::{GitServer, git, github_webhook};
 use terrace_tests::receiver::Receiver;
 use terrace_tests::{Api, Dev};
 
@@ -20,30 +19,9 @@ const ORG: &str = "vcsorg";
 const TOKEN: &str = "ghp_Tok3nThatMustNeverShow";
 const HOOK_SECRET: &str = "hook-secret-1";
 
-/// Sends `payload` as GitHub's `event` webhook to `path`, signed with `secret`.
+/// Sends `payload` as GitHub's `event` webhook to `path` of `dev`, signed with `secret`.
 fn send(dev: &Dev, path: &str, event: &str, payload: &Value, secret: &str) -> (u16, Value) {
-    let body = payload.to_string();
-    let sig = format!(
-        "sha256={}",
-        hmac_sha256_hex(secret.as_bytes(), body.as_bytes())
-    );
-    let req = ureq::http::Request::builder()
-        .method("POST")
-        .uri(format!("{}{path}", dev.api))
-        .header("Content-Type", "application/json")
-        .header("X-GitHub-Event", event)
-        .header("X-GitHub-Delivery", "d-1")
-        .header("X-Hub-Signature-256", sig)
-        .body(body)
-        .unwrap();
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .into();
-    let mut res = agent.run(req).expect("webhook round trip");
-    let status = res.status().as_u16();
-    let text = res.body_mut().read_to_string().unwrap_or_default();
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    github_webhook(&format!("{}{path}", dev.api), event, payload, secret)
 }
 
 fn push_payload(git_ref: &str, sha: &str, files: &[&str], message: &str) -> Value {
@@ -160,6 +138,15 @@ fn a_repository_drives_a_workspace() {
         "GitHub"
     );
     let hook = format!("/webhooks/vcs/{client_id}");
+    let push_hook = |git_ref: &str, sha: &str, files: &[&str], message: &str| {
+        send(
+            &dev,
+            &hook,
+            "push",
+            &push_payload(git_ref, sha, files, message),
+            HOOK_SECRET,
+        )
+    };
     assert!(
         client["attributes"]["webhook-url"]
             .as_str()
@@ -198,13 +185,7 @@ fn a_repository_drives_a_workspace() {
         &["remote", "add", "origin", bare.to_str().unwrap()],
     );
     let sha = commit(work.path(), &[("main.tf", CONFIG)], "Add hello", "main");
-    let (st, answer) = send(
-        &dev,
-        &hook,
-        "push",
-        &push_payload("refs/heads/main", &sha, &["main.tf"], "Add hello"),
-        HOOK_SECRET,
-    );
+    let (st, answer) = push_hook("refs/heads/main", &sha, &["main.tf"], "Add hello");
     assert_eq!(st, 202, "{answer}");
     assert_eq!(answer["workspaces"][0]["decision"], "queued", "{answer}");
     let run = run_of_commit(&dev, &api, &ws, &sha, &["applied", "errored"]);
@@ -283,13 +264,7 @@ fn a_repository_drives_a_workspace() {
     );
 
     // The same webhook delivered again makes no second version.
-    let (st, _) = send(
-        &dev,
-        &hook,
-        "push",
-        &push_payload("refs/heads/main", &sha, &["main.tf"], "Add hello"),
-        HOOK_SECRET,
-    );
+    let (st, _) = push_hook("refs/heads/main", &sha, &["main.tf"], "Add hello");
     assert_eq!(st, 202);
 
     // Outside the trigger paths, another branch, a bad signature: nothing queued.
@@ -299,25 +274,13 @@ fn a_repository_drives_a_workspace() {
         "Docs",
         "main",
     );
-    let (st, answer) = send(
-        &dev,
-        &hook,
-        "push",
-        &push_payload("refs/heads/main", &docs, &["docs/readme.md"], "Docs"),
-        HOOK_SECRET,
-    );
+    let (st, answer) = push_hook("refs/heads/main", &docs, &["docs/readme.md"], "Docs");
     assert_eq!(st, 202);
     assert_eq!(
         answer["workspaces"][0]["decision"],
         "no changed file is under the workspace's trigger paths"
     );
-    let (st, answer) = send(
-        &dev,
-        &hook,
-        "push",
-        &push_payload("refs/heads/dev", &docs, &["main.tf"], "Dev"),
-        HOOK_SECRET,
-    );
+    let (st, answer) = push_hook("refs/heads/dev", &docs, &["main.tf"], "Dev");
     assert_eq!(
         (st, &answer["workspaces"][0]["decision"]),
         (202, &json!("a push to another branch"))
@@ -507,14 +470,17 @@ fn a_tag_runs_with_tags_regex_and_an_unreadable_repository_says_why() {
     git(work.path(), &["tag", "v1.0.0"]);
     git(work.path(), &["push", "-q", "origin", "v1.0.0"]);
     let hook = format!("/webhooks/vcs/{client_id}");
+    let push_hook = |git_ref: &str, sha: &str, files: &[&str], message: &str| {
+        send(
+            &dev,
+            &hook,
+            "push",
+            &push_payload(git_ref, sha, files, message),
+            HOOK_SECRET,
+        )
+    };
     // A branch push does not run a tag-driven workspace.
-    let (_, answer) = send(
-        &dev,
-        &hook,
-        "push",
-        &push_payload("refs/heads/main", &sha, &["main.tf"], "Release"),
-        HOOK_SECRET,
-    );
+    let (_, answer) = push_hook("refs/heads/main", &sha, &["main.tf"], "Release");
     assert!(
         answer["workspaces"][0]["decision"]
             .as_str()
@@ -778,4 +744,86 @@ fn oauth_clients_take_go_tfes_shapes() {
             "service-provider": "svn", "oauth-token-string": "t"}}}),
     );
     assert_eq!(r.status, 422, "{:?}", r.body);
+}
+
+/// `ingress-submodules`: a submodule named by a relative URL is fetched from the same
+/// server with the connection's token, and the run uses it (terraform init fails
+/// without the module's files).
+#[test]
+fn submodules_come_when_asked() {
+    let dev = Dev::start();
+    let api = Api::admin(&dev);
+    api.create_org(ORG);
+    let repos = tempfile::tempdir().unwrap();
+    let server = GitServer::start(repos.path(), TOKEN);
+    let net = server.create_repo("acme/net");
+    let infra = server.create_repo("acme/infra");
+    let work = tempfile::tempdir().unwrap();
+    let m = work.path().join("net");
+    std::fs::create_dir_all(&m).unwrap();
+    git(&m, &["init", "-q", "-b", "main"]);
+    commit_in(
+        &m,
+        &[("main.tf", "output \"name\" {\n  value = \"net\"\n}\n")],
+        net.to_str().unwrap(),
+    );
+    let w = work.path().join("infra");
+    std::fs::create_dir_all(&w).unwrap();
+    git(&w, &["init", "-q", "-b", "main"]);
+    git(&w, &["remote", "add", "origin", infra.to_str().unwrap()]);
+    git(
+        &w,
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            "../net.git",
+            "modules/net",
+        ],
+    );
+    let sha = commit(
+        &w,
+        &[(
+            "main.tf",
+            "module \"net\" {\n  source = \"./modules/net\"\n}\noutput \"net\" {\n  value = module.net.name\n}\n",
+        )],
+        "With a submodule",
+        "main",
+    );
+    let r = api.post(
+        &format!("/api/v2/organizations/{ORG}/oauth-clients"),
+        &json!({"data": {"type": "oauth-clients", "attributes": {
+            "service-provider": "git", "http-url": server.url(),
+            "oauth-token-string": TOKEN, "poll-interval-seconds": 1}}}),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let token_id = r.body["data"]["relationships"]["oauth-tokens"]["data"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let ws = api.create_workspace(
+        ORG,
+        json!({"name": "with-modules", "auto-apply": true, "queue-all-runs": true,
+            "vcs-repo": {"identifier": "acme/infra", "oauth-token-id": token_id,
+                "ingress-submodules": true}}),
+    );
+    let run = run_of_commit(&dev, &api, &ws, &sha, &["applied", "errored"]);
+    assert_eq!(
+        run["attributes"]["status"],
+        "applied",
+        "{run}\n{}",
+        dev.log()
+    );
+}
+
+/// Commits `files` in work tree `work` and pushes main to `remote`.
+fn commit_in(work: &Path, files: &[(&str, &str)], remote: &str) {
+    for (name, content) in files {
+        std::fs::write(work.join(name), content).unwrap();
+    }
+    git(work, &["add", "-A"]);
+    git(work, &["commit", "-q", "-m", "module"]);
+    git(work, &["push", "-q", remote, "main"]);
 }

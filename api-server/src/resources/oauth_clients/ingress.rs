@@ -96,6 +96,11 @@ pub async fn ingest(state: &AppState, mut job: Job) -> Result<Option<String>, St
         credentials,
         max_bytes: state.settings.vcs_max_fetch_bytes,
         timeout,
+        submodules: ws
+            .spec
+            .vcs_repo
+            .as_ref()
+            .is_some_and(|r| r.ingress_submodules),
     })
     .await
     .map_err(|e| format!("{} of {}: {e}", job.git_ref, job.attrs.identifier))?;
@@ -120,7 +125,7 @@ pub async fn ingest(state: &AppState, mut job: Job) -> Result<Option<String>, St
             ws.as_ref(),
             "SubmodulesNotFetched",
             format!(
-                "the commit names {} submodule(s); terrace does not fetch submodules yet, their directories are empty",
+                "{} submodule(s) left out, their directories empty: a submodule of a submodule, or one .gitmodules does not name",
                 fetched.submodules
             ),
         );

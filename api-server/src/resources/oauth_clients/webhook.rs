@@ -6,7 +6,7 @@
 
 use axum::body::Bytes;
 use axum::http::HeaderMap;
-use terrace_crds::vcs::events::{Event, PrAction, PullRequest, Push, pull_request_ref};
+use terrace_crds::vcs::events::{Event, PrAction, PullRequest, Push, Sender, pull_request_ref};
 use terrace_crds::vcs::triggers::{Verdict, followed_branch, judge};
 use terrace_crds::vcs::{self, Forge};
 use terrace_crds::{IngressAttributes, OAuthToken, Workspace};
@@ -100,13 +100,35 @@ fn followers(state: &AppState, conn: &OAuthToken, repository: &str) -> Vec<Arc<W
         .collect()
 }
 
+/// The ingress attributes every commit `sha` of `repository` through `conn` has: the
+/// clone and commit URLs, the sender, the connection.
+fn attributes(
+    conn: &OAuthToken,
+    forge: Forge,
+    repository: &str,
+    sha: &str,
+    sender: &Sender,
+) -> IngressAttributes {
+    let http = conn.spec.http_url.as_deref().unwrap_or_default();
+    IngressAttributes {
+        identifier: repository.to_owned(),
+        clone_url: vcs::clone_url(forge, http, repository),
+        commit_sha: sha.to_owned(),
+        commit_url: vcs::commit_url(forge, http, repository, sha).unwrap_or_default(),
+        sender_username: sender.username.clone(),
+        sender_avatar_url: sender.avatar_url.clone(),
+        sender_html_url: sender.html_url.clone(),
+        oauth_token_id: id_of(conn),
+        ..IngressAttributes::default()
+    }
+}
+
 fn on_push(
     state: &AppState,
     conn: &Arc<OAuthToken>,
     forge: Forge,
     p: Push,
 ) -> Vec<(Arc<Workspace>, String)> {
-    let http = conn.spec.http_url.clone().unwrap_or_default();
     let mut out = Vec::new();
     for ws in followers(state, conn, &p.repository) {
         let t = triggers(&ws);
@@ -125,25 +147,15 @@ fn on_push(
                     (None, Some(tag)) => (format!("refs/tags/{tag}"), String::new()),
                     (None, None) => continue,
                 };
+                let base = attributes(conn, forge, &p.repository, &p.sha, &p.sender);
                 let attrs = IngressAttributes {
-                    identifier: p.repository.clone(),
                     on_default_branch: p.default_branch.as_deref() == Some(branch.as_str()),
                     branch,
-                    clone_url: vcs::clone_url(forge, &http, &p.repository),
                     commit_message: p.message.clone(),
-                    commit_sha: p.sha.clone(),
-                    commit_url: p
-                        .commit_url
-                        .clone()
-                        .or_else(|| vcs::commit_url(forge, &http, &p.repository, &p.sha))
-                        .unwrap_or_default(),
+                    commit_url: p.commit_url.clone().unwrap_or(base.commit_url.clone()),
                     compare_url: p.compare_url.clone().unwrap_or_default(),
                     tag: p.tag.clone(),
-                    sender_username: p.sender.username.clone(),
-                    sender_avatar_url: p.sender.avatar_url.clone(),
-                    sender_html_url: p.sender.html_url.clone(),
-                    oauth_token_id: id_of(conn.as_ref()),
-                    ..IngressAttributes::default()
+                    ..base
                 };
                 ingress::spawn(
                     state.clone(),
@@ -171,7 +183,6 @@ fn on_pull_request(
     forge: Forge,
     pr: PullRequest,
 ) -> Vec<(Arc<Workspace>, String)> {
-    let http = conn.spec.http_url.clone().unwrap_or_default();
     let mut out = Vec::new();
     for ws in followers(state, conn, &pr.repository) {
         let t = triggers(&ws);
@@ -194,22 +205,13 @@ fn on_pull_request(
                 PrAction::Other => "no new commits",
                 PrAction::Opened | PrAction::Updated => {
                     let attrs = IngressAttributes {
-                        identifier: pr.repository.clone(),
                         branch: pr.head_branch.clone(),
-                        clone_url: vcs::clone_url(forge, &http, &pr.repository),
-                        commit_sha: pr.head_sha.clone(),
-                        commit_url: vcs::commit_url(forge, &http, &pr.repository, &pr.head_sha)
-                            .unwrap_or_default(),
                         is_pull_request: true,
                         pull_request_number: i64::try_from(pr.number).ok(),
                         pull_request_url: pr.url.clone(),
                         pull_request_title: pr.title.clone(),
                         pull_request_body: pr.body.clone(),
-                        sender_username: pr.sender.username.clone(),
-                        sender_avatar_url: pr.sender.avatar_url.clone(),
-                        sender_html_url: pr.sender.html_url.clone(),
-                        oauth_token_id: id_of(conn.as_ref()),
-                        ..IngressAttributes::default()
+                        ..attributes(conn, forge, &pr.repository, &pr.head_sha, &pr.sender)
                     };
                     ingress::spawn(
                         state.clone(),
