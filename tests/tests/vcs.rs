@@ -827,3 +827,118 @@ fn commit_in(work: &Path, files: &[(&str, &str)], remote: &str) {
     git(work, &["commit", "-q", "-m", "module"]);
     git(work, &["push", "-q", remote, "main"]);
 }
+
+/// Gitea and GitLab sign their webhooks and take commit statuses their own way: Gitea's
+/// `X-Gitea-Signature` (the bare hex HMAC) and `Authorization: token …` on
+/// `/repos/{owner}/{repo}/statuses/{sha}`; GitLab's `X-Gitlab-Token` and `PRIVATE-TOKEN`
+/// on `/projects/{url-encoded path}/statuses/{sha}`.
+#[test]
+fn gitea_and_gitlab_webhooks_and_statuses() {
+    let dev = Dev::start();
+    let api = Api::admin(&dev);
+    api.create_org(ORG);
+    let repos = tempfile::tempdir().unwrap();
+    let server = GitServer::start(repos.path(), TOKEN);
+    let statuses = Receiver::start(|_, _| (201, Duration::ZERO));
+    for (sp, api_path, repo) in [
+        ("gitea", "/api/v1", "acme/tea"),
+        ("gitlab_community_edition", "/api/v4", "acme/lab"),
+    ] {
+        let bare = server.create_repo(repo);
+        let r = api.post(
+            &format!("/api/v2/organizations/{ORG}/oauth-clients"),
+            &json!({"data": {"type": "oauth-clients", "attributes": {
+                "service-provider": sp, "http-url": server.url(), "api-url": statuses.url(api_path),
+                "oauth-token-string": TOKEN, "webhook-secret": HOOK_SECRET}}}),
+        );
+        assert_eq!(r.status, 201, "{:?}", r.body);
+        let client = r.body["data"]["id"].as_str().unwrap().to_owned();
+        let token_id = r.body["data"]["relationships"]["oauth-tokens"]["data"][0]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let ws = api.create_workspace(
+            ORG,
+            json!({"name": sp, "auto-apply": true, "queue-all-runs": true,
+                "vcs-repo": {"identifier": repo, "oauth-token-id": token_id}}),
+        );
+        let work = tempfile::tempdir().unwrap();
+        git(work.path(), &["init", "-q", "-b", "main"]);
+        git(
+            work.path(),
+            &["remote", "add", "origin", bare.to_str().unwrap()],
+        );
+        let sha = commit(work.path(), &[("main.tf", CONFIG)], "Hello", "main");
+        let (event_header, event, body, signature) = if sp == "gitea" {
+            let body = push_payload("refs/heads/main", &sha, &["main.tf"], "Hello")
+                .to_string()
+                .replace("acme/infra", repo);
+            let sig = terrace_crds::vcs::hmac_sha256_hex(HOOK_SECRET.as_bytes(), body.as_bytes());
+            ("X-Gitea-Event", "push", body, ("X-Gitea-Signature", sig))
+        } else {
+            let body = json!({
+                "object_kind": "push", "ref": "refs/heads/main", "before": "0".repeat(40),
+                "after": sha, "checkout_sha": sha, "user_username": "bo",
+                "project": {"path_with_namespace": repo, "default_branch": "main",
+                    "web_url": format!("{}/{repo}", server.url())},
+                "commits": [{"id": sha, "message": "Hello", "added": ["main.tf"], "modified": [], "removed": []}]
+            })
+            .to_string();
+            (
+                "X-Gitlab-Event",
+                "Push Hook",
+                body,
+                ("X-Gitlab-Token", HOOK_SECRET.to_owned()),
+            )
+        };
+        let post = |sig: &str| {
+            let req = ureq::http::Request::builder()
+                .method("POST")
+                .uri(format!("{}/webhooks/vcs/{client}", dev.api))
+                .header("Content-Type", "application/json")
+                .header(event_header, event)
+                .header(signature.0, sig)
+                .body(body.clone())
+                .unwrap();
+            let mut res = terrace_tests::web::agent().run(req).unwrap();
+            let status = res.status().as_u16();
+            (status, res.body_mut().read_to_string().unwrap_or_default())
+        };
+        // A wrong signature is refused; the right one queues.
+        assert_eq!(post("0badc0de").0, 401, "{sp}");
+        let (status, answer) = post(&signature.1);
+        assert_eq!(status, 202, "{sp}: {answer}");
+        assert!(answer.contains("queued"), "{sp}: {answer}");
+        let run = run_of_commit(&dev, &api, &ws, &sha, &["applied", "errored"]);
+        assert_eq!(run["attributes"]["status"], "applied", "{sp}: {run}");
+        let (path, auth) = if sp == "gitea" {
+            (
+                format!("/api/v1/repos/{repo}/statuses/{sha}"),
+                ("authorization", format!("token {TOKEN}")),
+            )
+        } else {
+            (
+                format!(
+                    "/api/v4/projects/{}/statuses/{sha}",
+                    repo.replace('/', "%2F")
+                ),
+                ("private-token", TOKEN.to_owned()),
+            )
+        };
+        let got = dev
+            .eventually(Duration::from_secs(30), || {
+                statuses.received().into_iter().find(|r| {
+                    r.path == path && matches!(r.json()["state"].as_str(), Some("success"))
+                })
+            })
+            .unwrap_or_else(|| {
+                panic!(
+                    "{sp}: no success status at {path}: {:?}",
+                    statuses.received()
+                )
+            });
+        assert_eq!(got.headers.get(auth.0), Some(&auth.1), "{sp}");
+        let context = if sp == "gitea" { "context" } else { "name" };
+        assert_eq!(got.json()[context], format!("terrace/{ORG}/{sp}"), "{sp}");
+    }
+}
