@@ -85,6 +85,17 @@ pub fn github_webhook(
     (status, serde_json::from_str(&text).unwrap_or_default())
 }
 
+/// A new work tree on branch `main` whose `origin` is bare repository `bare`.
+pub fn work_tree(bare: &Path) -> tempfile::TempDir {
+    let work = tempfile::tempdir().expect("a work tree");
+    git(work.path(), &["init", "-q", "-b", "main"]);
+    git(
+        work.path(),
+        &["remote", "add", "origin", &bare.display().to_string()],
+    );
+    work
+}
+
 /// Runs git in `dir`, panicking on failure; answers its stdout.
 pub fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")

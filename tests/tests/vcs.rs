@@ -11,13 +11,27 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use terrace_tests::git_server::{GitServer, git, github_webhook};
+use terrace_tests::git_server::{GitServer, git, github_webhook, work_tree};
 use terrace_tests::receiver::Receiver;
 use terrace_tests::{Api, Dev};
 
 const ORG: &str = "vcsorg";
 const TOKEN: &str = "ghp_Tok3nThatMustNeverShow";
 const HOOK_SECRET: &str = "hook-secret-1";
+
+/// Creates an OAuth client of [`ORG`] with `attributes`: its ID and its token's.
+fn connect(api: &Api, attributes: Value) -> (String, String) {
+    let r = api.post(
+        &format!("/api/v2/organizations/{ORG}/oauth-clients"),
+        &json!({"data": {"type": "oauth-clients", "attributes": attributes}}),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let id = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    (
+        id(&r.body["data"]["id"]),
+        id(&r.body["data"]["relationships"]["oauth-tokens"]["data"][0]["id"]),
+    )
+}
 
 /// Sends `payload` as GitHub's `event` webhook to `path` of `dev`, signed with `secret`.
 fn send(dev: &Dev, path: &str, event: &str, payload: &Value, secret: &str) -> (u16, Value) {
@@ -178,12 +192,7 @@ fn a_repository_drives_a_workspace() {
     );
 
     // A push to main: a run applies the commit, with its ingress attributes.
-    let work = tempfile::tempdir().unwrap();
-    git(work.path(), &["init", "-q", "-b", "main"]);
-    git(
-        work.path(),
-        &["remote", "add", "origin", bare.to_str().unwrap()],
-    );
+    let work = work_tree(&bare);
     let sha = commit(work.path(), &[("main.tf", CONFIG)], "Add hello", "main");
     let (st, answer) = push_hook("refs/heads/main", &sha, &["main.tf"], "Add hello");
     assert_eq!(st, 202, "{answer}");
@@ -441,31 +450,20 @@ fn a_tag_runs_with_tags_regex_and_an_unreadable_repository_says_why() {
     let repos = tempfile::tempdir().unwrap();
     let server = GitServer::start(repos.path(), TOKEN);
     let bare = server.create_repo("acme/infra");
-    let r = api.post(
-        &format!("/api/v2/organizations/{ORG}/oauth-clients"),
-        &json!({"data": {"type": "oauth-clients", "attributes": {
+    let (client_id, token_id) = connect(
+        &api,
+        json!({
             "service-provider": "github", "http-url": server.url(), "api-url": server.url(),
             // A wrong token: the server refuses the fetch.
-            "oauth-token-string": "wrong", "webhook-secret": HOOK_SECRET}}}),
+            "oauth-token-string": "wrong", "webhook-secret": HOOK_SECRET}),
     );
-    assert_eq!(r.status, 201, "{:?}", r.body);
-    let client_id = r.body["data"]["id"].as_str().unwrap().to_owned();
-    let token_id = r.body["data"]["relationships"]["oauth-tokens"]["data"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
     let ws = api.create_workspace(
         ORG,
         json!({"name": "tagged", "auto-apply": true, "queue-all-runs": true,
             "vcs-repo": {"identifier": "acme/infra", "oauth-token-id": token_id,
                 "tags-regex": r"^v\d+\.\d+\.\d+$"}}),
     );
-    let work = tempfile::tempdir().unwrap();
-    git(work.path(), &["init", "-q", "-b", "main"]);
-    git(
-        work.path(),
-        &["remote", "add", "origin", bare.to_str().unwrap()],
-    );
+    let work = work_tree(&bare);
     let sha = commit(work.path(), &[("main.tf", CONFIG)], "Release", "main");
     git(work.path(), &["tag", "v1.0.0"]);
     git(work.path(), &["push", "-q", "origin", "v1.0.0"]);
@@ -559,25 +557,15 @@ fn a_plain_git_server_is_polled() {
     let repos = tempfile::tempdir().unwrap();
     let server = GitServer::start(repos.path(), TOKEN);
     let bare = server.create_repo("acme/infra");
-    let work = tempfile::tempdir().unwrap();
-    git(work.path(), &["init", "-q", "-b", "main"]);
-    git(
-        work.path(),
-        &["remote", "add", "origin", bare.to_str().unwrap()],
-    );
+    let work = work_tree(&bare);
     let first = commit(work.path(), &[("main.tf", CONFIG)], "First", "main");
     // A plain Git server: no API, no webhooks, polled every second here.
-    let r = api.post(
-        &format!("/api/v2/organizations/{ORG}/oauth-clients"),
-        &json!({"data": {"type": "oauth-clients", "attributes": {
+    let (_, token_id) = connect(
+        &api,
+        json!({
             "service-provider": "git", "http-url": server.url(),
-            "oauth-token-string": TOKEN, "poll-interval-seconds": 1}}}),
+            "oauth-token-string": TOKEN, "poll-interval-seconds": 1}),
     );
-    assert_eq!(r.status, 201, "{:?}", r.body);
-    let token_id = r.body["data"]["relationships"]["oauth-tokens"]["data"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
     let ws = api.create_workspace(
         ORG,
         json!({"name": "polled", "auto-apply": true, "queue-all-runs": true,
@@ -792,17 +780,12 @@ fn submodules_come_when_asked() {
         "With a submodule",
         "main",
     );
-    let r = api.post(
-        &format!("/api/v2/organizations/{ORG}/oauth-clients"),
-        &json!({"data": {"type": "oauth-clients", "attributes": {
+    let (_, token_id) = connect(
+        &api,
+        json!({
             "service-provider": "git", "http-url": server.url(),
-            "oauth-token-string": TOKEN, "poll-interval-seconds": 1}}}),
+            "oauth-token-string": TOKEN, "poll-interval-seconds": 1}),
     );
-    assert_eq!(r.status, 201, "{:?}", r.body);
-    let token_id = r.body["data"]["relationships"]["oauth-tokens"]["data"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
     let ws = api.create_workspace(
         ORG,
         json!({"name": "with-modules", "auto-apply": true, "queue-all-runs": true,
@@ -845,29 +828,18 @@ fn gitea_and_gitlab_webhooks_and_statuses() {
         ("gitlab_community_edition", "/api/v4", "acme/lab"),
     ] {
         let bare = server.create_repo(repo);
-        let r = api.post(
-            &format!("/api/v2/organizations/{ORG}/oauth-clients"),
-            &json!({"data": {"type": "oauth-clients", "attributes": {
+        let (client, token_id) = connect(
+            &api,
+            json!({
                 "service-provider": sp, "http-url": server.url(), "api-url": statuses.url(api_path),
-                "oauth-token-string": TOKEN, "webhook-secret": HOOK_SECRET}}}),
+                "oauth-token-string": TOKEN, "webhook-secret": HOOK_SECRET}),
         );
-        assert_eq!(r.status, 201, "{:?}", r.body);
-        let client = r.body["data"]["id"].as_str().unwrap().to_owned();
-        let token_id = r.body["data"]["relationships"]["oauth-tokens"]["data"][0]["id"]
-            .as_str()
-            .unwrap()
-            .to_owned();
         let ws = api.create_workspace(
             ORG,
             json!({"name": sp, "auto-apply": true, "queue-all-runs": true,
                 "vcs-repo": {"identifier": repo, "oauth-token-id": token_id}}),
         );
-        let work = tempfile::tempdir().unwrap();
-        git(work.path(), &["init", "-q", "-b", "main"]);
-        git(
-            work.path(),
-            &["remote", "add", "origin", bare.to_str().unwrap()],
-        );
+        let work = work_tree(&bare);
         let sha = commit(work.path(), &[("main.tf", CONFIG)], "Hello", "main");
         let (event_header, event, body, signature) = if sp == "gitea" {
             let body = push_payload("refs/heads/main", &sha, &["main.tf"], "Hello")
