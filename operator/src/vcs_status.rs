@@ -10,18 +10,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use terrace_crds::constants::{LABEL_ID, LABEL_ORGANIZATION};
 use terrace_crds::ids::IdKind;
 use terrace_crds::run::RunState;
 use terrace_crds::vcs::{Forge, status};
-use terrace_crds::{ConfigurationVersion, OAuthToken, Run, Workspace};
+use terrace_crds::{ConfigurationVersion, OAuthToken, Run};
 
-use crate::catalog::{Catalog, typed};
+use crate::catalog::{Catalog, CatalogStores, typed};
 use crate::{Context, Error};
 
 /// Annotation on a run: the commit status last reported for it (`state: description`).
@@ -29,8 +28,9 @@ pub const ANNOTATION_VCS_STATUS: &str = "terrace.dev/vcs-status";
 
 pub struct StatusContext {
     base: Arc<Context>,
-    cvs: Store<DynamicObject>,
-    cv_resource: kube::api::ApiResource,
+    /// The catalog's caches: a run's configuration version and its connection are read
+    /// there, not from the Kubernetes API.
+    stores: CatalogStores,
     agent: ureq::Agent,
 }
 
@@ -43,8 +43,8 @@ pub fn controller<S>(
 where
     S: Future<Output = ()> + Send + Sync + 'static,
 {
-    let (resource, store) = catalog.stores().store(IdKind::Run)?;
-    let (cv_resource, cvs) = catalog.stores().store(IdKind::ConfigurationVersion)?;
+    let stores = catalog.stores();
+    let (resource, store) = stores.store(IdKind::Run)?;
     let changes = catalog.subscribe(IdKind::Run);
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(Duration::from_secs(10)))
@@ -53,8 +53,7 @@ where
         .into();
     let ctx = Arc::new(StatusContext {
         base: ctx,
-        cvs,
-        cv_resource,
+        stores,
         agent,
     });
     Ok(crate::metrics::run(
@@ -80,10 +79,11 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<StatusContext>) -> Result<A
     }
     let ns = run.namespace().unwrap_or_default();
     let Some(cv) = ctx
-        .cvs
+        .stores
         .get(
-            &ObjectRef::new_with(&run.spec.configuration_version, ctx.cv_resource.clone())
-                .within(&ns),
+            IdKind::ConfigurationVersion,
+            &ns,
+            &run.spec.configuration_version,
         )
         .and_then(|o| typed::<ConfigurationVersion>(&o))
     else {
@@ -107,23 +107,20 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<StatusContext>) -> Result<A
     if run.annotations().get(ANNOTATION_VCS_STATUS) == Some(&key) {
         return Ok(Action::await_change());
     }
-    let client = ctx.base.client.clone();
-    let conns: Api<OAuthToken> = Api::namespaced(client.clone(), &ns);
-    let Some(conn) = conns
-        .list(&ListParams::default().labels(&format!("{LABEL_ID}={}", ia.oauth_token_id)))
-        .await?
-        .items
+    let Some(conn) = ctx
+        .stores
+        .in_namespace(IdKind::OAuthToken, &ns)
         .into_iter()
-        .next()
+        .filter(|o| o.labels().get(LABEL_ID) == Some(&ia.oauth_token_id))
+        .find_map(|o| typed::<OAuthToken>(&o))
     else {
         return Ok(Action::await_change());
     };
+    let client = ctx.base.client.clone();
     let forge = Forge::of(&conn.spec.service_provider);
-    let ws: Api<Workspace> = Api::namespaced(client.clone(), &ns);
-    let ws_name = ws
-        .get_opt(&run.spec.workspace)
-        .await?
-        .map(|w| w.spec.name)
+    let ws_name = st
+        .workspace_name
+        .clone()
         .unwrap_or_else(|| run.spec.workspace.clone());
     let org = run
         .labels()
