@@ -50,6 +50,7 @@ pub mod history;
 pub mod index;
 pub mod ingest;
 pub mod listener;
+pub mod listing;
 pub mod metrics;
 pub mod pod_logs;
 pub mod policy_eval;

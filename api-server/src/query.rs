@@ -14,6 +14,14 @@ use crate::ApiError;
 #[derive(Clone, Debug, Default)]
 pub struct QueryParams(pub Vec<(String, String)>);
 
+/// One page holding all `total` items.
+pub fn whole_page(total: usize) -> Page {
+    Page {
+        number: 1,
+        size: u32::try_from(total.max(1)).unwrap_or(u32::MAX),
+    }
+}
+
 /// `list` for an error message: comma-separated, or "nothing".
 fn listed(list: &[&str]) -> String {
     if list.is_empty() {
@@ -44,6 +52,26 @@ impl QueryParams {
             .rev()
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
+    }
+
+    /// Keeps the `items` whose name (`name`) contains the value of `key`, in any case,
+    /// when the request gives one (TFE's `q` and `search[name]` searches).
+    pub fn retain_named<T>(&self, key: &str, items: &mut Vec<T>, name: impl Fn(&T) -> &str) {
+        if let Some(text) = self.non_empty(key) {
+            let text = text.to_ascii_lowercase();
+            items.retain(|t| name(t).to_ascii_lowercase().contains(&text));
+        }
+    }
+
+    /// The page asked for (400 on bad values); when none is (no `page[number]` nor
+    /// `page[size]`), one page of all `total` items: the lists TFE answers whole (run
+    /// events, comments, variables, outputs: go-tfe and the CLI read one page, asking none).
+    pub fn page_or_whole(&self, total: usize) -> Result<Page, ApiError> {
+        let page = self.page()?;
+        if self.get("page[number]").is_some() || self.get("page[size]").is_some() {
+            return Ok(page);
+        }
+        Ok(whole_page(total))
     }
 
     /// The page request (`page[number]`, `page[size]`), 400 on bad values.

@@ -5,20 +5,17 @@
 
 use axum::routing::MethodRouter;
 
-use crate::access::Guarded;
 use crate::prelude::*;
 
-/// A kind the API only lists per organization and shows by ID.
-pub trait ReadOnly: Guarded {
+/// A kind the API only lists per organization and shows by ID ([`Shown`]).
+pub trait ReadOnly: Shown {
     /// The collection's path segment and JSON:API type (`agent-pools`).
     const PATH: &'static str;
-    /// The JSON:API `data` of one object of organization `org`.
-    fn render(&self, org: &Organization) -> Value;
 }
 
 /// The kind's list and show routes.
 pub fn router<K: ReadOnly>() -> Router<AppState> {
-    org_scoped(K::PATH, get(list_all::<K>), get(show::<K>))
+    org_scoped(K::PATH, get(list_all::<K>), get(crate::listing::show::<K>))
 }
 
 /// The two routes of an organization-scoped collection `path` (`ssh-keys`): the
@@ -52,13 +49,7 @@ pub async fn list_all<K: ReadOnly>(
     o: VisibleOrg,
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
-    q.supported_filters(&[])?;
-    let mut objects = state.listable::<K>(&o.caller, &o.org).await?;
-    objects.sort_by_key(|p| p.name_any());
-    let base = format!("/api/v2/organizations/{}/{}", o.org.tfe_name(), K::PATH);
-    Ok(list(&base, q.page()?, &objects, |p| p.render(&o.org)))
-}
-
-async fn show<K: ReadOnly>(f: Found<K>) -> Doc {
-    Doc::ok(f.at.obj.render(&f.at.org))
+    let mut l = Listing::<K>::read(&state, &o, &q, K::PATH, &[], K::INCLUDES).await?;
+    l.items.sort_by_key(|p| p.name_any());
+    Ok(l.answer_shown(&state.index.read(), &o.org))
 }

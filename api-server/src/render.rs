@@ -1,5 +1,6 @@
-//! Responses: JSON:API documents with their status ([`Doc`], [`DocBytes`]), lists with
-//! TFE's `meta.pagination` and `links` ([`list`]), and the small pieces every
+//! Responses: JSON:API documents with their status ([`Doc`], [`DocBytes`]); every list and
+//! show with TFE's `meta.pagination`, `links` and the `included` its `include` asked for
+//! ([`Included`], [`list`]); and the small pieces every
 //! representation shares (IDs, timestamps with milliseconds, relationship objects).
 //! Representations of one kind used by several resources (an organization or a project
 //! in `included`) live in [`crate::documents`].
@@ -12,7 +13,8 @@ use serde_json::{Value, json};
 use terrace_crds::constants::LABEL_ID;
 use terrace_crds::rules::Page;
 
-use crate::error::MEDIA_TYPE;
+use crate::error::{ApiError, MEDIA_TYPE};
+use crate::query::QueryParams;
 
 /// A JSON:API response with a status code.
 pub struct Doc(pub StatusCode, pub Value);
@@ -94,14 +96,119 @@ pub fn page_slice<T>(items: &[T], page: Page) -> &[T] {
     &items[start..end]
 }
 
-/// 200 with the `page` of `items` rendered by `render`, `meta.pagination` and `links`.
-pub fn list<T>(base_url: &str, page: Page, items: &[T], render: impl FnMut(&T) -> Value) -> Doc {
-    let data: Vec<Value> = page_slice(items, page).iter().map(render).collect();
-    let (meta, links) = pagination(base_url, page, items.len());
-    Doc(
-        StatusCode::OK,
-        json!({"data": data, "meta": meta, "links": links}),
-    )
+/// 200 with the `page` of `items` rendered by `render`, `meta.pagination` and `links`
+/// (a list that includes nothing: [`Included::list`]).
+pub fn list<T>(
+    base_url: &str,
+    page: Page,
+    items: &[T],
+    mut render: impl FnMut(&T) -> Value,
+) -> Doc {
+    Included::default().list(base_url, page, items, |t, _| render(t))
+}
+
+/// The answer of every list and show: its `data`, and in `included` the documents the
+/// request's `include` asked for (each one the endpoint offers, 400 otherwise), gathered
+/// while `data` is rendered, each once. Lists add TFE's `meta.pagination` and `links`.
+#[derive(Debug, Default)]
+pub struct Included {
+    asked: Vec<String>,
+    docs: Vec<Value>,
+}
+
+impl Included {
+    /// What `q`'s `include` asks for, each one of `offered` (400 naming `include`
+    /// otherwise; an empty value asks for nothing).
+    pub fn asked(q: &QueryParams, offered: &[&str]) -> Result<Self, ApiError> {
+        Ok(Included {
+            asked: q.includes(offered)?,
+            docs: Vec::new(),
+        })
+    }
+
+    /// An answer asked to include `names` (already checked).
+    pub fn of(names: &[String]) -> Self {
+        Included {
+            asked: names.to_vec(),
+            docs: Vec::new(),
+        }
+    }
+
+    /// The documents gathered so far.
+    pub fn documents(&self) -> &[Value] {
+        &self.docs
+    }
+
+    /// Whether `include` asked for anything (the answer then has `included`, even empty).
+    pub fn any(&self) -> bool {
+        !self.asked.is_empty()
+    }
+
+    /// Whether `include` asked for `name`.
+    pub fn wants(&self, name: &str) -> bool {
+        self.asked.iter().any(|a| a == name)
+    }
+
+    /// The names `include` asked for.
+    pub fn names(&self) -> &[String] {
+        &self.asked
+    }
+
+    /// Adds `doc` unless a document of its type and ID is there already.
+    pub fn add(&mut self, doc: Value) {
+        if !self
+            .docs
+            .iter()
+            .any(|d| d["type"] == doc["type"] && d["id"] == doc["id"])
+        {
+            self.docs.push(doc);
+        }
+    }
+
+    /// Adds each of `docs` ([`Self::add`]).
+    pub fn extend(&mut self, docs: impl IntoIterator<Item = Value>) {
+        for doc in docs {
+            self.add(doc);
+        }
+    }
+
+    /// `status` with `{"data": data}`, and `included` when anything was asked for.
+    pub fn show(self, status: StatusCode, data: Value) -> Doc {
+        self.answer(status, json!({ "data": data }))
+    }
+
+    /// 200 with the `page` of `items` rendered by `render` (which adds what each item
+    /// includes), `meta.pagination`, `links`, and `included` when anything was asked for.
+    pub fn list<T>(
+        mut self,
+        base_url: &str,
+        page: Page,
+        items: &[T],
+        mut render: impl FnMut(&T, &mut Included) -> Value,
+    ) -> Doc {
+        let data: Vec<Value> = page_slice(items, page)
+            .iter()
+            .map(|t| render(t, &mut self))
+            .collect();
+        self.paged(base_url, page, items.len(), data)
+    }
+
+    /// 200 with `data`, the `page` of a collection of `total` that the caller rendered
+    /// itself (a list it did not hold whole), `meta.pagination`, `links` and `included`.
+    pub fn paged(self, base_url: &str, page: Page, total: usize, data: Vec<Value>) -> Doc {
+        let (meta, links) = pagination(base_url, page, total);
+        self.answer(
+            StatusCode::OK,
+            json!({"data": data, "meta": meta, "links": links}),
+        )
+    }
+
+    fn answer(self, status: StatusCode, mut doc: Value) -> Doc {
+        if self.any() {
+            doc["included"] = Value::Array(self.docs);
+        }
+        Doc(status, doc)
+    }
 }
 
 /// `s` percent-encoded for a query string value (RFC 3986 unreserved characters kept).
@@ -210,6 +317,42 @@ mod tests {
         assert_eq!(meta["pagination"]["total-pages"], 1);
         assert_eq!(meta["pagination"]["next-page"], Value::Null);
         assert_eq!(links["prev"], Value::Null);
+    }
+
+    #[test]
+    fn included_documents_are_there_when_asked_and_once_each() {
+        let q = QueryParams::parse(Some("include=workspace,created_by"));
+        let mut inc = Included::asked(&q, &["workspace", "created_by", "plan"]).unwrap();
+        assert!(inc.wants("workspace") && !inc.wants("plan"));
+        let items = ["a", "b", "c"];
+        let doc = inc.list("/x", Page { number: 1, size: 2 }, &items, |i, inc| {
+            inc.add(json!({"type": "workspaces", "id": "ws-1"}));
+            inc.add(json!({"type": "users", "id": *i}));
+            json!({"id": i})
+        });
+        // The page's two items, the workspace they share once, each creator.
+        assert_eq!(doc.1["data"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            doc.1["included"],
+            json!([{"type": "workspaces", "id": "ws-1"}, {"type": "users", "id": "a"}, {"type": "users", "id": "b"}])
+        );
+        assert_eq!(doc.1["meta"]["pagination"]["total-count"], 3);
+        // Asked for, found nothing: an empty `included`; not asked: none.
+        let none = Included::asked(&q, &["workspace", "created_by"]).unwrap();
+        assert_eq!(
+            none.show(StatusCode::OK, json!({})).1["included"],
+            json!([])
+        );
+        let unasked = Included::asked(&QueryParams::parse(None), &["workspace"]).unwrap();
+        assert!(
+            unasked
+                .show(StatusCode::OK, json!({}))
+                .1
+                .get("included")
+                .is_none()
+        );
+        // An include the endpoint does not offer is 400.
+        assert!(Included::asked(&q, &["workspace"]).is_err());
     }
 
     #[test]

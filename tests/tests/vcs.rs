@@ -175,6 +175,31 @@ fn a_repository_drives_a_workspace() {
             "oauth-token-string": "x"}}}),
     );
     assert_eq!(bad.status, 422, "{:?}", bad.body);
+    // go-tfe's includes (`oauth_tokens`, `projects`), listed and shown: the token once,
+    // never its secret; what the endpoint does not offer is 400, not ignored.
+    let listed = api.get(&format!(
+        "/api/v2/organizations/{ORG}/oauth-clients?include=oauth_tokens,projects"
+    ));
+    assert_eq!(listed.status, 200, "{:?}", listed.body);
+    assert_eq!(
+        listed.body["included"],
+        json!([api.get(&format!("/api/v2/oauth-tokens/{token_id}")).body["data"]])
+    );
+    let shown = api.get(&format!(
+        "/api/v2/oauth-clients/{client_id}?include=oauth_tokens"
+    ));
+    assert_eq!(
+        shown.body["included"][0]["id"], token_id,
+        "{:?}",
+        shown.body
+    );
+    assert!(!shown.body.to_string().contains(TOKEN), "{:?}", shown.body);
+    for query in ["include=workspaces", "filter%5Bname%5D=x"] {
+        let refused = api.get(&format!(
+            "/api/v2/organizations/{ORG}/oauth-clients?{query}"
+        ));
+        assert_eq!(refused.status, 400, "{query}: {:?}", refused.body);
+    }
 
     // The workspace follows main; only .tf files trigger.
     let ws = api.create_workspace(

@@ -82,15 +82,14 @@ fn render_with(
     p: &AgentPool,
     org: &Organization,
     users: &[Arc<Workspace>],
-    includes: &[String],
-    included: &mut Vec<Value>,
+    inc: &mut Included,
 ) -> Value {
-    if includes.iter().any(|i| i == "workspaces") {
-        for w in users {
-            if !included.iter().any(|d| d["id"] == json!(id_of(w.as_ref()))) {
-                included.push(crate::resources::runs::workspace_brief(w, org));
-            }
-        }
+    if inc.wants("workspaces") {
+        inc.extend(
+            users
+                .iter()
+                .map(|w| crate::resources::runs::workspace_brief(w, org)),
+        );
     }
     render(idx, p, org, users)
 }
@@ -109,19 +108,16 @@ async fn list_pools(
     o: VisibleOrg,
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
-    let page = q.page()?;
-    q.supported_filters(&[
+    const FILTERS: &[&str] = &[
         "filter[allowed_workspaces][name]",
         "filter[allowed_projects][name]",
-    ])?;
-    let includes = q.includes(INCLUDES)?;
-    let mut pools = state.listable::<AgentPool>(&o.caller, &o.org).await?;
+    ];
+    let mut l =
+        Listing::<AgentPool>::read(&state, &o, &q, "agent-pools", FILTERS, INCLUDES).await?;
     let ns = o.ns().to_owned();
     let idx = state.index.read();
-    if let Some(text) = q.non_empty("q") {
-        let text = text.to_ascii_lowercase();
-        pools.retain(|p| p.spec.name.to_ascii_lowercase().contains(&text));
-    }
+    l.search(&q, "q", |p| &p.spec.name);
+    let pools = &mut l.items;
     // A workspace's (project's) pools: those it may use (TFE: the organization-scoped
     // pools and those that allow it).
     if let Some(name) = q.non_empty("filter[allowed_workspaces][name]") {
@@ -148,18 +144,12 @@ async fn list_pools(
             })
         });
     }
-    sort(&mut pools, q.get("sort").unwrap_or("name"))?;
+    sort(pools, q.get("sort").unwrap_or("name"))?;
     let users = users_by_pool(&idx, &ns);
-    let base = format!("/api/v2/organizations/{}/agent-pools", o.org.tfe_name());
-    let mut included = Vec::new();
-    let mut doc = list(&base, page, &pools, |p| {
+    Ok(l.answer(|p, inc| {
         let used = users.get(&id_of(p.as_ref())).map_or(&[][..], Vec::as_slice);
-        render_with(&idx, p, &o.org, used, &includes, &mut included)
-    });
-    if !includes.is_empty() {
-        doc.1["included"] = json!(included);
-    }
-    Ok(doc)
+        render_with(&idx, p, &o.org, used, inc)
+    }))
 }
 
 /// When a pool was created, to the millisecond where the API created it (kubectl's
@@ -211,17 +201,12 @@ async fn show(
     f: Found<AgentPool>,
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
-    let includes = q.includes(INCLUDES)?;
+    let mut inc = Included::asked(&q, INCLUDES)?;
     let idx = state.index.read();
     let users = users_by_pool(&idx, &f.at.ns);
     let used = users.get(&f.at.id()).map_or(&[][..], Vec::as_slice);
-    let mut included = Vec::new();
-    let data = render_with(&idx, &f.at.obj, &f.at.org, used, &includes, &mut included);
-    let mut doc = json!({ "data": data });
-    if !includes.is_empty() {
-        doc["included"] = json!(included);
-    }
-    Ok(Doc(StatusCode::OK, doc))
+    let data = render_with(&idx, &f.at.obj, &f.at.org, used, &mut inc);
+    Ok(inc.show(StatusCode::OK, data))
 }
 
 /// The attributes of an agent pool request.
@@ -286,13 +271,13 @@ async fn create(
     o: VisibleOrg,
     JsonApi(doc): JsonApi<Document<PoolAttributes, PoolRelationships>>,
 ) -> Result<Doc, ApiError> {
-    state
-        .require_or_403(
-            &o.caller,
-            &o.check("create", RESOURCE),
-            "not authorized to create agent pools in this organization",
-        )
-        .await?;
+    o.require_in_org(
+        &state,
+        "create",
+        RESOURCE,
+        "not authorized to create agent pools in this organization",
+    )
+    .await?;
     let data = doc.checked()?;
     let ns = o.ns().to_owned();
     let spec = {
@@ -337,12 +322,7 @@ async fn update(
     f: Found<AgentPool>,
     JsonApi(doc): JsonApi<Document<PoolAttributes, PoolRelationships>>,
 ) -> Result<Doc, ApiError> {
-    state
-        .require_or_403(
-            &f.caller,
-            &f.at.check("update"),
-            "not authorized to update this agent pool",
-        )
+    f.require(&state, "update", "not authorized to update this agent pool")
         .await?;
     let data = doc.checked()?;
     let ns = f.at.ns.clone();
@@ -377,12 +357,7 @@ async fn update(
 /// `DELETE /agent-pools/:id`: 204; a pool that workspaces still use is 409 naming them
 /// (TFE refuses it too: the workspaces would be left pointing at nothing).
 async fn remove(State(state): State<AppState>, f: Found<AgentPool>) -> Result<Response, ApiError> {
-    state
-        .require_or_403(
-            &f.caller,
-            &f.at.check("delete"),
-            "not authorized to delete this agent pool",
-        )
+    f.require(&state, "delete", "not authorized to delete this agent pool")
         .await?;
     let used: Vec<String> = {
         let idx = state.index.read();

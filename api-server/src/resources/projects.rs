@@ -12,6 +12,7 @@ use terrace_crds::{Project, ProjectSpec};
 
 use crate::body::Identifier;
 use crate::documents::{self, TagBindingAttributes, tag_bindings_of};
+use crate::index::Inner;
 use crate::prelude::*;
 use crate::query::TagFilter;
 
@@ -155,38 +156,36 @@ fn apply(
     Ok(())
 }
 
-/// The response of one project, with what `includes` asks for.
+/// The response of one project, with what `inc` asks for.
 fn respond(
     state: &AppState,
     p: &Project,
     org: &Organization,
     status: StatusCode,
-    includes: &[String],
+    mut inc: Included,
 ) -> Doc {
-    let idx = state.index.read();
-    let mut data = documents::project_in(&idx, p, org);
-    let mut doc = json!({});
-    if includes.iter().any(|i| i == "effective_tag_bindings") {
-        let (linkage, included) = effective(p);
-        data["relationships"]["effective-tag-bindings"]["data"] = json!(linkage);
-        doc["included"] = json!(included);
-    }
-    doc["data"] = data;
-    Doc(status, doc)
+    let data = rendered(&state.index.read(), p, org, &mut inc);
+    inc.show(status, data)
 }
 
-/// A project's effective tag bindings (its own): linkage and included documents.
-fn effective(p: &Project) -> (Vec<Value>, Vec<Value>) {
-    let id = id_of(p);
-    let docs: Vec<Value> = documents::project_effective_tag_bindings(p)
-        .iter()
-        .map(|b| documents::effective_tag_binding(&id, b))
-        .collect();
-    let linkage = docs
-        .iter()
-        .map(|d| json!({"id": d["id"], "type": d["type"]}))
-        .collect();
-    (linkage, docs)
+/// Project `p`'s document, with its effective tag bindings (its own) linked and added
+/// to `inc` when it asks for them.
+fn rendered(idx: &Inner, p: &Project, org: &Organization, inc: &mut Included) -> Value {
+    let mut data = documents::project_in(idx, p, org);
+    if inc.wants("effective_tag_bindings") {
+        let id = id_of(p);
+        let docs: Vec<Value> = documents::project_effective_tag_bindings(p)
+            .iter()
+            .map(|b| documents::effective_tag_binding(&id, b))
+            .collect();
+        let linkage: Vec<Value> = docs
+            .iter()
+            .map(|d| json!({"id": d["id"], "type": d["type"]}))
+            .collect();
+        data["relationships"]["effective-tag-bindings"]["data"] = json!(linkage);
+        inc.extend(docs);
+    }
+    data
 }
 
 async fn list_projects(
@@ -194,11 +193,10 @@ async fn list_projects(
     o: VisibleOrg,
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
-    let page = q.page()?;
-    q.supported_filters(&["filter[names]", "filter[tagged]"])?;
-    let includes = q.includes(INCLUDES)?;
+    const FILTERS: &[&str] = &["filter[names]", "filter[tagged]"];
+    let mut l = Listing::<Project>::read(&state, &o, &q, "projects", FILTERS, INCLUDES).await?;
     let tagged = q.tagged()?;
-    let mut projects = state.listable::<Project>(&o.caller, &o.org).await?;
+    let projects = &mut l.items;
     if let Some(name) = q.non_empty("filter[names]").or(q.non_empty("q")) {
         let names: Vec<String> = name.split(',').map(str::to_ascii_lowercase).collect();
         projects.retain(|p| {
@@ -238,22 +236,8 @@ async fn list_projects(
                 .then_with(|| terrace_crds::rules::name_order(&a.spec.name, &b.spec.name))
         }),
     }
-    let base = format!("/api/v2/organizations/{}/projects", o.org.tfe_name());
     let idx = state.index.read();
-    let mut included = Vec::new();
-    let mut doc = list(&base, page, &projects, |p| {
-        let mut d = documents::project_in(&idx, p, &o.org);
-        if !includes.is_empty() {
-            let (linkage, inc) = effective(p);
-            d["relationships"]["effective-tag-bindings"]["data"] = json!(linkage);
-            included.extend(inc);
-        }
-        d
-    });
-    if !includes.is_empty() {
-        doc.1["included"] = json!(included);
-    }
-    Ok(doc)
+    Ok(l.answer(|p, inc| rendered(&idx, p, &o.org, inc)))
 }
 
 async fn show(
@@ -261,14 +245,8 @@ async fn show(
     f: Found<Project>,
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
-    let includes = q.includes(INCLUDES)?;
-    Ok(respond(
-        &state,
-        &f.at.obj,
-        &f.at.org,
-        StatusCode::OK,
-        &includes,
-    ))
+    let inc = Included::asked(&q, INCLUDES)?;
+    Ok(respond(&state, &f.at.obj, &f.at.org, StatusCode::OK, inc))
 }
 
 fn taken(name: &str) -> ApiError {
@@ -315,7 +293,13 @@ async fn create(
         status: None,
     };
     let created = write::create(&state, &ns, &project).await?;
-    Ok(respond(&state, &created, &o.org, StatusCode::CREATED, &[]))
+    Ok(respond(
+        &state,
+        &created,
+        &o.org,
+        StatusCode::CREATED,
+        Included::default(),
+    ))
 }
 
 async fn update(
@@ -347,7 +331,13 @@ async fn update(
         write::spec_diff(&cur.spec, &next)
     })
     .await?;
-    Ok(respond(&state, &updated, &at.org, StatusCode::OK, &[]))
+    Ok(respond(
+        &state,
+        &updated,
+        &at.org,
+        StatusCode::OK,
+        Included::default(),
+    ))
 }
 
 async fn remove(State(state): State<AppState>, f: Found<Project>) -> Result<Response, ApiError> {

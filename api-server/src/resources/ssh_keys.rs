@@ -25,7 +25,9 @@ pub fn router() -> Router<AppState> {
     crate::read_only::org_scoped(
         "ssh-keys",
         get(list_keys).post(create),
-        get(show).patch(update).delete(remove),
+        get(crate::listing::show::<SshKey>)
+            .patch(update)
+            .delete(remove),
     )
 }
 
@@ -51,9 +53,8 @@ async fn list_keys(
     o: VisibleOrg,
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
-    let page = q.page()?;
-    let mut keys = state.listable::<SshKey>(&o.caller, &o.org).await?;
-    keys.sort_by(|a, b| {
+    let mut l = Listing::<SshKey>::read(&state, &o, &q, "ssh-keys", &[], &[]).await?;
+    l.items.sort_by(|a, b| {
         (
             &a.spec.name,
             a.metadata.creation_timestamp.as_ref().map(|t| t.0),
@@ -63,8 +64,7 @@ async fn list_keys(
                 b.metadata.creation_timestamp.as_ref().map(|t| t.0),
             ))
     });
-    let base = format!("/api/v2/organizations/{}/ssh-keys", o.org.tfe_name());
-    Ok(list(&base, page, &keys, |k| render(k)))
+    Ok(l.answer_shown(&state.index.read(), &o.org))
 }
 
 /// The attributes of an SSH key request.
@@ -192,8 +192,10 @@ async fn with_right(
     }
 }
 
-async fn show(f: Found<SshKey>) -> Doc {
-    Doc::ok(render(&f.at.obj))
+impl Shown for SshKey {
+    fn data(&self, _idx: &crate::index::Inner, _org: &Organization) -> Value {
+        render(self)
+    }
 }
 
 async fn update(

@@ -34,8 +34,7 @@ use terrace_crds::{Workspace, WorkspaceVariable, WorkspaceVariableSpec};
 pub use crate::documents::variables::secret_name;
 use crate::documents::variables::{VarAttributes, checked_spec, ptr};
 use crate::prelude::*;
-use crate::render::{page_slice, pagination};
-use terrace_crds::rules::Page;
+use crate::query::whole_page;
 
 /// The RBAC resource of the checks on workspace variables.
 const RESOURCE: &str = "workspacevariables";
@@ -223,29 +222,13 @@ async fn list_of(
     ws: &Located<Workspace>,
     q: &QueryParams,
 ) -> Result<Doc, ApiError> {
-    let asked = q.get("page[number]").is_some() || q.get("page[size]").is_some();
-    let page = q.page()?;
+    q.page()?; // 400 on a bad page before the rights are checked
     allow(state, caller, ws, "list", None).await?;
     let vars = vars_of(state, ws);
-    let page = if asked {
-        page
-    } else {
-        Page {
-            number: 1,
-            size: u32::try_from(vars.len().max(1)).unwrap_or(u32::MAX),
-        }
-    };
+    let page = q.page_or_whole(vars.len())?;
     let ws_id = ws.id();
     let base = format!("/api/v2/workspaces/{ws_id}/vars");
-    let data: Vec<Value> = page_slice(&vars, page)
-        .iter()
-        .map(|v| render(v, &ws_id))
-        .collect();
-    let (meta, links) = pagination(&base, page, vars.len());
-    Ok(Doc(
-        StatusCode::OK,
-        json!({"data": data, "meta": meta, "links": links}),
-    ))
+    Ok(list(&base, page, &vars, |v| render(v, &ws_id)))
 }
 
 /// `GET /workspaces/:id/all-vars`: the variables a run of the workspace gets, its own
@@ -308,19 +291,8 @@ async fn all_vars(
         .into_iter()
         .map(|c| c.item)
         .collect();
-    let page = Page {
-        number: 1,
-        size: u32::try_from(won.len().max(1)).unwrap_or(u32::MAX),
-    };
-    let (meta, links) = pagination(
-        &format!("/api/v2/workspaces/{ws_id}/all-vars"),
-        page,
-        won.len(),
-    );
-    Ok(Doc(
-        StatusCode::OK,
-        json!({"data": won, "meta": meta, "links": links}),
-    ))
+    let base = format!("/api/v2/workspaces/{ws_id}/all-vars");
+    Ok(list(&base, whole_page(won.len()), &won, Clone::clone))
 }
 
 async fn show(

@@ -107,6 +107,25 @@ pub fn render(t: &OAuthToken, org: &Organization, base: &str) -> Value {
     })
 }
 
+/// What `include` may name on OAuth clients (go-tfe's `OAuthClientIncludeOpt`).
+const INCLUDES: &[&str] = &["oauth_tokens", "projects"];
+
+/// Adds what `inc` asks of connection `t`: its token, and the projects it is shared with.
+fn included(idx: &crate::index::Inner, t: &OAuthToken, org: &Organization, inc: &mut Included) {
+    if inc.wants("oauth_tokens") {
+        inc.add(tokens::render(t));
+    }
+    if inc.wants("projects") {
+        inc.extend(
+            t.spec
+                .projects
+                .iter()
+                .filter_map(|p| idx.project(p))
+                .map(|p| crate::documents::project_in(idx, p, org)),
+        );
+    }
+}
+
 /// The connection of an `oc-…` path, if the caller may read it.
 pub struct FoundClient(pub Found<OAuthToken>);
 
@@ -147,17 +166,19 @@ async fn list_clients(
     q: QueryParams,
     headers: HeaderMap,
 ) -> Result<Doc, ApiError> {
-    let page = q.page()?;
-    let mut all = state.listable::<OAuthToken>(&o.caller, &o.org).await?;
-    all.sort_by_key(|t| {
+    let mut l = Listing::<OAuthToken>::read(&state, &o, &q, "oauth-clients", &[], INCLUDES).await?;
+    l.items.sort_by_key(|t| {
         (
             t.metadata.creation_timestamp.as_ref().map(|t| t.0),
             t.name_any(),
         )
     });
     let base = base_url(&state, &headers);
-    let path = format!("/api/v2/organizations/{}/oauth-clients", o.org.tfe_name());
-    Ok(list(&path, page, &all, |t| render(t, &o.org, &base)))
+    let idx = state.index.read();
+    Ok(l.answer(|t, inc| {
+        included(&idx, t, &o.org, inc);
+        render(t, &o.org, &base)
+    }))
 }
 
 /// The attributes of an OAuth client request.
@@ -397,8 +418,12 @@ async fn show(
     State(state): State<AppState>,
     FoundClient(f): FoundClient,
     headers: HeaderMap,
-) -> Doc {
-    Doc::ok(render(&f.at.obj, &f.at.org, &base_url(&state, &headers)))
+    q: QueryParams,
+) -> Result<Doc, ApiError> {
+    let mut inc = Included::asked(&q, INCLUDES)?;
+    included(&state.index.read(), &f.at.obj, &f.at.org, &mut inc);
+    let data = render(&f.at.obj, &f.at.org, &base_url(&state, &headers));
+    Ok(inc.show(StatusCode::OK, data))
 }
 
 pub(super) async fn with_right(

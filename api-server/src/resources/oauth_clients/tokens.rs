@@ -12,13 +12,18 @@ pub fn router() -> Router<AppState> {
     read_only::org_scoped(
         OAuthToken::PATH,
         get(read_only::list_all::<OAuthToken>),
-        get(show).patch(update).delete(remove),
+        get(crate::listing::show::<OAuthToken>)
+            .patch(update)
+            .delete(remove),
     )
 }
 
 impl ReadOnly for OAuthToken {
     const PATH: &'static str = "oauth-tokens";
-    fn render(&self, _org: &Organization) -> Value {
+}
+
+impl Shown for OAuthToken {
+    fn data(&self, _idx: &crate::index::Inner, _org: &Organization) -> Value {
         render(self)
     }
 }
@@ -43,10 +48,6 @@ pub fn render(t: &OAuthToken) -> Value {
         }},
         "links": {"self": format!("/api/v2/oauth-tokens/{id}")},
     })
-}
-
-async fn show(f: Found<OAuthToken>) -> Doc {
-    Doc::ok(render(&f.at.obj))
 }
 
 #[derive(Debug, Default, Deserialize)]

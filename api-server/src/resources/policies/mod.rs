@@ -44,14 +44,18 @@ pub fn router() -> Router<AppState> {
     crate::read_only::org_scoped(
         "policies",
         get(list_policies).post(create_policy),
-        get(show_policy).patch(update_policy).delete(remove_policy),
+        get(crate::listing::show::<Policy>)
+            .patch(update_policy)
+            .delete(remove_policy),
     )
     .route("/api/v2/policies/{id}/upload", put(upload))
     .route("/api/v2/policies/{id}/download", get(download))
     .merge(crate::read_only::org_scoped(
         "policy-sets",
         get(list_sets).post(create_set),
-        get(show_set).patch(update_set).delete(remove_set),
+        get(crate::listing::show::<PolicySet>)
+            .patch(update_set)
+            .delete(remove_set),
     ))
     .route(
         "/api/v2/policy-sets/{id}/relationships/policies",

@@ -138,31 +138,20 @@ pub(super) async fn list_policies(
     o: VisibleOrg,
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
-    let page = q.page()?;
-    q.supported_filters(&["filter[kind]"])?;
-    let mut all = state.listable::<Policy>(&o.caller, &o.org).await?;
-    if let Some(text) = q.non_empty("search[name]") {
-        let text = text.to_ascii_lowercase();
-        all.retain(|p| p.spec.name.to_ascii_lowercase().contains(&text));
-    }
+    let mut l = Listing::<Policy>::read(&state, &o, &q, "policies", &["filter[kind]"], &[]).await?;
+    l.search(&q, "search[name]", |p| &p.spec.name);
     if let Some(kind) = q.non_empty("filter[kind]") {
-        all.retain(|p| p.spec.kind == kind);
+        l.items.retain(|p| p.spec.kind == kind);
     }
-    all.sort_by(|a, b| terrace_crds::rules::name_order(&a.spec.name, &b.spec.name));
-    let idx = state.index.read();
-    let base = format!("/api/v2/organizations/{}/policies", o.org.tfe_name());
-    Ok(list(&base, page, &all, |p| render_policy(&idx, p, &o.org)))
+    l.items
+        .sort_by(|a, b| terrace_crds::rules::name_order(&a.spec.name, &b.spec.name));
+    Ok(l.answer_shown(&state.index.read(), &o.org))
 }
 
-pub(super) async fn show_policy(
-    State(state): State<AppState>,
-    f: Found<Policy>,
-) -> Result<Doc, ApiError> {
-    Ok(Doc::ok(render_policy(
-        &state.index.read(),
-        &f.at.obj,
-        &f.at.org,
-    )))
+impl Shown for Policy {
+    fn data(&self, idx: &Inner, org: &Organization) -> Value {
+        render_policy(idx, self, org)
+    }
 }
 
 pub(super) async fn create_policy(
@@ -170,13 +159,13 @@ pub(super) async fn create_policy(
     o: VisibleOrg,
     JsonApi(doc): JsonApi<Document<PolicyAttributes>>,
 ) -> Result<Doc, ApiError> {
-    state
-        .require_or_403(
-            &o.caller,
-            &o.check("create", POLICIES),
-            "not authorized to create policies in this organization",
-        )
-        .await?;
+    o.require_in_org(
+        &state,
+        "create",
+        POLICIES,
+        "not authorized to create policies in this organization",
+    )
+    .await?;
     let a = doc.checked()?.attributes;
     opa_only(a.kind.as_deref())?;
     let ns = o.ns().to_owned();

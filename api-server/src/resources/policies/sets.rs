@@ -70,15 +70,9 @@ pub(super) const SET_INCLUDES: &[&str] = &[
     "newest_version",
 ];
 
-pub(super) fn set_included(
-    idx: &Inner,
-    s: &PolicySet,
-    org: &Organization,
-    includes: &[String],
-) -> Vec<Value> {
+pub(super) fn set_included(idx: &Inner, s: &PolicySet, org: &Organization, out: &mut Included) {
     let ns = s.namespace().unwrap_or_default();
-    let mut out = Vec::new();
-    for inc in includes {
+    for inc in out.names().to_vec() {
         match inc.as_str() {
             "policies" => out.extend(
                 policy_ids(idx, s)
@@ -113,7 +107,6 @@ pub(super) fn set_included(
             _ => {}
         }
     }
-    out
 }
 
 pub(super) async fn list_sets(
@@ -121,43 +114,32 @@ pub(super) async fn list_sets(
     o: VisibleOrg,
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
-    let page = q.page()?;
-    q.supported_filters(&["filter[kind]"])?;
-    let includes = q.includes(SET_INCLUDES)?;
-    let mut all = state.listable::<PolicySet>(&o.caller, &o.org).await?;
-    if let Some(text) = q.non_empty("search[name]") {
-        let text = text.to_ascii_lowercase();
-        all.retain(|s| s.spec.name.to_ascii_lowercase().contains(&text));
-    }
+    let mut l = Listing::<PolicySet>::read(
+        &state,
+        &o,
+        &q,
+        "policy-sets",
+        &["filter[kind]"],
+        SET_INCLUDES,
+    )
+    .await?;
+    l.search(&q, "search[name]", |s| &s.spec.name);
     if let Some(kind) = q.non_empty("filter[kind]") {
-        all.retain(|s| s.spec.kind == kind);
+        l.items.retain(|s| s.spec.kind == kind);
     }
-    all.sort_by(|a, b| terrace_crds::rules::name_order(&a.spec.name, &b.spec.name));
-    let idx = state.index.read();
-    let base = format!("/api/v2/organizations/{}/policy-sets", o.org.tfe_name());
-    let mut doc = list(&base, page, &all, |s| render_set(&idx, s, &o.org));
-    if !includes.is_empty() {
-        let included: Vec<Value> = crate::render::page_slice(&all, page)
-            .iter()
-            .flat_map(|s| set_included(&idx, s, &o.org, &includes))
-            .collect();
-        doc.1["included"] = json!(included);
-    }
-    Ok(doc)
+    l.items
+        .sort_by(|a, b| terrace_crds::rules::name_order(&a.spec.name, &b.spec.name));
+    Ok(l.answer_shown(&state.index.read(), &o.org))
 }
 
-pub(super) async fn show_set(
-    State(state): State<AppState>,
-    f: Found<PolicySet>,
-    q: QueryParams,
-) -> Result<Doc, ApiError> {
-    let includes = q.includes(SET_INCLUDES)?;
-    let idx = state.index.read();
-    let mut doc = json!({"data": render_set(&idx, &f.at.obj, &f.at.org)});
-    if !includes.is_empty() {
-        doc["included"] = json!(set_included(&idx, &f.at.obj, &f.at.org, &includes));
+impl Shown for PolicySet {
+    const INCLUDES: &'static [&'static str] = SET_INCLUDES;
+    fn data(&self, idx: &Inner, org: &Organization) -> Value {
+        render_set(idx, self, org)
     }
-    Ok(Doc(StatusCode::OK, doc))
+    fn include(&self, idx: &Inner, org: &Organization, inc: &mut Included) {
+        set_included(idx, self, org, inc);
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -332,13 +314,13 @@ pub(super) async fn create_set(
     o: VisibleOrg,
     JsonApi(doc): JsonApi<Document<SetAttributes, SetRelationships>>,
 ) -> Result<Doc, ApiError> {
-    state
-        .require_or_403(
-            &o.caller,
-            &o.check("create", SETS),
-            "not authorized to create policy sets in this organization",
-        )
-        .await?;
+    o.require_in_org(
+        &state,
+        "create",
+        SETS,
+        "not authorized to create policy sets in this organization",
+    )
+    .await?;
     let data = doc.checked()?;
     offered(&data.attributes)?;
     let ns = o.ns().to_owned();

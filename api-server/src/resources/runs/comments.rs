@@ -13,8 +13,6 @@ use terrace_crds::run::events::{RunEvent, events, parse_event_id};
 
 use crate::documents::runs::{actor_name, comment_data, event_data};
 use crate::prelude::*;
-use crate::render::{page_slice, pagination};
-use terrace_crds::rules::Page;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -68,12 +66,7 @@ async fn create(
     f: Found<Run>,
     JsonApi(doc): JsonApi<Document<CommentAttributes>>,
 ) -> Result<Doc, ApiError> {
-    state
-        .require_or_403(
-            &f.caller,
-            &f.at.check("patch"),
-            "not authorized to comment on this run",
-        )
+    f.require(&state, "patch", "not authorized to comment on this run")
         .await?;
     let body = doc.checked()?.attributes.body.unwrap_or_default();
     let who = format!("user:{}", f.caller.username);
@@ -87,18 +80,6 @@ async fn create(
     Ok(Doc::created(comment_data(&f.at.id(), &comment)))
 }
 
-/// The page of a list that TFE answers whole (run events, comments: go-tfe asks with no
-/// page parameters and reads one page): everything unless the caller asks for a page.
-fn whole_unless_paged(q: &QueryParams, total: usize) -> Result<Page, ApiError> {
-    if q.get("page[number]").is_some() || q.get("page[size]").is_some() {
-        return q.page();
-    }
-    Ok(Page {
-        number: 1,
-        size: u32::try_from(total.max(1)).unwrap_or(u32::MAX),
-    })
-}
-
 async fn list(f: Found<Run>, q: QueryParams) -> Result<Doc, ApiError> {
     let id = f.at.id();
     let comments =
@@ -107,16 +88,11 @@ async fn list(f: Found<Run>, q: QueryParams) -> Result<Doc, ApiError> {
             .as_ref()
             .map(|s| s.comments.clone())
             .unwrap_or_default();
-    let page = whole_unless_paged(&q, comments.len())?;
-    let data: Vec<Value> = page_slice(&comments, page)
-        .iter()
-        .map(|c| comment_data(&id, c))
-        .collect();
-    let (meta, links) = pagination(&format!("/api/v2/runs/{id}/comments"), page, comments.len());
-    Ok(Doc(
-        StatusCode::OK,
-        json!({"data": data, "meta": meta, "links": links}),
-    ))
+    let page = q.page_or_whole(comments.len())?;
+    let base = format!("/api/v2/runs/{id}/comments");
+    Ok(crate::render::list(&base, page, &comments, |c| {
+        comment_data(&id, c)
+    }))
 }
 
 /// `GET /comments/:id`: the run holding it is found in the index, then read with the
@@ -148,64 +124,29 @@ async fn show(Authed { state, caller }: Authed, Path(id): Path<String>) -> Resul
     Ok(Doc::ok(comment_data(&run_id, c)))
 }
 
-/// The documents of events `evs` of run `r`, with `included` for `includes` (the
-/// actors as users, the comments), each included once.
-fn render_events(r: &Run, evs: &[RunEvent<'_>], includes: &[String]) -> (Vec<Value>, Vec<Value>) {
+/// The document of event `e` of run `r`, adding what `inc` asks of it (its actor as a
+/// user, its comment).
+fn render_event(r: &Run, e: &RunEvent<'_>, inc: &mut Included) -> Value {
     let id = id_of(r);
-    let mut included: Vec<Value> = Vec::new();
-    let mut add = |doc: Value| {
-        if !included
-            .iter()
-            .any(|i| i["type"] == doc["type"] && i["id"] == doc["id"])
-        {
-            included.push(doc);
-        }
-    };
-    let data = evs
-        .iter()
-        .map(|e| {
-            if includes.iter().any(|i| i == "actor")
-                && let Some(a) = e.actor.and_then(actor_name)
-            {
-                add(super::user_document(a));
-            }
-            if includes.iter().any(|i| i == "comment")
-                && let Some(c) = e.comment
-            {
-                add(comment_data(&id, c));
-            }
-            event_data(&id, e)
-        })
-        .collect();
-    (data, included)
-}
-
-/// A document of `data`, with `included` when includes were asked for.
-fn with_included(mut doc: Value, includes: &[String], included: Vec<Value>) -> Value {
-    if !includes.is_empty() {
-        doc["included"] = json!(included);
+    if inc.wants("actor")
+        && let Some(a) = e.actor.and_then(actor_name)
+    {
+        inc.add(super::user_document(a));
     }
-    doc
+    if inc.wants("comment")
+        && let Some(c) = e.comment
+    {
+        inc.add(comment_data(&id, c));
+    }
+    event_data(&id, e)
 }
 
 async fn list_events(f: Found<Run>, q: QueryParams) -> Result<Doc, ApiError> {
-    let includes = q.includes(EVENT_INCLUDES)?;
+    let inc = Included::asked(&q, EVENT_INCLUDES)?;
     let evs = events(&f.at.obj);
-    let page = whole_unless_paged(&q, evs.len())?;
-    let (data, included) = render_events(&f.at.obj, page_slice(&evs, page), &includes);
-    let (meta, links) = pagination(
-        &format!("/api/v2/runs/{}/run-events", f.at.id()),
-        page,
-        evs.len(),
-    );
-    Ok(Doc(
-        StatusCode::OK,
-        with_included(
-            json!({"data": data, "meta": meta, "links": links}),
-            &includes,
-            included,
-        ),
-    ))
+    let page = q.page_or_whole(evs.len())?;
+    let base = format!("/api/v2/runs/{}/run-events", f.at.id());
+    Ok(inc.list(&base, page, &evs, |e, inc| render_event(&f.at.obj, e, inc)))
 }
 
 async fn show_event(
@@ -213,16 +154,12 @@ async fn show_event(
     Path(id): Path<String>,
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
-    let includes = q.includes(EVENT_INCLUDES)?;
+    let mut inc = Included::asked(&q, EVENT_INCLUDES)?;
     let not_found = || ApiError::not_found("run event not found");
     let (run_id, key) = parse_event_id(&id).ok_or_else(not_found)?;
     let at = state.readable::<Run>(&caller, &run_id).await?;
     let evs = events(&at.obj);
     let e = evs.iter().find(|e| e.key == key).ok_or_else(not_found)?;
-    let (data, included) = render_events(&at.obj, std::slice::from_ref(e), &includes);
-    let data = data.into_iter().next().ok_or_else(not_found)?;
-    Ok(Doc(
-        StatusCode::OK,
-        with_included(json!({ "data": data }), &includes, included),
-    ))
+    let data = render_event(&at.obj, e, &mut inc);
+    Ok(inc.show(StatusCode::OK, data))
 }

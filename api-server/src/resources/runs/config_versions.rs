@@ -13,7 +13,7 @@ use terrace_crds::{ConfigurationVersion, ConfigurationVersionState, Workspace};
 
 use crate::documents::config_versions::{create_pending, pending_meta, render};
 use crate::prelude::*;
-use crate::render::{by_creation, page_slice, pagination};
+use crate::render::by_creation;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -61,13 +61,12 @@ async fn backing_data(
             )));
         }
     };
-    state
-        .require_or_403(
-            &f.caller,
-            &f.at.check("delete"),
-            "managing a configuration version's data needs the delete right on configurationversions",
-        )
-        .await?;
+    f.require(
+        &state,
+        "delete",
+        "managing a configuration version's data needs the delete right on configurationversions",
+    )
+    .await?;
     let at = &f.at;
     let object = at.obj.name_any();
     let (current, in_use) = {
@@ -172,13 +171,12 @@ async fn archive(
 ) -> Result<Response, ApiError> {
     // The right to act on a workspace's runs and configurations (`patch`, as runs'
     // actions), which the chart's workspace admin and locker roles hold.
-    state
-        .require_or_403(
-            &f.caller,
-            &f.at.check("patch"),
-            "not authorized to archive this configuration version",
-        )
-        .await?;
+    f.require(
+        &state,
+        "patch",
+        "not authorized to archive this configuration version",
+    )
+    .await?;
     let at = &f.at;
     let cv = &at.obj;
     let is_current = cv
@@ -289,19 +287,8 @@ async fn list(
         .filter(|c| c.spec.workspace.as_deref() == Some(object.as_str()))
         .collect();
     cvs.sort_by(|a, b| by_creation(b.as_ref(), a.as_ref()));
-    let data: Vec<Value> = page_slice(&cvs, page)
-        .iter()
-        .map(|c| render(c, None))
-        .collect();
-    let (meta, links) = pagination(
-        &format!("/api/v2/workspaces/{}/configuration-versions", ws.id()),
-        page,
-        cvs.len(),
-    );
-    Ok(Doc(
-        StatusCode::OK,
-        json!({"data": data, "meta": meta, "links": links}),
-    ))
+    let base = format!("/api/v2/workspaces/{}/configuration-versions", ws.id());
+    Ok(crate::render::list(&base, page, &cvs, |c| render(c, None)))
 }
 
 /// Whether `cv` is current in workspace object `ws`: the one the workspace shows, or the

@@ -32,7 +32,7 @@ use crate::blobs::BlobStore;
 use crate::capability::base_url;
 use crate::documents::runs::{RunPermissions, links_of, log_url, phase_data, run_data, state_of};
 use crate::prelude::*;
-use crate::render::{page_slice, pagination};
+use crate::render::page_slice;
 
 /// The RBAC resource of runs.
 pub const RESOURCE: &str = "runs";
@@ -358,19 +358,24 @@ async fn create(
         org: ws.org.clone(),
         ns: ws.ns.clone(),
     };
-    Ok(Doc(
+    render(
+        &state,
+        &caller,
+        &at,
         StatusCode::CREATED,
-        render(&state, &caller, &at, &[]).await?,
-    ))
+        Included::default(),
+    )
+    .await
 }
 
-/// The run's document with `included` for `includes`.
+/// `status` with the run's document and what `inc` asks to include.
 async fn render(
     state: &AppState,
     caller: &Caller,
     at: &Located<Run>,
-    includes: &[String],
-) -> Result<Value, ApiError> {
+    status: StatusCode,
+    mut inc: Included,
+) -> Result<Doc, ApiError> {
     let act = state
         .allowed(caller, &Check::new("patch", RESOURCE, &at.ns, None))
         .await?;
@@ -382,38 +387,33 @@ async fn render(
         RunPermissions { act },
         None,
     );
-    let mut included = included_of(
+    include(
         state,
         &at.obj,
         &at.org,
         ws_id.as_deref(),
         cv_id.as_deref(),
-        includes,
+        &mut inc,
     );
-    if includes.iter().any(|i| i == "task_stages") && crate::documents::runs::has_stage(&at.obj) {
+    if inc.wants("task_stages") && crate::documents::runs::has_stage(&at.obj) {
         let can = policy::may_override(state, caller, at).await?;
-        included.push(policy::stage_data(&at.obj, can));
+        inc.add(policy::stage_data(&at.obj, can));
     }
-    let mut doc = json!({ "data": data });
-    if !included.is_empty() {
-        doc["included"] = json!(included);
-    }
-    Ok(doc)
+    Ok(inc.show(status, data))
 }
 
-/// The `included` documents of run `r` for `includes` (TFE's run includes; those terrace
-/// has no objects for, such as `cost_estimate` and `task_stages`, include nothing).
-fn included_of(
+/// Adds what `included` asks of run `r` (TFE's run includes; those terrace has no
+/// objects for, such as `cost_estimate`, include nothing; `task_stages` is [`render`]'s).
+fn include(
     state: &AppState,
     r: &Run,
     org: &Organization,
     ws_id: Option<&str>,
     cv_id: Option<&str>,
-    includes: &[String],
-) -> Vec<Value> {
+    included: &mut Included,
+) {
     let id = id_of(r);
-    let mut included = Vec::new();
-    for inc in includes {
+    for inc in included.names().to_vec() {
         match inc.as_str() {
             "plan" | "apply" => {
                 let phase = if inc == "plan" {
@@ -422,22 +422,22 @@ fn included_of(
                     Phase::Apply
                 };
                 let url = log_url(state, "", &phase.id(&id));
-                included.push(phase_data(r, phase, &url));
+                included.add(phase_data(r, phase, &url));
             }
             "workspace" => {
                 if let Some(w) = ws_id.and_then(|id| state.index.read().workspace(id).cloned()) {
-                    included.push(workspace_brief(&w, org));
+                    included.add(workspace_brief(&w, org));
                 }
             }
             "configuration_version" | "configuration_version.ingress_attributes" => {
                 if let Some(c) = cv_id
                     .and_then(|id| state.index.read().configuration_versions().get(id).cloned())
                 {
-                    included.push(crate::documents::config_versions::render(&c, None));
+                    included.add(crate::documents::config_versions::render(&c, None));
                     if inc == "configuration_version.ingress_attributes"
                         && let Some(i) = crate::documents::config_versions::render_ingress(&c)
                     {
-                        included.push(i);
+                        included.add(i);
                     }
                 }
             }
@@ -448,24 +448,10 @@ fn included_of(
                     .as_deref()
                     .and_then(|c| c.strip_prefix("user:"))
                 {
-                    included.push(user_document(user));
+                    included.add(user_document(user));
                 }
             }
             _ => {}
-        }
-    }
-    included
-}
-
-/// Adds `docs` to a list's `included`, each document once (a page's runs share their
-/// workspace and creator).
-fn include_once(included: &mut Vec<Value>, docs: Vec<Value>) {
-    for doc in docs {
-        if !included
-            .iter()
-            .any(|i| i["type"] == doc["type"] && i["id"] == doc["id"])
-        {
-            included.push(doc);
         }
     }
 }
@@ -529,10 +515,10 @@ async fn show(
     headers: HeaderMap,
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
-    let includes = q.includes(RUN_INCLUDES)?;
-    let mut doc = render(&state, &f.caller, &f.at, &includes).await?;
-    absolutize(&mut doc, &base_url(&state, &headers));
-    Ok(Doc(StatusCode::OK, doc))
+    let inc = Included::asked(&q, RUN_INCLUDES)?;
+    let mut doc = render(&state, &f.caller, &f.at, StatusCode::OK, inc).await?;
+    absolutize(&mut doc.1, &base_url(&state, &headers));
+    Ok(doc)
 }
 
 /// Makes the log-read URLs of a document absolute.
@@ -555,7 +541,7 @@ async fn list(
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
     let page = q.page()?;
-    let includes = q.includes(RUN_INCLUDES)?;
+    let mut inc = Included::asked(&q, RUN_INCLUDES)?;
     q.supported_filters(&[
         "filter[status]",
         "filter[operation]",
@@ -568,11 +554,8 @@ async fn list(
         .allowed(&f.caller, &Check::new("list", RESOURCE, &ws.ns, None))
         .await?
     {
-        let (meta, links) = pagination(&format!("/api/v2/workspaces/{}/runs", ws.id()), page, 0);
-        return Ok(Doc(
-            StatusCode::OK,
-            json!({"data": [], "meta": meta, "links": links}),
-        ));
+        let base = format!("/api/v2/workspaces/{}/runs", ws.id());
+        return Ok(inc.paged(&base, page, 0, Vec::new()));
     }
     let act = state
         .allowed(&f.caller, &Check::new("patch", RESOURCE, &ws.ns, None))
@@ -618,27 +601,20 @@ async fn list(
         .history
         .page::<Run>(&state, &ws.ns, &ws_id, &manifest, on_page)
         .await?;
-    let mut included: Vec<Value> = Vec::new();
     let data: Vec<Value> = runs
         .iter()
         .map(|r| {
             let cv_id = cv_ids
                 .get(&r.spec.configuration_version)
                 .map(String::as_str);
-            include_once(
-                &mut included,
-                included_of(&state, r, &ws.org, Some(&ws_id), cv_id, &includes),
-            );
+            include(&state, r, &ws.org, Some(&ws_id), cv_id, &mut inc);
             run_data(r, Some(&ws_id), cv_id, RunPermissions { act }, None)
         })
         .collect();
-    let (meta, links) = pagination(&format!("/api/v2/workspaces/{ws_id}/runs"), page, total);
-    let mut doc = json!({"data": data, "meta": meta, "links": links});
-    if !included.is_empty() {
-        doc["included"] = json!(included);
-    }
-    absolutize(&mut doc, &base_url(&state, &headers));
-    Ok(Doc(StatusCode::OK, doc))
+    let base = format!("/api/v2/workspaces/{ws_id}/runs");
+    let mut doc = inc.paged(&base, page, total, data);
+    absolutize(&mut doc.1, &base_url(&state, &headers));
+    Ok(doc)
 }
 
 /// The run actions.
@@ -1039,31 +1015,18 @@ async fn queue(
         })
         .collect();
     active.sort_by_cached_key(|r| (r.queued_at(), r.name_any()));
-    let data: Vec<Value> = {
-        let idx = state.index.read();
-        page_slice(&active, page)
-            .iter()
-            .map(|r| {
-                let (ws, cv) = links_of(&idx, r);
-                run_data(
-                    r,
-                    ws.as_deref(),
-                    cv.as_deref(),
-                    RunPermissions::default(),
-                    Some(0),
-                )
-            })
-            .collect()
-    };
-    let (meta, links) = pagination(
-        &format!("/api/v2/organizations/{}/runs/queue", o.org.tfe_name()),
-        page,
-        active.len(),
-    );
-    Ok(Doc(
-        StatusCode::OK,
-        json!({"data": data, "meta": meta, "links": links}),
-    ))
+    let idx = state.index.read();
+    let base = format!("/api/v2/organizations/{}/runs/queue", o.org.tfe_name());
+    Ok(crate::render::list(&base, page, &active, |r| {
+        let (ws, cv) = links_of(&idx, r);
+        run_data(
+            r,
+            ws.as_deref(),
+            cv.as_deref(),
+            RunPermissions::default(),
+            Some(0),
+        )
+    }))
 }
 
 /// `GET /organizations/:org/runs`: the organization's runs the caller may list, newest
@@ -1077,7 +1040,7 @@ async fn org_list(
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
     let page = q.page()?;
-    let includes = q.includes(RUN_INCLUDES)?;
+    let inc = Included::asked(&q, RUN_INCLUDES)?;
     q.supported_filters(&[
         "filter[workspace_names]",
         "filter[status]",
@@ -1115,35 +1078,20 @@ async fn org_list(
     let act = state
         .allowed(&o.caller, &Check::new("patch", RESOURCE, &ns, None))
         .await?;
-    let mut included: Vec<Value> = Vec::new();
-    let data: Vec<Value> = page_slice(&runs, page)
-        .iter()
-        .map(|r| {
-            let (ws, cv) = links_of(&state.index.read(), r);
-            include_once(
-                &mut included,
-                included_of(&state, r, &o.org, ws.as_deref(), cv.as_deref(), &includes),
-            );
-            run_data(
-                r,
-                ws.as_deref(),
-                cv.as_deref(),
-                RunPermissions { act },
-                None,
-            )
-        })
-        .collect();
-    let (meta, links) = pagination(
-        &format!("/api/v2/organizations/{}/runs", o.org.tfe_name()),
-        page,
-        runs.len(),
-    );
-    let mut doc = json!({"data": data, "meta": meta, "links": links});
-    if !included.is_empty() {
-        doc["included"] = json!(included);
-    }
-    absolutize(&mut doc, &base_url(&state, &headers));
-    Ok(Doc(StatusCode::OK, doc))
+    let base = format!("/api/v2/organizations/{}/runs", o.org.tfe_name());
+    let mut doc = inc.list(&base, page, &runs, |r, inc| {
+        let (ws, cv) = links_of(&state.index.read(), r);
+        include(&state, r, &o.org, ws.as_deref(), cv.as_deref(), inc);
+        run_data(
+            r,
+            ws.as_deref(),
+            cv.as_deref(),
+            RunPermissions { act },
+            None,
+        )
+    });
+    absolutize(&mut doc.1, &base_url(&state, &headers));
+    Ok(doc)
 }
 
 /// How many of the organization's runs wait and run (`GET /organizations/:org/capacity`).

@@ -18,7 +18,6 @@ use terrace_crds::{
 use super::comments;
 use crate::documents::runs::{evaluation, has_stage, stage_id, state_of, suffix};
 use crate::prelude::*;
-use crate::render::{page_slice, pagination};
 
 /// The RBAC verb (on the workspace) of overriding failed mandatory policies.
 pub const OVERRIDE_VERB: &str = "override-policy";
@@ -284,14 +283,11 @@ async fn list_stages(
     } else {
         Vec::new()
     };
-    let (meta, links) = pagination(
+    Ok(list(
         &format!("/api/v2/runs/{}/task-stages", f.at.id()),
         page,
-        stages.len(),
-    );
-    Ok(Doc(
-        StatusCode::OK,
-        json!({"data": page_slice(&stages, page), "meta": meta, "links": links}),
+        &stages,
+        Clone::clone,
     ))
 }
 
@@ -301,13 +297,13 @@ async fn show_stage(
     Path(id): Path<String>,
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
-    let includes = q.includes(STAGE_INCLUDES)?;
+    let mut inc = Included::asked(&q, STAGE_INCLUDES)?;
     let at = staged_run(&state, &caller, &id).await?;
-    let mut doc = json!({"data": stage_data(&at.obj, may_override(&state, &caller, &at).await?)});
-    if includes.iter().any(|i| i == "policy_evaluations") {
-        doc["included"] = json!([evaluation_data(&at.obj)]);
+    if inc.wants("policy_evaluations") {
+        inc.add(evaluation_data(&at.obj));
     }
-    Ok(Doc(StatusCode::OK, doc))
+    let data = stage_data(&at.obj, may_override(&state, &caller, &at).await?);
+    Ok(inc.show(StatusCode::OK, data))
 }
 
 /// `GET /task-stages/:id/policy-evaluations`.
@@ -319,14 +315,11 @@ async fn list_evaluations(
     let page = q.page()?;
     let at = staged_run(&state, &caller, &id).await?;
     let all = [evaluation_data(&at.obj)];
-    let (meta, links) = pagination(
+    Ok(list(
         &format!("/api/v2/task-stages/{id}/policy-evaluations"),
         page,
-        all.len(),
-    );
-    Ok(Doc(
-        StatusCode::OK,
-        json!({"data": page_slice(&all, page), "meta": meta, "links": links}),
+        &all,
+        Clone::clone,
     ))
 }
 
@@ -374,14 +367,11 @@ async fn list_outcomes(
                 .collect()
         })
         .unwrap_or_default();
-    let (meta, links) = pagination(
+    Ok(list(
         &format!("/api/v2/policy-evaluations/{id}/policy-set-outcomes"),
         page,
-        all.len(),
-    );
-    Ok(Doc(
-        StatusCode::OK,
-        json!({"data": page_slice(&all, page), "meta": meta, "links": links}),
+        &all,
+        Clone::clone,
     ))
 }
 

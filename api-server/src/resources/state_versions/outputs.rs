@@ -12,23 +12,12 @@ use terrace_crds::Workspace;
 use super::{READ_OUTPUTS, READ_STATE, ReadOutputs, not_found, readable};
 use crate::documents::state::{OUTPUT_TYPE, output_values, render_output, rendered_outputs};
 use crate::prelude::*;
-use crate::render::pagination;
 
 /// `data` paged when the caller asked for a page, all on one page otherwise (the CLI
 /// reads only the first page and sends no page parameters).
 fn paged(q: &QueryParams, data: Vec<Value>, self_url: &str) -> Result<Doc, ApiError> {
-    let asked = q.get("page[number]").is_some() || q.get("page[size]").is_some();
-    let mut page = q.page()?;
-    if !asked {
-        page.size = u32::try_from(data.len().max(1)).unwrap_or(u32::MAX);
-    }
-    let total = data.len();
-    let data: Vec<Value> = crate::render::page_slice(&data, page).to_vec();
-    let (meta, links) = pagination(self_url, page, total);
-    Ok(Doc(
-        StatusCode::OK,
-        json!({"data": data, "meta": meta, "links": links}),
-    ))
+    let page = q.page_or_whole(data.len())?;
+    Ok(list(self_url, page, &data, Clone::clone))
 }
 
 /// `GET /state-versions/:id/outputs`.

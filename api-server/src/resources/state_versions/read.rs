@@ -12,7 +12,7 @@ use terrace_crds::{StateVersion, Workspace};
 use super::{READ_OUTPUTS, READ_STATE, ReadOutputs, readable, render, require_verb, state_of};
 use crate::capability::base_url;
 use crate::prelude::*;
-use crate::render::{page_slice, pagination};
+use crate::render::page_slice;
 
 /// The versions of a workspace, newest first (by creation, then serial).
 fn versions_of(state: &AppState, ws: &Located<Workspace>) -> Vec<Arc<StateVersion>> {
@@ -43,20 +43,19 @@ const INCLUDES: &[&str] = &[
     "run.created_by",
 ];
 
-/// The `included` documents of `versions` of `ws` for the `include` of `q`: their
-/// outputs (sensitive values for callers with `read-state`, as the version's output list).
+/// Adds what `out` asks of `versions` of `ws`: their outputs (sensitive values for
+/// callers with `read-state`, as the version's output list).
 async fn included(
     state: &AppState,
     caller: &Caller,
     ws: &Located<Workspace>,
-    q: &QueryParams,
+    out: &mut Included,
     versions: &[Arc<StateVersion>],
-) -> Result<Option<Vec<Value>>, ApiError> {
-    if !q.includes(INCLUDES)?.iter().any(|i| i == "outputs") {
-        return Ok(None);
+) -> Result<(), ApiError> {
+    if !out.wants("outputs") {
+        return Ok(());
     }
     let show_sensitive = state.allowed(caller, &ws.check(READ_STATE)).await?;
-    let mut out = Vec::new();
     for v in versions {
         out.extend(
             crate::documents::state::rendered_outputs(
@@ -68,7 +67,7 @@ async fn included(
             .await?,
         );
     }
-    Ok(Some(out))
+    Ok(())
 }
 
 /// A page of `versions` of `ws` at `self_url`.
@@ -82,18 +81,11 @@ async fn page_of(
     self_url: &str,
 ) -> Result<Doc, ApiError> {
     let page = q.page()?;
+    let mut inc = Included::asked(q, INCLUDES)?;
+    included(state, caller, ws, &mut inc, page_slice(versions, page)).await?;
     let base = base_url(state, headers);
-    let shown = page_slice(versions, page);
-    let data: Vec<Value> = shown
-        .iter()
-        .map(|v| render(v, &ws.id(), &base, None))
-        .collect();
-    let (meta, links) = pagination(self_url, page, versions.len());
-    let mut doc = json!({"data": data, "meta": meta, "links": links});
-    if let Some(inc) = included(state, caller, ws, q, shown).await? {
-        doc["included"] = json!(inc);
-    }
-    Ok(Doc(StatusCode::OK, doc))
+    let id = ws.id();
+    Ok(inc.list(self_url, page, versions, |v, _| render(v, &id, &base, None)))
 }
 
 /// Keeps the versions in `filter[status]` when given (400 on an unknown status).
@@ -193,11 +185,12 @@ async fn one(
     headers: &HeaderMap,
     q: &QueryParams,
 ) -> Result<Doc, ApiError> {
-    let mut doc = json!({"data": render(v, &ws.id(), &base_url(state, headers), None)});
-    if let Some(inc) = included(state, caller, ws, q, std::slice::from_ref(v)).await? {
-        doc["included"] = json!(inc);
-    }
-    Ok(Doc(StatusCode::OK, doc))
+    let mut inc = Included::asked(q, INCLUDES)?;
+    included(state, caller, ws, &mut inc, std::slice::from_ref(v)).await?;
+    Ok(inc.show(
+        StatusCode::OK,
+        render(v, &ws.id(), &base_url(state, headers), None),
+    ))
 }
 
 /// `GET /state-versions/:id`.

@@ -42,7 +42,9 @@ pub fn router() -> Router<AppState> {
     crate::read_only::org_scoped(
         "varsets",
         get(list_sets).post(create),
-        get(show).patch(update).delete(remove),
+        get(crate::listing::show::<VariableSet>)
+            .patch(update)
+            .delete(remove),
     )
     .route(
         "/api/v2/varsets/{id}/relationships/vars",
@@ -131,51 +133,42 @@ fn parent_of(idx: &Inner, s: &VariableSet) -> Option<String> {
 /// What `include` may name on sets.
 const INCLUDES: &[&str] = &["vars", "workspaces", "projects"];
 
-/// The `included` documents of `sets` for `includes`, each once.
-fn included(
-    idx: &Inner,
-    sets: &[&VariableSet],
-    org: &Organization,
-    includes: &[String],
-) -> Vec<Value> {
-    let mut out: Vec<Value> = Vec::new();
-    let mut add = |doc: Value| {
-        if !out
-            .iter()
-            .any(|d| d["type"] == doc["type"] && d["id"] == doc["id"])
-        {
-            out.push(doc);
-        }
-    };
-    for s in sets {
-        let id = id_of(*s);
-        let ns = s.namespace().unwrap_or_default();
-        for inc in includes {
-            match inc.as_str() {
-                "vars" => s
-                    .spec
-                    .variables
-                    .iter()
-                    .for_each(|v| add(render_var(&id, v))),
-                "workspaces" => s
-                    .spec
+/// Adds what `out` asks of set `s`: its variables, workspaces and projects.
+fn included(idx: &Inner, s: &VariableSet, org: &Organization, out: &mut Included) {
+    let id = id_of(s);
+    let ns = s.namespace().unwrap_or_default();
+    for inc in out.names().to_vec() {
+        match inc.as_str() {
+            "vars" => out.extend(s.spec.variables.iter().map(|v| render_var(&id, v))),
+            "workspaces" => out.extend(
+                s.spec
                     .workspaces
                     .iter()
                     .filter_map(|e| resolve(idx, &ns, false, e))
                     .filter_map(|w| idx.workspace(&w).cloned())
-                    .for_each(|w| add(crate::resources::runs::workspace_brief(&w, org))),
-                "projects" => s
-                    .spec
+                    .map(|w| crate::resources::runs::workspace_brief(&w, org)),
+            ),
+            "projects" => out.extend(
+                s.spec
                     .projects
                     .iter()
                     .filter_map(|e| resolve(idx, &ns, true, e))
                     .filter_map(|p| idx.project(&p).cloned())
-                    .for_each(|p| add(crate::documents::project_in(idx, &p, org))),
-                _ => {}
-            }
+                    .map(|p| crate::documents::project_in(idx, &p, org)),
+            ),
+            _ => {}
         }
     }
-    out
+}
+
+impl Shown for VariableSet {
+    const INCLUDES: &'static [&'static str] = INCLUDES;
+    fn data(&self, idx: &Inner, org: &Organization) -> Value {
+        render(idx, self, org)
+    }
+    fn include(&self, idx: &Inner, org: &Organization, inc: &mut Included) {
+        included(idx, self, org, inc);
+    }
 }
 
 fn sorted(mut sets: Vec<Arc<VariableSet>>) -> Vec<Arc<VariableSet>> {
@@ -188,40 +181,10 @@ async fn list_sets(
     o: VisibleOrg,
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
-    let page = q.page()?;
-    q.supported_filters(&[])?;
-    let includes = q.includes(INCLUDES)?;
-    let mut sets = state.listable::<VariableSet>(&o.caller, &o.org).await?;
-    if let Some(text) = q.non_empty("q") {
-        let text = text.to_ascii_lowercase();
-        sets.retain(|s| s.spec.name.to_ascii_lowercase().contains(&text));
-    }
-    let sets = sorted(sets);
-    let idx = state.index.read();
-    let base = format!("/api/v2/organizations/{}/varsets", o.org.tfe_name());
-    let mut doc = list(&base, page, &sets, |s| render(&idx, s, &o.org));
-    if !includes.is_empty() {
-        let on_page: Vec<&VariableSet> = crate::render::page_slice(&sets, page)
-            .iter()
-            .map(AsRef::as_ref)
-            .collect();
-        doc.1["included"] = json!(included(&idx, &on_page, &o.org, &includes));
-    }
-    Ok(doc)
-}
-
-async fn show(
-    State(state): State<AppState>,
-    f: Found<VariableSet>,
-    q: QueryParams,
-) -> Result<Doc, ApiError> {
-    let includes = q.includes(INCLUDES)?;
-    let idx = state.index.read();
-    let mut doc = json!({"data": render(&idx, &f.at.obj, &f.at.org)});
-    if !includes.is_empty() {
-        doc["included"] = json!(included(&idx, &[f.at.obj.as_ref()], &f.at.org, &includes));
-    }
-    Ok(Doc(StatusCode::OK, doc))
+    let mut l = Listing::<VariableSet>::read(&state, &o, &q, "varsets", &[], INCLUDES).await?;
+    l.search(&q, "q", |s| &s.spec.name);
+    l.items = sorted(l.items);
+    Ok(l.answer_shown(&state.index.read(), &o.org))
 }
 
 /// The attributes of a set request.

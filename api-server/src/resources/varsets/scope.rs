@@ -43,7 +43,7 @@ pub(super) async fn sets_where<K: Resource>(
     keep: impl Fn(&Inner, &VariableSet) -> bool,
 ) -> Result<Doc, ApiError> {
     let page = q.page()?;
-    let includes = q.includes(INCLUDES)?;
+    let inc = Included::asked(q, INCLUDES)?;
     let allowed = state
         .allowed(caller, &Check::new("list", RESOURCE, &at.ns, None))
         .await?;
@@ -59,15 +59,10 @@ pub(super) async fn sets_where<K: Resource>(
     } else {
         Vec::new()
     };
-    let mut doc = list(&path, page, &sets, |s| render(&idx, s, &at.org));
-    if !includes.is_empty() {
-        let on_page: Vec<&VariableSet> = crate::render::page_slice(&sets, page)
-            .iter()
-            .map(AsRef::as_ref)
-            .collect();
-        doc.1["included"] = json!(included(&idx, &on_page, &at.org, &includes));
-    }
-    Ok(doc)
+    Ok(inc.list(&path, page, &sets, |s, inc| {
+        s.include(&idx, &at.org, inc);
+        s.data(&idx, &at.org)
+    }))
 }
 
 pub(super) async fn of_workspace(

@@ -15,7 +15,7 @@ use super::render::workspace_id;
 use super::{Ws, render_located};
 use crate::index::Inner;
 use crate::prelude::*;
-use crate::render::{page_slice, pagination};
+use crate::render::page_slice;
 
 pub fn router() -> Router<AppState> {
     Router::new().route(
@@ -106,15 +106,8 @@ async fn list_consumers(
     for c in page_slice(&visible, page) {
         data.push(render_located(&state, caller, c).await?);
     }
-    let (meta, links) = pagination(
-        &format!("/api/v2/workspaces/{id}/relationships/remote-state-consumers"),
-        page,
-        visible.len(),
-    );
-    Ok(Doc(
-        StatusCode::OK,
-        json!({"data": data, "meta": meta, "links": links}),
-    ))
+    let base = format!("/api/v2/workspaces/{id}/relationships/remote-state-consumers");
+    Ok(Included::default().paged(&base, page, visible.len(), data))
 }
 
 /// Entries of a consumers body are workspaces.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use terrace_crds::Workspace;
 use terrace_crds::rules::Page;
 
-use super::{INCLUDES, Ws, included, rendered_data, state_included, with_included_linkage};
+use super::{INCLUDES, Ws, included, rendered_data, with_included_linkage};
 use crate::index::{Inner, NameKey, NameMatch};
 use crate::prelude::*;
 use crate::query::TagFilter;
@@ -358,8 +358,7 @@ pub async fn list(
     let base = format!("/api/v2/organizations/{}/workspaces", org.tfe_name());
     let (meta, links) = pagination(&base, page, total);
     let refs: Vec<&Ws> = located.iter().collect();
-    let mut inc = included(&state, &refs, &includes);
-    inc.extend(state_included(&state, caller, &refs, &includes).await?);
+    let inc = included(&state, caller, &refs, &includes).await?;
     // {"data":[...cached items...],"links":…,"meta":…[,"included":…]}
     let mut body: Vec<u8> = Vec::with_capacity(located.len() * 4096);
     body.extend_from_slice(b"{\"data\":[");
@@ -377,9 +376,10 @@ pub async fn list(
     ser(&mut body, &links)?;
     body.extend_from_slice(b",\"meta\":");
     ser(&mut body, &meta)?;
-    if !inc.is_empty() {
+    if inc.any() {
         body.extend_from_slice(b",\"included\":");
-        ser(&mut body, &Value::Array(inc))?;
+        serde_json::to_writer(&mut body, inc.documents())
+            .map_err(|e| ApiError::internal("rendering a list", e))?;
     }
     body.push(b'}');
     Ok(crate::render::DocBytes(StatusCode::OK, body.into()).into_response())

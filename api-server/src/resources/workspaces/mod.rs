@@ -162,10 +162,16 @@ pub const INCLUDES: &[&str] = &[
     "readme",
 ];
 
-/// Included documents for `include` values this server can answer.
-pub fn included(state: &AppState, located: &[&Ws], includes: &[String]) -> Vec<Value> {
-    let mut out: Vec<Value> = Vec::new();
-    let mut seen = std::collections::HashSet::new();
+/// What `includes` asks of the `located` workspaces: their organization, project, tag
+/// bindings, current run, assessment and configuration version, and the state documents
+/// ([`state_included`]).
+pub async fn included(
+    state: &AppState,
+    caller: &Caller,
+    located: &[&Ws],
+    includes: &[String],
+) -> Result<Included, ApiError> {
+    let mut out = Included::of(includes);
     for inc in includes {
         for l in located {
             let docs = match inc.as_str() {
@@ -200,33 +206,27 @@ pub fn included(state: &AppState, located: &[&Ws], includes: &[String]) -> Vec<V
                     .collect(),
                 _ => Vec::new(),
             };
-            for d in docs {
-                let key = (d["type"].to_string(), d["id"].to_string());
-                if seen.insert(key) {
-                    out.push(d);
-                }
-            }
+            out.extend(docs);
         }
     }
-    out
+    state_included(state, caller, located, &mut out).await?;
+    Ok(out)
 }
 
-/// Included state documents (`outputs`: `workspace-outputs` with values, sensitive ones
-/// null; `current_state_version`) of the workspaces whose outputs the caller may read.
-pub async fn state_included(
+/// Adds the state documents `out` asks for (`outputs`: `workspace-outputs` with values,
+/// sensitive ones null; `current_state_version`) of the workspaces whose outputs the
+/// caller may read.
+async fn state_included(
     state: &AppState,
     caller: &Caller,
     located: &[&Ws],
-    includes: &[String],
-) -> Result<Vec<Value>, ApiError> {
+    out: &mut Included,
+) -> Result<(), ApiError> {
     use crate::documents::state::{WORKSPACE_OUTPUT_TYPE, render, rendered_outputs};
-    let outputs = includes.iter().any(|i| i == "outputs");
-    let version = includes
-        .iter()
-        .any(|i| i == "current_state_version" || i == "current-state-version");
-    let mut out = Vec::new();
+    let outputs = out.wants("outputs");
+    let version = out.wants("current_state_version") || out.wants("current-state-version");
     if !outputs && !version {
-        return Ok(out);
+        return Ok(());
     }
     let base = state.settings.base_url.clone().unwrap_or_default();
     for l in located {
@@ -236,13 +236,13 @@ pub async fn state_included(
             continue;
         }
         if version {
-            out.push(render(&v, &l.id(), base.trim_end_matches('/'), None));
+            out.add(render(&v, &l.id(), base.trim_end_matches('/'), None));
         }
         if outputs {
             out.extend(rendered_outputs(state, &v, WORKSPACE_OUTPUT_TYPE, false).await?);
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// The `data` of a workspace with the linkage of what `includes` asks for that the
@@ -592,14 +592,13 @@ async fn one_document(
     includes: &[String],
 ) -> Result<Bytes, ApiError> {
     let data = with_included_linkage(state, l, data_bytes(state, caller, l).await?, includes)?;
-    let mut inc = included(state, &[l], includes);
-    inc.extend(state_included(state, caller, &[l], includes).await?);
+    let inc = included(state, caller, &[l], includes).await?;
     let mut body = Vec::with_capacity(data.len() + 16);
     body.extend_from_slice(b"{\"data\":");
     body.extend_from_slice(&data);
-    if !inc.is_empty() {
+    if inc.any() {
         body.extend_from_slice(b",\"included\":");
-        serde_json::to_writer(&mut body, &inc)
+        serde_json::to_writer(&mut body, inc.documents())
             .map_err(|e| ApiError::internal("rendering included documents", e))?;
     }
     body.push(b'}');

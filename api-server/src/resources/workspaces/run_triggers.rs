@@ -13,7 +13,7 @@ use super::Ws;
 use super::consumers::resolve;
 use crate::index::Inner;
 use crate::prelude::*;
-use crate::render::{page_slice, pagination, stable_id};
+use crate::render::{Included, stable_id};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -84,17 +84,13 @@ fn render(t: &Trigger) -> Value {
 }
 
 /// `included` of `triggers` for `includes`, each workspace once.
-fn included(triggers: &[&Trigger], includes: &[String], org: &Organization) -> Vec<Value> {
-    let mut out: Vec<Value> = Vec::new();
-    for t in triggers {
-        for (name, w) in [("workspace", &t.target), ("sourceable", &t.source)] {
-            let doc = crate::resources::runs::workspace_brief(w, org);
-            if includes.iter().any(|i| i == name) && !out.iter().any(|d| d["id"] == doc["id"]) {
-                out.push(doc);
-            }
+/// Adds what `inc` asks of trigger `t`: its workspace and its source, as workspaces.
+fn include(t: &Trigger, inc: &mut Included, org: &Organization) {
+    for (name, w) in [("workspace", &t.target), ("sourceable", &t.source)] {
+        if inc.wants(name) {
+            inc.add(crate::resources::runs::workspace_brief(w, org));
         }
     }
-    out
 }
 
 async fn list(
@@ -103,7 +99,7 @@ async fn list(
     State(state): State<AppState>,
 ) -> Result<Doc, ApiError> {
     let page = q.page()?;
-    let includes = q.includes(INCLUDES)?;
+    let inc = Included::asked(&q, INCLUDES)?;
     q.supported_filters(&["filter[run-trigger][type]"])?;
     let inbound = match q.get("filter[run-trigger][type]") {
         Some("inbound") => true,
@@ -124,18 +120,11 @@ async fn list(
             id_of(w.as_ref()) == me
         })
         .collect();
-    let slice = page_slice(&mine, page);
-    let data: Vec<Value> = slice.iter().map(|t| render(t)).collect();
-    let (meta, links) = pagination(
-        &format!("/api/v2/workspaces/{me}/run-triggers"),
-        page,
-        mine.len(),
-    );
-    let mut doc = json!({"data": data, "meta": meta, "links": links});
-    if !includes.is_empty() {
-        doc["included"] = json!(included(slice, &includes, &f.at.org));
-    }
-    Ok(Doc(StatusCode::OK, doc))
+    let base = format!("/api/v2/workspaces/{me}/run-triggers");
+    Ok(inc.list(&base, page, &mine, |t, inc| {
+        include(t, inc, &f.at.org);
+        render(t)
+    }))
 }
 
 /// The trigger `rt` if the caller may read its workspace; 404 otherwise.
@@ -169,17 +158,14 @@ async fn show(
     Path(rt): Path<String>,
     q: QueryParams,
 ) -> Result<Doc, ApiError> {
-    let includes = q.includes(INCLUDES)?;
+    let mut inc = Included::asked(&q, INCLUDES)?;
     let (at, source) = readable(&state, &caller, &rt).await?;
     let t = Trigger {
         target: at.obj.clone(),
         source,
     };
-    let mut doc = json!({"data": render(&t)});
-    if !includes.is_empty() {
-        doc["included"] = json!(included(&[&t], &includes, &at.org));
-    }
-    Ok(Doc(StatusCode::OK, doc))
+    include(&t, &mut inc, &at.org);
+    Ok(inc.show(StatusCode::OK, render(&t)))
 }
 
 /// The body of `POST /workspaces/:id/run-triggers`.
@@ -202,13 +188,12 @@ async fn create(
     f: Found<Workspace>,
     JsonApi(doc): JsonApi<Document<TriggerAttributes, TriggerRelationships>>,
 ) -> Result<Doc, ApiError> {
-    state
-        .require_or_403(
-            &f.caller,
-            &f.at.check("update"),
-            "not authorized to add run triggers to this workspace",
-        )
-        .await?;
+    f.require(
+        &state,
+        "update",
+        "not authorized to add run triggers to this workspace",
+    )
+    .await?;
     let data = doc.checked()?;
     let source_id = ToOne::given_id(data.relationships.sourceable.as_ref())
         .ok_or_else(|| ApiError::invalid(SOURCE_PTR, "sourceable is required"))?
