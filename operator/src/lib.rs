@@ -173,14 +173,24 @@ pub async fn run_elected_with(
     stopped
 }
 
+/// The shutdown signal every controller shares.
+pub type Shutdown = futures::future::Shared<futures::future::BoxFuture<'static, ()>>;
+/// A controller, running until [`Shutdown`].
+pub type Running = futures::future::BoxFuture<'static, ()>;
+
+/// Controller `started`, or nothing (said in the log, `without` what) when a cache it
+/// needs is missing.
+pub(crate) fn or_idle(started: Result<Running, Error>, without: &str) -> Running {
+    started.unwrap_or_else(|e| {
+        tracing::error!(error = %e, "no {without}: a cache it needs is missing");
+        futures::future::ready(()).boxed()
+    })
+}
+
 /// Runs every controller until `shutdown` resolves. The feeds shared between
 /// controllers are created first and subscribed to before the controllers that drive
 /// them are built (see [`watch::Feed`]).
-async fn run_controllers(
-    client: kube::Client,
-    settings: Settings,
-    shutdown: futures::future::Shared<futures::future::BoxFuture<'static, ()>>,
-) {
+async fn run_controllers(client: kube::Client, settings: Settings, shutdown: Shutdown) {
     let blobs = terrace_blobstore::s3::S3Store::from_settings(&settings.blobs).map_err(|e| {
         tracing::error!(error = %e, "the S3 blob store is misconfigured: blobs cannot be deleted");
         e.to_string()
@@ -224,53 +234,32 @@ async fn run_controllers(
         workspace_feed.subscribe(),
         shutdown.clone(),
     );
-    let auto_queue = match run::auto_queue::controller(ctx.clone(), &mut catalog, shutdown.clone())
-    {
-        Ok(c) => c.boxed(),
-        Err(e) => {
-            tracing::error!(error = %e, "no runs of uploads: the configuration version cache is missing");
-            futures::future::ready(()).boxed()
-        }
-    };
-    let commit_statuses = match vcs_status::controller(ctx.clone(), &mut catalog, shutdown.clone())
-    {
-        Ok(c) => c.boxed(),
-        Err(e) => {
-            tracing::error!(error = %e, "no commit statuses: the run cache is missing");
-            futures::future::ready(()).boxed()
-        }
-    };
-    let notifications = match notify::controller(
-        ctx.clone(),
-        orgs.clone(),
-        workspace_feed.store(),
-        &mut catalog,
-        shutdown.clone(),
-    ) {
-        Ok(c) => c.boxed(),
-        Err(e) => {
-            tracing::error!(error = %e, "no notifications: a cache they need is missing");
-            futures::future::ready(()).boxed()
-        }
-    };
-    let module_versions = match module_versions::controller(
-        ctx.clone(),
-        &mut catalog,
-        shutdown.clone(),
-    ) {
-        Ok(c) => c.boxed(),
-        Err(e) => {
-            tracing::error!(error = %e, "no module version status: a cache it needs is missing");
-            futures::future::ready(()).boxed()
-        }
-    };
-    let policy_sets = match policy_sets::controller(ctx.clone(), &mut catalog, shutdown.clone()) {
-        Ok(c) => c.boxed(),
-        Err(e) => {
-            tracing::error!(error = %e, "no policy set status: a cache it needs is missing");
-            futures::future::ready(()).boxed()
-        }
-    };
+    let auto_queue = or_idle(
+        run::auto_queue::controller(ctx.clone(), &mut catalog, shutdown.clone()),
+        "runs of uploads",
+    );
+    let commit_statuses = or_idle(
+        vcs_status::controller(ctx.clone(), &mut catalog, shutdown.clone()),
+        "commit statuses",
+    );
+    let notifications = or_idle(
+        notify::controller(
+            ctx.clone(),
+            orgs.clone(),
+            workspace_feed.store(),
+            &mut catalog,
+            shutdown.clone(),
+        ),
+        "notifications",
+    );
+    let module_versions = or_idle(
+        module_versions::controller(ctx.clone(), &mut catalog, shutdown.clone()),
+        "module version status",
+    );
+    let policy_sets = or_idle(
+        policy_sets::controller(ctx.clone(), &mut catalog, shutdown.clone()),
+        "policy set status",
+    );
     let runs = run::controller(
         ctx.clone(),
         orgs.clone(),

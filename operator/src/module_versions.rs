@@ -4,12 +4,12 @@
 //! get moduleversions` shows them. A small controller over the catalog's ModuleVersion
 //! feed, woken by changes of configuration versions and test runs.
 
-use std::future::Future;
+use futures::FutureExt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -19,7 +19,7 @@ use terrace_crds::registry::version_facts;
 use terrace_crds::{ConfigurationVersion, ModuleVersion, TestRun};
 
 use crate::catalog::{Catalog, CatalogStores, typed};
-use crate::{Context, Error};
+use crate::{Context, Error, Running, Shutdown};
 
 /// What the reconciles share.
 pub struct VersionsContext {
@@ -28,22 +28,19 @@ pub struct VersionsContext {
 }
 
 /// The controller, run until `shutdown` resolves (call before the catalog runs).
-pub fn controller<S>(
+pub fn controller(
     ctx: Arc<Context>,
     catalog: &mut Catalog,
-    shutdown: S,
-) -> Result<impl Future<Output = ()> + Send + 'static + use<S>, Error>
-where
-    S: Future<Output = ()> + Send + Sync + 'static,
-{
+    shutdown: Shutdown,
+) -> Result<Running, Error> {
     let stores = catalog.stores();
-    let (resource, versions) = stores.store(IdKind::ModuleVersion)?;
-    let changes = catalog.subscribe(IdKind::ModuleVersion);
+    let fed = catalog.controller(IdKind::ModuleVersion)?;
     let cvs = catalog.subscribe(IdKind::ConfigurationVersion);
     let runs = catalog.subscribe(IdKind::TestRun);
-    let (by_cv, by_run) = (versions.clone(), versions.clone());
+    let (resource, by_cv, by_run) = (fed.resource, fed.store.clone(), fed.store);
     let (res_cv, res_run) = (resource.clone(), resource.clone());
-    let controller = Controller::for_stream_with(changes, versions, resource.clone())
+    let controller = fed
+        .controller
         .watches_stream_with(
             cvs,
             move |cv: DynamicObject| {
@@ -70,7 +67,8 @@ where
         reconcile,
         error_policy,
         Arc::new(VersionsContext { base: ctx, stores }),
-    ))
+    )
+    .boxed())
 }
 
 /// The versions of namespace `ns` whose archive is configuration version `cv`.

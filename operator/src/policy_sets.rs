@@ -4,7 +4,7 @@
 //! whose Rego lives in ConfigMaps are looked at again every few minutes (a ConfigMap edit
 //! does not wake the set).
 
-use std::future::Future;
+use futures::FutureExt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::DynamicObject;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -22,7 +22,7 @@ use terrace_crds::{Policy, PolicySet, PolicySetPolicy};
 
 use crate::catalog::{Catalog, CatalogStores, typed};
 use crate::conditions::{Outcome, kstatus_conditions, same_conditions};
-use crate::{Context, Error};
+use crate::{Context, Error, Running, Shutdown};
 
 /// Condition reason of a set with a policy that cannot be evaluated.
 pub const REASON_INVALID_POLICY: &str = "InvalidPolicy";
@@ -37,20 +37,18 @@ pub struct SetsContext {
 
 /// The controller, run until `shutdown` resolves (call before the catalog runs): over the
 /// catalog's PolicySet feed, woken by changes of the Policy objects a set references.
-pub fn controller<S>(
+pub fn controller(
     ctx: Arc<Context>,
     catalog: &mut Catalog,
-    shutdown: S,
-) -> Result<impl Future<Output = ()> + Send + 'static + use<S>, Error>
-where
-    S: Future<Output = ()> + Send + Sync + 'static,
-{
+    shutdown: Shutdown,
+) -> Result<Running, Error> {
     let stores = catalog.stores();
-    let (resource, sets) = stores.store(IdKind::PolicySet)?;
-    let changes = catalog.subscribe(IdKind::PolicySet);
+    let fed = catalog.controller(IdKind::PolicySet)?;
     let policies = catalog.subscribe(IdKind::Policy);
-    let (by_policy, res_policy) = (sets.clone(), resource.clone());
-    let controller = Controller::for_stream_with(changes, sets, resource.clone())
+    let (by_policy, resource) = (fed.store, fed.resource);
+    let res_policy = resource.clone();
+    let controller = fed
+        .controller
         .watches_stream_with(
             policies,
             move |p: DynamicObject| {
@@ -76,7 +74,8 @@ where
         reconcile,
         error_policy,
         Arc::new(SetsContext { base: ctx, stores }),
-    ))
+    )
+    .boxed())
 }
 
 fn error_policy(s: Arc<DynamicObject>, err: &Error, _ctx: Arc<SetsContext>) -> Action {

@@ -5,13 +5,13 @@
 //! from the one last reported (the run's [`ANNOTATION_VCS_STATUS`]), it sends it and
 //! records it; a failed send is retried.
 
-use std::future::Future;
+use futures::FutureExt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DynamicObject, Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use terrace_crds::constants::{LABEL_ID, LABEL_ORGANIZATION};
@@ -21,7 +21,7 @@ use terrace_crds::vcs::{Forge, status};
 use terrace_crds::{ConfigurationVersion, OAuthToken, Run};
 
 use crate::catalog::{Catalog, CatalogStores, typed};
-use crate::{Context, Error};
+use crate::{Context, Error, Running, Shutdown};
 
 /// Annotation on a run: the commit status last reported for it (`state: description`).
 pub const ANNOTATION_VCS_STATUS: &str = "terrace.dev/vcs-status";
@@ -35,17 +35,13 @@ pub struct StatusContext {
 }
 
 /// The controller, run until `shutdown` resolves (call before the catalog runs).
-pub fn controller<S>(
+pub fn controller(
     ctx: Arc<Context>,
     catalog: &mut Catalog,
-    shutdown: S,
-) -> Result<impl Future<Output = ()> + Send + 'static + use<S>, Error>
-where
-    S: Future<Output = ()> + Send + Sync + 'static,
-{
+    shutdown: Shutdown,
+) -> Result<Running, Error> {
     let stores = catalog.stores();
-    let (resource, store) = stores.store(IdKind::Run)?;
-    let changes = catalog.subscribe(IdKind::Run);
+    let fed = catalog.controller(IdKind::Run)?;
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(Duration::from_secs(10)))
         .http_status_as_error(false)
@@ -57,12 +53,13 @@ where
         agent,
     });
     Ok(crate::metrics::run(
-        Controller::for_stream_with(changes, store, resource).graceful_shutdown_on(shutdown),
+        fed.controller.graceful_shutdown_on(shutdown),
         crate::metrics::CONTROLLER_VCS_STATUS,
         reconcile,
         error_policy,
         ctx,
-    ))
+    )
+    .boxed())
 }
 
 fn error_policy(run: Arc<DynamicObject>, err: &Error, _ctx: Arc<StatusContext>) -> Action {

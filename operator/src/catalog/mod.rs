@@ -53,6 +53,13 @@ use crate::events::record_stall_transition;
 use crate::identity::{IdTarget, Organizations, ensure_identity, synced};
 use crate::watch::Feed;
 use crate::{Context, Error, metrics, rules};
+/// A controller over one kind of the catalog ([`Catalog::controller`]).
+pub struct Fed {
+    pub controller: Controller<DynamicObject>,
+    pub store: Store<DynamicObject>,
+    pub resource: ApiResource,
+}
+
 use outcome::{
     ConditionPolicy, ModuleLookup, ORPHAN_RECHECK, Observed, StoredStatus, Upload,
     affected_by_organization, derive_outcome, recheck_after, status_apply_body,
@@ -240,6 +247,18 @@ impl Catalog {
             },
             feeds,
         }
+    }
+
+    /// A controller over `kind`'s feed (woken by each change its cache shows), with the
+    /// kind's cache and resource for the maps of its `watches_stream_with`.
+    pub fn controller(&mut self, kind: IdKind) -> Result<Fed, Error> {
+        let (resource, store) = self.stores.store(kind)?;
+        let changes = self.subscribe(kind);
+        Ok(Fed {
+            controller: Controller::for_stream_with(changes, store.clone(), resource.clone()),
+            store,
+            resource,
+        })
     }
 
     /// The caches (empty until the controllers run and list each kind).

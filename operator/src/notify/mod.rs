@@ -18,15 +18,15 @@
 
 pub mod send;
 
+use futures::FutureExt;
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource, ResourceExt};
@@ -46,7 +46,7 @@ use terrace_crds::{
 
 use crate::catalog::{Catalog, typed};
 use crate::identity::Organizations;
-use crate::{Context, Error};
+use crate::{Context, Error, Running, Shutdown};
 use send::{Outcome, Sender};
 
 /// What every reconcile shares.
@@ -69,29 +69,27 @@ pub struct NotifyContext {
 }
 
 /// The controller, run until `shutdown` resolves (call before the catalog runs).
-pub fn controller<S>(
+pub fn controller(
     ctx: Arc<Context>,
     orgs: Organizations,
     workspaces: Store<Workspace>,
     catalog: &mut Catalog,
-    shutdown: S,
-) -> Result<impl Future<Output = ()> + Send + 'static + use<S>, Error>
-where
-    S: Future<Output = ()> + Send + Sync + 'static,
-{
+    shutdown: Shutdown,
+) -> Result<Running, Error> {
     let stores = catalog.stores();
-    let (resource, configs) = stores.store(IdKind::NotificationConfiguration)?;
     let (_, runs) = stores.store(IdKind::Run)?;
     let (_, projects) = stores.store(IdKind::Project)?;
-    let changes = catalog.subscribe(IdKind::NotificationConfiguration);
+    let fed = catalog.controller(IdKind::NotificationConfiguration)?;
     let run_changes = catalog.subscribe(IdKind::Run);
+    let resource = fed.resource;
     let (by_run, ws_for_map, res_for_map, prj_for_map) = (
-        configs.clone(),
+        fed.store,
         workspaces.clone(),
         resource.clone(),
         projects.clone(),
     );
-    let controller = Controller::for_stream_with(changes, configs, resource.clone())
+    let controller = fed
+        .controller
         .watches_stream_with(
             run_changes,
             move |run: DynamicObject| {
@@ -117,7 +115,8 @@ where
         reconcile,
         error_policy,
         nctx,
-    ))
+    )
+    .boxed())
 }
 
 fn error_policy(nc: Arc<DynamicObject>, err: &Error, _ctx: Arc<NotifyContext>) -> Action {

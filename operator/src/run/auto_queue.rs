@@ -6,12 +6,12 @@
 //! so a retry after a crash (or a second replica) finds the same object (409) instead of
 //! queuing a second run; the marker annotation [`ANNOTATION_RUN_QUEUED`] records it.
 
-use std::future::Future;
+use futures::FutureExt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kube::api::{DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use terrace_crds::constants::{LABEL_ID, LABEL_ORGANIZATION, LABEL_WORKSPACE_ID};
@@ -19,7 +19,7 @@ use terrace_crds::ids::{IdKind, object_name_for_id};
 use terrace_crds::{ConfigurationVersion, Run, RunSpec, Workspace};
 
 use crate::catalog::{Catalog, typed};
-use crate::{Context, Error};
+use crate::{Context, Error, Running, Shutdown};
 
 /// Annotation on a workspace's configuration version: the ID of the run its upload queued.
 pub const ANNOTATION_RUN_QUEUED: &str = "terrace.dev/queued-run";
@@ -27,23 +27,20 @@ pub const ANNOTATION_RUN_QUEUED: &str = "terrace.dev/queued-run";
 pub const SOURCE: &str = "tfe-configuration-version";
 
 /// The controller, run until `shutdown` resolves (call before the catalog runs).
-pub fn controller<S>(
+pub fn controller(
     ctx: Arc<Context>,
     catalog: &mut Catalog,
-    shutdown: S,
-) -> Result<impl Future<Output = ()> + Send + 'static + use<S>, Error>
-where
-    S: Future<Output = ()> + Send + Sync + 'static,
-{
-    let (resource, store) = catalog.stores().store(IdKind::ConfigurationVersion)?;
-    let changes = catalog.subscribe(IdKind::ConfigurationVersion);
+    shutdown: Shutdown,
+) -> Result<Running, Error> {
+    let fed = catalog.controller(IdKind::ConfigurationVersion)?;
     Ok(crate::metrics::run(
-        Controller::for_stream_with(changes, store, resource).graceful_shutdown_on(shutdown),
+        fed.controller.graceful_shutdown_on(shutdown),
         crate::metrics::CONTROLLER_RUN_AUTO_QUEUE,
         reconcile,
         error_policy,
         ctx,
-    ))
+    )
+    .boxed())
 }
 
 fn error_policy(cv: Arc<DynamicObject>, err: &Error, _ctx: Arc<Context>) -> Action {

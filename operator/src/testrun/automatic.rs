@@ -14,14 +14,14 @@
 //! - create the TestRun [`run_name`] (deterministic: a retry after a crash, or a 409
 //!   AlreadyExists, finds the same object), owned by the module, then mark `created`.
 
-use std::future::Future;
+use futures::FutureExt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
@@ -36,7 +36,7 @@ use terrace_crds::{ConfigurationVersion, TestRun};
 
 use crate::catalog::{Catalog, CatalogStores, typed};
 use crate::identity::Organizations;
-use crate::{Context, Error, metrics};
+use crate::{Context, Error, Running, Shutdown, metrics};
 
 /// Controller label of the automatic test run controller.
 pub const CONTROLLER: &str = "automatic-testrun";
@@ -53,32 +53,28 @@ struct AutoContext {
 
 /// The controller, run until `shutdown` resolves. It subscribes to the catalog's
 /// configuration versions, so call it before the catalog runs.
-pub fn controller<S>(
+pub fn controller(
     ctx: Arc<Context>,
     orgs: Organizations,
     catalog: &mut Catalog,
     runs: Store<TestRun>,
-    shutdown: S,
-) -> Result<impl Future<Output = ()> + Send + 'static + use<S>, Error>
-where
-    S: Future<Output = ()> + Clone + Send + Sync + 'static,
-{
-    let (resource, store) = catalog.stores().store(IdKind::ConfigurationVersion)?;
-    let changes = catalog.subscribe(IdKind::ConfigurationVersion);
+    shutdown: Shutdown,
+) -> Result<Running, Error> {
+    let fed = catalog.controller(IdKind::ConfigurationVersion)?;
     let actx = Arc::new(AutoContext {
         base: ctx,
         orgs,
         catalog: catalog.stores(),
         runs,
     });
-    let run = metrics::run(
-        Controller::for_stream_with(changes, store, resource).graceful_shutdown_on(shutdown),
+    Ok(metrics::run(
+        fed.controller.graceful_shutdown_on(shutdown),
         CONTROLLER,
         reconcile,
         error_policy,
         actx,
-    );
-    Ok(run)
+    )
+    .boxed())
 }
 
 fn error_policy(cv: Arc<DynamicObject>, err: &Error, _ctx: Arc<AutoContext>) -> Action {

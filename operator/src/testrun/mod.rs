@@ -49,7 +49,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::FutureExt;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DeleteParams, DynamicObject};
@@ -67,7 +66,7 @@ use crate::events::publish_event;
 use crate::identity::Organizations;
 use crate::testpod::{self, LABEL_TEST_RUN};
 use crate::watch::Feed;
-use crate::{Context, Error};
+use crate::{Context, Error, Shutdown};
 use archive::{archive_with_retries, release};
 use context::RunContext;
 use decide::decide;
@@ -79,15 +78,12 @@ pub use decide::{CANCEL_GRACE_SECONDS, MSG_POD_DELETED};
 /// The TestRun controller and the test Pod janitor, run until `shutdown` resolves. It
 /// subscribes to the catalog's configuration versions and modules, so call it before the
 /// catalog runs.
-pub fn controller<S>(
+pub fn controller(
     ctx: Arc<Context>,
     orgs: Organizations,
     catalog: &mut Catalog,
-    shutdown: S,
-) -> impl Future<Output = ()> + Send + 'static + use<S>
-where
-    S: Future<Output = ()> + Clone + Send + Sync + 'static,
-{
+    shutdown: Shutdown,
+) -> impl Future<Output = ()> + Send + 'static {
     let client = &ctx.client;
     let runs = Feed::<TestRun>::new(client, (), watcher::Config::default());
     let mut pods = Feed::<Pod>::new(
@@ -99,19 +95,16 @@ where
     // Secret watch would need list/watch on every Secret of the cluster.
     let (wake, woken) = futures::channel::mpsc::unbounded();
     let store = runs.store();
-    let automatic = match automatic::controller(
-        ctx.clone(),
-        orgs.clone(),
-        catalog,
-        store.clone(),
-        shutdown.clone(),
-    ) {
-        Ok(run) => run.boxed(),
-        Err(e) => {
-            tracing::error!(error = %e, "no automatic test runs: the configuration version cache is missing");
-            futures::future::ready(()).boxed()
-        }
-    };
+    let automatic = crate::or_idle(
+        automatic::controller(
+            ctx.clone(),
+            orgs.clone(),
+            catalog,
+            store.clone(),
+            shutdown.clone(),
+        ),
+        "automatic test runs",
+    );
     let (by_cv, by_module) = (store.clone(), store.clone());
     let controller = Controller::for_stream(runs.into_stream(), store.clone())
         .owns_stream(pods.subscribe())
