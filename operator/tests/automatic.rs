@@ -17,8 +17,7 @@ use terrace_crds::{
 use terrace_simulator::Simulator;
 use tokio::sync::oneshot;
 
-mod common;
-use common::{E, R, eventually};
+use crate::common::{self, E, R, eventually};
 
 const NS: &str = "acme";
 

@@ -23,8 +23,7 @@ use terrace_crds::{
 use terrace_simulator::Simulator;
 use tokio::sync::oneshot;
 
-mod common;
-use common::{R, eventually};
+use crate::common::{self, R, eventually};
 
 /// A simulator with the terrace CRDs and one operator running against it.
 struct Cluster {

@@ -19,8 +19,7 @@ use terrace_crds::constants::{CONDITION_READY, LABEL_ID};
 use terrace_crds::{Organization, OrganizationSpec, Workspace, WorkspaceSpec};
 use tokio::sync::oneshot;
 
-mod common;
-use common::{E, R, eventually};
+use crate::common::{self, E, R, eventually};
 
 /// Replaces the schema of `crd`'s `spec` with one that accepts anything, so a malformed
 /// object can be stored (the way objects written before a schema change are).

@@ -17,8 +17,7 @@ use terrace_operator::{Settings, Stopped};
 use terrace_simulator::{SimConfig, Simulator};
 use tokio::sync::oneshot;
 
-mod common;
-use common::{R, install_crds};
+use crate::common::{self, R, install_crds};
 
 const NS: &str = "terrace-system";
 

@@ -18,8 +18,7 @@ use terrace_crds::constants::{
 use terrace_crds::{Organization, OrganizationSpec, Project, Workspace};
 use tokio::sync::oneshot;
 
-mod common;
-use common::{E, R, eventually};
+use crate::common::{self, E, R, eventually};
 
 /// Starts one operator; dropping the sender stops it.
 fn start_operator(client: &Client) -> oneshot::Sender<()> {

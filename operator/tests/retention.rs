@@ -16,8 +16,7 @@ use terrace_crds::common::DataRetentionPolicy;
 use terrace_crds::constants::LABEL_ID;
 use terrace_crds::{StateBlob, StateVersion, StateVersionSpec, Workspace, WorkspaceSpec};
 
-mod common;
-use common::{E, R, eventually};
+use crate::common::{self, E, R, eventually};
 
 const NS: &str = "keepers";
 

@@ -14,8 +14,7 @@ use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
 use terrace_crds::{Run, RunSpec, Workspace};
 use tokio::sync::oneshot;
 
-mod common;
-use common::{E, R, eventually};
+use crate::common::{self, E, R, eventually};
 
 const NS: &str = "acme";
 

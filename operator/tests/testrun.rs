@@ -18,8 +18,7 @@ use terrace_operator::testpod::{FINALIZER, LABEL_TEST_RUN, LOG_ARCHIVE_KEY};
 use terrace_simulator::Simulator;
 use tokio::sync::oneshot;
 
-mod common;
-use common::{E, R, eventually};
+use crate::common::{self, E, R, eventually};
 
 const NS: &str = "acme";
 

@@ -84,7 +84,11 @@ async fn acknowledged_writes_survive_sigkill() -> anyhow::Result<()> {
     let data = tmp.path().join("cluster");
     std::fs::create_dir_all(&data)?;
     let mut child = std::process::Command::new(std::env::current_exe()?)
-        .args(["--exact", "child_simulator_process", "--test-threads=1"])
+        .args([
+            "--exact",
+            "durability::child_simulator_process",
+            "--test-threads=1",
+        ])
         .env(CHILD_DATA_DIR, &data)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
