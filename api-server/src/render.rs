@@ -322,7 +322,7 @@ mod tests {
     #[test]
     fn included_documents_are_there_when_asked_and_once_each() {
         let q = QueryParams::parse(Some("include=workspace,created_by"));
-        let mut inc = Included::asked(&q, &["workspace", "created_by", "plan"]).unwrap();
+        let inc = Included::asked(&q, &["workspace", "created_by", "plan"]).unwrap();
         assert!(inc.wants("workspace") && !inc.wants("plan"));
         let items = ["a", "b", "c"];
         let doc = inc.list("/x", Page { number: 1, size: 2 }, &items, |i, inc| {
