@@ -338,7 +338,12 @@ def test_cancel_interrupts_the_engine(raw, module):
     r = wait_for("run created", lambda: (lambda x: x if x.status == 201 else None)(create_run(
         raw, module, cv, {"filters": ["tests/slow.tftest.hcl"]})))
     run_id = r.json["data"]["id"]
-    _wait_status(raw, module, run_id, {"running"})
+    running = _wait_status(raw, module, run_id, {"running"})["attributes"]
+    # The engine has set its interrupt handler once its live log says it runs: an
+    # interrupt a moment earlier (the run is `running` as its Pod starts, before the
+    # engine's first line on a loaded machine) finds none, as a real engine's would.
+    live = running["log-read-url"][running["log-read-url"].index("/api/v2/"):]
+    wait_for("the engine running", lambda: b"engine is running slowly" in raw.request("GET", live).body)
     c = raw.request("POST", f"{module}/test-runs/{run_id}/cancel")
     assert c.status == 202, c.body
     a = _wait_status(raw, module, run_id, {"canceled", "errored", "finished"})["attributes"]
