@@ -213,8 +213,10 @@ pub fn events(r: &Run) -> Vec<RunEvent<'_>> {
         }
     }
     // Stable: events of one instant keep the order above (an action's comment, and an
-    // override, before the state it led to).
-    out.sort_by(|a, b| a.at.cmp(&b.at));
+    // override, before the state it led to). The creation comes first whatever the
+    // clocks say: the operator that queued the run may run a few milliseconds behind the
+    // API server that created it.
+    out.sort_by(|a, b| (a.key != "created", &a.at).cmp(&(b.key != "created", &b.at)));
     out
 }
 
@@ -253,6 +255,18 @@ mod tests {
         );
         r.status = Some(status);
         r
+    }
+
+    #[test]
+    fn the_creation_comes_first_when_the_operator_clock_is_behind() {
+        let mut st = RunStatus::default();
+        st.status_timestamps
+            .insert(QUEUEABLE_AT.into(), "2026-01-01T00:00:00.010Z".into());
+        st.status_timestamps
+            .insert("plan-queued-at".into(), "2026-01-01T00:00:00.004Z".into());
+        let r = run(st);
+        let actions: Vec<String> = events(&r).into_iter().map(|e| e.action).collect();
+        assert_eq!(actions, ["created", "plan_queued"]);
     }
 
     #[test]

@@ -342,8 +342,10 @@ async fn create(
         );
     }
     let api = write::api::<Run>(&state, &ws.ns);
-    let created = api.create(&PostParams::default(), &run).await?;
+    // Taken before the create: the operator may queue the run the moment it exists, and
+    // its `plan-queued-at` must not precede the run's creation.
     let now = crate::render::now();
+    let created = api.create(&PostParams::default(), &run).await?;
     // No `status`: a run without one is pending, and the operator may have moved it on
     // already (this patch must not take it back).
     let created = write::patch_status(
