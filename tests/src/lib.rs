@@ -7,6 +7,22 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// Held while a test runs `terrace dev` on its default addresses (127.0.0.1:8080 and
+/// :6443, as README.md and docs/ write them): the tests that do (readme, docs) take
+/// turns, across processes (nextest) and threads (`cargo test`). Two at once made one
+/// wait 60 s for a `terrace dev` that could not bind, then fail.
+pub fn default_addresses() -> std::fs::File {
+    let path = std::env::temp_dir().join("terrace-tests-default-addresses.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(false)
+        .open(&path)
+        .expect("the default addresses' lock file");
+    file.lock().expect("the default addresses' lock");
+    file
+}
+
 /// Path of the `terrace` binary under test: `$TERRACE_BIN`, else the workspace's
 /// `target/debug/terrace` (the test script builds it first).
 pub fn terrace_bin() -> PathBuf {

@@ -190,6 +190,7 @@ fn expected(file: &str) -> &'static [&'static str] {
 
 #[test]
 fn the_doc_blocks_run_as_written() {
+    let _addresses = terrace_tests::default_addresses();
     let home = tempfile::tempdir().expect("tempdir");
     let cwd = home.path();
     copy_dir(&workspace_root().join("examples"), &cwd.join("examples"));

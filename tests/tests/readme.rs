@@ -48,6 +48,7 @@ impl Drop for Stop {
 
 #[test]
 fn the_readme_tour_runs_as_written() {
+    let _addresses = terrace_tests::default_addresses();
     let readme = std::fs::read_to_string(workspace_root().join("README.md")).expect("README");
     // The README's command, with the binary `cargo run -p terrace` builds.
     assert!(
