@@ -53,13 +53,6 @@ use crate::events::record_stall_transition;
 use crate::identity::{IdTarget, Organizations, ensure_identity, synced};
 use crate::watch::Feed;
 use crate::{Context, Error, metrics, rules};
-/// A controller over one kind of the catalog ([`Catalog::controller`]).
-pub struct Fed {
-    pub controller: Controller<DynamicObject>,
-    pub store: Store<DynamicObject>,
-    pub resource: ApiResource,
-}
-
 use outcome::{
     ConditionPolicy, ModuleLookup, ORPHAN_RECHECK, Observed, StoredStatus, Upload,
     affected_by_organization, derive_outcome, recheck_after, status_apply_body,
@@ -216,6 +209,13 @@ pub fn typed<K: DeserializeOwned>(obj: &DynamicObject) -> Option<K> {
 pub struct Catalog {
     stores: CatalogStores,
     feeds: Vec<(Target, Feed<DynamicObject>)>,
+}
+
+/// A controller over one kind of the catalog ([`Catalog::controller`]).
+pub struct Fed {
+    pub controller: Controller<DynamicObject>,
+    pub store: Store<DynamicObject>,
+    pub resource: ApiResource,
 }
 
 impl Catalog {
