@@ -80,7 +80,7 @@ fn object_line(kind: &str, obj: &Obj, output: &Output) -> Bytes {
             s.push_str("{\"type\":\"");
             s.push_str(kind);
             s.push_str("\",\"object\":");
-            s.push_str(text);
+            s.push_str(&text);
             s.push_str("}\n");
             Bytes::from(s)
         }

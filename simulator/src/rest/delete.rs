@@ -103,8 +103,10 @@ pub(super) fn orphan_dependents(st: &mut State, owner: &Value) {
     let deps: Vec<(ResKey, ObjKey)> = st
         .dependents
         .get(uid)
-        .map(|s| s.to_vec())
-        .unwrap_or_default();
+        .into_iter()
+        .flatten()
+        .map(|(r, k)| ((**r).clone(), (**k).clone()))
+        .collect();
     for (res, key) in deps {
         let Some(dep) = st.get(&res, &key) else {
             continue;

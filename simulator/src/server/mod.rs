@@ -292,7 +292,7 @@ async fn resource_request(
         (&Method::GET, Some(name)) => {
             let stored = shared.read(|st| rest::get_stored(st, &info, ns, name))?;
             if matches!(fmt, Format::Json) && stored.has_api_version(&info.api_version()) {
-                return Ok(json_text(StatusCode::OK, stored.text().to_owned(), &[]));
+                return Ok(json_text(StatusCode::OK, stored.text().into_owned(), &[]));
             }
             let obj = rest::in_version(&stored.value(), &info);
             let body = match fmt {
@@ -397,7 +397,7 @@ fn list_response(info: &ResourceInfo, page: rest::ListPage, fmt: Format) -> Resp
                     out.push(',');
                 }
                 if o.has_api_version(&api_version) {
-                    out.push_str(o.text());
+                    out.push_str(&o.text());
                 } else {
                     out.push_str(&rest::in_version(&o.value(), info).to_string());
                 }

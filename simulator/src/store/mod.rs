@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 mod files;
+pub mod packed;
 pub use files::Files;
 pub use files::create_private_dir;
 pub use files::load_or_create_signing_key;
@@ -30,6 +31,8 @@ pub use files::new_token;
 pub type ResKey = (String, String);
 /// (namespace, name); namespace is "" for cluster-scoped objects.
 pub type ObjKey = (String, String);
+/// An owned object, by keys shared with the store's tables.
+pub type Dependent = (Arc<ResKey>, Arc<ObjKey>);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventType {
@@ -49,23 +52,29 @@ impl EventType {
 }
 
 /// A stored object: its JSON text, which gets, lists, watches and the log send as they
-/// are, and the metadata the store's indexes and selectors read. As text an object costs
-/// about its JSON size (a parsed `serde_json::Value` costs five to six times that: a
-/// B-tree node per map, an allocation per string); code that needs its fields parses it
-/// ([`Obj::value`]).
+/// are, and the metadata the store's indexes and selectors read. The text is kept
+/// deflated against its resource's dictionary ([`packed`]): a workspace costs about 150
+/// bytes so, 1.8 KB as text, and about ten times that as a parsed `serde_json::Value`
+/// (a B-tree node per map, an allocation per string); code that needs its fields parses
+/// it ([`Obj::value`]).
 #[derive(Debug)]
 pub struct Obj {
-    text: Box<str>,
+    text: packed::Text,
+    /// `apiVersion`: an object whose text is already in the version a client asked for
+    /// is sent as it is.
+    api_version: Arc<str>,
     uid: Option<Box<str>>,
     /// `metadata.labels` (string values), sorted by key.
     labels: Box<[(Box<str>, Box<str>)]>,
     /// The uids of `metadata.ownerReferences`.
     owners: Box<[Box<str>]>,
+    /// Whether `metadata.deletionTimestamp` is set.
+    deleting: bool,
 }
 
 impl Obj {
-    /// Serializes `obj` for the store.
-    pub fn new(obj: &Value) -> Obj {
+    /// Serializes `obj` for the store, packed by its resource's `packer`.
+    pub fn new(obj: &Value, packer: &mut packed::Packer) -> Obj {
         let mut labels: Vec<(Box<str>, Box<str>)> = obj
             .pointer("/metadata/labels")
             .and_then(Value::as_object)
@@ -75,21 +84,27 @@ impl Obj {
             .collect();
         labels.sort();
         Obj {
-            text: obj.to_string().into_boxed_str(),
+            text: packer.text(obj.to_string()),
+            api_version: packer.api_version(
+                obj.get("apiVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
+            ),
             uid: uid_of(obj).map(Into::into),
             labels: labels.into_boxed_slice(),
             owners: owner_uids(obj).into_iter().map(Into::into).collect(),
+            deleting: obj.pointer("/metadata/deletionTimestamp").is_some(),
         }
     }
 
     /// The object as JSON text.
-    pub fn text(&self) -> &str {
-        &self.text
+    pub fn text(&self) -> std::borrow::Cow<'_, str> {
+        self.text.get()
     }
 
     /// The object, parsed.
     pub fn value(&self) -> Value {
-        serde_json::from_str(&self.text).unwrap_or(Value::Null)
+        serde_json::from_str(&self.text()).unwrap_or(Value::Null)
     }
 
     /// `metadata.uid`.
@@ -110,14 +125,9 @@ impl Obj {
         self.labels.iter().map(|(k, v)| (&**k, &**v))
     }
 
-    /// Whether `metadata.deletionTimestamp` is present (parses only an object whose
-    /// text mentions it).
+    /// Whether `metadata.deletionTimestamp` is present.
     pub fn is_deleting(&self) -> bool {
-        self.text.contains("\"deletionTimestamp\"")
-            && self
-                .value()
-                .pointer("/metadata/deletionTimestamp")
-                .is_some()
+        self.deleting
     }
 
     /// The uids of the object's owners.
@@ -126,13 +136,9 @@ impl Obj {
     }
 
     /// Whether the stored `apiVersion` is `api_version` (then the text is what a client
-    /// of that version gets, with no rewriting). Relies on the serialized keys' order:
-    /// `apiVersion` sorts before every other top-level key of a Kubernetes object.
+    /// of that version gets, with no rewriting).
     pub fn has_api_version(&self, api_version: &str) -> bool {
-        self.text
-            .strip_prefix("{\"apiVersion\":\"")
-            .and_then(|rest| rest.strip_prefix(api_version))
-            .is_some_and(|rest| rest.starts_with("\","))
+        *self.api_version == *api_version
     }
 }
 
@@ -218,6 +224,8 @@ pub struct ResourceData {
     /// The resourceVersion of the resource's latest event: its watches wait on it, so a
     /// write wakes only the watches of its own resource.
     notify: tokio::sync::watch::Sender<u64>,
+    /// What the resource's objects are packed with.
+    packer: packed::Packer,
 }
 
 impl Default for ResourceData {
@@ -228,11 +236,17 @@ impl Default for ResourceData {
             floor: 0,
             labels: HashMap::new(),
             notify: tokio::sync::watch::Sender::new(0),
+            packer: packed::Packer::default(),
         }
     }
 }
 
 impl ResourceData {
+    /// `obj` packed for this resource.
+    fn pack(&mut self, obj: &Value) -> Obj {
+        Obj::new(obj, &mut self.packer)
+    }
+
     fn labels_add(&mut self, key: &Arc<ObjKey>, obj: &Obj) {
         for (k, v) in obj.labels() {
             let values = self.labels.entry(k.into()).or_default();
@@ -291,8 +305,11 @@ pub struct State {
     pub history_cap: usize,
     /// The uid of every object (owners are looked up by uid).
     pub uids: std::collections::HashSet<Box<str>>,
-    /// owner uid → dependents.
-    pub dependents: HashMap<Box<str>, Vec<(ResKey, ObjKey)>>,
+    /// owner uid → dependents (keys shared with the resource table and the object
+    /// table: an owned object costs two pointers here, not four strings).
+    pub dependents: HashMap<Box<str>, Vec<Dependent>>,
+    /// One shared copy of each resource's key, for [`State::dependents`].
+    res_keys: HashMap<ResKey, Arc<ResKey>>,
     /// Dependents whose owners should be checked by the garbage collector.
     pub gc_queue: Vec<(ResKey, ObjKey)>,
     /// Namespaces being deleted whose content the namespace finalizer must remove.
@@ -356,6 +373,7 @@ impl State {
             history_cap: history_cap.max(1),
             uids: Default::default(),
             dependents: HashMap::new(),
+            res_keys: HashMap::new(),
             gc_queue: Vec::new(),
             terminating: BTreeSet::new(),
             pending_log: Vec::new(),
@@ -403,7 +421,7 @@ impl State {
         }
         for owner in obj.owner_uids() {
             if let Some(deps) = self.dependents.get_mut(owner) {
-                deps.retain(|(r, k)| r != res || k != key);
+                deps.retain(|(r, k)| **r != *res || **k != *key);
                 if deps.is_empty() {
                     self.dependents.remove(owner);
                 }
@@ -411,18 +429,23 @@ impl State {
         }
     }
 
-    fn index_add(&mut self, res: &ResKey, key: &ObjKey, obj: &Obj) {
+    fn index_add(&mut self, res: &ResKey, key: &Arc<ObjKey>, obj: &Obj) {
         if let Some(uid) = obj.uid() {
             self.uids.insert(uid.into());
         }
         if obj.owners.is_empty() {
             return;
         }
-        self.gc_queue.push((res.clone(), key.clone()));
+        self.gc_queue.push((res.clone(), (**key).clone()));
+        let shared_res = self
+            .res_keys
+            .entry(res.clone())
+            .or_insert_with(|| Arc::new(res.clone()))
+            .clone();
         for owner in obj.owner_uids() {
             let deps = self.dependents.entry(owner.into()).or_default();
-            if !deps.iter().any(|(r, k)| r == res && k == key) {
-                deps.push((res.clone(), key.clone()));
+            if !deps.iter().any(|(r, k)| **r == *res && k == key) {
+                deps.push((shared_res.clone(), key.clone()));
             }
         }
     }
@@ -469,8 +492,8 @@ impl State {
             meta.insert("resourceVersion".into(), json!(rv.to_string()));
         }
         let key = obj_key(&obj);
-        let stored = Arc::new(Obj::new(&obj));
         let rd = self.resource_mut(res);
+        let stored = Arc::new(rd.pack(&obj));
         let shared = rd
             .objects
             .get_key_value(&key)
@@ -483,7 +506,7 @@ impl State {
         if let Some(p) = &prev {
             self.index_remove(res, &key, p);
         }
-        self.index_add(res, &key, &stored);
+        self.index_add(res, &shared, &stored);
         let kind = if prev.is_some() {
             EventType::Modified
         } else {
@@ -522,12 +545,14 @@ impl State {
         if let Some(uid) = prev.uid()
             && let Some(deps) = self.dependents.get(uid)
         {
-            self.gc_queue.extend(deps.iter().cloned());
+            self.gc_queue
+                .extend(deps.iter().map(|(r, k)| ((**r).clone(), (**k).clone())));
         }
         let mut last = prev.value();
         if let Some(meta) = last.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.insert("resourceVersion".into(), json!(rv.to_string()));
         }
+        let object = Arc::new(self.resource_mut(res).pack(&last));
         self.record(
             res,
             Event {
@@ -535,7 +560,7 @@ impl State {
                 at: std::time::Instant::now(),
                 kind: EventType::Deleted,
                 key: key.clone(),
-                object: Arc::new(Obj::new(&last)),
+                object,
                 prev: Some(prev),
             },
         );
