@@ -150,6 +150,15 @@ impl<K: Resource> GroupIndex<K> {
             .map(|h| h.iter().map(|o| o.to_string()).collect())
             .unwrap_or_default()
     }
+
+    /// Whether any object of `ns` is filed under `group`.
+    pub fn any_member(&self, ns: &str, group: &str) -> bool {
+        let names = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        names
+            .namespaces
+            .get(ns)
+            .is_some_and(|g| g.holders.contains_key(group))
+    }
 }
 
 #[cfg(test)]

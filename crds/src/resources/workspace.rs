@@ -63,13 +63,13 @@ crd_kind! {
         pub auto_apply_run_trigger: bool,
         /// Time of the next scheduled destroy run (RFC 3339).
         #[schemars(extend("format" = "date-time"))]
-        pub auto_destroy_at: Option<String>,
+        pub auto_destroy_at: Option<Box<str>>,
         /// Inactivity period before a destroy run is queued: 1-4 digits greater than 0
         /// followed by `d` or `h` (for example `14d`, `36h`).
         #[schemars(regex(
             pattern = r"^([1-9][0-9]{0,3}|0[1-9][0-9]{0,2}|00[1-9][0-9]?|000[1-9])[dh]$"
         ))]
-        pub auto_destroy_activity_duration: Option<String>,
+        pub auto_destroy_activity_duration: Option<Box<str>>,
         /// The auto-destroy activity duration came from the workspace's project when it was
         /// created (TFE's `inherits-project-auto-destroy`); setting one clears it.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -97,9 +97,9 @@ crd_kind! {
         #[serde(default)]
         pub queue_all_runs: bool,
         /// Friendly name of the client that created the workspace (created-via label).
-        pub source_name: Option<String>,
+        pub source_name: Option<Box<str>>,
         /// URL of the creating client or a related resource.
-        pub source_url: Option<String>,
+        pub source_url: Option<Box<str>>,
         /// Whether automatic speculative plans (for example on pull requests) are allowed.
         #[serde(default = "default_true")]
         pub speculative_enabled: bool,
@@ -118,7 +118,7 @@ crd_kind! {
         #[serde(default)]
         pub trigger_prefixes: Vec<String>,
         /// Relative path in which execution takes place. Absent: the repository root.
-        pub working_directory: Option<String>,
+        pub working_directory: Option<Box<str>>,
         /// Which organization-level defaults this workspace overrides (true, the default) or
         /// inherits (false).
         pub setting_overwrites: Option<SettingOverwrites>,
@@ -148,7 +148,7 @@ crd_kind! {
         pub run_trigger_sources: Vec<String>,
         /// SSH key used for module sources: an SshKey ID (`sshkey-…`) or the name of an
         /// SshKey object in this namespace.
-        pub ssh_key: Option<String>,
+        pub ssh_key: Option<Box<str>>,
         /// Data retention policy of this workspace (self-hosted edition). Absent: the
         /// organization default.
         pub data_retention_policy: Option<DataRetentionPolicy>,
@@ -224,7 +224,7 @@ kind_status! {
         #[serde(default)]
         pub resource_count: i64,
         /// Time of the latest change of state or configuration (RFC 3339).
-        pub latest_change_at: Option<String>,
+        pub latest_change_at: Option<Box<str>>,
         /// Flat tag names, sorted.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         pub tag_names: Vec<String>,
@@ -339,5 +339,18 @@ mod tests {
         p.project_remote_state = false;
         p.global_remote_state = true;
         assert!(p.shares_state_with(me, false));
+    }
+
+    /// The operator's cache and the API server's index each hold every workspace as an
+    /// `Arc<Workspace>`: 16 bytes of counts and the struct. jemalloc rounds 1,008 + 16
+    /// bytes to 1 KiB and anything larger to 1.25 KiB, 256 bytes more per workspace in
+    /// each (issue 43). Rarely set fields are `Option<Box<str>>` or boxed structs for it.
+    #[test]
+    fn a_cached_workspace_fits_in_one_kib() {
+        assert!(
+            std::mem::size_of::<Workspace>() <= 1008,
+            "Workspace is {} bytes: box a rarely set field",
+            std::mem::size_of::<Workspace>()
+        );
     }
 }

@@ -26,6 +26,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject};
@@ -111,9 +112,16 @@ where
         directories: std::sync::Mutex::default(),
     });
 
-    // Runs, per workspace.
+    // Runs, per workspace. A workspace's own changes matter only once it has runs or an
+    // archive (its first run wakes it through the Run watch): the others never enter the
+    // controller's queue, whose table would otherwise keep a slot per workspace of the
+    // cluster after the start (issue 43's memory per workspace).
     let ws_of_org = workspaces.clone();
     let (run_resource, _) = stores.store(IdKind::Run)?;
+    let with_runs = hctx.runs_by_workspace.clone();
+    let workspace_changes = workspace_changes.filter(move |w| {
+        std::future::ready(w.as_ref().map_or(true, |w| has_history(&with_runs, w)))
+    });
     let runs = Controller::for_stream(workspace_changes, workspaces)
         .watches_stream_with(
             catalog.subscribe(IdKind::Run),
@@ -181,6 +189,13 @@ where
     Ok(async move {
         tokio::join!(runs, tests);
     })
+}
+
+/// Whether workspace `w` has runs (in the catalog) or archived ones.
+fn has_history(runs_by_workspace: &ByOwner, w: &Workspace) -> bool {
+    let archived = w.status.as_ref().and_then(|s| s.archived_runs);
+    archived.is_some_and(|n| n > 0)
+        || runs_by_workspace.any_member(&w.namespace().unwrap_or_default(), &w.name_any())
 }
 
 /// One object of the catalog that may be archived.

@@ -87,7 +87,7 @@ fn inherit_auto_destroy(state: &AppState, ns: &str, spec: &mut WorkspaceSpec) {
         None => idx.default_project(ns),
     };
     if let Some(d) = project.and_then(|p| p.spec.auto_destroy_activity_duration.clone()) {
-        spec.auto_destroy_activity_duration = Some(d);
+        spec.auto_destroy_activity_duration = Some(d.into());
         spec.inherits_project_auto_destroy = true;
     }
 }

@@ -433,13 +433,19 @@ pub fn apply(
     set!(global_remote_state);
     set!(project_remote_state);
     set!(queue_all_runs);
-    set!(source_name);
-    set!(source_url);
+    if let Some(v) = input.source_name {
+        spec.source_name = v.map(Into::into);
+    }
+    if let Some(v) = input.source_url {
+        spec.source_url = v.map(Into::into);
+    }
     set!(speculative_enabled);
     set!(structured_run_output_enabled);
     set!(trigger_patterns);
     set!(trigger_prefixes);
-    set!(working_directory);
+    if let Some(v) = input.working_directory {
+        spec.working_directory = v.map(Into::into);
+    }
     if create && input.global_remote_state.is_none() {
         spec.global_remote_state = org.global_remote_state && !spec.project_remote_state;
     }
@@ -458,13 +464,13 @@ pub fn apply(
                 format!("auto-destroy-at must be an RFC 3339 timestamp, got {ts:?}"),
             ));
         }
-        spec.auto_destroy_at = v;
+        spec.auto_destroy_at = v.map(Into::into);
     }
     if let Some(v) = input.auto_destroy_activity_duration {
         if let Some(d) = &v {
             rules::parse_auto_destroy_activity_duration(d).map_err(violation)?;
         }
-        spec.auto_destroy_activity_duration = v;
+        spec.auto_destroy_activity_duration = v.map(Into::into);
         spec.inherits_project_auto_destroy = false;
     }
     match input.terraform_version {

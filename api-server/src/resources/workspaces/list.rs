@@ -389,25 +389,23 @@ pub async fn list(
 /// status's time and its current state version's, else its creation, to the millisecond
 /// where the API created it), then its name and uid: a total order.
 fn latest_change(idx: &Inner, w: &Arc<Workspace>) -> (Option<jiff::Timestamp>, String, String) {
-    let read = |t: Option<&String>| t.and_then(|t| t.parse::<jiff::Timestamp>().ok());
+    let read = |t: Option<&str>| t.and_then(|t| t.parse::<jiff::Timestamp>().ok());
     let changed = [
-        read(w.status.as_ref().and_then(|s| s.latest_change_at.as_ref())),
+        read(
+            w.status
+                .as_ref()
+                .and_then(|s| s.latest_change_at.as_deref()),
+        ),
         read(
             idx.current_state_version(w)
                 .and_then(|v| v.status.as_ref())
-                .and_then(|s| s.finalized_at.as_ref()),
+                .and_then(|s| s.finalized_at.as_deref()),
         ),
     ]
     .into_iter()
     .flatten()
     .max()
-    .or_else(|| {
-        read(
-            crate::render::created_at_ms(w.as_ref())
-                .map(str::to_owned)
-                .as_ref(),
-        )
-    })
+    .or_else(|| read(crate::render::created_at_ms(w.as_ref())))
     .or_else(|| w.metadata.creation_timestamp.as_ref().map(|t| t.0));
     (
         changed,

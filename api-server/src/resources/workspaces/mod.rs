@@ -470,10 +470,10 @@ impl RenderCache {
 }
 
 /// The workspace's SSH key when it is named by object name rather than by ID.
-fn ssh_key_by_name(ws: &Workspace) -> Option<&String> {
+fn ssh_key_by_name(ws: &Workspace) -> Option<&str> {
     ws.spec
         .ssh_key
-        .as_ref()
+        .as_deref()
         .filter(|k| !terrace_crds::ids::is_valid_id(terrace_crds::ids::IdKind::SshKey, k))
 }
 

@@ -153,7 +153,7 @@ pub fn workspace(ws: &Workspace, ctx: &RenderContext<'_>) -> Value {
     // The current state's count; a workspace without state versions keeps what its status says.
     let resource_count = state_status.map_or(status.resource_count, |s| s.resource_count);
     let latest_change = [
-        status.latest_change_at.clone(),
+        status.latest_change_at.as_deref().map(str::to_owned),
         state_status.and_then(|s| s.finalized_at.clone()),
     ]
     .into_iter()
@@ -324,7 +324,7 @@ mod tests {
 
     fn ws_with_key(key: Option<&str>) -> Workspace {
         let mut ws = Workspace::new("net", Default::default());
-        ws.spec.ssh_key = key.map(str::to_owned);
+        ws.spec.ssh_key = key.map(Into::into);
         ws
     }
 

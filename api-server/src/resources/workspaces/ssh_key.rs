@@ -86,7 +86,7 @@ async fn assign(
         }
     }
     let updated = write::update_spec(&state, &l.ns, (*l.obj).clone(), |w| {
-        Ok((w.spec.ssh_key != wanted).then(|| json!({"sshKey": wanted})))
+        Ok((w.spec.ssh_key.as_deref() != wanted.as_deref()).then(|| json!({"sshKey": wanted})))
     })
     .await?;
     let data = render_located(&state, caller, &l.with(updated)).await?;
