@@ -23,7 +23,7 @@
 //! **`terrace dev`** (phase `dev`): the data directory saved at each size is opened by
 //! the whole `terrace dev` (simulator, operator and API server in one process); after
 //! 20 creates through the API and a quiet spell, its RSS per workspace against an empty
-//! `terrace dev` (target ≤ 12 KiB), and its idle CPU at the largest size.
+//! `terrace dev` (target under 10 KiB, issue 43), and its idle CPU at the largest size.
 //!
 //! **Search** (phase `search`, in-process): `search[name]` and `search[wildcard-name]`
 //! p50 over 1,000 and 100,000 workspaces of one organization (`TERRACE_SCALE_SEARCH`),
@@ -583,9 +583,9 @@ fn dev_phase(saved: &[PathBuf], idle_secs: u64) {
         let (rss, idle) = dev_on(Some(dir), last.then_some(idle_secs));
         let per = rss.saturating_sub(empty) as f64 / size as f64;
         println!(
-            "  {size} workspaces: RSS {} MiB, {per:.1} KiB per workspace above empty ({:.2}x the 12 KiB target)",
+            "  {size} workspaces: RSS {} MiB, {per:.1} KiB per workspace above empty ({:.2}x the 10 KiB target)",
             rss / 1024,
-            per / 12.0
+            per / 10.0
         );
         if let Some(idle) = idle {
             println!(

@@ -63,9 +63,11 @@ pub struct Obj {
     /// `apiVersion`: an object whose text is already in the version a client asked for
     /// is sent as it is.
     api_version: Arc<str>,
-    uid: Option<Box<str>>,
-    /// `metadata.labels` (string values), sorted by key.
-    labels: Box<[(Box<str>, Box<str>)]>,
+    /// Shared with [`State::uids`].
+    uid: Option<Arc<str>>,
+    /// `metadata.labels` (string values), sorted by key; the keys are shared by the
+    /// resource's objects.
+    labels: Box<[(Arc<str>, Box<str>)]>,
     /// The uids of `metadata.ownerReferences`.
     owners: Box<[Box<str>]>,
     /// Whether `metadata.deletionTimestamp` is set.
@@ -75,17 +77,17 @@ pub struct Obj {
 impl Obj {
     /// Serializes `obj` for the store, packed by its resource's `packer`.
     pub fn new(obj: &Value, packer: &mut packed::Packer) -> Obj {
-        let mut labels: Vec<(Box<str>, Box<str>)> = obj
+        let mut labels: Vec<(Arc<str>, Box<str>)> = obj
             .pointer("/metadata/labels")
             .and_then(Value::as_object)
             .into_iter()
             .flatten()
-            .filter_map(|(k, v)| Some((k.as_str().into(), v.as_str()?.into())))
+            .filter_map(|(k, v)| Some((packer.shared(k), v.as_str()?.into())))
             .collect();
         labels.sort();
         Obj {
             text: packer.text(obj.to_string()),
-            api_version: packer.api_version(
+            api_version: packer.shared(
                 obj.get("apiVersion")
                     .and_then(Value::as_str)
                     .unwrap_or_default(),
@@ -304,7 +306,7 @@ pub struct State {
     pub open_rv: u64,
     pub history_cap: usize,
     /// The uid of every object (owners are looked up by uid).
-    pub uids: std::collections::HashSet<Box<str>>,
+    pub uids: std::collections::HashSet<Arc<str>>,
     /// owner uid → dependents (keys shared with the resource table and the object
     /// table: an owned object costs two pointers here, not four strings).
     pub dependents: HashMap<Box<str>, Vec<Dependent>>,
@@ -430,8 +432,8 @@ impl State {
     }
 
     fn index_add(&mut self, res: &ResKey, key: &Arc<ObjKey>, obj: &Obj) {
-        if let Some(uid) = obj.uid() {
-            self.uids.insert(uid.into());
+        if let Some(uid) = &obj.uid {
+            self.uids.insert(uid.clone());
         }
         if obj.owners.is_empty() {
             return;

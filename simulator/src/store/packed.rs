@@ -39,11 +39,11 @@ impl Dictionary {
 }
 
 /// What a resource's objects are packed with: its dictionary (the first object's text)
-/// and one shared copy of each `apiVersion` its objects carry.
+/// and one shared copy of each `apiVersion` and label key its objects carry.
 #[derive(Debug, Default)]
 pub struct Packer {
     dictionary: Option<Dictionary>,
-    api_versions: Vec<Arc<str>>,
+    names: std::collections::HashSet<Arc<str>>,
 }
 
 impl Packer {
@@ -55,13 +55,13 @@ impl Packer {
         Text::pack(text, dictionary)
     }
 
-    /// The shared copy of `api_version`.
-    pub fn api_version(&mut self, api_version: &str) -> Arc<str> {
-        if let Some(v) = self.api_versions.iter().find(|v| ***v == *api_version) {
+    /// The shared copy of `name` (an `apiVersion`, a label key).
+    pub fn shared(&mut self, name: &str) -> Arc<str> {
+        if let Some(v) = self.names.get(name) {
             return v.clone();
         }
-        let v: Arc<str> = Arc::from(api_version);
-        self.api_versions.push(v.clone());
+        let v: Arc<str> = Arc::from(name);
+        self.names.insert(v.clone());
         v
     }
 }
