@@ -14,7 +14,9 @@
 //!    (`apiserver_storage_list_fetched_objects_total`), with the organization at
 //!    `TERRACE_BENCH_WORKSPACES` and at 10x that many workspaces (flat ≤ 1.2x, ≤ 50);
 //! 6. CPU of terrace's API server and operator per workspace create (the API's create,
-//!    and the operator's work on it until it is quiet), at those two sizes (flat ≤ 1.2x).
+//!    and the operator's work on it until it is quiet), at those two sizes (flat ≤ 1.2x);
+//! 7. their memory (RSS) per workspace: the growth from the first size to the second over
+//!    the workspaces added (issue 43: under 10 KiB together).
 //!
 //! Run (against the control plane `.ci/run` starts for the tier, or any cluster):
 //! `cargo build --release -p terrace && TERRACE_BIN=target/release/terrace
@@ -27,7 +29,7 @@ use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 use terrace_crds::{Workspace, WorkspaceSpec};
-use terrace_tests::bench::{cpu_secs, env_usize, median};
+use terrace_tests::bench::{cpu_secs, env_usize, median, rss_kib};
 use terrace_tests::real::{RealCluster, eventually};
 
 fn fetched(cluster: &RealCluster) -> f64 {
@@ -118,6 +120,8 @@ fn main() {
         (median(ours), median(theirs), (per_create, cpu_ms))
     };
     let (ours, theirs, (small, small_cpu)) = create_round("a");
+    let rss = || [rss_kib(api.pid()), rss_kib(operator.pid())];
+    let rss_small = rss();
     println!(
         "create a workspace: JSON:API p50 {:.1} ms vs raw create {:.1} ms = {:.2}x (budget <= 2x)",
         ours.as_secs_f64() * 1e3,
@@ -207,6 +211,7 @@ fn main() {
     // 5. Storage reads per create at 10x the workspaces.
     fill(size, size * 10);
     let (_, _, (large, large_cpu)) = create_round("b");
+    let rss_large = rss();
     println!(
         "objects read from storage per workspace create: {small:.1} at {size} workspaces, {large:.1} at {} (budget: flat, <= 1.2x, and <= 50)",
         size * 10
@@ -216,6 +221,18 @@ fn main() {
         "CPU of the API server and operator per workspace create: {small_cpu:.2} ms at {size} workspaces, {large_cpu:.2} ms at {} = {:.2}x (budget <= 1.2x)",
         size * 10,
         large_cpu / small_cpu.max(f64::EPSILON)
+    );
+    // 7. Memory per workspace, from the growth between the two sizes (each round added
+    // 2 x reps workspaces).
+    let added = (size * 9 + reps * 2) as f64;
+    let per = |i: usize| rss_large[i].saturating_sub(rss_small[i]) as f64 / added;
+    println!(
+        "RSS per workspace from {} to {} workspaces: API server {:.1} KiB, operator {:.1} KiB, together {:.1} KiB (budget < 10)",
+        size + 1 + reps * 2,
+        size * 10 + 1 + reps * 4,
+        per(0),
+        per(1),
+        per(0) + per(1)
     );
     drop(operator);
     drop(api);

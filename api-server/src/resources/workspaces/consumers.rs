@@ -57,37 +57,28 @@ async fn list_consumers(
     let page = q.page()?;
     let candidates: Vec<Ws> = {
         let idx = state.index.read();
-        let wss: Vec<Arc<Workspace>> = if l.obj.spec.global_remote_state {
+        // The namespace's other workspaces with an ID that `shares` admits, by name.
+        let others = |shares: &dyn Fn(&Workspace) -> bool| -> Vec<Arc<Workspace>> {
             idx.workspaces_in(&l.ns)
                 .map(|n| {
                     n.uids_by_name()
                         .filter_map(|u| idx.workspace_by_uid(u))
                         .filter(|w| {
                             let wid = workspace_id(w);
-                            !wid.is_empty() && wid != id
+                            !wid.is_empty() && wid != id && shares(w)
                         })
                         .cloned()
                         .collect()
                 })
                 .unwrap_or_default()
+        };
+        let wss: Vec<Arc<Workspace>> = if l.obj.spec.global_remote_state {
+            others(&|_| true)
         } else if l.obj.spec.project_remote_state {
             // Shared with its project: the project's other workspaces, and only those (a
             // consumer named in another project does not read it, as in TFE).
             let project = idx.project_of(&l.obj).map(|p| p.name_any());
-            idx.workspaces_in(&l.ns)
-                .map(|n| {
-                    n.uids_by_name()
-                        .filter_map(|u| idx.workspace_by_uid(u))
-                        .filter(|w| {
-                            let wid = workspace_id(w);
-                            !wid.is_empty()
-                                && wid != id
-                                && idx.project_of(w).map(|p| p.name_any()) == project
-                        })
-                        .cloned()
-                        .collect()
-                })
-                .unwrap_or_default()
+            others(&|w| idx.project_of(w).map(|p| p.name_any()) == project)
         } else {
             consumer_ids(&idx, &l.obj)
                 .iter()
