@@ -25,6 +25,13 @@ const WINDOW: usize = 32 * 1024;
 /// Texts shorter than this are kept as they are (the stream's own overhead would eat the
 /// gain).
 const MIN_PACKED: usize = 128;
+/// Texts longer than this are kept as they are too: the gain is in the many small
+/// objects, and deflating a large one (a state or log blob stored as a Secret, mostly
+/// base64 that barely shrinks) on every write would hold the store's lock for it.
+const MAX_PACKED: usize = 16 * 1024;
+/// Names a resource shares at most: past them (objects with ever new label keys), a
+/// name is an allocation of its own again rather than a table that only grows.
+const MAX_SHARED: usize = 256;
 
 /// A resource's preset dictionary.
 #[derive(Clone, Debug)]
@@ -61,7 +68,9 @@ impl Packer {
             return v.clone();
         }
         let v: Arc<str> = Arc::from(name);
-        self.names.insert(v.clone());
+        if self.names.len() < MAX_SHARED {
+            self.names.insert(v.clone());
+        }
         v
     }
 }
@@ -89,14 +98,15 @@ thread_local! {
 impl Text {
     /// `text`, deflated against `dictionary` when that is smaller.
     pub fn pack(text: String, dictionary: &Dictionary) -> Text {
-        let packed = (text.len() >= MIN_PACKED && u32::try_from(text.len()).is_ok())
+        let packed = (MIN_PACKED..=MAX_PACKED)
+            .contains(&text.len())
             .then(|| CODERS.with(|c| deflate(&mut c.borrow_mut().0, text.as_bytes(), dictionary)))
             .flatten()
             .filter(|d| d.len() < text.len());
         match packed {
             Some(data) => Text::Deflated {
                 data: data.into_boxed_slice(),
-                len: text.len() as u32,
+                len: u32::try_from(text.len()).unwrap_or(u32::MAX),
                 dictionary: dictionary.clone(),
             },
             None => Text::Plain(text.into_boxed_str()),
@@ -192,17 +202,32 @@ mod tests {
     }
 
     #[test]
-    fn short_or_incompressible_texts_stay_plain() {
+    fn short_long_or_incompressible_texts_stay_plain() {
         let dict = Dictionary::first(&workspace("first"));
         let short = Text::pack("{\"a\":1}".to_owned(), &dict);
         assert!(matches!(short, Text::Plain(_)));
         assert_eq!(short.get(), "{\"a\":1}");
+        let long = format!("{{\"a\":\"{}\"}}", "x".repeat(MAX_PACKED));
+        let packed = Text::pack(long.clone(), &dict);
+        assert!(matches!(packed, Text::Plain(_)));
+        assert_eq!(packed.get(), long);
         // Random bytes (as base64 would not repeat anything) do not shrink.
         let noise: String = (0..600u32)
             .map(|i| char::from(b'!' + (i.wrapping_mul(2_654_435_761) >> 26) as u8))
             .collect();
         let text = Text::pack(noise.clone(), &dict);
         assert_eq!(text.get(), noise);
+    }
+
+    #[test]
+    fn names_are_shared_up_to_a_bound() {
+        let mut packer = Packer::default();
+        let a = packer.shared("terrace.dev/id");
+        assert!(Arc::ptr_eq(&a, &packer.shared("terrace.dev/id")));
+        for i in 0..MAX_SHARED * 2 {
+            assert_eq!(&*packer.shared(&format!("key-{i}")), format!("key-{i}"));
+        }
+        assert_eq!(packer.names.len(), MAX_SHARED);
     }
 
     #[test]
