@@ -101,6 +101,32 @@ async fn authorize(
     }
 }
 
+/// `run` once `ready` holds for it: the index may be a moment behind the operator's
+/// write that moved it on (its Pod can start and call before the API server's watch has
+/// delivered that write), so a run for which `ready` fails is looked up again as the
+/// index changes, for a bounded time. The run as last indexed otherwise.
+pub async fn once_indexed(
+    state: &AppState,
+    id: &str,
+    run: Arc<Run>,
+    ready: impl Fn(&Run) -> bool,
+) -> Arc<Run> {
+    if ready(&run) {
+        return run;
+    }
+    let find = |i: &crate::index::Inner| {
+        i.runs()
+            .get(id)
+            .or_else(|| i.assessments().get(id))
+            .cloned()
+    };
+    state
+        .index
+        .wait_until(INDEX_GRACE, |i| find(i).is_some_and(|r| ready(&r)))
+        .await;
+    find(&state.index.read()).unwrap_or(run)
+}
+
 fn is_final(run: &Run) -> bool {
     RunState::of(run.status.as_ref().and_then(|s| s.status.as_deref()))
         .is_ok_and(RunState::is_final)

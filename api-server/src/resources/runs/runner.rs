@@ -69,15 +69,23 @@ fn body(b: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     })
 }
 
-/// Only the phase that writes it may upload the plan.
-fn in_phase(run: &Run, phase: Phase) -> Result<(), ApiError> {
-    let s = state_of(run);
-    let ok = match phase {
-        Phase::Plan => s == RunState::Planning,
-        Phase::Apply => s == RunState::Applying,
+/// Only the phase that writes it may upload the plan (and only the apply read it). The
+/// run's Pod may call before the index shows the phase it runs (see
+/// [`crate::runner_auth::once_indexed`]).
+async fn in_phase(
+    state: &AppState,
+    id: &str,
+    run: Arc<Run>,
+    phase: Phase,
+) -> Result<Arc<Run>, ApiError> {
+    let running = |r: &Run| match phase {
+        Phase::Plan => state_of(r) == RunState::Planning,
+        Phase::Apply => state_of(r) == RunState::Applying,
     };
-    if ok {
-        Ok(())
+    let run = crate::runner_auth::once_indexed(state, id, run, running).await;
+    let s = state_of(&run);
+    if running(&run) {
+        Ok(run)
     } else {
         Err(ApiError::conflict(format!(
             "the run is {s}: its {} phase is not running",
@@ -92,7 +100,7 @@ fn in_phase(run: &Run, phase: Phase) -> Result<(), ApiError> {
 /// 413 tells the runner to stop sending.
 async fn put_log_part(
     State(state): State<AppState>,
-    RunnerRun { run, .. }: RunnerRun,
+    RunnerRun { id, run }: RunnerRun,
     Path(params): Path<std::collections::HashMap<String, String>>,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -105,10 +113,14 @@ async fn put_log_part(
         .and_then(|p| p.parse().ok())
         .ok_or_else(|| ApiError::bad_parameter("part", "the part must be a number"))?;
     let bytes = body(b)?;
-    let pod = run.status.as_ref().and_then(|s| match phase {
-        Phase::Plan => s.plan.pod_name.clone(),
-        Phase::Apply => s.apply.pod_name.clone(),
-    });
+    let pod_of = |r: &Run| {
+        r.status.as_ref().and_then(|s| match phase {
+            Phase::Plan => s.plan.pod_name.clone(),
+            Phase::Apply => s.apply.pod_name.clone(),
+        })
+    };
+    let run = crate::runner_auth::once_indexed(&state, &id, run, |r| pod_of(r).is_some()).await;
+    let pod = pod_of(&run);
     let pod =
         pod.ok_or_else(|| ApiError::conflict(format!("the run's {} has no Pod", phase.as_str())))?;
     crate::pod_logs::store_part(
@@ -217,7 +229,7 @@ async fn put_upload<U: PlanUpload>(
     RunnerRun { id, run }: RunnerRun,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    in_phase(&run, Phase::Plan)?;
+    let run = in_phase(&state, &id, run, Phase::Plan).await?;
     let bytes = body(b)?;
     U::check(&bytes)?;
     // An assessment's plan is no run's: no policy checks it (docs/health.md).
@@ -240,7 +252,7 @@ async fn get_plan(
     State(state): State<AppState>,
     RunnerRun { id, run }: RunnerRun,
 ) -> Result<Response, ApiError> {
-    in_phase(&run, Phase::Apply)?;
+    let run = in_phase(&state, &id, run, Phase::Apply).await?;
     let bytes = store(&state, &run)
         .get(&plan_key(&id), None)
         .await
