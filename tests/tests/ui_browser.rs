@@ -263,6 +263,8 @@ output "greeting" {
 struct Waiting {
     child: std::process::Child,
     out: Arc<Mutex<String>>,
+    /// The threads copying stdout and stderr into `out`; they end at the pipes' end.
+    readers: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Waiting {
@@ -275,12 +277,13 @@ impl Waiting {
             .spawn()
             .expect("terraform apply");
         let out = Arc::new(Mutex::new(String::new()));
+        let mut readers = Vec::new();
         for mut pipe in [
             Box::new(child.stdout.take().expect("stdout")) as Box<dyn Read + Send>,
             Box::new(child.stderr.take().expect("stderr")),
         ] {
             let out = out.clone();
-            std::thread::spawn(move || {
+            readers.push(std::thread::spawn(move || {
                 let mut buf = [0u8; 4096];
                 while let Ok(n) = pipe.read(&mut buf) {
                     if n == 0 {
@@ -290,9 +293,13 @@ impl Waiting {
                         .expect("out")
                         .push_str(&String::from_utf8_lossy(&buf[..n]));
                 }
-            });
+            }));
         }
-        Waiting { child, out }
+        Waiting {
+            child,
+            out,
+            readers,
+        }
     }
 
     fn text(&self) -> String {
@@ -324,7 +331,12 @@ impl Waiting {
             }
             std::thread::sleep(Duration::from_millis(200));
         };
-        std::thread::sleep(Duration::from_millis(300));
+        // All it wrote before it ended, however loaded the machine (a fixed pause once
+        // lost the CLI's last lines).
+        let read_by = std::time::Instant::now() + Duration::from_secs(10);
+        while !self.readers.iter().all(|r| r.is_finished()) && std::time::Instant::now() < read_by {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         (ok, self.text())
     }
 }
