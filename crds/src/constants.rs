@@ -78,6 +78,10 @@ pub const ANNOTATION_CREATED_FOR: &str = "terrace.dev/created-for";
 /// creation time in milliseconds (RFC 3339), as creationTimestamp has whole seconds and
 /// objects created within one second must keep their order.
 pub const ANNOTATION_CREATED_AT: &str = "terrace.dev/created-at";
+/// When the API last changed an object of the kinds whose TFE document shows an
+/// `updated-at` (notification configurations), to the millisecond; the operator reads it
+/// as the time a configuration was enabled.
+pub const ANNOTATION_UPDATED_AT: &str = "terrace.dev/updated-at";
 
 /// Annotation the API sets on a workspace asking for a health assessment now (`POST
 /// /workspaces/:id/actions/assess`; the value is the time asked, RFC 3339): the operator

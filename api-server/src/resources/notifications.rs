@@ -35,7 +35,7 @@ const TOKEN_KEY: &str = "token";
 /// How long a verify waits for the operator's delivery.
 const VERIFY_WAIT: Duration = Duration::from_secs(20);
 /// Annotation: when the API last changed the configuration (its `updated-at`).
-const ANNOTATION_UPDATED_AT: &str = "terrace.dev/updated-at";
+use terrace_crds::constants::ANNOTATION_UPDATED_AT;
 
 pub fn router() -> Router<AppState> {
     Router::new()

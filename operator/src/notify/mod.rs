@@ -434,7 +434,10 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<NotifyContext>) -> Result<A
 
 /// Since when configuration `nc` is enabled (None: it is not), and whether that differs
 /// from its status. Enabled when first seen: since its creation if its spec never changed
-/// (created enabled), else since now.
+/// (created enabled), else since the API's last change of it (`terrace.dev/updated-at`,
+/// the write that enabled it: this reconcile may come seconds later on a loaded
+/// operator, after the first runs it owes notices for moved on), else since now (enabled
+/// with kubectl).
 fn enabled_since(
     nc: &NotificationConfiguration,
     created: Timestamp,
@@ -449,7 +452,13 @@ fn enabled_since(
         (false, _) => None,
         (true, Some(t)) => Some(t),
         (true, None) if nc.metadata.generation.unwrap_or(1) <= 1 => Some(created),
-        (true, None) => Some(now),
+        (true, None) => Some(
+            nc.annotations()
+                .get(terrace_crds::constants::ANNOTATION_UPDATED_AT)
+                .and_then(|t| t.parse::<Timestamp>().ok())
+                .filter(|t| *t <= now)
+                .unwrap_or(now),
+        ),
     };
     (since, since != recorded)
 }
@@ -616,4 +625,64 @@ async fn give_up_event(
         ),
     )
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(
+        enabled: bool,
+        generation: i64,
+        updated_at: Option<&str>,
+    ) -> NotificationConfiguration {
+        let mut annotations = serde_json::Map::new();
+        if let Some(t) = updated_at {
+            annotations.insert(
+                terrace_crds::constants::ANNOTATION_UPDATED_AT.into(),
+                t.into(),
+            );
+        }
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "terrace.dev/v1alpha1",
+            "kind": "NotificationConfiguration",
+            "metadata": {"name": "n", "namespace": "acme", "generation": generation,
+                         "annotations": annotations},
+            "spec": {"name": "n", "destinationType": "generic", "enabled": enabled,
+                     "url": "http://example.com", "workspace": "ws-x"},
+        }))
+        .expect("configuration")
+    }
+
+    #[test]
+    fn a_configuration_is_enabled_since_the_write_that_enabled_it() {
+        let created: Timestamp = "2026-11-29T10:00:00Z".parse().unwrap();
+        let now: Timestamp = "2026-11-29T12:00:00Z".parse().unwrap();
+        // Created enabled: since its creation.
+        assert_eq!(
+            enabled_since(&config(true, 1, None), created, now).0,
+            Some(created)
+        );
+        // Enabled through the API a moment before the operator looked: since that write.
+        let at = "2026-11-29T11:59:57.250Z";
+        assert_eq!(
+            enabled_since(&config(true, 2, Some(at)), created, now).0,
+            Some(at.parse().unwrap())
+        );
+        // Enabled with kubectl (no stamp), or a stamp from the future: since now.
+        assert_eq!(
+            enabled_since(&config(true, 2, None), created, now).0,
+            Some(now)
+        );
+        let ahead = "2026-11-29T12:00:05Z";
+        assert_eq!(
+            enabled_since(&config(true, 2, Some(ahead)), created, now).0,
+            Some(now)
+        );
+        // Disabled: not at all.
+        assert_eq!(
+            enabled_since(&config(false, 2, Some(at)), created, now).0,
+            None
+        );
+    }
 }
