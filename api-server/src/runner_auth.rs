@@ -79,13 +79,7 @@ async fn authorize(
     if state.index.read().organization_of_namespace(ns).is_none() {
         return Err(unauthorized());
     }
-    // A run, or a health assessment (a Run kept apart in the index).
-    let find = |i: &crate::index::Inner| {
-        i.runs()
-            .get(run_id)
-            .or_else(|| i.assessments().get(run_id))
-            .cloned()
-    };
+    let find = |i: &crate::index::Inner| indexed_run(i, run_id);
     let indexed = |i: &crate::index::Inner| find(i).is_some();
     if !indexed(&state.index.read()) {
         state.index.wait_until(INDEX_GRACE, indexed).await;
@@ -114,17 +108,20 @@ pub async fn once_indexed(
     if ready(&run) {
         return run;
     }
-    let find = |i: &crate::index::Inner| {
-        i.runs()
-            .get(id)
-            .or_else(|| i.assessments().get(id))
-            .cloned()
-    };
+    let find = |i: &crate::index::Inner| indexed_run(i, id);
     state
         .index
         .wait_until(INDEX_GRACE, |i| find(i).is_some_and(|r| ready(&r)))
         .await;
     find(&state.index.read()).unwrap_or(run)
+}
+
+/// The run `id` in the index: a run, or a health assessment (a Run kept apart there).
+fn indexed_run(i: &crate::index::Inner, id: &str) -> Option<Arc<Run>> {
+    i.runs()
+        .get(id)
+        .or_else(|| i.assessments().get(id))
+        .cloned()
 }
 
 fn is_final(run: &Run) -> bool {

@@ -40,7 +40,6 @@ impl Files {
     pub fn load(&self, st: &mut State) -> std::io::Result<()> {
         create_private_dir(&self.dir)?;
         let mut objects: HashMap<ResKey, BTreeMap<ObjKey, Obj>> = HashMap::new();
-        let mut packers: HashMap<ResKey, super::packed::Packer> = HashMap::new();
         let mut rv = 0u64;
         for path in [self.snapshot(), self.log()] {
             let file = match std::fs::File::open(&path) {
@@ -60,7 +59,7 @@ impl Files {
                 let s = |k: &str| rec.get(k).and_then(Value::as_str).unwrap_or("").to_string();
                 let res = (s("g"), s("r"));
                 if let Some(o) = rec.get("o") {
-                    let obj = Obj::new(o, packers.entry(res.clone()).or_default());
+                    let obj = Obj::new(o, &mut st.resource_mut(&res).packer);
                     objects.entry(res).or_default().insert(obj_key(o), obj);
                 } else if rec.get("n").is_some()
                     && let Some(m) = objects.get_mut(&res)
@@ -78,9 +77,6 @@ impl Files {
                 rd.labels_add(&key, &obj);
                 rd.objects.insert(key, obj);
             }
-        }
-        for (res, packer) in packers {
-            st.resource_mut(&res).packer = packer;
         }
         st.rv = rv;
         st.open_rv = rv;
