@@ -20,5 +20,7 @@ pub use crate::caller::Authed;
 pub use crate::error::{ApiError, FieldError};
 pub use crate::listing::{Listing, Shown};
 pub use crate::query::QueryParams;
-pub use crate::render::{Doc, Included, created_at, id_of, list, no_content, timestamp};
+pub use crate::render::{
+    Doc, Included, created_at, id_of, list, list_rendered, no_content, timestamp,
+};
 pub use crate::{AppState, write};

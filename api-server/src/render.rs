@@ -96,6 +96,11 @@ pub fn page_slice<T>(items: &[T], page: Page) -> &[T] {
     &items[start..end]
 }
 
+/// 200 with the `page` of documents already rendered, `meta.pagination` and `links`.
+pub fn list_rendered(base_url: &str, page: Page, data: &[Value]) -> Doc {
+    list(base_url, page, data, Clone::clone)
+}
+
 /// 200 with the `page` of `items` rendered by `render`, `meta.pagination` and `links`
 /// (a list that includes nothing: [`Included::list`]).
 pub fn list<T>(

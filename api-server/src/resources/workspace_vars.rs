@@ -292,7 +292,7 @@ async fn all_vars(
         .map(|c| c.item)
         .collect();
     let base = format!("/api/v2/workspaces/{ws_id}/all-vars");
-    Ok(list(&base, whole_page(won.len()), &won, Clone::clone))
+    Ok(list_rendered(&base, whole_page(won.len()), &won))
 }
 
 async fn show(

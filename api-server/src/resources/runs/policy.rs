@@ -283,11 +283,10 @@ async fn list_stages(
     } else {
         Vec::new()
     };
-    Ok(list(
+    Ok(list_rendered(
         &format!("/api/v2/runs/{}/task-stages", f.at.id()),
         page,
         &stages,
-        Clone::clone,
     ))
 }
 
@@ -315,11 +314,10 @@ async fn list_evaluations(
     let page = q.page()?;
     let at = staged_run(&state, &caller, &id).await?;
     let all = [evaluation_data(&at.obj)];
-    Ok(list(
+    Ok(list_rendered(
         &format!("/api/v2/task-stages/{id}/policy-evaluations"),
         page,
         &all,
-        Clone::clone,
     ))
 }
 
@@ -338,11 +336,10 @@ async fn show_evaluation(
 async fn list_policy_checks(f: Found<Run>, q: QueryParams) -> Result<Doc, ApiError> {
     let page = q.page()?;
     let none: [Value; 0] = [];
-    Ok(list(
+    Ok(list_rendered(
         &format!("/api/v2/runs/{}/policy-checks", f.at.id()),
         page,
         &none,
-        Clone::clone,
     ))
 }
 
@@ -367,11 +364,10 @@ async fn list_outcomes(
                 .collect()
         })
         .unwrap_or_default();
-    Ok(list(
+    Ok(list_rendered(
         &format!("/api/v2/policy-evaluations/{id}/policy-set-outcomes"),
         page,
         &all,
-        Clone::clone,
     ))
 }
 

@@ -17,7 +17,7 @@ use crate::prelude::*;
 /// reads only the first page and sends no page parameters).
 fn paged(q: &QueryParams, data: Vec<Value>, self_url: &str) -> Result<Doc, ApiError> {
     let page = q.page_or_whole(data.len())?;
-    Ok(list(self_url, page, &data, Clone::clone))
+    Ok(list_rendered(self_url, page, &data))
 }
 
 /// `GET /state-versions/:id/outputs`.
