@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{ApiResource, DynamicObject, ObjectMeta, Patch, PatchParams};
-use kube::runtime::events::{EventType, Recorder};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -29,7 +29,7 @@ use terrace_crds::constants::{FIELD_MANAGER_OPERATOR, LABEL_ID, LABEL_ORGANIZATI
 use terrace_crds::ids::{IdKind, new_id};
 
 use crate::Error;
-use crate::events::publish_event;
+use crate::events::publish_once;
 use crate::group_index::GroupIndex;
 use crate::rules::{self, IdDecision, IdHolder, decide_id, owning_organization};
 
@@ -127,7 +127,6 @@ pub struct Identity {
 #[allow(clippy::too_many_arguments)]
 pub async fn ensure_identity(
     client: &kube::Client,
-    recorder: &Recorder,
     orgs: &Organizations,
     target: &IdTarget,
     carriers: &(dyn IdCarriers + Sync),
@@ -191,7 +190,7 @@ pub async fn ensure_identity(
         };
         match api.patch(name, &pp, &Patch::Merge(&patch)).await {
             Ok(_) => {
-                record_assignment(recorder, regarding, target.kind, &decision, &id).await;
+                record_assignment(client, regarding, target.kind, &decision, &id).await;
                 return Ok(identity);
             }
             Err(kube::Error::Api(s)) if s.code == 409 => {
@@ -364,7 +363,7 @@ fn object_key(meta: &ObjectMeta) -> String {
 }
 
 async fn record_assignment(
-    recorder: &Recorder,
+    client: &kube::Client,
     regarding: &ObjectReference,
     kind: IdKind,
     decision: &IdDecision,
@@ -394,5 +393,6 @@ async fn record_assignment(
             ),
         ),
     };
-    publish_event(recorder, regarding, type_, reason, "AssignId", note).await;
+    // An object gets its ID (or has its label replaced) once: no series to count.
+    publish_once(client, regarding, type_, reason, "AssignId", note).await;
 }

@@ -398,7 +398,6 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<CatalogContext>) -> Result<
     let carriers = ctx.stores.ids(kind)?;
     let identity = match ensure_identity(
         &ctx.base.client,
-        &ctx.recorder,
         &ctx.orgs,
         &ctx.target.id,
         &carriers,

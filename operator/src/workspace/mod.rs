@@ -336,7 +336,6 @@ async fn reconcile(ws: Arc<Workspace>, ctx: Arc<WsContext>) -> Result<Action, Er
     crate::identity::synced(&ctx.workspaces, "workspace").await?;
     let identity = ensure_identity(
         client,
-        &ctx.recorder,
         &ctx.orgs,
         &IdTarget::of::<Workspace>(IdKind::Workspace),
         &ctx.ids,
