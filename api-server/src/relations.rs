@@ -117,6 +117,19 @@ pub fn ids_of<T: Typed>(
     }
 }
 
+/// The IDs of relationship `rel` of a request (`/data/relationships/{rel}/data`, see
+/// [`ids_of`]); None when the request does not give it.
+pub fn related_ids<T: Typed>(
+    idx: &Inner,
+    ns: &str,
+    rel: &str,
+    given: Option<ToMany<T>>,
+) -> Result<Option<Vec<String>>, ApiError> {
+    given
+        .map(|g| ids_of(idx, ns, &format!("/data/relationships/{rel}/data"), g))
+        .transpose()
+}
+
 /// A display name given in a request: not blank, at most 90 characters, and not `taken`
 /// (by another object of the organization, ignoring case: TFE's "has already been
 /// taken"). Answers it trimmed.

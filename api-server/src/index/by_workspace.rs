@@ -45,26 +45,12 @@ impl ByWorkspace {
 
     /// Records the current object of workspace `wk` (none: it has none).
     pub fn set_current(&mut self, wk: &WorkspaceKey, uid: Option<String>) {
-        match uid {
-            Some(u) => {
-                self.current.insert(wk.clone(), u);
-            }
-            None => {
-                self.current.remove(wk);
-            }
-        }
+        put_or_remove(&mut self.current, wk, uid);
     }
 
     /// Records the latest object of workspace `wk` where it is not its current one.
     pub fn set_latest(&mut self, wk: &WorkspaceKey, uid: Option<String>) {
-        match uid {
-            Some(u) => {
-                self.latest.insert(wk.clone(), u);
-            }
-            None => {
-                self.latest.remove(wk);
-            }
-        }
+        put_or_remove(&mut self.latest, wk, uid);
     }
 
     /// The uid of the latest object of workspace object `ws` of namespace `ns`: its
@@ -83,5 +69,17 @@ impl ByWorkspace {
     #[cfg(test)]
     pub fn has(&self, wk: &WorkspaceKey) -> bool {
         self.members.contains_key(wk)
+    }
+}
+
+/// `map`'s entry of `wk` set to `uid`, or removed when there is none.
+fn put_or_remove(map: &mut HashMap<WorkspaceKey, String>, wk: &WorkspaceKey, uid: Option<String>) {
+    match uid {
+        Some(u) => {
+            map.insert(wk.clone(), u);
+        }
+        None => {
+            map.remove(wk);
+        }
     }
 }

@@ -18,7 +18,7 @@ use terrace_crds::{AgentPool, AgentPoolSpec, Workspace};
 
 use crate::index::Inner;
 use crate::prelude::*;
-use crate::relations::{ProjectEntry, Related, WorkspaceEntry, ids_of, linkage, unique_name};
+use crate::relations::{ProjectEntry, Related, WorkspaceEntry, linkage, related_ids, unique_name};
 
 /// The RBAC resource of agent pools.
 const RESOURCE: &str = "agentpools";
@@ -228,18 +228,6 @@ struct PoolRelationships {
     allowed_workspaces: Option<ToMany<WorkspaceEntry>>,
     allowed_projects: Option<ToMany<ProjectEntry>>,
     excluded_workspaces: Option<ToMany<WorkspaceEntry>>,
-}
-
-/// The IDs of a given relationship `rel` (see [`ids_of`]); None when not given.
-fn related_ids<T: Typed>(
-    idx: &Inner,
-    ns: &str,
-    rel: &'static str,
-    given: Option<ToMany<T>>,
-) -> Result<Option<Vec<String>>, ApiError> {
-    given
-        .map(|g| ids_of(idx, ns, &format!("/data/relationships/{rel}/data"), g))
-        .transpose()
 }
 
 /// The pool's name, if given (`required`: it must be): [`unique_name`] among the

@@ -534,6 +534,14 @@ async fn sign_in(State(ui): State<Ui>, headers: HeaderMap, Form(f): Form<SignInF
     res
 }
 
+/// `?offset=N` of the log endpoints the run and test run pages poll: the byte to read on
+/// from.
+#[derive(Deserialize)]
+pub struct LogQuery {
+    #[serde(default)]
+    offset: usize,
+}
+
 #[derive(Deserialize)]
 pub struct CsrfForm {
     #[serde(default)]

@@ -7,13 +7,12 @@ use axum::Json;
 use axum::extract::{Form, Path, Query, State};
 use axum::http::{HeaderMap, Method};
 use axum::response::{IntoResponse, Redirect, Response};
-use serde::Deserialize;
 use serde_json::{Value, json};
 use terrace_crds::testoutput::{FileResult, results};
 
 use super::pages::{Pair, text, variables_of, when};
 use super::session::Session;
-use super::{CsrfForm, Nav, Ui, UiError, Visit, render, urlencode};
+use super::{CsrfForm, LogQuery, Nav, Ui, UiError, Visit, render, urlencode};
 
 /// A module in the list.
 pub struct ModuleRow {
@@ -397,12 +396,6 @@ pub async fn show_test_run(
         offset: log.len(),
         log,
     }))
-}
-
-#[derive(Deserialize)]
-pub struct LogQuery {
-    #[serde(default)]
-    offset: usize,
 }
 
 /// `GET …/test-runs/:id/log?offset=N`: the readable log from byte N, for the page's

@@ -29,35 +29,34 @@ pub fn when(v: &Value) -> String {
     }
 }
 
-/// A name and value for a table, the value masked when `sensitive`.
-pub fn masked(name: &Value, value: &Value, sensitive: bool, note: String) -> Pair {
+/// The row of a variable's or output's document: its attribute `name` and its `value`
+/// (masked when `sensitive`), with attribute `note` (if any) beside them.
+pub fn masked(doc: &Value, name: &str, note: Option<&str>) -> Pair {
+    let a = &doc["attributes"];
     Pair {
-        name: text(name),
-        value: if sensitive {
+        name: text(&a[name]),
+        value: if a["sensitive"].as_bool().unwrap_or(false) {
             "(sensitive)".into()
         } else {
-            text(value)
+            text(&a["value"])
         },
-        note,
+        note: note.map(|n| text(&a[n])).unwrap_or_default(),
     }
 }
 
 /// The variables of a `vars` list document (a workspace's or a module's tests'),
 /// sensitive values masked.
 pub fn variables_of(d: &Value) -> Vec<Pair> {
+    rows(d, |v| masked(v, "key", Some("category")))
+}
+
+/// Each document of list document `d`'s `data`, as `row` reads it.
+fn rows(d: &Value, row: impl Fn(&Value) -> Pair) -> Vec<Pair> {
     d["data"]
         .as_array()
         .into_iter()
         .flatten()
-        .map(|v| {
-            let a = &v["attributes"];
-            masked(
-                &a["key"],
-                &a["value"],
-                a["sensitive"].as_bool().unwrap_or(false),
-                text(&a["category"]),
-            )
-        })
+        .map(row)
         .collect()
 }
 
@@ -687,20 +686,7 @@ async fn workspace_page(
 
 /// Outputs of a state version outputs document, sensitive values masked.
 fn outputs_of(d: &Value) -> Vec<Pair> {
-    d["data"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|o| {
-            let oa = &o["attributes"];
-            masked(
-                &oa["name"],
-                &oa["value"],
-                oa["sensitive"].as_bool().unwrap_or(false),
-                text(&oa["type"]),
-            )
-        })
-        .collect()
+    rows(d, |o| masked(o, "name", Some("type")))
 }
 
 #[derive(Deserialize)]

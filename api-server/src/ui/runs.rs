@@ -14,7 +14,7 @@ use terrace_crds::run::plan_view::{Action, PlanView, ResourceChange};
 
 use super::pages::{RunRow, changes, included, run_rows, text, when, workspace_doc};
 use super::session::Session;
-use super::{Nav, Ui, UiError, Visit, render, urlencode};
+use super::{LogQuery, Nav, Ui, UiError, Visit, render, urlencode};
 
 /// Bytes of log one poll reads at most.
 const LOG_CHUNK: usize = 256 << 10;
@@ -680,12 +680,6 @@ fn chunk_of(bytes: &[u8], offset: usize) -> Chunk {
         next: offset + usable,
         done,
     }
-}
-
-#[derive(Deserialize)]
-pub struct LogQuery {
-    #[serde(default)]
-    offset: usize,
 }
 
 /// `GET /app/:org/workspaces/:ws/runs/:run/log/(plan|apply)?offset=N`: the log from byte

@@ -53,15 +53,7 @@ pub async fn states(
                 .into_iter()
                 .flatten()
                 .filter_map(|o| included(&doc, "state-version-outputs", o["id"].as_str()?))
-                .map(|o| {
-                    let oa = &o["attributes"];
-                    masked(
-                        &oa["name"],
-                        &oa["value"],
-                        oa["sensitive"].as_bool().unwrap_or(false),
-                        String::new(),
-                    )
-                })
+                .map(|o| masked(o, "name", None))
                 .collect();
             StateRow {
                 serial: text(&a["serial"]),

@@ -23,7 +23,9 @@ use terrace_crds::{Policy, PolicySet, PolicySetParameter, PolicySetSpec, PolicyS
 
 use crate::index::Inner;
 use crate::prelude::*;
-use crate::relations::{ProjectEntry, Related, WorkspaceEntry, ids_of, linkage, unique_name};
+use crate::relations::{
+    ProjectEntry, Related, WorkspaceEntry, ids_of, linkage, related_ids, unique_name,
+};
 
 mod parameters;
 mod policy;

@@ -331,36 +331,26 @@ pub(super) async fn create_set(
         let name = a
             .name
             .ok_or_else(|| ApiError::invalid_attribute("name", "name is required"))?;
-        let rel = "/data/relationships";
         PolicySetSpec {
             name: checked_set_name(&idx, &ns, &name, None)?,
             description: a.description,
             kind: "opa".to_owned(),
             overridable: a.overridable.unwrap_or(false),
             global: a.global.unwrap_or(false),
-            workspaces: r
-                .workspaces
-                .map(|w| ids_of(&idx, &ns, &format!("{rel}/workspaces/data"), w))
-                .transpose()?
-                .unwrap_or_default(),
-            projects: r
-                .projects
-                .map(|p| ids_of(&idx, &ns, &format!("{rel}/projects/data"), p))
-                .transpose()?
-                .unwrap_or_default(),
-            workspace_exclusions: r
-                .workspace_exclusions
-                .map(|w| ids_of(&idx, &ns, &format!("{rel}/workspace-exclusions/data"), w))
-                .transpose()?
-                .unwrap_or_default(),
-            project_exclusions: r
-                .project_exclusions
-                .map(|p| ids_of(&idx, &ns, &format!("{rel}/project-exclusions/data"), p))
-                .transpose()?
+            workspaces: related_ids(&idx, &ns, "workspaces", r.workspaces)?.unwrap_or_default(),
+            projects: related_ids(&idx, &ns, "projects", r.projects)?.unwrap_or_default(),
+            workspace_exclusions: related_ids(
+                &idx,
+                &ns,
+                "workspace-exclusions",
+                r.workspace_exclusions,
+            )?
+            .unwrap_or_default(),
+            project_exclusions: related_ids(&idx, &ns, "project-exclusions", r.project_exclusions)?
                 .unwrap_or_default(),
             policy_refs: r
                 .policies
-                .map(|p| policy_objects(&idx, &ns, &format!("{rel}/policies/data"), p))
+                .map(|p| policy_objects(&idx, &ns, "/data/relationships/policies/data", p))
                 .transpose()?
                 .unwrap_or_default(),
             policies: Vec::new(),
@@ -393,25 +383,16 @@ pub(super) async fn update_set(
     let (name, workspaces, projects, exclusions, project_exclusions) = {
         let idx = state.index.read();
         let r = data.relationships;
-        let rel = "/data/relationships";
         (
             data.attributes
                 .name
                 .as_deref()
                 .map(|n| checked_set_name(&idx, &ns, n, Some(&f.at.id())))
                 .transpose()?,
-            r.workspaces
-                .map(|w| ids_of(&idx, &ns, &format!("{rel}/workspaces/data"), w))
-                .transpose()?,
-            r.projects
-                .map(|p| ids_of(&idx, &ns, &format!("{rel}/projects/data"), p))
-                .transpose()?,
-            r.workspace_exclusions
-                .map(|w| ids_of(&idx, &ns, &format!("{rel}/workspace-exclusions/data"), w))
-                .transpose()?,
-            r.project_exclusions
-                .map(|p| ids_of(&idx, &ns, &format!("{rel}/project-exclusions/data"), p))
-                .transpose()?,
+            related_ids(&idx, &ns, "workspaces", r.workspaces)?,
+            related_ids(&idx, &ns, "projects", r.projects)?,
+            related_ids(&idx, &ns, "workspace-exclusions", r.workspace_exclusions)?,
+            related_ids(&idx, &ns, "project-exclusions", r.project_exclusions)?,
         )
     };
     let a = data.attributes;

@@ -27,7 +27,9 @@ use crate::documents::variables::{
 };
 use crate::index::Inner;
 use crate::prelude::*;
-use crate::relations::{self, ProjectEntry, Related, WorkspaceEntry, ids_of, linkage, unique_name};
+use crate::relations::{
+    self, ProjectEntry, Related, WorkspaceEntry, ids_of, linkage, related_ids, unique_name,
+};
 
 mod scope;
 mod variables;
@@ -378,16 +380,8 @@ async fn create(
             .name
             .ok_or_else(|| ApiError::invalid_attribute("name", "name is required"))?;
         let r = data.relationships;
-        let workspaces = r
-            .workspaces
-            .map(|w| ids_of(&idx, &ns, "/data/relationships/workspaces/data", w))
-            .transpose()?
-            .unwrap_or_default();
-        let projects = r
-            .projects
-            .map(|p| ids_of(&idx, &ns, "/data/relationships/projects/data", p))
-            .transpose()?
-            .unwrap_or_default();
+        let workspaces = related_ids(&idx, &ns, "workspaces", r.workspaces)?.unwrap_or_default();
+        let projects = related_ids(&idx, &ns, "projects", r.projects)?.unwrap_or_default();
         check_owned_scope(
             &idx,
             &ns,
@@ -451,14 +445,8 @@ async fn update(
                 "a variable set's parent cannot be changed",
             ));
         }
-        let workspaces = r
-            .workspaces
-            .map(|w| ids_of(&idx, &ns, "/data/relationships/workspaces/data", w))
-            .transpose()?;
-        let projects = r
-            .projects
-            .map(|p| ids_of(&idx, &ns, "/data/relationships/projects/data", p))
-            .transpose()?;
+        let workspaces = related_ids(&idx, &ns, "workspaces", r.workspaces)?;
+        let projects = related_ids(&idx, &ns, "projects", r.projects)?;
         check_owned_scope(
             &idx,
             &ns,
