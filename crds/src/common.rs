@@ -77,6 +77,39 @@ pub trait HasConditions {
     fn conditions(&self) -> &[Condition];
 }
 
+/// The longest prefix of `s` of at most `max` bytes that ends at a character boundary.
+pub fn prefix_within(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// `s` cut to at most `max` bytes at a character boundary, with `…` where it was cut
+/// (messages kept in a status).
+pub fn cut_marked(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        s.truncate(prefix_within(&s, max).len());
+        s.push('…');
+    }
+    s
+}
+
+/// `base` followed by `suffix` in at most `max` bytes: a `base` too long is cut at a
+/// character boundary and loses a trailing `-` or `.`, so an object name made of a valid
+/// DNS subdomain stays one (a run's or a Pod's name derived from another object's).
+pub fn name_with_suffix(base: &str, suffix: &str, max: usize) -> String {
+    let mut base = base;
+    if base.len() + suffix.len() > max {
+        base = prefix_within(base, max - suffix.len()).trim_end_matches(['-', '.']);
+    }
+    format!("{base}{suffix}")
+}
+
 /// `bytes` in lower-case hex (signatures, digests).
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -102,4 +135,30 @@ pub fn cli_config(hostname: &str, api_url: &str, token: &str) -> String {
         "host \"{hostname}\" {{\n  services = {{\n{services}  }}\n}}\n\
          credentials \"{hostname}\" {{\n  token = \"{token}\"\n}}\n"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cuts_fall_on_character_boundaries() {
+        // "é" is two bytes: a cut inside it backs off to before it.
+        assert_eq!(prefix_within("abé", 3), "ab");
+        assert_eq!(prefix_within("abé", 4), "abé");
+        assert_eq!(prefix_within("abé", 99), "abé");
+        assert_eq!(prefix_within("", 0), "");
+        assert_eq!(cut_marked("abé".into(), 3), "ab…");
+        assert_eq!(cut_marked("abc".into(), 3), "abc");
+    }
+
+    #[test]
+    fn a_name_with_a_suffix_stays_within_its_limit_and_a_valid_name() {
+        assert_eq!(name_with_suffix("run-abc", "-apply", 63), "run-abc-apply");
+        // Cut to 10 - 4 = 6 bytes ("ab-cd-"), then the trailing '-' is dropped.
+        assert_eq!(name_with_suffix("ab-cd-efgh", "-pod", 10), "ab-cd-pod");
+        assert_eq!(name_with_suffix("ab.c", "-pod", 6), "ab-pod");
+        let long = "x".repeat(300);
+        assert_eq!(name_with_suffix(&long, "-auto", 253).len(), 253);
+    }
 }

@@ -354,22 +354,10 @@ fn violations(v: &Value) -> Option<Vec<String>> {
                         .map_or_else(|| m.to_string(), str::to_owned),
                     other => other.to_string(),
                 };
-                cut(text)
+                crate::common::cut_marked(text, MAX_MESSAGE_BYTES)
             })
             .collect(),
     )
-}
-
-fn cut(mut s: String) -> String {
-    if s.len() > MAX_MESSAGE_BYTES {
-        let mut end = MAX_MESSAGE_BYTES;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
-        s.push('…');
-    }
-    s
 }
 
 /// What an evaluator process is asked: the policies of one set with their Rego, the

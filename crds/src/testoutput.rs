@@ -26,6 +26,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::common::cut_marked;
 use crate::testrun::TestResult;
 
 /// Status of a run block, a file or the suite, as the engines spell it (their
@@ -510,18 +511,6 @@ pub struct RunnerReport {
 
 const MAX_MESSAGE_BYTES: usize = 2048;
 
-fn truncate(mut s: String, max: usize) -> String {
-    if s.len() > max {
-        let mut cut = max;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-        s.push('…');
-    }
-    s
-}
-
 impl RunnerReport {
     /// The report of an engine that ran: the summary if it printed one, else
     /// [`ERROR_NO_SUMMARY`] with its last error.
@@ -551,7 +540,7 @@ impl RunnerReport {
                 report.message = tally
                     .last_error
                     .clone()
-                    .map(|m| truncate(m, MAX_MESSAGE_BYTES));
+                    .map(|m| cut_marked(m, MAX_MESSAGE_BYTES));
             }
         }
         report
@@ -560,7 +549,7 @@ impl RunnerReport {
     /// The report of an engine that could not be started.
     pub fn not_started(error: String) -> Self {
         RunnerReport {
-            error: Some(truncate(error, MAX_MESSAGE_BYTES)),
+            error: Some(cut_marked(error, MAX_MESSAGE_BYTES)),
             ..Default::default()
         }
     }
@@ -588,9 +577,9 @@ impl RunnerReport {
             match report.message.take() {
                 Some(m) if m.len() > 64 => {
                     let half = m.len() / 2;
-                    report.message = Some(truncate(m, half));
+                    report.message = Some(cut_marked(m, half));
                 }
-                _ => report.error = report.error.take().map(|e| truncate(e, 256)),
+                _ => report.error = report.error.take().map(|e| cut_marked(e, 256)),
             }
         }
     }

@@ -74,6 +74,5 @@ where
 }
 
 fn error_policy(cv: Arc<ConfigurationVersion>, err: &Error, _s3: Arc<S3Store>) -> Action {
-    err.log("blob finalizer", &cv.name_any());
-    err.retry_or_await_change(Duration::from_secs(10))
+    err.log_and_retry("blob finalizer", &cv.name_any(), Duration::from_secs(10))
 }

@@ -111,13 +111,7 @@ where
             },
         )
         .watches_stream(organizations, move |o: Organization| {
-            let ns = crate::rules::organization_namespace(&o).to_owned();
-            of_org
-                .state()
-                .iter()
-                .filter(|v| v.namespace().as_deref() == Some(ns.as_str()))
-                .map(|v| ObjectRef::from_obj(v.as_ref()))
-                .collect::<Vec<_>>()
+            crate::watch::of_organization(&of_org, &o, &())
         })
         .graceful_shutdown_on(shutdown);
     metrics::run(

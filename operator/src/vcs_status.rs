@@ -63,8 +63,7 @@ pub fn controller(
 }
 
 fn error_policy(run: Arc<DynamicObject>, err: &Error, _ctx: Arc<StatusContext>) -> Action {
-    err.log("commit status", &run.name_any());
-    err.retry_or_await_change(Duration::from_secs(30))
+    err.log_and_retry("commit status", &run.name_any(), Duration::from_secs(30))
 }
 
 async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<StatusContext>) -> Result<Action, Error> {

@@ -36,9 +36,9 @@ use kube::core::DeserializeGuard;
 use kube::core::error_boundary::InvalidObject;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::{self, Store, store::Writer};
+use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use kube::runtime::watcher::{self, Event};
-use kube::{Api, Resource};
+use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use terrace_crds::{
     AgentPool, ConfigurationVersion, ModuleVersion, NotificationConfiguration, OAuthToken,
@@ -214,6 +214,26 @@ impl Watched for DynamicObject {
         o.metadata = meta;
         o
     }
+}
+
+/// The cached objects of `store` in organization `o`'s namespace: what an Organization's
+/// change wakes in a controller of one of its kinds (`dt`: the kind's dynamic type).
+pub fn of_organization<K>(
+    store: &Store<K>,
+    o: &Organization,
+    dt: &K::DynamicType,
+) -> Vec<ObjectRef<K>>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Clone + Eq + Hash,
+{
+    let ns = crate::rules::organization_namespace(o);
+    store
+        .state()
+        .iter()
+        .filter(|x| x.namespace().as_deref() == Some(ns))
+        .map(|x| ObjectRef::from_obj_with(x.as_ref(), dt.clone()))
+        .collect()
 }
 
 /// Drops what no controller reads: `managedFields` and kubectl's last-applied annotation.

@@ -409,11 +409,7 @@ pub async fn test_run_log(
     let s = ui.script_session(&headers).await?;
     let (doc, log, _) = test_run(&ui, &s, &headers, (&org, &name, &provider, &id)).await?;
     let status = doc["data"]["attributes"]["status"].clone();
-    let from = q.offset.min(log.len());
-    let from = (0..=from)
-        .rev()
-        .find(|i| log.is_char_boundary(*i))
-        .unwrap_or(0);
+    let from = terrace_crds::common::prefix_within(&log, q.offset).len();
     Ok(Json(json!({
         "text": &log[from..],
         "next": log.len(),

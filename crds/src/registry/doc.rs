@@ -309,11 +309,7 @@ fn cap<T>(list: &mut Vec<T>, cut: &mut bool) {
 /// `s` cut to at most `max` bytes at a character boundary.
 fn clip(mut s: String, max: usize, cut: &mut bool) -> String {
     if s.len() > max {
-        let mut end = max;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
+        s.truncate(crate::common::prefix_within(&s, max).len());
         *cut = true;
     }
     s

@@ -86,15 +86,7 @@ impl fmt::Display for Marker {
 pub fn run_name(cv: &str) -> String {
     const SUFFIX: &str = "-auto";
     const MAX: usize = 253;
-    let mut base = cv;
-    if base.len() + SUFFIX.len() > MAX {
-        let mut cut = MAX - SUFFIX.len();
-        while !base.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        base = base[..cut].trim_end_matches(['-', '.']);
-    }
-    format!("{base}{SUFFIX}")
+    crate::common::name_with_suffix(cv, SUFFIX, MAX)
 }
 
 /// The spec of the automatic run of configuration version object `cv` of module object

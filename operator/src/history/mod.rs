@@ -132,13 +132,7 @@ where
             run_resource,
         )
         .watches_stream(organizations, move |o: Organization| {
-            let ns = crate::rules::organization_namespace(&o).to_owned();
-            ws_of_org
-                .state()
-                .iter()
-                .filter(|w| w.namespace().as_deref() == Some(ns.as_str()))
-                .map(|w| ObjectRef::from_obj(w.as_ref()))
-                .collect::<Vec<_>>()
+            crate::watch::of_organization(&ws_of_org, &o, &())
         })
         .graceful_shutdown_on(shutdown.clone());
     let runs = metrics::run(
@@ -168,13 +162,7 @@ where
         resource.clone(),
     )
     .watches_stream(organizations_too, move |o: Organization| {
-        let ns = crate::rules::organization_namespace(&o).to_owned();
-        of_org
-            .state()
-            .iter()
-            .filter(|m| m.namespace().as_deref() == Some(ns.as_str()))
-            .map(|m| ObjectRef::from_obj_with(m.as_ref(), res_org.clone()))
-            .collect::<Vec<_>>()
+        crate::watch::of_organization(&of_org, &o, &res_org)
     })
     .graceful_shutdown_on(shutdown);
     let tests = metrics::run(

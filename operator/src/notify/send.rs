@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use terrace_crds::DeliveryResponse;
+use terrace_crds::common::prefix_within;
 use terrace_crds::constants::{
     NOTIFICATION_BODY_KEPT, NOTIFICATION_SIGNATURE_HEADER, NOTIFICATION_TIMEOUT_SECS,
 };
@@ -158,7 +159,7 @@ impl Sender {
                     .limit(NOTIFICATION_BODY_KEPT as u64 * 4)
                     .read_to_string()
                     .unwrap_or_default();
-                resp.body = truncate(&text, NOTIFICATION_BODY_KEPT);
+                resp.body = prefix_within(&text, NOTIFICATION_BODY_KEPT).to_owned();
                 resp.successful = code.is_success();
                 let outcome = if resp.successful {
                     Outcome::Delivered
@@ -178,16 +179,4 @@ impl Sender {
             }
         }
     }
-}
-
-/// At most `max` bytes of `s`, cut at a character boundary.
-fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].to_owned()
 }

@@ -71,8 +71,7 @@ where
 }
 
 fn error_policy(ws: Arc<Workspace>, err: &Error, _ctx: Arc<Ctx>) -> Action {
-    err.log("auto-destroy", &ws.name_any());
-    err.retry_or_await_change(Duration::from_secs(30))
+    err.log_and_retry("auto-destroy", &ws.name_any(), Duration::from_secs(30))
 }
 
 async fn reconcile(ws: Arc<Workspace>, ctx: Arc<Ctx>) -> Result<Action, Error> {

@@ -44,8 +44,7 @@ pub fn controller(
 }
 
 fn error_policy(cv: Arc<DynamicObject>, err: &Error, _ctx: Arc<Context>) -> Action {
-    err.log("run of an upload", &cv.name_any());
-    err.retry_or_await_change(Duration::from_secs(5))
+    err.log_and_retry("run of an upload", &cv.name_any(), Duration::from_secs(5))
 }
 
 /// The run ID of configuration version `cv_id` (`cv-X` → `run-X`).

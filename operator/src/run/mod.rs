@@ -154,8 +154,7 @@ fn waiting_in(runs: &[Arc<Run>], ns: Option<&str>, ws: &str) -> Vec<ObjectRef<Ru
 }
 
 fn error_policy(run: Arc<Run>, err: &Error, _ctx: Arc<RunContext>) -> Action {
-    err.log("run", &run.name_any());
-    err.retry_or_await_change(Duration::from_secs(5))
+    err.log_and_retry("run", &run.name_any(), Duration::from_secs(5))
 }
 
 fn state_of(run: &Run) -> RunState {

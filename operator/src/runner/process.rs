@@ -74,6 +74,22 @@ pub(super) fn run_logged(
     Ok(run_logged_code(current, dir, program, args)? == Some(0))
 }
 
+/// `program` with `args` in `dir`, as every engine step runs: the engine's environment
+/// ([`ENGINE_ENV`]) on top of the runner's, no input.
+fn engine_command<S: AsRef<std::ffi::OsStr>>(
+    dir: &Path,
+    program: &str,
+    args: &[S],
+) -> std::process::Command {
+    let mut command = std::process::Command::new(program);
+    command
+        .args(args)
+        .envs(ENGINE_ENV.get().into_iter().flatten().map(|(k, v)| (k, v)))
+        .current_dir(dir)
+        .stdin(Stdio::null());
+    command
+}
+
 /// [`run_logged`], answering the exit code (None: ended by a signal).
 pub(super) fn run_logged_code(
     current: &Current,
@@ -81,11 +97,7 @@ pub(super) fn run_logged_code(
     program: &str,
     args: &[String],
 ) -> Result<Option<i32>, StepError> {
-    let mut child = std::process::Command::new(program)
-        .args(args)
-        .envs(ENGINE_ENV.get().into_iter().flatten().map(|(k, v)| (k, v)))
-        .current_dir(dir)
-        .stdin(Stdio::null())
+    let mut child = engine_command(dir, program, args)
         .spawn()
         .map_err(|e| not_started(program, &e))?;
     current.pid.store(child.id(), Ordering::SeqCst);
@@ -96,11 +108,7 @@ pub(super) fn run_logged_code(
 
 /// Runs a quiet step: its output goes to the log only when it fails.
 pub(super) fn run_quiet(dir: &Path, program: &str, args: &[&str]) -> Result<Vec<u8>, StepError> {
-    let out = std::process::Command::new(program)
-        .args(args)
-        .envs(ENGINE_ENV.get().into_iter().flatten().map(|(k, v)| (k, v)))
-        .current_dir(dir)
-        .stdin(Stdio::null())
+    let out = engine_command(dir, program, args)
         .output()
         .map_err(|e| not_started(program, &e))?;
     if out.status.success() {

@@ -96,15 +96,7 @@ const NAME_SUFFIX: &str = "-run";
 /// Names too long for the suffix are cut (a trailing `-` or `.` is dropped so the result
 /// stays a valid DNS subdomain).
 pub fn pod_name(run_name: &str) -> String {
-    let mut base = run_name;
-    if base.len() + NAME_SUFFIX.len() > MAX_NAME {
-        let mut cut = MAX_NAME - NAME_SUFFIX.len();
-        while !base.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        base = base[..cut].trim_end_matches(['-', '.']);
-    }
-    format!("{base}{NAME_SUFFIX}")
+    terrace_crds::common::name_with_suffix(run_name, NAME_SUFFIX, MAX_NAME)
 }
 
 /// The URL the fetch init container downloads the archive of configuration version

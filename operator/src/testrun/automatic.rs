@@ -78,8 +78,7 @@ pub fn controller(
 }
 
 fn error_policy(cv: Arc<DynamicObject>, err: &Error, _ctx: Arc<AutoContext>) -> Action {
-    err.log("automatic test run", &cv.name_any());
-    err.retry_or_await_change(Duration::from_secs(5))
+    err.log_and_retry("automatic test run", &cv.name_any(), Duration::from_secs(5))
 }
 
 fn marker_of(cv: &ConfigurationVersion) -> Option<&str> {

@@ -159,8 +159,7 @@ pub fn controller(
 }
 
 fn error_policy(run: Arc<TestRun>, err: &Error, _ctx: Arc<RunContext>) -> Action {
-    err.log("test run", &run.name_any());
-    err.retry_or_await_change(Duration::from_secs(5))
+    err.log_and_retry("test run", &run.name_any(), Duration::from_secs(5))
 }
 
 async fn reconcile(run: Arc<TestRun>, ctx: Arc<RunContext>) -> Result<Action, Error> {
