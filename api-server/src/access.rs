@@ -177,11 +177,25 @@ impl Guarded for Workspace {
     }
 }
 
+/// [`Guarded`] for a kind by its RBAC resource and noun; `archived` for a kind whose
+/// objects the history archive may hold once deleted (found there by ID).
 macro_rules! guarded {
     ($kind:ty, $resource:literal, $noun:literal) => {
         impl Guarded for $kind {
             const RESOURCE: &'static str = $resource;
             const NOUN: &'static str = $noun;
+        }
+    };
+    ($kind:ty, $resource:literal, $noun:literal, archived) => {
+        impl Guarded for $kind {
+            const RESOURCE: &'static str = $resource;
+            const NOUN: &'static str = $noun;
+            fn archived(
+                state: &AppState,
+                id: &str,
+            ) -> futures::future::BoxFuture<'static, Result<Option<Arc<Self>>, ApiError>> {
+                from_history::<$kind>(state, id)
+            }
         }
     };
 }
@@ -204,29 +218,11 @@ guarded!(
     "configurationversions",
     "configuration version"
 );
-impl Guarded for TestRun {
-    const RESOURCE: &'static str = "testruns";
-    const NOUN: &'static str = "test run";
-    fn archived(
-        state: &AppState,
-        id: &str,
-    ) -> futures::future::BoxFuture<'static, Result<Option<Arc<Self>>, ApiError>> {
-        from_history::<TestRun>(state, id)
-    }
-}
+guarded!(TestRun, "testruns", "test run", archived);
 guarded!(TestVariable, "testvariables", "variable");
 guarded!(WorkspaceVariable, "workspacevariables", "variable");
 guarded!(StateVersion, "stateversions", "state version");
-impl Guarded for Run {
-    const RESOURCE: &'static str = "runs";
-    const NOUN: &'static str = "run";
-    fn archived(
-        state: &AppState,
-        id: &str,
-    ) -> futures::future::BoxFuture<'static, Result<Option<Arc<Self>>, ApiError>> {
-        from_history::<Run>(state, id)
-    }
-}
+guarded!(Run, "runs", "run", archived);
 
 /// How a readable object answers a caller who lacks the right for an operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -110,6 +110,15 @@ pub fn new_id(kind: IdKind) -> String {
     new_id_with(kind, &mut rand::rng())
 }
 
+/// An entry's ID: `stored` when there is one, else the [`stable_id`] of `kind` derived
+/// from `parts` (entries kept in a list of their parent's spec, which TFE gives IDs).
+pub fn stored_or_stable(stored: Option<&str>, kind: IdKind, parts: &[&str]) -> String {
+    match stored.filter(|i| !i.is_empty()) {
+        Some(id) => id.to_owned(),
+        None => stable_id(kind.prefix(), parts),
+    }
+}
+
 /// A stable TFE-shaped ID for something derived rather than stored (a tag, a tag
 /// binding, a policy, a variable set's variable written without one): `prefix` and 16
 /// base62 characters of the SHA-256 of `parts`, so it is the same on every read and

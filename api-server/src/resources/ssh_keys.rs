@@ -42,11 +42,10 @@ pub fn render(k: &SshKey) -> Value {
     })
 }
 
-fn forbidden(what: &str) -> ApiError {
-    ApiError::forbidden(format!(
-        "not authorized to {what} SSH keys in this organization"
-    ))
-}
+/// 403 details (a caller who may not even read the key gets 404 from [`Found`]).
+const NO_CREATE: &str = "not authorized to create SSH keys in this organization";
+const NO_UPDATE: &str = "not authorized to update SSH keys in this organization";
+const NO_DELETE: &str = "not authorized to delete SSH keys in this organization";
 
 async fn list_keys(
     State(state): State<AppState>,
@@ -131,7 +130,7 @@ async fn create(
         .allowed(&o.caller, &o.check("create", "sshkeys"))
         .await?
     {
-        return Err(forbidden("create"));
+        return Err(ApiError::forbidden(NO_CREATE));
     }
     let attrs = doc.checked()?.attributes;
     let name = non_blank(attrs.name.as_deref(), "name", true)?
@@ -178,20 +177,6 @@ async fn create(
     Ok(Doc::created(render(&created)))
 }
 
-/// The key of the path if the caller may `verb` it (404 when it may not even read it,
-/// 403 when it may read but not `verb`).
-async fn with_right(
-    state: &AppState,
-    f: &Found<SshKey>,
-    verb: &'static str,
-) -> Result<(), ApiError> {
-    if state.allowed(&f.caller, &f.at.check(verb)).await? {
-        Ok(())
-    } else {
-        Err(forbidden(verb))
-    }
-}
-
 impl Shown for SshKey {
     fn data(&self, _idx: &crate::index::Inner, _org: &Organization) -> Value {
         render(self)
@@ -203,7 +188,7 @@ async fn update(
     f: Found<SshKey>,
     JsonApi(doc): JsonApi<Document<SshKeyAttributes>>,
 ) -> Result<Doc, ApiError> {
-    with_right(&state, &f, "update").await?;
+    f.require(&state, "update", NO_UPDATE).await?;
     let key = f.at.obj.clone();
     let attrs = doc.checked()?.attributes;
     let name = non_blank(attrs.name.as_deref(), "name", false)?.map(str::to_owned);
@@ -230,7 +215,7 @@ async fn update(
 }
 
 async fn remove(State(state): State<AppState>, f: Found<SshKey>) -> Result<Response, ApiError> {
-    with_right(&state, &f, "delete").await?;
+    f.require(&state, "delete", NO_DELETE).await?;
     let (key, ns, id) = (f.at.obj.clone(), f.at.ns.clone(), f.at.id());
     let object_name = key.name_any();
     // Unassign it everywhere first, so no workspace is left pointing at nothing.

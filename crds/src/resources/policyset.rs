@@ -201,13 +201,11 @@ kind_status! {
 impl PolicySetParameter {
     /// Its ID: the one stored, else one derived from set `set_id` and the key.
     pub fn id_in(&self, set_id: &str) -> String {
-        match self.id.as_deref().filter(|i| !i.is_empty()) {
-            Some(id) => id.to_owned(),
-            None => crate::ids::stable_id(
-                crate::ids::IdKind::WorkspaceVariable.prefix(),
-                &[set_id, "policy-set-parameter", &self.key],
-            ),
-        }
+        crate::ids::stored_or_stable(
+            self.id.as_deref(),
+            crate::ids::IdKind::WorkspaceVariable,
+            &[set_id, "policy-set-parameter", &self.key],
+        )
     }
 }
 

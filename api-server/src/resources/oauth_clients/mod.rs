@@ -154,11 +154,10 @@ impl axum::extract::FromRequestParts<AppState> for FoundClient {
     }
 }
 
-fn forbidden(what: &str) -> ApiError {
-    ApiError::forbidden(format!(
-        "not authorized to {what} OAuth clients in this organization"
-    ))
-}
+/// 403 details (a caller who may not even read the client gets 404 from [`Found`]).
+const NO_CREATE: &str = "not authorized to create OAuth clients in this organization";
+pub(super) const NO_UPDATE: &str = "not authorized to update OAuth clients in this organization";
+pub(super) const NO_DELETE: &str = "not authorized to delete OAuth clients in this organization";
 
 async fn list_clients(
     State(state): State<AppState>,
@@ -306,7 +305,7 @@ async fn create(
         .allowed(&o.caller, &o.check("create", "oauthtokens"))
         .await?
     {
-        return Err(forbidden("create"));
+        return Err(ApiError::forbidden(NO_CREATE));
     }
     let data = doc.checked()?;
     let a = data.attributes;
@@ -426,18 +425,6 @@ async fn show(
     Ok(inc.show(StatusCode::OK, data))
 }
 
-pub(super) async fn with_right(
-    state: &AppState,
-    f: &Found<OAuthToken>,
-    verb: &'static str,
-) -> Result<(), ApiError> {
-    if state.allowed(&f.caller, &f.at.check(verb)).await? {
-        Ok(())
-    } else {
-        Err(forbidden(verb))
-    }
-}
-
 /// Writes `values` into the connection's Secret (created when the object has none of
 /// its own yet, as a GitOps-declared one may not), answering the references to set.
 pub(super) async fn put_secret_values(
@@ -500,7 +487,7 @@ async fn update(
     headers: HeaderMap,
     JsonApi(doc): JsonApi<Document<ClientAttributes, ClientRelationships>>,
 ) -> Result<Doc, ApiError> {
-    with_right(&state, &f, "update").await?;
+    f.require(&state, "update", NO_UPDATE).await?;
     let data = doc.checked()?;
     let a = data.attributes;
     check_key(&f.at.obj.spec.service_provider, a.key.as_deref())?;
@@ -574,7 +561,7 @@ async fn remove(
     State(state): State<AppState>,
     FoundClient(f): FoundClient,
 ) -> Result<Response, ApiError> {
-    with_right(&state, &f, "delete").await?;
+    f.require(&state, "delete", NO_DELETE).await?;
     delete_connection(&state, &f).await
 }
 
@@ -604,7 +591,7 @@ async fn set_projects(
     body: crate::body::ToMany<ProjectRef>,
     add: bool,
 ) -> Result<Response, ApiError> {
-    with_right(state, f, "update").await?;
+    f.require(state, "update", NO_UPDATE).await?;
     let given = project_ids(state, &f.at.ns, body.checked()?)?;
     let mut projects = f.at.obj.spec.projects.clone();
     if add {

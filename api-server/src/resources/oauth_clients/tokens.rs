@@ -4,7 +4,7 @@
 
 use terrace_crds::OAuthToken;
 
-use super::{SSH_KEY_KEY, client_id, put_secret_values, with_right};
+use super::{NO_DELETE, NO_UPDATE, SSH_KEY_KEY, client_id, put_secret_values};
 use crate::prelude::*;
 use crate::read_only::{self, ReadOnly};
 
@@ -65,7 +65,7 @@ async fn update(
     f: Found<OAuthToken>,
     JsonApi(doc): JsonApi<Document<TokenAttributes>>,
 ) -> Result<Doc, ApiError> {
-    with_right(&state, &f, "update").await?;
+    f.require(&state, "update", NO_UPDATE).await?;
     let a = doc.checked()?.attributes;
     let Some(key) = a.ssh_key.filter(|k| !k.is_empty()) else {
         return Ok(Doc::ok(render(&f.at.obj)));
@@ -80,6 +80,6 @@ async fn update(
 
 /// Deleting the token deletes the connection (its client has no other token).
 async fn remove(State(state): State<AppState>, f: Found<OAuthToken>) -> Result<Response, ApiError> {
-    with_right(&state, &f, "delete").await?;
+    f.require(&state, "delete", NO_DELETE).await?;
     super::delete_connection(&state, &f).await
 }
