@@ -42,6 +42,22 @@ impl Related {
     }
 }
 
+/// Relationship list `list` (IDs or names of workspaces or projects, `kind`, of `ns`)
+/// with `ids` added, each once; or, when not `add`, without every entry that names one
+/// of them (a `POST` or `DELETE` of a relationship).
+pub fn relate_ids(list: &mut Vec<String>, ids: &[String], add: bool, at: (&Inner, &str, Related)) {
+    if add {
+        for id in ids {
+            if !list.contains(id) {
+                list.push(id.clone());
+            }
+        }
+    } else {
+        let (idx, ns, kind) = at;
+        list.retain(|e| resolve(idx, ns, kind, e).is_none_or(|id| !ids.contains(&id)));
+    }
+}
+
 /// The ID of the workspace (project) of `ns` that `entry` names: an ID, else a TFE name
 /// (ignoring case).
 pub fn resolve(idx: &Inner, ns: &str, kind: Related, entry: &str) -> Option<String> {

@@ -373,9 +373,17 @@ where
 }
 
 /// Deletes Secret `name` of namespace `ns` that an object owned (best effort: when this
-/// fails, the owner's deletion takes it). For the value of a removed sensitive variable or
-/// parameter.
-pub async fn delete_owned_secret(state: &AppState, ns: &str, name: &str) {
+/// fails, the owner's deletion takes it), if `value_from` (a removed sensitive variable's
+/// or parameter's) refers to it: a Secret the user named is theirs and stays.
+pub async fn delete_owned_secret(
+    state: &AppState,
+    ns: &str,
+    value_from: Option<&terrace_crds::common::SecretKeyRef>,
+    name: &str,
+) {
+    if value_from.is_none_or(|r| r.name != name) {
+        return;
+    }
     use k8s_openapi::api::core::v1::Secret;
     if let Err(e) = api::<Secret>(state, ns)
         .delete(name, &kube::api::DeleteParams::default())

@@ -259,10 +259,7 @@ pub(super) async fn remove_parameter(
         Ok(())
     })
     .await?;
-    if let Some(r) = &current.value_from
-        && r.name == secret_name(&f.at.obj.name_any(), &param)
-    {
-        write::delete_owned_secret(&state, &f.at.ns, &r.name).await;
-    }
+    let own = secret_name(&f.at.obj.name_any(), &param);
+    write::delete_owned_secret(&state, &f.at.ns, current.value_from.as_ref(), &own).await;
     Ok(no_content())
 }

@@ -491,18 +491,7 @@ pub(super) async fn relate<
             (false, true) => &mut s.workspace_exclusions,
             (false, false) => &mut s.workspaces,
         };
-        if ADD {
-            for id in &ids {
-                if !list.iter().any(|e| e == id) {
-                    list.push(id.clone());
-                }
-            }
-        } else {
-            let idx = state.index.read();
-            list.retain(|e| {
-                crate::relations::resolve(&idx, &ns, kind, e).is_none_or(|id| !ids.contains(&id))
-            });
-        }
+        crate::relations::relate_ids(list, &ids, ADD, (&state.index.read(), &ns, kind));
         Ok(())
     })
     .await?;

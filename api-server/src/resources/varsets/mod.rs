@@ -517,16 +517,7 @@ async fn relate<T: Typed + Send + Sync + 'static, const ADD: bool>(
         } else {
             &mut s.workspaces
         };
-        if ADD {
-            for id in &ids {
-                if !list.iter().any(|e| e == id) {
-                    list.push(id.clone());
-                }
-            }
-        } else {
-            let idx = state.index.read();
-            list.retain(|e| resolve(&idx, &ns, projects, e).is_none_or(|id| !ids.contains(&id)));
-        }
+        relations::relate_ids(list, &ids, ADD, (&state.index.read(), &ns, kind(projects)));
         Ok(())
     })
     .await?;
