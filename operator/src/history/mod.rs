@@ -216,18 +216,28 @@ fn members(
     Ok((ar, objs))
 }
 
+/// The namespace, ID and organization of `obj` whose history is kept; None (nothing to do
+/// until it changes) while it has no ID yet, is being deleted, or its namespace belongs to
+/// no organization.
+async fn history_owner<K: Resource>(
+    ctx: &HistoryContext,
+    obj: &K,
+) -> Result<Option<(String, String, Arc<Organization>)>, Error> {
+    let ns = obj.namespace().unwrap_or_default();
+    let Some(id) = obj.labels().get(LABEL_ID).cloned() else {
+        return Ok(None);
+    };
+    if obj.meta().deletion_timestamp.is_some() {
+        return Ok(None);
+    }
+    Ok(ctx.orgs.owner(&ns).await?.map(|org| (ns, id, org)))
+}
+
 async fn reconcile_workspace(
     ws: Arc<Workspace>,
     ctx: Arc<HistoryContext>,
 ) -> Result<Action, Error> {
-    let ns = ws.namespace().unwrap_or_default();
-    let Some(ws_id) = ws.labels().get(LABEL_ID).cloned() else {
-        return Ok(Action::await_change());
-    };
-    if ws.metadata.deletion_timestamp.is_some() {
-        return Ok(Action::await_change());
-    }
-    let Some(org) = ctx.orgs.owner(&ns).await? else {
+    let Some((ns, ws_id, org)) = history_owner(&ctx, ws.as_ref()).await? else {
         return Ok(Action::await_change());
     };
     let keep = usize::try_from(org.spec.settings.history.runs)
@@ -359,14 +369,7 @@ async fn reconcile_module(
     m: Arc<DynamicObject>,
     ctx: Arc<HistoryContext>,
 ) -> Result<Action, Error> {
-    let ns = m.namespace().unwrap_or_default();
-    let Some(module_id) = m.labels().get(LABEL_ID).cloned() else {
-        return Ok(Action::await_change());
-    };
-    if m.metadata.deletion_timestamp.is_some() {
-        return Ok(Action::await_change());
-    }
-    let Some(org) = ctx.orgs.owner(&ns).await? else {
+    let Some((ns, module_id, org)) = history_owner(&ctx, m.as_ref()).await? else {
         return Ok(Action::await_change());
     };
     let keep = usize::try_from(org.spec.settings.history.test_runs)

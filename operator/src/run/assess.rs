@@ -49,18 +49,14 @@ pub const SOURCE: &str = "terrace-assessment";
 
 /// Why an assessment's Pod may not start now (None: it may): see the module docs.
 pub fn at_limit(ctx: &RunContext) -> Option<String> {
-    let all = ctx.runs.state();
-    let assessing = all
+    let assessing = ctx
+        .runs
+        .state()
         .iter()
         .filter(|r| r.spec.assessment && state_of(r).is_running())
         .count();
-    let runs = all
-        .iter()
-        .filter(|r| !r.spec.assessment && state_of(r).is_running())
-        .count();
-    let (tests, _) = ctx
-        .catalog
-        .count_in_status(IdKind::TestRun, &terrace_crds::testrun::HOLDING_SLOT);
+    let (runs, tests, _) = super::slot_holders(ctx);
+    let runs = runs.len();
     let limit = ctx.base.settings.assessment_concurrency as usize;
     let global = ctx.base.settings.test_run_concurrency as usize;
     (!assessment::may_start(assessing, limit.max(1), runs + tests, global)).then(|| {

@@ -512,21 +512,33 @@ async fn policy_events(ctx: &RunContext, run: &Run, e: &terrace_crds::RunPolicyE
     }
 }
 
-/// Why no phase may start now: the global limit (`--test-run-concurrency`, which runs
-/// share with test runs' setting) or the organization's (`spec.settings.testRuns.
-/// concurrency`) of runs planning or applying at once is reached. None: a slot is free.
-async fn at_limit(ctx: &RunContext, ns: &str) -> Result<Option<String>, Error> {
-    // Runs never count assessments: an assessment never delays a run (docs/health.md).
-    let running: Vec<Arc<Run>> = ctx
+/// What holds the slots of the run limits: the runs planning or applying (never an
+/// assessment: an assessment never delays a run, docs/health.md) and the test runs in
+/// their Pods (how many, in all and per namespace).
+fn slot_holders(
+    ctx: &RunContext,
+) -> (
+    Vec<Arc<Run>>,
+    usize,
+    std::collections::HashMap<String, usize>,
+) {
+    let running = ctx
         .runs
         .state()
         .into_iter()
         .filter(|r| !r.spec.assessment && state_of(r).is_running())
         .collect();
-    // Test runs in their Pods hold slots of the same limits.
     let (tests, tests_per_ns) = ctx
         .catalog
         .count_in_status(IdKind::TestRun, &terrace_crds::testrun::HOLDING_SLOT);
+    (running, tests, tests_per_ns)
+}
+
+/// Why no phase may start now: the global limit (`--test-run-concurrency`, which runs
+/// share with test runs' setting) or the organization's (`spec.settings.testRuns.
+/// concurrency`) of runs planning or applying at once is reached. None: a slot is free.
+async fn at_limit(ctx: &RunContext, ns: &str) -> Result<Option<String>, Error> {
+    let (running, tests, tests_per_ns) = slot_holders(ctx);
     let global = ctx.base.settings.test_run_concurrency as usize;
     if global > 0 && running.len() + tests >= global {
         return Ok(Some(format!(
