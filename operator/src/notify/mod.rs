@@ -144,29 +144,23 @@ fn workspace_of(workspaces: &Store<Workspace>, ns: &str, entry: &str) -> Option<
 /// default project): its ID and TFE name.
 fn project_names(projects: &Store<DynamicObject>, ws: &Workspace) -> Option<(String, String)> {
     let ns = ws.namespace().unwrap_or_default();
-    let wanted = ws.spec.project.as_deref().filter(|p| !p.is_empty());
-    projects
+    let mut in_ns = projects
         .state()
         .into_iter()
-        .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
-        .find(|p| match wanted {
-            Some(name) => p.metadata.name.as_deref() == Some(name),
-            None => {
-                p.labels()
-                    .get(terrace_crds::constants::LABEL_DEFAULT_PROJECT)
-                    .map(String::as_str)
-                    == Some("true")
-            }
-        })
-        .map(|p| {
-            (
-                p.labels().get(LABEL_ID).cloned().unwrap_or_default(),
-                p.data["spec"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned(),
-            )
-        })
+        .filter(|p| p.namespace().as_deref() == Some(ns.as_str()));
+    match ws.spec.project.as_deref().filter(|p| !p.is_empty()) {
+        Some(name) => in_ns.find(|p| p.name_any() == name),
+        None => crate::workspace::default_project(in_ns),
+    }
+    .map(|p| {
+        (
+            p.labels().get(LABEL_ID).cloned().unwrap_or_default(),
+            p.data["spec"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        )
+    })
 }
 
 /// Whether configuration entry `project` (an ID or a name) is workspace `ws`'s project.

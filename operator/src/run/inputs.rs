@@ -123,19 +123,10 @@ pub(super) fn project_of(
     ns: &str,
     ws: &Workspace,
 ) -> Option<Arc<kube::api::DynamicObject>> {
-    let wanted = ws.spec.project.as_deref().filter(|p| !p.is_empty());
-    catalog
-        .in_namespace(IdKind::Project, ns)
-        .into_iter()
-        .find(|p| match wanted {
-            Some(name) => p.metadata.name.as_deref() == Some(name),
-            None => {
-                p.labels()
-                    .get(terrace_crds::constants::LABEL_DEFAULT_PROJECT)
-                    .map(String::as_str)
-                    == Some("true")
-            }
-        })
+    match ws.spec.project.as_deref().filter(|p| !p.is_empty()) {
+        Some(name) => catalog.get(IdKind::Project, ns, name),
+        None => crate::workspace::default_project(catalog.in_namespace(IdKind::Project, ns)),
+    }
 }
 
 /// The TFE name of the workspace's project; empty when the cache has none.

@@ -448,29 +448,32 @@ fn lookup_project(projects: &CatalogStores, ns: &str, project: Option<&str>) -> 
                 object: name.to_owned(),
             },
         },
-        None => {
-            let mut defaults: Vec<_> = projects
-                .in_namespace(IdKind::Project, ns)
-                .into_iter()
-                .filter(|p| {
-                    p.labels()
-                        .get(LABEL_DEFAULT_PROJECT)
-                        .is_some_and(|v| v == "true")
-                })
-                .collect();
-            // Several projects carrying the label is a misconfiguration; prefer the one
-            // the Organization controller manages.
-            defaults.sort_by_key(|p| {
-                (
-                    p.name_any() != crate::organization::DEFAULT_PROJECT_OBJECT,
-                    p.name_any(),
-                )
-            });
-            defaults
-                .first()
-                .map_or(ProjectLookup::NoDefault, |p| found(p))
-        }
+        None => default_project(projects.in_namespace(IdKind::Project, ns))
+            .map_or(ProjectLookup::NoDefault, |p| found(&p)),
     }
+}
+
+/// The project a workspace without `spec.project` belongs to, among its namespace's
+/// Project objects `in_ns`: the one labelled the default. Several carrying the label is a
+/// misconfiguration: the one the Organization controller manages wins, else the first by
+/// name, so every controller (the workspace's status, a run's inputs, notifications) takes
+/// the same one.
+pub(crate) fn default_project(
+    in_ns: impl IntoIterator<Item = Arc<DynamicObject>>,
+) -> Option<Arc<DynamicObject>> {
+    in_ns
+        .into_iter()
+        .filter(|p| {
+            p.labels()
+                .get(LABEL_DEFAULT_PROJECT)
+                .is_some_and(|v| v == "true")
+        })
+        .min_by_key(|p| {
+            (
+                p.name_any() != crate::organization::DEFAULT_PROJECT_OBJECT,
+                p.name_any(),
+            )
+        })
 }
 
 fn error_policy(ws: Arc<Workspace>, err: &Error, _ctx: Arc<WsContext>) -> Action {
@@ -485,6 +488,47 @@ mod tests {
     use terrace_crds::common::TagBinding;
     use terrace_crds::constants::{CONDITION_READY, CONDITION_RECONCILING, CONDITION_STALLED};
     use terrace_crds::{ProjectSpec, WorkspaceSpec, WorkspaceStatus};
+
+    #[test]
+    fn every_controller_takes_the_same_default_project_of_several() {
+        let project = |name: &str, default: bool| {
+            let mut p = DynamicObject::new(
+                name,
+                &kube::api::ApiResource::erase::<terrace_crds::Project>(&()),
+            )
+            .within("acme");
+            if default {
+                p.metadata.labels = Some(BTreeMap::from([(
+                    LABEL_DEFAULT_PROJECT.to_owned(),
+                    "true".to_owned(),
+                )]));
+            }
+            Arc::new(p)
+        };
+        let pick = |all: Vec<Arc<DynamicObject>>| default_project(all).map(|p| p.name_any());
+        assert_eq!(pick(vec![project("a", false)]), None);
+        // The one the Organization controller manages wins, in any order.
+        for all in [
+            vec![
+                project("b", true),
+                project("default", true),
+                project("a", true),
+            ],
+            vec![project("default", true), project("b", true)],
+        ] {
+            assert_eq!(pick(all).as_deref(), Some("default"));
+        }
+        // Without it, the first by name, whatever the cache's order.
+        assert_eq!(
+            pick(vec![
+                project("c", true),
+                project("a", false),
+                project("b", true)
+            ])
+            .as_deref(),
+            Some("b")
+        );
+    }
 
     const WS_ID: &str = "ws-0123456789abcdef";
     const PRJ_ID: &str = "prj-0123456789abcdef";
