@@ -49,13 +49,12 @@ pub const SOURCE: &str = "terrace-assessment";
 
 /// Why an assessment's Pod may not start now (None: it may): see the module docs.
 pub fn at_limit(ctx: &RunContext) -> Option<String> {
-    let assessing = ctx
-        .runs
-        .state()
+    let all = ctx.runs.state();
+    let assessing = all
         .iter()
         .filter(|r| r.spec.assessment && state_of(r).is_running())
         .count();
-    let (runs, tests, _) = super::slot_holders(ctx);
+    let (runs, tests, _) = super::slot_holders(ctx, &all);
     let runs = runs.len();
     let limit = ctx.base.settings.assessment_concurrency as usize;
     let global = ctx.base.settings.test_run_concurrency as usize;

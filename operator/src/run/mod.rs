@@ -514,19 +514,19 @@ async fn policy_events(ctx: &RunContext, run: &Run, e: &terrace_crds::RunPolicyE
 
 /// What holds the slots of the run limits: the runs planning or applying (never an
 /// assessment: an assessment never delays a run, docs/health.md) and the test runs in
-/// their Pods (how many, in all and per namespace).
+/// their Pods (how many, in all and per namespace), `runs` being the cached runs.
 fn slot_holders(
     ctx: &RunContext,
+    runs: &[Arc<Run>],
 ) -> (
     Vec<Arc<Run>>,
     usize,
     std::collections::HashMap<String, usize>,
 ) {
-    let running = ctx
-        .runs
-        .state()
-        .into_iter()
+    let running = runs
+        .iter()
         .filter(|r| !r.spec.assessment && state_of(r).is_running())
+        .cloned()
         .collect();
     let (tests, tests_per_ns) = ctx
         .catalog
@@ -538,7 +538,7 @@ fn slot_holders(
 /// share with test runs' setting) or the organization's (`spec.settings.testRuns.
 /// concurrency`) of runs planning or applying at once is reached. None: a slot is free.
 async fn at_limit(ctx: &RunContext, ns: &str) -> Result<Option<String>, Error> {
-    let (running, tests, tests_per_ns) = slot_holders(ctx);
+    let (running, tests, tests_per_ns) = slot_holders(ctx, &ctx.runs.state());
     let global = ctx.base.settings.test_run_concurrency as usize;
     if global > 0 && running.len() + tests >= global {
         return Ok(Some(format!(
