@@ -6,7 +6,6 @@
 //! from the retention controller ([`crate::retention`]), which already watches them.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
@@ -26,11 +25,9 @@ pub fn controller(
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let api: Api<ConfigurationVersion> = Api::all(ctx.client.clone());
     let client = ctx.client.clone();
-    metrics::run(
+    metrics::BLOB_FINALIZER.run(
         Controller::new(api, watcher::Config::default()).graceful_shutdown_on(shutdown),
-        metrics::CONTROLLER_BLOB_FINALIZER,
         move |cv, s3| reconcile(cv, client.clone(), s3),
-        error_policy,
         Arc::new(s3),
     )
 }
@@ -71,8 +68,4 @@ where
 {
     let api: Api<K> = Api::namespaced(client.clone(), &obj.namespace().unwrap_or_default());
     crate::finalizers::remove(&api, obj, FINALIZER).await
-}
-
-fn error_policy(cv: Arc<ConfigurationVersion>, err: &Error, _s3: Arc<S3Store>) -> Action {
-    err.log_and_retry("blob finalizer", &cv.name_any(), Duration::from_secs(10))
 }

@@ -19,6 +19,7 @@
 //! (`terrace dev`, tests) call [`run`].
 #![forbid(unsafe_code)]
 
+pub mod annotate;
 pub mod blob_finalizer;
 pub mod catalog;
 pub mod conditions;

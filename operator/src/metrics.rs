@@ -63,34 +63,62 @@ use tracing::Instrument;
 
 use crate::Error;
 
-/// Controller label of the Organization controller.
-pub const CONTROLLER_ORGANIZATION: &str = "organization";
-/// Controller label of the Workspace controller.
-pub const CONTROLLER_WORKSPACE: &str = "workspace";
 /// Controller label of the catalog controllers ([`crate::catalog`]: IDs and conditions
 /// of every kind without a controller of its own). The value stays `ids`, the name
 /// dashboards and alerts already use.
 pub const CONTROLLER_CATALOG: &str = "ids";
-/// Controller label of the TestRun controller.
-pub const CONTROLLER_TEST_RUN: &str = "testrun";
-/// Controller label of the state retention controller ([`crate::retention`]).
-pub const CONTROLLER_STATE_RETENTION: &str = "state-retention";
-/// Controller label of the blob finalizer of ConfigurationVersions
-/// ([`crate::blob_finalizer`]; runs only with an S3 blob store).
-pub const CONTROLLER_BLOB_FINALIZER: &str = "blob-finalizer";
-/// Controller label of the runs of uploads (`run::auto_queue`).
-pub const CONTROLLER_RUN_AUTO_QUEUE: &str = "run-auto-queue";
-/// Controller label of the status of registry module versions
-/// ([`crate::module_versions`]).
-pub const CONTROLLER_MODULE_VERSIONS: &str = "module-versions";
-/// Controller label of the notification deliveries ([`crate::notify`]).
-pub const CONTROLLER_NOTIFY: &str = "notify";
-/// Controller label of the commit statuses of runs from repositories ([`crate::vcs_status`]).
-pub const CONTROLLER_VCS_STATUS: &str = "vcs-status";
-/// Controller label of the status of policy sets ([`crate::policy_sets`]).
-pub const CONTROLLER_POLICY_SETS: &str = "policy-sets";
-/// Controller label of the history controllers ([`crate::history`]).
-pub const CONTROLLER_HISTORY: &str = "history";
+
+/// One of the operator's controllers as [`Reconciler::run`] runs it: the label of its
+/// metrics and reconcile spans (the values dashboards and alerts use), what its log lines
+/// call a failed reconcile, and how soon that is tried again
+/// ([`Error::log_and_retry`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reconciler {
+    /// The `controller` label.
+    pub label: &'static str,
+    /// The words of its log lines (`{what} reconcile failed`).
+    pub what: &'static str,
+    /// The delay before a failed reconcile is tried again.
+    pub retry: Duration,
+}
+
+const fn reconciler(label: &'static str, what: &'static str, retry_secs: u64) -> Reconciler {
+    Reconciler {
+        label,
+        what,
+        retry: Duration::from_secs(retry_secs),
+    }
+}
+
+/// The Organization controller.
+pub const ORGANIZATION: Reconciler = reconciler("organization", "organization", 5);
+/// The Workspace controller.
+pub const WORKSPACE: Reconciler = reconciler("workspace", "workspace", 5);
+/// The Run controller.
+pub const RUN: Reconciler = reconciler("run", "run", 5);
+/// The auto-destroy runs of workspaces (`run::auto_destroy`).
+pub const AUTO_DESTROY: Reconciler = reconciler("auto-destroy", "auto-destroy", 30);
+/// The TestRun controller.
+pub const TEST_RUN: Reconciler = reconciler("testrun", "test run", 5);
+/// The test runs a module's new configuration version starts (`testrun::automatic`).
+pub const AUTOMATIC_TEST_RUN: Reconciler = reconciler("automatic-testrun", "automatic test run", 5);
+/// The state retention controller ([`crate::retention`]).
+pub const STATE_RETENTION: Reconciler = reconciler("state-retention", "state retention", 10);
+/// The blob finalizer of ConfigurationVersions ([`crate::blob_finalizer`]; runs only with
+/// an S3 blob store).
+pub const BLOB_FINALIZER: Reconciler = reconciler("blob-finalizer", "blob finalizer", 10);
+/// The runs of uploads (`run::auto_queue`).
+pub const RUN_AUTO_QUEUE: Reconciler = reconciler("run-auto-queue", "run of an upload", 5);
+/// The status of registry module versions ([`crate::module_versions`]).
+pub const MODULE_VERSIONS: Reconciler = reconciler("module-versions", "module version", 10);
+/// The notification deliveries ([`crate::notify`]).
+pub const NOTIFY: Reconciler = reconciler("notify", "notification", 10);
+/// The commit statuses of runs from repositories ([`crate::vcs_status`]).
+pub const VCS_STATUS: Reconciler = reconciler("vcs-status", "commit status", 30);
+/// The status of policy sets ([`crate::policy_sets`]).
+pub const POLICY_SETS: Reconciler = reconciler("policy-sets", "policy set", 10);
+/// The history controllers ([`crate::history`]).
+pub const HISTORY: Reconciler = reconciler("history", "history", 30);
 
 /// Content type of the OpenMetrics text exposition.
 pub const OPENMETRICS_CONTENT_TYPE: &str =
@@ -470,38 +498,61 @@ where
         .trigger_backoff(terrace_crds::watch::WatchBackoff::default())
 }
 
-/// Runs a controller to its end (at most [`RECONCILE_CONCURRENCY`]
-/// reconciles at once) with every reconcile [`instrument`]ed as `name`; a failed one is
-/// also logged at debug level with the controller's name. The controllers whose
-/// reconciles take the object and their context all end this way:
-///
-/// ```ignore
-/// let controller = Controller::for_stream(feed.into_stream(), store);
-/// metrics::run(controller, CONTROLLER, reconcile, error_policy, ctx)
-/// ```
-pub async fn run<K, C, F>(
-    controller: Controller<K>,
-    name: &'static str,
-    mut reconcile: impl FnMut(Arc<K>, Arc<C>) -> F,
-    error_policy: impl Fn(Arc<K>, &Error, Arc<C>) -> Action,
-    ctx: Arc<C>,
-) where
-    K: Clone + Resource + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone + std::fmt::Debug + Unpin,
-    F: Future<Output = Result<Action, Error>> + Send + 'static,
-{
-    bounded(controller)
-        .run(
-            move |obj, ctx| instrument(name, obj.as_ref(), reconcile(obj.clone(), ctx)),
-            error_policy,
-            ctx,
-        )
-        .for_each(|res| async move {
-            if let Err(e) = res {
-                tracing::debug!(error = %e, controller = name, "reconcile failed");
-            }
-        })
-        .await;
+impl Reconciler {
+    /// Runs `controller` to its end (at most [`RECONCILE_CONCURRENCY`] reconciles at
+    /// once) with every reconcile [`instrument`]ed under this controller's label; a
+    /// failed one is logged and tried again after [`Reconciler::retry`] (or when the
+    /// object changes, see [`Error::log_and_retry`]). The controllers whose reconciles
+    /// take the object and their context all end this way:
+    ///
+    /// ```ignore
+    /// let controller = Controller::for_stream(feed.into_stream(), store);
+    /// metrics::WORKSPACE.run(controller, reconcile, ctx)
+    /// ```
+    pub async fn run<K, C, F>(
+        self,
+        controller: Controller<K>,
+        mut reconcile: impl FnMut(Arc<K>, Arc<C>) -> F,
+        ctx: Arc<C>,
+    ) where
+        K: Clone + Resource + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+        K::DynamicType: Eq + std::hash::Hash + Clone + std::fmt::Debug + Unpin,
+        F: Future<Output = Result<Action, Error>> + Send + 'static,
+    {
+        let Reconciler { label, what, retry } = self;
+        bounded(controller)
+            .run(
+                move |obj, ctx| instrument(label, obj.as_ref(), reconcile(obj.clone(), ctx)),
+                move |obj: Arc<K>, err: &Error, _ctx: Arc<C>| {
+                    err.log_and_retry(what, &kube::ResourceExt::name_any(obj.as_ref()), retry)
+                },
+                ctx,
+            )
+            .for_each(|res| async move {
+                if let Err(e) = res {
+                    tracing::debug!(error = %e, controller = label, "reconcile failed");
+                }
+            })
+            .await;
+    }
+
+    /// [`Reconciler::run`] until `shutdown` resolves (the controller finishes the
+    /// reconciles under way), as a [`crate::Running`] to start with the others.
+    pub fn running<K, C, F>(
+        self,
+        controller: Controller<K>,
+        shutdown: crate::Shutdown,
+        reconcile: impl FnMut(Arc<K>, Arc<C>) -> F + Send + 'static,
+        ctx: Arc<C>,
+    ) -> crate::Running
+    where
+        K: Clone + Resource + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+        K::DynamicType: Eq + std::hash::Hash + Clone + std::fmt::Debug + Unpin + Send + Sync,
+        C: Send + Sync + 'static,
+        F: Future<Output = Result<Action, Error>> + Send + 'static,
+    {
+        Box::pin(self.run(controller.graceful_shutdown_on(shutdown), reconcile, ctx))
+    }
 }
 
 /// Records a test run that reached a final state after `duration` (see the module docs
@@ -637,6 +688,44 @@ mod tests {
                 ..Default::default()
             }),
         }
+    }
+
+    #[test]
+    fn every_controller_has_a_label_of_its_own_and_documented() {
+        let all = [
+            ORGANIZATION,
+            WORKSPACE,
+            RUN,
+            AUTO_DESTROY,
+            TEST_RUN,
+            AUTOMATIC_TEST_RUN,
+            STATE_RETENTION,
+            BLOB_FINALIZER,
+            RUN_AUTO_QUEUE,
+            MODULE_VERSIONS,
+            NOTIFY,
+            VCS_STATUS,
+            POLICY_SETS,
+            HISTORY,
+        ];
+        let mut labels: Vec<&str> = all.iter().map(|r| r.label).collect();
+        labels.push(CONTROLLER_CATALOG);
+        let docs = include_str!("../../docs/operations.md");
+        let row = docs
+            .lines()
+            .find(|l| l.starts_with("| `terrace_reconciles_total`"))
+            .expect("the metrics table documents terrace_reconciles_total");
+        for label in &labels {
+            assert!(
+                row.contains(&format!(" {label},"))
+                    || row.contains(&format!("({label},"))
+                    || row.contains(&format!(" {label};")),
+                "{label} is not in docs/operations.md: {row}"
+            );
+        }
+        labels.sort_unstable();
+        labels.dedup();
+        assert_eq!(labels.len(), all.len() + 1, "two controllers share a label");
     }
 
     #[test]

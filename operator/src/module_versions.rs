@@ -4,9 +4,7 @@
 //! get moduleversions` shows them. A small controller over the catalog's ModuleVersion
 //! feed, woken by changes of configuration versions and test runs.
 
-use futures::FutureExt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -18,14 +16,8 @@ use terrace_crds::ids::IdKind;
 use terrace_crds::registry::version_facts;
 use terrace_crds::{ConfigurationVersion, ModuleVersion, TestRun};
 
-use crate::catalog::{Catalog, CatalogStores, typed};
+use crate::catalog::{Catalog, WithStores, typed};
 use crate::{Context, Error, Running, Shutdown};
-
-/// What the reconciles share.
-pub struct VersionsContext {
-    base: Arc<Context>,
-    stores: CatalogStores,
-}
 
 /// The controller, run until `shutdown` resolves (call before the catalog runs).
 pub fn controller(
@@ -59,16 +51,9 @@ pub fn controller(
                 versions_using(&by_run, &res_run, run.namespace().as_deref(), &cv)
             },
             resource,
-        )
-        .graceful_shutdown_on(shutdown);
-    Ok(crate::metrics::run(
-        controller,
-        crate::metrics::CONTROLLER_MODULE_VERSIONS,
-        reconcile,
-        error_policy,
-        Arc::new(VersionsContext { base: ctx, stores }),
-    )
-    .boxed())
+        );
+    let ctx = Arc::new(WithStores { base: ctx, stores });
+    Ok(crate::metrics::MODULE_VERSIONS.running(controller, shutdown, reconcile, ctx))
 }
 
 /// The versions of namespace `ns` whose archive is configuration version `cv`.
@@ -87,11 +72,7 @@ fn versions_using(
         .collect()
 }
 
-fn error_policy(v: Arc<DynamicObject>, err: &Error, _ctx: Arc<VersionsContext>) -> Action {
-    err.log_and_retry("module version", &v.name_any(), Duration::from_secs(10))
-}
-
-async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<VersionsContext>) -> Result<Action, Error> {
+async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<WithStores>) -> Result<Action, Error> {
     let Some(v) = typed::<ModuleVersion>(&obj) else {
         return Ok(Action::await_change());
     };

@@ -4,7 +4,6 @@
 //! whose Rego lives in ConfigMaps are looked at again every few minutes (a ConfigMap edit
 //! does not wake the set).
 
-use futures::FutureExt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +19,7 @@ use terrace_crds::constants::{FIELD_MANAGER_OPERATOR, LABEL_ID};
 use terrace_crds::ids::IdKind;
 use terrace_crds::{Policy, PolicySet, PolicySetPolicy};
 
-use crate::catalog::{Catalog, CatalogStores, typed};
+use crate::catalog::{Catalog, CatalogStores, WithStores, typed};
 use crate::conditions::{Outcome, kstatus_conditions, same_conditions};
 use crate::{Context, Error, Running, Shutdown};
 
@@ -28,12 +27,6 @@ use crate::{Context, Error, Running, Shutdown};
 pub const REASON_INVALID_POLICY: &str = "InvalidPolicy";
 /// How often a set with Rego in ConfigMaps is compiled again.
 const CONFIGMAP_RECHECK: Duration = Duration::from_secs(300);
-
-/// What the reconciles share.
-pub struct SetsContext {
-    base: Arc<Context>,
-    stores: CatalogStores,
-}
 
 /// The controller, run until `shutdown` resolves (call before the catalog runs): over the
 /// catalog's PolicySet feed, woken by changes of the Policy objects a set references.
@@ -47,39 +40,26 @@ pub fn controller(
     let policies = catalog.subscribe(IdKind::Policy);
     let (by_policy, resource) = (fed.store, fed.resource);
     let res_policy = resource.clone();
-    let controller = fed
-        .controller
-        .watches_stream_with(
-            policies,
-            move |p: DynamicObject| {
-                let ns = p.namespace();
-                let object = p.name_any();
-                let id = p.labels().get(LABEL_ID).cloned();
-                by_policy
-                    .state()
-                    .into_iter()
-                    .filter(|s| s.namespace() == ns)
-                    .filter(|s| {
-                        typed::<PolicySet>(s).is_some_and(|s| s.references(&object, id.as_deref()))
-                    })
-                    .map(|s| ObjectRef::from_obj_with(s.as_ref(), res_policy.clone()))
-                    .collect::<Vec<_>>()
-            },
-            resource,
-        )
-        .graceful_shutdown_on(shutdown);
-    Ok(crate::metrics::run(
-        controller,
-        crate::metrics::CONTROLLER_POLICY_SETS,
-        reconcile,
-        error_policy,
-        Arc::new(SetsContext { base: ctx, stores }),
-    )
-    .boxed())
-}
-
-fn error_policy(s: Arc<DynamicObject>, err: &Error, _ctx: Arc<SetsContext>) -> Action {
-    err.log_and_retry("policy set", &s.name_any(), Duration::from_secs(10))
+    let controller = fed.controller.watches_stream_with(
+        policies,
+        move |p: DynamicObject| {
+            let ns = p.namespace();
+            let object = p.name_any();
+            let id = p.labels().get(LABEL_ID).cloned();
+            by_policy
+                .state()
+                .into_iter()
+                .filter(|s| s.namespace() == ns)
+                .filter(|s| {
+                    typed::<PolicySet>(s).is_some_and(|s| s.references(&object, id.as_deref()))
+                })
+                .map(|s| ObjectRef::from_obj_with(s.as_ref(), res_policy.clone()))
+                .collect::<Vec<_>>()
+        },
+        resource,
+    );
+    let ctx = Arc::new(WithStores { base: ctx, stores });
+    Ok(crate::metrics::POLICY_SETS.running(controller, shutdown, reconcile, ctx))
 }
 
 /// The Rego of `policy` (inline, or its ConfigMap key), or why it cannot be read.
@@ -125,7 +105,7 @@ pub fn policies_of(stores: &CatalogStores, set: &PolicySet) -> (Vec<PolicySetPol
     (out, missing)
 }
 
-async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<SetsContext>) -> Result<Action, Error> {
+async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<WithStores>) -> Result<Action, Error> {
     let Some(set) = typed::<PolicySet>(&obj) else {
         return Ok(Action::await_change());
     };

@@ -114,13 +114,7 @@ where
             crate::watch::of_organization(&of_org, &o, &())
         })
         .graceful_shutdown_on(shutdown);
-    metrics::run(
-        controller,
-        metrics::CONTROLLER_STATE_RETENTION,
-        reconcile,
-        error_policy,
-        rctx,
-    )
+    metrics::STATE_RETENTION.run(controller, reconcile, rctx)
 }
 
 fn versions_of(index: &Versions, ns: &str, workspace: &str) -> Vec<ObjectRef<StateVersion>> {
@@ -287,8 +281,4 @@ async fn delete_blob(secrets: &Api<Secret>, key: &str) -> Result<(), Error> {
     let first = terrace_crds::blobs::chunk_name(key, 0);
     gone(secrets.delete(&first, &DeleteParams::default()).await)?;
     Ok(())
-}
-
-fn error_policy(v: Arc<StateVersion>, err: &Error, _ctx: Arc<RetentionContext>) -> Action {
-    err.log_and_retry("state retention", &v.name_any(), Duration::from_secs(10))
 }

@@ -5,15 +5,13 @@
 //! from the one last reported (the run's [`ANNOTATION_VCS_STATUS`]), it sends it and
 //! records it; a failed send is retried.
 
-use futures::FutureExt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
-use serde_json::json;
 use terrace_crds::constants::{LABEL_ID, LABEL_ORGANIZATION};
 use terrace_crds::ids::IdKind;
 use terrace_crds::run::RunState;
@@ -52,18 +50,7 @@ pub fn controller(
         stores,
         agent,
     });
-    Ok(crate::metrics::run(
-        fed.controller.graceful_shutdown_on(shutdown),
-        crate::metrics::CONTROLLER_VCS_STATUS,
-        reconcile,
-        error_policy,
-        ctx,
-    )
-    .boxed())
-}
-
-fn error_policy(run: Arc<DynamicObject>, err: &Error, _ctx: Arc<StatusContext>) -> Action {
-    err.log_and_retry("commit status", &run.name_any(), Duration::from_secs(30))
+    Ok(crate::metrics::VCS_STATUS.running(fed.controller, shutdown, reconcile, ctx))
 }
 
 async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<StatusContext>) -> Result<Action, Error> {
@@ -176,12 +163,6 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<StatusContext>) -> Result<A
             )));
         }
     }
-    let runs: Api<Run> = Api::namespaced(client, &ns);
-    runs.patch(
-        &run.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"annotations": {ANNOTATION_VCS_STATUS: key}}})),
-    )
-    .await?;
+    crate::annotate::annotate(&client, &run, ANNOTATION_VCS_STATUS, &key).await?;
     Ok(Action::await_change())
 }

@@ -556,6 +556,22 @@ fn auto_destroy_queues_one_destroy_run() {
     assert_eq!(destroys, 1, "queued once");
     let events = dev.kubectl_ok(&["get", "events.events.k8s.io", "-n", ORG, "-o", "json"]);
     assert!(events.contains("AutoDestroyQueued"), "{events}");
+    // The run and auto-destroy controllers' reconciles are counted like every other
+    // controller's.
+    let metrics = ureq::get(&format!("{}/metrics", dev.api))
+        .call()
+        .expect("metrics")
+        .body_mut()
+        .read_to_string()
+        .expect("metrics text");
+    for controller in ["run", "auto-destroy"] {
+        let counted = metrics.lines().any(|l| {
+            l.starts_with(&format!(
+                r#"terrace_reconciles_total{{controller="{controller}"}}"#
+            )) && !l.ends_with(" 0")
+        });
+        assert!(counted, "no reconciles of {controller} in\n{metrics}");
+    }
 }
 
 /// Workspace variables reach the run: terraform ones (plain, HCL, sensitive), env ones;

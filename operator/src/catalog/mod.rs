@@ -105,6 +105,13 @@ pub fn targets() -> Vec<Target> {
     ]
 }
 
+/// What a controller that reads only the catalog's caches shares between its reconciles
+/// (module versions, policy sets).
+pub struct WithStores {
+    pub base: Arc<Context>,
+    pub stores: CatalogStores,
+}
+
 /// The catalog controllers' caches, one per kind (trimmed objects, see [`crate::watch`]),
 /// for every controller of the operator to read.
 #[derive(Clone)]

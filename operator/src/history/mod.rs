@@ -135,15 +135,7 @@ where
             crate::watch::of_organization(&ws_of_org, &o, &())
         })
         .graceful_shutdown_on(shutdown.clone());
-    let runs = metrics::run(
-        runs,
-        metrics::CONTROLLER_HISTORY,
-        reconcile_workspace,
-        |w: Arc<Workspace>, e: &Error, _| {
-            e.log_and_retry("history", &w.name_any(), Duration::from_secs(30))
-        },
-        hctx.clone(),
-    );
+    let runs = metrics::HISTORY.run(runs, reconcile_workspace, hctx.clone());
 
     // Test runs, per module.
     let (resource, modules) = stores.store(IdKind::RegistryModule)?;
@@ -165,15 +157,7 @@ where
         crate::watch::of_organization(&of_org, &o, &res_org)
     })
     .graceful_shutdown_on(shutdown);
-    let tests = metrics::run(
-        tests,
-        metrics::CONTROLLER_HISTORY,
-        reconcile_module,
-        |m: Arc<DynamicObject>, e: &Error, _| {
-            e.log_and_retry("history", &m.name_any(), Duration::from_secs(30))
-        },
-        hctx,
-    );
+    let tests = metrics::HISTORY.run(tests, reconcile_module, hctx);
     Ok(async move {
         tokio::join!(runs, tests);
     })

@@ -18,7 +18,6 @@
 
 pub mod send;
 
-use futures::FutureExt;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -88,16 +87,13 @@ pub fn controller(
         resource.clone(),
         projects.clone(),
     );
-    let controller = fed
-        .controller
-        .watches_stream_with(
-            run_changes,
-            move |run: DynamicObject| {
-                configs_of_run(&res_for_map, &by_run, &ws_for_map, &prj_for_map, &run)
-            },
-            resource,
-        )
-        .graceful_shutdown_on(shutdown);
+    let controller = fed.controller.watches_stream_with(
+        run_changes,
+        move |run: DynamicObject| {
+            configs_of_run(&res_for_map, &by_run, &ws_for_map, &prj_for_map, &run)
+        },
+        resource,
+    );
     let nctx = Arc::new(NotifyContext {
         sender: Sender::new(ctx.settings.notification_allowed_cidrs.0.clone()),
         recorder: crate::events::new_recorder(&ctx.client),
@@ -109,18 +105,7 @@ pub fn controller(
         attempts: Mutex::default(),
         written: Mutex::default(),
     });
-    Ok(crate::metrics::run(
-        controller,
-        crate::metrics::CONTROLLER_NOTIFY,
-        reconcile,
-        error_policy,
-        nctx,
-    )
-    .boxed())
-}
-
-fn error_policy(nc: Arc<DynamicObject>, err: &Error, _ctx: Arc<NotifyContext>) -> Action {
-    err.log_and_retry("notification", &nc.name_any(), Duration::from_secs(10))
+    Ok(crate::metrics::NOTIFY.running(controller, shutdown, reconcile, nctx))
 }
 
 /// The workspace's names: its ID and TFE name.

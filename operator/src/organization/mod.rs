@@ -35,7 +35,6 @@ pub mod decide;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::Stream;
 use k8s_openapi::api::core::v1::Namespace;
@@ -110,13 +109,7 @@ pub fn controller(
             ApiResource::erase::<Project>(&()),
         )
         .graceful_shutdown_on(shutdown);
-    metrics::run(
-        controller,
-        metrics::CONTROLLER_ORGANIZATION,
-        reconcile,
-        error_policy,
-        octx,
-    )
+    metrics::ORGANIZATION.run(controller, reconcile, octx)
 }
 
 async fn reconcile(org: Arc<Organization>, ctx: Arc<OrgContext>) -> Result<Action, Error> {
@@ -216,10 +209,6 @@ async fn finish(
         Some(after) => Action::requeue(after),
         None => Action::await_change(),
     })
-}
-
-fn error_policy(org: Arc<Organization>, err: &Error, _ctx: Arc<OrgContext>) -> Action {
-    err.log_and_retry("organization", &org.name_any(), Duration::from_secs(5))
 }
 
 /// Puts in place what namespace `ns` must carry for `org` ([`desired_namespace`]): a

@@ -60,18 +60,8 @@ where
             w.spec.auto_destroy_at.is_some() || w.spec.auto_destroy_activity_duration.is_some()
         }))
     });
-    crate::metrics::bounded(Controller::for_stream(changes, workspaces))
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, c)
-        .for_each(|res| async move {
-            if let Err(e) = res {
-                tracing::debug!(error = %e, "auto-destroy reconcile");
-            }
-        })
-}
-
-fn error_policy(ws: Arc<Workspace>, err: &Error, _ctx: Arc<Ctx>) -> Action {
-    err.log_and_retry("auto-destroy", &ws.name_any(), Duration::from_secs(30))
+    let controller = Controller::for_stream(changes, workspaces).graceful_shutdown_on(shutdown);
+    crate::metrics::AUTO_DESTROY.run(controller, reconcile, c)
 }
 
 async fn reconcile(ws: Arc<Workspace>, ctx: Arc<Ctx>) -> Result<Action, Error> {

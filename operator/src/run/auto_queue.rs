@@ -6,14 +6,11 @@
 //! so a retry after a crash (or a second replica) finds the same object (409) instead of
 //! queuing a second run; the marker annotation [`ANNOTATION_RUN_QUEUED`] records it.
 
-use futures::FutureExt;
 use std::sync::Arc;
-use std::time::Duration;
 
-use kube::api::{DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DynamicObject, ObjectMeta, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
-use serde_json::json;
 use terrace_crds::constants::{LABEL_ID, LABEL_ORGANIZATION, LABEL_WORKSPACE_ID};
 use terrace_crds::ids::{IdKind, object_name_for_id};
 use terrace_crds::{ConfigurationVersion, Run, RunSpec, Workspace};
@@ -33,18 +30,7 @@ pub fn controller(
     shutdown: Shutdown,
 ) -> Result<Running, Error> {
     let fed = catalog.controller(IdKind::ConfigurationVersion)?;
-    Ok(crate::metrics::run(
-        fed.controller.graceful_shutdown_on(shutdown),
-        crate::metrics::CONTROLLER_RUN_AUTO_QUEUE,
-        reconcile,
-        error_policy,
-        ctx,
-    )
-    .boxed())
-}
-
-fn error_policy(cv: Arc<DynamicObject>, err: &Error, _ctx: Arc<Context>) -> Action {
-    err.log_and_retry("run of an upload", &cv.name_any(), Duration::from_secs(5))
+    Ok(crate::metrics::RUN_AUTO_QUEUE.running(fed.controller, shutdown, reconcile, ctx))
 }
 
 /// The run ID of configuration version `cv_id` (`cv-X` → `run-X`).
@@ -128,13 +114,7 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
         Err(kube::Error::Api(s)) if s.code == 409 => {}
         Err(e) => return Err(e.into()),
     }
-    let cvs: Api<ConfigurationVersion> = Api::namespaced(ctx.client.clone(), &ns);
-    cvs.patch(
-        &cv.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"annotations": {ANNOTATION_RUN_QUEUED: run_id}}})),
-    )
-    .await?;
+    crate::annotate::annotate(&ctx.client, &cv, ANNOTATION_RUN_QUEUED, &run_id).await?;
     Ok(Action::await_change())
 }
 

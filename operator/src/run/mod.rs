@@ -127,14 +127,7 @@ where
     let pod_watch = pods.into_stream().for_each(|_| futures::future::ready(()));
     // The assessment scheduler reads the same caches and stops with the controller.
     let schedule = assess::scheduler(rctx.clone());
-    let main = crate::metrics::bounded(controller)
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, rctx)
-        .for_each(|res| async move {
-            if let Err(e) = res {
-                tracing::debug!(error = %e, "run reconcile");
-            }
-        });
+    let main = crate::metrics::RUN.run(controller.graceful_shutdown_on(shutdown), reconcile, rctx);
     async move {
         tokio::select! {
             () = main => {}
@@ -151,10 +144,6 @@ fn waiting_in(runs: &[Arc<Run>], ns: Option<&str>, ws: &str) -> Vec<ObjectRef<Ru
         .filter(|r| state_of(r) == RunState::Pending)
         .map(|r| ObjectRef::from_obj(r.as_ref()))
         .collect()
-}
-
-fn error_policy(run: Arc<Run>, err: &Error, _ctx: Arc<RunContext>) -> Action {
-    err.log_and_retry("run", &run.name_any(), Duration::from_secs(5))
 }
 
 fn state_of(run: &Run) -> RunState {

@@ -7,10 +7,9 @@
 
 use std::sync::Arc;
 
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
-use serde_json::json;
 use terrace_crds::constants::LABEL_ID;
 use terrace_crds::ids::IdKind;
 use terrace_crds::resources::Named;
@@ -75,13 +74,7 @@ pub async fn queue(ctx: &RunContext, run: &Run, run_id: &str) -> Result<(), Erro
             queue_one(ctx, run_id, source, target).await?;
         }
     }
-    let api: Api<Run> = Api::namespaced(ctx.base.client.clone(), &ns);
-    api.patch(
-        &run.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"annotations": {ANNOTATION_TRIGGERED: "true"}}})),
-    )
-    .await?;
+    crate::annotate::annotate(&ctx.base.client, run, ANNOTATION_TRIGGERED, "true").await?;
     Ok(())
 }
 

@@ -14,7 +14,6 @@
 //! - create the TestRun [`run_name`] (deterministic: a retry after a crash, or a 409
 //!   AlreadyExists, finds the same object), owned by the module, then mark `created`.
 
-use futures::FutureExt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,8 +37,6 @@ use crate::catalog::{Catalog, CatalogStores, typed};
 use crate::identity::Organizations;
 use crate::{Context, Error, Running, Shutdown, metrics};
 
-/// Controller label of the automatic test run controller.
-pub const CONTROLLER: &str = "automatic-testrun";
 /// Attempts of a guarded marker write that keeps meeting concurrent writers.
 const MARKER_ATTEMPTS: u32 = 10;
 
@@ -67,18 +64,7 @@ pub fn controller(
         catalog: catalog.stores(),
         runs,
     });
-    Ok(metrics::run(
-        fed.controller.graceful_shutdown_on(shutdown),
-        CONTROLLER,
-        reconcile,
-        error_policy,
-        actx,
-    )
-    .boxed())
-}
-
-fn error_policy(cv: Arc<DynamicObject>, err: &Error, _ctx: Arc<AutoContext>) -> Action {
-    err.log_and_retry("automatic test run", &cv.name_any(), Duration::from_secs(5))
+    Ok(metrics::AUTOMATIC_TEST_RUN.running(fed.controller, shutdown, reconcile, actx))
 }
 
 fn marker_of(cv: &ConfigurationVersion) -> Option<&str> {

@@ -145,21 +145,15 @@ pub fn controller(
             }
         }
     };
-    let main = crate::metrics::run(
+    let main = crate::metrics::TEST_RUN.run(
         controller.graceful_shutdown_on(shutdown.clone()),
-        crate::metrics::CONTROLLER_TEST_RUN,
         reconcile,
-        error_policy,
         rctx,
     );
     let janitor = janitor::controller(ctx, store, pods, shutdown);
     async move {
         tokio::join!(main, janitor, waker, automatic);
     }
-}
-
-fn error_policy(run: Arc<TestRun>, err: &Error, _ctx: Arc<RunContext>) -> Action {
-    err.log_and_retry("test run", &run.name_any(), Duration::from_secs(5))
 }
 
 async fn reconcile(run: Arc<TestRun>, ctx: Arc<RunContext>) -> Result<Action, Error> {

@@ -315,13 +315,7 @@ where
             same_name_siblings(&candidates, &w)
         })
         .graceful_shutdown_on(shutdown);
-    metrics::run(
-        controller,
-        metrics::CONTROLLER_WORKSPACE,
-        reconcile,
-        error_policy,
-        wctx,
-    )
+    metrics::WORKSPACE.run(controller, reconcile, wctx)
 }
 
 async fn reconcile(ws: Arc<Workspace>, ctx: Arc<WsContext>) -> Result<Action, Error> {
@@ -474,10 +468,6 @@ pub(crate) fn default_project(
                 p.name_any(),
             )
         })
-}
-
-fn error_policy(ws: Arc<Workspace>, err: &Error, _ctx: Arc<WsContext>) -> Action {
-    err.log_and_retry("workspace", &ws.name_any(), Duration::from_secs(5))
 }
 
 #[cfg(test)]
