@@ -393,6 +393,32 @@ pub async fn delete_owned_secret(
     }
 }
 
+/// Secret `name` holding `data` in `owner`'s namespace, labelled with the owner's ID `id`
+/// and owned by it (its controller owner reference: deleting the owner deletes the
+/// Secret): the values a kind keeps out of its spec (SSH keys, VCS connections), to create.
+pub fn secret_of<K>(
+    owner: &K,
+    id: &str,
+    name: String,
+    data: BTreeMap<String, k8s_openapi::ByteString>,
+) -> k8s_openapi::api::core::v1::Secret
+where
+    K: Resource<DynamicType = ()>,
+{
+    k8s_openapi::api::core::v1::Secret {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: owner.meta().namespace.clone(),
+            labels: Some(BTreeMap::from([(LABEL_ID.to_owned(), id.to_owned())])),
+            owner_references: owner.controller_owner_ref(&()).map(|o| vec![o]),
+            ..Default::default()
+        },
+        type_: Some("Opaque".into()),
+        data: Some(data),
+        ..Default::default()
+    }
+}
+
 /// Writes `value` under `key` in Secret `name` (the owner's namespace), owned by `owner`
 /// (its controller owner reference, so deleting the owner deletes the Secret), with a
 /// forced server-side apply as the API's field manager: created or replaced whole. The

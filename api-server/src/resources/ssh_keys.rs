@@ -10,9 +10,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use terrace_crds::common::SecretKeyRef;
-use terrace_crds::constants::LABEL_ID;
 use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
 use terrace_crds::{SshKey, SshKeySpec, Workspace};
 
@@ -155,18 +154,7 @@ async fn create(
     };
     let keys = write::api::<SshKey>(&state, &ns);
     let created = keys.create(&PostParams::default(), &key).await?;
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some(secret_name),
-            namespace: Some(ns.clone()),
-            labels: Some(BTreeMap::from([(LABEL_ID.to_owned(), id.clone())])),
-            owner_references: created.controller_owner_ref(&()).map(|o| vec![o]),
-            ..Default::default()
-        },
-        type_: Some("Opaque".into()),
-        data: Some(secret_data(&value)),
-        ..Default::default()
-    };
+    let secret = write::secret_of(&created, &id, secret_name, secret_data(&value));
     let secrets = write::api::<Secret>(&state, &ns);
     if let Err(e) = secrets.create(&PostParams::default(), &secret).await {
         let _ = keys.delete(&object_name, &DeleteParams::default()).await;

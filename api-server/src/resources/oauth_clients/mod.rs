@@ -10,9 +10,8 @@ use std::collections::BTreeMap;
 use axum::http::HeaderMap;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use terrace_crds::common::SecretKeyRef;
-use terrace_crds::constants::LABEL_ID;
 use terrace_crds::ids::{IdKind, is_valid_id, new_id, object_name_for_id};
 use terrace_crds::vcs::triggers::Triggers;
 use terrace_crds::vcs::{self, Forge, SERVICE_PROVIDERS};
@@ -387,18 +386,7 @@ async fn create(
     if let Some(k) = a.secret.as_deref().filter(|k| !k.is_empty()) {
         data.insert(OAUTH_SECRET_KEY.to_owned(), bytes(k));
     }
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some(secret_name),
-            namespace: Some(ns.clone()),
-            labels: Some(BTreeMap::from([(LABEL_ID.to_owned(), id.clone())])),
-            owner_references: created.controller_owner_ref(&()).map(|o| vec![o]),
-            ..Default::default()
-        },
-        type_: Some("Opaque".into()),
-        data: Some(data),
-        ..Default::default()
-    };
+    let secret = write::secret_of(&created, &id, secret_name, data);
     if let Err(e) = write::api::<Secret>(&state, &ns)
         .create(&PostParams::default(), &secret)
         .await
@@ -451,18 +439,7 @@ pub(super) async fn put_secret_values(
     {
         Ok(_) => {}
         Err(kube::Error::Api(e)) if e.code == 404 => {
-            let secret = Secret {
-                metadata: ObjectMeta {
-                    name: Some(name.clone()),
-                    namespace: Some(ns.clone()),
-                    labels: Some(BTreeMap::from([(LABEL_ID.to_owned(), id_of(t))])),
-                    owner_references: t.controller_owner_ref(&()).map(|o| vec![o]),
-                    ..Default::default()
-                },
-                type_: Some("Opaque".into()),
-                data: Some(data),
-                ..Default::default()
-            };
+            let secret = write::secret_of(t, &id_of(t), name.clone(), data);
             secrets.create(&PostParams::default(), &secret).await?;
         }
         Err(e) => return Err(e.into()),
