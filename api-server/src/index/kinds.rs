@@ -140,38 +140,6 @@ impl Indexed for Organization {
     }
 }
 
-impl Indexed for Project {
-    const NAME: &'static str = "Project";
-    fn put(inner: &mut Inner, o: Self) {
-        inner.put_project(o);
-    }
-    fn remove_key(inner: &mut Inner, key: &str) {
-        inner.remove_project(key);
-    }
-    fn clear(inner: &mut Inner) {
-        inner.projects.clear();
-        inner.project_by_id.clear();
-        inner.project_by_name.clear();
-        inner.default_project_by_ns.clear();
-    }
-    fn by_id<'a>(inner: &'a Inner, id: &str) -> Option<&'a Arc<Self>> {
-        inner.project(id)
-    }
-    fn by_key<'a>(inner: &'a Inner, key: &str) -> Option<&'a Arc<Self>> {
-        inner.projects.get(key)
-    }
-    fn count(inner: &Inner) -> usize {
-        inner.projects.len()
-    }
-    fn in_namespace(inner: &Inner, ns: &str) -> Vec<Arc<Self>> {
-        inner
-            .projects_in(ns)
-            .filter(|p| super::id_label(p.as_ref()).is_some())
-            .cloned()
-            .collect()
-    }
-}
-
 impl Indexed for Workspace {
     const NAME: &'static str = "Workspace";
     fn put(inner: &mut Inner, o: Self) {
@@ -250,6 +218,13 @@ macro_rules! keyed {
     };
 }
 
+keyed!(
+    Project,
+    projects,
+    Inner::put_project,
+    Inner::remove_project,
+    Inner::clear_projects
+);
 keyed!(SshKey, ssh_keys);
 keyed!(AgentPool, agent_pools);
 keyed!(OAuthToken, oauth_tokens);
@@ -283,34 +258,10 @@ keyed!(
     Inner::clear_vars
 );
 
-impl Indexed for StateVersion {
-    const NAME: &'static str = "StateVersion";
-    fn put(inner: &mut Inner, o: Self) {
-        inner.put_state_version(o);
-    }
-    fn remove_key(inner: &mut Inner, key: &str) {
-        inner.remove_state_version(key);
-    }
-    fn clear(inner: &mut Inner) {
-        inner.state_versions.clear();
-        inner.sv_by_workspace = Default::default();
-        inner.sv_by_output.clear();
-    }
-    fn by_id<'a>(inner: &'a Inner, id: &str) -> Option<&'a Arc<Self>> {
-        inner.state_versions.get(id)
-    }
-    fn by_key<'a>(inner: &'a Inner, key: &str) -> Option<&'a Arc<Self>> {
-        inner.state_versions.by_uid(key)
-    }
-    fn count(inner: &Inner) -> usize {
-        inner.state_versions.by_uid.len()
-    }
-    fn in_namespace(inner: &Inner, ns: &str) -> Vec<Arc<Self>> {
-        inner
-            .state_versions
-            .in_namespace(ns)
-            .filter(|o| super::id_label(o.as_ref()).is_some())
-            .cloned()
-            .collect()
-    }
-}
+keyed!(
+    StateVersion,
+    state_versions,
+    Inner::put_state_version,
+    Inner::remove_state_version,
+    Inner::clear_state_versions
+);

@@ -56,8 +56,7 @@ pub struct Inner {
     orgs: HashMap<String, Arc<Organization>>,
     org_by_tfe_name: HashMap<String, String>,
     org_by_namespace: HashMap<String, String>,
-    projects: HashMap<String, Arc<Project>>,
-    project_by_id: HashMap<String, String>,
+    projects: Keyed<Project>,
     /// (namespace, object name) → uid.
     project_by_name: HashMap<(String, String), String>,
     /// namespace → uid of its default project.
@@ -331,26 +330,19 @@ impl Inner {
     fn put_project(&mut self, p: Project) {
         let key = uid(&p);
         self.remove_project(&key);
-        if let Some(id) = id_label(&p) {
-            self.project_by_id.insert(id, key.clone());
-        }
         let ns = p.namespace().unwrap_or_default();
         if is_default_project(&p) {
             self.default_project_by_ns.insert(ns.clone(), key.clone());
         }
-        self.project_by_name.insert((ns, p.name_any()), key.clone());
-        self.projects.insert(key, Arc::new(p));
+        self.project_by_name.insert((ns, p.name_any()), key);
+        self.projects.put(p);
     }
 
     fn remove_project(&mut self, key: &str) {
-        let Some(old) = self.projects.remove(key) else {
+        let Some(old) = self.projects.by_uid(key).cloned() else {
             return;
         };
-        if let Some(id) = id_label(old.as_ref())
-            && self.project_by_id.get(&id).is_some_and(|k| k == key)
-        {
-            self.project_by_id.remove(&id);
-        }
+        self.projects.remove(key);
         let ns = old.namespace().unwrap_or_default();
         if self
             .default_project_by_ns
@@ -367,6 +359,12 @@ impl Inner {
         {
             self.project_by_name.remove(&name_key);
         }
+    }
+
+    fn clear_projects(&mut self) {
+        self.projects.clear();
+        self.project_by_name.clear();
+        self.default_project_by_ns.clear();
     }
 
     fn put_workspace(&mut self, mut w: Workspace) {
@@ -457,23 +455,19 @@ impl Inner {
 
     /// The project with this ID.
     pub fn project(&self, id: &str) -> Option<&Arc<Project>> {
-        self.project_by_id
-            .get(id)
-            .and_then(|k| self.projects.get(k))
+        self.projects.get(id)
     }
 
     /// Projects of a namespace.
     pub fn projects_in<'a>(&'a self, ns: &'a str) -> impl Iterator<Item = &'a Arc<Project>> + 'a {
-        self.projects
-            .values()
-            .filter(move |p| p.namespace().as_deref() == Some(ns))
+        self.projects.in_namespace(ns)
     }
 
     /// The default project of namespace `ns`.
     pub fn default_project(&self, ns: &str) -> Option<&Arc<Project>> {
         self.default_project_by_ns
             .get(ns)
-            .and_then(|k| self.projects.get(k))
+            .and_then(|k| self.projects.by_uid(k))
     }
 
     /// The project a workspace belongs to: its named project, else the default one.
@@ -489,7 +483,7 @@ impl Inner {
     pub fn project_named(&self, ns: &str, name: &str) -> Option<&Arc<Project>> {
         self.project_by_name
             .get(&(ns.to_owned(), name.to_owned()))
-            .and_then(|k| self.projects.get(k))
+            .and_then(|k| self.projects.by_uid(k))
     }
 
     /// The workspace with this ID.
@@ -722,6 +716,12 @@ impl Inner {
         }
         self.state_versions.remove(key);
         self.refresh_current(&wk);
+    }
+
+    fn clear_state_versions(&mut self) {
+        self.state_versions.clear();
+        self.sv_by_workspace = Default::default();
+        self.sv_by_output.clear();
     }
 
     /// Number of indexed objects per kind.
