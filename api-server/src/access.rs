@@ -524,6 +524,21 @@ impl<K: Guarded, N> Found<K, N> {
             .require_or_403(&self.caller, &self.at.check(verb), detail)
             .await
     }
+
+    /// `DELETE` of the object when the caller may `delete` it (else 403 with `detail`);
+    /// what it owns (its Secrets) goes with it through the garbage collector. 204.
+    pub async fn delete(
+        &self,
+        state: &AppState,
+        detail: &'static str,
+    ) -> Result<axum::response::Response, ApiError>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    {
+        self.require(state, "delete", detail).await?;
+        write::delete_if_present(state, self.at.obj.as_ref()).await?;
+        Ok(crate::render::no_content())
+    }
 }
 
 impl<K: Guarded, N: Need> FromRequestParts<AppState> for Found<K, N> {

@@ -500,10 +500,8 @@ async fn remove(
     State(state): State<AppState>,
     f: Found<NotificationConfiguration>,
 ) -> Result<Response, ApiError> {
-    f.require(&state, "delete", NOT_YOURS).await?;
     // The token's Secret is owned by it: the garbage collector takes it.
-    write::delete_if_present(&state, f.at.obj.as_ref()).await?;
-    Ok(no_content())
+    f.delete(&state, NOT_YOURS).await
 }
 
 /// Has the operator send a verification: sets the request annotation to a new token and

@@ -538,17 +538,8 @@ async fn remove(
     State(state): State<AppState>,
     FoundClient(f): FoundClient,
 ) -> Result<Response, ApiError> {
-    f.require(&state, "delete", NO_DELETE).await?;
-    delete_connection(&state, &f).await
-}
-
-/// Deletes connection `f` (its Secret goes with it, as it owns it).
-pub async fn delete_connection(
-    state: &AppState,
-    f: &Found<OAuthToken>,
-) -> Result<Response, ApiError> {
-    write::delete(state, f.at.obj.as_ref()).await?;
-    Ok(no_content())
+    // Its Secret goes with it, as it owns it.
+    f.delete(&state, NO_DELETE).await
 }
 
 async fn tokens_of(FoundClient(f): FoundClient, q: QueryParams) -> Result<Doc, ApiError> {

@@ -80,6 +80,5 @@ async fn update(
 
 /// Deleting the token deletes the connection (its client has no other token).
 async fn remove(State(state): State<AppState>, f: Found<OAuthToken>) -> Result<Response, ApiError> {
-    f.require(&state, "delete", NO_DELETE).await?;
-    super::delete_connection(&state, &f).await
+    f.delete(&state, NO_DELETE).await
 }

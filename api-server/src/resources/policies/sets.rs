@@ -420,11 +420,9 @@ pub(super) async fn remove_set(
     State(state): State<AppState>,
     f: Found<PolicySet>,
 ) -> Result<Response, ApiError> {
-    f.require(&state, "delete", SET_NOT_YOURS).await?;
     // The Secrets of its sensitive parameters are owned by it: the garbage collector
     // takes them.
-    write::delete_if_present(&state, f.at.obj.as_ref()).await?;
-    Ok(no_content())
+    f.delete(&state, SET_NOT_YOURS).await
 }
 
 /// `POST` (add) or `DELETE` (remove) of `/policy-sets/:id/relationships/policies`.
