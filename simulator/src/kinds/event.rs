@@ -26,6 +26,18 @@ fn new_api() -> ResKey {
     (GROUP.into(), "events".into())
 }
 
+/// The fields both APIs have, as (core `v1` name, `events.k8s.io/v1` name): copied across
+/// under the other API's name in either direction.
+const RENAMED: &[(&str, &str)] = &[
+    ("involvedObject", "regarding"),
+    ("related", "related"),
+    ("reason", "reason"),
+    ("message", "note"),
+    ("type", "type"),
+    ("action", "action"),
+    ("reportingInstance", "reportingInstance"),
+];
+
 /// The other API's copy of `obj` (of group `group`).
 fn mirror(group: &str, obj: &Value) -> Value {
     let get = |k: &str| obj.get(k).cloned().unwrap_or(Value::Null);
@@ -35,20 +47,22 @@ fn mirror(group: &str, obj: &Value) -> Value {
             m.remove(k);
         }
     }
+    let to_core = group == GROUP;
     let mut out = Map::new();
-    if group == GROUP {
-        out.insert("apiVersion".into(), json!("v1"));
-        out.insert("kind".into(), json!("Event"));
-        out.insert("metadata".into(), meta);
-        out.insert("involvedObject".into(), get("regarding"));
-        out.insert("related".into(), get("related"));
-        out.insert("reason".into(), get("reason"));
-        out.insert("message".into(), get("note"));
-        out.insert("type".into(), get("type"));
-        out.insert("action".into(), get("action"));
+    let api_version = if to_core { "v1" } else { "events.k8s.io/v1" };
+    out.insert("apiVersion".into(), json!(api_version));
+    out.insert("kind".into(), json!("Event"));
+    out.insert("metadata".into(), meta);
+    for (core, new) in RENAMED {
+        let (from, to) = if to_core { (new, core) } else { (core, new) };
+        out.insert((*to).into(), get(from));
+    }
+    if let Some(s) = obj.get("series") {
+        out.insert("series".into(), s.clone());
+    }
+    if to_core {
         out.insert("eventTime".into(), get("eventTime"));
         out.insert("reportingComponent".into(), get("reportingController"));
-        out.insert("reportingInstance".into(), get("reportingInstance"));
         out.insert(
             "source".into(),
             json!({"component": get("reportingController")}),
@@ -71,19 +85,7 @@ fn mirror(group: &str, obj: &Value) -> Value {
             .unwrap_or_else(|| first.clone());
         out.insert("firstTimestamp".into(), first);
         out.insert("lastTimestamp".into(), last);
-        if let Some(s) = series {
-            out.insert("series".into(), s.clone());
-        }
     } else {
-        out.insert("apiVersion".into(), json!("events.k8s.io/v1"));
-        out.insert("kind".into(), json!("Event"));
-        out.insert("metadata".into(), meta);
-        out.insert("regarding".into(), get("involvedObject"));
-        out.insert("related".into(), get("related"));
-        out.insert("reason".into(), get("reason"));
-        out.insert("note".into(), get("message"));
-        out.insert("type".into(), get("type"));
-        out.insert("action".into(), get("action"));
         let time = obj
             .get("eventTime")
             .filter(|t| !t.is_null())
@@ -98,14 +100,10 @@ fn mirror(group: &str, obj: &Value) -> Value {
             .or_else(|| obj.get("source").and_then(|s| s.get("component")).cloned())
             .unwrap_or(Value::Null);
         out.insert("reportingController".into(), controller);
-        out.insert("reportingInstance".into(), get("reportingInstance"));
         out.insert("deprecatedCount".into(), get("count"));
         out.insert("deprecatedFirstTimestamp".into(), get("firstTimestamp"));
         out.insert("deprecatedLastTimestamp".into(), get("lastTimestamp"));
         out.insert("deprecatedSource".into(), get("source"));
-        if let Some(s) = obj.get("series") {
-            out.insert("series".into(), s.clone());
-        }
     }
     out.retain(|_, v| !v.is_null());
     Value::Object(out)
@@ -148,25 +146,55 @@ mod tests {
     use super::*;
 
     #[test]
-    fn fields_are_renamed_both_ways() {
-        let new = json!({
+    fn an_event_reads_the_same_through_either_api() {
+        let written = json!({
             "apiVersion": "events.k8s.io/v1", "kind": "Event",
-            "metadata": {"name": "e1", "namespace": "acme", "uid": "u1"},
-            "regarding": {"kind": "Run", "name": "r"}, "reason": "Applied",
-            "note": "run is applied", "type": "Normal", "action": "Apply",
-            "eventTime": "2026-11-29T00:00:00.000000Z",
-            "reportingController": "terrace-operator", "reportingInstance": "op-1",
+            "metadata": {"name": "e1", "namespace": "org", "uid": "u1", "resourceVersion": "7"},
+            "regarding": {"kind": "Run", "name": "run-1"},
+            "reason": "Applied", "note": "done", "type": "Normal", "action": "Run",
+            "eventTime": "2026-01-01T00:00:00.000000Z",
+            "reportingController": "terrace-operator", "reportingInstance": "pod-1",
+            "series": {"count": 3, "lastObservedTime": "2026-01-01T00:05:00.000000Z"},
         });
-        let core = mirror(GROUP, &new);
+        let core = mirror(GROUP, &written);
         assert_eq!(core["apiVersion"], "v1");
-        assert_eq!(core["involvedObject"]["name"], "r");
-        assert_eq!(core["message"], "run is applied");
+        assert_eq!(core["involvedObject"], written["regarding"]);
+        assert_eq!(core["message"], "done");
+        assert_eq!(core["reason"], "Applied");
+        assert_eq!(core["type"], "Normal");
+        assert_eq!(core["action"], "Run");
+        assert_eq!(core["reportingComponent"], "terrace-operator");
+        assert_eq!(core["reportingInstance"], "pod-1");
         assert_eq!(core["source"]["component"], "terrace-operator");
-        assert_eq!(core["count"], 1);
+        assert_eq!(core["count"], 3);
+        assert_eq!(core["firstTimestamp"], written["eventTime"]);
+        assert_eq!(core["lastTimestamp"], "2026-01-01T00:05:00.000000Z");
+        assert!(core.get("related").is_none(), "absent fields stay absent");
         assert!(core["metadata"].get("uid").is_none());
+
         let back = mirror("", &core);
-        for k in ["regarding", "reason", "note", "type", "reportingController"] {
-            assert_eq!(back[k], new[k], "{k}");
+        assert_eq!(back["apiVersion"], "events.k8s.io/v1");
+        for k in ["regarding", "reason", "note", "type", "action", "eventTime"] {
+            assert_eq!(back[k], written[k], "{k}");
         }
+        assert_eq!(back["reportingController"], "terrace-operator");
+        assert_eq!(back["reportingInstance"], "pod-1");
+        assert_eq!(back["deprecatedCount"], 3);
+        assert_eq!(back["series"], written["series"]);
+    }
+
+    #[test]
+    fn a_core_event_without_an_event_time_takes_its_first_timestamp() {
+        let core = json!({
+            "apiVersion": "v1", "kind": "Event", "metadata": {"name": "e2"},
+            "involvedObject": {"kind": "Pod", "name": "p"}, "message": "pulled",
+            "firstTimestamp": "2026-01-01T00:00:00Z", "source": {"component": "kubelet"},
+        });
+        let new = mirror("", &core);
+        assert_eq!(new["regarding"], core["involvedObject"]);
+        assert_eq!(new["note"], "pulled");
+        assert_eq!(new["eventTime"], "2026-01-01T00:00:00Z");
+        assert_eq!(new["reportingController"], "kubelet");
+        assert_eq!(new["deprecatedSource"], core["source"]);
     }
 }
