@@ -5,7 +5,8 @@
 //! Rules are compiled when the CRD is registered ([`compile_rules`], called by
 //! [`crate::schema::Structural::from_crd_schema`]): a rule that does not parse, or that names
 //! a variable or function this evaluator does not provide, rejects the CRD, as kube-apiserver
-//! rejects CRDs with rules that do not compile. On every write, [`validate_tree`] walks the
+//! rejects CRDs with rules that do not compile. On every write, the schema's walk
+//! ([`crate::schema::Structural::validate`]) walks the
 //! object with its schema and evaluates each node's rules with `self` bound to the node's
 //! value and, for transition rules (rules that mention `oldSelf`), `oldSelf` bound to the
 //! correlated old value (same key in objects and granular maps, same key fields in
@@ -54,11 +55,10 @@
 //! - Fields of objects with `x-kubernetes-preserve-unknown-fields` that the schema does not
 //!   declare are visible to rules (real: not accessible).
 
-use crate::schema::{FieldError, Structural, go_quote};
+use crate::gofmt::go_quote;
 use kube_cel::KubeCelExt;
 use kube_cel::cel::{Context, ExecutionError, Program, Value as CelValue};
 use serde_json::Value;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// One compiled `x-kubernetes-validations` entry.
@@ -253,7 +253,7 @@ pub fn compile_rules(validations: &Value, path: &str) -> Result<Vec<Rule>, Strin
     let list = validations.as_array().ok_or_else(|| {
         format!(
             "{path}: Invalid value: {}: must be a list",
-            crate::schema::render(validations)
+            crate::gofmt::render(validations)
         )
     })?;
     let mut rules = Vec::with_capacity(list.len());
@@ -494,187 +494,47 @@ pub fn escape(ident: &str) -> Option<String> {
     Some(out)
 }
 
-/// Converts a JSON value to the CEL value a rule sees, guided by its schema: declared
-/// properties under their escaped names, maps (`additionalProperties`) with their keys,
-/// `number` fields as doubles, the root and embedded resources with `apiVersion`, `kind`
-/// and `metadata.name`/`generateName`.
-pub fn to_cel(v: &Value, s: Option<&Structural>, resource: bool) -> CelValue {
-    match v {
-        Value::Null => CelValue::Null,
-        Value::Bool(b) => CelValue::Bool(*b),
-        Value::String(text) => CelValue::String(Arc::new(text.clone())),
-        Value::Number(n) => {
-            if s.is_some_and(|s| s.type_ == "number") {
-                CelValue::Float(n.as_f64().unwrap_or(0.0))
-            } else if let Some(i) = n.as_i64() {
-                CelValue::Int(i)
-            } else if let Some(u) = n.as_u64() {
-                CelValue::UInt(u)
-            } else {
-                CelValue::Float(n.as_f64().unwrap_or(0.0))
-            }
-        }
-        Value::Array(list) => {
-            let items = s.and_then(|s| s.items.as_deref());
-            CelValue::List(Arc::new(
-                list.iter().map(|x| to_cel(x, items, false)).collect(),
-            ))
-        }
-        Value::Object(m) => {
-            let mut out: HashMap<String, CelValue> = HashMap::new();
-            let resource = resource || s.is_some_and(|s| s.embedded);
-            match s {
-                Some(s) if !s.properties.is_empty() || resource => {
-                    for (k, x) in m {
-                        if let Some(p) = s.properties.get(k) {
-                            if let Some(name) = escape(k) {
-                                out.insert(name, to_cel(x, Some(p), false));
-                            }
-                        } else if resource && (k == "apiVersion" || k == "kind") {
-                            out.insert(k.clone(), to_cel(x, None, false));
-                        } else if resource && k == "metadata" {
-                            let mut meta: HashMap<String, CelValue> = HashMap::new();
-                            for f in ["name", "generateName"] {
-                                if let Some(Value::String(text)) = x.get(f) {
-                                    meta.insert(f.into(), CelValue::String(Arc::new(text.clone())));
-                                }
-                            }
-                            out.insert("metadata".into(), meta.into());
-                        } else if s.preserve_unknown {
-                            out.insert(k.clone(), to_cel(x, None, false));
-                        }
-                    }
-                }
-                Some(s) => {
-                    let sub = s.child("");
-                    for (k, x) in m {
-                        out.insert(k.clone(), to_cel(x, sub, false));
-                    }
-                }
-                None => {
-                    for (k, x) in m {
-                        out.insert(k.clone(), to_cel(x, None, false));
-                    }
-                }
-            }
-            out.into()
-        }
-    }
+/// What one rule says of the node it is evaluated on.
+pub enum Verdict {
+    /// The rule holds.
+    Holds,
+    /// The rule returned false (or anything but `true`): [`Rule::failure_detail`] says why.
+    Fails,
+    /// The evaluation errored, in cel-go's words as the validator wraps them.
+    Errs(String),
 }
 
-// ---------------------------------------------------------------------------------------
-// Evaluation
-
-/// Evaluates every rule of the schema tree against `obj` (and the correlated parts of
-/// `old` for transition rules), appending failures to `errs`.
-pub fn validate_tree(s: &Structural, obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
-    walk(s, obj, old, "", true, errs);
+/// Runs `f` with a context of the standard and Kubernetes libraries where `self` is
+/// `self_value` and, for transition rules, `oldSelf` is `old_value`.
+pub fn with_self<R>(
+    self_value: CelValue,
+    old_value: Option<CelValue>,
+    f: impl FnOnce(&Context<'_>) -> R,
+) -> R {
+    ROOT.with(|root_ctx| {
+        let mut ctx = root_ctx.new_inner_scope();
+        ctx.add_variable_from_value("self", self_value);
+        if let Some(o) = old_value {
+            ctx.add_variable_from_value("oldSelf", o);
+        }
+        f(&ctx)
+    })
 }
 
-fn walk(
-    s: &Structural,
-    v: &Value,
-    old: Option<&Value>,
-    path: &str,
-    root: bool,
-    errs: &mut Vec<FieldError>,
-) {
-    if v.is_null() {
-        return;
-    }
-    let old = old.filter(|o| !o.is_null());
-    // This node's rules, with `self` (and `oldSelf` when there is an old value) bound.
-    if !s.rules.is_empty() {
-        let type_name = go_quote(&s.type_);
-        let unchanged = old.is_some_and(|o| o == v);
-        let self_value = to_cel(v, Some(s), root);
-        let old_value = old.map(|o| to_cel(o, Some(s), root));
-        ROOT.with(|root_ctx| {
-            let mut ctx = root_ctx.new_inner_scope();
-            ctx.add_variable_from_value("self", self_value);
-            if let Some(o) = old_value {
-                ctx.add_variable_from_value("oldSelf", o);
-            }
-            eval_with(s, &ctx, path, &type_name, old.is_some(), unchanged, errs);
-        });
-    }
-    for sub in &s.all_of {
-        walk(sub, v, old, path, false, errs);
-    }
-    match v {
-        Value::Array(list) => {
-            if let Some(items) = &s.items {
-                let lookup = crate::schema::correlate_list(s, old);
-                for (i, item) in list.iter().enumerate() {
-                    let o = lookup.as_ref().and_then(|f| f(item));
-                    walk(items, item, o, &format!("{path}[{i}]"), false, errs);
-                }
-            }
+impl Rule {
+    /// Evaluates the rule in `ctx` (see [`with_self`]).
+    pub fn verdict(&self, ctx: &Context<'_>) -> Verdict {
+        match self.program.execute(ctx) {
+            Ok(CelValue::Bool(true)) => Verdict::Holds,
+            Ok(_) => Verdict::Fails,
+            Err(e) => Verdict::Errs(runtime_error(&e, self)),
         }
-        Value::Object(m) => {
-            let correlatable = s.map_type.as_deref() != Some("atomic");
-            let old_map = if correlatable {
-                old.and_then(Value::as_object)
-            } else {
-                None
-            };
-            let mut keys: Vec<&String> = m.keys().collect();
-            keys.sort();
-            if let Some(crate::schema::Additional::Schema(a)) = &s.additional {
-                for k in &keys {
-                    let o = old_map.and_then(|om| om.get(*k));
-                    walk(a, &m[*k], o, &format!("{path}[{k}]"), false, errs);
-                }
-            }
-            for k in &keys {
-                if let Some(p) = s.properties.get(*k) {
-                    let o = old_map.and_then(|om| om.get(*k));
-                    walk(p, &m[*k], o, &crate::schema::join_key(path, k), false, errs);
-                }
-            }
-        }
-        _ => {}
     }
-}
 
-fn eval_with(
-    s: &Structural,
-    ctx: &Context<'_>,
-    path: &str,
-    type_name: &str,
-    has_old: bool,
-    unchanged: bool,
-    errs: &mut Vec<FieldError>,
-) {
-    for rule in &s.rules {
-        if rule.uses_old_self && !has_old {
-            continue;
-        }
-        let result = rule.program.execute(ctx);
-        let failed = match result {
-            Ok(CelValue::Bool(true)) => false,
-            Ok(_) => true,
-            Err(e) => {
-                errs.push(FieldError::invalid(
-                    path,
-                    type_name,
-                    &runtime_error(&e, rule),
-                ));
-                continue;
-            }
-        };
-        if !failed || (unchanged && !rule.uses_old_self) {
-            continue;
-        }
-        let at = if rule.field_path.is_empty() {
-            path.to_string()
-        } else if rule.field_path.starts_with('[') {
-            format!("{path}{}", rule.field_path)
-        } else {
-            crate::schema::join_key(path, &rule.field_path)
-        };
-        let detail = rule
-            .message_expression
+    /// The message of a failure: `messageExpression`'s (a one-line, non-blank string),
+    /// else `message`, else `failed rule: <rule>`.
+    pub fn failure_detail(&self, ctx: &Context<'_>) -> String {
+        self.message_expression
             .as_ref()
             .and_then(|me| match me.execute(ctx) {
                 Ok(CelValue::String(text)) if !text.trim().is_empty() && !text.contains('\n') => {
@@ -683,18 +543,12 @@ fn eval_with(
                 _ => None,
             })
             .unwrap_or_else(|| {
-                if rule.message.is_empty() {
-                    format!("failed rule: {}", rule.rule.trim())
+                if self.message.is_empty() {
+                    format!("failed rule: {}", self.rule.trim())
                 } else {
-                    rule.message.clone()
+                    self.message.clone()
                 }
-            });
-        errs.push(match rule.reason {
-            Some("FieldValueForbidden") => FieldError::forbidden(&at, &detail),
-            Some("FieldValueRequired") => FieldError::required(&at, &detail),
-            Some("FieldValueDuplicate") => FieldError::duplicate(&at, type_name),
-            _ => FieldError::invalid(&at, type_name, &detail),
-        });
+            })
     }
 }
 

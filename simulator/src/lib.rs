@@ -19,6 +19,7 @@ pub mod schema;
 pub mod table;
 
 pub mod gc;
+pub mod gofmt;
 pub mod identities;
 pub mod kinds;
 pub mod kubelet;
@@ -340,7 +341,7 @@ impl Simulator {
             requests_by_user: Mutex::default(),
         });
         shared
-            .write(kinds::namespace::create_defaults)
+            .write(gc::create_default_namespaces)
             .map_err(SimError::Bootstrap)?;
         access::bootstrap(&shared).map_err(SimError::Bootstrap)?;
         let tls = Arc::new(open_tls(sim_tls_dir(&shared.config)).await?);

@@ -2,6 +2,7 @@
 //! ([`crate::kinds::KindBehaviour::validate_name`]), generated names, timestamps,
 //! `managedFields` entries and the comparison that decides `generation` bumps.
 
+use crate::status::{ApiError, ApiResult};
 use rand::Rng;
 use serde_json::{Map, Value, json};
 
@@ -196,4 +197,34 @@ mod tests {
         );
         assert_eq!(manager_from_user_agent(None), "unknown");
     }
+}
+
+/// DeleteOptions from the query string and the body.
+#[derive(Clone, Debug, Default)]
+pub struct DeleteOpts {
+    pub grace_period: Option<i64>,
+    pub propagation: Option<String>,
+    pub precondition_uid: Option<String>,
+    pub precondition_rv: Option<String>,
+    pub dry_run: bool,
+}
+
+pub(crate) fn meta_of(obj: &Value) -> Option<&Map<String, Value>> {
+    obj.get("metadata").and_then(Value::as_object)
+}
+
+pub(crate) fn meta_mut(obj: &mut Value) -> ApiResult<&mut Map<String, Value>> {
+    let m = obj
+        .as_object_mut()
+        .ok_or_else(|| ApiError::bad_request("the object must be a JSON object"))?;
+    let meta = m.entry("metadata").or_insert_with(|| json!({}));
+    if meta.is_null() {
+        *meta = json!({});
+    }
+    meta.as_object_mut()
+        .ok_or_else(|| ApiError::bad_request("metadata must be a JSON object"))
+}
+
+pub(crate) fn finalizers(obj: &Value) -> Vec<String> {
+    string_list(meta_of(obj).and_then(|m| m.get("finalizers")))
 }

@@ -646,7 +646,7 @@ pub fn v3_index(resources: &[ResourceInfo]) -> Value {
         };
         let hash = v3_group_version(group, version, resources)
             .map(|doc| {
-                let digest = Sha256::digest(crate::schema::canonical_json(&doc).as_bytes());
+                let digest = Sha256::digest(crate::gofmt::canonical_json(&doc).as_bytes());
                 digest
                     .iter()
                     .map(|b| format!("{b:02X}"))

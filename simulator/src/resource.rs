@@ -2,7 +2,7 @@
 //! kinds registered by CustomResourceDefinition objects. Shared by discovery, OpenAPI,
 //! Table output and the REST handlers.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// A printer column, as in a CRD's `additionalPrinterColumns`.
 #[derive(Clone, Debug, PartialEq)]
@@ -47,4 +47,19 @@ impl ResourceInfo {
             format!("{}/{}", self.group, self.version)
         }
     }
+}
+
+/// The store key of `info`'s resource: (group, plural).
+pub fn res_key(info: &ResourceInfo) -> (String, String) {
+    (info.group.clone(), info.plural.clone())
+}
+
+/// The object as the requested version serves it (one stored copy, apiVersion rewritten).
+pub fn in_version(obj: &Value, info: &ResourceInfo) -> Value {
+    let mut o = obj.clone();
+    if let Some(m) = o.as_object_mut() {
+        m.insert("apiVersion".into(), json!(info.api_version()));
+        m.insert("kind".into(), json!(info.kind));
+    }
+    o
 }

@@ -5,6 +5,7 @@
 //! the same `reason`, `code`, message wording and `details`, because kube-rs and kubectl
 //! branch on those (`reason == "AlreadyExists"`, `code == 409`, `code == 410`, ...).
 
+use crate::resource::ResourceInfo;
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use serde_json::{Value, json};
@@ -25,6 +26,15 @@ pub struct Qualified {
     pub group: String,
     pub plural: String,
     pub kind: String,
+}
+
+/// The group, plural and kind of `info`, as errors name them.
+pub fn qualified(info: &ResourceInfo) -> Qualified {
+    Qualified {
+        group: info.group.clone(),
+        plural: info.plural.clone(),
+        kind: info.kind.clone(),
+    }
 }
 
 impl Qualified {

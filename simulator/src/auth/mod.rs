@@ -335,16 +335,7 @@ fn forbidden_message(username: &str, attrs: &Attributes) -> String {
     )
 }
 
-/// Go's `%q` for the strings that occur here (JSON string escaping agrees for them).
-pub(crate) fn go_quote(s: &str) -> String {
-    Value::String(s.to_string()).to_string()
-}
-
-/// Go's `%q` of a `[]string`: `["a" "b"]`.
-pub(crate) fn go_quote_list(items: &[String]) -> String {
-    let quoted: Vec<String> = items.iter().map(|s| go_quote(s)).collect();
-    format!("[{}]", quoted.join(" "))
-}
+pub(crate) use crate::gofmt::{go_quote, go_quote_list};
 
 /// `utilerrors.NewAggregate(errs).Error()`: one message alone, several as `[a, b]`,
 /// duplicates removed.

@@ -7,7 +7,7 @@
 
 use super::{KindBehaviour, WriteRules};
 use crate::resource::{PrinterColumn, ResourceInfo};
-use crate::rest::qualified;
+use crate::status::qualified;
 use crate::status::{ApiError, ApiResult};
 use crate::store::{ObjKey, ResKey, State};
 use serde_json::{Value, json};

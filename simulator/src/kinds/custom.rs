@@ -5,7 +5,7 @@
 
 use super::{KindBehaviour, WriteRules};
 use crate::resource::ResourceInfo;
-use crate::rest::qualified;
+use crate::status::qualified;
 use crate::status::{ApiError, ApiResult};
 use serde_json::Value;
 

@@ -25,8 +25,8 @@ pub mod pod;
 pub mod rbac;
 
 use crate::Shared;
+use crate::meta::DeleteOpts;
 use crate::resource::ResourceInfo;
-use crate::rest::DeleteOpts;
 use crate::status::{ApiError, ApiResult};
 use crate::store::State;
 use axum::response::Response;

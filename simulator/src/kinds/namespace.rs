@@ -1,21 +1,22 @@
 //! Namespaces, as their strategy and storage treat them: names are DNS-1123 labels, a new
 //! Namespace gets the `kubernetes` finalizer in `spec`, phase `Active` and the
 //! `kubernetes.io/metadata.name` label, and a deletion marks it `Terminating` and leaves
-//! the rest to the namespace finalizer ([`finalize`], run by [`crate::gc`]): the content
+//! the rest to the namespace finalizer ([`crate::gc::finalize_namespace`]): the content
 //! goes (honouring finalizers), then the Namespace. Objects cannot be created in a
 //! missing or terminating namespace ([`check_open`]).
 
 use super::KindBehaviour;
+use crate::meta::{DeleteOpts, meta_mut};
 use crate::resource::ResourceInfo;
-use crate::rest::{DeleteOpts, WriteOpts, in_version, meta_mut, qualified, res_key};
-use crate::status::{ApiError, ApiResult, Qualified};
-use crate::store::{ObjKey, ResKey, State};
+use crate::resource::{in_version, res_key};
+use crate::status::{ApiError, ApiResult, Qualified, qualified};
+use crate::store::{ResKey, State};
 use serde_json::{Value, json};
 
 /// The namespaces a cluster starts with.
 pub const DEFAULTS: [&str; 4] = ["default", "kube-system", "kube-public", "kube-node-lease"];
 
-fn res() -> ResKey {
+pub(crate) fn res() -> ResKey {
     (String::new(), "namespaces".into())
 }
 
@@ -99,70 +100,5 @@ pub fn check_open(st: &State, info: &ResourceInfo, ns: &str, name: &str) -> ApiR
         )
         .with_details(json!({"causes": [{"reason": "NamespaceTerminating", "message": format!("namespace {ns} is being terminated"), "field": "metadata.namespace"}]}))),
         Some(_) => Ok(()),
-    }
-}
-
-/// Creates the [`DEFAULTS`] that are missing (at open, as kube-apiserver's
-/// system-namespaces controller does).
-pub fn create_defaults(st: &mut State) -> Result<(), String> {
-    let info = st
-        .registry
-        .get("", "v1", "namespaces")
-        .ok_or_else(|| "namespaces not registered".to_string())?;
-    for ns in DEFAULTS {
-        if !st.contains(&res(), &(String::new(), ns.into())) {
-            let opts = WriteOpts {
-                field_manager: "kube-apiserver".into(),
-                ..Default::default()
-            };
-            crate::rest::create(
-                st,
-                &info,
-                None,
-                json!({"metadata": {"name": ns}}),
-                &opts,
-                "Update",
-            )
-            .map_err(|e| e.message)?;
-        }
-    }
-    Ok(())
-}
-
-/// The namespace finalizer's pass over one terminating namespace: deletes its content
-/// (honouring finalizers); once nothing is left, removes the Namespace unless its own
-/// `metadata.finalizers` still hold it (their owner removes them, and the update path
-/// then deletes it).
-pub fn finalize(st: &mut State, ns: &str) {
-    let mut remaining = 0usize;
-    let resources: Vec<ResKey> = st.data.keys().cloned().collect();
-    for r in resources {
-        let keys: Vec<(ObjKey, bool)> = st
-            .range(&r, Some(ns), None)
-            .map(|(k, o)| (k.clone(), o.is_deleting()))
-            .collect();
-        for (key, deleting) in keys {
-            if !deleting {
-                crate::rest::controller_delete(st, &r, &key);
-            }
-            if st.contains(&r, &key) {
-                remaining += 1;
-            }
-        }
-    }
-    if remaining > 0 {
-        return;
-    }
-    let nkey: ObjKey = (String::new(), ns.to_string());
-    st.terminating.remove(ns);
-    let Some(obj) = st.get(&res(), &nkey) else {
-        return;
-    };
-    let has_finalizers = obj
-        .pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .is_some_and(|a| !a.is_empty());
-    if !has_finalizers {
-        st.remove(&res(), &nkey);
     }
 }

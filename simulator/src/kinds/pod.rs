@@ -6,8 +6,10 @@
 
 use super::{KindBehaviour, WriteRules};
 use crate::Shared;
+use crate::meta::{DeleteOpts, finalizers, meta_mut};
 use crate::resource::ResourceInfo;
-use crate::rest::{DeleteOpts, finalizers, in_version, meta_mut, qualified, res_key};
+use crate::resource::{in_version, res_key};
+use crate::status::qualified;
 use crate::status::{ApiError, ApiResult};
 use crate::store::State;
 use axum::response::Response;

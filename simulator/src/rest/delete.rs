@@ -3,16 +3,6 @@
 
 use super::*;
 
-/// DeleteOptions from the query string and the body.
-#[derive(Clone, Debug, Default)]
-pub struct DeleteOpts {
-    pub grace_period: Option<i64>,
-    pub propagation: Option<String>,
-    pub precondition_uid: Option<String>,
-    pub precondition_rv: Option<String>,
-    pub dry_run: bool,
-}
-
 /// Deletes an object as the generic registry does: finalizers keep it (with a
 /// deletionTimestamp) until they are removed; otherwise it is gone at once. Kinds differ
 /// through their [`KindBehaviour`](crate::kinds::KindBehaviour): a grace period above 0 keeps the object (with

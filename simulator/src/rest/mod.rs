@@ -13,16 +13,19 @@ use crate::kinds;
 use crate::meta;
 use crate::resource::ResourceInfo;
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::status::{ApiError, ApiResult, Qualified};
+use crate::status::{ApiError, ApiResult};
 use crate::store::{Obj, ObjKey, ResKey, State};
 use base64::Engine;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use std::sync::Arc;
 
 mod delete;
 mod list;
 mod write;
-pub use delete::DeleteOpts;
+pub use crate::meta::DeleteOpts;
+pub(crate) use crate::meta::{finalizers, meta_mut, meta_of};
+pub use crate::resource::{in_version, res_key};
+pub use crate::status::qualified;
 pub use delete::controller_delete;
 pub use delete::delete;
 pub use delete::delete_collection;
@@ -34,18 +37,6 @@ pub use list::matches_stored;
 pub use write::create;
 pub use write::patch;
 pub use write::update;
-
-pub fn qualified(info: &ResourceInfo) -> Qualified {
-    Qualified {
-        group: info.group.clone(),
-        plural: info.plural.clone(),
-        kind: info.kind.clone(),
-    }
-}
-
-pub fn res_key(info: &ResourceInfo) -> ResKey {
-    (info.group.clone(), info.plural.clone())
-}
 
 /// `fieldValidation` query parameter.
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
@@ -130,38 +121,8 @@ impl WriteResult {
     }
 }
 
-/// The object as the requested version serves it (one stored copy, apiVersion rewritten).
-pub fn in_version(obj: &Value, info: &ResourceInfo) -> Value {
-    let mut o = obj.clone();
-    if let Some(m) = o.as_object_mut() {
-        m.insert("apiVersion".into(), json!(info.api_version()));
-        m.insert("kind".into(), json!(info.kind));
-    }
-    o
-}
-
-pub(crate) fn meta_of(obj: &Value) -> Option<&Map<String, Value>> {
-    obj.get("metadata").and_then(Value::as_object)
-}
-
 fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
     meta_of(obj)?.get(field)?.as_str()
-}
-
-pub(crate) fn meta_mut(obj: &mut Value) -> ApiResult<&mut Map<String, Value>> {
-    let m = obj
-        .as_object_mut()
-        .ok_or_else(|| ApiError::bad_request("the object must be a JSON object"))?;
-    let meta = m.entry("metadata").or_insert_with(|| json!({}));
-    if meta.is_null() {
-        *meta = json!({});
-    }
-    meta.as_object_mut()
-        .ok_or_else(|| ApiError::bad_request("metadata must be a JSON object"))
-}
-
-pub(crate) fn finalizers(obj: &Value) -> Vec<String> {
-    meta::string_list(meta_of(obj).and_then(|m| m.get("finalizers")))
 }
 
 fn check_type(body: &mut Value, info: &ResourceInfo) -> ApiResult<()> {
