@@ -41,11 +41,66 @@ struct Names {
 /// an object costs one copy of its name and of its group, whatever the cluster's size.
 #[derive(Debug, Default)]
 struct Groups {
-    /// Group → object names, sorted (a Vec: most groups hold one object, and a set's
-    /// first node would cost a dozen names' room).
-    holders: HashMap<Arc<str>, Vec<Arc<str>>>,
+    /// Group → object names.
+    holders: HashMap<Arc<str>, Holders>,
     /// Object name → group.
     groups: HashMap<Arc<str>, Arc<str>>,
+}
+
+/// The objects filed under one group, sorted. Most groups hold one object (a workspace's
+/// TFE name, an ID): that one is kept in place, with no list of its own to allocate (a
+/// list's first allocation has room for four, 64 bytes per object and index).
+#[derive(Debug)]
+enum Holders {
+    One(Arc<str>),
+    /// Two or more, sorted.
+    Many(Vec<Arc<str>>),
+}
+
+impl Holders {
+    fn iter(&self) -> std::slice::Iter<'_, Arc<str>> {
+        match self {
+            Holders::One(o) => std::slice::from_ref(o).iter(),
+            Holders::Many(v) => v.iter(),
+        }
+    }
+
+    fn insert(&mut self, object: Arc<str>) {
+        match self {
+            Holders::One(o) if *o == object => {}
+            Holders::One(o) => {
+                let mut v = vec![o.clone(), object];
+                v.sort();
+                *self = Holders::Many(v);
+            }
+            Holders::Many(v) => {
+                if let Err(at) = v.binary_search(&object) {
+                    v.insert(at, object);
+                }
+            }
+        }
+    }
+
+    /// Removes `object`; false when none is left.
+    fn remove(&mut self, object: &str) -> bool {
+        match self {
+            Holders::One(o) => &**o != object,
+            Holders::Many(v) => {
+                if let Ok(at) = v.binary_search_by(|o| (**o).cmp(object)) {
+                    v.remove(at);
+                }
+                match v.as_slice() {
+                    [] => false,
+                    [one] => {
+                        let one = one.clone();
+                        *self = Holders::One(one);
+                        true
+                    }
+                    _ => true,
+                }
+            }
+        }
+    }
 }
 
 impl Names {
@@ -53,9 +108,13 @@ impl Names {
         self.remove(&ns, &object);
         let groups = self.namespaces.entry(ns).or_default();
         let (object, group): (Arc<str>, Arc<str>) = (object.into(), group.into());
-        let holders = groups.holders.entry(group.clone()).or_default();
-        if let Err(at) = holders.binary_search(&object) {
-            holders.insert(at, object.clone());
+        match groups.holders.get_mut(&group) {
+            Some(holders) => holders.insert(object.clone()),
+            None => {
+                groups
+                    .holders
+                    .insert(group.clone(), Holders::One(object.clone()));
+            }
         }
         groups.groups.insert(object, group);
     }
@@ -66,13 +125,9 @@ impl Names {
         };
         if let Some(group) = groups.groups.remove(object)
             && let Some(holders) = groups.holders.get_mut(&group)
+            && !holders.remove(object)
         {
-            if let Ok(at) = holders.binary_search_by(|o| (**o).cmp(object)) {
-                holders.remove(at);
-            }
-            if holders.is_empty() {
-                groups.holders.remove(&group);
-            }
+            groups.holders.remove(&group);
         }
         if groups.groups.is_empty() {
             self.namespaces.remove(ns);
@@ -180,6 +235,29 @@ mod tests {
             },
             status: None,
         }
+    }
+
+    #[test]
+    fn a_group_holds_one_object_in_place_and_more_sorted() {
+        let names = |h: &Holders| h.iter().map(|o| o.to_string()).collect::<Vec<_>>();
+        let mut h = Holders::One("b".into());
+        h.insert("b".into());
+        assert!(
+            matches!(h, Holders::One(_)),
+            "the same object again is no second"
+        );
+        h.insert("c".into());
+        h.insert("a".into());
+        assert_eq!(names(&h), ["a", "b", "c"]);
+        assert!(h.remove("b") && h.remove("x"));
+        assert_eq!(names(&h), ["a", "c"]);
+        assert!(h.remove("a"));
+        assert!(
+            matches!(h, Holders::One(_)),
+            "back in place once one is left"
+        );
+        assert_eq!(names(&h), ["c"]);
+        assert!(!h.remove("c"), "none left");
     }
 
     /// Follows kube-runtime's watcher events: a list fills the index (replacing what was
