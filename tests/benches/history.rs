@@ -44,7 +44,7 @@ use serde_json::json;
 use terrace_crds::constants::{LABEL_ID, LABEL_ORGANIZATION};
 use terrace_crds::ids::{IdKind, new_id, object_name_for_id};
 use terrace_crds::{Run, RunSpec, TestRun, TestRunSpec, Workspace, WorkspaceSpec};
-use terrace_tests::bench::{env_usize, rss_kib};
+use terrace_tests::bench::{env_usize, rss_kib, settle};
 use terrace_tests::{Api, Dev};
 
 const ORG: &str = "soak";
@@ -67,31 +67,6 @@ fn p50(mut samples: Vec<Duration>) -> Duration {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
-}
-
-/// Waits until the process's CPU use stays low for 3 s (the operator is done).
-fn settle(pid: u32) {
-    let ticks = || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|s| {
-                let f: Vec<&str> = s.rsplit(')').next()?.split_whitespace().collect();
-                Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
-            })
-            .unwrap_or(0)
-    };
-    let deadline = Instant::now() + Duration::from_secs(900);
-    let mut quiet = 0;
-    while quiet < 3 && Instant::now() < deadline {
-        let before = ticks();
-        std::thread::sleep(Duration::from_secs(1));
-        // Under 10% of a core.
-        if ticks() - before < 10 {
-            quiet += 1;
-        } else {
-            quiet = 0;
-        }
-    }
 }
 
 /// `n` runs (or test runs) of `owners`, round robin, written and ended at once.
@@ -330,7 +305,7 @@ fn soak() {
         .iter()
         .filter_map(|m| m.metadata.name.clone())
         .collect();
-    settle(pid);
+    settle(&[pid]);
     let empty = rss_kib(pid);
     let t = Instant::now();
     let bound = (wss * 110, mods * 110);
@@ -357,13 +332,13 @@ fn soak() {
         }
     };
     write(0, runs / 2);
-    settle(pid);
+    settle(&[pid]);
     // The simulator keeps deleted objects in its watch history for 150 s: measured once
     // that passed, as a long-running server would be.
     std::thread::sleep(Duration::from_secs(160));
     let half = rss_kib(pid);
     write(runs / 2, runs);
-    settle(pid);
+    settle(&[pid]);
     std::thread::sleep(Duration::from_secs(160));
     let full = rss_kib(pid);
     println!(
@@ -495,7 +470,7 @@ fn memory() {
         let pid = dev.pid().expect("pid");
         let api = Api::admin(&dev);
         api.create_org("mem");
-        settle(pid);
+        settle(&[pid]);
         let empty = rss_kib(pid);
         let t = Instant::now();
         if through_api {
@@ -522,7 +497,7 @@ fn memory() {
             let client = kube_client(&rt, &dev.kubeconfig());
             rt.block_on(populate(&client, "mem", n));
         }
-        settle(pid);
+        settle(&[pid]);
         // The simulator keeps replaced versions for its watch history (150 s): measured
         // once that has passed, as a long-running server would be.
         std::thread::sleep(Duration::from_secs(160));
@@ -613,7 +588,7 @@ fn logs() {
         whole.len()
     );
     drop(whole);
-    settle(pid);
+    settle(&[pid]);
     let before = rss_kib(pid);
     let peak = std::sync::atomic::AtomicU64::new(before);
     let done = std::sync::atomic::AtomicBool::new(false);

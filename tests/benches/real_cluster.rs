@@ -23,7 +23,10 @@
 //! TERRACE_E2E_KUBECONFIG=DIR/admin.kubeconfig cargo bench -p terrace-tests --bench
 //! real_cluster` (`TERRACE_BENCH_WORKSPACES`, default 100; `TERRACE_BENCH_REPS`, default 100:
 //! the CPU figures count /proc's 10 ms ticks, and at 30 creates one tick was 0.33 ms per
-//! create, an eighth of item 6's figure: its ratio ranged from 0.7x to 1.37x run to run).
+//! create, an eighth of item 6's figure). Each create round starts once both processes
+//! have settled ([`settle`]) after the fill before it: counted at once, the tail of the
+//! operator's work on thousands of filled workspaces fell into one round or the other,
+//! and item 6 read anywhere from 0.59x to 1.66x.
 
 use std::time::{Duration, Instant};
 
@@ -31,7 +34,7 @@ use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 use terrace_crds::{Workspace, WorkspaceSpec};
-use terrace_tests::bench::{cpu_secs, env_usize, median, rss_kib};
+use terrace_tests::bench::{cpu_secs, env_usize, median, rss_kib, settle};
 use terrace_tests::real::{RealCluster, eventually};
 
 fn fetched(cluster: &RealCluster) -> f64 {
@@ -96,6 +99,11 @@ fn main() {
         let (mut ours, mut theirs) = (Vec::new(), Vec::new());
         let before = fetched(&cluster);
         let cpu = || cpu_secs(api.pid()) + cpu_secs(operator.pid());
+        // What the fill set off (the operator's reconciles of thousands of new
+        // workspaces, the API server's index) is over before the creates are counted:
+        // otherwise its tail lands in one round's figure or the other's, and item 6
+        // read 0.59x to 1.66x run to run.
+        settle(&[api.pid(), operator.pid()]);
         let cpu_before = cpu();
         for i in 0..reps {
             let t = Instant::now();

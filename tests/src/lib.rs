@@ -1285,6 +1285,24 @@ pub mod bench {
         (ticks(11) + ticks(12)) as f64 / clock_ticks()
     }
 
+    /// Waits until the processes `pids` together stay under a twentieth of a core for
+    /// three seconds in a row (at most 15 minutes): the work a benchmark set off (a bulk
+    /// fill, a batch of runs) is done before the next figure counts their CPU.
+    pub fn settle(pids: &[u32]) {
+        let cpu = || pids.iter().map(|p| cpu_secs(*p)).sum::<f64>();
+        let deadline = std::time::Instant::now() + Duration::from_secs(900);
+        let mut quiet = 0;
+        while quiet < 3 && std::time::Instant::now() < deadline {
+            let before = cpu();
+            std::thread::sleep(Duration::from_secs(1));
+            if cpu() - before < 0.05 {
+                quiet += 1;
+            } else {
+                quiet = 0;
+            }
+        }
+    }
+
     /// The number in environment variable `name`, else `default`.
     pub fn env_usize(name: &str, default: usize) -> usize {
         std::env::var(name)
