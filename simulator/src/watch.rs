@@ -125,7 +125,7 @@ enum Step {
 }
 
 async fn run(shared: Arc<Shared>, p: WatchParams, tx: mpsc::Sender<Result<Bytes, Infallible>>) {
-    let res = crate::rest::res_key(&p.info);
+    let res = crate::resource::res_key(&p.info);
     let deadline = Instant::now() + p.timeout;
     // Woken by the events of this resource only.
     let mut changes = shared.write_from_controller(|st| st.subscribe(&res));

@@ -18,7 +18,7 @@ pub mod logs;
 pub mod spec;
 
 use crate::Shared;
-use crate::rest::DeleteOpts;
+use crate::meta::DeleteOpts;
 use crate::store::{EventType, ObjKey, ResKey, State};
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;

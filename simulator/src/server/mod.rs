@@ -11,9 +11,11 @@
 
 use crate::Shared;
 use crate::auth::{Attributes, UserInfo};
+use crate::meta::DeleteOpts;
 use crate::patch::PatchType;
 use crate::resource::ResourceInfo;
-use crate::rest::{self, DeleteOpts, FieldValidation, ListOpts, WriteOpts, WriteResult};
+use crate::resource::in_version;
+use crate::rest::{self, FieldValidation, ListOpts, WriteOpts, WriteResult};
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::{ApiError, ApiResult};
 use axum::Router;
@@ -294,7 +296,7 @@ async fn resource_request(
             if matches!(fmt, Format::Json) && stored.has_api_version(&info.api_version()) {
                 return Ok(json_text(StatusCode::OK, stored.text().into_owned(), &[]));
             }
-            let obj = rest::in_version(&stored.value(), &info);
+            let obj = in_version(&stored.value(), &info);
             let body = match fmt {
                 Format::Json => obj,
                 Format::Table(inc) => table(&info, std::slice::from_ref(&obj), json!({}), inc),
@@ -378,7 +380,7 @@ fn list_response(info: &ResourceInfo, page: rest::ListPage, fmt: Format) -> Resp
             let items: Vec<Value> = page
                 .items
                 .iter()
-                .map(|(_, o)| rest::in_version(&o.value(), info))
+                .map(|(_, o)| in_version(&o.value(), info))
                 .collect();
             json_response(StatusCode::OK, &table(info, &items, meta, inc), &[])
         }
@@ -399,7 +401,7 @@ fn list_response(info: &ResourceInfo, page: rest::ListPage, fmt: Format) -> Resp
                 if o.has_api_version(&api_version) {
                     out.push_str(&o.text());
                 } else {
-                    out.push_str(&rest::in_version(&o.value(), info).to_string());
+                    out.push_str(&in_version(&o.value(), info).to_string());
                 }
             }
             out.push_str("]}");
@@ -429,13 +431,13 @@ fn watch(
             let info2 = info.clone();
             crate::watch::Output::Json(
                 info.api_version(),
-                Arc::new(move |o: &Value| rest::in_version(o, &info2)),
+                Arc::new(move |o: &Value| in_version(o, &info2)),
             )
         }
         Format::Table(inc) => {
             let info = info.clone();
             crate::watch::Output::Rendered(Arc::new(move |o: &Value| {
-                let obj = rest::in_version(o, &info);
+                let obj = in_version(o, &info);
                 table(&info, std::slice::from_ref(&obj), json!({}), inc)
             }))
         }
